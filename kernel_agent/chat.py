@@ -1,0 +1,67 @@
+"""The seam between the agent and a chat model: ``ChatModel``, ``ModelReply``, ``ToolCall``.
+
+Pure types. ``llm.py`` implements ``ChatModel`` over the ``openai`` SDK (the
+only module that imports it); ``scripted.py`` implements it by playing
+replies shipped with the package (the demo without a configured model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .run import Usage
+
+__all__ = ["ChatModel", "DeltaCallback", "ModelReply", "ToolCall"]
+
+DeltaCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model asked for. ``arguments`` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """One assistant reply, streamed or not, as the protocols parse it.
+
+    ``finish_reason`` is the standard field (``stop``, ``length``,
+    ``tool_calls``); ``stop_reason`` is vLLM's extra field naming the stop
+    string that ended generation (e.g. ``"</Code>"``), None elsewhere.
+    ``usage`` is None when the server did not report it.
+    """
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    usage: Usage | None = None
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """Anything that turns a message list into a ``ModelReply``.
+
+    ``options`` are extra request fields chosen by the protocol (``stop``,
+    ``tools``). ``on_delta`` receives text as it streams, when the model streams.
+    Implementations raise ``ModelError`` subclasses, never SDK exceptions.
+    """
+
+    name: str
+    scripted: bool
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        options: dict[str, Any] | None = None,
+        on_delta: DeltaCallback | None = None,
+    ) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,109 @@
+"""The one exception tree of kernel-agent.
+
+Errors in the *analysed* code are not exceptions: they are data
+(``ExecutionResult.status == "error"``). Exceptions here are for machinery
+that failed or for input we refuse::
+
+    KernelAgentError
+    ├── ConfigError (ValueError)             bad option, no model configured
+    │   └── DataFileError                    missing or unreadable data file
+    ├── KernelError                          the kernel machinery failed
+    │   ├── KernelStartError                 a kernel would not start or get ready
+    │   ├── SessionClosedError               the session was used after close()
+    │   └── SandboxUnavailableError          a confinement (no-network, limits) cannot be provided
+    ├── ModelError                           the model endpoint failed for good (carries the partial run)
+    │   ├── ModelUnreachableError            connection refused, DNS, timeouts after retries
+    │   └── ContextLengthError               the conversation no longer fits the model
+    ├── ExecutionError                       raised only by ExecutionResult.raise_for_status()
+    └── NotebookError (ValueError)           a notebook we cannot read, replay or resume
+
+Third-party errors are wrapped with ``raise ... from exc``; callers never
+need to match on message text.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .result import ExecutionResult
+
+__all__ = [
+    "KernelAgentError",
+    "ConfigError",
+    "DataFileError",
+    "KernelError",
+    "KernelStartError",
+    "SessionClosedError",
+    "SandboxUnavailableError",
+    "ModelError",
+    "ModelUnreachableError",
+    "ContextLengthError",
+    "ExecutionError",
+    "NotebookError",
+]
+
+
+class KernelAgentError(Exception):
+    """Root of every exception kernel-agent raises on purpose."""
+
+
+class ConfigError(KernelAgentError, ValueError):
+    """An option, flag or environment setting is wrong or missing."""
+
+
+class DataFileError(ConfigError):
+    """A data file is missing or cannot be read. ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class KernelError(KernelAgentError):
+    """The kernel machinery (not the analysed code) failed."""
+
+
+class KernelStartError(KernelError):
+    """A kernel could not be started, or never became ready."""
+
+
+class SessionClosedError(KernelError):
+    """The session was used after it was closed."""
+
+
+class SandboxUnavailableError(KernelError):
+    """A requested confinement (no-network mode, a limit) is not available here."""
+
+
+class ModelError(KernelAgentError):
+    """The model endpoint failed for good. ``run`` holds the partial run, if any."""
+
+    def __init__(self, message: str, *, run: Any = None, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.run = run
+        self.status_code = status_code
+
+
+class ModelUnreachableError(ModelError):
+    """The endpoint could not be reached (refused, DNS, time-outs) after retries."""
+
+
+class ContextLengthError(ModelError):
+    """The conversation is longer than the model's context window."""
+
+
+class ExecutionError(KernelAgentError):
+    """Raised by ``ExecutionResult.raise_for_status()`` for a result that is not ok."""
+
+    def __init__(self, message: str, *, result: "ExecutionResult") -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class NotebookError(KernelAgentError, ValueError):
+    """A notebook cannot be read, replayed or resumed. ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path

@@ -1,0 +1,182 @@
+"""The typed events of a run, as ``AsyncAgent.stream()`` yields them.
+
+One stream serves every front end: the CLI renders it live, ``--json`` prints
+``event.to_dict()`` per line, the magic turns it into cell outputs. Pure values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Union
+
+from .result import ExecutionResult
+from .run import Artifact, Round, Run
+
+__all__ = [
+    "AnswerReady",
+    "CodeReady",
+    "Event",
+    "ExecutionFinished",
+    "ExecutionStarted",
+    "Notice",
+    "RoundFinished",
+    "RoundStarted",
+    "RunError",
+    "RunFinished",
+    "RunStarted",
+    "TextDelta",
+]
+
+
+class _EventBase:
+    kind: str = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: ``{"event": kind, ...fields}``."""
+        out: dict[str, Any] = {"event": self.kind}
+        for f in fields(self):  # type: ignore[arg-type]
+            out[f.name] = _jsonable(getattr(self, f.name))
+        return out
+
+
+@dataclass(frozen=True)
+class RunStarted(_EventBase):
+    task: str
+    model: str
+    protocol: str
+    workspace: str
+    notebook_path: str | None
+    scripted: bool = False
+    kind = "run_started"
+
+
+@dataclass(frozen=True)
+class RoundStarted(_EventBase):
+    round: int
+    max_rounds: int
+    kind = "round_started"
+
+
+@dataclass(frozen=True)
+class TextDelta(_EventBase):
+    round: int
+    text: str
+    kind = "text_delta"
+
+
+@dataclass(frozen=True)
+class CodeReady(_EventBase):
+    round: int
+    code: str
+    reasoning: str = ""
+    kind = "code_ready"
+
+
+@dataclass(frozen=True)
+class ExecutionStarted(_EventBase):
+    round: int
+    timeout: float | None
+    kind = "execution_started"
+
+
+@dataclass(frozen=True)
+class ExecutionFinished(_EventBase):
+    round: int
+    result: ExecutionResult
+    artifacts: tuple[Artifact, ...] = ()
+    kind = "execution_finished"
+
+
+@dataclass(frozen=True)
+class RoundFinished(_EventBase):
+    round: Round
+    kind = "round_finished"
+
+
+@dataclass(frozen=True)
+class AnswerReady(_EventBase):
+    round: int
+    answer: str
+    kind = "answer"
+
+
+@dataclass(frozen=True)
+class Notice(_EventBase):
+    """Something worth telling the user that is not an error: a retry, a repaired reply."""
+
+    message: str
+    round: int | None = None
+    kind = "notice"
+
+
+@dataclass(frozen=True)
+class RunError(_EventBase):
+    """A machinery failure that ends or threatens the run (model unreachable, ...)."""
+
+    message: str
+    error_type: str
+    round: int | None = None
+    kind = "error"
+
+
+@dataclass(frozen=True)
+class RunFinished(_EventBase):
+    run: Run
+    kind = "finished"
+
+
+Event = Union[
+    RunStarted,
+    RoundStarted,
+    TextDelta,
+    CodeReady,
+    ExecutionStarted,
+    ExecutionFinished,
+    RoundFinished,
+    AnswerReady,
+    Notice,
+    RunError,
+    RunFinished,
+]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, ExecutionResult):
+        return {
+            "status": value.status,
+            "execution_count": value.execution_count,
+            "duration_s": round(value.duration_s, 3),
+            "state_lost": value.state_lost,
+            "note": value.note,
+            "stdout": value.stdout,
+            "stderr": value.stderr,
+            "result_text": value.result_text,
+            "error": None if value.error is None else {"ename": value.error.ename, "evalue": value.error.evalue},
+            "images": len(value.images),
+        }
+    if isinstance(value, Round):
+        return {
+            "index": value.index,
+            "status": value.status,
+            "code": value.code,
+            "answer": value.answer,
+            "usage": value.usage.to_dict(),
+            "model_s": round(value.model_s, 3),
+            "exec_s": round(value.exec_s, 3),
+            "artifacts": [a.to_dict() for a in value.artifacts],
+            "problem": value.problem,
+        }
+    if isinstance(value, Run):
+        return {
+            "answer": value.answer,
+            "stop_reason": value.stop_reason,
+            "error": value.error,
+            "rounds": len(value.rounds),
+            "usage": value.usage.to_dict(),
+            "notebook_path": None if value.notebook_path is None else str(value.notebook_path),
+        }
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return value

@@ -1,0 +1,186 @@
+"""What one execution gave back: ``ExecutionResult`` and its views.
+
+Owns the result value and the text a model sees of it (``to_llm_text``).
+Pure: no kernel, no I/O. Building the outputs from iopub messages is
+``outputs.py``'s job.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .errors import ExecutionError
+
+__all__ = ["ErrorInfo", "ExecutionResult", "Status", "png_size", "strip_ansi"]
+
+Status = Literal["ok", "error", "timeout", "died"]
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    """Remove ANSI escape sequences (colours, cursor moves) from ``text``."""
+    return _ANSI.sub("", text)
+
+
+def png_size(b64: str) -> tuple[int, int] | None:
+    """Width and height of a base64 PNG, read from its IHDR chunk; None if not a PNG."""
+    try:
+        head = base64.b64decode(b64[:48] + "=" * (-len(b64[:48]) % 4), validate=False)
+    except (binascii.Error, ValueError):
+        return None
+    if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An exception raised by the analysed code. ``traceback`` lines carry no ANSI codes."""
+
+    ename: str
+    evalue: str
+    traceback: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.ename}: {self.evalue}"
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """The outcome of one ``execute()``.
+
+    ``outputs`` are nbformat v4 output dicts, exactly as they go into a
+    notebook. ``state_lost`` says whether the kernel's variables are gone
+    (restart after a timeout, kernel death); ``note`` says why, in words.
+    ``dropped`` counts what the output caps threw away.
+    """
+
+    status: Status
+    outputs: tuple[dict[str, Any], ...] = ()
+    execution_count: int | None = None
+    duration_s: float = 0.0
+    error: ErrorInfo | None = None
+    state_lost: bool = False
+    note: str = ""
+    code: str = ""
+    dropped_chars: int = 0
+    dropped_images: int = 0
+    rebuilt_cells: tuple[int, ...] = field(default=(), repr=False)
+
+    def __repr__(self) -> str:
+        extra = f" {self.error}" if self.error else ""
+        lost = " state_lost" if self.state_lost else ""
+        return f"<ExecutionResult [{self.status}]{extra}{lost} {len(self.outputs)} outputs {self.duration_s:.2f}s>"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def stdout(self) -> str:
+        return self._stream("stdout")
+
+    @property
+    def stderr(self) -> str:
+        return self._stream("stderr")
+
+    @property
+    def result_text(self) -> str | None:
+        """``text/plain`` of the cell's ``execute_result``, if it had one."""
+        for out in self.outputs:
+            if out.get("output_type") == "execute_result":
+                return _text(out.get("data", {}).get("text/plain"))
+        return None
+
+    @property
+    def images(self) -> list[str]:
+        """Base64 PNG strings (no ``data:`` prefix), in output order."""
+        return [
+            _text(out["data"]["image/png"]).replace("\n", "")
+            for out in self.outputs
+            if out.get("output_type") in ("display_data", "execute_result") and "image/png" in out.get("data", {})
+        ]
+
+    def raise_for_status(self) -> "ExecutionResult":
+        """Return self when ok; raise ``ExecutionError`` (carrying self) otherwise."""
+        if self.status != "ok":
+            detail = str(self.error) if self.error else self.note or self.status
+            raise ExecutionError(f"execution {self.status}: {detail}", result=self)
+        return self
+
+    def _stream(self, name: str) -> str:
+        return "".join(
+            _text(out.get("text", ""))
+            for out in self.outputs
+            if out.get("output_type") == "stream" and out.get("name") == name
+        )
+
+    def to_llm_text(self, max_chars: int = 6000) -> str:
+        """The view a model gets: outputs in order, bounded to about ``max_chars``.
+
+        Long text keeps its head and tail and states how much was cut; an
+        error keeps more of its tail, where the cause is. Images become
+        placeholders such as ``[image 1: png 640x480]``.
+        """
+        parts: list[str] = []
+        image_no = 0
+        for out in self.outputs:
+            kind = out.get("output_type")
+            if kind == "stream":
+                parts.append(_text(out.get("text", "")))
+            elif kind in ("display_data", "execute_result"):
+                data = out.get("data", {})
+                if "image/png" in data:
+                    image_no += 1
+                    size = png_size(_text(data["image/png"]))
+                    dims = f" {size[0]}x{size[1]}" if size else ""
+                    parts.append(f"[image {image_no}: png{dims}]\n")
+                elif "text/plain" in data:
+                    parts.append(_text(data["text/plain"]) + "\n")
+            elif kind == "error":
+                parts.append("\n".join(strip_ansi(line) for line in out.get("traceback", [])) + "\n")
+        if self.dropped_chars or self.dropped_images:
+            parts.append(
+                f"[output cap: {self.dropped_chars} characters and {self.dropped_images} images not kept]\n"
+            )
+        body = "".join(parts)
+        tail_share = 0.7 if self.status == "error" else 0.4
+        body = clip_middle(body, max_chars, tail_share=tail_share)
+        header = self._status_line()
+        return f"{header}\n{body}".rstrip() + "\n" if header else (body or "[no output]\n")
+
+    def _status_line(self) -> str:
+        if self.status == "ok":
+            return ""
+        if self.status == "error":
+            return f"[error] {self.error}" if self.error else "[error]"
+        state = "all variables were lost" if self.state_lost else "variables from earlier cells are still defined"
+        label = "timeout" if self.status == "timeout" else "kernel died"
+        note = f" {self.note}" if self.note else ""
+        return f"[{label}]{note} ({state})"
+
+
+def clip_middle(text: str, max_chars: int, *, tail_share: float = 0.4) -> str:
+    """Keep the head and tail of ``text`` within ``max_chars``, naming the cut."""
+    if len(text) <= max_chars:
+        return text
+    keep = max(max_chars - 60, 0)
+    tail = int(keep * tail_share)
+    head = keep - tail
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n... [{omitted} characters omitted] ...\n{text[len(text) - tail:] if tail else ''}"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "".join(value)
+    return str(value)

@@ -1,0 +1,124 @@
+"""The record of an agent run: ``Run``, ``Round``, ``Usage``, ``Artifact``, ``RunInfo``.
+
+Pure values. The agent builds them round by round (``dataclasses.replace``);
+the notebook exporter, the CLI and the magic only read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .result import ExecutionResult
+
+__all__ = ["Artifact", "Round", "Run", "RunInfo", "StopReason", "Usage"]
+
+StopReason = Literal["answer", "max_rounds", "stuck", "llm_error", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts as the server reported them (zeros when it did not)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file the round's code created or modified in the workspace (path relative to it)."""
+
+    path: str
+    size: int
+    change: Literal["created", "modified"] = "created"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "size": self.size, "change": self.change}
+
+
+@dataclass(frozen=True)
+class Round:
+    """One model reply and, when it held code, the execution of that code.
+
+    ``reply`` is the raw model text (tags and all); ``reasoning`` is the
+    readable markdown made from it; ``code`` is exactly what ran (None when
+    the reply held no code); ``answer`` is set on the round that ended the run.
+    """
+
+    index: int
+    reply: str
+    reasoning: str = ""
+    code: str | None = None
+    result: ExecutionResult | None = None
+    answer: str | None = None
+    artifacts: tuple[Artifact, ...] = ()
+    usage: Usage = Usage()
+    model_s: float = 0.0
+    exec_s: float = 0.0
+    started_at: str = ""
+    problem: str | None = None  # protocol trouble in the reply (no tags, unbalanced, empty)
+
+    @property
+    def status(self) -> str:
+        """``ok``/``error``/``timeout``/``died`` for executed rounds, else ``answer`` or ``no-code``."""
+        if self.result is not None:
+            return self.result.status
+        return "answer" if self.answer is not None else "no-code"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Who and what produced a run: goes into the notebook's metadata.
+
+    ``endpoint`` is the host of the model's base URL, never the key.
+    ``setup_code`` is the first cell: what the kernel ran before round 1.
+    """
+
+    task: str
+    model: str = ""
+    protocol: str = ""
+    endpoint: str = ""
+    data_files: tuple[str, ...] = ()
+    workspace: str = ""
+    setup_code: str = ""
+    scripted: bool = False
+    started_at: str = ""
+    language_info: dict[str, object] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A whole run: its rounds, how it ended, and where its notebook is."""
+
+    info: RunInfo
+    rounds: tuple[Round, ...] = ()
+    answer: str | None = None
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    usage: Usage = Usage()
+    notebook_path: Path | None = None
+    finished_at: str = ""
+    setup_result: ExecutionResult | None = None
+
+    @property
+    def task(self) -> str:
+        return self.info.task
+
+    def __repr__(self) -> str:
+        return f"<Run [{self.stop_reason}] {len(self.rounds)} rounds answer={self.answer is not None}>"
