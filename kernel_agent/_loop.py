@@ -1,0 +1,104 @@
+"""A private event loop in a daemon thread: what the sync facades run on.
+
+The sync classes must work where an event loop already runs (an IPython
+kernel, a Jupyter notebook), so they never call ``asyncio.run`` on the
+caller's thread. Every async object they own is created and used on this
+loop only; zmq sockets never cross loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+__all__ = ["LoopThread"]
+
+T = TypeVar("T")
+
+_open_loops: "weakref.WeakSet[LoopThread]" = weakref.WeakSet()
+
+
+class LoopThread:
+    """Runs coroutines on a loop owned by one background thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+        self._closers: list[Callable[[], Awaitable[Any]]] = []
+        _open_loops.add(self)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """Run ``coro`` on the private loop and wait for it.
+
+        A ``KeyboardInterrupt`` while waiting cancels the coroutine (which
+        then stops what it was doing, e.g. interrupts the kernel) and is
+        re-raised.
+        """
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a sync facade was called from its own event-loop thread")
+        future = asyncio.run_coroutine_threadsafe(_as_coroutine(coro), self.loop)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            future.cancel()
+            try:
+                future.result(timeout=10)
+            except BaseException:  # the cancellation itself; we re-raise the interrupt below
+                pass
+            raise
+
+    def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        """Iterate an async iterator living on the private loop, from this thread."""
+        try:
+            while True:
+                try:
+                    yield self.run(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            if self.running:
+                aclose = getattr(agen, "aclose", None)
+                if aclose is not None:
+                    self.run(aclose())
+
+    def on_exit(self, closer: Callable[[], Awaitable[Any]]) -> None:
+        """Register an async cleanup to run if the interpreter exits with this loop open."""
+        self._closers.append(closer)
+
+    def stop(self) -> None:
+        """Stop the loop and join its thread. Idempotent."""
+        if not self.running:
+            return
+        self._closers.clear()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+        _open_loops.discard(self)
+
+
+async def _as_coroutine(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+@atexit.register
+def _close_open_loops() -> None:  # pragma: no cover - exercised by subprocess tests
+    for loop_thread in list(_open_loops):
+        for closer in loop_thread._closers:
+            try:
+                loop_thread.run(closer())
+            except BaseException:
+                pass
+        loop_thread.stop()

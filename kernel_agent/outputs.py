@@ -1,0 +1,171 @@
+"""Folding one request's iopub messages into nbformat outputs: ``OutputCollector``.
+
+A pure state machine: feed it messages, read the outputs. It knows the
+Jupyter message shapes and nbclient's rules (stream coalescing,
+``clear_output(wait=True)``, ``update_display_data`` by display_id) and
+the output caps; it knows nothing about sockets, kernels or time.
+``nbformat.v4.output_from_msg`` owns the output schema.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from nbformat.v4 import new_output, output_from_msg
+
+from .result import ErrorInfo, strip_ansi
+
+__all__ = ["OutputCaps", "OutputCollector"]
+
+_TAIL_KEEP = 4096
+
+
+@dataclass(frozen=True)
+class OutputCaps:
+    """How much of one execution's output is kept in memory.
+
+    ``max_text_chars`` bounds stream text (what a runaway ``print`` sends);
+    beyond it only the last few KB are kept, after a marker that says how much
+    was dropped. ``max_images`` bounds figures kept per execution.
+    """
+
+    max_text_chars: int = 10_000_000
+    max_images: int = 50
+
+
+class OutputCollector:
+    """Collects the outputs of the request ``msg_id`` from its iopub messages."""
+
+    def __init__(self, msg_id: str, caps: OutputCaps | None = None) -> None:
+        self.msg_id = msg_id
+        self.caps = caps or OutputCaps()
+        self.outputs: list[dict[str, Any]] = []
+        self.execution_count: int | None = None
+        self.error: ErrorInfo | None = None
+        self.started = False  # busy/execute_input seen: the code is running
+        self.idle = False
+        self.dropped_chars = 0
+        self.dropped_images = 0
+        self._kept_chars = 0
+        self._dropped_tail = ""
+        self._clear_pending = False
+        self._display_index: dict[str, list[int]] = {}
+
+    def feed(self, msg: dict[str, Any]) -> bool:
+        """Take one iopub message; return True if it belonged to this request."""
+        if msg.get("parent_header", {}).get("msg_id") != self.msg_id:
+            return False
+        kind = msg["msg_type"]
+        content = msg.get("content", {})
+        if "execution_count" in content and content["execution_count"] is not None:
+            self.execution_count = content["execution_count"]
+        if kind == "status":
+            state = content.get("execution_state")
+            if state == "busy":
+                self.started = True
+            elif state == "idle":
+                self.idle = True
+        elif kind == "execute_input":
+            self.started = True
+        elif kind == "clear_output":
+            self._on_clear(bool(content.get("wait")))
+        elif kind == "update_display_data":
+            self._update_display(content)
+        elif kind in ("stream", "display_data", "execute_result", "error"):
+            self._on_output(kind, msg, content)
+        return True
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The final outputs: carriage returns resolved, drops stated."""
+        for out in self.outputs:
+            if out["output_type"] == "stream":
+                out["text"] = _resolve_carriage_returns(out["text"])
+        if self.dropped_chars:
+            marker = (
+                f"\n[kernel-agent: output cap of {self.caps.max_text_chars} characters reached; "
+                f"{self.dropped_chars} characters not kept; the last {len(self._dropped_tail)} follow]\n"
+            )
+            self.outputs.append(_stream("stdout", marker + self._dropped_tail))
+        if self.dropped_images:
+            note = f"[kernel-agent: image cap of {self.caps.max_images} reached; {self.dropped_images} images not kept]\n"
+            self.outputs.append(_stream("stdout", note))
+        return self.outputs
+
+    def _on_clear(self, wait: bool) -> None:
+        if wait:
+            self._clear_pending = True
+        else:
+            self._clear_now()
+
+    def _clear_now(self) -> None:
+        self.outputs.clear()
+        self._display_index.clear()
+        self._kept_chars = 0
+        self._clear_pending = False
+
+    def _on_output(self, kind: str, msg: dict[str, Any], content: dict[str, Any]) -> None:
+        if self._clear_pending:
+            self._clear_now()
+        if kind == "error":
+            self.error = ErrorInfo(
+                ename=content.get("ename", ""),
+                evalue=content.get("evalue", ""),
+                traceback=tuple(strip_ansi(line) for line in content.get("traceback", [])),
+            )
+        if kind == "stream":
+            self._on_stream(content.get("name", "stdout"), content.get("text", ""))
+            return
+        data = content.get("data", {})
+        if "image/png" in data:
+            if sum("image/png" in o.get("data", {}) for o in self.outputs) >= self.caps.max_images:
+                self.dropped_images += 1
+                return
+        output = output_from_msg(msg)
+        display_id = content.get("transient", {}).get("display_id")
+        if display_id:
+            self._display_index.setdefault(display_id, []).append(len(self.outputs))
+        self.outputs.append(output)
+
+    def _on_stream(self, name: str, text: str) -> None:
+        room = self.caps.max_text_chars - self._kept_chars
+        if room <= 0:
+            self._drop(text)
+            return
+        if len(text) > room:
+            self._drop(text[room:])
+            text = text[:room]
+        self._kept_chars += len(text)
+        last = self.outputs[-1] if self.outputs else None
+        if last is not None and last["output_type"] == "stream" and last["name"] == name:
+            last["text"] += text
+        else:
+            self.outputs.append(_stream(name, text))
+
+    def _drop(self, text: str) -> None:
+        self.dropped_chars += len(text)
+        self._dropped_tail = (self._dropped_tail + text)[-_TAIL_KEEP:]
+
+    def _update_display(self, content: dict[str, Any]) -> None:
+        display_id = content.get("transient", {}).get("display_id")
+        for index in self._display_index.get(display_id, []):
+            out = self.outputs[index]
+            fresh = new_output("display_data", data=content.get("data", {}), metadata=content.get("metadata", {}))
+            out["data"] = fresh["data"]
+            out["metadata"] = fresh["metadata"]
+
+
+def _stream(name: str, text: str) -> dict[str, Any]:
+    return new_output("stream", name=name, text=text)
+
+
+_CR_LINE = re.compile(r"[^\n]*\r(?!\n)")
+
+
+def _resolve_carriage_returns(text: str) -> str:
+    r"""Keep what a terminal would show: text before a bare ``\r`` on a line is overwritten."""
+    if "\r" not in text:
+        return text
+    lines = text.split("\n")
+    return "\n".join(_CR_LINE.sub("", line.rstrip("\r")) if "\r" in line else line for line in lines)

@@ -1,0 +1,106 @@
+"""``KernelSession``: the blocking facade of ``AsyncKernelSession``.
+
+Same methods, same meaning; it runs the async session on a private event
+loop thread, so it also works inside a running event loop (an IPython
+kernel, where the ``%%agent`` magic lives).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ._loop import LoopThread
+from .result import ExecutionResult
+from .session import AsyncKernelSession, SessionState
+
+__all__ = ["KernelSession"]
+
+
+class KernelSession:
+    """A live kernel, blocking API. Use as a context manager, or ``start()``/``close()``.
+
+    Takes the same arguments as ``AsyncKernelSession``.
+    """
+
+    def __init__(self, workspace: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+        self._loop = LoopThread("kernel-agent-session")
+        self._async: AsyncKernelSession = self._loop.run(_build(workspace, kwargs))
+        self._loop.on_exit(self._async.close)
+
+    @classmethod
+    def connect(cls, connection_file: str | os.PathLike[str], **kwargs: Any) -> "KernelSession":
+        """Attach to a running kernel; ``close()`` never kills it."""
+        self = cls.__new__(cls)
+        self._loop = LoopThread("kernel-agent-session")
+        try:
+            self._async = self._loop.run(AsyncKernelSession.connect(connection_file, **kwargs))
+        except BaseException:
+            self._loop.stop()
+            raise
+        self._loop.on_exit(self._async.close)
+        return self
+
+    def __repr__(self) -> str:
+        return repr(self._async).replace("AsyncKernelSession", "KernelSession", 1)
+
+    @property
+    def workspace(self) -> Path | None:
+        return self._async.workspace
+
+    @property
+    def state(self) -> SessionState:
+        return self._async.state
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        return self._async.kernel_info
+
+    @property
+    def async_session(self) -> AsyncKernelSession:
+        """The async session underneath (lives on this facade's private loop)."""
+        return self._async
+
+    def start(self) -> "KernelSession":
+        """Start the kernel. Raises ``KernelStartError``."""
+        try:
+            self._loop.run(self._async.start())
+        except BaseException:
+            self._loop.stop()
+            raise
+        return self
+
+    def execute(self, code: str, timeout: float | None = None, *, rebuild: bool | None = None) -> ExecutionResult:
+        """Run ``code`` and return its ``ExecutionResult`` (see ``AsyncKernelSession.execute``)."""
+        return self._loop.run(self._async.execute(code, timeout, rebuild=rebuild))
+
+    def interrupt(self) -> None:
+        self._loop.run(self._async.interrupt())
+
+    def restart(self) -> None:
+        self._loop.run(self._async.restart())
+
+    def is_alive(self) -> bool:
+        return self._loop.run(self._async.is_alive()) if self._loop.running else False
+
+    def close(self) -> None:
+        """Shut the kernel down (if owned), remove its files, stop the loop thread. Idempotent."""
+        if self._loop.running:
+            try:
+                self._loop.run(self._async.close())
+            finally:
+                self._loop.stop()
+
+    shutdown = close
+
+    def __enter__(self) -> "KernelSession":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _build(workspace: str | os.PathLike[str] | None, kwargs: dict[str, Any]) -> AsyncKernelSession:
+    # Created on the loop thread so any loop-bound state belongs to that loop.
+    return AsyncKernelSession(workspace, **kwargs)

@@ -1,0 +1,54 @@
+"""Pytest plugin: the suite must leave no kernel process, connection file or temp dir behind,
+and every test runs in a clean environment (no model settings leak in from the developer's shell)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
+
+
+def our_kernel_pids() -> list[int]:
+    """Kernel processes started by this test process (their JPY_PARENT_PID is us)."""
+    me = str(os.getpid()).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"kernel_agent.launcher" not in cmdline and b"ipykernel" not in cmdline:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"JPY_PARENT_PID=" + me in environ:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _temp_leftovers() -> set[str]:
+    tmp = Path(tempfile.gettempdir())
+    return {p.name for p in tmp.glob("kernel-agent-*")} | {p.name for p in tmp.glob("kernel-*.json")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftovers() -> Iterator[None]:
+    before = _temp_leftovers()
+    yield
+    leaked = our_kernel_pids()
+    assert not leaked, f"kernel processes left running after the suite: {leaked}"
+    new_files = _temp_leftovers() - before
+    assert not new_files, f"temp files/dirs left behind by the suite: {sorted(new_files)}"
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(_ENV_PREFIXES):
+            monkeypatch.delenv(name)
