@@ -261,6 +261,27 @@ class AsyncKernelSession:
             result = await self._rebuild(result)
         return result
 
+    async def evaluate(self, expressions: dict[str, str], timeout: float = 30.0) -> dict[str, str | None]:
+        """Evaluate expressions silently (no history, no outputs, no execution count).
+
+        Returns each expression's ``text/plain`` value, or None where it raised.
+        For read-only probes such as "which packages are importable".
+        """
+        self._check_open()
+        assert self.client is not None
+        async with self._lock:
+            msg_id = self.client.execute("", silent=True, store_history=False, user_expressions=expressions)
+            collector = OutputCollector(msg_id, self.caps)
+            outcome = await self._collect(collector, time.monotonic() + timeout)
+            if outcome != "idle":
+                raise KernelError(f"the kernel did not answer a silent probe ({outcome})")
+            reply = await self._shell_reply(msg_id)
+        values = reply.get("user_expressions", {})
+        return {
+            name: values[name]["data"].get("text/plain") if values.get(name, {}).get("status") == "ok" else None
+            for name in expressions
+        }
+
     async def _execute(self, code: str, timeout: float | None) -> ExecutionResult:
         assert self.client is not None
         self._history_before_loss: list[str] = []

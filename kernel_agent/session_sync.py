@@ -75,6 +75,10 @@ class KernelSession:
         """Run ``code`` and return its ``ExecutionResult`` (see ``AsyncKernelSession.execute``)."""
         return self._loop.run(self._async.execute(code, timeout, rebuild=rebuild))
 
+    def evaluate(self, expressions: dict[str, str], timeout: float = 30.0) -> dict[str, str | None]:
+        """Evaluate expressions silently (see ``AsyncKernelSession.evaluate``)."""
+        return self._loop.run(self._async.evaluate(expressions, timeout))
+
     def interrupt(self) -> None:
         self._loop.run(self._async.interrupt())
 

@@ -1,0 +1,104 @@
+"""Benchmark rows and the table they make: ``Row``, ``render``, ``median``, ``p95``.
+
+Owns the one value every benchmark module returns (a ``Row``: a metric, our
+time, a baseline time, a target) and its two renderings, plain text for a
+terminal and markdown for ``bench/README.md``. Pure: no kernels, no clocks.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Row", "median", "p95", "render"]
+
+HEADER = ("metric", "ours", "baseline", "ratio / target", "pass?")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table. Times are seconds.
+
+    ``ratio`` is always ours / baseline, so below 1 means we are faster.
+    ``max_ratio`` or ``max_seconds`` (at most one) is the target; without
+    either the row is for information and ``passed`` is None.
+    """
+
+    metric: str
+    ours: float
+    baseline: float | None = None
+    max_ratio: float | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_ratio is not None and self.max_seconds is not None:
+            raise ValueError("a row has one target: max_ratio or max_seconds")
+        if self.max_ratio is not None and self.baseline is None:
+            raise ValueError("a ratio target needs a baseline")
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline is None or self.baseline <= 0:
+            return None
+        return self.ours / self.baseline
+
+    @property
+    def passed(self) -> bool | None:
+        if self.max_ratio is not None:
+            return self.ratio is not None and self.ratio <= self.max_ratio
+        if self.max_seconds is not None:
+            return self.ours <= self.max_seconds
+        return None
+
+    def cells(self) -> tuple[str, str, str, str, str]:
+        ratio = "" if self.ratio is None else f"{self.ratio:.2f}×"
+        if self.max_ratio is not None:
+            target = f"≤ {self.max_ratio:.2f}×"
+        elif self.max_seconds is not None:
+            target = f"< {format_seconds(self.max_seconds)}"
+        else:
+            target = ""
+        joined = " · ".join(part for part in (ratio, f"target {target}" if target else "") if part) or "–"
+        verdict = {True: "yes", False: "NO", None: "–"}[self.passed]
+        baseline = "–" if self.baseline is None else format_seconds(self.baseline)
+        return self.metric, format_seconds(self.ours), baseline, joined, verdict
+
+
+def format_seconds(value: float) -> str:
+    """A time with a unit a reader can take in at a glance (µs, ms or s)."""
+    if value < 1e-3:
+        return f"{value * 1e6:.0f} µs"
+    if value < 0.01:
+        return f"{value * 1e3:.2f} ms"
+    if value < 1:
+        return f"{value * 1e3:.0f} ms"
+    return f"{value:.2f} s"
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def p95(values: Sequence[float]) -> float:
+    """The 95th percentile, nearest rank (no interpolation)."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(0.95 * len(ordered)) - 1, 0)]
+
+
+def render(rows: Sequence[Row], *, markdown: bool = False) -> str:
+    """The rows as an aligned text table, or as a markdown table."""
+    lines = [HEADER, *(row.cells() for row in rows)]
+    if markdown:
+        out = [_md(lines[0]), _md(("---", "---:", "---:", "---", ":---:"))]
+        out += [_md(line) for line in lines[1:]]
+        return "\n".join(out)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
+    text = [" | ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines]
+    text.insert(1, "-+-".join("-" * width for width in widths))
+    return "\n".join(text)
+
+
+def _md(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"

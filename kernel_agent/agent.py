@@ -1,0 +1,364 @@
+"""The analysis loop: ``AsyncAgent``.
+
+Owns the rounds: ask the model, parse its reply with the chosen protocol,
+run the code in the session's live kernel, feed the result back, record the
+round and write the notebook, until an answer, a limit or a failure. Every
+step is an ``Event``; ``run()`` is ``stream()`` collected. It does not parse
+replies (``protocols``), talk HTTP (``llm``), fold kernel messages
+(``session``) or lay out notebooks (``notebook``).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .chat import ChatModel, ModelReply
+from .config import NO_MODEL_HELP, AgentConfig
+from .data import DataFile, data_summary, prepare_data, preload_code, preload_description
+from .errors import ConfigError, ModelError
+from .events import (
+    AnswerReady,
+    CodeReady,
+    Event,
+    ExecutionFinished,
+    ExecutionStarted,
+    Notice,
+    RoundFinished,
+    RoundStarted,
+    RunError,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+)
+from .history import StuckGuard, resume_context
+from .notebook import clean_path, export_run
+from .notebook_load import load_run
+from .protocols import Feedback, PromptContext, Protocol, Step, get_protocol
+from .result import ExecutionResult
+from .run import Round, Run, RunInfo, Usage
+from .session import AsyncKernelSession
+from .workspace import changed_files, default_workspace, snapshot
+
+__all__ = ["AsyncAgent", "SessionFactory"]
+
+log = logging.getLogger(__name__)
+
+SessionFactory = Callable[[Path], AsyncKernelSession]
+
+_PACKAGES = ("pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels",
+             "pyarrow", "openpyxl", "polars", "plotly", "sympy", "networkx")
+_PROBE = (
+    "[m + ' ' + __import__('importlib.metadata').metadata.version(d) for m, d in PAIRS "
+    "if __import__('importlib.util').util.find_spec(m)]"
+)
+_DIST = {"sklearn": "scikit-learn"}
+
+
+@dataclass
+class _Live:
+    """The mutable state of one run in progress (the values it builds are frozen)."""
+
+    run: Run
+    session: AsyncKernelSession
+    protocol: Protocol
+    messages: list[dict[str, Any]]
+    notebook: Path
+    workspace: Path
+    first_round: int = 1
+
+
+class AsyncAgent:
+    """An analyst model working in a live kernel, reached over any OpenAI-compatible endpoint.
+
+    Arguments after ``vision`` are keyword-only: ``chat_model`` replaces the
+    endpoint with any ``ChatModel`` (e.g. the scripted demo model);
+    ``session_factory(workspace)`` builds the kernel session (default: our
+    kernelspec, with ``session_options`` passed to ``AsyncKernelSession``);
+    other ``AgentConfig`` fields (``stuck_after``, ``preload``, ...) are accepted too.
+    Raises ``ConfigError`` when no model is configured or a setting is invalid.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        protocol: str | None = None,
+        max_rounds: int | None = None,
+        exec_timeout: float | None = None,
+        temperature: float | None = None,
+        vision: bool | None = None,
+        *,
+        chat_model: ChatModel | None = None,
+        session_factory: SessionFactory | None = None,
+        session_options: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        self.config = AgentConfig.resolve(
+            model=model, base_url=base_url, api_key=api_key, protocol=protocol, max_rounds=max_rounds,
+            exec_timeout=exec_timeout, temperature=temperature, vision=vision, **options,
+        )
+        if chat_model is None:
+            if not self.config.model:
+                raise ConfigError(NO_MODEL_HELP)
+            from .llm import OpenAIChatModel
+
+            chat_model = OpenAIChatModel(
+                self.config.model, base_url=self.config.base_url, api_key=self.config.api_key,
+                temperature=self.config.temperature, stream=self.config.stream,
+            )
+        self.chat_model = chat_model
+        self._session_options = dict(session_options or {})
+        self._session_factory = session_factory or self._default_session
+
+    def __repr__(self) -> str:
+        return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
+
+    def _default_session(self, workspace: Path) -> AsyncKernelSession:
+        options = {"rebuild": self.config.rebuild, **self._session_options}
+        return AsyncKernelSession(workspace, **options)
+
+    async def close(self) -> None:
+        """Release the model client. Idempotent."""
+        await self.chat_model.aclose()
+
+    async def __aenter__(self) -> "AsyncAgent":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- public
+    async def run(
+        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None,
+    ) -> Run:
+        """Run the analysis to its end and return the ``Run`` (also on disk as a notebook).
+
+        Model failures end the run with ``stop_reason="llm_error"``; they are
+        not raised. Raises ``DataFileError`` for bad data files (before any
+        model call) and ``KernelError`` when the kernel cannot be started.
+        """
+        return await _last_run(self.stream(task, data, workspace, notebook))
+
+    async def stream(
+        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None,
+    ) -> AsyncIterator[Event]:
+        """The same run as ``run()``, as an async iterator of events ending with ``RunFinished``."""
+        root = Path(workspace) if workspace is not None else default_workspace(task)
+        files = prepare_data(list(data), root)
+        notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
+        async with self._session_factory(root) as session:
+            live = await self._begin(session, task, files, root, notebook_path)
+            async for event in self._drive(live):
+                yield event
+
+    async def resume(
+        self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
+        workspace: str | os.PathLike[str] | None = None,
+    ) -> Run:
+        """Continue an earlier run with a new question (see ``stream_resume``)."""
+        return await _last_run(self.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace))
+
+    async def stream_resume(
+        self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
+        workspace: str | os.PathLike[str] | None = None,
+    ) -> AsyncIterator[Event]:
+        """Rebuild the kernel state from ``notebook_path``'s successful cells, tell the model
+        what was done, continue with ``task``, and append the new rounds to the same
+        notebook (or to ``notebook`` when given). Raises ``NotebookError`` for a notebook
+        that is not a kernel-agent run."""
+        loaded = load_run(notebook_path)
+        source = Path(notebook_path)
+        root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
+        target = Path(notebook) if notebook is not None else source
+        async with self._session_factory(root) as session:
+            restored = [await session.execute(code, self.config.exec_timeout) for code in loaded.rebuild_code]
+            failed = [r for r in restored if r.status != "ok"]
+            protocol = get_protocol(self.config.protocol, vision=self.config.vision)
+            context = await self._context(session, loaded.info.task, loaded.info.data_files)
+            messages = protocol.initial_messages(context)
+            messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
+            info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}")
+            run = replace(loaded.run, info=info, answer=None, stop_reason=None, error=None)
+            live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1)
+            async for event in self._drive(live):
+                yield event
+
+    # ----------------------------------------------------------------- the loop
+    async def _begin(
+        self, session: AsyncKernelSession, task: str, files: Sequence[DataFile], root: Path, notebook: Path
+    ) -> _Live:
+        names = [f.name for f in files]
+        setup_code = preload_code(files) if self.config.preload else "%matplotlib inline"
+        setup = await session.execute(setup_code, self.config.exec_timeout)
+        info = RunInfo(
+            task=task, model=self.chat_model.name, protocol=self.config.protocol,
+            endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
+            workspace=_relative_to(root, notebook.parent), setup_code=setup_code, scripted=self.chat_model.scripted,
+            started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
+        )
+        protocol = get_protocol(self.config.protocol, vision=self.config.vision)
+        context = await self._context(session, task, names, files)
+        run = Run(info=info, setup_result=setup)
+        return _Live(run, session, protocol, protocol.initial_messages(context), notebook, root)
+
+    async def _context(
+        self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+    ) -> PromptContext:
+        pairs = repr([(m, _DIST.get(m, m)) for m in _PACKAGES])
+        probe = await session.evaluate({"packages": _PROBE.replace("PAIRS", pairs)})
+        packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
+        if files is None:
+            root = session.workspace or Path.cwd()
+            files = prepare_data([root / n for n in names if (root / n).exists()], root)
+        return PromptContext(
+            task=task, data_summary=data_summary(files), packages=packages,
+            preloaded=preload_description(files) if self.config.preload else "",
+        )
+
+    async def _drive(self, live: _Live) -> AsyncIterator[Event]:
+        run = live.run
+        info = run.info
+        self._save(live)
+        yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted)
+        guard = StuckGuard(self.config.stuck_after)
+        last = live.first_round + self.config.max_rounds - 1
+        stop: str | None = None
+        try:
+            for index in range(live.first_round, last + 1):
+                yield RoundStarted(index, last)
+                holder: list[Round] = []
+                async for event in self._round(live, index, holder):
+                    yield event
+                round_ = holder[0]
+                live.run = replace(live.run, rounds=(*live.run.rounds, round_), usage=live.run.usage + round_.usage)
+                self._save(live)
+                yield RoundFinished(round_)
+                if round_.answer is not None:
+                    live.run = replace(live.run, answer=round_.answer)
+                    stop = "answer"
+                    yield AnswerReady(index, round_.answer)
+                    break
+                if guard.add(round_):
+                    stop = "stuck"
+                    yield Notice(guard.reason, round=index)
+                    break
+            else:
+                stop = "max_rounds"
+        except ModelError as exc:
+            stop = "llm_error"
+            live.run = replace(live.run, error=str(exc))
+            yield RunError(str(exc), type(exc).__name__)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            live.run = replace(live.run, stop_reason="cancelled", error="cancelled by the user", finished_at=_now())
+            self._save(live)
+            raise
+        live.run = replace(live.run, stop_reason=stop, finished_at=_now())  # type: ignore[arg-type]
+        self._save(live)
+        yield RunFinished(live.run)
+
+    async def _round(self, live: _Live, index: int, holder: list[Round]) -> AsyncIterator[Event]:
+        started_at = _now()
+        t0 = time.monotonic()
+        replies: list[ModelReply] = []
+        async for delta in self._ask(live.messages, live.protocol, replies):
+            yield TextDelta(index, delta)
+        reply = replies[0]
+        model_s = time.monotonic() - t0
+        step = live.protocol.parse(reply)
+        live.messages.append(live.protocol.assistant_message(reply, step))
+        if step.problem:
+            yield Notice(f"round {index}: {step.problem}", round=index)
+        base = Round(
+            index=index, reply=step.reply_text, reasoning=step.reasoning, code=step.code, usage=reply.usage or Usage(),
+            model_s=model_s, started_at=started_at, problem=step.problem,
+        )
+        if step.code is None:
+            if step.answer is None:
+                live.messages.extend(live.protocol.nudge_messages(step))
+            holder.append(replace(base, answer=step.answer))
+            return
+        yield CodeReady(index, step.code, step.reasoning)
+        yield ExecutionStarted(index, self.config.exec_timeout)
+        exclude = (live.notebook, clean_path(live.notebook))
+        before = snapshot(live.workspace, exclude)
+        result = await live.session.execute(step.code, self.config.exec_timeout)
+        artifacts = changed_files(before, snapshot(live.workspace, exclude))
+        yield ExecutionFinished(index, result, artifacts)
+        live.messages.extend(live.protocol.feedback_messages(step, self._feedback(result, artifacts)))
+        holder.append(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
+
+    async def _ask(self, messages: list[dict[str, Any]], protocol: Protocol, out: list[ModelReply]) -> AsyncIterator[str]:
+        """Call the model; yield text deltas as they stream; put the reply in ``out``."""
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        task = asyncio.ensure_future(
+            self.chat_model.complete(list(messages), options=protocol.request_options(), on_delta=queue.put_nowait)
+        )
+        try:
+            while not task.done() or not queue.empty():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            out.append(task.result())
+        finally:
+            if not task.done():
+                task.cancel()
+
+    def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any]) -> Feedback:
+        text = result.to_llm_text(max_chars=self.config.feedback_chars)
+        if artifacts:
+            listed = ", ".join(f"{a.path} ({a.size} bytes, {a.change})" for a in artifacts[:20])
+            text += f"[files written: {listed}]\n"
+        images = tuple(result.images) if self.config.vision else ()
+        return Feedback(text=text, images=images)
+
+    def _save(self, live: _Live) -> None:
+        live.run = replace(live.run, notebook_path=live.notebook)
+        export_run(live.run, live.notebook)
+
+
+async def _last_run(events: AsyncIterator[Event]) -> Run:
+    final: Run | None = None
+    async for event in events:
+        if isinstance(event, RunFinished):
+            final = event.run
+    assert final is not None, "a run stream always ends with RunFinished"
+    return final
+
+
+def _endpoint(base_url: str | None, model: ChatModel) -> str:
+    if model.scripted:
+        return "scripted (no endpoint)"
+    from .llm import endpoint_host
+
+    return endpoint_host(base_url)
+
+
+def _relative_to(path: Path, start: Path) -> str:
+    try:
+        return os.path.relpath(path.resolve(), start.resolve())
+    except ValueError:  # another drive on Windows
+        return str(path.resolve())
+
+
+def _resolve_workspace(recorded: str, notebook: Path) -> Path:
+    candidate = Path(recorded)
+    return candidate if candidate.is_absolute() else (notebook.parent / candidate).resolve()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

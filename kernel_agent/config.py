@@ -1,0 +1,96 @@
+"""Agent settings: ``AgentConfig`` and its one precedence rule.
+
+Explicit argument > environment variable > default. The environment
+variables are ``KERNEL_AGENT_MODEL``, ``OPENAI_BASE_URL`` and
+``OPENAI_API_KEY``. Invalid values raise ``ConfigError`` here, before any
+kernel starts or any model is called.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args
+
+from .errors import ConfigError
+
+__all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]
+
+ProtocolName = Literal["tools", "tags", "deepanalyze"]
+PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
+
+_ENV = {"model": "KERNEL_AGENT_MODEL", "base_url": "OPENAI_BASE_URL", "api_key": "OPENAI_API_KEY"}
+
+NO_MODEL_HELP = (
+    "no model configured: pass --model (or model=...), or set KERNEL_AGENT_MODEL; "
+    "point OPENAI_BASE_URL at any OpenAI-compatible server (vLLM, Ollama, OpenAI) "
+    "and set OPENAI_API_KEY if it needs one"
+)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """How an agent runs.
+
+    model, base_url, api_key: the OpenAI-compatible endpoint (``api_key`` is
+        never logged, exported or passed to the kernel).
+    protocol: ``tools`` (function calling), ``tags`` (tag protocol for any chat
+        model) or ``deepanalyze`` (DeepAnalyze-8B's native form).
+    max_rounds: model replies before the run stops with ``max_rounds``.
+    exec_timeout: seconds per execution (None: no limit).
+    temperature: sampling temperature (None: the server's default).
+    vision: send figures back to the model as images (``tools`` protocol).
+    stuck_after: the same failing code or the same reply this many times in a
+        row stops the run with ``stuck``.
+    preload: run the setup cell (pd, np, plt, ``data``) before round 1.
+    rebuild: after the kernel loses state, re-run the successful cells.
+    feedback_chars: bound on the execution text the model gets per round.
+    stream: stream replies (text deltas reach the front ends live).
+    """
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    protocol: ProtocolName = "tools"
+    max_rounds: int = 30
+    exec_timeout: float | None = 120.0
+    temperature: float | None = None
+    vision: bool = False
+    stuck_after: int = 3
+    preload: bool = True
+    rebuild: bool = True
+    feedback_chars: int = 6000
+    stream: bool = True
+
+    @classmethod
+    def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
+        """Build a config from explicit values (None means unset), then the environment.
+
+        Raises ``ConfigError`` for unknown or invalid settings.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(explicit) - known)
+        if unknown:
+            raise ConfigError(f"unknown agent option(s): {', '.join(unknown)}")
+        env = os.environ if environ is None else environ
+        values = {name: value for name, value in explicit.items() if value is not None}
+        for name, variable in _ENV.items():
+            if name not in values and env.get(variable):
+                values[name] = env[variable]
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the first invalid setting."""
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+        if self.max_rounds < 1:
+            raise ConfigError(f"max_rounds must be at least 1, not {self.max_rounds}")
+        if self.exec_timeout is not None and self.exec_timeout <= 0:
+            raise ConfigError(f"exec_timeout must be positive, not {self.exec_timeout}")
+        if self.stuck_after < 2:
+            raise ConfigError(f"stuck_after must be at least 2, not {self.stuck_after}")
+        if self.temperature is not None and not 0 <= self.temperature <= 2:
+            raise ConfigError(f"temperature must be between 0 and 2, not {self.temperature}")

@@ -1,0 +1,52 @@
+"""The bundled demo: a sales table of our own making and a scripted analysis of it.
+
+Owns the package data next to this file: ``sales.csv`` (made by
+``make_dataset.py``, committed) and ``script.json`` (the task and the model
+replies, each stored as a list of lines so the file stays readable and
+diffable). It runs nothing itself: the CLI's ``demo`` command hands
+``dataset_path()``, ``demo_task()`` and ``demo_model()`` to the agent.
+
+The replies use the ``tags`` format (``<Analyze>``, ``<Understand>``,
+``<Code>``, ``<Answer>``); their code relies on the setup cell (``pd``,
+``np``, ``plt``, ``data``) and on variables from earlier rounds, and every
+number in the final answer was computed by that code on this dataset.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..scripted import ScriptedChatModel
+
+__all__ = ["DATASET", "SCRIPT", "dataset_path", "demo_model", "demo_replies", "demo_task"]
+
+DATASET = Path(__file__).with_name("sales.csv")
+SCRIPT = Path(__file__).with_name("script.json")
+
+
+def dataset_path() -> Path:
+    """The demo's data file, ``sales.csv`` (about 200 KB). Raises nothing."""
+    return DATASET
+
+
+def demo_task() -> str:
+    """The task the demo gives the agent. Raises ``OSError``/``ValueError`` only for a broken install."""
+    return str(_script()["task"])
+
+
+def demo_replies() -> tuple[str, ...]:
+    """The scripted model replies, in order. Raises ``OSError``/``ValueError`` only for a broken install."""
+    return tuple("\n".join(lines) for lines in _script()["replies"])
+
+
+def demo_model(**options: Any) -> ScriptedChatModel:
+    """A ``ScriptedChatModel`` playing ``demo_replies()``; ``options`` go to its constructor."""
+    return ScriptedChatModel(demo_replies(), **options)
+
+
+@cache
+def _script() -> dict[str, Any]:
+    return json.loads(SCRIPT.read_text(encoding="utf-8"))

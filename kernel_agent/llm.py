@@ -1,0 +1,393 @@
+"""``OpenAIChatModel``: the ``ChatModel`` for any OpenAI-compatible endpoint.
+
+The only module that imports ``openai``, and it does so on first use, so
+re-exporting this class does not make ``import kernel_agent`` load the SDK.
+Owns the request (model, temperature, protocol options, ``extra_body``),
+stream accumulation into a ``ModelReply``, retries with exponential backoff,
+and the mapping of SDK errors onto ``errors.py``. What the messages say is
+``protocols.py``'s job.
+
+Errors, after ``max_retries`` retries of the transient ones (HTTP 408, 429,
+5xx, time-outs, refused or broken connections)::
+
+    connection refused / DNS / time-out      -> ModelUnreachableError
+    400 "maximum context length ..."         -> ContextLengthError (never retried)
+    other HTTP errors, a stream that broke   -> ModelError(status_code=...)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from .chat import DeltaCallback, ModelReply, ToolCall
+from .errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
+from .run import Usage
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["OpenAIChatModel", "endpoint_host"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Servers without auth still need some key: the SDK refuses to build a client without one.
+_NO_KEY = "not-needed"
+_MAX_DELAY_S = 30.0
+_CONTEXT_MARKERS = ("context_length_exceeded", "context length", "maximum context", "context window", "context size")
+
+
+def endpoint_host(base_url: str | None) -> str:
+    """``host[:port]`` of a base URL, never its credentials, path or query.
+
+    ``None`` means the SDK's default endpoint (``api.openai.com``). Never raises.
+    """
+    url = base_url or DEFAULT_BASE_URL
+    if "://" not in url:
+        url = "http://" + url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return f"{host}:{port}" if port else host
+
+
+def _safe_url(base_url: str | None) -> str:
+    url = base_url or DEFAULT_BASE_URL
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    return f"{parts.scheme}://{endpoint_host(url)}{parts.path}"
+
+
+def _sdk() -> Any:
+    import openai
+
+    return openai
+
+
+class _BrokenStream(Exception):
+    """The server closed a stream before it finished (internal; becomes a ModelError)."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(f"the stream broke off after {received} characters")
+        self.received = received
+
+
+class OpenAIChatModel:
+    """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``api_key=None`` falls back to ``OPENAI_API_KEY`` as the SDK does and then
+    to a placeholder, so servers without auth (vLLM, llama.cpp) just work.
+    ``backoff`` is the first retry delay in seconds; it doubles per retry,
+    with up to 25% jitter, and a server's ``Retry-After`` wins when present.
+    ``extra_body`` is merged into every request (vLLM's ``top_k``, ``max_tokens``).
+    The SDK client is created on first use in the running loop; ``aclose()``
+    releases it. Raises ``ConfigError`` for a negative retry count or backoff.
+    """
+
+    scripted = False
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        stream: bool = True,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        request_timeout: float = 120.0,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not model:
+            raise ConfigError("a model name is required")
+        if max_retries < 0 or backoff < 0 or request_timeout <= 0:
+            raise ConfigError("max_retries and backoff must be >= 0 and request_timeout > 0")
+        self.name = model
+        self.base_url = base_url
+        self.endpoint = endpoint_host(base_url)
+        self.temperature = temperature
+        self.stream = stream
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.request_timeout = request_timeout
+        self.extra_body = dict(extra_body or {})
+        self._api_key = api_key
+        self._client: openai.AsyncOpenAI | None = None
+
+    def __repr__(self) -> str:
+        return f"<OpenAIChatModel {self.name} @ {self.endpoint}>"
+
+    async def __aenter__(self) -> "OpenAIChatModel":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client. Idempotent; a later ``complete()`` opens a new one."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        options: dict[str, Any] | None = None,
+        on_delta: DeltaCallback | None = None,
+    ) -> ModelReply:
+        """Send ``messages`` (plus protocol ``options``) and return the reply.
+
+        ``on_delta`` gets each text delta while streaming; after a retry the
+        text starts over. Raises ``ModelUnreachableError``, ``ContextLengthError``
+        or ``ModelError`` as the module docstring says, each ``from`` the SDK error.
+        """
+        sdk = _sdk()
+        request = self._request(messages, options)
+        for attempt in range(self.max_retries + 1):
+            try:
+                if self.stream:
+                    return await self._complete_streaming(request, on_delta)
+                return await self._complete_once(request)
+            except (sdk.OpenAIError, _BrokenStream, json.JSONDecodeError) as exc:
+                transient, error = self._failure(exc, attempts=attempt + 1)
+                if not transient or attempt == self.max_retries:
+                    raise error from exc
+                delay = self._delay(attempt, exc)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # the loop always returns or raises
+
+    # -- requests ---------------------------------------------------------
+
+    def _request(self, messages: list[dict[str, Any]], options: dict[str, Any] | None) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.name, "messages": messages}
+        extra = dict(self.extra_body)
+        for key, value in (options or {}).items():
+            if key == "extra_body":
+                extra.update(value)
+            else:
+                request[key] = value
+        if self.temperature is not None:
+            request.setdefault("temperature", self.temperature)
+        if extra:
+            request["extra_body"] = extra
+        return request
+
+    def _sdk_client(self) -> "openai.AsyncOpenAI":
+        if self._client is None:
+            sdk = _sdk()
+            key = self._api_key if self._api_key is not None else os.environ.get("OPENAI_API_KEY") or _NO_KEY
+            self._client = sdk.AsyncOpenAI(
+                base_url=self.base_url, api_key=key, max_retries=0, timeout=self.request_timeout
+            )
+        return self._client
+
+    async def _complete_once(self, request: dict[str, Any]) -> ModelReply:
+        completion = await self._sdk_client().chat.completions.create(**request)
+        if not completion.choices:
+            raise ModelError(f"the model endpoint {_safe_url(self.base_url)} returned no choices")
+        choice = completion.choices[0]
+        message = choice.message
+        calls = tuple(
+            ToolCall(id=call.id or f"call_{i}", name=_call_name(call), arguments=_call_arguments(call))
+            for i, call in enumerate(message.tool_calls or ())
+        )
+        return ModelReply(
+            text=message.content or "",
+            tool_calls=calls,
+            finish_reason=choice.finish_reason,
+            stop_reason=_stop_reason(choice),
+            usage=_usage(completion.usage),
+        )
+
+    async def _complete_streaming(self, request: dict[str, Any], on_delta: DeltaCallback | None) -> ModelReply:
+        sdk = _sdk()
+        stream = await self._sdk_client().chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
+        )
+        acc = _StreamAccumulator()
+        async with stream:
+            try:
+                async for chunk in stream:
+                    text = acc.add(chunk)
+                    if text and on_delta is not None:
+                        on_delta(text)
+            except sdk.APIConnectionError as exc:
+                raise _BrokenStream(acc.received) from exc
+        return acc.reply()
+
+    # -- failures ---------------------------------------------------------
+
+    def _failure(self, exc: BaseException, *, attempts: int) -> tuple[bool, ModelError]:
+        """Whether ``exc`` is worth retrying, and the error to raise if not."""
+        sdk = _sdk()
+        where = _safe_url(self.base_url)
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        if isinstance(exc, _BrokenStream):
+            return True, ModelError(f"the model endpoint {where} closed the stream early ({exc}) after {tries}")
+        if isinstance(exc, json.JSONDecodeError):
+            return False, ModelError(f"the model endpoint {where} sent malformed JSON: {exc}")
+        if isinstance(exc, sdk.APIStatusError):
+            status = exc.status_code
+            detail = _error_detail(exc)
+            if status in (400, 413) and _mentions_context_length(exc, detail):
+                message = f"the conversation no longer fits the context window of {self.name}: {detail}"
+                return False, ContextLengthError(message, status_code=status)
+            message = f"the model endpoint {where} answered HTTP {status} after {tries}: {detail}"
+            return status in (408, 429) or status >= 500, ModelError(message, status_code=status)
+        if isinstance(exc, sdk.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(exc, sdk.APITimeoutError):
+                reason = f"no answer within {self.request_timeout:g}s"
+            else:
+                reason = str(cause) if cause is not None and str(cause) else str(exc)
+            message = (
+                f"cannot reach the model endpoint {where} ({reason}) after {tries}. "
+                "Check that the server is running and that the base URL is right (it usually ends in /v1)."
+            )
+            return True, ModelUnreachableError(message)
+        detail = getattr(exc, "message", None) or str(exc)
+        if _mentions_context_length(exc, detail):
+            return False, ContextLengthError(f"the conversation no longer fits the context window of {self.name}: {detail}")
+        return False, ModelError(f"the model endpoint {where} failed: {detail}")
+
+    def _delay(self, attempt: int, exc: BaseException) -> float:
+        retry_after = _retry_after(exc)
+        if retry_after is not None:
+            return min(retry_after, _MAX_DELAY_S)
+        base = self.backoff * (2**attempt)
+        return min(base * (1 + random.random() / 4), _MAX_DELAY_S)
+
+
+class _StreamAccumulator:
+    """Folds ``chat.completion.chunk`` objects into one ``ModelReply``."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.received = 0
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
+        self.usage: Usage | None = None
+
+    def add(self, chunk: Any) -> str:
+        """Take one chunk; return its text delta ("" when none)."""
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = _usage(chunk.usage)
+        text = ""
+        for choice in chunk.choices or ():
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta is not None and delta.content:
+                text += delta.content
+            for call in (getattr(delta, "tool_calls", None) or ()) if delta is not None else ():
+                self._add_call(call)
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+            stop = _stop_reason(choice)
+            if stop is not None:
+                self.stop_reason = stop
+        if text:
+            self.parts.append(text)
+            self.received += len(text)
+        return text
+
+    def _add_call(self, call: Any) -> None:
+        index = call.index if call.index is not None else len(self.calls)
+        slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        if call.id and not slot["id"]:
+            slot["id"] = call.id
+        function = getattr(call, "function", None)
+        if function is not None:
+            # Names arrive whole (some servers repeat them); arguments arrive in pieces.
+            if function.name and not slot["name"]:
+                slot["name"] = function.name
+            if function.arguments:
+                slot["arguments"].append(function.arguments)
+                self.received += len(function.arguments)
+
+    def reply(self) -> ModelReply:
+        calls = tuple(
+            ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"], arguments="".join(slot["arguments"]))
+            for index, slot in sorted(self.calls.items())
+        )
+        return ModelReply(
+            text="".join(self.parts),
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            stop_reason=self.stop_reason,
+            usage=self.usage,
+        )
+
+
+def _stop_reason(choice: Any) -> str | int | None:
+    # vLLM's extra field; pydantic keeps unknown fields in model_extra.
+    value = getattr(choice, "stop_reason", None)
+    if value is None:
+        value = (getattr(choice, "model_extra", None) or {}).get("stop_reason")
+    return value if isinstance(value, (str, int)) else None
+
+
+def _usage(usage: Any) -> Usage | None:
+    if usage is None:
+        return None
+    prompt = getattr(usage, "prompt_tokens", 0) or 0
+    completion = getattr(usage, "completion_tokens", 0) or 0
+    total = getattr(usage, "total_tokens", 0) or prompt + completion
+    return Usage(prompt, completion, total)
+
+
+def _call_name(call: Any) -> str:
+    function = getattr(call, "function", None) or getattr(call, "custom", None)
+    return getattr(function, "name", "") or ""
+
+
+def _call_arguments(call: Any) -> str:
+    function = getattr(call, "function", None)
+    if function is not None:
+        return function.arguments or ""
+    return getattr(getattr(call, "custom", None), "input", "") or ""
+
+
+def _error_detail(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error")
+        message = inner.get("message") if isinstance(inner, dict) else body.get("message")
+        if message:
+            return str(message)[:500]
+    elif isinstance(body, str) and body:
+        return body[:500]
+    return str(getattr(exc, "message", "") or exc)[:500]
+
+
+def _mentions_context_length(exc: Any, detail: str) -> bool:
+    text = f"{detail} {getattr(exc, 'code', '') or ''} {getattr(exc, 'message', '') or ''}".lower()
+    return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            continue
+        if seconds >= 0:
+            return seconds
+    return None

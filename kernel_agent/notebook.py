@@ -1,0 +1,403 @@
+"""Export a ``Run`` as an executable notebook: ``build_notebook``, ``write_notebook``, ``export_run``.
+
+Owns the notebook layout (cells, tags, ``kernel_agent`` metadata) and the
+atomic write. Building is pure: a ``Run`` in, an nbformat v4 ``NotebookNode``
+out. Reading notebooks back is ``notebook_load.py``'s job; replaying them is
+``replay.py``'s.
+
+Layout (every cell's ``metadata["kernel_agent"]["role"]`` names its part)::
+
+    header      markdown  task, data files, model, protocol, "scripted" statement
+    setup       code      RunInfo.setup_code with Run.setup_result (round 0)
+    per round   reasoning markdown, if the model wrote any
+                note      markdown, when there is something to flag (protocol
+                          problem, timeout, kernel death, never executed)
+                code      exactly Round.code with its real outputs
+    answer      markdown  the answer, or why the run stopped, or "in progress"
+
+The round's record (status, usage, artifacts, raw reply, ...) sits on the
+round's last cell. Failed code is tagged ``raises-exception``; code that timed
+out, killed the kernel or never ran is tagged ``skip-execution``.
+
+The *clean* view keeps only what the answer rests on: the setup, every round
+whose code ran ok, failed cells that later kept cells depend on (see
+``notebook_deps.needed_failures``), and the answer round's reasoning. Execution counts are
+renumbered 1..n.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import secrets
+from pathlib import Path, PurePath
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import nbformat
+from nbformat import NotebookNode
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from ._version import __version__
+from .errors import NotebookError
+from .notebook_deps import needed_failures
+from .result import ExecutionResult
+from .run import Round, Run
+
+__all__ = [
+    "KERNELSPEC",
+    "METADATA_KEY",
+    "RAISES_TAG",
+    "SKIP_TAG",
+    "View",
+    "build_notebook",
+    "clean_path",
+    "export_run",
+    "write_notebook",
+]
+
+View = Literal["full", "clean"]
+
+METADATA_KEY = "kernel_agent"
+SCHEMA = 1  # version of the layout of our metadata, bumped on incompatible changes
+RAISES_TAG = "raises-exception"
+SKIP_TAG = "skip-execution"
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+_STOP_REASONS = {
+    "max_rounds": "it reached the maximum number of rounds",
+    "stuck": "the model stopped making progress",
+    "llm_error": "the model endpoint failed",
+    "cancelled": "it was cancelled",
+    "answer": "the model gave no answer text",
+}
+
+
+def build_notebook(run: Run, *, view: View = "full", notebook_dir: str | os.PathLike[str] | None = None) -> NotebookNode:
+    """The notebook of ``run`` in the ``full`` or ``clean`` view. Pure: nothing is written.
+
+    ``notebook_dir`` is where the notebook will live (default: the folder of
+    ``run.notebook_path``); the workspace is recorded relative to it when the
+    two share more than the filesystem root. Raises ``ValueError`` for an
+    unknown view.
+    """
+    if view not in ("full", "clean"):
+        raise ValueError(f"unknown notebook view {view!r}; expected 'full' or 'clean'")
+    if notebook_dir is None and run.notebook_path is not None:
+        notebook_dir = Path(run.notebook_path).parent
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = {"name": "python", **copy.deepcopy(run.info.language_info)}
+    nb.metadata[METADATA_KEY] = _run_metadata(run, view, notebook_dir)
+    cells = [_markdown(_header_text(run, view), "header")]
+    if run.info.setup_code.strip():
+        cells.append(_setup_cell(run))
+    if view == "full":
+        chosen = [(rnd, frozenset[str]()) for rnd in run.rounds]
+    else:
+        chosen = _clean_rounds(run.rounds)
+    for rnd, kept_for in chosen:
+        cells.extend(_round_cells(rnd, kept_for))
+    final = _markdown(_final_text(run), "answer")
+    last = run.rounds[-1] if run.rounds else None
+    if last is not None and last.answer is not None and not _has_cells(last):
+        final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
+    cells.append(final)
+    if view == "clean":
+        _renumber(cells)
+    nb.cells = cells
+    _assign_ids(cells)
+    return nb
+
+
+def write_notebook(nb: NotebookNode, path: str | os.PathLike[str]) -> Path:
+    """Validate ``nb`` and write it to ``path`` atomically; return the path.
+
+    The text goes to a temporary file in the same folder, is flushed and
+    fsynced, then renamed over ``path``: an interruption leaves either the old
+    file or the new one, never a torn one, and no temporary file. Raises
+    ``NotebookError`` when ``nb`` is invalid or cannot be serialised (the old
+    file is untouched) or the file cannot be written.
+    """
+    path = Path(path)
+    try:
+        nbformat.validate(nb)
+        text = nbformat.writes(nb)
+    except nbformat.ValidationError as exc:
+        raise NotebookError(f"refusing to write an invalid notebook to {path}: {exc.message}", path=str(path)) from exc
+    except (TypeError, ValueError) as exc:
+        raise NotebookError(f"cannot serialise the notebook for {path}: {exc}", path=str(path)) from exc
+    try:
+        _atomic_write(path, text)
+    except OSError as exc:
+        raise NotebookError(f"cannot write notebook {path}: {exc}", path=str(path)) from exc
+    return path
+
+
+def export_run(run: Run, path: str | os.PathLike[str]) -> Path:
+    """Write the full view to ``path`` and the clean view to ``clean_path(path)``; return ``path``.
+
+    Called after every round. Raises ``NotebookError`` as ``write_notebook`` does.
+    """
+    path = Path(path)
+    write_notebook(build_notebook(run, view="full", notebook_dir=path.parent), path)
+    write_notebook(build_notebook(run, view="clean", notebook_dir=path.parent), clean_path(path))
+    return path
+
+
+def clean_path(path: str | os.PathLike[str]) -> Path:
+    """Where the clean view of the notebook at ``path`` goes: ``run.ipynb`` -> ``run.clean.ipynb``."""
+    path = Path(path)
+    stem = path.stem if path.suffix == ".ipynb" else path.name
+    return path.with_name(f"{stem}.clean.ipynb")
+
+
+# -- cells -----------------------------------------------------------------------------------------
+
+
+def _markdown(text: str, role: str, **meta: Any) -> NotebookNode:
+    return new_markdown_cell(text, metadata={METADATA_KEY: {"role": role, **meta}})
+
+
+def _header_text(run: Run, view: View) -> str:
+    info = run.info
+    files = ", ".join(f"`{name}`" for name in info.data_files) or "none"
+    model = f"`{info.model}`" if info.model else "unknown"
+    host = _host(info.endpoint)
+    lines = [
+        f"# Task\n\n{info.task.strip()}\n",
+        f"- **Data files:** {files}",
+        f"- **Model:** {model}" + (f" at `{host}`" if host else ""),
+        f"- **Protocol:** `{info.protocol}`" if info.protocol else "- **Protocol:** unknown",
+    ]
+    if info.scripted:
+        lines.append(
+            "\n**The model replies in this notebook were scripted:** they were played back from a "
+            "file, not written by a language model."
+        )
+    if view == "clean":
+        lines.append(
+            "\n*Clean view: failed attempts and rounds without code are left out and execution "
+            "counts are renumbered. The full notebook has every attempt.*"
+        )
+    return "\n".join(lines)
+
+
+def _setup_cell(run: Run) -> NotebookNode:
+    cell = _code_cell(run.info.setup_code, run.setup_result)
+    cell.metadata[METADATA_KEY] = {"role": "setup", "round": 0, **_result_record(run.setup_result)}
+    return cell
+
+
+def _round_cells(rnd: Round, kept_for: frozenset[str]) -> list[NotebookNode]:
+    cells = []
+    if rnd.reasoning.strip():
+        cells.append(_markdown(rnd.reasoning, "reasoning", round=rnd.index))
+    note = _note_text(rnd, kept_for)
+    if note:
+        cells.append(_markdown(note, "note", round=rnd.index))
+    if rnd.code is not None:
+        cell = _code_cell(rnd.code, rnd.result)
+        cell.metadata[METADATA_KEY] = {"role": "code", "round": rnd.index}
+        cells.append(cell)
+    if cells:
+        cells[-1].metadata[METADATA_KEY].update(_round_record(rnd))
+    return cells
+
+
+def _has_cells(rnd: Round) -> bool:
+    return bool(rnd.reasoning.strip() or rnd.problem or rnd.code is not None)
+
+
+def _code_cell(code: str, result: ExecutionResult | None) -> NotebookNode:
+    outputs = [nbformat.from_dict(copy.deepcopy(out)) for out in result.outputs] if result else []
+    cell = new_code_cell(code, execution_count=result.execution_count if result else None, outputs=outputs)
+    if result is None or result.status in ("timeout", "died"):
+        cell.metadata["tags"] = [SKIP_TAG]
+    elif result.status == "error":
+        cell.metadata["tags"] = [RAISES_TAG]
+    return cell
+
+
+def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
+    parts = []
+    if rnd.problem:
+        parts.append(f"**Protocol problem:** {rnd.problem}")
+    result = rnd.result
+    skipped = "It is kept for the record and tagged `skip-execution`, so a replay skips it."
+    note = f" ({result.note})" if result is not None and result.note else ""
+    if rnd.code is not None and result is None:
+        parts.append(f"**Not executed:** the run ended before the code below ran. {skipped}")
+    elif result is not None and result.status == "timeout":
+        state = "The kernel was restarted: all variables were lost." if result.state_lost else "Variables survived."
+        parts.append(f"**Timed out** after {result.duration_s:.1f} s and was interrupted{note}. {state} {skipped}")
+    elif result is not None and result.status == "died":
+        parts.append(f"**The kernel died** while running the code below{note}; all variables were lost. {skipped}")
+    elif kept_for:
+        names = ", ".join(f"`{name}`" for name in sorted(kept_for))
+        parts.append(f"**Kept although it failed:** later cells use {names}, set here before the error.")
+    return "\n\n".join("> " + part.replace("\n", "\n> ") for part in parts)
+
+
+def _final_text(run: Run) -> str:
+    if run.answer is not None:
+        return f"## Answer\n\n{run.answer}"
+    if run.stop_reason is None:
+        return f"## In progress\n\nThe run has not finished yet ({len(run.rounds)} rounds so far)."
+    text = f"## No answer\n\nThe run stopped without an answer: {_STOP_REASONS.get(run.stop_reason, run.stop_reason)}."
+    if run.error:
+        text += f"\n\n**Error:**\n\n```text\n{run.error}\n```"
+    return text
+
+
+def _renumber(cells: list[NotebookNode]) -> None:
+    count = 0
+    for cell in cells:
+        if cell.cell_type != "code" or cell.execution_count is None:
+            continue
+        count += 1
+        cell.execution_count = count
+        for out in cell.outputs:
+            if out.get("output_type") == "execute_result":
+                out["execution_count"] = count
+
+
+def _assign_ids(cells: list[NotebookNode]) -> None:
+    """Stable ids (``round-3-code``) so that rewriting after each round does not churn them."""
+    seen: set[str] = set()
+    for cell in cells:
+        meta = cell.metadata[METADATA_KEY]
+        base = f"round-{meta['round']}-{meta['role']}" if meta["role"] in ("reasoning", "note", "code") else meta["role"]
+        cell_id, n = base, 1
+        while cell_id in seen:
+            n += 1
+            cell_id = f"{base}-{n}"
+        seen.add(cell_id)
+        cell["id"] = cell_id
+
+
+# -- metadata --------------------------------------------------------------------------------------
+
+
+def _run_metadata(run: Run, view: View, notebook_dir: str | os.PathLike[str] | None) -> dict[str, Any]:
+    info = run.info
+    return {
+        "schema": SCHEMA,
+        "version": __version__,
+        "view": view,
+        "task": info.task,
+        "model": info.model,
+        "protocol": info.protocol,
+        "endpoint": _host(info.endpoint),
+        "data_files": list(info.data_files),
+        "workspace": _portable_workspace(info.workspace, notebook_dir),
+        "started_at": info.started_at,
+        "finished_at": run.finished_at,
+        "stop_reason": run.stop_reason,
+        "error": run.error,
+        "answer": run.answer,
+        "usage": run.usage.to_dict(),
+        "scripted": info.scripted,
+        "rounds": len(run.rounds),
+    }
+
+
+def _round_record(rnd: Round) -> dict[str, Any]:
+    return {
+        "round": rnd.index,
+        "status": rnd.status,
+        **_result_record(rnd.result),
+        "model_s": rnd.model_s,
+        "exec_s": rnd.exec_s,
+        "started_at": rnd.started_at,
+        "usage": rnd.usage.to_dict(),
+        "artifacts": [artifact.to_dict() for artifact in rnd.artifacts],
+        "reply": rnd.reply,
+        "problem": rnd.problem,
+        "answer": rnd.answer,
+    }
+
+
+def _result_record(result: ExecutionResult | None) -> dict[str, Any]:
+    if result is None:
+        return {"duration_s": 0.0}
+    return {
+        "status": result.status,
+        "duration_s": result.duration_s,
+        "error": {"ename": result.error.ename, "evalue": result.error.evalue} if result.error else None,
+        "state_lost": result.state_lost,
+        "note": result.note,
+        "dropped_chars": result.dropped_chars,
+        "dropped_images": result.dropped_images,
+        "rebuilt_cells": list(result.rebuilt_cells),
+    }
+
+
+def _host(endpoint: str) -> str:
+    """Only the host of an endpoint, even if a full URL (with a key in it) was passed."""
+    if "://" not in endpoint:
+        return endpoint
+    parts = urlsplit(endpoint)
+    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname or ""
+
+
+def _portable_workspace(workspace: str, notebook_dir: str | os.PathLike[str] | None) -> str:
+    """The workspace relative to the notebook's folder (POSIX), so a committed example replays elsewhere."""
+    if not workspace or notebook_dir is None:
+        return workspace
+    target, base = os.path.abspath(workspace), os.path.abspath(notebook_dir)
+    try:
+        common = os.path.commonpath([target, base])
+    except ValueError:  # different drives
+        return target
+    if os.path.dirname(common) == common:  # only the root in common: a relative path would be fragile
+        return target
+    return PurePath(os.path.relpath(target, base)).as_posix()
+
+
+# -- the clean view --------------------------------------------------------------------------------
+
+
+def _clean_rounds(rounds: tuple[Round, ...]) -> list[tuple[Round, frozenset[str]]]:
+    needed = needed_failures(rounds)
+    chosen = []
+    for pos, rnd in enumerate(rounds):
+        if rnd.status == "ok" and rnd.code and rnd.code.strip():
+            chosen.append((rnd, frozenset[str]()))
+        elif pos in needed:
+            chosen.append((rnd, frozenset(needed[pos])))
+        elif rnd.answer is not None and rnd.code is None:
+            chosen.append((rnd, frozenset[str]()))
+    return chosen
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:  # Ctrl-C included: never leave the temporary file behind
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable; some filesystems cannot, which is fine."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,291 @@
+"""Read exported notebooks back: ``read_notebook``, ``load_run``, ``LoadedRun``.
+
+Owns turning cells into ``Round`` values again, for resuming a run and for
+showing any notebook. Tolerant of hand edits: the cells are the truth for
+code, reasoning and outputs, ``metadata["kernel_agent"]`` fills in the rest,
+and missing or mistyped metadata falls back to defaults. A notebook without
+our metadata at all reads as one round per code cell. The layout itself is
+``notebook.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+import nbformat
+from nbformat import NotebookNode
+
+from .errors import NotebookError
+from .notebook import METADATA_KEY
+from .result import ErrorInfo, ExecutionResult, Status, strip_ansi
+from .run import Artifact, Round, Run, RunInfo, StopReason, Usage
+
+__all__ = ["LoadedRun", "load_run", "read_notebook"]
+
+_STATUSES = frozenset(get_args(Status))
+_STOP_REASONS = frozenset(get_args(StopReason))
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """A run read back from its notebook.
+
+    ``rebuild_code`` is the setup cell's code followed by the code of every
+    cell that ran ok, in order: running it rebuilds the kernel's state.
+    ``view`` is ``full``, ``clean``, or ``""`` for a notebook we did not write.
+    """
+
+    run: Run
+    rebuild_code: tuple[str, ...] = ()
+    view: str = ""
+    version: str = ""
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def info(self) -> RunInfo:
+        return self.run.info
+
+    @property
+    def rounds(self) -> tuple[Round, ...]:
+        return self.run.rounds
+
+    def __repr__(self) -> str:
+        return f"<LoadedRun [{self.view or 'foreign'}] {len(self.run.rounds)} rounds from {self.path}>"
+
+
+def read_notebook(path: str | os.PathLike[str]) -> NotebookNode:
+    """The notebook at ``path`` as nbformat v4 (older versions are converted).
+
+    Lenient about schema details a hand edit may break (missing cell ids).
+    Raises ``NotebookError`` when the file is missing, unreadable, or not a notebook.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NotebookError(f"cannot read notebook {path}: {exc}", path=str(path)) from exc
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise NotebookError(f"{path} is not a notebook: not JSON ({exc})", path=str(path)) from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("nbformat"), int):
+        raise NotebookError(f"{path} is not a notebook: no 'nbformat' version", path=str(path))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # missing/duplicate cell ids do not matter for reading
+            nb = nbformat.reads(text, as_version=4, capture_validation_error={})
+    except Exception as exc:  # nbformat raises assorted errors (KeyError, ValidationError, ...) on malformed input
+        raise NotebookError(f"{path} is not a readable notebook: {exc}", path=str(path)) from exc
+    if not isinstance(nb.get("cells"), list):
+        raise NotebookError(f"{path} is not a notebook: no list of cells", path=str(path))
+    return nb
+
+
+def load_run(path: str | os.PathLike[str]) -> LoadedRun:
+    """Rebuild the ``Run`` recorded in the notebook at ``path`` (either view).
+
+    Results are rebuilt from the cell outputs, so ``to_llm_text()`` works.
+    A workspace recorded relative to the notebook is returned absolute.
+    Raises ``NotebookError`` when ``path`` is not a notebook.
+    """
+    path = Path(path)
+    nb = read_notebook(path)
+    meta = _mapping(nb.metadata.get(METADATA_KEY))
+    setup: NotebookNode | None = None
+    groups: list[_Group] = []
+    for cell in nb.cells:
+        cell_meta = _mapping(cell.get("metadata", {}).get(METADATA_KEY))
+        role = cell_meta.get("role") or ("code" if cell.get("cell_type") == "code" else "reasoning")
+        if cell.get("cell_type") == "code" and role == "setup" and setup is None:
+            setup = cell
+        elif cell.get("cell_type") in ("code", "markdown") and role != "header":
+            _add_cell(groups, cell, role, cell_meta)
+    rounds = tuple(_round(group, number) for group, number in zip(groups, _numbers(groups)))
+    setup_result = _result(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else None
+    setup_code = setup.source if setup is not None else ""
+    run = Run(
+        info=_info(meta, nb, path, setup_code),
+        rounds=rounds,
+        answer=_opt_str(meta.get("answer")),
+        stop_reason=meta["stop_reason"] if meta.get("stop_reason") in _STOP_REASONS else None,
+        error=_opt_str(meta.get("error")),
+        usage=_usage(meta.get("usage")) if "usage" in meta else sum((r.usage for r in rounds), Usage()),
+        notebook_path=path,
+        finished_at=_str(meta.get("finished_at")),
+        setup_result=setup_result,
+    )
+    ok_code = [r.code for r in rounds if r.code and r.code.strip() and r.result is not None and r.result.ok]
+    rebuild = ([setup_code] if setup_code.strip() else []) + ok_code
+    return LoadedRun(run, tuple(rebuild), view=_str(meta.get("view")), version=_str(meta.get("version")), path=path)
+
+
+@dataclass
+class _Group:
+    """The cells of one round while reading: markdown first, at most one code cell last."""
+
+    number: int | None = None
+    reasoning: list[str] = field(default_factory=list)
+    code_cell: NotebookNode | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _add_cell(groups: list[_Group], cell: NotebookNode, role: str, meta: dict[str, Any]) -> None:
+    number = meta.get("round") if _is_int(meta.get("round")) else None
+    if role == "answer" and number is None:
+        return
+    current = groups[-1] if groups else None
+    if current is None or current.code_cell is not None or (
+        number is not None and current.number is not None and number != current.number
+    ):
+        current = _Group()
+        groups.append(current)
+    if current.number is None:
+        current.number = number
+    current.meta.update(meta)
+    if cell.cell_type == "code":
+        current.code_cell = cell
+    elif role == "reasoning":
+        current.reasoning.append(cell.source)
+
+
+def _numbers(groups: list[_Group]) -> list[int]:
+    numbers, last = [], 0
+    for group in groups:
+        last = group.number if group.number is not None else last + 1
+        numbers.append(last)
+    return numbers
+
+
+def _round(group: _Group, number: int) -> Round:
+    meta = group.meta
+    reasoning = "\n\n".join(part for part in group.reasoning if part.strip())
+    cell = group.code_cell
+    code = cell.source if cell is not None else None
+    reply = meta.get("reply")
+    if not isinstance(reply, str):  # hand-made round: a plain markdown reply
+        reply = reasoning + (f"\n\n```python\n{code}\n```" if code is not None else "")
+    return Round(
+        index=number,
+        reply=reply,
+        reasoning=reasoning,
+        code=code,
+        result=_result(cell, meta) if cell is not None else None,
+        answer=_opt_str(meta.get("answer")),
+        artifacts=_artifacts(meta.get("artifacts")),
+        usage=_usage(meta.get("usage")),
+        model_s=_float(meta.get("model_s")),
+        exec_s=_float(meta.get("exec_s")),
+        started_at=_str(meta.get("started_at")),
+        problem=_opt_str(meta.get("problem")),
+    )
+
+
+def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
+    """The cell's result, or None for code that never ran (no status, no count, no outputs)."""
+    outputs = tuple(_plain(out) for out in cell.get("outputs", []))
+    count = cell.get("execution_count")
+    recorded = meta.get("status")
+    if recorded not in _STATUSES and count is None and not outputs:
+        return None
+    errors = [out for out in outputs if out.get("output_type") == "error"]
+    if errors:
+        status = "error"
+    elif recorded in ("timeout", "died"):
+        status = recorded
+    elif recorded == "error" and count is None and not outputs:  # outputs stripped (nbstripout)
+        status = "error"
+    else:
+        status = "ok"
+    return ExecutionResult(
+        status=status,
+        outputs=outputs,
+        execution_count=count if _is_int(count) else None,
+        duration_s=_float(meta.get("duration_s")),
+        error=_error(errors, meta.get("error")) if status == "error" else None,
+        state_lost=meta.get("state_lost") is True,
+        note=_str(meta.get("note")),
+        code=cell.source,
+        dropped_chars=_int(meta.get("dropped_chars")),
+        dropped_images=_int(meta.get("dropped_images")),
+        rebuilt_cells=tuple(n for n in _list(meta.get("rebuilt_cells")) if _is_int(n)),
+    )
+
+
+def _error(errors: list[dict[str, Any]], recorded: Any) -> ErrorInfo:
+    if errors:
+        out = errors[-1]
+        lines = tuple(strip_ansi(str(line)) for line in _list(out.get("traceback")))
+        return ErrorInfo(_str(out.get("ename")), _str(out.get("evalue")), lines)
+    recorded = _mapping(recorded)
+    return ErrorInfo(_str(recorded.get("ename")) or "Error", _str(recorded.get("evalue")))
+
+
+def _info(meta: dict[str, Any], nb: NotebookNode, path: Path, setup_code: str) -> RunInfo:
+    workspace = _str(meta.get("workspace"))
+    if workspace and not os.path.isabs(workspace):
+        workspace = os.path.normpath(os.path.join(os.path.abspath(path.parent), workspace))
+    return RunInfo(
+        task=_str(meta.get("task")),
+        model=_str(meta.get("model")),
+        protocol=_str(meta.get("protocol")),
+        endpoint=_str(meta.get("endpoint")),
+        data_files=tuple(str(name) for name in _list(meta.get("data_files"))),
+        workspace=workspace,
+        setup_code=setup_code,
+        scripted=meta.get("scripted") is True,
+        started_at=_str(meta.get("started_at")),
+        language_info=_plain(nb.metadata.get("language_info") or {"name": "python"}),
+    )
+
+
+def _artifacts(value: Any) -> tuple[Artifact, ...]:
+    found = []
+    for item in _list(value):
+        item = _mapping(item)
+        if isinstance(item.get("path"), str):
+            change = "modified" if item.get("change") == "modified" else "created"
+            found.append(Artifact(item["path"], _int(item.get("size")), change))
+    return tuple(found)
+
+
+def _usage(value: Any) -> Usage:
+    value = _mapping(value)
+    return Usage(_int(value.get("prompt_tokens")), _int(value.get("completion_tokens")), _int(value.get("total_tokens")))
+
+
+def _plain(value: Any) -> Any:
+    """NotebookNode (a dict subclass with attribute access) -> plain JSON values."""
+    return json.loads(json.dumps(value))
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(value: Any) -> int:
+    return value if _is_int(value) else 0
+
+
+def _float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,397 @@
+"""Re-execute an exported notebook and check it against what it recorded: ``replay``, ``ReplayReport``.
+
+Owns the replay (nbclient in a fresh kernel whose cwd is a temporary folder
+holding copies of the data files, removed afterwards) and the comparison of
+outputs. The comparison helpers (``normalise_text``, ``compare_outputs``) are
+pure. Never prints: front ends render ``ReplayReport.to_text()``.
+
+What "the same" means: streams are compared per stream name (stdout,
+stderr) after joining; other outputs in order, by kind, MIME types and
+``text/plain``; PNG images by count and size (±1 px); errors by ``ename``.
+Text is normalised for memory addresses, durations, timestamps near the
+recording or the replay, and the workspace path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path, PurePath
+from typing import Any, Literal
+
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
+
+from .errors import NotebookError
+from .notebook import METADATA_KEY, SKIP_TAG
+from .notebook_load import read_notebook
+from .result import png_size, strip_ansi
+
+__all__ = ["CellCheck", "CheckStatus", "ReplayReport", "async_replay", "compare_outputs", "normalise_text", "replay"]
+
+CheckStatus = Literal["match", "mismatch", "skipped", "error", "executed"]
+
+_TOKEN = re.compile(
+    r"(?P<datetime>\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b)"
+    r"|(?P<address>\b0x[0-9a-fA-F]{4,}\b)"
+    r"|(?P<clock>\b\d+:\d{2}:\d{2}\.\d+\b)"
+    r"|(?P<duration>(?<![\w.])\d+(?:\.\d+)?\s?(?:ns|[µμu]s|ms|s|secs?|seconds?|mins?|minutes?|h|hours?)\b)"
+    r"|(?P<loops>\b\d[\d,]* loops?\b)"
+)
+_CARRIAGE = re.compile(r"[^\n]*\r(?=[^\n])")  # what a terminal overwrites, as nbclient's coalescing does
+_RECENT = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class CellCheck:
+    """The replay of one code cell. ``index`` is the cell's position in the notebook; ``round`` 0 is setup."""
+
+    index: int
+    round: int | None
+    status: CheckStatus
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a replay found, cell by cell. ``ok`` is True when nothing mismatched or failed.
+
+    ``checked`` is False for ``replay(check=False)``: executed cells then have
+    status ``executed``. ``notebook`` is the executed notebook.
+    """
+
+    path: Path
+    cells: tuple[CellCheck, ...]
+    checked: bool = True
+    duration_s: float = 0.0
+    notebook: NotebookNode | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return all(cell.status not in ("mismatch", "error") for cell in self.cells)
+
+    def counts(self) -> dict[str, int]:
+        """How many cells had each status, in a fixed order, zeros left out."""
+        order: tuple[CheckStatus, ...] = ("match", "executed", "mismatch", "error", "skipped")
+        found = {status: sum(cell.status == status for cell in self.cells) for status in order}
+        return {status: n for status, n in found.items() if n}
+
+    def to_text(self) -> str:
+        """A plain rendering: one summary line, then one line per code cell."""
+        summary = ", ".join(f"{n} {status}" for status, n in self.counts().items()) or "no code cells"
+        lines = [f"replay of {self.path}: {'ok' if self.ok else 'FAILED'} ({summary}) in {self.duration_s:.1f} s"]
+        for cell in self.cells:
+            where = "setup" if cell.round == 0 else f"round {cell.round}" if cell.round is not None else "-"
+            detail = f"  {cell.detail}" if cell.detail else ""
+            lines.append(f"  cell {cell.index:>3}  {where:<9} {cell.status:<8}{detail}".rstrip())
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<ReplayReport [{'ok' if self.ok else 'failed'}] {len(self.cells)} code cells {self.path}>"
+
+
+def replay(
+    path: str | os.PathLike[str],
+    workspace: str | os.PathLike[str] | None = None,
+    check: bool = True,
+    timeout: float = 600,
+    kernel_name: str | None = None,
+) -> ReplayReport:
+    """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
+
+    Sync facade of ``async_replay`` (same arguments, raises the same); works
+    inside a running event loop by replaying on a private thread.
+    """
+
+    def run() -> ReplayReport:
+        return asyncio.run(async_replay(path, workspace, check, timeout, kernel_name))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-agent-replay") as pool:
+        return pool.submit(run).result()
+
+
+async def async_replay(
+    path: str | os.PathLike[str],
+    workspace: str | os.PathLike[str] | None = None,
+    check: bool = True,
+    timeout: float = 600,
+    kernel_name: str | None = None,
+) -> ReplayReport:
+    """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
+
+    The data files named in its metadata are copied from ``workspace`` (or
+    else from the recorded workspace, then the notebook's folder) into a
+    temporary folder that is the kernel's cwd and is removed afterwards.
+    Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
+    may raise. ``timeout`` is per cell, in seconds. ``kernel_name`` defaults to
+    the notebook's kernelspec. An unexpected error, a timeout or a kernel
+    death stops the replay and becomes an ``error`` entry.
+
+    Raises ``NotebookError`` when the file is not a notebook, a data file is
+    missing (naming it and where it was looked for), or the kernel cannot start.
+    """
+    path = Path(path)
+    started = time.monotonic()
+    recorded = read_notebook(path)
+    meta = recorded.metadata.get(METADATA_KEY)
+    meta = meta if isinstance(meta, dict) else {}
+    folders = _data_folders(path, meta, workspace)
+    executed = copy.deepcopy(recorded)
+    with tempfile.TemporaryDirectory(prefix="kernel-agent-replay-") as cwd:
+        _stage_data(meta, folders, Path(cwd), path)
+        stop = await _execute(executed, cwd, timeout, kernel_name, path)
+    anchors = [*_anchors(meta), datetime.now(timezone.utc)]
+    paths = [str(folder) for folder in folders] + [cwd, os.path.realpath(cwd)]
+    cells = _check_cells(recorded, executed, stop, check, anchors, paths)
+    return ReplayReport(path, cells, checked=check, duration_s=time.monotonic() - started, notebook=executed)
+
+
+# -- data and execution ----------------------------------------------------------------------------
+
+
+def _data_folders(path: Path, meta: dict[str, Any], workspace: str | os.PathLike[str] | None) -> list[Path]:
+    if workspace is not None:
+        if not Path(workspace).is_dir():
+            raise NotebookError(f"workspace {workspace} for replaying {path} is not a folder", path=str(path))
+        return [Path(workspace)]
+    folders = []
+    recorded = meta.get("workspace")
+    if isinstance(recorded, str) and recorded:
+        folders.append(path.parent / recorded)  # an absolute recorded path stays absolute
+    folders.append(path.parent)
+    unique: dict[str, Path] = {}
+    for folder in folders:
+        unique.setdefault(os.path.realpath(folder), folder)
+    return list(unique.values())
+
+
+def _stage_data(meta: dict[str, Any], folders: list[Path], cwd: Path, path: Path) -> None:
+    names = meta.get("data_files")
+    for name in names if isinstance(names, list) else []:
+        relative = PurePath(str(name))
+        inside = not relative.is_absolute() and ".." not in relative.parts
+        target = cwd / (relative if inside else relative.name)
+        candidates = [folder / (relative if inside else relative.name) for folder in folders]
+        if relative.is_absolute():
+            candidates.insert(0, Path(relative))
+        source = next((c for c in candidates if c.exists()), None)
+        if source is None:
+            looked = ", ".join(str(c) for c in candidates)
+            raise NotebookError(f"data file {name!r} for replaying {path} not found; looked in: {looked}", path=str(path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, target)
+
+
+async def _execute(nb: NotebookNode, cwd: str, timeout: float, kernel_name: str | None, path: Path) -> tuple[int, str] | None:
+    """Run ``nb`` in place; return (cell index, what went wrong) when the replay stopped early."""
+    progress: dict[str, Any] = {"index": None, "ready": False}
+
+    def on_cell_start(cell: NotebookNode, cell_index: int) -> None:
+        progress["index"] = cell_index
+
+    def on_notebook_start(notebook: NotebookNode) -> None:
+        progress["ready"] = True
+
+    options: dict[str, Any] = {"kernel_name": kernel_name} if kernel_name else {}
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        allow_errors=False,
+        skip_cells_with_tag=SKIP_TAG,
+        resources={"metadata": {"path": cwd}},
+        on_cell_start=on_cell_start,
+        on_notebook_start=on_notebook_start,
+        **options,
+    )
+    try:
+        await client.async_execute()
+    except Exception as exc:  # nbclient and jupyter_client raise many kinds; each becomes context below
+        name = kernel_name or nb.metadata.get("kernelspec", {}).get("name", "?")
+        if not progress["ready"] or progress["index"] is None:
+            raise NotebookError(f"could not start kernel {name!r} to replay {path}: {exc}", path=str(path)) from exc
+        return progress["index"], _failure(exc, timeout)
+    return None
+
+
+def _failure(exc: Exception, timeout: float) -> str:
+    if isinstance(exc, CellExecutionError):
+        return f"raised {exc.ename}: {exc.evalue}"
+    if isinstance(exc, CellTimeoutError):
+        return f"timed out after {timeout:g} s"
+    if isinstance(exc, DeadKernelError):
+        return "the kernel died"
+    return f"replay failed: {type(exc).__name__}: {exc}"
+
+
+def _anchors(meta: dict[str, Any]) -> list[datetime]:
+    found = []
+    for key in ("started_at", "finished_at"):
+        try:
+            found.append(datetime.fromisoformat(str(meta.get(key))))
+        except ValueError:
+            pass
+    return found
+
+
+# -- checking --------------------------------------------------------------------------------------
+
+
+def _check_cells(
+    recorded: NotebookNode,
+    executed: NotebookNode,
+    stop: tuple[int, str] | None,
+    check: bool,
+    anchors: Sequence[datetime],
+    paths: Sequence[str],
+) -> tuple[CellCheck, ...]:
+    checks = []
+    for index, (old, new) in enumerate(zip(recorded.cells, executed.cells)):
+        if old.get("cell_type") != "code":
+            continue
+        meta = old.get("metadata", {}).get(METADATA_KEY)
+        number = meta.get("round") if isinstance(meta, dict) and isinstance(meta.get("round"), int) else None
+        status: CheckStatus
+        if SKIP_TAG in old.get("metadata", {}).get("tags", []):
+            recorded_status = meta.get("status") if isinstance(meta, dict) else None
+            status, detail = "skipped", f"tagged {SKIP_TAG}" + (f" (recorded: {recorded_status})" if recorded_status else "")
+        elif not old.source.strip():
+            status, detail = "skipped", "empty cell"
+        elif stop is not None and index == stop[0]:
+            status, detail = "error", stop[1]
+        elif stop is not None and index > stop[0]:
+            status, detail = "skipped", f"not run: the replay stopped at cell {stop[0]}"
+        elif not check:
+            status, detail = "executed", ""
+        else:
+            difference = compare_outputs(old.get("outputs", []), new.get("outputs", []), anchors=anchors, paths=paths)
+            status, detail = ("match", "") if difference is None else ("mismatch", difference)
+        checks.append(CellCheck(index, number, status, detail))
+    return tuple(checks)
+
+
+def compare_outputs(
+    recorded: Sequence[dict[str, Any]],
+    replayed: Sequence[dict[str, Any]],
+    *,
+    anchors: Sequence[datetime] = (),
+    paths: Sequence[str] = (),
+) -> str | None:
+    """None when two cells' outputs agree after normalisation, else the first difference in words."""
+    old_streams, old_items = _summary(recorded, anchors, paths)
+    new_streams, new_items = _summary(replayed, anchors, paths)
+    for name in sorted(old_streams.keys() | new_streams.keys()):
+        difference = _text_difference(old_streams.get(name, ""), new_streams.get(name, ""))
+        if difference:
+            return f"{name}: {difference}"
+    if [item[0] for item in old_items] != [item[0] for item in new_items]:
+        return f"outputs: recorded {_kinds(old_items)} but replayed {_kinds(new_items)}"
+    for number, (old, new) in enumerate(zip(old_items, new_items), start=1):
+        difference = _item_difference(old, new)
+        if difference:
+            return f"output {number} ({old[0]}): {difference}"
+    return None
+
+
+def normalise_text(text: str, *, anchors: Sequence[datetime] = (), paths: Sequence[str] = ()) -> str:
+    """``text`` with what legitimately changes between runs replaced by placeholders.
+
+    Memory addresses, durations (``1.2 ms``, ``0:00:01.5``, timeit loop
+    counts), dates and times within a day of an ``anchor``, the given
+    ``paths``, ANSI codes and terminal-overwritten text (``\\r``).
+    """
+    text = _CARRIAGE.sub("", strip_ansi(text))
+    for folder in sorted((p for p in paths if p), key=len, reverse=True):
+        text = text.replace(folder, "<workspace>")
+    days = [anchor.date() for anchor in anchors]
+
+    def replace(match: re.Match[str]) -> str:
+        kind = match.lastgroup
+        if kind == "datetime":
+            return "<now>" if _near(match.group(), days) else match.group()
+        return {"address": "0x?", "loops": "<n> loops"}.get(kind or "", "<duration>")
+
+    return _TOKEN.sub(replace, text)
+
+
+def _near(stamp: str, days: Sequence[date]) -> bool:
+    try:
+        day = date.fromisoformat(stamp[:10])
+    except ValueError:
+        return False
+    return any(abs(day - anchor) <= _RECENT for anchor in days)
+
+
+def _summary(outputs: Sequence[dict[str, Any]], anchors: Sequence[datetime], paths: Sequence[str]) -> tuple[dict[str, str], list[tuple[Any, ...]]]:
+    streams: dict[str, str] = {}
+    items: list[tuple[Any, ...]] = []
+    for out in outputs:
+        kind = out.get("output_type")
+        if kind == "stream":
+            streams[out.get("name", "")] = streams.get(out.get("name", ""), "") + _joined(out.get("text"))
+        elif kind in ("display_data", "execute_result"):
+            data = out.get("data", {})
+            text = normalise_text(_joined(data.get("text/plain")), anchors=anchors, paths=paths)
+            size = png_size(_joined(data["image/png"]).replace("\n", "")) if "image/png" in data else None
+            items.append((kind, tuple(sorted(data)), text, size))
+        elif kind == "error":
+            items.append(("error", out.get("ename", "")))
+    return {name: normalise_text(text, anchors=anchors, paths=paths) for name, text in streams.items()}, items
+
+
+def _item_difference(old: tuple[Any, ...], new: tuple[Any, ...]) -> str:
+    if old[0] == "error":
+        return "" if old[1] == new[1] else f"recorded {old[1]} but replayed {new[1]}"
+    if old[1] != new[1]:
+        return f"recorded types {', '.join(old[1])} but replayed {', '.join(new[1])}"
+    if old[3] != new[3]:
+        sizes = old[3], new[3]
+        if None in sizes or any(abs(a - b) > 1 for a, b in zip(*sizes)):  # type: ignore[arg-type]
+            return f"image size: recorded {_size(old[3])} but replayed {_size(new[3])}"
+    return _text_difference(old[2], new[2])
+
+
+def _text_difference(old: str, new: str) -> str:
+    if old == new:
+        return ""
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    for a, b in zip(old_lines, new_lines):
+        if a != b:
+            return f"recorded {_clip(a)} but replayed {_clip(b)}"
+    if len(old_lines) != len(new_lines):
+        return f"recorded {len(old_lines)} lines but replayed {len(new_lines)}"
+    return "differs in whitespace"
+
+
+def _kinds(items: list[tuple[Any, ...]]) -> str:
+    return "[" + ", ".join(item[0] + (" (image)" if len(item) > 3 and item[3] else "") for item in items) + "]"
+
+
+def _size(size: tuple[int, int] | None) -> str:
+    return f"{size[0]}x{size[1]}" if size else "none"
+
+
+def _clip(line: str, limit: int = 60) -> str:
+    return repr(line if len(line) <= limit else line[: limit - 3] + "...")
+
+
+def _joined(value: Any) -> str:
+    if value is None:
+        return ""
+    return "".join(value) if isinstance(value, list) else str(value)

@@ -1,0 +1,65 @@
+"""The run's workspace on disk: where it goes by default and what each round changed.
+
+Owns the default location of a run (``./agent-runs/<time>-<slug>``) and the
+before/after snapshots that turn into a round's ``Artifact`` list. Files
+the agent itself writes (the notebooks) are excluded by the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from .run import Artifact
+
+__all__ = ["Snapshot", "changed_files", "default_workspace", "snapshot"]
+
+Snapshot = dict[str, tuple[int, int]]
+_MAX_FILES = 20_000
+
+
+def default_workspace(task: str, root: Path | None = None) -> Path:
+    """A fresh folder for a run: ``<root or cwd>/agent-runs/<YYYYmmdd-HHMMSS>-<slug>``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")[:40] or "run"
+    base = (root or Path.cwd()) / "agent-runs"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    candidate = base / f"{stamp}-{slug}"
+    n = 2
+    while candidate.exists():
+        candidate = base / f"{stamp}-{slug}-{n}"
+        n += 1
+    return candidate
+
+
+def snapshot(root: Path, exclude: Iterable[Path] = ()) -> Snapshot:
+    """Size and mtime of every file under ``root`` (hidden folders skipped, bounded in count)."""
+    skip = {p.resolve() for p in exclude}
+    found: Snapshot = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            path = Path(folder, name)
+            if path.resolve() in skip or name.startswith("."):
+                continue
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            found[path.relative_to(root).as_posix()] = (stat.st_size, stat.st_mtime_ns)
+            if len(found) >= _MAX_FILES:
+                return found
+    return found
+
+
+def changed_files(before: Snapshot, after: Snapshot) -> tuple[Artifact, ...]:
+    """Files created or modified between two snapshots, in path order."""
+    artifacts = []
+    for path in sorted(after):
+        if path not in before:
+            artifacts.append(Artifact(path, after[path][0], "created"))
+        elif after[path] != before[path]:
+            artifacts.append(Artifact(path, after[path][0], "modified"))
+    return tuple(artifacts)
