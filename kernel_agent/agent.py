@@ -83,6 +83,8 @@ class AsyncAgent:
     endpoint with any ``ChatModel`` (e.g. the scripted demo model);
     ``session_factory(workspace)`` builds the kernel session (default: our
     kernelspec, with ``session_options`` passed to ``AsyncKernelSession``);
+    ``model_options`` go to ``OpenAIChatModel`` (``max_retries``, ``backoff``,
+    ``request_timeout``, ``extra_body`` such as vLLM's ``top_k``);
     other ``AgentConfig`` fields (``stuck_after``, ``preload``, ...) are accepted too.
     Raises ``ConfigError`` when no model is configured or a setting is invalid.
     """
@@ -101,6 +103,7 @@ class AsyncAgent:
         chat_model: ChatModel | None = None,
         session_factory: SessionFactory | None = None,
         session_options: dict[str, Any] | None = None,
+        model_options: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
         self.config = AgentConfig.resolve(
@@ -114,7 +117,7 @@ class AsyncAgent:
 
             chat_model = OpenAIChatModel(
                 self.config.model, base_url=self.config.base_url, api_key=self.config.api_key,
-                temperature=self.config.temperature, stream=self.config.stream,
+                temperature=self.config.temperature, stream=self.config.stream, **(model_options or {}),
             )
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})

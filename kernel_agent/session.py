@@ -32,12 +32,42 @@ from .limits import LIMITS_ENV, Limits
 from .outputs import OutputCaps, OutputCollector
 from .result import ExecutionResult
 
-__all__ = ["AsyncKernelSession", "SessionState"]
+__all__ = ["AsyncKernelSession", "SessionState", "sweep_stale_runtime_dirs"]
 
 log = logging.getLogger(__name__)
 
+_RUNTIME_PREFIX = "kernel-agent-"
+_OWNER_FILE = "owner.pid"
 _POLL_S = 0.2  # how often a silent kernel is checked for death
 _REPLY_WAIT_S = 5.0
+
+
+def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
+    """Remove runtime dirs (connection file, kernel log) left by owners that were killed.
+
+    A dir is stale when the process that made it no longer exists. Its kernel
+    has already exited by then (ipykernel's parent poller). Returns what was removed.
+    """
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{_RUNTIME_PREFIX}*"):
+        try:
+            owner = int((folder / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if owner != os.getpid() and not _pid_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class SessionState(Enum):
@@ -128,7 +158,9 @@ class AsyncKernelSession:
         return self
 
     async def _start_kernel(self) -> None:
-        self._runtime_dir = Path(tempfile.mkdtemp(prefix="kernel-agent-"))
+        sweep_stale_runtime_dirs()
+        self._runtime_dir = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
+        (self._runtime_dir / _OWNER_FILE).write_text(str(os.getpid()))
         if self.workspace is None:
             self.workspace = self._runtime_dir / "workspace"
         self.workspace.mkdir(parents=True, exist_ok=True)
