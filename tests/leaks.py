@@ -33,8 +33,18 @@ def our_kernel_pids() -> list[int]:
 
 
 def _temp_leftovers() -> set[str]:
+    """Our runtime dirs (attributed by their owner.pid) and jupyter connection files."""
     tmp = Path(tempfile.gettempdir())
-    return {p.name for p in tmp.glob("kernel-agent-*")} | {p.name for p in tmp.glob("kernel-*.json")}
+    me = str(os.getpid())
+    ours = set()
+    for folder in tmp.glob("kernel-agent-*"):
+        try:
+            owner = (folder / "owner.pid").read_text()
+        except OSError:
+            owner = me  # a dir without an owner file is suspicious: count it
+        if owner == me:
+            ours.add(folder.name)
+    return ours | {p.name for p in tmp.glob("kernel-*.json")}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,0 +1,137 @@
+"""Faults around the agent: a dying model server, malformed replies, the agent process killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+import pytest
+from leaks import our_kernel_pids
+from openai_server import OpenAIServer, Reply
+
+from kernel_agent import Agent
+from kernel_agent.session import sweep_stale_runtime_dirs
+
+pytestmark = pytest.mark.kernel
+
+FAST = {"max_retries": 2, "backoff": 0.01}
+
+
+def agent_for(server: OpenAIServer, **kwargs: object) -> Agent:
+    return Agent(model="m", base_url=server.base_url, protocol="tags", model_options=FAST, **kwargs)
+
+
+def wait_for(condition: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    """Poll for a condition another process brings about (bounded; fails loudly)."""
+    end = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_server_dying_mid_stream_once_is_retried(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    openai_server.add(Reply("<Code>print('never complete')</Code>", die_after=2))
+    openai_server.add(Reply("<Answer>second try</Answer>"))
+    with agent_for(openai_server) as agent:
+        run = agent.run("flaky", workspace=tmp_path / "ws")
+    assert run.answer == "second try"
+    assert run.rounds[0].code is None  # the broken stream never ran anything
+
+
+def test_server_dying_for_good_ends_with_llm_error(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    openai_server.add(Reply("<Code>x = 1</Code>"))
+    for _ in range(3):
+        openai_server.add(Reply("<Code>print('half')</Code>", die_after=1))
+    with agent_for(openai_server) as agent:
+        run = agent.run("dies", workspace=tmp_path / "ws")
+    assert run.stop_reason == "llm_error"
+    assert run.error
+    assert [r.status for r in run.rounds] == ["ok"]
+    nb = nbformat.read(run.notebook_path, as_version=4)  # type: ignore[arg-type]
+    nbformat.validate(nb)
+    assert "x = 1" in [c.source for c in nb.cells]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["", "<Code>print(1)", "<Analyze>no end <Understand> nested <Answer", "<Answer>" + "y" * 1_000_000],
+    ids=["empty", "unclosed-code", "unbalanced", "one-megabyte"],
+)
+def test_malformed_replies_are_recorded_not_fatal(reply: str, openai_server: OpenAIServer, tmp_path: Path) -> None:
+    openai_server.add(Reply(reply, chunk_size=65536))
+    openai_server.add(Reply("<Answer>recovered</Answer>"))
+    with agent_for(openai_server, max_rounds=2) as agent:
+        run = agent.run("malformed", workspace=tmp_path / "ws")
+    assert run.stop_reason in ("answer", "max_rounds")
+    assert run.rounds[0].reply.startswith(reply[:20])
+    nbformat.validate(nbformat.read(run.notebook_path, as_version=4))  # type: ignore[arg-type]
+
+
+_SCRIPT = """
+import sys
+from kernel_agent import Agent
+agent = Agent(model="m", base_url=sys.argv[1], protocol="tags", model_options={"max_retries": 0})
+agent.run("killed mid-run", workspace=sys.argv[2], notebook=sys.argv[3])
+"""
+
+
+def _kernels_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"JPY_PARENT_PID={pid}".encode() in environ:
+                found.append(int(entry.name))
+    return found
+
+
+def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    openai_server.add(Reply("<Code>first = 1</Code>"))
+    openai_server.add(Reply("<Code>second = 2</Code>"))
+    openai_server.add(Reply("<Code>import time\ntime.sleep(120)</Code>"))
+    notebook = tmp_path / "run.ipynb"
+    agent = subprocess.Popen([sys.executable, "-c", _SCRIPT, openai_server.base_url, str(tmp_path / "ws"), str(notebook)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: len(openai_server.requests) == 3 and bool(_kernels_of(agent.pid)), "round 3 to start")
+        kernels = _kernels_of(agent.pid)
+        runtime_dirs = _runtime_dirs_of(agent.pid)
+        assert len(runtime_dirs) == 1
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=30)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        agent.stderr.close()  # type: ignore[union-attr]
+    nb = nbformat.read(notebook, as_version=4)
+    nbformat.validate(nb)
+    assert [c.source for c in nb.cells if c.cell_type == "code"][1:] == ["first = 1", "second = 2"]
+    wait_for(lambda: not any(os.path.exists(f"/proc/{k}") and _alive(k) for k in kernels), "the orphaned kernel to exit")
+    assert runtime_dirs[0].exists()  # a SIGKILLed owner cannot clean up after itself...
+    assert runtime_dirs[0] in sweep_stale_runtime_dirs()  # ...so the next session start sweeps it
+    assert not runtime_dirs[0].exists()
+    assert not our_kernel_pids()
+
+
+def _runtime_dirs_of(pid: int) -> list[Path]:
+    return [d for d in Path(tempfile.gettempdir()).glob("kernel-agent-*")
+            if (d / "owner.pid").is_file() and (d / "owner.pid").read_text() == str(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"
