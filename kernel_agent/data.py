@@ -11,7 +11,6 @@ Everything here is a function of its inputs and the files it reads; only
 
 from __future__ import annotations
 
-import csv
 import json
 import keyword
 import os
@@ -22,12 +21,13 @@ import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigError, DataFileError
+
+if TYPE_CHECKING:  # imported where used: importing this module stays cheap for the CLI
+    import numpy as np
+    import pandas as pd
 
 __all__ = [
     "DataFile",
@@ -103,6 +103,8 @@ def prepare_data(
     name, and for a workspace entry of that name that is a directory.
     Raises ``ConfigError`` if the workspace cannot be created.
     """
+    if isinstance(paths, str | os.PathLike):  # one path, not an iterable of characters
+        paths = [paths]
     sources = [_checked_source(path) for path in paths]
     _check_unique_names(sources)
     target = Path(workspace).expanduser()
@@ -203,7 +205,9 @@ def summarize(path: str | os.PathLike[str]) -> str:
 
 
 def _delimited(path: Path, size: int, separator: str, label: str) -> str:
-    separator = _sniff_separator(path, separator)
+    import pandas as pd
+
+    separator = _separator(path, separator)
     whole = size <= FULL_READ_BYTES
     read: dict[str, Any] = {"sep": separator, "nrows": None if whole else SAMPLE_ROWS}
     note = f"separator {separator!r}" if separator not in {",", "\t"} else ""
@@ -225,13 +229,15 @@ def _tsv(path: Path, size: int) -> str:
 
 
 def _excel(path: Path, size: int) -> str:
+    import pandas as pd
+
     whole = size <= FULL_READ_BYTES
     with pd.ExcelFile(path) as book:
         names = [str(name) for name in book.sheet_names]
         shown = ", ".join(f"`{name}`" for name in names[:20]) + (" …" if len(names) > 20 else "")
         parts = [f"Excel workbook · {_human_size(size)} · {len(names)} sheet(s): {shown}"]
         for name in names[:MAX_SHEETS]:
-            frame = book.parse(name, nrows=None if whole else SAMPLE_ROWS)
+            frame = pd.read_excel(book, sheet_name=name, nrows=None if whole else SAMPLE_ROWS)
             parts.append(_table(f"Sheet `{name}`", None, frame, len(frame), exact=whole))
     if len(names) > MAX_SHEETS:
         parts.append(f"({len(names) - MAX_SHEETS} more sheet(s) not described.)")
@@ -253,6 +259,8 @@ def _parquet(path: Path, size: int) -> str:
 
 
 def _json(path: Path, size: int) -> str:
+    import pandas as pd
+
     if path.suffix.lower() in _LINE_JSON:
         whole = size <= FULL_READ_BYTES
         frame = pd.read_json(path, lines=True, nrows=None if whole else SAMPLE_ROWS)
@@ -270,6 +278,8 @@ def _json(path: Path, size: int) -> str:
 
 def _records(document: Any) -> pd.DataFrame | None:
     """A table when the JSON is a list of objects or an object of equal-length lists."""
+    import pandas as pd
+
     if isinstance(document, list) and document and all(isinstance(item, dict) for item in document):
         return pd.DataFrame(document)
     if isinstance(document, dict) and document and all(isinstance(v, list) for v in document.values()):
@@ -304,6 +314,8 @@ def _json_type(value: Any) -> str:
 
 
 def _npy(path: Path, size: int) -> str:
+    import numpy as np
+
     with open(path, "rb") as handle:
         version = np.lib.format.read_magic(handle)
         reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -319,6 +331,8 @@ def _npy(path: Path, size: int) -> str:
 
 
 def _array_stats(array: np.ndarray) -> list[str]:
+    import numpy as np
+
     if array.size == 0:
         return []
     nan = int(np.isnan(array).sum()) if np.issubdtype(array.dtype, np.floating) else 0
@@ -361,7 +375,7 @@ def _table(
     sampled = (not exact) if sampled is None else sampled
     count = f"{rows:,}" if exact else f"≈{rows:,}"
     head = " · ".join(filter(None, [label, None if size is None else _human_size(size), note]))
-    lines = [f"{head} · {count} rows × {frame.shape[1]} columns"]
+    lines = [f"{head} · {count} {_plural(rows, 'row')} × {frame.shape[1]} {_plural(frame.shape[1], 'column')}"]
     columns = [f"`{name}` {dtype}" for name, dtype in frame.dtypes.items()]
     listed = ", ".join(columns[:MAX_COLUMNS])
     more = f", … and {len(columns) - MAX_COLUMNS} more columns (not listed)" if len(columns) > MAX_COLUMNS else ""
@@ -398,22 +412,19 @@ def _markdown_table(frame: pd.DataFrame) -> str:
 
 
 def _is_missing(value: Any) -> bool:
+    import pandas as pd
+
     try:
         return bool(pd.isna(value))
     except (TypeError, ValueError):  # lists and arrays in cells
         return False
 
 
-def _sniff_separator(path: Path, default: str) -> str:
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        sample = handle.read(65536)
-    try:
-        found = csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
-    except csv.Error:
-        return default
-    # Only trust the sniffer when the header line really splits on what it found.
-    header = sample.splitlines()[0] if sample else ""
-    return found if header.count(found) > header.count(default) else default
+def _separator(path: Path, default: str) -> str:
+    """The default, unless the header line splits more often on another usual separator."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        header = handle.readline(65536)
+    return max([default, ",", ";", "\t", "|"], key=header.count)
 
 
 def _count_lines(path: Path) -> int:
@@ -433,6 +444,10 @@ def _human_size(size: float) -> str:
         if size < 1000:
             break
     return f"{size:.1f} {unit}"
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else f"{word}s"
 
 
 def _one_line(text: str) -> str:
@@ -486,8 +501,8 @@ def data_summary(files: Sequence[DataFile]) -> str:
     """The body of the prompt's ``# Data`` section: each file's summary under its name and ``data`` attribute.
 
     The heading itself is left to the protocol, which adds ``# Data`` above
-    this text. Past ``MAX_SECTION_CHARS`` the remaining files are listed by
-    name only. Raises nothing.
+    this text. The text stays within ``MAX_SECTION_CHARS``: past it, files get
+    a one-line entry, then are only counted. Raises nothing.
     """
     if not files:
         return "No data files were given."
@@ -496,13 +511,16 @@ def data_summary(files: Sequence[DataFile]) -> str:
         "beside them). `data.<name>` is each file's path relative to the working directory."
     ]
     used = len(parts[0])
-    for attribute, file in zip(data_attributes(files), files):
+    for index, (attribute, file) in enumerate(zip(data_attributes(files), files)):
         heading = f"## {file.name} · `data.{attribute}`"
-        if used + len(file.summary) > MAX_SECTION_CHARS:
-            parts.append(f"{heading}\n{file.kind} · {_human_size(file.size)} (summary left out: prompt too long)")
-        else:
-            parts.append(f"{heading}\n{file.summary}")
-        used += len(parts[-1])
+        entry = f"{heading}\n{file.summary}"
+        if used + len(entry) > MAX_SECTION_CHARS:
+            entry = f"{heading}\n{file.kind} · {_human_size(file.size)} (summary left out: prompt too long)"
+        if used + len(entry) > MAX_SECTION_CHARS:
+            parts.append(f"… and {len(files) - index} more file(s) not listed.")
+            break
+        parts.append(entry)
+        used += len(entry) + 2
     return "\n\n".join(parts)
 
 
