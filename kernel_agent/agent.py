@@ -284,7 +284,7 @@ class AsyncAgent:
         if step.problem:
             yield Notice(f"round {index}: {step.problem}", round=index)
         base = Round(
-            index=index, reply=step.reply_text, reasoning=step.reasoning, code=step.code, usage=reply.usage or Usage(),
+            index=index, reply=reply.text, reasoning=step.reasoning, code=step.code, usage=reply.usage or Usage(),
             model_s=model_s, started_at=started_at, problem=step.problem,
         )
         if step.code is None:

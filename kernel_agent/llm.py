@@ -37,7 +37,9 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Servers without auth still need some key: the SDK refuses to build a client without one.
 _NO_KEY = "not-needed"
 _MAX_DELAY_S = 30.0
-_CONTEXT_MARKERS = ("context_length_exceeded", "context length", "maximum context", "context window", "context size")
+_CONTEXT_MARKERS = (
+    "context_length_exceeded", "context length", "maximum context", "context window", "context size",
+)
 
 
 def endpoint_host(base_url: str | None) -> str:
@@ -242,13 +244,14 @@ class OpenAIChatModel:
                 message = f"the conversation no longer fits the context window of {self.name}: {detail}"
                 return False, ContextLengthError(message, status_code=status)
             message = f"the model endpoint {where} answered HTTP {status} after {tries}: {detail}"
+            if status in (401, 403):
+                message += " (check the API key)"
             return status in (408, 429) or status >= 500, ModelError(message, status_code=status)
         if isinstance(exc, sdk.APIConnectionError):
-            cause = exc.__cause__ or exc.__context__
             if isinstance(exc, sdk.APITimeoutError):
                 reason = f"no answer within {self.request_timeout:g}s"
             else:
-                reason = str(cause) if cause is not None and str(cause) else str(exc)
+                reason = _root_cause(exc)
             message = (
                 f"cannot reach the model endpoint {where} ({reason}) after {tries}. "
                 "Check that the server is running and that the base URL is right (it usually ends in /v1)."
@@ -256,7 +259,8 @@ class OpenAIChatModel:
             return True, ModelUnreachableError(message)
         detail = getattr(exc, "message", None) or str(exc)
         if _mentions_context_length(exc, detail):
-            return False, ContextLengthError(f"the conversation no longer fits the context window of {self.name}: {detail}")
+            message = f"the conversation no longer fits the context window of {self.name}: {detail}"
+            return False, ContextLengthError(message)
         return False, ModelError(f"the model endpoint {where} failed: {detail}")
 
     def _delay(self, attempt: int, exc: BaseException) -> float:
@@ -373,6 +377,18 @@ def _error_detail(exc: Any) -> str:
 def _mentions_context_length(exc: Any, detail: str) -> bool:
     text = f"{detail} {getattr(exc, 'code', '') or ''} {getattr(exc, 'message', '') or ''}".lower()
     return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
+def _root_cause(exc: BaseException) -> str:
+    # The SDK says "Connection error."; the useful words sit at the bottom of the chain.
+    reason, seen = str(exc), 0
+    current: BaseException | None = exc
+    while current is not None and seen < 10:
+        if isinstance(current, ConnectionRefusedError):
+            return "connection refused"
+        reason = str(current) or reason
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return reason
 
 
 def _retry_after(exc: BaseException) -> float | None:

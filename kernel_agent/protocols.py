@@ -136,6 +136,7 @@ class Protocol:
         return {}
 
     def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
+        """The system prompt (if the protocol has one) and the first user message."""
         raise NotImplementedError
 
     def parse(self, reply: ModelReply) -> Step:
@@ -143,13 +144,16 @@ class Protocol:
         raise NotImplementedError
 
     def assistant_message(self, reply: ModelReply, step: Step) -> dict[str, Any]:
+        """The history entry for ``reply`` (``step.reply_text``; tools add ``tool_calls``)."""
         # Some servers reject an assistant message with empty content.
         return {"role": "assistant", "content": step.reply_text or "(empty reply)"}
 
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
+        """The messages that give the model the output of ``step.code``."""
         raise NotImplementedError
 
     def nudge_messages(self, step: Step) -> list[dict[str, Any]]:
+        """The messages that answer a reply with neither code nor answer, restating the format."""
         raise NotImplementedError
 
 
@@ -310,7 +314,9 @@ class _TagProtocol(Protocol):
             problems.append("empty <Code> block")
         return Step(kept, _render(blocks[:index]), code or None, None, problem=_join(problems))
 
-    def _answer(self, text: str, blocks: list[_Block], block: _Block, reply: ModelReply, problems: list[str]) -> Step:
+    def _answer(
+        self, text: str, blocks: list[_Block], block: _Block, reply: ModelReply, problems: list[str]
+    ) -> Step:
         if not block.closed:
             text = text + ("" if text.endswith("\n") else "\n") + "</Answer>"
             if reply.stop_reason != "</Answer>":
@@ -323,22 +329,23 @@ class _TagProtocol(Protocol):
 
     def _untagged(self, text: str, blocks: list[_Block], problems: list[str]) -> Step:
         # Lenient: a ```python block outside any tag is the code, as if it sat in <Code>.
-        loose = next((b for b in blocks if b.tag is None and _PYTHON_FENCE.search(b.body)), None)
-        if loose is None:
+        for index, loose in enumerate(blocks):
+            opening = _PYTHON_FENCE.search(loose.body) if loose.tag is None else None
+            if opening is not None:
+                break
+        else:
             problems.append("no <Code> or <Answer> tag")
             return Step(text, _render(blocks), None, None, problem=_join(problems))
         offset = loose.end - len(loose.body)
-        opening = _PYTHON_FENCE.search(loose.body)
-        assert opening is not None
         start = offset + opening.start()
         closing = _CLOSING_FENCE.search(text, offset + opening.end())
         stop = closing.end() if closing is not None else len(text)
-        fenced = text[start:stop] + ("" if closing is not None else "\n```")
+        fenced = text[start:stop] if closing is not None else text[start:].rstrip() + "\n```"
         problems.append("code outside <Code>")
         if text[stop:].strip():
             problems.append("text after the code dropped")
         reply_text = f"{text[:start]}<Code>\n{fenced.strip(chr(10))}\n</Code>"
-        prose = _render(blocks[: blocks.index(loose)] + [_Block(None, text[offset:start], start)])
+        prose = _render(blocks[:index] + [_Block(None, text[offset:start], start)])
         code = _extract_code(fenced)
         return Step(reply_text, prose, code or None, None, problem=_join(problems))
 
@@ -531,7 +538,9 @@ def _call_ids(reply: ModelReply) -> list[str]:
 
 
 def _skipped(step: Step) -> list[dict[str, Any]]:
-    return [{"role": "tool", "tool_call_id": call_id, "content": _NOT_RUN} for call_id in step.skipped_tool_call_ids]
+    return [
+        {"role": "tool", "tool_call_id": call_id, "content": _NOT_RUN} for call_id in step.skipped_tool_call_ids
+    ]
 
 
 def _tool_code(name: str, arguments: str) -> tuple[str | None, str | None]:

@@ -13,7 +13,8 @@ Script entries::
     Reply("text")                                   an assistant message
     Reply("<Code>..", finish_reason="stop", stop_reason="</Code>")   vLLM's extra field
     Reply("", tool_calls=(python_call("print(1)"),))  a tool call (arguments as JSON)
-    Reply("partial text", die_after=2)              send 2 SSE chunks, then drop the connection
+    Reply("partial text", die_after=2)              send 2 SSE chunks (the first is the role
+                                                    chunk), then drop the connection
     HTTPError(500) / HTTPError(429, headers={"retry-after": "0"})
     context_length_error()                          OpenAI's 400 ``context_length_exceeded``
     lambda body: Reply(...)                          computed from (or asserting on) the request
@@ -131,7 +132,10 @@ class OpenAIServer:
         if self._httpd is not None:
             return self
         self._httpd = _Server(("127.0.0.1", 0), _Handler, self)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="openai-test-server", daemon=True)
+        # A short poll interval makes shutdown() return quickly (the default waits up to 0.5 s).
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.01,), name="openai-test-server", daemon=True
+        )
         self._thread.start()
         return self
 

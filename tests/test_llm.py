@@ -1,0 +1,336 @@
+"""OpenAIChatModel through the real ``openai`` SDK against the local scripted server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+import openai
+import pytest
+
+from kernel_agent.chat import ChatModel, ModelReply, ToolCall
+from kernel_agent.errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
+from kernel_agent.llm import OpenAIChatModel, endpoint_host
+from kernel_agent.run import Usage
+from openai_server import HTTPError, OpenAIServer, Reply, context_length_error, python_call, tool_call
+
+MESSAGES = [{"role": "user", "content": "Which region sells most?"}]
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    return asyncio.run(coro)
+
+
+async def complete(server: OpenAIServer, *, deltas: list[str] | None = None, options: dict | None = None,
+                   **model_kw: Any) -> ModelReply:
+    model_kw.setdefault("backoff", 0.01)
+    async with OpenAIChatModel("test-model", base_url=server.base_url, **model_kw) as model:
+        on_delta = deltas.append if deltas is not None else None
+        return await model.complete(MESSAGES, options=options, on_delta=on_delta)
+
+
+def fail(server: OpenAIServer, **model_kw: Any) -> ModelError:
+    with pytest.raises(ModelError) as info:
+        run(complete(server, **model_kw))
+    return info.value
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# -- replies -----------------------------------------------------------------------
+
+
+def test_streamed_text(openai_server: OpenAIServer) -> None:
+    text = "<Analyze>Look at the data.</Analyze>\n<Code>\nprint(df.head())\n"
+    openai_server.add(Reply(text, usage=(120, 30), chunk_size=5))
+    deltas: list[str] = []
+    reply = run(complete(openai_server, deltas=deltas))
+    assert reply == ModelReply(text, finish_reason="stop", usage=Usage(120, 30, 150))
+    assert len(deltas) > 5 and "".join(deltas) == text
+    [request] = openai_server.requests
+    assert request["model"] == "test-model" and request["messages"] == MESSAGES
+    assert request["stream"] is True and request["stream_options"] == {"include_usage": True}
+    assert "temperature" not in request and "stop" not in request
+
+
+def test_non_streamed_text(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("<Answer>East</Answer>", usage=(50, 8)))
+    deltas: list[str] = []
+    reply = run(complete(openai_server, deltas=deltas, stream=False))
+    assert reply == ModelReply("<Answer>East</Answer>", finish_reason="stop", usage=Usage(50, 8, 58))
+    assert deltas == []
+    assert not openai_server.requests[0].get("stream") and "stream_options" not in openai_server.requests[0]
+
+
+def test_missing_usage_is_none(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("a", usage=None), Reply("b", usage=None))
+    assert run(complete(openai_server)).usage is None
+    assert run(complete(openai_server, stream=False)).usage is None
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_tool_calls_are_assembled(openai_server: OpenAIServer, stream: bool) -> None:
+    calls = (python_call("import pandas as pd\nprint(pd.__version__)", id="call_1"),
+             tool_call("execute_python", '{"code": "x', id="call_2"))
+    openai_server.add(Reply("Checking versions.", tool_calls=calls, chunk_size=3))
+    deltas: list[str] = []
+    reply = run(complete(openai_server, deltas=deltas, stream=stream))
+    assert reply.text == "Checking versions." and reply.finish_reason == "tool_calls"
+    assert reply.tool_calls == (
+        ToolCall("call_1", "execute_python", json.dumps({"code": "import pandas as pd\nprint(pd.__version__)"})),
+        ToolCall("call_2", "execute_python", '{"code": "x'),
+    )
+    assert "".join(deltas) == ("Checking versions." if stream else "")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_vllm_stop_reason_is_passed_through(openai_server: OpenAIServer, stream: bool) -> None:
+    openai_server.add(Reply("<Code>\n", stop_reason="</Code>"), Reply("eos", stop_reason=151645), Reply("plain"))
+    assert run(complete(openai_server, stream=stream)).stop_reason == "</Code>"
+    assert run(complete(openai_server, stream=stream)).stop_reason == 151645
+    assert run(complete(openai_server, stream=stream)).stop_reason is None
+
+
+def test_finish_reason_length(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("cut", finish_reason="length"))
+    assert run(complete(openai_server)).finish_reason == "length"
+
+
+def test_request_fields_reach_the_server(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("ok"))
+    tools = [{"type": "function", "function": {"name": "execute_python", "parameters": {"type": "object"}}}]
+    options = {"stop": ["</Code>"], "tools": tools, "tool_choice": "auto", "extra_body": {"min_p": 0.1}}
+    run(complete(openai_server, options=options, temperature=0.3, extra_body={"top_k": 20, "max_tokens": 512}))
+    request = openai_server.last_request
+    assert request["stop"] == ["</Code>"] and request["tools"] == tools and request["tool_choice"] == "auto"
+    assert request["temperature"] == 0.3
+    assert (request["top_k"], request["max_tokens"], request["min_p"]) == (20, 512, 0.1)
+
+
+def test_callable_entry_sees_what_was_sent(openai_server: OpenAIServer) -> None:
+    def check(body: dict) -> Reply:
+        assert body["messages"][-1]["content"].startswith("Which region")
+        return Reply("seen " + str(len(body["messages"])))
+
+    openai_server.add(check)
+    assert run(complete(openai_server)).text == "seen 1"
+
+
+# -- keys -------------------------------------------------------------------------
+
+
+def test_no_api_key_uses_a_placeholder(openai_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    openai_server.add(Reply("a"), Reply("b"))
+    run(complete(openai_server))
+    run(complete(openai_server, api_key="sk-explicit"))
+    auth = [headers["authorization"] for headers in openai_server.request_headers]
+    assert auth == ["Bearer not-needed", "Bearer sk-explicit"]
+
+
+def test_api_key_falls_back_to_the_environment(openai_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    openai_server.add(Reply("a"))
+    run(complete(openai_server))
+    assert openai_server.request_headers[0]["authorization"] == "Bearer sk-from-env"
+
+
+# -- retries and errors -----------------------------------------------------------
+
+
+def test_server_error_then_success_is_retried(openai_server: OpenAIServer) -> None:
+    openai_server.add(HTTPError(500), HTTPError(503), Reply("recovered"))
+    assert run(complete(openai_server)).text == "recovered"
+    assert len(openai_server.requests) == 3
+
+
+def test_rate_limit_is_retried(openai_server: OpenAIServer) -> None:
+    openai_server.add(HTTPError(429, "slow down", type="rate_limit_error", headers={"retry-after": "0"}), Reply("ok"))
+    assert run(complete(openai_server, stream=False)).text == "ok"
+    assert len(openai_server.requests) == 2
+
+
+def test_persistent_server_error_gives_up_after_the_retries(openai_server: OpenAIServer) -> None:
+    openai_server.add(*[HTTPError(500, "engine overloaded")] * 4, Reply("too late"))
+    error = fail(openai_server, max_retries=2)
+    assert type(error) is ModelError and error.status_code == 500
+    assert "engine overloaded" in str(error) and "HTTP 500" in str(error) and "3 attempts" in str(error)
+    assert isinstance(error.__cause__, openai.InternalServerError)
+    assert len(openai_server.requests) == 3 and openai_server.remaining == 2
+
+
+def test_context_length_is_not_retried(openai_server: OpenAIServer) -> None:
+    openai_server.add(context_length_error(), Reply("never"))
+    error = fail(openai_server)
+    assert isinstance(error, ContextLengthError) and error.status_code == 400
+    assert "maximum context length" in str(error)
+    assert isinstance(error.__cause__, openai.BadRequestError)
+    assert len(openai_server.requests) == 1 and openai_server.remaining == 1
+
+
+def test_vllm_style_context_error_without_a_code(openai_server: OpenAIServer) -> None:
+    message = "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."
+    openai_server.add(HTTPError(400, message, type="BadRequestError"))
+    assert isinstance(fail(openai_server, stream=False), ContextLengthError)
+
+
+@pytest.mark.parametrize("status", [400, 401, 404])
+def test_other_client_errors_are_not_retried(openai_server: OpenAIServer, status: int) -> None:
+    openai_server.add(HTTPError(status, "bad model name", type="invalid_request_error"), Reply("never"))
+    error = fail(openai_server)
+    assert type(error) is ModelError and error.status_code == status and "bad model name" in str(error)
+    assert ("check the API key" in str(error)) == (status == 401)
+    assert len(openai_server.requests) == 1
+
+
+async def complete_at(base_url: str, **model_kw: Any) -> ModelReply:
+    async with OpenAIChatModel("m", base_url=base_url, **model_kw) as model:
+        return await model.complete(MESSAGES)
+
+
+def test_connection_refused_is_unreachable() -> None:
+    port = free_port()  # nobody listens there once the probe socket is closed
+    with pytest.raises(ModelUnreachableError) as info:
+        run(complete_at(f"http://user:secret@127.0.0.1:{port}/v1", max_retries=1, backoff=0.01))
+    message = str(info.value)
+    assert f"http://127.0.0.1:{port}/v1" in message and "secret" not in message
+    assert "connection refused" in message and "2 attempts" in message and "server is running" in message
+    assert isinstance(info.value.__cause__, openai.APIConnectionError)
+
+
+def test_a_server_that_never_answers_times_out_as_unreachable() -> None:
+    with socket.socket() as silent:  # accepts connections (backlog) but never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        with pytest.raises(ModelUnreachableError) as info:
+            run(complete_at(f"http://127.0.0.1:{port}/v1", max_retries=1, backoff=0.01, request_timeout=0.2))
+    assert "no answer within 0.2s" in str(info.value) and "2 attempts" in str(info.value)
+    assert isinstance(info.value.__cause__, openai.APITimeoutError)
+
+
+def test_stream_dying_midway_is_retried(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("partial answer text", chunk_size=4, die_after=3), Reply("full answer"))
+    deltas: list[str] = []
+    reply = run(complete(openai_server, deltas=deltas))
+    assert reply.text == "full answer" and reply.finish_reason == "stop"
+    # on_delta saw the broken attempt, then the retry from its start
+    assert deltas == ["part", "ial ", "full answer"]
+    assert len(openai_server.requests) == 2
+
+
+def test_stream_that_keeps_dying_is_a_model_error(openai_server: OpenAIServer) -> None:
+    openai_server.add(*[Reply("abcdefgh", chunk_size=2, die_after=2)] * 2)
+    error = fail(openai_server, max_retries=1)
+    assert type(error) is ModelError and "closed the stream early" in str(error)
+    assert isinstance(error.__cause__.__cause__, openai.APIConnectionError)  # type: ignore[union-attr]
+    assert len(openai_server.requests) == 2
+
+
+def test_non_streamed_body_cut_short_is_retried(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("x" * 200, die_after=0), Reply("whole"))
+    assert run(complete(openai_server, stream=False)).text == "whole"
+    assert len(openai_server.requests) == 2
+
+
+def test_script_running_out_fails_loudly(openai_server: OpenAIServer) -> None:
+    error = fail(openai_server, max_retries=0)
+    assert error.status_code == 500 and "script ran out" in str(error)
+
+
+# -- the model object --------------------------------------------------------------
+
+
+def test_model_is_a_chat_model() -> None:
+    model = OpenAIChatModel("gpt-x", base_url="http://localhost:8000/v1")
+    assert isinstance(model, ChatModel)
+    assert model.name == "gpt-x" and model.scripted is False and model.endpoint == "localhost:8000"
+    assert repr(model) == "<OpenAIChatModel gpt-x @ localhost:8000>"
+    run(model.aclose())  # never opened: a no-op
+
+
+def test_aclose_is_idempotent_and_the_model_reopens(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("one"), Reply("two"))
+
+    async def go() -> list[str]:
+        model = OpenAIChatModel("m", base_url=openai_server.base_url)
+        first = await model.complete(MESSAGES)
+        await model.aclose()
+        await model.aclose()
+        second = await model.complete(MESSAGES)
+        await model.aclose()
+        return [first.text, second.text]
+
+    assert run(go()) == ["one", "two"]
+
+
+@pytest.mark.parametrize("kwargs", [{"max_retries": -1}, {"backoff": -0.1}, {"request_timeout": 0}])
+def test_bad_settings_are_config_errors(kwargs: dict) -> None:
+    with pytest.raises(ConfigError):
+        OpenAIChatModel("m", **kwargs)
+    with pytest.raises(ConfigError):
+        OpenAIChatModel("")
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        (None, "api.openai.com"),
+        ("https://api.openai.com/v1", "api.openai.com"),
+        ("http://localhost:8000/v1", "localhost:8000"),
+        ("http://user:pa55@10.0.0.5:8000/v1?key=k", "10.0.0.5:8000"),
+        ("localhost:11434/v1", "localhost:11434"),
+        ("http://[::1]:8000/v1", "[::1]:8000"),
+        ("http://host:notaport/v1", "host"),
+    ],
+)
+def test_endpoint_host(url: str | None, host: str) -> None:
+    assert endpoint_host(url) == host
+
+
+def test_importing_the_package_modules_does_not_load_openai() -> None:
+    code = (
+        "import sys, kernel_agent.llm, kernel_agent.protocols;"
+        "assert 'openai' not in sys.modules, 'openai'; assert 'PIL' not in sys.modules, 'PIL'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the test server itself ------------------------------------------------------
+
+
+def test_server_shuts_down_without_leftover_threads() -> None:
+    before = set(threading.enumerate())
+    with OpenAIServer([Reply("a"), Reply("b", die_after=1)]) as server:
+        run(complete(server, max_retries=0))
+        with pytest.raises(ModelError):
+            run(complete(server, max_retries=0))
+        # a client that never closes its connection must not keep a thread alive
+        dangling = socket.create_connection(("127.0.0.1", server.port))
+        try:
+            server.close()
+        finally:
+            dangling.close()
+    assert set(threading.enumerate()) - before == set()
+
+
+def test_server_reraises_a_failing_callable() -> None:
+    def check(body: dict) -> Reply:
+        raise AssertionError("the traceback never reached the model")
+
+    server = OpenAIServer([check]).start()
+    error = fail(server, max_retries=0)
+    assert error.status_code == 500
+    with pytest.raises(AssertionError, match="traceback never reached"):
+        server.close()
+    server.close()  # idempotent once the error was raised
