@@ -21,8 +21,9 @@ out, killed the kernel or never ran is tagged ``skip-execution``.
 
 The *clean* view keeps only what the answer rests on: the setup, every round
 whose code ran ok, failed cells that later kept cells depend on (see
-``notebook_deps.needed_failures``), and the answer round's reasoning. Execution counts are
-renumbered 1..n.
+``notebook_deps.needed_failures``), and the answer round's reasoning.
+Execution counts are renumbered 1..n. ``export_run`` writes both views:
+``run.ipynb`` and ``run.clean.ipynb``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from urllib.parse import urlsplit
 
 import nbformat
 from nbformat import NotebookNode
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_notebook
 
 from ._version import __version__
 from .errors import NotebookError
@@ -64,6 +65,7 @@ RAISES_TAG = "raises-exception"
 SKIP_TAG = "skip-execution"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
+_NO_NAMES: frozenset[str] = frozenset()
 _STOP_REASONS = {
     "max_rounds": "it reached the maximum number of rounds",
     "stuck": "the model stopped making progress",
@@ -73,7 +75,9 @@ _STOP_REASONS = {
 }
 
 
-def build_notebook(run: Run, *, view: View = "full", notebook_dir: str | os.PathLike[str] | None = None) -> NotebookNode:
+def build_notebook(
+    run: Run, *, view: View = "full", notebook_dir: str | os.PathLike[str] | None = None
+) -> NotebookNode:
     """The notebook of ``run`` in the ``full`` or ``clean`` view. Pure: nothing is written.
 
     ``notebook_dir`` is where the notebook will live (default: the folder of
@@ -92,10 +96,7 @@ def build_notebook(run: Run, *, view: View = "full", notebook_dir: str | os.Path
     cells = [_markdown(_header_text(run, view), "header")]
     if run.info.setup_code.strip():
         cells.append(_setup_cell(run))
-    if view == "full":
-        chosen = [(rnd, frozenset[str]()) for rnd in run.rounds]
-    else:
-        chosen = _clean_rounds(run.rounds)
+    chosen = [(rnd, _NO_NAMES) for rnd in run.rounds] if view == "full" else _clean_rounds(run.rounds)
     for rnd, kept_for in chosen:
         cells.extend(_round_cells(rnd, kept_for))
     final = _markdown(_final_text(run), "answer")
@@ -122,7 +123,7 @@ def write_notebook(nb: NotebookNode, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     try:
         nbformat.validate(nb)
-        text = nbformat.writes(nb)
+        text = nbformat.writes(nb) + "\n"  # as nbformat.write ends the file
     except nbformat.ValidationError as exc:
         raise NotebookError(f"refusing to write an invalid notebook to {path}: {exc.message}", path=str(path)) from exc
     except (TypeError, ValueError) as exc:
@@ -156,7 +157,10 @@ def clean_path(path: str | os.PathLike[str]) -> Path:
 
 
 def _markdown(text: str, role: str, **meta: Any) -> NotebookNode:
-    return new_markdown_cell(text, metadata={METADATA_KEY: {"role": role, **meta}})
+    # Cells are built as plain nodes (ids come from _assign_ids): nbformat's new_*_cell validate
+    # each one, which made an export 4x slower; the notebook is validated once when written.
+    metadata = {METADATA_KEY: {"role": role, **meta}}
+    return nbformat.from_dict({"cell_type": "markdown", "id": role, "metadata": metadata, "source": text})
 
 
 def _header_text(run: Run, view: View) -> str:
@@ -210,8 +214,14 @@ def _has_cells(rnd: Round) -> bool:
 
 
 def _code_cell(code: str, result: ExecutionResult | None) -> NotebookNode:
-    outputs = [nbformat.from_dict(copy.deepcopy(out)) for out in result.outputs] if result else []
-    cell = new_code_cell(code, execution_count=result.execution_count if result else None, outputs=outputs)
+    cell = nbformat.from_dict({
+        "cell_type": "code",
+        "id": "code",
+        "execution_count": result.execution_count if result else None,
+        "metadata": {},
+        "outputs": list(result.outputs) if result else [],  # from_dict copies every container
+        "source": code,
+    })  # fmt: skip
     if result is None or result.status in ("timeout", "died"):
         cell.metadata["tags"] = [SKIP_TAG]
     elif result.status == "error":
@@ -222,21 +232,26 @@ def _code_cell(code: str, result: ExecutionResult | None) -> NotebookNode:
 def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
     parts = []
     if rnd.problem:
-        parts.append(f"**Protocol problem:** {rnd.problem}")
+        parts.append(f"**Protocol problem:** {_escape(rnd.problem)}")
     result = rnd.result
     skipped = "It is kept for the record and tagged `skip-execution`, so a replay skips it."
-    note = f" ({result.note})" if result is not None and result.note else ""
+    note = f" ({_escape(result.note)})" if result is not None and result.note else ""
     if rnd.code is not None and result is None:
         parts.append(f"**Not executed:** the run ended before the code below ran. {skipped}")
     elif result is not None and result.status == "timeout":
-        state = "The kernel was restarted: all variables were lost." if result.state_lost else "Variables survived."
-        parts.append(f"**Timed out** after {result.duration_s:.1f} s and was interrupted{note}. {state} {skipped}")
+        state = "The kernel was restarted: all variables were lost." if result.state_lost else "Variables were kept."
+        parts.append(f"**Timed out** after {result.duration_s:.1f} s{note}. {state} {skipped}")
     elif result is not None and result.status == "died":
         parts.append(f"**The kernel died** while running the code below{note}; all variables were lost. {skipped}")
     elif kept_for:
         names = ", ".join(f"`{name}`" for name in sorted(kept_for))
         parts.append(f"**Kept although it failed:** later cells use {names}, set here before the error.")
     return "\n\n".join("> " + part.replace("\n", "\n> ") for part in parts)
+
+
+def _escape(text: str) -> str:
+    """Plain text in markdown: ``<Code>`` in a protocol message must show, not vanish as an HTML tag."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _final_text(run: Run) -> str:
@@ -267,7 +282,9 @@ def _assign_ids(cells: list[NotebookNode]) -> None:
     seen: set[str] = set()
     for cell in cells:
         meta = cell.metadata[METADATA_KEY]
-        base = f"round-{meta['round']}-{meta['role']}" if meta["role"] in ("reasoning", "note", "code") else meta["role"]
+        base = meta["role"]
+        if base in ("reasoning", "note", "code"):
+            base = f"round-{meta['round']}-{base}"
         cell_id, n = base, 1
         while cell_id in seen:
             n += 1
@@ -363,11 +380,11 @@ def _clean_rounds(rounds: tuple[Round, ...]) -> list[tuple[Round, frozenset[str]
     chosen = []
     for pos, rnd in enumerate(rounds):
         if rnd.status == "ok" and rnd.code and rnd.code.strip():
-            chosen.append((rnd, frozenset[str]()))
+            chosen.append((rnd, _NO_NAMES))
         elif pos in needed:
             chosen.append((rnd, frozenset(needed[pos])))
         elif rnd.answer is not None and rnd.code is None:
-            chosen.append((rnd, frozenset[str]()))
+            chosen.append((rnd, _NO_NAMES))
     return chosen
 
 

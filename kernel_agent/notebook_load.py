@@ -154,9 +154,10 @@ def _add_cell(groups: list[_Group], cell: NotebookNode, role: str, meta: dict[st
 
 
 def _numbers(groups: list[_Group]) -> list[int]:
+    """Recorded round numbers where they keep increasing; the next free number elsewhere (hand-added cells)."""
     numbers, last = [], 0
     for group in groups:
-        last = group.number if group.number is not None else last + 1
+        last = group.number if group.number is not None and group.number > last else last + 1
         numbers.append(last)
     return numbers
 
@@ -255,7 +256,7 @@ def _artifacts(value: Any) -> tuple[Artifact, ...]:
 
 def _usage(value: Any) -> Usage:
     value = _mapping(value)
-    return Usage(_int(value.get("prompt_tokens")), _int(value.get("completion_tokens")), _int(value.get("total_tokens")))
+    return Usage(*(_int(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")))
 
 
 def _plain(value: Any) -> Any:

@@ -138,8 +138,8 @@ async def async_replay(
     temporary folder that is the kernel's cwd and is removed afterwards.
     Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
     may raise. ``timeout`` is per cell, in seconds. ``kernel_name`` defaults to
-    the notebook's kernelspec. An unexpected error, a timeout or a kernel
-    death stops the replay and becomes an ``error`` entry.
+    the notebook's kernelspec, else ``python3``. An unexpected error, a timeout
+    or a kernel death stops the replay and becomes an ``error`` entry.
 
     Raises ``NotebookError`` when the file is not a notebook, a data file is
     missing (naming it and where it was looked for), or the kernel cannot start.
@@ -155,7 +155,7 @@ async def async_replay(
         _stage_data(meta, folders, Path(cwd), path)
         stop = await _execute(executed, cwd, timeout, kernel_name, path)
     anchors = [*_anchors(meta), datetime.now(timezone.utc)]
-    paths = [str(folder) for folder in folders] + [cwd, os.path.realpath(cwd)]
+    paths = [variant for folder in (*folders, cwd) for variant in (os.path.abspath(folder), os.path.realpath(folder))]
     cells = _check_cells(recorded, executed, stop, check, anchors, paths)
     return ReplayReport(path, cells, checked=check, duration_s=time.monotonic() - started, notebook=executed)
 
@@ -191,7 +191,8 @@ def _stage_data(meta: dict[str, Any], folders: list[Path], cwd: Path, path: Path
         source = next((c for c in candidates if c.exists()), None)
         if source is None:
             looked = ", ".join(str(c) for c in candidates)
-            raise NotebookError(f"data file {name!r} for replaying {path} not found; looked in: {looked}", path=str(path))
+            message = f"data file {name!r} for replaying {path} not found; looked in: {looked}"
+            raise NotebookError(message, path=str(path))
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
             shutil.copytree(source, target, dirs_exist_ok=True)
@@ -199,7 +200,9 @@ def _stage_data(meta: dict[str, Any], folders: list[Path], cwd: Path, path: Path
             shutil.copy2(source, target)
 
 
-async def _execute(nb: NotebookNode, cwd: str, timeout: float, kernel_name: str | None, path: Path) -> tuple[int, str] | None:
+async def _execute(
+    nb: NotebookNode, cwd: str, timeout: float, kernel_name: str | None, path: Path
+) -> tuple[int, str] | None:
     """Run ``nb`` in place; return (cell index, what went wrong) when the replay stopped early."""
     progress: dict[str, Any] = {"index": None, "ready": False}
 
@@ -209,21 +212,21 @@ async def _execute(nb: NotebookNode, cwd: str, timeout: float, kernel_name: str 
     def on_notebook_start(notebook: NotebookNode) -> None:
         progress["ready"] = True
 
-    options: dict[str, Any] = {"kernel_name": kernel_name} if kernel_name else {}
+    spec = nb.metadata.get("kernelspec")
+    name = kernel_name or (spec.get("name") if isinstance(spec, dict) else None) or "python3"
     client = NotebookClient(
         nb,
+        kernel_name=name,
         timeout=timeout,
         allow_errors=False,
         skip_cells_with_tag=SKIP_TAG,
         resources={"metadata": {"path": cwd}},
         on_cell_start=on_cell_start,
         on_notebook_start=on_notebook_start,
-        **options,
     )
     try:
         await client.async_execute()
     except Exception as exc:  # nbclient and jupyter_client raise many kinds; each becomes context below
-        name = kernel_name or nb.metadata.get("kernelspec", {}).get("name", "?")
         if not progress["ready"] or progress["index"] is None:
             raise NotebookError(f"could not start kernel {name!r} to replay {path}: {exc}", path=str(path)) from exc
         return progress["index"], _failure(exc, timeout)
@@ -266,11 +269,12 @@ def _check_cells(
         if old.get("cell_type") != "code":
             continue
         meta = old.get("metadata", {}).get(METADATA_KEY)
-        number = meta.get("round") if isinstance(meta, dict) and isinstance(meta.get("round"), int) else None
+        meta = meta if isinstance(meta, dict) else {}
+        number = meta["round"] if isinstance(meta.get("round"), int) else None
         status: CheckStatus
         if SKIP_TAG in old.get("metadata", {}).get("tags", []):
-            recorded_status = meta.get("status") if isinstance(meta, dict) else None
-            status, detail = "skipped", f"tagged {SKIP_TAG}" + (f" (recorded: {recorded_status})" if recorded_status else "")
+            why = f" (recorded {meta['status']})" if isinstance(meta.get("status"), str) else ""
+            status, detail = "skipped", f"tagged {SKIP_TAG}{why}"
         elif not old.source.strip():
             status, detail = "skipped", "empty cell"
         elif stop is not None and index == stop[0]:
@@ -338,7 +342,10 @@ def _near(stamp: str, days: Sequence[date]) -> bool:
     return any(abs(day - anchor) <= _RECENT for anchor in days)
 
 
-def _summary(outputs: Sequence[dict[str, Any]], anchors: Sequence[datetime], paths: Sequence[str]) -> tuple[dict[str, str], list[tuple[Any, ...]]]:
+def _summary(
+    outputs: Sequence[dict[str, Any]], anchors: Sequence[datetime], paths: Sequence[str]
+) -> tuple[dict[str, str], list[tuple[Any, ...]]]:
+    """Streams joined per name, and the other outputs as (kind, MIME types, text/plain, PNG size)."""
     streams: dict[str, str] = {}
     items: list[tuple[Any, ...]] = []
     for out in outputs:
