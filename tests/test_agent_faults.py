@@ -118,8 +118,7 @@ def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAI
     nbformat.validate(nb)
     assert [c.source for c in nb.cells if c.cell_type == "code"][1:] == ["first = 1", "second = 2"]
     wait_for(lambda: not any(os.path.exists(f"/proc/{k}") and _alive(k) for k in kernels), "the orphaned kernel to exit")
-    assert runtime_dirs[0].exists()  # a SIGKILLed owner cannot clean up after itself...
-    assert runtime_dirs[0] in sweep_stale_runtime_dirs()  # ...so the next session start sweeps it
+    sweep_stale_runtime_dirs()  # a SIGKILLed owner cannot clean up; the next session start sweeps
     assert not runtime_dirs[0].exists()
     assert not our_kernel_pids()
 
@@ -135,3 +134,14 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_sweep_removes_only_dirs_of_dead_owners(tmp_path: Path) -> None:
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive, foreign = tmp_path / "kernel-agent-dead", tmp_path / "kernel-agent-alive", tmp_path / "kernel-agent-x"
+    for folder, owner in ((dead, finished.stdout.strip()), (alive, str(os.getpid())), (foreign, None)):
+        folder.mkdir()
+        if owner is not None:
+            (folder / "owner.pid").write_text(owner)
+    assert sweep_stale_runtime_dirs(str(tmp_path)) == [dead]
+    assert not dead.exists() and alive.exists() and foreign.exists()
