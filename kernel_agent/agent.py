@@ -143,7 +143,7 @@ class AsyncAgent:
     # ----------------------------------------------------------------- public
     async def run(
         self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
-        notebook: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None, *, setup: str = "",
     ) -> Run:
         """Run the analysis to its end and return the ``Run`` (also on disk as a notebook).
 
@@ -151,18 +151,22 @@ class AsyncAgent:
         not raised. Raises ``DataFileError`` for bad data files (before any
         model call) and ``KernelError`` when the kernel cannot be started.
         """
-        return await _last_run(self.stream(task, data, workspace, notebook))
+        return await _last_run(self.stream(task, data, workspace, notebook, setup=setup))
 
     async def stream(
         self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
-        notebook: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None, *, setup: str = "",
     ) -> AsyncIterator[Event]:
-        """The same run as ``run()``, as an async iterator of events ending with ``RunFinished``."""
+        """The same run as ``run()``, as an async iterator of events ending with ``RunFinished``.
+
+        ``setup`` is extra code for the setup cell, run after the preload (e.g. loading
+        variables shared from a notebook); it is recorded there, so the notebook replays.
+        """
         root = Path(workspace) if workspace is not None else default_workspace(task)
         files = prepare_data(list(data), root)
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
-            live = await self._begin(session, task, files, root, notebook_path)
+            live = await self._begin(session, task, files, root, notebook_path, setup)
             async for event in self._drive(live):
                 yield event
 
@@ -200,15 +204,18 @@ class AsyncAgent:
 
     # ----------------------------------------------------------------- the loop
     async def _begin(
-        self, session: AsyncKernelSession, task: str, files: Sequence[DataFile], root: Path, notebook: Path
+        self, session: AsyncKernelSession, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
+        extra_setup: str,
     ) -> _Live:
         names = [f.name for f in files]
-        setup_code = preload_code(files) if self.config.preload else "%matplotlib inline"
+        setup_code = preload_code(files) if self.config.preload else "%matplotlib inline\n"
+        if extra_setup:
+            setup_code = f"{setup_code.rstrip()}\n\n{extra_setup.strip()}\n"
         setup = await session.execute(setup_code, self.config.exec_timeout)
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
-            workspace=_relative_to(root, notebook.parent), setup_code=setup_code, scripted=self.chat_model.scripted,
+            workspace=str(root.resolve()), setup_code=setup_code, scripted=self.chat_model.scripted,
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
         protocol = get_protocol(self.config.protocol, vision=self.config.vision)
@@ -349,13 +356,6 @@ def _endpoint(base_url: str | None, model: ChatModel) -> str:
     from .llm import endpoint_host
 
     return endpoint_host(base_url)
-
-
-def _relative_to(path: Path, start: Path) -> str:
-    try:
-        return os.path.relpath(path.resolve(), start.resolve())
-    except ValueError:  # another drive on Windows
-        return str(path.resolve())
 
 
 def _resolve_workspace(recorded: str, notebook: Path) -> Path:

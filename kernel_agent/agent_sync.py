@@ -39,13 +39,15 @@ class Agent:
     def config(self) -> Any:
         return self._async.config
 
-    def run(self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None) -> Run:
+    def run(self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None, *, setup: str = "") -> Run:
         """Run the analysis; see ``AsyncAgent.run``."""
-        return self._loop.run(self._async.run(task, data, workspace, notebook))
+        return self._loop.run(self._async.run(task, data, workspace, notebook, setup=setup))
 
-    def stream(self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None) -> Iterator[Event]:
+    def stream(
+        self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None, *, setup: str = ""
+    ) -> Iterator[Event]:
         """The run as an iterator of events; see ``AsyncAgent.stream``."""
-        return self._loop.iterate(self._async.stream(task, data, workspace, notebook))
+        return self._loop.iterate(self._async.stream(task, data, workspace, notebook, setup=setup))
 
     def resume(self, notebook_path: Any, task: str, *, notebook: Any = None, workspace: Any = None) -> Run:
         """Continue an earlier run; see ``AsyncAgent.resume``."""

@@ -129,6 +129,7 @@ def write_notebook(nb: NotebookNode, path: str | os.PathLike[str]) -> Path:
     except (TypeError, ValueError) as exc:
         raise NotebookError(f"cannot serialise the notebook for {path}: {exc}", path=str(path)) from exc
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, text)
     except OSError as exc:
         raise NotebookError(f"cannot write notebook {path}: {exc}", path=str(path)) from exc

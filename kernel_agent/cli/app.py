@@ -1,0 +1,257 @@
+"""The ``kernel-agent`` commands (click): ``run``, ``demo``, ``replay``, ``show``, ``kernelspec install``.
+
+Each command reads its options, calls the library, renders with ``render``
+or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
+``DataFileError`` and ``NotebookError`` exit 2 with their message, a
+``ModelError`` or ``KernelError`` exits 1, never with a traceback. Exit
+codes of runs come from ``drive``: 0 answer, 1 no answer, 130 Ctrl-C,
+143 SIGTERM. No analysis logic lives here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from .._version import __version__
+from ..config import PROTOCOLS
+from ..errors import ConfigError, KernelAgentError, NotebookError
+from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job, drive
+from .render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
+
+__all__ = ["cli", "main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ENVIRONMENT = """
+\b
+Environment (flags win over it):
+  KERNEL_AGENT_MODEL  model name, e.g. gpt-4o-mini or a vLLM/Ollama model
+  OPENAI_BASE_URL     any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1
+  OPENAI_API_KEY      its key, if it needs one
+"""
+
+
+class Failure(click.ClickException):
+    """An expected failure: ``Error: <message>`` on stderr and ``exit_code``, no traceback."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextmanager
+def _edge() -> Iterator[None]:
+    """Translate library errors into exit codes and plain messages."""
+    try:
+        yield
+    except (ConfigError, NotebookError) as exc:  # DataFileError is a ConfigError
+        raise Failure(str(exc), EXIT_USAGE) from None
+    except KernelAgentError as exc:  # ModelError, KernelError: the machinery failed, not the user
+        raise Failure(str(exc), 1) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _model_options(function: F) -> F:
+    options = [
+        click.option("--model", "-m", metavar="NAME", help="Model name [env: KERNEL_AGENT_MODEL]."),
+        click.option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]."),
+        click.option("--api-key", metavar="KEY", help="API key for the endpoint [env: OPENAI_API_KEY]."),
+        click.option("--protocol", type=click.Choice(PROTOCOLS), help="How the model writes code: tools (function calling, default), tags (any chat model), deepanalyze (DeepAnalyze-8B)."),
+        click.option("--max-rounds", type=click.IntRange(min=1), metavar="N", help="Model replies before the run stops [default: 30]."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds each code execution may take [default: 120]."),
+        click.option("--vision", is_flag=True, help="Send figures back to the model as images (tools protocol)."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _output_options(function: F) -> F:
+    function = click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line (for scripts).")(function)
+    return click.option("--quiet", "-q", is_flag=True, help="Print only the answer and the notebook path.")(function)
+
+
+def _agent_arguments(options: dict[str, Any]) -> dict[str, Any]:
+    """``AsyncAgent`` keyword arguments from the shared model options (None: environment or default)."""
+    return {
+        "model": options["model"], "base_url": options["base_url"], "api_key": options["api_key"],
+        "protocol": options["protocol"], "max_rounds": options["max_rounds"], "exec_timeout": options["timeout"],
+        "vision": True if options["vision"] else None,
+    }
+
+
+def _renderer(quiet: bool, as_json: bool) -> Renderer:
+    if quiet and as_json:
+        raise click.UsageError("--quiet and --json cannot be used together")
+    if as_json:
+        return JsonRenderer(sys.stdout)
+    if quiet:
+        return QuietRenderer(sys.stdout, sys.stderr)
+    return LiveRenderer(Console(highlight=False))
+
+
+def _run(make_agent: Callable[[], Any], job: Job, renderer: Renderer) -> int:
+    try:
+        with _edge():
+            agent = make_agent()
+            _make_parent(job.notebook)
+            return drive(agent, job, renderer)
+    finally:
+        renderer.close()
+
+
+def _make_parent(notebook: Any) -> None:
+    """Create the folder ``--out`` points into, as the workspace's is created."""
+    if notebook is None:
+        return
+    try:
+        Path(notebook).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Failure(f"cannot create the folder for {notebook}: {exc}", EXIT_USAGE) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", "-V", prog_name="kernel-agent")
+def cli() -> None:
+    """kernel-agent: an LLM analyses your data by writing code in rounds against a live Jupyter
+    kernel. Every run is exported as a notebook you can open, review and replay.
+
+    \b
+    Quick start:
+      kernel-agent demo                                   bundled data, no model needed
+      kernel-agent run "What drives sales?" --data sales.csv --model gpt-4o-mini
+      kernel-agent show agent-runs/<run>/analysis.ipynb   review a run in the terminal
+      kernel-agent replay RUN.ipynb --check               re-execute it and compare outputs
+    """
+
+
+@cli.command(epilog=_ENVIRONMENT)
+@click.argument("task")
+@click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file for the analysis (repeatable).")
+@_model_options
+@click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>].")
+@click.option("--out", "-o", metavar="RUN.ipynb", help="Where the notebook goes [default: WORKSPACE/analysis.ipynb].")
+@_output_options
+def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None, quiet: bool, as_json: bool, **options: Any) -> None:
+    """Analyse data: the model writes code, a live kernel runs it, round after round, until an answer.
+
+    TASK is the question in plain words ("-" reads it from stdin). The notebook is written after every
+    round; Ctrl-C stops the run and keeps it.
+
+    \b
+    Exit codes: 0 answer, 1 no answer (max rounds, stuck, model error; the notebook is still written),
+    2 usage error (bad option, missing data file, no model configured), 130 Ctrl-C, 143 SIGTERM.
+    """
+    if task == "-":
+        task = sys.stdin.read().strip()
+    if not task.strip():
+        raise click.UsageError("the task is empty")
+    renderer = _renderer(quiet, as_json)
+    from ..agent import AsyncAgent
+
+    job = Job(task, data, workspace, out)
+    sys.exit(_run(lambda: AsyncAgent(**_agent_arguments(options)), job, renderer))
+
+
+@cli.command(epilog=_ENVIRONMENT)
+@_model_options
+@click.option("--scripted", is_flag=True, help="Play the bundled scripted replies even when a model is configured.")
+@click.option("--out", "-o", default="notebooks/demo-run.ipynb", show_default=True, metavar="RUN.ipynb", help="Where the notebook goes.")
+@click.option("--workspace", "-w", default="notebooks/demo-run", show_default=True, metavar="DIR", help="The run's folder.")
+@_output_options
+def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, **options: Any) -> None:
+    """A complete analysis of the bundled sales dataset, exported as a notebook with figures.
+
+    With a model configured (flags or environment) the demo uses it. Without one it plays replies
+    written for this dataset and shipped with kernel-agent, and says so on screen and in the notebook:
+    the code still really runs in a live kernel, so every number and figure is real.
+    """
+    from .demo import demo_agent, demo_job, epilogue
+
+    renderer = _renderer(quiet, as_json)
+    live = renderer if isinstance(renderer, LiveRenderer) else None
+    made: list[Any] = []
+
+    def make_agent() -> Any:
+        made.append(demo_agent(_agent_arguments(options), scripted=scripted, typing=bool(live and live.console.is_terminal)))
+        if live is not None and made[0].chat_model.scripted:
+            why = "--scripted" if scripted else "No model configured"
+            live.console.print(Text(f"{why}: playing the scripted demo replies.", style="yellow"))
+        return made[0]
+
+    code = _run(make_agent, demo_job(workspace, out), renderer)
+    if live is not None:
+        live.console.print(epilogue(out, scripted=made[0].chat_model.scripted), soft_wrap=True)
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("notebook", metavar="RUN.ipynb")
+@click.option("--workspace", "-w", metavar="DIR", help="Where the data files are [default: the recorded workspace, then the notebook's folder].")
+@click.option("--check/--no-check", default=True, show_default=True, help="Compare the new outputs with the recorded ones.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600, show_default=True, metavar="S", help="Seconds per cell.")
+def replay(notebook: str, workspace: str | None, check: bool, timeout: float) -> None:
+    """Re-execute a run's notebook in a fresh kernel and report cell by cell.
+
+    Exits 1 when a cell's outputs differ from the recorded ones (with --check) or a cell fails,
+    2 when the notebook or its data files cannot be found.
+    """
+    from ..replay import replay as replay_notebook
+    from .show import show_replay
+
+    with _edge():
+        report = replay_notebook(notebook, workspace=workspace, check=check, timeout=timeout)
+    show_replay(Console(highlight=False), report)
+    sys.exit(0 if report.ok else 1)
+
+
+@cli.command()
+@click.argument("notebook", metavar="RUN.ipynb")
+@click.option("--html", "html", metavar="OUT.html", help="Render the notebook as HTML (nbconvert) for the browser instead.")
+def show(notebook: str, html: str | None) -> None:
+    """Review a run in the terminal: reasoning, code, outputs, status and timing per round, the answer."""
+    from ..notebook_load import load_run
+    from .show import export_html, show_run
+
+    console = Console(highlight=False)
+    with _edge():
+        if html is not None:
+            target = export_html(notebook, html)
+            console.print(Text(f"wrote {target}"), soft_wrap=True)
+            return
+        loaded = load_run(notebook)
+    show_run(console, loaded)
+
+
+@cli.group()
+def kernelspec() -> None:
+    """Manage the kernel-agent Jupyter kernelspec (for JupyterLab)."""
+
+
+@kernelspec.command("install")
+@click.option("--user", is_flag=True, help="Install for the current user.")
+@click.option("--prefix", metavar="P", help="Install under this prefix (e.g. a virtualenv's sys.prefix).")
+def kernelspec_install(user: bool, prefix: str | None) -> None:
+    """Install the kernel-agent kernelspec where Jupyter finds it."""
+    if user and prefix:
+        raise click.UsageError("--user and --prefix cannot be used together")
+    from ..kernelspec import install_kernelspec
+
+    with _edge():
+        where = install_kernelspec(user=user, prefix=prefix)
+    click.echo(f"installed the kernel-agent kernelspec in {where}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``kernel-agent`` console script."""
+    cli.main(args=argv, prog_name="kernel-agent")

@@ -1,0 +1,62 @@
+"""The ``demo`` command's choices: which model plays, what it is asked, what is said afterwards.
+
+Owns one decision: a configured model (flags or environment) runs the demo;
+without one, or with ``--scripted``, the bundled ``ScriptedChatModel`` plays
+the replies written for the bundled dataset, with the ``tags`` protocol they
+are written in. The data, task and replies themselves are ``kernel_agent.demo``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+from ..agent import AsyncAgent
+from ..config import AgentConfig
+from ..errors import ConfigError
+from .drive import Job
+
+__all__ = ["TYPING_DELAY_S", "demo_agent", "demo_job", "epilogue"]
+
+TYPING_DELAY_S = 0.004  # between 16-character chunks of a scripted reply, so a terminal shows it being written
+
+
+def demo_agent(arguments: dict[str, Any], *, scripted: bool = False, typing: bool = False) -> AsyncAgent:
+    """The demo's agent: the configured model, else the scripted replies.
+
+    ``arguments`` are ``AsyncAgent`` keyword arguments (None: unset).
+    ``typing`` paces the scripted replies like a model writing. Raises
+    ``ConfigError`` for invalid settings, or for ``--protocol`` other than
+    ``tags`` with the scripted replies.
+    """
+    if not scripted and AgentConfig.resolve(model=arguments.get("model")).model:
+        return AsyncAgent(**arguments)
+    from ..demo import demo_model
+
+    if arguments.get("protocol") not in (None, "tags"):
+        raise ConfigError("the scripted demo replies use the tags protocol; drop --protocol or configure a model")
+    settings = {key: value for key, value in arguments.items() if key in ("max_rounds", "exec_timeout", "vision")}
+    model = demo_model(delay=TYPING_DELAY_S if typing else 0.0)
+    return AsyncAgent(protocol="tags", chat_model=model, **settings)
+
+
+def demo_job(workspace: str, notebook: str) -> Job:
+    """The bundled task on the bundled dataset, written to ``workspace`` and ``notebook``."""
+    from ..demo import dataset_path, demo_task
+
+    return Job(demo_task(), (dataset_path(),), workspace, notebook)
+
+
+def epilogue(notebook: str, *, scripted: bool) -> Text:
+    """What to do next, printed after the run."""
+    text = Text("\nNext: ", style="bold")
+    text.append(f"open {notebook} in JupyterLab, review it with `kernel-agent show {notebook}`, ")
+    text.append(f"or re-execute it with `kernel-agent replay {notebook} --check`.")
+    if scripted:
+        text.append(
+            "\nTo run the demo with a real model, set KERNEL_AGENT_MODEL and OPENAI_BASE_URL "
+            "(and OPENAI_API_KEY if needed), or pass --model/--base-url.",
+            style="dim",
+        )
+    return text

@@ -1,0 +1,318 @@
+"""Rendering a run's event stream in the terminal: ``LiveRenderer``, ``QuietRenderer``, ``JsonRenderer``.
+
+Owns how events look, nothing else: every renderer takes the events the
+agent yields (``handle``), plus ``interrupted`` when the run was cancelled,
+and writes to a rich ``Console``. The helpers ``output_renderables`` and
+``round_status`` are shared with ``show.py`` (the review of a finished
+notebook). No agent logic and no exit codes live here (``app.py`` owns those).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.spinner import Spinner
+from rich.syntax import Syntax
+from rich.text import Text
+
+from ..events import Event
+from ..result import ExecutionResult, png_size, strip_ansi
+from ..run import Artifact, Round, Run, Usage
+
+__all__ = [
+    "JsonRenderer",
+    "LiveRenderer",
+    "QuietRenderer",
+    "Renderer",
+    "SCRIPTED_NOTE",
+    "code_block",
+    "output_renderables",
+    "round_status",
+    "usage_text",
+]
+
+SCRIPTED_NOTE = (
+    "Scripted replies: no model is configured, so the model's text is played back from replies "
+    "shipped with kernel-agent. The code really runs in a live kernel; the numbers and figures are real."
+)
+_STATUS_STYLE = {"ok": "green", "answer": "green", "error": "red", "timeout": "yellow", "died": "red"}
+_STATUS_MARK = {"ok": "✓", "answer": "✓", "error": "✗", "timeout": "⏱", "died": "✗", "no-code": "·"}
+_STOP_WORDS = {
+    "answer": "answer reached",
+    "max_rounds": "stopped at the maximum number of rounds",
+    "stuck": "stopped: the model was going round in circles",
+    "llm_error": "stopped: the model endpoint failed",
+    "cancelled": "cancelled",
+}
+_TAIL_LINES = 8  # of the model's streamed text, in the live area
+
+
+class Renderer(Protocol):
+    """What ``app.py`` drives: one call per event, then ``interrupted`` or nothing, then ``close``."""
+
+    def handle(self, event: Event) -> None: ...
+
+    def interrupted(self, notebook_path: str | None, signal_name: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# -- shared pieces ----------------------------------------------------------------------------------
+
+
+def usage_text(usage: Usage) -> str:
+    """``"1,234 tokens (1,000 prompt + 234 completion)"``, or ``"tokens not reported"``."""
+    if not usage.total_tokens:
+        return "tokens not reported"
+    return f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} completion)"
+
+
+def round_status(round_: Round) -> Text:
+    """One line: mark, status, timings and tokens of a finished round."""
+    status = round_.status
+    text = Text(f"{_STATUS_MARK.get(status, '·')} round {round_.index}: {status}", style=_STATUS_STYLE.get(status, "dim"))
+    parts = [f"model {round_.model_s:.1f} s"]
+    if round_.result is not None:
+        parts.append(f"code {round_.exec_s:.1f} s")
+    if round_.usage.total_tokens:
+        parts.append(f"{round_.usage.total_tokens:,} tokens")
+    text.append("  " + " · ".join(parts), style="dim")
+    if round_.result is not None and round_.result.note:
+        text.append(f"\n  {round_.result.note}", style="yellow")
+    return text
+
+
+def code_block(code: str) -> Syntax:
+    """The code of a round, highlighted."""
+    return Syntax(code, "python", theme="ansi_dark", line_numbers=False, word_wrap=True)
+
+
+def output_renderables(outputs: Sequence[dict[str, Any]], *, max_lines: int = 30) -> list[RenderableType]:
+    """Terminal renderings of nbformat outputs: text clipped, images as placeholders with their size."""
+    shown: list[RenderableType] = []
+    image_no = 0
+    for out in outputs:
+        kind = out.get("output_type")
+        if kind == "stream":
+            style = "yellow" if out.get("name") == "stderr" else ""
+            shown.append(Text(_clip_lines(_joined(out.get("text")), max_lines), style=style))
+        elif kind in ("display_data", "execute_result"):
+            data = out.get("data", {})
+            if "image/png" in data:
+                image_no += 1
+                shown.append(Text(_image_placeholder(image_no, _joined(data["image/png"])), style="magenta"))
+            elif "text/plain" in data:
+                shown.append(Text(_clip_lines(_joined(data["text/plain"]), max_lines)))
+        elif kind == "error":
+            trace = "\n".join(strip_ansi(str(line)) for line in out.get("traceback", []))
+            shown.append(Text(_clip_lines(trace or f"{out.get('ename')}: {out.get('evalue')}", max_lines), style="red"))
+    return shown
+
+
+def artifacts_text(artifacts: Sequence[Artifact]) -> Text | None:
+    """``files: a.png (44.1 KB, created), ...`` or None."""
+    if not artifacts:
+        return None
+    listed = ", ".join(f"{a.path} ({_size(a.size)}, {a.change})" for a in artifacts[:10])
+    more = f" and {len(artifacts) - 10} more" if len(artifacts) > 10 else ""
+    return Text(f"files: {listed}{more}", style="cyan")
+
+
+def _image_placeholder(number: int, b64: str) -> str:
+    size = png_size(b64.replace("\n", ""))
+    dims = f" {size[0]}x{size[1]}" if size else ""
+    return f"[image {number}: png{dims}, {_size(len(b64) * 3 // 4)}]"
+
+
+def _clip_lines(text: str, max_lines: int) -> str:
+    lines = text.rstrip("\n").splitlines()
+    if len(lines) <= max_lines:
+        return "\n".join(lines)
+    head = max_lines // 2
+    tail = max_lines - head
+    return "\n".join([*lines[:head], f"… {len(lines) - max_lines} lines not shown …", *lines[-tail:]])
+
+
+def _size(size: int) -> str:
+    return f"{size} B" if size < 1000 else f"{size / 1000:.1f} KB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
+
+
+def _joined(value: Any) -> str:
+    return "".join(value) if isinstance(value, list) else str(value or "")
+
+
+# -- live -------------------------------------------------------------------------------------------
+
+
+class _Activity:
+    """The transient bottom area: a spinner with elapsed time and the tail of the streamed text."""
+
+    def __init__(self) -> None:
+        self.label = ""
+        self.started = 0.0
+        self.text = ""
+        self.active = False
+
+    def begin(self, label: str) -> None:
+        self.label, self.started, self.text, self.active = label, time.monotonic(), "", True
+
+    def end(self) -> None:
+        self.active = False
+
+    def __rich__(self) -> RenderableType:
+        if not self.active:
+            return Text("")
+        elapsed = time.monotonic() - self.started
+        spinner = Spinner("dots", Text(f"{self.label} {elapsed:.1f} s", style="cyan"))
+        tail = "\n".join(self.text.rstrip().splitlines()[-_TAIL_LINES:])
+        return Group(Text(tail, style="dim"), spinner) if tail else spinner
+
+
+class LiveRenderer:
+    """The default rendering: rounds as they happen, with a live spinner on a terminal."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._activity = _Activity()
+        self._live: Live | None = None
+        self._max_rounds = 0
+        if console.is_terminal:
+            self._live = Live(self._activity, console=console, transient=True, refresh_per_second=8)
+            self._live.start()
+
+    def close(self) -> None:
+        """Stop the live area. Idempotent."""
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+
+    def handle(self, event: Event) -> None:
+        getattr(self, f"_on_{event.kind}")(event)
+
+    def interrupted(self, notebook_path: str | None, signal_name: str) -> None:
+        self._activity.end()
+        where = f"notebook saved: {notebook_path}" if notebook_path else "the run had not started; nothing was saved"
+        self.console.print(Text(f"Interrupted ({signal_name}): {where}", style="bold yellow"), soft_wrap=True)
+
+    def _on_run_started(self, event: Any) -> None:
+        self.console.print(Text.assemble(("kernel-agent", "bold"), f" · model {event.model} · protocol {event.protocol}"))
+        self.console.print(Text(f"workspace {event.workspace}", style="dim"), soft_wrap=True)
+        if event.scripted:
+            self.console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))
+
+    def _on_round_started(self, event: Any) -> None:
+        self._max_rounds = event.max_rounds
+        self.console.print(Rule(f"Round {event.round}/{event.max_rounds}", style="blue"))
+        self._activity.begin("model writing")
+
+    def _on_text_delta(self, event: Any) -> None:
+        self._activity.text += event.text
+
+    def _on_code_ready(self, event: Any) -> None:
+        self._activity.end()
+        if event.reasoning.strip():
+            self.console.print(Markdown(event.reasoning))
+        self.console.print(Panel(code_block(event.code), border_style="dim", padding=(0, 1)))
+
+    def _on_execution_started(self, event: Any) -> None:
+        limit = f" (limit {event.timeout:g} s)" if event.timeout else ""
+        self._activity.begin(f"running code{limit}")
+
+    def _on_execution_finished(self, event: Any) -> None:
+        self._activity.end()
+        result: ExecutionResult = event.result
+        for item in output_renderables(result.outputs, max_lines=20):
+            self.console.print(item)
+        if result.images:
+            self.console.print(Text(f"{len(result.images)} figure(s) saved in the notebook", style="magenta"))
+        files = artifacts_text(event.artifacts)
+        if files is not None:
+            self.console.print(files)
+
+    def _on_round_finished(self, event: Any) -> None:
+        self._activity.end()
+        round_: Round = event.round
+        if round_.code is None and round_.reasoning.strip():
+            self.console.print(Markdown(round_.reasoning))
+        self.console.print(round_status(round_))
+
+    def _on_answer(self, event: Any) -> None:
+        self.console.print(Panel(Markdown(event.answer), title="Answer", border_style="green"))
+
+    def _on_notice(self, event: Any) -> None:
+        self.console.print(Text(f"note: {event.message}", style="yellow"))
+
+    def _on_error(self, event: Any) -> None:
+        self._activity.end()
+        self.console.print(Text(f"error: {event.message}", style="bold red"))
+
+    def _on_finished(self, event: Any) -> None:
+        run: Run = event.run
+        stop = _STOP_WORDS.get(run.stop_reason or "", str(run.stop_reason))
+        style = "green" if run.answer is not None else "yellow"
+        self.console.print(Rule(style=style))
+        self.console.print(Text(f"{stop} after {len(run.rounds)} round(s) · {usage_text(run.usage)}", style=style))
+        if run.info.scripted:
+            self.console.print(Text("The model replies were scripted (see the notebook's header).", style="yellow"))
+        if run.notebook_path is not None:
+            self.console.print(Text.assemble(("notebook: ", "bold"), str(run.notebook_path)), soft_wrap=True)
+
+
+# -- quiet and json ---------------------------------------------------------------------------------
+
+
+class QuietRenderer:
+    """``--quiet``: only the answer and the notebook path on ``out``; why there is no answer on ``err``."""
+
+    def __init__(self, out: Any, err: Any) -> None:
+        self.out = out
+        self.err = err
+
+    def handle(self, event: Event) -> None:
+        if event.kind == "error":
+            self.err.write(f"error: {event.message}\n")  # type: ignore[union-attr]
+        if event.kind != "finished":
+            return
+        run: Run = event.run  # type: ignore[union-attr]
+        if run.answer is not None:
+            self.out.write(run.answer.rstrip("\n") + "\n")
+        else:
+            self.err.write(f"no answer: {_STOP_WORDS.get(run.stop_reason or '', run.stop_reason)}\n")
+        if run.notebook_path is not None:
+            self.out.write(f"{run.notebook_path}\n")
+
+    def interrupted(self, notebook_path: str | None, signal_name: str) -> None:
+        self.err.write(f"interrupted ({signal_name})\n")
+        if notebook_path:
+            self.out.write(f"{notebook_path}\n")
+
+    def close(self) -> None:
+        self.out.flush()
+
+
+class JsonRenderer:
+    """``--json``: one JSON object per line (``event.to_dict()``), flushed as it happens."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def handle(self, event: Event) -> None:
+        self._write(event.to_dict())
+
+    def interrupted(self, notebook_path: str | None, signal_name: str) -> None:
+        self._write({"event": "interrupted", "signal": signal_name, "notebook_path": notebook_path})
+
+    def close(self) -> None:
+        pass
+
+    def _write(self, payload: dict[str, Any]) -> None:
+        self.stream.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        self.stream.flush()

@@ -1,0 +1,116 @@
+"""Reviewing finished runs in the terminal: ``show_run``, ``show_replay``, ``export_html``.
+
+Owns the terminal layout of a notebook read back with ``load_run`` (header,
+then per round: status and timing, reasoning, highlighted code, outputs with
+images as placeholders, then the answer), of a ``ReplayReport``, and the
+``--html`` export through nbconvert. Reading and replaying notebooks is the
+library's job (``notebook_load``, ``replay``); this module only draws.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.text import Text
+
+from ..errors import NotebookError
+from ..notebook_load import LoadedRun
+from ..replay import ReplayReport
+from ..run import Round
+from .render import artifacts_text, code_block, output_renderables, round_status, usage_text
+
+__all__ = ["export_html", "show_replay", "show_run"]
+
+_CHECK_STYLE = {"match": "green", "executed": "green", "mismatch": "red", "error": "bold red", "skipped": "dim"}
+
+
+def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40) -> None:
+    """Print a run read from its notebook: header, every round, then the answer or why there is none."""
+    run = loaded.run
+    _header(console, loaded)
+    for round_ in run.rounds:
+        _round(console, round_, max_lines)
+    console.print(Rule(style="green" if run.answer is not None else "yellow"))
+    if run.answer is not None:
+        console.print(Panel(Markdown(run.answer), title="Answer", border_style="green"))
+    else:
+        reason = run.stop_reason or "not finished"
+        console.print(Text(f"No answer ({reason})" + (f": {run.error}" if run.error else ""), style="yellow"))
+    console.print(Text(f"{len(run.rounds)} round(s) · {usage_text(run.usage)}", style="dim"))
+
+
+def _header(console: Console, loaded: LoadedRun) -> None:
+    info = loaded.info
+    console.print(Rule(Text(str(loaded.path or "run"), style="bold"), style="blue"))
+    console.print(Markdown(f"**Task:** {info.task.strip() or '(not recorded)'}"))
+    details = [
+        f"model {info.model or 'unknown'}",
+        f"protocol {info.protocol or 'unknown'}",
+        f"data {', '.join(info.data_files) or 'none'}",
+    ]
+    if loaded.view:
+        details.append(f"{loaded.view} view")
+    console.print(Text(" · ".join(details), style="dim"), soft_wrap=True)
+    if info.scripted:
+        console.print(Text("The model replies in this run were scripted (played back from a file).", style="yellow"))
+
+
+def _round(console: Console, round_: Round, max_lines: int) -> None:
+    console.print(Rule(f"Round {round_.index}", style="blue"))
+    console.print(round_status(round_))
+    if round_.problem:
+        console.print(Text(f"protocol problem: {round_.problem}", style="yellow"))
+    if round_.reasoning.strip():
+        console.print(Markdown(round_.reasoning))
+    if round_.code is not None:
+        console.print(Panel(code_block(round_.code), border_style="dim", padding=(0, 1)))
+    if round_.result is not None:
+        for item in output_renderables(round_.result.outputs, max_lines=max_lines):
+            console.print(item)
+    files = artifacts_text(round_.artifacts)
+    if files is not None:
+        console.print(files)
+
+
+def show_replay(console: Console, report: ReplayReport) -> None:
+    """Print a replay report: one summary line, then one line per code cell, coloured by status."""
+    summary = ", ".join(f"{n} {status}" for status, n in report.counts().items()) or "no code cells"
+    verdict = Text("ok" if report.ok else "FAILED", style="bold green" if report.ok else "bold red")
+    console.print(
+        Text.assemble(f"replay of {report.path}: ", verdict, f" ({summary}) in {report.duration_s:.1f} s"),
+        soft_wrap=True,
+    )
+    for cell in report.cells:
+        where = "setup" if cell.round == 0 else f"round {cell.round}" if cell.round is not None else "-"
+        line = Text(f"  cell {cell.index:>3}  {where:<9} ")
+        line.append(f"{cell.status:<8}", style=_CHECK_STYLE.get(cell.status, ""))
+        if cell.detail:
+            line.append(f"  {cell.detail}", style="dim")
+        console.print(line, soft_wrap=True)
+
+
+def export_html(notebook: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Render ``notebook`` to a standalone HTML file with nbconvert; return its path.
+
+    Raises ``NotebookError`` when the notebook cannot be read or the file cannot be written.
+    """
+    from nbconvert import HTMLExporter  # heavy: only for --html
+
+    from ..notebook_load import read_notebook
+
+    nb = read_notebook(notebook)
+    try:
+        body, _resources = HTMLExporter().from_notebook_node(nb)
+    except Exception as exc:  # nbconvert raises assorted template and conversion errors
+        raise NotebookError(f"cannot render {notebook} as HTML: {exc}", path=str(notebook)) from exc
+    target = Path(target)
+    try:
+        target.write_text(body, encoding="utf-8")
+    except OSError as exc:
+        raise NotebookError(f"cannot write {target}: {exc}", path=str(notebook)) from exc
+    return target

@@ -1,0 +1,130 @@
+"""The ``%%agent`` magic in a real IPython shell and inside a real kernel (a notebook run by nbclient)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+from openai_server import OpenAIServer, Reply, python_call
+from traitlets.config import Config
+
+from kernel_agent.replay import replay
+
+
+@pytest.fixture
+def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    """A fresh IPython shell with the extension loaded, working in ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    ipython = InteractiveShell.instance(config=config)
+    ipython.run_line_magic("load_ext", "kernel_agent")
+    yield ipython
+    InteractiveShell.clear_instance()
+
+
+def rendered(outputs: list[Any], mime: str) -> str:
+    """Every ``mime`` payload among captured or notebook outputs, joined."""
+    texts = []
+    for out in outputs:
+        data = out.data if hasattr(out, "data") else out.get("data", {})
+        if mime in data:
+            value = data[mime]
+            texts.append("".join(value) if isinstance(value, list) else str(value))
+    return "\n".join(texts)
+
+
+@pytest.mark.kernel
+def test_share_defines_the_variables_from_round_1_and_the_notebook_replays(
+    shell: InteractiveShell, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    shell.user_ns.update(df=pd.DataFrame({"x": [1, 2, 3], "y": [4.0, 5.0, 6.0]}), threshold=0.5,
+                         arr=np.arange(4), labels={"a": [1, 2]})
+    openai_server.add(Reply("Check.", tool_calls=(python_call("print(df.shape, threshold, int(arr.sum()), labels)"),)))
+
+    def answer(body: dict[str, Any]) -> Reply:
+        assert "(3, 2) 0.5 6 {'a': [1, 2]}" in json.dumps(body["messages"])
+        return Reply("The shared values arrived.")
+
+    openai_server.add(answer)
+    line = f"--model m --base-url {openai_server.base_url} --workspace ws --share df,threshold --share arr,labels"
+
+    with capture_output() as captured:
+        shell.run_cell_magic("agent", line, "Use the shared variables.")
+
+    assert "(3, 2) 0.5 6" in rendered(captured.outputs, "text/plain")
+    assert "The shared values arrived." in rendered(captured.outputs, "text/markdown")
+    prompt = json.dumps(openai_server.requests[0]["messages"], ensure_ascii=False)
+    assert "`df` (DataFrame, 3 rows × 2 columns, from `df.parquet`)" in prompt
+    run = shell.user_ns["_agent_run"]
+    assert run.answer == "The shared values arrived." and len(run.rounds) == 2
+    setup = nbformat.read(run.notebook_path, as_version=4).cells[1]
+    assert 'df = pd.read_parquet("df.parquet")' in setup.source
+    report = replay(run.notebook_path)
+    assert report.ok and [cell.status for cell in report.cells] == ["match", "match"]
+
+
+@pytest.mark.kernel
+def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: InteractiveShell) -> None:
+    with capture_output() as captured:
+        shell.run_cell_magic("agent", "--scripted-demo -w demo", "Analyse sales.csv.")
+
+    markdown = rendered(captured.outputs, "text/markdown")
+    assert "Scripted replies" in markdown and "**Analyze**" in markdown
+    assert "### Answer" in markdown and "Sales 2023–2024" in markdown
+    assert 'class="highlight' in rendered(captured.outputs, "text/html")  # code, syntax-highlighted
+    assert rendered(captured.outputs, "image/png")
+    assert 'href="demo/analysis.ipynb"' in rendered(captured.outputs, "text/html")
+    run = shell.user_ns["_agent_run"]
+    assert run.info.scripted and run.stop_reason == "answer"
+
+
+@pytest.mark.parametrize(
+    ("line", "body", "message"),
+    [
+        ("", "Task.", "no model configured"),
+        ("--model m --share missing", "Task.", "no such variable"),
+        ("--model m --share data", "Task.", "the agent's setup defines"),
+        ("--model m --data nope.csv", "Task.", "nope.csv"),
+        ("--model m", "   ", "needs a task"),
+        ("--scripted-demo --protocol tools", "Task.", "tags protocol"),
+    ],
+)
+def test_usage_errors_are_short_messages(shell: InteractiveShell, line: str, body: str, message: str) -> None:
+    shell.user_ns["data"] = 1
+    with pytest.raises(UsageError, match=message):
+        shell.run_cell_magic("agent", line, body)
+
+
+@pytest.mark.kernel
+def test_magic_inside_a_kernel_renders_the_answer_and_an_image(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    openai_server.add(Reply("Plotting.", tool_calls=(python_call("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"),)))
+    openai_server.add(Reply("The line rises from 1 to 3."))
+    nb = new_notebook(cells=[
+        new_code_cell("%load_ext kernel_agent"),
+        new_code_cell(f"%%agent --model m --base-url {openai_server.base_url} --max-rounds 3 -w ws\nPlot a line."),
+        new_code_cell("print(_agent_run.answer)"),
+    ])
+
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    outputs = nb.cells[1].outputs
+    assert rendered(outputs, "image/png")
+    markdown = rendered(outputs, "text/markdown")
+    assert "Plotting." in markdown  # the streamed reply, updated in place into its reasoning
+    assert "The line rises from 1 to 3." in markdown
+    assert "ws/analysis.ipynb" in rendered(outputs, "text/html")
+    assert nb.cells[2].outputs[0]["text"] == "The line rises from 1 to 3.\n"
+    assert (tmp_path / "ws" / "analysis.ipynb").is_file()
