@@ -19,6 +19,7 @@ import copy
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
+from .environment import kernel_environment
 from .errors import NotebookError
 from .notebook import METADATA_KEY, SKIP_TAG
 from .notebook_load import read_notebook
@@ -225,7 +227,9 @@ async def _execute(
         on_notebook_start=on_notebook_start,
     )
     try:
-        await client.async_execute()
+        # The replayed code is model-written too: same scrubbed environment as our sessions,
+        # and the kernel's own chatter (e.g. ipykernel's TCP warning) stays off the user's terminal.
+        await client.async_execute(env=kernel_environment(), stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     except Exception as exc:  # nbclient and jupyter_client raise many kinds; each becomes context below
         if not progress["ready"] or progress["index"] is None:
             raise NotebookError(f"could not start kernel {name!r} to replay {path}: {exc}", path=str(path)) from exc

@@ -288,3 +288,16 @@ def test_an_unexpected_error_stops_the_replay_with_an_entry(tmp_path: Path, priv
     assert [(c.index, c.status) for c in report.cells] == [(0, "executed"), (1, "error"), (2, "skipped")]
     assert report.cells[1].detail.startswith("raised ZeroDivisionError")
     assert "stopped at cell 1" in report.cells[2].detail and not report.ok
+
+
+@pytest.mark.kernel
+def test_replay_kernel_never_sees_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-replay-secret")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("import os\nprint(os.environ.get('OPENAI_API_KEY'))")]
+    path = tmp_path / "secret.ipynb"
+    nbformat.write(nb, path)
+    report = replay(path, check=False)
+    printed = report.notebook.cells[0].outputs[0]["text"]
+    assert printed == "None\n"
