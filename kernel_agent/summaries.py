@@ -1,0 +1,339 @@
+"""Per-format descriptions of one data file: ``file_kind`` and ``describe``.
+
+Owns knowing the formats (the ``Kind`` a suffix names) and turning one file
+into bounded markdown for the prompt: a table's shape, dtypes, missing values
+and first rows, a JSON outline, an array's shape, a text's first lines. Cheap
+even for big files: they are sampled and their rows counted by streaming.
+Does not own checking input paths, copying them into the workspace or the
+prompt's ``# Data`` section: see ``data.py``, whose ``summarize`` checks a
+path and then calls ``describe``.
+
+Reads files, never writes them. pandas, numpy and pyarrow are imported where
+used, so importing this module stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .errors import DataFileError
+
+if TYPE_CHECKING:  # imported where used: importing this module stays cheap for the CLI
+    import numpy as np
+    import pandas as pd
+
+__all__ = ["MAX_COLUMNS", "MAX_SUMMARY_CHARS", "Kind", "describe", "file_kind", "human_size"]
+
+Kind = Literal["csv", "tsv", "excel", "parquet", "json", "npy", "text", "other"]
+
+MAX_SUMMARY_CHARS = 3_000  # per file
+MAX_COLUMNS = 30  # columns listed with their dtypes
+MAX_TABLE_COLUMNS = 10  # columns in the head(3) table
+MAX_CELL_CHARS = 24
+HEAD_ROWS = 3
+FULL_READ_BYTES = 5_000_000  # bigger tables are sampled, not parsed whole
+SAMPLE_ROWS = 2_000
+MAX_JSON_BYTES = 64_000_000
+MAX_SHEETS = 3
+TEXT_LINES = 8
+
+_SUFFIX_KINDS: dict[str, Kind] = {
+    ".csv": "csv", ".tsv": "tsv", ".tab": "tsv",
+    ".xlsx": "excel", ".xlsm": "excel", ".xls": "excel",
+    ".parquet": "parquet", ".pq": "parquet",
+    ".json": "json", ".jsonl": "json", ".ndjson": "json", ".geojson": "json",
+    ".npy": "npy",
+    ".txt": "text", ".md": "text", ".log": "text", ".rst": "text", ".yaml": "text",
+    ".yml": "text", ".xml": "text", ".html": "text", ".toml": "text", ".ini": "text",
+}  # fmt: skip
+_LINE_JSON = {".jsonl", ".ndjson"}
+# What pandas, pyarrow, openpyxl and numpy raise for a file they cannot parse.
+_PARSE_ERRORS = (ValueError, OSError, ImportError, LookupError, EOFError, zipfile.BadZipFile)
+
+
+def file_kind(path: str | os.PathLike[str]) -> Kind:
+    """The kind of a data file, from its suffix (``other`` when unknown). Raises nothing."""
+    return _SUFFIX_KINDS.get(Path(path).suffix.lower(), "other")
+
+
+def describe(source: Path) -> str:
+    """Markdown describing the data file ``source``, at most ``MAX_SUMMARY_CHARS`` long.
+
+    ``source`` has been checked (an existing, readable regular file):
+    ``data.summarize`` is the checked entry point and documents the output.
+    Raises ``DataFileError`` if the file cannot be parsed as its kind says.
+    """
+    kind = file_kind(source)
+    size = source.stat().st_size
+    try:
+        body = _SUMMARIZERS[kind](source, size)
+    except _PARSE_ERRORS as exc:
+        raise DataFileError(
+            f"cannot read {source.name} as {kind}: {_one_line(str(exc)) or type(exc).__name__}",
+            path=str(source),
+        ) from exc
+    return _bounded(body, MAX_SUMMARY_CHARS)
+
+
+def _delimited(path: Path, size: int, separator: str, label: str) -> str:
+    import pandas as pd
+
+    separator = _separator(path, separator)
+    whole = size <= FULL_READ_BYTES
+    read: dict[str, Any] = {"sep": separator, "nrows": None if whole else SAMPLE_ROWS}
+    note = f"separator {separator!r}" if separator not in {",", "\t"} else ""
+    try:
+        frame = pd.read_csv(path, **read)
+    except UnicodeDecodeError:
+        frame = pd.read_csv(path, encoding="latin-1", **read)
+        note = ", ".join(filter(None, [note, "not UTF-8: read as latin-1"]))
+    rows = len(frame) if whole else _count_lines(path) - 1
+    return _table(label, size, frame, rows, exact=whole, note=note)
+
+
+def _csv(path: Path, size: int) -> str:
+    return _delimited(path, size, ",", "CSV")
+
+
+def _tsv(path: Path, size: int) -> str:
+    return _delimited(path, size, "\t", "TSV")
+
+
+def _excel(path: Path, size: int) -> str:
+    import pandas as pd
+
+    whole = size <= FULL_READ_BYTES
+    with pd.ExcelFile(path) as book:
+        names = [str(name) for name in book.sheet_names]
+        shown = ", ".join(f"`{name}`" for name in names[:20]) + (" …" if len(names) > 20 else "")
+        parts = [f"Excel workbook · {human_size(size)} · {len(names)} sheet(s): {shown}"]
+        for name in names[:MAX_SHEETS]:
+            frame = pd.read_excel(book, sheet_name=name, nrows=None if whole else SAMPLE_ROWS)
+            parts.append(_table(f"Sheet `{name}`", None, frame, len(frame), exact=whole))
+    if len(names) > MAX_SHEETS:
+        parts.append(f"({len(names) - MAX_SHEETS} more sheet(s) not described.)")
+    return "\n\n".join(parts)
+
+
+def _parquet(path: Path, size: int) -> str:
+    import pyarrow.parquet as pq  # optional dependency: its ImportError becomes a DataFileError
+
+    with pq.ParquetFile(path) as parquet:
+        rows = parquet.metadata.num_rows
+        if size <= FULL_READ_BYTES:
+            frame = parquet.read().to_pandas()
+        else:
+            first = next(parquet.iter_batches(batch_size=SAMPLE_ROWS), None)
+            empty = parquet.schema_arrow.empty_table()
+            frame = (empty if first is None else first).to_pandas()
+    return _table("Parquet", size, frame, rows, exact=True, sampled=len(frame) < rows)
+
+
+def _json(path: Path, size: int) -> str:
+    import pandas as pd
+
+    if path.suffix.lower() in _LINE_JSON:
+        whole = size <= FULL_READ_BYTES
+        frame = pd.read_json(path, lines=True, nrows=None if whole else SAMPLE_ROWS)
+        rows = len(frame) if whole else _count_lines(path)
+        return _table("JSON Lines", size, frame, rows, exact=whole)
+    if size > MAX_JSON_BYTES:
+        return f"JSON · {human_size(size)} · too big to parse for a summary; starts with:\n" + _preview(path)
+    document = json.loads(path.read_text(encoding="utf-8"))
+    frame = _records(document)
+    if frame is not None:
+        return _table("JSON records", size, frame, len(frame), exact=True)
+    lines = _outline(document, depth=0)
+    return f"JSON · {human_size(size)} · nested; outline:\n" + "\n".join(lines)
+
+
+def _records(document: Any) -> pd.DataFrame | None:
+    """A table when the JSON is a list of objects or an object of equal-length lists."""
+    import pandas as pd
+
+    if isinstance(document, list) and document and all(isinstance(item, dict) for item in document):
+        return pd.DataFrame(document)
+    if isinstance(document, dict) and document and all(isinstance(v, list) for v in document.values()):
+        if len({len(v) for v in document.values()}) == 1:
+            return pd.DataFrame(document)
+    return None
+
+
+def _outline(value: Any, depth: int, max_keys: int = 15) -> list[str]:
+    pad = "  " * depth
+    if isinstance(value, dict):
+        lines = [f"{pad}- object with {len(value)} key(s)"]
+        for key, item in list(value.items())[:max_keys]:
+            inner = _outline(item, depth + 1) if depth < 3 else [f"{pad}  - {_json_type(item)}"]
+            lines.append(f"{pad}  - `{key}`: " + inner[0].strip().removeprefix("- "))
+            lines.extend(inner[1:])
+        if len(value) > max_keys:
+            lines.append(f"{pad}  - … {len(value) - max_keys} more key(s)")
+        return lines
+    if isinstance(value, list):
+        kinds = sorted({_json_type(item) for item in value[:1000]})
+        head = f"{pad}- list of {len(value)} " + (" | ".join(kinds) if kinds else "items")
+        if value and isinstance(value[0], dict | list) and depth < 3:
+            return [head, *_outline(value[0], depth)[1:]]
+        return [head]
+    return [f"{pad}- {_json_type(value)}"]
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "list", str: "str", bool: "bool", int: "int", float: "float"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _npy(path: Path, size: int) -> str:
+    import numpy as np
+
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = reader(handle)
+    lines = [f"NumPy array · {human_size(size)} · shape {shape} · dtype {dtype}"]
+    if dtype.hasobject:
+        return "\n".join([*lines, "Object array: loading it needs `np.load(..., allow_pickle=True)`."])
+    array = np.load(path, mmap_mode=None if size <= FULL_READ_BYTES else "r")
+    lines.append(f"First values: {np.array2string(np.asarray(array.flat[:8]), threshold=8, precision=4)}")
+    if size <= FULL_READ_BYTES and np.issubdtype(array.dtype, np.number):
+        lines.extend(_array_stats(array))
+    return "\n".join(lines)
+
+
+def _array_stats(array: np.ndarray) -> list[str]:
+    import numpy as np
+
+    if array.size == 0:
+        return []
+    nan = int(np.isnan(array).sum()) if np.issubdtype(array.dtype, np.floating) else 0
+    if nan == array.size:
+        return [f"all {nan:,} values are NaN"] if nan else []
+    stats = f"min {np.nanmin(array):.4g} · max {np.nanmax(array):.4g} · mean {np.nanmean(array):.4g}"
+    return [stats + (f" · {nan:,} NaN" if nan else "")]
+
+
+def _plain(path: Path, size: int) -> str:
+    with open(path, "rb") as handle:
+        start = handle.read(8192)
+    text = start.decode("utf-8", errors="replace")
+    if b"\x00" in start or text.count("\ufffd") > len(text) // 100:
+        return f"Binary file · {human_size(size)} (not previewed)"
+    if not start:
+        return "Empty text file"
+    lines = _count_lines(path)
+    return f"Text · {human_size(size)} · {lines:,} line(s); first lines:\n" + _preview(path)
+
+
+def _preview(path: Path) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        lines = [line.rstrip("\n")[:200] for _, line in zip(range(TEXT_LINES), handle)]
+    body = "\n".join(lines)
+    fence = "````" if "```" in body else "```"
+    return f"{fence}text\n{body}\n{fence}"
+
+
+_SUMMARIZERS: dict[Kind, Callable[[Path, int], str]] = {
+    "csv": _csv, "tsv": _tsv, "excel": _excel, "parquet": _parquet,
+    "json": _json, "npy": _npy, "text": _plain, "other": _plain,
+}  # fmt: skip
+
+
+def _table(
+    label: str, size: int | None, frame: pd.DataFrame, rows: int, *,
+    exact: bool, note: str = "", sampled: bool | None = None,
+) -> str:  # fmt: skip
+    sampled = (not exact) if sampled is None else sampled
+    count = f"{rows:,}" if exact else f"≈{rows:,}"
+    head = " · ".join(filter(None, [label, None if size is None else human_size(size), note]))
+    lines = [f"{head} · {count} {_plural(rows, 'row')} × {frame.shape[1]} {_plural(frame.shape[1], 'column')}"]
+    columns = [f"`{name}` {dtype}" for name, dtype in frame.dtypes.items()]
+    listed = ", ".join(columns[:MAX_COLUMNS])
+    more = f", … and {len(columns) - MAX_COLUMNS} more columns (not listed)" if len(columns) > MAX_COLUMNS else ""
+    lines.append(f"Columns: {listed}{more}")
+    missing = frame.isna().sum()
+    missing = missing[missing > 0]
+    where = f" (in the first {len(frame):,} rows read)" if sampled else ""
+    if len(missing):
+        shown = ", ".join(f"`{name}` {int(n):,}" for name, n in missing.head(MAX_COLUMNS).items())
+        lines.append(f"Missing values{where}: {shown}" + (" …" if len(missing) > MAX_COLUMNS else ""))
+    elif len(frame):
+        lines.append(f"No missing values{where}.")
+    if len(frame):
+        shown = min(HEAD_ROWS, len(frame))
+        lines.append(f"First {shown} rows:" if shown > 1 else "First row:")
+        lines.append(_markdown_table(frame.head(HEAD_ROWS)))
+    return "\n".join(lines)
+
+
+def _markdown_table(frame: pd.DataFrame) -> str:
+    shown = frame.iloc[:, :MAX_TABLE_COLUMNS]
+
+    def cell(value: Any) -> str:
+        text = "" if _is_missing(value) else _one_line(str(value))
+        text = text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 1] + "…"
+        return text.replace("|", "\\|")
+
+    rows = [[cell(name) for name in shown.columns], ["---"] * shown.shape[1]]
+    rows += [[cell(value) for value in record] for record in shown.itertuples(index=False)]
+    table = "\n".join("| " + " | ".join(row) + " |" for row in rows)
+    if frame.shape[1] > MAX_TABLE_COLUMNS:
+        table += f"\n(first {MAX_TABLE_COLUMNS} of {frame.shape[1]} columns shown)"
+    return table
+
+
+def _is_missing(value: Any) -> bool:
+    import pandas as pd
+
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # lists and arrays in cells
+        return False
+
+
+def _separator(path: Path, default: str) -> str:
+    """The default, unless the header line splits more often on another usual separator."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        header = handle.readline(65536)
+    return max([default, ",", ";", "\t", "|"], key=header.count)
+
+
+def _count_lines(path: Path) -> int:
+    count, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def human_size(size: float) -> str:
+    """``size`` bytes for people: ``512 B``, ``1.5 KB``, ``3.2 MB``. Raises nothing."""
+    if size < 1000:
+        return f"{int(size)} B"
+    for unit in ("KB", "MB", "GB"):
+        size /= 1000
+        if size < 1000:
+            break
+    return f"{size:.1f} {unit}"
+
+
+def _plural(count: int, word: str) -> str:
+    return word if count == 1 else f"{word}s"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _bounded(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text.rfind("\n", 0, limit - 80)
+    cut = cut if cut > 0 else limit - 80
+    return text[:cut] + f"\n… (summary cut here: {len(text) - cut:,} more characters not shown)"
