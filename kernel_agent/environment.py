@@ -16,6 +16,9 @@ SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _SECRET_NAMES = frozenset({"OPENAI_BASE_URL", "AWS_SESSION_TOKEN", "DATABASE_URL", "NETRC"})
 # Variables the agent itself uses and the kernel has no business reading.
 _AGENT_PREFIXES = ("KERNEL_AGENT_",)
+# Set by pytest in *its* process; ipykernel reads it and stops capturing C-level output,
+# so a kernel started from a test would behave unlike one started anywhere else.
+_NOT_INHERITED = frozenset({"PYTEST_CURRENT_TEST"})
 
 
 def is_secret_name(name: str) -> bool:
@@ -42,7 +45,7 @@ def kernel_environment(
         name: value
         for name, value in source.items()
         if name.upper() in allowed
-        or not (is_secret_name(name) or name.upper().startswith(_AGENT_PREFIXES))
+        or not (is_secret_name(name) or name.upper().startswith(_AGENT_PREFIXES) or name in _NOT_INHERITED)
     }
     env.update(extra or {})
     return env

@@ -15,7 +15,6 @@ import logging
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -28,7 +27,7 @@ from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from .environment import kernel_environment
 from .errors import KernelError, KernelStartError, SandboxUnavailableError, SessionClosedError
 from .kernelspec import KERNEL_NAME, kernel_spec_manager
-from .limits import LIMITS_ENV, Limits
+from .limits import Confinement, Limits
 from .outputs import OutputCaps, OutputCollector
 from .result import ExecutionResult
 
@@ -118,6 +117,7 @@ class AsyncKernelSession:
         self.kernel_info: dict[str, Any] = {}
         self._runtime_dir: Path | None = None
         self._stderr_file: Any = None
+        self._confinement: Confinement | None = None
         self._lock = asyncio.Lock()
         self._history: list[str] = []  # successful code since the last state loss
         self._history_before_loss: list[str] = []
@@ -171,7 +171,8 @@ class AsyncKernelSession:
         self.manager.connection_file = str(self._runtime_dir / "connection.json")
         if transport == "ipc":
             self.manager.ip = str(self._runtime_dir / "ipc")
-        env = kernel_environment(extra={**self._env_extra, LIMITS_ENV: self.limits.to_env()}, allow=self._allow_env)
+        self._confinement = Confinement.prepare(self.limits)
+        env = kernel_environment(extra={**self._env_extra, **self._confinement.env}, allow=self._allow_env)
         self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in _release
         try:
             await self.manager.start_kernel(
@@ -217,6 +218,8 @@ class AsyncKernelSession:
             except Exception:  # a dying kernel must not keep us from cleaning up
                 log.warning("kernel shutdown failed; killing it", exc_info=True)
                 await self._kill()
+        if self._confinement is not None:  # the kernel is gone: kill what it left behind, drop its cgroup
+            self._confinement.release()
         if self._stderr_file is not None:
             self._stderr_file.close()
         if self._runtime_dir is not None:
@@ -459,11 +462,8 @@ class AsyncKernelSession:
         returncode = getattr(code, "returncode", None)
         if returncode is None:
             return "no exit status"
-        if returncode < 0:
-            sig = signal.Signals(-returncode)
-            hint = {signal.SIGKILL: "killed, e.g. out of memory", signal.SIGSEGV: "segmentation fault",
-                    signal.SIGXCPU: "CPU time limit", signal.SIGXFSZ: "file size limit"}.get(sig, "")
-            return f"signal {sig.name}" + (f": {hint}" if hint else "")
+        if self._confinement is not None:
+            return self._confinement.describe_exit(returncode)
         return f"exit code {returncode}"
 
     def _launcher_refused(self) -> bool:

@@ -252,3 +252,15 @@ def test_default_workspace_is_private_and_removed(tmp_path: Path) -> None:
         assert session.execute("open('made.txt', 'w').write('x')").status == "ok"
     assert not workspace.exists()
     assert os.path.basename(str(workspace)) == "workspace"
+
+
+def test_kernel_cannot_read_the_agents_process_environment(tmp_path: Path) -> None:
+    """/proc/<agent>/environ holds the API key the agent was started with: the kernel must not read it."""
+    from kernel_agent.limits import Limits
+
+    code = "import os\nlen(open(f'/proc/{os.getppid()}/environ', 'rb').read())"
+    with KernelSession(tmp_path) as session:
+        blocked = session.execute(code)
+    assert blocked.status == "error" and blocked.error is not None and blocked.error.ename == "PermissionError"
+    with KernelSession(tmp_path, limits=Limits(user_namespace=False)) as session:
+        assert session.execute(code).status == "ok"  # the hole the user namespace closes
