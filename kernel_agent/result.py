@@ -161,7 +161,12 @@ class ExecutionResult:
             return ""
         if self.status == "error":
             return f"[error] {self.error}" if self.error else "[error]"
-        state = "all variables were lost" if self.state_lost else "variables from earlier cells are still defined"
+        if not self.state_lost:
+            state = "variables from earlier cells are still defined"
+        elif self.rebuilt_cells:
+            state = "the kernel restarted: variables were rebuilt by re-running earlier successful cells"
+        else:
+            state = "all variables were lost"
         label = "timeout" if self.status == "timeout" else "kernel died"
         note = f" {self.note}" if self.note else ""
         return f"[{label}]{note} ({state})"

@@ -152,6 +152,7 @@ def test_rebuild_reruns_successful_cells_after_death(tmp_path: Path) -> None:
         assert result.status == "died"
         assert result.rebuilt_cells == (1, 2)
         assert "re-running 2 of 2" in result.note
+        assert "were rebuilt" in result.to_llm_text() and "were lost" not in result.to_llm_text()
         assert session.execute("derived").result_text == "10"
 
 
