@@ -20,7 +20,7 @@ from typing import Any
 
 from jupyter_client import AsyncKernelClient, AsyncKernelManager
 
-__all__ = ["cold_start", "roundtrip", "stop_at_deadline", "timed_roundtrips"]
+__all__ = ["cold_start", "iopub_messages", "roundtrip", "stop_at_deadline", "timed_roundtrips"]
 
 
 async def roundtrip(client: AsyncKernelClient, code: str, timeout: float = 60.0) -> dict[str, Any]:
@@ -28,6 +28,14 @@ async def roundtrip(client: AsyncKernelClient, code: str, timeout: float = 60.0)
     msg_id = client.execute(code)
     await _until_idle(client, msg_id, timeout)
     return await _reply(client, msg_id, timeout)
+
+
+async def iopub_messages(client: AsyncKernelClient, code: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Execute ``code`` and return the iopub messages of that request, ``idle`` last."""
+    msg_id = client.execute(code)
+    messages = await _until_idle(client, msg_id, timeout)
+    await _reply(client, msg_id, timeout)
+    return messages
 
 
 async def timed_roundtrips(client: AsyncKernelClient, code: str, count: int) -> list[float]:
@@ -91,16 +99,16 @@ async def cold_start(code: str, runtime_dir: Path, ipython_dir: Path) -> float:
         await manager.shutdown_kernel()
 
 
-async def _until_idle(client: AsyncKernelClient, msg_id: str, timeout: float) -> None:
+async def _until_idle(client: AsyncKernelClient, msg_id: str, timeout: float) -> list[dict[str, Any]]:
     end = time.monotonic() + timeout
+    mine = []
     while True:
         msg = await _next(client.get_iopub_msg, end, "idle", msg_id)
-        if (
-            msg["parent_header"].get("msg_id") == msg_id
-            and msg["msg_type"] == "status"
-            and msg["content"]["execution_state"] == "idle"
-        ):
-            return
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        mine.append(msg)
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return mine
 
 
 async def _reply(client: AsyncKernelClient, msg_id: str, timeout: float) -> dict[str, Any]:

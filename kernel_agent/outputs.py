@@ -4,7 +4,10 @@ A pure state machine: feed it messages, read the outputs. It knows the
 Jupyter message shapes and nbclient's rules (stream coalescing,
 ``clear_output(wait=True)``, ``update_display_data`` by display_id) and
 the output caps; it knows nothing about sockets, kernels or time.
-``nbformat.v4.output_from_msg`` owns the output schema.
+nbformat owns the output schema: ``output_node`` builds exactly what
+``nbformat.v4.output_from_msg`` builds (a test holds them equal) minus its
+per-output validation, which was most of our per-execute overhead; the
+notebook is validated whole when it is written.
 """
 
 from __future__ import annotations
@@ -13,13 +16,27 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nbformat.v4 import new_output, output_from_msg
+from nbformat import NotebookNode
 
 from .result import ErrorInfo, strip_ansi
 
-__all__ = ["OutputCaps", "OutputCollector"]
+__all__ = ["OutputCaps", "OutputCollector", "output_node"]
 
 _TAIL_KEEP = 4096
+_FIELDS = {
+    "execute_result": ("metadata", "data", "execution_count"),
+    "display_data": ("metadata", "data"),
+    "stream": ("name", "text"),
+    "error": ("ename", "evalue", "traceback"),
+}
+
+
+def output_node(msg_type: str, content: dict[str, Any]) -> NotebookNode:
+    """The nbformat v4 output for an iopub output message (``transient`` and the rest dropped).
+
+    Raises ``KeyError`` for a message type that is not an output.
+    """
+    return NotebookNode(output_type=msg_type, **{name: content[name] for name in _FIELDS[msg_type]})
 
 
 @dataclass(frozen=True)
@@ -74,7 +91,7 @@ class OutputCollector:
         elif kind == "update_display_data":
             self._update_display(content)
         elif kind in ("stream", "display_data", "execute_result", "error"):
-            self._on_output(kind, msg, content)
+            self._on_output(kind, content)
         return True
 
     def finish(self) -> list[dict[str, Any]]:
@@ -105,7 +122,7 @@ class OutputCollector:
         self._kept_chars = 0
         self._clear_pending = False
 
-    def _on_output(self, kind: str, msg: dict[str, Any], content: dict[str, Any]) -> None:
+    def _on_output(self, kind: str, content: dict[str, Any]) -> None:
         if self._clear_pending:
             self._clear_now()
         if kind == "error":
@@ -122,7 +139,7 @@ class OutputCollector:
             if sum("image/png" in o.get("data", {}) for o in self.outputs) >= self.caps.max_images:
                 self.dropped_images += 1
                 return
-        output = output_from_msg(msg)
+        output = output_node(kind, content)
         display_id = content.get("transient", {}).get("display_id")
         if display_id:
             self._display_index.setdefault(display_id, []).append(len(self.outputs))
@@ -151,13 +168,12 @@ class OutputCollector:
         display_id = content.get("transient", {}).get("display_id")
         for index in self._display_index.get(display_id, []):
             out = self.outputs[index]
-            fresh = new_output("display_data", data=content.get("data", {}), metadata=content.get("metadata", {}))
-            out["data"] = fresh["data"]
-            out["metadata"] = fresh["metadata"]
+            out["data"] = content.get("data", {})
+            out["metadata"] = content.get("metadata", {})
 
 
 def _stream(name: str, text: str) -> dict[str, Any]:
-    return new_output("stream", name=name, text=text)
+    return output_node("stream", {"name": name, "text": text})
 
 
 _CR_LINE = re.compile(r"[^\n]*\r(?!\n)")

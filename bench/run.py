@@ -1,0 +1,157 @@
+"""Run the benchmarks and print one table (``make bench``).
+
+    .venv/bin/python bench/run.py [--quick] [--only NAME]... [--markdown]
+
+Not a test: nothing here asserts a timing; the table says what met its
+target. ``BENCHMARKS`` is the registry: each entry names a module in this
+folder that exposes ``NAME`` (a short word) and ``PARTS`` (an ordered dict of
+part name to a function ``(quick: bool) -> list[report.Row]``). To add a
+benchmark, write such a module and append its name here.
+
+The run uses a private temp dir and, at the end, checks that no kernel it
+started and no file it made is left; a leak is reported and exits 3. A part
+that raises is reported, the others still run, and the exit code is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # also when run as ``python -m bench.run``
+    sys.path.insert(0, str(HERE))
+
+from report import Row, render  # noqa: E402
+
+BENCHMARKS = [
+    "bench_session",
+    "bench_agent",
+]
+
+FAILED_EXIT = 1
+LEAK_EXIT = 3
+
+Part = Callable[[bool], list[Row]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    modules = [importlib.import_module(name) for name in BENCHMARKS]
+    selected = _select(modules, args.only or [])
+    print(_machine(args.markdown), flush=True)
+    scratch = tempfile.mkdtemp(prefix="ka-bench-tmp-")
+    tempfile.tempdir = scratch  # every session's runtime dir lands here, where we can check it
+    rows: list[Row] = []
+    failed: list[str] = []
+    try:
+        for label, part in selected:
+            started = time.monotonic()
+            print(f"… {label}", file=sys.stderr, flush=True)
+            try:
+                rows += part(args.quick)
+            except Exception:  # one broken part must not hide the others' rows
+                traceback.print_exc()
+                failed.append(label)
+            print(f"  {label} took {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+    finally:
+        tempfile.tempdir = None
+        leaks = _leaks(Path(scratch))
+        shutil.rmtree(scratch, ignore_errors=True)
+    print()
+    print(render(rows, markdown=args.markdown))
+    missed = [row.metric for row in rows if row.passed is False]
+    print(f"\n{len(rows)} rows; {len(missed)} targets missed" + (f": {missed}" if missed else "") + f"; load {_load()}")
+    if failed:
+        print(f"FAILED parts (no rows): {failed}", file=sys.stderr)
+    if leaks:
+        print(f"LEAK: {leaks}", file=sys.stderr)
+        return LEAK_EXIT
+    return FAILED_EXIT if failed else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="kernel-agent benchmarks (not tests): prints a table.")
+    parser.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not numbers to quote")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="run one benchmark (e.g. session) or one part (roundtrip, session.timeout); repeatable")
+    parser.add_argument("--markdown", action="store_true", help="print a markdown table (for bench/README.md)")
+    return parser
+
+
+def _select(modules: list[ModuleType], only: list[str]) -> list[tuple[str, Part]]:
+    """The (label, part) pairs to run, in registry order. Unknown names are an error."""
+    every = [(f"{module.NAME}.{part}", part, module.NAME, function)
+             for module in modules for part, function in module.PARTS.items()]
+    unknown = [name for name in only if not any(name in (label, part, bench) for label, part, bench, _ in every)]
+    if unknown:
+        names = sorted({bench for *_, bench, _ in every} | {label for label, *_ in every})
+        raise SystemExit(f"unknown --only {unknown}; choose from {names}")
+    return [(label, function) for label, part, bench, function in every
+            if not only or any(name in (label, part, bench) for name in only)]
+
+
+def _machine(markdown: bool) -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
+                if line.startswith("model name")), platform.processor() or "?")
+    versions = ", ".join(f"{name} {_version(name)}" for name in
+                         ("kernel-agent", "jupyter_client", "ipykernel", "pyzmq", "pandas", "matplotlib"))
+    lines = [
+        f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}",
+        f"python {platform.python_version()}; {versions}",
+        f"load average at start: {_load()}",
+    ]
+    return "\n".join(f"- {line}" if markdown else line for line in lines)
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _leaks(scratch: Path) -> list[str]:
+    """Kernels started by this process still running, and files left in our temp dir."""
+    me = f"JPY_PARENT_PID={os.getpid()}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if me in environ and (b"ipykernel" in cmdline or b"kernel_agent.launcher" in cmdline):
+            found.append(f"kernel pid {entry.name}")
+    found += [f"file {path}" for path in sorted(scratch.rglob("*"))]
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main())
