@@ -24,7 +24,7 @@ from typing import Any
 from .chat import ChatModel, ModelReply
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import DataFile, data_summary, prepare_data, preload_code, preload_description
-from .errors import ConfigError, ModelError
+from .errors import ConfigError, KernelError, ModelError
 from .events import (
     AnswerReady,
     CodeReady,
@@ -273,6 +273,11 @@ class AsyncAgent:
         except (asyncio.CancelledError, KeyboardInterrupt):
             live.run = replace(live.run, stop_reason="cancelled", error="cancelled by the user", finished_at=_now())
             self._save(live)
+            raise
+        except KernelError as exc:  # the machinery, not the analysed code: raise, carrying the saved run
+            live.run = replace(live.run, error=f"{type(exc).__name__}: {exc}", finished_at=_now())
+            self._save(live)
+            exc.run = live.run
             raise
         live.run = replace(live.run, stop_reason=stop, finished_at=_now())  # type: ignore[arg-type]
         self._save(live)

@@ -45,7 +45,13 @@ __all__ = [
 
 
 class KernelAgentError(Exception):
-    """Root of every exception kernel-agent raises on purpose."""
+    """Root of every exception kernel-agent raises on purpose.
+
+    ``run`` is the partial ``Run`` (already saved as a notebook) when the
+    error ended an agent run, else None.
+    """
+
+    run: Any = None
 
 
 class ConfigError(KernelAgentError, ValueError):
