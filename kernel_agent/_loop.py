@@ -78,6 +78,15 @@ class LoopThread:
         """Register an async cleanup to run if the interpreter exits with this loop open."""
         self._closers.append(closer)
 
+    def close(self, closer: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``closer()`` on the loop, then stop the loop, even if it failed. Idempotent."""
+        if not self.running:
+            return
+        try:
+            self.run(closer())
+        finally:
+            self.stop()
+
     def stop(self) -> None:
         """Stop the loop and join its thread. Idempotent."""
         if not self.running:

@@ -63,11 +63,7 @@ class Agent:
 
     def close(self) -> None:
         """Release the model client and stop the loop thread. Idempotent."""
-        if self._loop.running:
-            try:
-                self._loop.run(self._async.close())
-            finally:
-                self._loop.stop()
+        self._loop.close(self._async.close)
 
     def __enter__(self) -> "Agent":
         return self

@@ -65,6 +65,7 @@ __all__ = [
     "ProcessCgroup",
     "default_memory_mb",
     "describe_exit",
+    "pid_alive",
 ]
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ class ProcessCgroup:
             return
         for path in candidates:
             owner = path.name[len(CGROUP_PREFIX):].split("-", 1)[0]
-            if owner.isdigit() and int(owner) != os.getpid() and not _pid_alive(int(owner)):
+            if owner.isdigit() and int(owner) != os.getpid() and not pid_alive(int(owner)):
                 _rmdir(path)
 
     def pids(self) -> list[int]:
@@ -302,7 +303,8 @@ def _rmdir(path: Path) -> None:
         pass
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while a process with this pid exists (what stale-owner sweeps ask)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

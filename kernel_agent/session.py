@@ -27,7 +27,7 @@ from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from .environment import kernel_environment
 from .errors import KernelError, KernelStartError, SandboxUnavailableError, SessionClosedError
 from .kernelspec import KERNEL_NAME, kernel_spec_manager
-from .limits import Confinement, Limits
+from .limits import Confinement, Limits, pid_alive
 from .outputs import OutputCaps, OutputCollector
 from .result import ExecutionResult
 
@@ -53,20 +53,10 @@ def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
             owner = int((folder / _OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue
-        if owner != os.getpid() and not _pid_alive(owner):
+        if owner != os.getpid() and not pid_alive(owner):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class SessionState(Enum):

@@ -90,11 +90,7 @@ class KernelSession:
 
     def close(self) -> None:
         """Shut the kernel down (if owned), remove its files, stop the loop thread. Idempotent."""
-        if self._loop.running:
-            try:
-                self._loop.run(self._async.close())
-            finally:
-                self._loop.stop()
+        self._loop.close(self._async.close)
 
     shutdown = close
 

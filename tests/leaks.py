@@ -13,23 +13,33 @@ import pytest
 _ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
 
 
-def our_kernel_pids() -> list[int]:
-    """Kernel processes started by this test process (their JPY_PARENT_PID is us)."""
-    me = str(os.getpid()).encode()
-    pids = []
+def kernels_of(owner: int) -> list[int]:
+    """Kernel processes whose JPY_PARENT_PID is ``owner`` (jupyter_client sets it on every kernel)."""
+    marker = f"JPY_PARENT_PID={owner}".encode()
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
-            if b"kernel_agent.launcher" not in cmdline and b"ipykernel" not in cmdline:
-                continue
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"JPY_PARENT_PID=" + me in environ:
-            pids.append(int(entry.name))
-    return pids
+        if marker in environ and not process_gone(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def our_kernel_pids() -> list[int]:
+    """Kernel processes started by this test process."""
+    return kernels_of(os.getpid())
+
+
+def process_gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
 
 def _temp_leftovers() -> set[str]:

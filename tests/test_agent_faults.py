@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from leaks import our_kernel_pids
+from leaks import kernels_of, our_kernel_pids, process_gone
 from openai_server import OpenAIServer, Reply
 
 from kernel_agent import Agent
@@ -82,19 +82,6 @@ agent.run("killed mid-run", workspace=sys.argv[2], notebook=sys.argv[3])
 """
 
 
-def _kernels_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                environ = (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if f"JPY_PARENT_PID={pid}".encode() in environ:
-                found.append(int(entry.name))
-    return found
-
-
 def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(Reply("<Code>first = 1</Code>"))
     openai_server.add(Reply("<Code>second = 2</Code>"))
@@ -103,8 +90,8 @@ def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAI
     agent = subprocess.Popen([sys.executable, "-c", _SCRIPT, openai_server.base_url, str(tmp_path / "ws"), str(notebook)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: len(openai_server.requests) == 3 and bool(_kernels_of(agent.pid)), "round 3 to start")
-        kernels = _kernels_of(agent.pid)
+        wait_for(lambda: len(openai_server.requests) == 3 and bool(kernels_of(agent.pid)), "round 3 to start")
+        kernels = kernels_of(agent.pid)
         runtime_dirs = _runtime_dirs_of(agent.pid)
         assert len(runtime_dirs) == 1
         agent.send_signal(signal.SIGKILL)
@@ -117,7 +104,7 @@ def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAI
     nb = nbformat.read(notebook, as_version=4)
     nbformat.validate(nb)
     assert [c.source for c in nb.cells if c.cell_type == "code"][1:] == ["first = 1", "second = 2"]
-    wait_for(lambda: not any(os.path.exists(f"/proc/{k}") and _alive(k) for k in kernels), "the orphaned kernel to exit")
+    wait_for(lambda: all(process_gone(k) for k in kernels), "the orphaned kernel to exit")
     sweep_stale_runtime_dirs()  # a SIGKILLed owner cannot clean up; the next session start sweeps
     assert not runtime_dirs[0].exists()
     assert not our_kernel_pids()
@@ -126,14 +113,6 @@ def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAI
 def _runtime_dirs_of(pid: int) -> list[Path]:
     return [d for d in Path(tempfile.gettempdir()).glob("kernel-agent-*")
             if (d / "owner.pid").is_file() and (d / "owner.pid").read_text() == str(pid)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_sweep_removes_only_dirs_of_dead_owners(tmp_path: Path) -> None:

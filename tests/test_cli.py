@@ -20,6 +20,7 @@ from typing import Any
 import nbformat
 import pytest
 from click.testing import CliRunner, Result
+from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent import __version__
@@ -42,21 +43,6 @@ def numbers_csv(tmp_path: Path) -> Path:
 
 def notebook_meta(path: Path) -> dict[str, Any]:
     return nbformat.read(path, as_version=4).metadata["kernel_agent"]
-
-
-def kernels_of(pid: int) -> list[int]:
-    """Kernel processes whose JPY_PARENT_PID is ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"JPY_PARENT_PID={pid}".encode() in environ:
-            found.append(int(entry.name))
-    return found
 
 
 def free_port() -> int:

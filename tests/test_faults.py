@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from leaks import kernels_of, process_gone
 
 from kernel_agent.limits import Limits
 from kernel_agent.session_sync import KernelSession
@@ -44,27 +45,6 @@ def cgroup_of(session: KernelSession) -> Path:
 
 def cgroup_pids(path: Path) -> list[int]:
     return [int(pid) for pid in (path / "cgroup.procs").read_text().split()]
-
-
-def gone(pid: int) -> bool:
-    """True once ``pid`` no longer runs (a zombie waiting for its reaper counts as gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
-def kernels_of(owner: int) -> list[int]:
-    """Kernel processes whose JPY_PARENT_PID is ``owner``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if f"JPY_PARENT_PID={owner}".encode() in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +165,7 @@ def test_kill_from_outside_mid_cell(crashy: KernelSession, tmp_path: Path) -> No
     killer.join()
     assert result.status == "died" and result.state_lost
     assert "signal SIGKILL: killed from outside" in result.note
-    assert gone(pid)
+    assert process_gone(pid)
     assert crashy.execute("'after kill'").result_text == "'after kill'"
 
 
@@ -284,7 +264,7 @@ def test_fork_bomb_is_stopped_and_every_child_goes(confined: KernelSession) -> N
     confined.restart()  # the children hold every pid the limit allows: a restart clears them
     new_kernel = kernel_pid(confined)
     assert cgroup_pids(cgroup) == [new_kernel]
-    assert all(gone(pid) for pid in children)
+    assert all(process_gone(pid) for pid in children)
     assert confined.execute("import os; os.getpid()").result_text == str(new_kernel)
 
 
@@ -305,7 +285,7 @@ def test_no_cgroup_is_left_after_close(tmp_path: Path) -> None:
         stray = [pid for pid in cgroup_pids(cgroup) if pid != kernel_pid(session)]
         assert len(stray) == 1  # it left the kernel's process group, not its cgroup
     assert not cgroup.exists()
-    assert gone(stray[0])
+    assert process_gone(stray[0])
 
 
 # ------------------------------------------------------------------ network and secrets
