@@ -96,6 +96,26 @@ def test_json_prints_one_event_per_line_and_max_rounds_exits_1(openai_server: Op
 
 
 @pytest.mark.kernel
+def test_resume_continues_a_run_with_its_variables(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    openai_server.add(Reply("Set it.", tool_calls=(python_call("kept = 20 + 1"),)), Reply("Done: 21."))
+    openai_server.add(Reply("Double it.", tool_calls=(python_call("print(kept * 2)"),)), Reply("Doubled: 42."))
+    notebook = tmp_path / "run.ipynb"
+    first = invoke("run", "Set", "--model", "m", "--base-url", openai_server.base_url, "--protocol", "tools",
+                   "--workspace", tmp_path / "ws", "--out", notebook, "--quiet")
+    assert first.exit_code == 0, first.output
+
+    result = invoke("resume", notebook, "Now double it", "--base-url", openai_server.base_url, "--quiet")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["Doubled: 42.", str(notebook)]
+    assert openai_server.requests[-1]["model"] == "m"  # the run's own model and protocol by default
+    assert "tools" in openai_server.requests[-1]
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    assert [c.source for c in cells[-2:]] == ["kept = 20 + 1", "print(kept * 2)"]
+    assert cells[-1].outputs[0]["text"] == "42\n"  # the old variable was rebuilt in the new kernel
+
+
+@pytest.mark.kernel
 def test_quiet_prints_only_the_answer_and_the_notebook_path(openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(Reply("Forty-two."))
     notebook = tmp_path / "q.ipynb"

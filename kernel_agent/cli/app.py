@@ -1,4 +1,4 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``demo``, ``replay``, ``show``, ``kernelspec install``.
+"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``kernelspec install``.
 
 Each command reads its options, calls the library, renders with ``render``
 or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
@@ -10,6 +10,7 @@ codes of runs come from ``drive``: 0 answer, 1 no answer, 130 Ctrl-C,
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -131,6 +132,7 @@ def cli() -> None:
       kernel-agent demo                                   bundled data, no model needed
       kernel-agent run "What drives sales?" --data sales.csv --model gpt-4o-mini
       kernel-agent show agent-runs/<run>/analysis.ipynb   review a run in the terminal
+      kernel-agent resume RUN.ipynb "And by month?"       continue it with a follow-up question
       kernel-agent replay RUN.ipynb --check               re-execute it and compare outputs
     """
 
@@ -161,6 +163,35 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
 
     job = Job(task, data, workspace, out)
     sys.exit(_run(lambda: AsyncAgent(**_agent_arguments(options)), job, renderer))
+
+
+@cli.command(epilog=_ENVIRONMENT)
+@click.argument("notebook", metavar="RUN.ipynb")
+@click.argument("task")
+@_model_options
+@click.option("--workspace", "-w", metavar="DIR", help="Where the data files are [default: the run's recorded workspace].")
+@click.option("--out", "-o", metavar="NEW.ipynb", help="Write the continued run here [default: append to RUN.ipynb].")
+@_output_options
+def resume(notebook: str, task: str, workspace: str | None, out: str | None, quiet: bool, as_json: bool,
+           **options: Any) -> None:
+    """Continue an earlier run with a follow-up question.
+
+    A fresh kernel re-runs the notebook's setup cell and every cell that succeeded, so the earlier
+    variables are back; the model is told what was done, answers TASK, and the new rounds are
+    appended to the notebook. The protocol and model default to the run's own. Exit codes as for run.
+    """
+    from ..agent import AsyncAgent
+    from ..notebook_load import load_run
+
+    renderer = _renderer(quiet, as_json)
+    with _edge():
+        recorded = load_run(notebook).info
+    arguments = _agent_arguments(options)
+    arguments["protocol"] = arguments["protocol"] or recorded.protocol or None
+    if not arguments["model"] and not os.environ.get("KERNEL_AGENT_MODEL") and not recorded.scripted:
+        arguments["model"] = recorded.model or None
+    job = Job(task, (), workspace, out, resume_from=notebook)
+    sys.exit(_run(lambda: AsyncAgent(**arguments), job, renderer))
 
 
 @cli.command(epilog=_ENVIRONMENT)

@@ -32,12 +32,22 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 @dataclass(frozen=True)
 class Job:
-    """What to run: the task, its data files and where the workspace and notebook go (None: defaults)."""
+    """What to run: the task, its data files and where the workspace and notebook go (None: defaults).
+
+    With ``resume_from`` the task is a follow-up to that earlier run's notebook.
+    """
 
     task: str
     data: Sequence[str | os.PathLike[str]] = ()
     workspace: str | os.PathLike[str] | None = None
     notebook: str | os.PathLike[str] | None = None
+    resume_from: str | os.PathLike[str] | None = None
+
+    def events(self, agent: AsyncAgent) -> Any:
+        """The agent's event stream for this job."""
+        if self.resume_from is not None:
+            return agent.stream_resume(self.resume_from, self.task, notebook=self.notebook, workspace=self.workspace)
+        return agent.stream(self.task, self.data, self.workspace, self.notebook)
 
 
 @dataclass
@@ -67,7 +77,7 @@ async def _drive(agent: AsyncAgent, job: Job, renderer: Renderer, progress: _Pro
     answered = False
     try:
         async with agent:
-            async for event in agent.stream(job.task, job.data, job.workspace, job.notebook):
+            async for event in job.events(agent):
                 if event.kind == "run_started":
                     progress.notebook = event.notebook_path  # type: ignore[union-attr]
                 renderer.handle(event)
