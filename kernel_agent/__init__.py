@@ -5,12 +5,13 @@ kernel's launcher does not load the agent's dependencies)::
 
     KernelSession / AsyncKernelSession   one live kernel: execute, interrupt, restart
     ExecutionResult, ErrorInfo           what one execution gave back
-    Agent / AsyncAgent                   the analysis loop over an OpenAI-compatible model
+    Agent / AsyncAgent, AgentConfig      the analysis loop over an OpenAI-compatible model
+    Event                                the typed events of ``Agent.stream`` (``kernel_agent.events``)
     Run, Round, Usage, Artifact          the record of a run
     PythonTool                           the live kernel as a tool for other agent loops
-    replay                               re-execute an exported notebook and compare outputs
+    replay, ReplayReport                 re-execute an exported notebook and compare outputs
     Limits, OutputCaps                   confinement and output caps of a kernel
-    errors                               KernelAgentError and its subclasses
+    KernelAgentError and subclasses      the one exception tree (``kernel_agent.errors``)
 """
 
 from __future__ import annotations
