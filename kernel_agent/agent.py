@@ -38,6 +38,7 @@ from .events import (
     RunFinished,
     RunStarted,
     TextDelta,
+    TextReset,
 )
 from .history import StuckGuard, resume_context
 from .notebook import clean_path, export_run
@@ -61,6 +62,11 @@ _PROBE = (
     "if __import__('importlib.util').util.find_spec(m)]"
 )
 _DIST = {"sklearn": "scikit-learn"}
+
+
+@dataclass(frozen=True)
+class _Retry:
+    reason: str
 
 
 @dataclass
@@ -287,8 +293,8 @@ class AsyncAgent:
         started_at = _now()
         t0 = time.monotonic()
         replies: list[ModelReply] = []
-        async for delta in self._ask(live.messages, live.protocol, replies):
-            yield TextDelta(index, delta)
+        async for piece in self._ask(live.messages, live.protocol, replies):
+            yield TextDelta(index, piece) if isinstance(piece, str) else TextReset(index, piece.reason)
         reply = replies[0]
         model_s = time.monotonic() - t0
         step = live.protocol.parse(reply)
@@ -314,11 +320,16 @@ class AsyncAgent:
         live.messages.extend(live.protocol.feedback_messages(step, self._feedback(result, artifacts)))
         holder.append(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
 
-    async def _ask(self, messages: list[dict[str, Any]], protocol: Protocol, out: list[ModelReply]) -> AsyncIterator[str]:
-        """Call the model; yield text deltas as they stream; put the reply in ``out``."""
-        queue: asyncio.Queue[str] = asyncio.Queue()
+    async def _ask(
+        self, messages: list[dict[str, Any]], protocol: Protocol, out: list[ModelReply]
+    ) -> AsyncIterator[str | _Retry]:
+        """Call the model; yield text deltas as they stream (and retries); put the reply in ``out``."""
+        queue: asyncio.Queue[str | _Retry] = asyncio.Queue()
         task = asyncio.ensure_future(
-            self.chat_model.complete(list(messages), options=protocol.request_options(), on_delta=queue.put_nowait)
+            self.chat_model.complete(
+                list(messages), options=protocol.request_options(), on_delta=queue.put_nowait,
+                on_retry=lambda reason: queue.put_nowait(_Retry(reason)),
+            )
         )
         try:
             while not task.done() or not queue.empty():

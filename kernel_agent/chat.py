@@ -13,9 +13,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from .run import Usage
 
-__all__ = ["ChatModel", "DeltaCallback", "ModelReply", "ToolCall"]
+__all__ = ["ChatModel", "DeltaCallback", "ModelReply", "RetryCallback", "ToolCall"]
 
 DeltaCallback = Callable[[str], None]
+RetryCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class ChatModel(Protocol):
 
     ``options`` are extra request fields chosen by the protocol (``stop``,
     ``tools``). ``on_delta`` receives text as it streams, when the model streams.
+    ``on_retry`` is called with the reason before a failed request is retried;
+    text streamed before it is void (the reply starts over).
     Implementations raise ``ModelError`` subclasses, never SDK exceptions.
     """
 
@@ -62,6 +65,7 @@ class ChatModel(Protocol):
         *,
         options: dict[str, Any] | None = None,
         on_delta: DeltaCallback | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> ModelReply: ...
 
     async def aclose(self) -> None: ...

@@ -25,6 +25,7 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "TextDelta",
+    "TextReset",
 ]
 
 
@@ -62,6 +63,15 @@ class TextDelta(_EventBase):
     round: int
     text: str
     kind = "text_delta"
+
+
+@dataclass(frozen=True)
+class TextReset(_EventBase):
+    """The model request failed and is being retried: the round's streamed text so far is void."""
+
+    round: int
+    reason: str
+    kind = "text_reset"
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,7 @@ Event = Union[
     RunStarted,
     RoundStarted,
     TextDelta,
+    TextReset,
     CodeReady,
     ExecutionStarted,
     ExecutionFinished,

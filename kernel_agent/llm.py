@@ -24,7 +24,7 @@ import random
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .chat import DeltaCallback, ModelReply, ToolCall
+from .chat import DeltaCallback, ModelReply, RetryCallback, ToolCall
 from .errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
 from .run import Usage
 
@@ -145,6 +145,7 @@ class OpenAIChatModel:
         *,
         options: dict[str, Any] | None = None,
         on_delta: DeltaCallback | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> ModelReply:
         """Send ``messages`` (plus protocol ``options``) and return the reply.
 
@@ -164,6 +165,8 @@ class OpenAIChatModel:
                 if not transient or attempt == self.max_retries:
                     raise error from exc
                 delay = self._delay(attempt, exc)
+                if on_retry is not None:
+                    on_retry(f"{error} (retrying in {delay:.1f} s)")
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # the loop always returns or raises
 

@@ -95,6 +95,10 @@ class CellView:
             self._reply.update(_plain(self._text), raw=True)
             self._drawn = time.monotonic()
 
+    def _on_text_reset(self, event: Any) -> None:
+        self._text = ""
+        display(_markdown(f"> **model request failed:** {event.reason}"), raw=True)
+
     def _on_code_ready(self, event: Any) -> None:
         self._reply.update(_markdown(event.reasoning) if event.reasoning.strip() else _plain(""), raw=True)
         display({"text/html": Code(event.code, language="python")._repr_html_(), "text/plain": event.code}, raw=True)

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from .chat import DeltaCallback, ModelReply
+from .chat import DeltaCallback, ModelReply, RetryCallback
 from .errors import ConfigError
 
 __all__ = ["END_OF_SCRIPT", "ScriptedChatModel"]
@@ -59,8 +59,9 @@ class ScriptedChatModel:
         *,
         options: dict[str, Any] | None = None,
         on_delta: DeltaCallback | None = None,
+        on_retry: RetryCallback | None = None,
     ) -> ModelReply:
-        """The next scripted reply (``messages`` are not read). Raises nothing."""
+        """The next scripted reply (``messages`` are not read; it never retries). Raises nothing."""
         if self._played < len(self._replies):
             text = self._replies[self._played]
             self._played += 1

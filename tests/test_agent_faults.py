@@ -17,6 +17,7 @@ from leaks import kernels_of, our_kernel_pids, process_gone
 from openai_server import OpenAIServer, Reply
 
 from kernel_agent import Agent
+from kernel_agent.events import TextDelta
 from kernel_agent.session import sweep_stale_runtime_dirs
 
 pytestmark = pytest.mark.kernel
@@ -37,12 +38,20 @@ def wait_for(condition: Callable[[], bool], what: str, limit: float = 60.0) -> N
 
 
 def test_server_dying_mid_stream_once_is_retried(openai_server: OpenAIServer, tmp_path: Path) -> None:
-    openai_server.add(Reply("<Code>print('never complete')</Code>", die_after=2))
+    openai_server.add(Reply("<Code>print('never complete')</Code>", die_after=2, chunk_size=4))
     openai_server.add(Reply("<Answer>second try</Answer>"))
     with agent_for(openai_server) as agent:
-        run = agent.run("flaky", workspace=tmp_path / "ws")
+        events = list(agent.stream("flaky", workspace=tmp_path / "ws"))
+    run = events[-1].run  # type: ignore[union-attr]
     assert run.answer == "second try"
     assert run.rounds[0].code is None  # the broken stream never ran anything
+    kinds = [e.kind for e in events]
+    assert kinds.count("text_reset") == 1  # the front ends are told the streamed text is void...
+    after_reset = events[kinds.index("text_reset") + 1:]
+    streamed = "".join(e.text for e in after_reset if isinstance(e, TextDelta))
+    assert streamed == "<Answer>second try</Answer>"  # ...and then see exactly the reply that counts
+    reset = events[kinds.index("text_reset")]
+    assert "closed the stream early" in reset.reason and "retrying" in reset.reason  # type: ignore[union-attr]
 
 
 def test_server_dying_for_good_ends_with_llm_error(openai_server: OpenAIServer, tmp_path: Path) -> None:
@@ -77,6 +86,7 @@ def test_malformed_replies_are_recorded_not_fatal(reply: str, openai_server: Ope
 _SCRIPT = """
 import sys
 from kernel_agent import Agent
+from kernel_agent.events import TextDelta
 agent = Agent(model="m", base_url=sys.argv[1], protocol="tags", model_options={"max_retries": 0})
 agent.run("killed mid-run", workspace=sys.argv[2], notebook=sys.argv[3])
 """

@@ -216,6 +216,10 @@ class LiveRenderer:
     def _on_text_delta(self, event: Any) -> None:
         self._activity.text += event.text
 
+    def _on_text_reset(self, event: Any) -> None:
+        self._activity.text = ""
+        self.console.print(Text(f"model request failed: {event.reason}", style="yellow"), soft_wrap=True)
+
     def _on_code_ready(self, event: Any) -> None:
         self._activity.end()
         if event.reasoning.strip():
