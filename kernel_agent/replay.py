@@ -14,7 +14,6 @@ recording or the replay, and the workspace path.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import os
 import re
@@ -23,7 +22,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path, PurePath
@@ -33,6 +31,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
+from ._loop import LoopThread
 from .environment import kernel_environment
 from .errors import NotebookError
 from .notebook import METADATA_KEY, SKIP_TAG
@@ -111,19 +110,15 @@ def replay(
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
-    Sync facade of ``async_replay`` (same arguments, raises the same); works
-    inside a running event loop by replaying on a private thread.
+    Sync facade of ``async_replay`` (same arguments, raises the same); it runs
+    on a private event-loop thread, so it also works inside a running loop.
     """
 
-    def run() -> ReplayReport:
-        return asyncio.run(async_replay(path, workspace, check, timeout, kernel_name))
-
+    runner = LoopThread("kernel-agent-replay")
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-agent-replay") as pool:
-        return pool.submit(run).result()
+        return runner.run(async_replay(path, workspace, check, timeout, kernel_name))
+    finally:
+        runner.stop()
 
 
 async def async_replay(
