@@ -43,7 +43,7 @@ from .events import (
 from .history import StuckGuard, resume_context
 from .notebook import clean_path, export_run
 from .notebook_load import load_run
-from .protocols import Feedback, PromptContext, Protocol, Step, get_protocol
+from .protocols import Feedback, PromptContext, Protocol, get_protocol
 from .result import ExecutionResult
 from .run import Round, Run, RunInfo, Usage
 from .session import AsyncKernelSession

@@ -9,7 +9,6 @@ that the notebook was saved and no kernel of that process survives.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
