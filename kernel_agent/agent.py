@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from .events import (
     TextDelta,
     TextReset,
 )
-from .history import StuckGuard, resume_context
+from .history import StuckGuard, clip_old_feedback, resume_context
 from .notebook import clean_path, export_run
 from .notebook_load import load_run
 from .protocols import Feedback, PromptContext, Protocol, get_protocol
@@ -80,6 +80,7 @@ class _Live:
     notebook: Path
     workspace: Path
     first_round: int = 1
+    feedback_at: list[range] = field(default_factory=list)  # per executed round: its feedback in ``messages``
 
 
 class AsyncAgent:
@@ -293,7 +294,9 @@ class AsyncAgent:
         started_at = _now()
         t0 = time.monotonic()
         replies: list[ModelReply] = []
-        async for piece in self._ask(live.messages, live.protocol, replies):
+        sent = clip_old_feedback(live.messages, live.feedback_at, keep=self.config.full_feedback_rounds,
+                                 clip_chars=self.config.old_feedback_chars)
+        async for piece in self._ask(sent, live.protocol, replies):
             yield TextDelta(index, piece) if isinstance(piece, str) else TextReset(index, piece.reason)
         reply = replies[0]
         model_s = time.monotonic() - t0
@@ -317,7 +320,9 @@ class AsyncAgent:
         result = await live.session.execute(step.code, self.config.exec_timeout)
         artifacts = changed_files(before, snapshot(live.workspace, exclude))
         yield ExecutionFinished(index, result, artifacts)
-        live.messages.extend(live.protocol.feedback_messages(step, self._feedback(result, artifacts)))
+        feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
+        live.feedback_at.append(range(len(live.messages), len(live.messages) + len(feedback)))
+        live.messages.extend(feedback)
         holder.append(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
 
     async def _ask(

@@ -46,6 +46,9 @@ class AgentConfig:
     preload: run the setup cell (pd, np, plt, ``data``) before round 1.
     rebuild: after the kernel loses state, re-run the successful cells.
     feedback_chars: bound on the execution text the model gets per round.
+    full_feedback_rounds: the latest this-many execution results stay in the
+        conversation in full; older ones are clipped to ``old_feedback_chars``
+        (and lose their images), so long runs fit the model's context.
     stream: stream replies (text deltas reach the front ends live).
     """
 
@@ -61,6 +64,8 @@ class AgentConfig:
     preload: bool = True
     rebuild: bool = True
     feedback_chars: int = 6000
+    full_feedback_rounds: int = 8
+    old_feedback_chars: int = 800
     stream: bool = True
 
     @classmethod
@@ -90,6 +95,8 @@ class AgentConfig:
             raise ConfigError(f"max_rounds must be at least 1, not {self.max_rounds}")
         if self.exec_timeout is not None and self.exec_timeout <= 0:
             raise ConfigError(f"exec_timeout must be positive, not {self.exec_timeout}")
+        if self.full_feedback_rounds < 1 or self.old_feedback_chars < 100:
+            raise ConfigError("full_feedback_rounds must be at least 1 and old_feedback_chars at least 100")
         if self.stuck_after < 2:
             raise ConfigError(f"stuck_after must be at least 2, not {self.stuck_after}")
         if self.temperature is not None and not 0 <= self.temperature <= 2:

@@ -1,17 +1,20 @@
-"""What the agent remembers across rounds: the stuck guard and the resume briefing.
+"""What the agent remembers across rounds: the stuck guard, the resume briefing, old feedback.
 
-Pure functions of ``Round`` values: ``StuckGuard`` notices a model going
-round in circles; ``resume_context`` tells a model what an earlier run did.
+Pure functions of ``Round`` values and message lists: ``StuckGuard`` notices
+a model going round in circles; ``resume_context`` tells a model what an
+earlier run did; ``clip_old_feedback`` keeps a long conversation inside the
+model's context by shortening execution results the model has moved past.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .result import clip_middle
 from .run import Round
 
-__all__ = ["StuckGuard", "resume_context"]
+__all__ = ["StuckGuard", "clip_old_feedback", "resume_context"]
 
 _RESUME_CHARS = 24_000
 
@@ -51,3 +54,30 @@ def resume_context(rounds: Sequence[Round], task: str, *, failed: int = 0) -> st
     restored += f"; {failed} of them failed on re-run, so some variables may be missing." if failed else "."
     body = clip_middle("\n\n".join(parts), _RESUME_CHARS, tail_share=0.7)
     return f"{body}\n\n{restored}\n\n# New question\n{task}"
+
+
+def clip_old_feedback(
+    messages: list[dict[str, Any]], feedback: Sequence[Sequence[int]], *, keep: int, clip_chars: int
+) -> list[dict[str, Any]]:
+    """The messages to send. ``feedback`` lists, per executed round in order, the
+    indices of its feedback messages; those of all but the latest ``keep`` rounds are
+    clipped to about ``clip_chars`` (head and tail) and lose their images. Everything
+    else is sent as it is; ``messages`` itself is not changed."""
+    old = {index for group in feedback[: max(len(feedback) - keep, 0)] for index in group}
+    if not old:
+        return messages
+    return [_clipped(m, clip_chars) if i in old else m for i, m in enumerate(messages)]
+
+
+def _clipped(message: dict[str, Any], limit: int) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": clip_middle(content, limit, tail_share=0.5)}
+    if isinstance(content, list):
+        parts = [
+            {**part, "text": clip_middle(part["text"], limit, tail_share=0.5)} if part.get("type") == "text"
+            else {"type": "text", "text": "[image from an earlier round omitted]"}
+            for part in content
+        ]
+        return {**message, "content": parts}
+    return message

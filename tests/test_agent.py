@@ -311,3 +311,21 @@ def test_resume_continues_with_the_old_variables(openai_server: OpenAIServer, tm
     assert [r.index for r in second.rounds] == [1, 2, 3, 4, 5]
     nb = nbformat.read(second.notebook_path, as_version=4)  # type: ignore[arg-type]
     assert "print(total * 2)" in [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def test_old_feedback_is_clipped_so_long_runs_fit_the_context(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    def check(body: dict[str, Any]) -> Reply:
+        feedback = [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"].startswith("<Execute>")]
+        assert len(feedback) == 5
+        assert all(len(text) < 1000 and "characters omitted" in text for text in feedback[:3])  # clipped
+        assert all(len(text) > 4000 and "characters omitted" not in text for text in feedback[3:])  # latest 2 full
+        assert all(f"end of round {n}" in text for n, text in enumerate(feedback, start=1))  # tails survive
+        return Reply("<Answer>fits</Answer>")
+
+    for n in range(1, 6):
+        openai_server.add(Reply(f"<Code>print('x' * 4500)\nprint('end of round {n}')</Code>"))
+    openai_server.add(check)
+    with agent_for(openai_server, full_feedback_rounds=2, old_feedback_chars=600) as agent:
+        run = agent.run("long", workspace=tmp_path / "ws")
+    assert run.answer == "fits"
+    assert len(run.rounds[0].result.stdout) > 4500  # type: ignore[union-attr]  # the record keeps everything
