@@ -199,9 +199,7 @@ class AsyncAgent:
         async with self._session_factory(root) as session:
             restored = [await session.execute(code, self.config.exec_timeout) for code in loaded.rebuild_code]
             failed = [r for r in restored if r.status != "ok"]
-            protocol = get_protocol(self.config.protocol, vision=self.config.vision)
-            context = await self._context(session, loaded.info.task, loaded.info.data_files)
-            messages = protocol.initial_messages(context)
+            protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
             info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}")
             run = replace(loaded.run, info=info, answer=None, stop_reason=None, error=None)
@@ -225,10 +223,15 @@ class AsyncAgent:
             workspace=str(root.resolve()), setup_code=setup_code, scripted=self.chat_model.scripted,
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
+        protocol, messages = await self._conversation(session, task, names, files)
+        return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root)
+
+    async def _conversation(
+        self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+    ) -> tuple[Protocol, list[dict[str, Any]]]:
+        """The protocol and the opening messages that describe the task and the kernel."""
         protocol = get_protocol(self.config.protocol, vision=self.config.vision)
-        context = await self._context(session, task, names, files)
-        run = Run(info=info, setup_result=setup)
-        return _Live(run, session, protocol, protocol.initial_messages(context), notebook, root)
+        return protocol, protocol.initial_messages(await self._context(session, task, names, files))
 
     async def _context(
         self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -438,8 +439,6 @@ class AsyncKernelSession:
                 break
             ran.append(number)
         note = f"{result.note}; state rebuilt by re-running {len(ran)} of {len(cells)} earlier successful cells"
-        from dataclasses import replace
-
         return replace(result, note=note, rebuilt_cells=tuple(ran))
 
     def _death_note(self, outcome: str) -> str:

@@ -37,12 +37,13 @@ def default_workspace(task: str, root: Path | None = None) -> Path:
 def snapshot(root: Path, exclude: Iterable[Path] = ()) -> Snapshot:
     """Size and mtime of every file under ``root`` (hidden folders skipped, bounded in count)."""
     skip = {p.resolve() for p in exclude}
+    skip_names = {p.name for p in skip}  # resolve() only the few files that could be excluded
     found: Snapshot = {}
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
             path = Path(folder, name)
-            if path.resolve() in skip or name.startswith("."):
+            if name.startswith(".") or (name in skip_names and path.resolve() in skip):
                 continue
             try:
                 stat = path.stat()
