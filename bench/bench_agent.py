@@ -28,9 +28,9 @@ import pandas as pd
 from deepanalyze import execute as run_in_subprocess
 from report import Row
 
-from kernel_agent.agent import AsyncAgent
+from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.events import ExecutionFinished, RunFinished
-from kernel_agent.scripted import ScriptedChatModel
+from kernel_agent.model.scripted import ScriptedChatModel
 
 NAME = "agent"
 

@@ -32,9 +32,9 @@ import deepanalyze
 import raw
 from report import Row, median, p95
 
-from kernel_agent.outputs import OutputCollector
-from kernel_agent.session import AsyncKernelSession
-from kernel_agent.session_sync import KernelSession
+from kernel_agent.kernel.outputs import OutputCollector
+from kernel_agent.kernel.session import AsyncKernelSession
+from kernel_agent.kernel.session_sync import KernelSession
 
 NAME = "session"
 

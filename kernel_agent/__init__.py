@@ -6,6 +6,8 @@ kernel's launcher does not load the agent's dependencies)::
     KernelSession / AsyncKernelSession   one live kernel: execute, interrupt, restart
     ExecutionResult, ErrorInfo           what one execution gave back
     Agent / AsyncAgent, AgentConfig      the analysis loop over an OpenAI-compatible model
+    ChatModel, ModelReply                the model seam: plug in any model
+    SessionState                         a session's lifecycle state
     Event                                the typed events of ``Agent.stream`` (``kernel_agent.events``)
     Run, Round, Usage, Artifact          the record of a run
     PythonTool                           the live kernel as a tool for other agent loops
@@ -22,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .agent import AsyncAgent
-    from .agent_sync import Agent
-    from .config import AgentConfig
+    from .agent.config import AgentConfig
+    from .agent.loop import AsyncAgent
+    from .agent.sync import Agent
+    from .agent.tool import PythonTool
     from .errors import (
         ConfigError,
         ContextLengthError,
@@ -40,33 +43,36 @@ if TYPE_CHECKING:
         SessionClosedError,
     )
     from .events import Event
-    from .limits import Limits
-    from .outputs import OutputCaps
-    from .replay import ReplayReport, replay
-    from .result import ErrorInfo, ExecutionResult
+    from .kernel.limits import Limits
+    from .kernel.outputs import OutputCaps
+    from .kernel.result import ErrorInfo, ExecutionResult
+    from .kernel.session import AsyncKernelSession, SessionState
+    from .kernel.session_sync import KernelSession
+    from .model.chat import ChatModel, ModelReply
+    from .notebook.replay import ReplayReport, replay
     from .run import Artifact, Round, Run, Usage
-    from .session import AsyncKernelSession
-    from .session_sync import KernelSession
-    from .tool import PythonTool
 
 _EXPORTS = {
-    "AsyncKernelSession": "session",
-    "KernelSession": "session_sync",
-    "ExecutionResult": "result",
-    "ErrorInfo": "result",
-    "AsyncAgent": "agent",
-    "Agent": "agent_sync",
-    "AgentConfig": "config",
+    "AsyncKernelSession": "kernel.session",
+    "KernelSession": "kernel.session_sync",
+    "ExecutionResult": "kernel.result",
+    "ErrorInfo": "kernel.result",
+    "AsyncAgent": "agent.loop",
+    "Agent": "agent.sync",
+    "AgentConfig": "agent.config",
     "Run": "run",
     "Round": "run",
     "Usage": "run",
     "Artifact": "run",
     "Event": "events",
-    "PythonTool": "tool",
-    "replay": "replay",
-    "ReplayReport": "replay",
-    "Limits": "limits",
-    "OutputCaps": "outputs",
+    "ChatModel": "model.chat",
+    "ModelReply": "model.chat",
+    "SessionState": "kernel.session",
+    "PythonTool": "agent.tool",
+    "replay": "notebook.replay",
+    "ReplayReport": "notebook.replay",
+    "Limits": "kernel.limits",
+    "OutputCaps": "kernel.outputs",
     "KernelAgentError": "errors",
     "ConfigError": "errors",
     "DataFileError": "errors",

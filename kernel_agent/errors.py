@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .result import ExecutionResult
+    from .kernel.result import ExecutionResult
 
 __all__ = [
     "KernelAgentError",

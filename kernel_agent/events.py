@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Union
 
-from .result import ExecutionResult
+from .kernel.result import ExecutionResult
 from .run import Artifact, Round, Run
 
 __all__ = [

@@ -37,7 +37,7 @@ from IPython.display import Code, display
 
 from .errors import KernelAgentError
 from .events import Event
-from .result import strip_ansi
+from .kernel.result import strip_ansi
 from .run import Run
 
 __all__ = ["AgentMagics", "CellView", "load_ipython_extension"]
@@ -271,8 +271,8 @@ class AgentMagics(Magics):
         self.shell.user_ns["_agent_run"] = run
 
     def _run(self, args: Any, task: str) -> Run | None:
-        from .agent_sync import Agent
-        from .workspace import default_workspace
+        from .agent.sync import Agent
+        from .kernel.workspace import default_workspace
 
         workspace = Path(args.workspace) if args.workspace else default_workspace(task)
         if args.out:
@@ -319,6 +319,6 @@ def _partial_run(notebook: str | None) -> Run | None:
     """The run as saved when it was interrupted (None if it had not started)."""
     if notebook is None or not Path(notebook).exists():
         return None
-    from .notebook_load import load_run
+    from .notebook.load import load_run
 
     return load_run(notebook).run

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from .result import ExecutionResult
+from .kernel.result import Artifact, ExecutionResult
 
 __all__ = ["Artifact", "Round", "Run", "RunInfo", "StopReason", "Usage"]
 
@@ -38,18 +38,6 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """A file the round's code created or modified in the workspace (path relative to it)."""
-
-    path: str
-    size: int
-    change: Literal["created", "modified"] = "created"
-
-    def to_dict(self) -> dict[str, object]:
-        return {"path": self.path, "size": self.size, "change": self.change}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from openai_server import OpenAIServer, Reply
 
 from kernel_agent import Agent
 from kernel_agent.events import TextDelta
-from kernel_agent.session import sweep_stale_runtime_dirs
+from kernel_agent.kernel.session import sweep_stale_runtime_dirs
 
 pytestmark = pytest.mark.kernel
 

@@ -1,4 +1,4 @@
-"""kernel_agent.data: checking and copying data files, their summaries, the setup cell."""
+"""kernel_agent.agent.data: checking and copying data files, their summaries, the setup cell."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import kernel_agent.data as data_module
-from kernel_agent.data import (
+import kernel_agent.agent.data as data_module
+from kernel_agent.agent.data import (
     MAX_COLUMNS,
     MAX_SECTION_CHARS,
     MAX_SUMMARY_CHARS,

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-from kernel_agent.chat import ChatModel, ModelReply
-from kernel_agent.data import preload_code
+from kernel_agent.agent.data import preload_code
 from kernel_agent.demo import dataset_path, demo_model, demo_replies, demo_task
 from kernel_agent.demo.make_dataset import COLUMNS, write_dataset
 from kernel_agent.errors import ConfigError
-from kernel_agent.scripted import END_OF_SCRIPT, ScriptedChatModel
+from kernel_agent.model.chat import ChatModel, ModelReply
+from kernel_agent.model.scripted import END_OF_SCRIPT, ScriptedChatModel
 
 TAGS = ("Analyze", "Understand", "Code", "Answer")
 CODE = re.compile(r"<Code>\s*```python\n(.*?)\n```\s*</Code>", re.DOTALL)
@@ -90,7 +90,7 @@ def test_code_is_python_that_builds_on_the_setup_and_earlier_rounds() -> None:
 
 
 def test_replies_parse_with_the_tags_protocols() -> None:
-    from kernel_agent.protocols import get_protocol
+    from kernel_agent.agent.protocols import get_protocol
 
     replies = demo_replies()
     for name in ("tags", "deepanalyze"):
@@ -198,7 +198,7 @@ def test_demo_model_plays_the_demo_without_openai() -> None:
     model = demo_model(chunk_size=64)
     assert model.remaining == len(demo_replies()) and model.chunk_size == 64
     probe = (
-        "import sys, kernel_agent.data, kernel_agent.demo, kernel_agent.scripted; "
+        "import sys, kernel_agent.agent.data, kernel_agent.demo, kernel_agent.model.scripted; "
         "print('openai' in sys.modules, 'pandas' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

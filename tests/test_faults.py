@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from leaks import kernels_of, process_gone
 
-from kernel_agent.limits import Limits
-from kernel_agent.session_sync import KernelSession
+from kernel_agent.kernel.limits import Limits
+from kernel_agent.kernel.session_sync import KernelSession
 
 pytestmark = pytest.mark.kernel
 
@@ -344,8 +344,8 @@ def test_no_network_when_the_machine_cannot_isolate_is_an_error(tmp_path: Path) 
                 fh.write("0")
         from dataclasses import replace
         from kernel_agent.errors import SandboxUnavailableError
-        from kernel_agent.limits import Limits
-        from kernel_agent.session_sync import KernelSession
+        from kernel_agent.kernel.limits import Limits
+        from kernel_agent.kernel.session_sync import KernelSession
         try:
             KernelSession(sys.argv[1], limits=replace(Limits.off(), network=False)).start()
         except SandboxUnavailableError as exc:
@@ -365,7 +365,7 @@ def test_no_network_when_the_machine_cannot_isolate_is_an_error(tmp_path: Path) 
 # ------------------------------------------------------------------ the owner goes away
 OWNER = """\
 import sys
-from kernel_agent.session_sync import KernelSession
+from kernel_agent.kernel.session_sync import KernelSession
 workspace, how = sys.argv[1], sys.argv[2]
 session = KernelSession(workspace).start()
 print(session.async_session._confinement.cgroup.path, flush=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kernel_agent.history import StuckGuard, clip_old_feedback, resume_context
-from kernel_agent.outputs import output_node
-from kernel_agent.result import ErrorInfo, ExecutionResult
+from kernel_agent.agent.history import StuckGuard, clip_old_feedback, resume_context
+from kernel_agent.kernel.outputs import output_node
+from kernel_agent.kernel.result import ErrorInfo, ExecutionResult
 from kernel_agent.run import Round
 
 

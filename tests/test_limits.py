@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kernel_agent.errors import ConfigError
-from kernel_agent.launcher import read_env
-from kernel_agent.limits import (
+from kernel_agent.kernel.launcher import read_env
+from kernel_agent.kernel.limits import (
     CGROUP_ENV,
     LIMITS_ENV,
     Confinement,
@@ -141,8 +141,8 @@ def test_exit_status_in_words(returncode: int, limits: Limits, oom: bool, words:
 
 CONFINE = """\
 import json, resource, signal
-from kernel_agent.launcher import _user_task_count, confine
-from kernel_agent.limits import Limits
+from kernel_agent.kernel.launcher import _user_task_count, confine
+from kernel_agent.kernel.limits import Limits
 before = _user_task_count()
 confine(Limits(memory_mb=3000, cpu_seconds=50, max_processes=7, max_file_mb=5), None)
 print(json.dumps({"before": before, "sigxfsz_ignored": signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN,

@@ -13,12 +13,12 @@ from typing import Any
 
 import openai
 import pytest
-
-from kernel_agent.chat import ChatModel, ModelReply, ToolCall
-from kernel_agent.errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
-from kernel_agent.llm import OpenAIChatModel, endpoint_host
-from kernel_agent.run import Usage
 from openai_server import HTTPError, OpenAIServer, Reply, context_length_error, python_call, tool_call
+
+from kernel_agent.errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
+from kernel_agent.model.chat import ChatModel, ModelReply, ToolCall
+from kernel_agent.model.llm import OpenAIChatModel, endpoint_host
+from kernel_agent.run import Usage
 
 MESSAGES = [{"role": "user", "content": "Which region sells most?"}]
 
@@ -300,7 +300,7 @@ def test_endpoint_host(url: str | None, host: str) -> None:
 
 def test_importing_the_package_modules_does_not_load_openai() -> None:
     code = (
-        "import sys, kernel_agent.llm, kernel_agent.protocols;"
+        "import sys, kernel_agent.model.llm, kernel_agent.agent.protocols;"
         "assert 'openai' not in sys.modules, 'openai'; assert 'PIL' not in sys.modules, 'PIL'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -19,7 +19,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from openai_server import OpenAIServer, Reply, python_call
 from traitlets.config import Config
 
-from kernel_agent.replay import replay
+from kernel_agent.notebook.replay import replay
 
 
 @pytest.fixture

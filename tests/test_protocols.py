@@ -1,4 +1,4 @@
-"""Pure unit tests of kernel_agent.protocols: prompts, parsing, history messages."""
+"""Pure unit tests of kernel_agent.agent.protocols: prompts, parsing, history messages."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import time
 import pytest
 from PIL import Image
 
-from kernel_agent.chat import ModelReply, ToolCall
-from kernel_agent.errors import ConfigError
-from kernel_agent.protocols import (
+from kernel_agent.agent.protocols import (
     EXECUTE_PYTHON_TOOL,
     MAX_IMAGES,
     PROTOCOL_NAMES,
@@ -24,7 +22,9 @@ from kernel_agent.protocols import (
     downscale_png,
     get_protocol,
 )
-from kernel_agent.result import png_size
+from kernel_agent.errors import ConfigError
+from kernel_agent.kernel.result import png_size
+from kernel_agent.model.chat import ModelReply, ToolCall
 
 CTX = PromptContext(
     task="Which region sells most?",

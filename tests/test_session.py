@@ -13,10 +13,10 @@ import pytest
 from jupyter_client.manager import start_new_kernel
 
 from kernel_agent.errors import KernelStartError, SessionClosedError
-from kernel_agent.outputs import OutputCaps
-from kernel_agent.result import png_size
-from kernel_agent.session import AsyncKernelSession
-from kernel_agent.session_sync import KernelSession
+from kernel_agent.kernel.outputs import OutputCaps
+from kernel_agent.kernel.result import png_size
+from kernel_agent.kernel.session import AsyncKernelSession
+from kernel_agent.kernel.session_sync import KernelSession
 
 pytestmark = pytest.mark.kernel
 
@@ -257,7 +257,7 @@ def test_default_workspace_is_private_and_removed(tmp_path: Path) -> None:
 
 def test_kernel_cannot_read_the_agents_process_environment(tmp_path: Path) -> None:
     """/proc/<agent>/environ holds the API key the agent was started with: the kernel must not read it."""
-    from kernel_agent.limits import Limits
+    from kernel_agent.kernel.limits import Limits
 
     code = "import os\nlen(open(f'/proc/{os.getppid()}/environ', 'rb').read())"
     with KernelSession(tmp_path) as session:

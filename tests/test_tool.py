@@ -16,7 +16,7 @@ from openai import OpenAI
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent import AsyncKernelSession, KernelSession, PythonTool
-from kernel_agent.kernelspec import KERNEL_NAME, kernelspec_dir
+from kernel_agent.kernel.kernelspec import KERNEL_NAME, kernelspec_dir
 
 pytestmark = pytest.mark.kernel
 

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .._version import __version__
-from ..config import PROTOCOLS
+from ..agent.config import PROTOCOLS
 from ..errors import ConfigError, KernelAgentError, NotebookError
 from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job, drive
 from .render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
@@ -159,7 +159,7 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
     if not task.strip():
         raise click.UsageError("the task is empty")
     renderer = _renderer(quiet, as_json)
-    from ..agent import AsyncAgent
+    from ..agent.loop import AsyncAgent
 
     job = Job(task, data, workspace, out)
     sys.exit(_run(lambda: AsyncAgent(**_agent_arguments(options)), job, renderer))
@@ -180,8 +180,8 @@ def resume(notebook: str, task: str, workspace: str | None, out: str | None, qui
     variables are back; the model is told what was done, answers TASK, and the new rounds are
     appended to the notebook. The protocol and model default to the run's own. Exit codes as for run.
     """
-    from ..agent import AsyncAgent
-    from ..notebook_load import load_run
+    from ..agent.loop import AsyncAgent
+    from ..notebook.load import load_run
 
     renderer = _renderer(quiet, as_json)
     with _edge():
@@ -237,7 +237,7 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float) ->
     Exits 1 when a cell's outputs differ from the recorded ones (with --check) or a cell fails,
     2 when the notebook or its data files cannot be found.
     """
-    from ..replay import replay as replay_notebook
+    from ..notebook.replay import replay as replay_notebook
     from .show import show_replay
 
     with _edge():
@@ -251,7 +251,7 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float) ->
 @click.option("--html", "html", metavar="OUT.html", help="Render the notebook as HTML (nbconvert) for the browser instead.")
 def show(notebook: str, html: str | None) -> None:
     """Review a run in the terminal: reasoning, code, outputs, status and timing per round, the answer."""
-    from ..notebook_load import load_run
+    from ..notebook.load import load_run
     from .show import export_html, show_run
 
     console = Console(highlight=False)
@@ -276,7 +276,7 @@ def kernelspec_install(user: bool, prefix: str | None) -> None:
     """Install the kernel-agent kernelspec where Jupyter finds it."""
     if user and prefix:
         raise click.UsageError("--user and --prefix cannot be used together")
-    from ..kernelspec import install_kernelspec
+    from ..kernel.kernelspec import install_kernelspec
 
     with _edge():
         where = install_kernelspec(user=user, prefix=prefix)

@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.text import Text
 
-from ..agent import AsyncAgent
-from ..config import AgentConfig
+from ..agent.config import AgentConfig
+from ..agent.loop import AsyncAgent
 from ..errors import ConfigError
 from .drive import Job
 

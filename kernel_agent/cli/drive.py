@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..agent import AsyncAgent
+from ..agent.loop import AsyncAgent
 from .render import Renderer
 
 __all__ = ["EXIT_ANSWER", "EXIT_INTERRUPTED", "EXIT_NO_ANSWER", "EXIT_TERMINATED", "EXIT_USAGE", "Job", "drive"]

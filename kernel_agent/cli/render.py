@@ -24,7 +24,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from ..events import Event
-from ..result import ExecutionResult, png_size, strip_ansi
+from ..kernel.result import ExecutionResult, png_size, strip_ansi
 from ..run import Artifact, Round, Run, Usage
 
 __all__ = [

@@ -19,8 +19,8 @@ from rich.rule import Rule
 from rich.text import Text
 
 from ..errors import NotebookError
-from ..notebook_load import LoadedRun
-from ..replay import ReplayReport
+from ..notebook.load import LoadedRun
+from ..notebook.replay import ReplayReport
 from ..run import Round
 from .render import artifacts_text, code_block, output_renderables, round_status, usage_text
 
@@ -101,7 +101,7 @@ def export_html(notebook: str | os.PathLike[str], target: str | os.PathLike[str]
     """
     from nbconvert import HTMLExporter  # heavy: only for --html
 
-    from ..notebook_load import read_notebook
+    from ..notebook.load import read_notebook
 
     nb = read_notebook(notebook)
     try:

@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..scripted import ScriptedChatModel
+from ..model.scripted import ScriptedChatModel
 
 __all__ = ["DATASET", "SCRIPT", "dataset_path", "demo_model", "demo_replies", "demo_task"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .result import clip_middle
-from .run import Round
+from ..kernel.result import clip_middle
+from ..run import Round
 
 __all__ = ["StuckGuard", "clip_old_feedback", "resume_context"]
 

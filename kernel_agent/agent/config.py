@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..kernel.result import ExecutionResult
+from ..kernel.session import AsyncKernelSession
+from ..kernel.session_sync import KernelSession
 from .protocols import EXECUTE_PYTHON_TOOL
-from .result import ExecutionResult
-from .session import AsyncKernelSession
-from .session_sync import KernelSession
 
 __all__ = ["PythonTool"]
 

@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
+from ..errors import ConfigError
 from .chat import DeltaCallback, ModelReply, RetryCallback
-from .errors import ConfigError
 
 __all__ = ["END_OF_SCRIPT", "ScriptedChatModel"]
 

@@ -13,20 +13,20 @@ from pathlib import Path
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.paths import jupyter_path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["KERNEL_NAME", "install_kernelspec", "kernel_spec_manager", "kernelspec_dir"]
 
 KERNEL_NAME = "kernel-agent"
-_HERE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def kernelspec_dir() -> Path:
     """The folder holding ``kernel-agent/kernel.json`` (wheel first, then source checkout)."""
-    for candidate in (_HERE / "kernelspec", _HERE.parent / "kernelspec"):
+    for candidate in (_PACKAGE / "kernelspec", _PACKAGE.parent / "kernelspec"):
         if (candidate / KERNEL_NAME / "kernel.json").is_file():
             return candidate
-    raise ConfigError(f"the {KERNEL_NAME} kernelspec is missing from the installation (looked in {_HERE})")
+    raise ConfigError(f"the {KERNEL_NAME} kernelspec is missing from the installation (looked in {_PACKAGE})")
 
 
 def kernel_spec_manager() -> KernelSpecManager:

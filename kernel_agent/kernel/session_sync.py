@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._loop import LoopThread
+from .._loop import LoopThread
 from .result import ExecutionResult
 from .session import AsyncKernelSession, SessionState
 

@@ -21,11 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .chat import ChatModel, ModelReply
-from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, prepare_data, preload_code, preload_description
-from .errors import ConfigError, KernelError, ModelError
-from .events import (
+from ..errors import ConfigError, KernelError, ModelError
+from ..events import (
     AnswerReady,
     CodeReady,
     Event,
@@ -40,14 +37,17 @@ from .events import (
     TextDelta,
     TextReset,
 )
+from ..kernel.result import ExecutionResult
+from ..kernel.session import AsyncKernelSession
+from ..kernel.workspace import changed_files, default_workspace, snapshot
+from ..model.chat import ChatModel, ModelReply
+from ..notebook.export import clean_path, export_run
+from ..notebook.load import load_run
+from ..run import Round, Run, RunInfo, Usage
+from .config import NO_MODEL_HELP, AgentConfig
+from .data import DataFile, data_summary, preload_code, preload_description, prepare_data
 from .history import StuckGuard, clip_old_feedback, resume_context
-from .notebook import clean_path, export_run
-from .notebook_load import load_run
 from .protocols import Feedback, PromptContext, Protocol, get_protocol
-from .result import ExecutionResult
-from .run import Round, Run, RunInfo, Usage
-from .session import AsyncKernelSession
-from .workspace import changed_files, default_workspace, snapshot
 
 __all__ = ["AsyncAgent", "SessionFactory"]
 
@@ -120,7 +120,7 @@ class AsyncAgent:
         if chat_model is None:
             if not self.config.model:
                 raise ConfigError(NO_MODEL_HELP)
-            from .llm import OpenAIChatModel
+            from ..model.llm import OpenAIChatModel
 
             chat_model = OpenAIChatModel(
                 self.config.model, base_url=self.config.base_url, api_key=self.config.api_key,
@@ -377,7 +377,7 @@ async def _last_run(events: AsyncIterator[Event]) -> Run:
 def _endpoint(base_url: str | None, model: ChatModel) -> str:
     if model.scripted:
         return "scripted (no endpoint)"
-    from .llm import endpoint_host
+    from ..model.llm import endpoint_host
 
     return endpoint_host(base_url)
 

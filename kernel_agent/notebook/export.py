@@ -39,11 +39,11 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_notebook
 
-from ._version import __version__
-from .errors import NotebookError
-from .notebook_deps import needed_failures
-from .result import ExecutionResult
-from .run import Round, Run
+from .._version import __version__
+from ..errors import NotebookError
+from ..kernel.result import ExecutionResult
+from ..run import Round, Run
+from .deps import needed_failures
 
 __all__ = [
     "KERNELSPEC",

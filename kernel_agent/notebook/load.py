@@ -20,10 +20,10 @@ from typing import Any, get_args
 import nbformat
 from nbformat import NotebookNode
 
-from .errors import NotebookError
-from .notebook import METADATA_KEY
-from .result import ErrorInfo, ExecutionResult, Status, strip_ansi
-from .run import Artifact, Round, Run, RunInfo, StopReason, Usage
+from ..errors import NotebookError
+from ..kernel.result import ErrorInfo, ExecutionResult, Status, strip_ansi
+from ..run import Artifact, Round, Run, RunInfo, StopReason, Usage
+from .export import METADATA_KEY
 
 __all__ = ["LoadedRun", "load_run", "read_notebook"]
 

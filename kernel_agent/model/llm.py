@@ -24,9 +24,9 @@ import random
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from ..errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
+from ..run import Usage
 from .chat import DeltaCallback, ModelReply, RetryCallback, ToolCall
-from .errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
-from .run import Usage
 
 if TYPE_CHECKING:
     import openai

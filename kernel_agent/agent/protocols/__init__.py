@@ -43,8 +43,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .chat import ModelReply
-from .errors import ConfigError
+from ...errors import ConfigError
+from ...model.chat import ModelReply
 from .images import MAX_IMAGE_SIDE, MAX_IMAGES, downscale_png, image_parts
 from .prompts import (
     NOT_RUN,

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .errors import DataFileError
+from ..errors import DataFileError
 
 if TYPE_CHECKING:  # imported where used: importing this module stays cheap for the CLI
     import numpy as np

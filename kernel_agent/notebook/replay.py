@@ -31,12 +31,12 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
-from ._loop import LoopThread
-from .environment import kernel_environment
-from .errors import NotebookError
-from .notebook import METADATA_KEY, SKIP_TAG
-from .notebook_load import read_notebook
-from .result import png_size, strip_ansi
+from .._loop import LoopThread
+from ..errors import NotebookError
+from ..kernel.environment import kernel_environment
+from ..kernel.result import png_size, strip_ansi
+from .export import METADATA_KEY, SKIP_TAG
+from .load import read_notebook
 
 __all__ = ["CellCheck", "CheckStatus", "ReplayReport", "async_replay", "compare_outputs", "normalise_text", "replay"]
 

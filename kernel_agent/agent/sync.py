@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ._loop import LoopThread
-from .agent import AsyncAgent
-from .events import Event
-from .run import Run
+from .._loop import LoopThread
+from ..events import Event
+from ..run import Run
+from .loop import AsyncAgent
 
 __all__ = ["Agent"]
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from jupyter_client import AsyncKernelClient, AsyncKernelManager
 
+from ..errors import KernelError, KernelStartError, SandboxUnavailableError, SessionClosedError
 from .environment import kernel_environment
-from .errors import KernelError, KernelStartError, SandboxUnavailableError, SessionClosedError
 from .kernelspec import KERNEL_NAME, kernel_spec_manager
 from .limits import Confinement, Limits, pid_alive
 from .outputs import OutputCaps, OutputCollector

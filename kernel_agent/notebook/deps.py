@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 import re
 
-from .result import ExecutionResult
-from .run import Round
+from ..kernel.result import ExecutionResult
+from ..run import Round
 
 __all__ = ["needed_failures"]
 

@@ -14,9 +14,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import ExecutionError
+from ..errors import ExecutionError
 
-__all__ = ["ErrorInfo", "ExecutionResult", "Status", "png_size", "strip_ansi"]
+__all__ = ["Artifact", "ErrorInfo", "ExecutionResult", "Status", "png_size", "strip_ansi"]
 
 Status = Literal["ok", "error", "timeout", "died"]
 
@@ -189,3 +189,15 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return "".join(value)
     return str(value)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file the round's code created or modified in the workspace (path relative to it)."""
+
+    path: str
+    size: int
+    change: Literal["created", "modified"] = "created"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "size": self.size, "change": self.change}
