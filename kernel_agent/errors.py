@@ -12,7 +12,8 @@ that failed or for input we refuse::
     │   ├── SessionClosedError               the session was used after close()
     │   └── SandboxUnavailableError          a confinement (no-network, limits) cannot be provided
     ├── ModelError                           the model endpoint failed for good (carries the partial run)
-    │   ├── ModelUnreachableError            connection refused, DNS, timeouts after retries
+    │   ├── ModelUnreachableError            connection refused, DNS, connect time-outs after retries
+    │   ├── ModelTimeoutError (TimeoutError) reachable, but the reply did not come (or stalled) in time
     │   └── ContextLengthError               the conversation no longer fits the model
     ├── ExecutionError                       raised only by ExecutionResult.raise_for_status()
     └── NotebookError (ValueError)           a notebook we cannot read, replay or resume
@@ -38,6 +39,7 @@ __all__ = [
     "SandboxUnavailableError",
     "ModelError",
     "ModelUnreachableError",
+    "ModelTimeoutError",
     "ContextLengthError",
     "ExecutionError",
     "NotebookError",
@@ -93,6 +95,16 @@ class ModelError(KernelAgentError):
 
 class ModelUnreachableError(ModelError):
     """The endpoint could not be reached (refused, DNS, time-outs) after retries."""
+
+
+class ModelTimeoutError(ModelError, TimeoutError):
+    """The endpoint took the request but sent no reply (or stopped streaming one) within
+    ``timeout`` seconds. Not retried: the server is probably still working on it."""
+
+    def __init__(self, message: str, *, timeout: float, received: int = 0, run: Any = None) -> None:
+        super().__init__(message, run=run)
+        self.timeout = timeout
+        self.received = received
 
 
 class ContextLengthError(ModelError):

@@ -19,6 +19,7 @@ __all__ = [
     "ExecutionFinished",
     "ExecutionStarted",
     "Notice",
+    "ReasoningDelta",
     "RoundFinished",
     "RoundStarted",
     "RunError",
@@ -63,6 +64,15 @@ class TextDelta(_EventBase):
     round: int
     text: str
     kind = "text_delta"
+
+
+@dataclass(frozen=True)
+class ReasoningDelta(_EventBase):
+    """A piece of a reasoning model's hidden thinking (``reasoning_content``), as it streams."""
+
+    round: int
+    text: str
+    kind = "reasoning_delta"
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,7 @@ Event = Union[
     RunStarted,
     RoundStarted,
     TextDelta,
+    ReasoningDelta,
     TextReset,
     CodeReady,
     ExecutionStarted,
@@ -176,6 +187,7 @@ def _jsonable(value: Any) -> Any:
             "exec_s": round(value.exec_s, 3),
             "artifacts": [a.to_dict() for a in value.artifacts],
             "problem": value.problem,
+            "reasoning_content": value.reasoning_content,
         }
     if isinstance(value, Run):
         return {

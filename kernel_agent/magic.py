@@ -21,6 +21,7 @@ files this magic wrote.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import pickle
@@ -69,6 +70,7 @@ class CellView:
         self._reply: Any = None
         self._status: Any = None
         self._text = ""
+        self._thinking = ""
         self._drawn = 0.0
 
     def handle(self, event: Event) -> None:
@@ -95,11 +97,26 @@ class CellView:
             self._reply.update(_plain(self._text), raw=True)
             self._drawn = time.monotonic()
 
+    def _on_reasoning_delta(self, event: Any) -> None:
+        self._thinking += event.text
+        if not self._text and time.monotonic() - self._drawn >= _STREAM_EVERY_S:
+            self._reply.update(_plain(f"(thinking) {self._thinking[-2000:]}"), raw=True)
+            self._drawn = time.monotonic()
+
+    def _show_thinking(self) -> None:
+        thinking, self._thinking = self._thinking.strip(), ""
+        if thinking:
+            body = html.escape(thinking)
+            folded = f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary><pre>{body}</pre></details>"
+            display({"text/html": folded, "text/plain": thinking}, raw=True)
+
     def _on_text_reset(self, event: Any) -> None:
         self._text = ""
+        self._thinking = ""
         display(_markdown(f"> **model request failed:** {event.reason}"), raw=True)
 
     def _on_code_ready(self, event: Any) -> None:
+        self._show_thinking()
         self._reply.update(_markdown(event.reasoning) if event.reasoning.strip() else _plain(""), raw=True)
         display({"text/html": Code(event.code, language="python")._repr_html_(), "text/plain": event.code}, raw=True)
 
@@ -117,6 +134,7 @@ class CellView:
             display(_markdown(f"*files written: {files}*"), raw=True)
 
     def _on_round_finished(self, event: Any) -> None:
+        self._show_thinking()
         round_ = event.round
         if round_.code is None and self._reply is not None:
             self._reply.update(_markdown(round_.reasoning) if round_.reasoning.strip() else _plain(""), raw=True)

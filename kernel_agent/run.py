@@ -19,25 +19,34 @@ StopReason = Literal["answer", "max_rounds", "stuck", "llm_error", "cancelled"]
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts as the server reported them (zeros when it did not)."""
+    """Token counts as the server reported them (zeros when it did not).
+
+    ``reasoning_tokens`` is the part of ``completion_tokens`` a reasoning
+    model spent thinking (``completion_tokens_details.reasoning_tokens``).
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def to_dict(self) -> dict[str, int]:
-        return {
+        out = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.reasoning_tokens:
+            out["reasoning_tokens"] = self.reasoning_tokens
+        return out
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Round:
     ``reply`` is the raw model text (tags and all); ``reasoning`` is the
     readable markdown made from it; ``code`` is exactly what ran (None when
     the reply held no code); ``answer`` is set on the round that ended the run.
+    ``reasoning_content`` is a reasoning model's hidden thinking for this
+    reply: shown to people, never sent back to the model.
     """
 
     index: int
@@ -61,6 +72,7 @@ class Round:
     exec_s: float = 0.0
     started_at: str = ""
     problem: str | None = None  # protocol trouble in the reply (no tags, unbalanced, empty)
+    reasoning_content: str = ""
 
     @property
     def status(self) -> str:

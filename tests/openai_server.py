@@ -15,6 +15,10 @@ Script entries::
     Reply("", tool_calls=(python_call("print(1)"),))  a tool call (arguments as JSON)
     Reply("partial text", die_after=2)              send 2 SSE chunks (the first is the role
                                                     chunk), then drop the connection
+    Reply("42", reasoning="let me think")           a reasoning model: ``reasoning_content`` on the
+                                                    message, streamed as ``delta.reasoning_content``
+    Reply("slow", pause=2.0)                        wait 2 s before answering (a slow prefill)
+    Reply("slow", chunk_size=1, chunk_pause=0.2)    stream, one chunk every 0.2 s (slow generation)
     HTTPError(500) / HTTPError(429, headers={"retry-after": "0"})
     context_length_error()                          OpenAI's 400 ``context_length_exceeded``
     lambda body: Reply(...)                          computed from (or asserting on) the request
@@ -58,6 +62,10 @@ class Reply:
     ``usage`` is ``(prompt_tokens, completion_tokens)``, ``"auto"`` (a
     character-count estimate) or None (not sent). ``die_after=n`` drops the
     connection after n SSE chunks (streaming) or half the body (non-streaming).
+    ``reasoning`` is sent as ``reasoning_content`` (streamed before the text);
+    ``reasoning_tokens`` as ``usage.completion_tokens_details.reasoning_tokens``.
+    ``pause`` delays the response's start and ``chunk_pause`` each streamed
+    chunk, in seconds (``close()`` cuts both short).
     """
 
     content: str | None = ""
@@ -67,6 +75,10 @@ class Reply:
     usage: tuple[int, int] | str | None = "auto"
     chunk_size: int = 16
     die_after: int | None = None
+    reasoning: str = ""
+    reasoning_tokens: int | None = None
+    pause: float = 0.0
+    chunk_pause: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,7 @@ class OpenAIServer:
         """
         httpd, self._httpd = self._httpd, None
         if httpd is not None:
+            httpd.stopping.set()
             httpd.shutdown()
             httpd.drop_connections()
             httpd.server_close()  # joins the handler threads (daemon_threads is False)
@@ -222,6 +235,7 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type, owner: OpenAIServer) -> None:
         self.owner = owner
+        self.stopping = threading.Event()  # cuts scripted pauses short on close()
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
         super().__init__(address, handler)
@@ -275,6 +289,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
         entry = self.server.owner._next(body, headers)
+        if isinstance(entry, Reply) and entry.pause and self.server.stopping.wait(entry.pause):
+            return
         if isinstance(entry, HTTPError):
             self._send_error(entry)
         elif body.get("stream"):
@@ -302,6 +318,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_completion(self, reply: Reply, body: dict[str, Any]) -> None:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.reasoning:
+            message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
             message["tool_calls"] = [
                 {"id": _call_id(call, i), "type": "function",
@@ -335,6 +353,8 @@ class _Handler(BaseHTTPRequestHandler):
         for sent, chunk in enumerate(_stream_chunks(reply, body)):
             if reply.die_after is not None and sent >= reply.die_after:
                 self._drop()
+                return
+            if sent and reply.chunk_pause and self.server.stopping.wait(reply.chunk_pause):
                 return
             self._write_chunk(f"data: {json.dumps(chunk)}\n\n")
         self._write_chunk("data: [DONE]\n\n")
@@ -372,7 +392,7 @@ def _finish(reply: Reply) -> dict[str, Any]:
     return fields
 
 
-def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, int] | None:
+def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, Any] | None:
     if reply.usage is None:
         return None
     if reply.usage == "auto":
@@ -380,7 +400,10 @@ def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, int] | None:
         completion = (len(reply.content or "") + sum(len(c["arguments"]) for c in reply.tool_calls)) // 4 + 1
     else:
         prompt, completion = reply.usage  # type: ignore[misc]
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if reply.reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
+    return usage
 
 
 def _stream_chunks(reply: Reply, body: dict[str, Any]) -> Iterable[dict[str, Any]]:
@@ -391,6 +414,8 @@ def _stream_chunks(reply: Reply, body: dict[str, Any]) -> Iterable[dict[str, Any
 
     size = max(reply.chunk_size, 1)
     yield chunk({"role": "assistant", "content": ""})
+    for start in range(0, len(reply.reasoning), size):
+        yield chunk({"reasoning_content": reply.reasoning[start : start + size]})
     text = reply.content or ""
     for start in range(0, len(text), size):
         yield chunk({"content": text[start : start + size]})

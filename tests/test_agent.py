@@ -165,7 +165,7 @@ def test_code_runs_with_and_without_the_closing_tag(openai_server: OpenAIServer,
     assert [r.problem for r in run.rounds[:3]] == [None, None, None]  # finish_reason "stop" explains the lost tag
     sent = openai_server.requests[1]["messages"]
     assert sent[-2]["content"].endswith("</Code>")
-    assert sent[-1] == {"role": "execute", "content": "<Execute>\nstopped\n</Execute>"}
+    assert sent[-1] == {"role": "execute", "content": "stopped\n"}  # raw, as DeepAnalyze sends it
 
 
 def test_stuck_guard_stops_a_model_repeating_a_failure(openai_server: OpenAIServer, tmp_path: Path) -> None:

@@ -15,7 +15,13 @@ import openai
 import pytest
 from openai_server import HTTPError, OpenAIServer, Reply, context_length_error, python_call, tool_call
 
-from kernel_agent.errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
+from kernel_agent.errors import (
+    ConfigError,
+    ContextLengthError,
+    ModelError,
+    ModelTimeoutError,
+    ModelUnreachableError,
+)
 from kernel_agent.model.chat import ChatModel, ModelReply, ToolCall
 from kernel_agent.model.llm import OpenAIChatModel, endpoint_host
 from kernel_agent.run import Usage
@@ -208,14 +214,17 @@ def test_connection_refused_is_unreachable() -> None:
     assert isinstance(info.value.__cause__, openai.APIConnectionError)
 
 
-def test_a_server_that_never_answers_times_out_as_unreachable() -> None:
+def test_a_server_that_takes_the_request_but_never_answers_is_a_timeout_not_retried() -> None:
     with socket.socket() as silent:  # accepts connections (backlog) but never replies
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         port = silent.getsockname()[1]
-        with pytest.raises(ModelUnreachableError) as info:
-            run(complete_at(f"http://127.0.0.1:{port}/v1", max_retries=1, backoff=0.01, request_timeout=0.2))
-    assert "no answer within 0.2s" in str(info.value) and "2 attempts" in str(info.value)
+        with pytest.raises(ModelTimeoutError) as info:
+            run(complete_at(f"http://127.0.0.1:{port}/v1", max_retries=3, backoff=0.01, request_timeout=0.2))
+    message = str(info.value)
+    assert "did not start replying within 0.2 s" in message and "--request-timeout" in message
+    assert "cannot reach" not in message and "server is running" not in message
+    assert info.value.timeout == 0.2 and isinstance(info.value, TimeoutError)
     assert isinstance(info.value.__cause__, openai.APITimeoutError)
 
 

@@ -15,12 +15,14 @@ from kernel_agent.agent.protocols import (
     PROTOCOL_NAMES,
     DeepAnalyzeProtocol,
     Feedback,
+    FileInfo,
     PromptContext,
     Step,
     TagsProtocol,
     ToolsProtocol,
     downscale_png,
     get_protocol,
+    transcript_block,
 )
 from kernel_agent.errors import ConfigError
 from kernel_agent.kernel.result import png_size
@@ -93,7 +95,12 @@ def test_deepanalyze_refuses_vision() -> None:
 
 
 def test_request_options() -> None:
-    assert get_protocol("deepanalyze").request_options() == {"stop": ["</Code>"]}
+    assert get_protocol("deepanalyze").request_options() == {
+        "stop": ["</Code>"],
+        "extra_body": {"add_generation_prompt": False, "stop_token_ids": [151676, 151645], "max_new_tokens": 32768},
+    }
+    assert get_protocol("deepanalyze", vllm_extras=False).request_options() == {"stop": ["</Code>"]}
+    assert get_protocol("deepanalyze", max_new_tokens=100).request_options()["extra_body"]["max_new_tokens"] == 100
     assert get_protocol("tags").request_options() == {}
     options = get_protocol("tools").request_options()
     assert options == {"tools": [EXECUTE_PYTHON_TOOL], "tool_choice": "auto"}
@@ -119,19 +126,40 @@ def test_protocols_are_frozen_values() -> None:
 
 
 def test_deepanalyze_prompt_is_one_user_message_in_its_own_shape() -> None:
-    messages = get_protocol("deepanalyze").initial_messages(CTX)
-    assert [m["role"] for m in messages] == ["user"]
-    content = messages[0]["content"]
-    assert content.startswith("# Instruction\nWhich region sells most?")
-    assert content.index("# Instruction") < content.index("# Environment") < content.index("# Data")
-    for needle in ("## sales.csv", "pandas 2.2.3, numpy 2.1.0", "pd, np, plt are imported", "persistent"):
-        assert needle in content
-    assert "stay" in content and "working directory" in content
+    ctx = PromptContext(task="  Which region sells most?\n", files=(FileInfo("sales.csv", 2150, "CSV · 3 rows"),))
+    messages = get_protocol("deepanalyze").initial_messages(ctx)
+    assert messages == [{
+        "role": "user",
+        "content": '# Instruction\nWhich region sells most?\n\n# Data\nFile 1:\n{\n    "name": "sales.csv",\n'
+                   '    "size": "2.1KB"\n}\n\n',
+    }]  # fmt: skip
+
+
+def test_deepanalyze_rich_data_adds_the_summary_under_each_file_block() -> None:
+    files = (FileInfo("a.csv", 10, "CSV · 1 row\nColumns: `x` int64"), FileInfo("b.txt", 0, ""))
+    content = get_protocol("deepanalyze", data_format="rich").initial_messages(PromptContext("t", files=files))[0]
+    assert content["content"] == (
+        '# Instruction\nt\n\n# Data\nFile 1:\n{\n    "name": "a.csv",\n    "size": "0.0KB"\n}\n'
+        "CSV · 1 row\nColumns: `x` int64\n\n"
+        'File 2:\n{\n    "name": "b.txt",\n    "size": "0.0KB"\n}\n\n'
+    )
+    with pytest.raises(ConfigError, match="rich"):
+        get_protocol("deepanalyze", data_format="markdown")  # type: ignore[arg-type]
 
 
 def test_prompt_without_data_has_no_data_section() -> None:
     content = get_protocol("deepanalyze").initial_messages(PromptContext(task="t"))[0]["content"]
-    assert "# Data" not in content and "Installed packages" not in content and "Already set up" not in content
+    assert content == "# Instruction\nt"
+
+
+@pytest.mark.parametrize("protocol", ["deepanalyze", "tags", "tools"])
+def test_a_task_already_in_deepanalyze_shape_gets_no_second_heading(protocol: str) -> None:
+    task = "# Instruction\nFind the top region.\n\n# Data\nsales figures by region"
+    ctx = PromptContext(task=task, data_summary="## sales.csv", files=(FileInfo("sales.csv", 1024),))
+    content = get_protocol(protocol).initial_messages(ctx)[-1]["content"]
+    assert content.count("# Instruction") == 1 and content.count("# Data") == 1
+    assert "# Task" not in content
+    assert ("File 1:" if protocol == "deepanalyze" else "## sales.csv") in content
 
 
 @pytest.mark.parametrize("name", ["tags", "tools"])
@@ -192,6 +220,11 @@ def test_finish_stop_without_stop_reason_counts_as_the_requested_stop() -> None:
 def test_eos_reported_by_vllm_is_not_the_stop() -> None:
     step = da(FENCED, finish_reason="stop", stop_reason=151645)
     assert step.problem == "unclosed <Code> repaired" and step.code is not None
+
+
+def test_the_code_stop_token_id_counts_as_the_stop() -> None:
+    step = da(FENCED, finish_reason="stop", stop_reason=151676)
+    assert step.reply_text == FENCED + "</Code>" and step.problem is None
 
 
 def test_repair_closes_an_unclosed_fence() -> None:
@@ -307,14 +340,15 @@ def test_deepanalyze_history_messages() -> None:
     step = protocol.parse(reply)
     assert protocol.assistant_message(reply, step) == {"role": "assistant", "content": FENCED + "</Code>"}
     feedback = protocol.feedback_messages(step, Feedback("   region  units\n0  East  12\n"))
-    assert feedback == [{"role": "execute", "content": "<Execute>\n   region  units\n0  East  12\n</Execute>"}]
-    assert protocol.feedback_messages(step, Feedback(""))[0]["content"] == "<Execute>\n[no output]\n</Execute>"
+    # Raw, as DeepAnalyze's server sends it: the <Execute> wrapper is only in the transcript people read.
+    assert feedback == [{"role": "execute", "content": "   region  units\n0  East  12\n"}]
+    assert transcript_block("1\n") == "<Execute>\n1\n</Execute>"
 
 
 def test_deepanalyze_ignores_images() -> None:
     step = da("<Code>x</Code>")
     messages = DeepAnalyzeProtocol().feedback_messages(step, Feedback("[image 1: png 10x10]\n", (b64png(10, 10),)))
-    assert messages == [{"role": "execute", "content": "<Execute>\n[image 1: png 10x10]\n</Execute>"}]
+    assert messages == [{"role": "execute", "content": "[image 1: png 10x10]\n"}]
 
 
 def test_nudge_restates_the_format() -> None:

@@ -1,8 +1,9 @@
 """Agent settings: ``AgentConfig`` and its one precedence rule.
 
 Explicit argument > environment variable > default. The environment
-variables are ``KERNEL_AGENT_MODEL``, ``OPENAI_BASE_URL`` and
-``OPENAI_API_KEY``. Invalid values raise ``ConfigError`` here, before any
+variables are ``KERNEL_AGENT_MODEL``, ``OPENAI_BASE_URL``,
+``OPENAI_API_KEY``, ``KERNEL_AGENT_DATA_FORMAT``, ``KERNEL_AGENT_VLLM_EXTRAS``
+(``0``/``1``) and ``KERNEL_AGENT_REQUEST_TIMEOUT`` (seconds). Invalid values raise ``ConfigError`` here, before any
 kernel starts or any model is called.
 """
 
@@ -14,13 +15,22 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from ..errors import ConfigError
+from .protocols.prompts import DATA_FORMATS, DataFormat
 
 __all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]
 
 ProtocolName = Literal["tools", "tags", "deepanalyze"]
 PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
 
-_ENV = {"model": "KERNEL_AGENT_MODEL", "base_url": "OPENAI_BASE_URL", "api_key": "OPENAI_API_KEY"}
+_ENV = {
+    "model": "KERNEL_AGENT_MODEL",
+    "base_url": "OPENAI_BASE_URL",
+    "api_key": "OPENAI_API_KEY",
+    "data_format": "KERNEL_AGENT_DATA_FORMAT",
+    "vllm_extras": "KERNEL_AGENT_VLLM_EXTRAS",
+    "request_timeout": "KERNEL_AGENT_REQUEST_TIMEOUT",
+}
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 NO_MODEL_HELP = (
     "no model configured: pass --model (or model=...), or set KERNEL_AGENT_MODEL; "
@@ -50,6 +60,16 @@ class AgentConfig:
         conversation in full; older ones are clipped to ``old_feedback_chars``
         (and lose their images), so long runs fit the model's context.
     stream: stream replies (text deltas reach the front ends live).
+    data_format: how the ``deepanalyze`` protocol lists the data files:
+        ``files`` (DeepAnalyze's own ``File N:`` name/size blocks, the shape
+        it was trained and served with) or ``rich`` (the same blocks with our
+        summary under each: columns, dtypes, separator, encoding, dates).
+    vllm_extras: send vLLM's ``add_generation_prompt``, ``stop_token_ids``
+        and ``max_new_tokens`` with the ``deepanalyze`` protocol, as
+        DeepAnalyze's server does; turn off for servers that reject them.
+    max_new_tokens: the ``max_new_tokens`` extra (DeepAnalyze's 32768).
+    request_timeout: seconds to wait for the model's reply to start, and
+        between two streamed pieces of it (None: the model's default, 600).
     """
 
     model: str | None = None
@@ -67,6 +87,10 @@ class AgentConfig:
     full_feedback_rounds: int = 8
     old_feedback_chars: int = 800
     stream: bool = True
+    data_format: DataFormat = "files"
+    vllm_extras: bool = True
+    max_new_tokens: int = 32768
+    request_timeout: float | None = None
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
@@ -82,7 +106,7 @@ class AgentConfig:
         values = {name: value for name, value in explicit.items() if value is not None}
         for name, variable in _ENV.items():
             if name not in values and env.get(variable):
-                values[name] = env[variable]
+                values[name] = _from_env(name, variable, env[variable])
         config = cls(**values)
         config.validate()
         return config
@@ -101,3 +125,23 @@ class AgentConfig:
             raise ConfigError(f"stuck_after must be at least 2, not {self.stuck_after}")
         if self.temperature is not None and not 0 <= self.temperature <= 2:
             raise ConfigError(f"temperature must be between 0 and 2, not {self.temperature}")
+        if self.data_format not in DATA_FORMATS:
+            raise ConfigError(f"unknown data format {self.data_format!r}; choose one of {', '.join(DATA_FORMATS)}")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}")
+        if self.request_timeout is not None and self.request_timeout <= 0:
+            raise ConfigError(f"request_timeout must be positive, not {self.request_timeout}")
+
+
+def _from_env(name: str, variable: str, raw: str) -> Any:
+    """An environment value as the field's type; ``ConfigError`` naming the variable when it is not one."""
+    if name == "vllm_extras":
+        if raw.strip().lower() not in _BOOLEANS:
+            raise ConfigError(f"{variable} must be 0 or 1 (or true/false), not {raw!r}")
+        return _BOOLEANS[raw.strip().lower()]
+    if name == "request_timeout":
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{variable} must be a number of seconds, not {raw!r}") from None
+    return raw

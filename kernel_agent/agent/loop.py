@@ -29,6 +29,7 @@ from ..events import (
     ExecutionFinished,
     ExecutionStarted,
     Notice,
+    ReasoningDelta,
     RoundFinished,
     RoundStarted,
     RunError,
@@ -47,7 +48,7 @@ from ..run import Round, Run, RunInfo, Usage
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import DataFile, data_summary, preload_code, preload_description, prepare_data
 from .history import StuckGuard, clip_old_feedback, resume_context
-from .protocols import Feedback, PromptContext, Protocol, get_protocol
+from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
 
 __all__ = ["AsyncAgent", "SessionFactory"]
 
@@ -67,6 +68,11 @@ _DIST = {"sklearn": "scikit-learn"}
 @dataclass(frozen=True)
 class _Retry:
     reason: str
+
+
+@dataclass(frozen=True)
+class _Thought:
+    text: str
 
 
 @dataclass
@@ -122,9 +128,12 @@ class AsyncAgent:
                 raise ConfigError(NO_MODEL_HELP)
             from ..model.llm import OpenAIChatModel
 
+            options = dict(model_options or {})
+            if self.config.request_timeout is not None:
+                options.setdefault("request_timeout", self.config.request_timeout)
             chat_model = OpenAIChatModel(
                 self.config.model, base_url=self.config.base_url, api_key=self.config.api_key,
-                temperature=self.config.temperature, stream=self.config.stream, **(model_options or {}),
+                temperature=self.config.temperature, stream=self.config.stream, **options,
             )
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
@@ -230,7 +239,11 @@ class AsyncAgent:
         self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> tuple[Protocol, list[dict[str, Any]]]:
         """The protocol and the opening messages that describe the task and the kernel."""
-        protocol = get_protocol(self.config.protocol, vision=self.config.vision)
+        config = self.config
+        protocol = get_protocol(
+            config.protocol, vision=config.vision, data_format=config.data_format,
+            vllm_extras=config.vllm_extras, max_new_tokens=config.max_new_tokens,
+        )
         return protocol, protocol.initial_messages(await self._context(session, task, names, files))
 
     async def _context(
@@ -245,6 +258,7 @@ class AsyncAgent:
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=packages,
             preloaded=preload_description(files) if self.config.preload else "",
+            files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
         )
 
     async def _drive(self, live: _Live) -> AsyncIterator[Event]:
@@ -300,7 +314,12 @@ class AsyncAgent:
         sent = clip_old_feedback(live.messages, live.feedback_at, keep=self.config.full_feedback_rounds,
                                  clip_chars=self.config.old_feedback_chars)
         async for piece in self._ask(sent, live.protocol, replies):
-            yield TextDelta(index, piece) if isinstance(piece, str) else TextReset(index, piece.reason)
+            if isinstance(piece, str):
+                yield TextDelta(index, piece)
+            elif isinstance(piece, _Thought):
+                yield ReasoningDelta(index, piece.text)
+            else:
+                yield TextReset(index, piece.reason)
         reply = replies[0]
         model_s = time.monotonic() - t0
         step = live.protocol.parse(reply)
@@ -309,7 +328,7 @@ class AsyncAgent:
             yield Notice(f"round {index}: {step.problem}", round=index)
         base = Round(
             index=index, reply=reply.text, reasoning=step.reasoning, code=step.code, usage=reply.usage or Usage(),
-            model_s=model_s, started_at=started_at, problem=step.problem,
+            model_s=model_s, started_at=started_at, problem=step.problem, reasoning_content=reply.reasoning,
         )
         if step.code is None:
             if step.answer is None:
@@ -330,13 +349,14 @@ class AsyncAgent:
 
     async def _ask(
         self, messages: list[dict[str, Any]], protocol: Protocol, out: list[ModelReply]
-    ) -> AsyncIterator[str | _Retry]:
-        """Call the model; yield text deltas as they stream (and retries); put the reply in ``out``."""
-        queue: asyncio.Queue[str | _Retry] = asyncio.Queue()
+    ) -> AsyncIterator[str | _Retry | _Thought]:
+        """Call the model; yield text and reasoning deltas as they stream (and retries); put the reply in ``out``."""
+        queue: asyncio.Queue[str | _Retry | _Thought] = asyncio.Queue()
         task = asyncio.ensure_future(
             self.chat_model.complete(
                 list(messages), options=protocol.request_options(), on_delta=queue.put_nowait,
                 on_retry=lambda reason: queue.put_nowait(_Retry(reason)),
+                on_reasoning=lambda text: queue.put_nowait(_Thought(text)),
             )
         )
         try:

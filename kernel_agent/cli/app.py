@@ -71,6 +71,9 @@ def _model_options(function: F) -> F:
         click.option("--max-rounds", type=click.IntRange(min=1), metavar="N", help="Model replies before the run stops [default: 30]."),
         click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds each code execution may take [default: 120]."),
         click.option("--vision", is_flag=True, help="Send figures back to the model as images (tools protocol)."),
+        click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."),
+        click.option("--data-format", type=click.Choice(["files", "rich"]), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
+        click.option("--vllm-extras/--no-vllm-extras", default=None, help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS]."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -87,7 +90,8 @@ def _agent_arguments(options: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": options["model"], "base_url": options["base_url"], "api_key": options["api_key"],
         "protocol": options["protocol"], "max_rounds": options["max_rounds"], "exec_timeout": options["timeout"],
-        "vision": True if options["vision"] else None,
+        "vision": True if options["vision"] else None, "request_timeout": options["request_timeout"],
+        "data_format": options["data_format"], "vllm_extras": options["vllm_extras"],
     }
 
 
@@ -249,7 +253,8 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float) ->
 @cli.command()
 @click.argument("notebook", metavar="RUN.ipynb")
 @click.option("--html", "html", metavar="OUT.html", help="Render the notebook as HTML (nbconvert) for the browser instead.")
-def show(notebook: str, html: str | None) -> None:
+@click.option("--thinking", is_flag=True, help="Expand reasoning models' hidden reasoning (folded to one line by default).")
+def show(notebook: str, html: str | None, thinking: bool) -> None:
     """Review a run in the terminal: reasoning, code, outputs, status and timing per round, the answer."""
     from ..notebook.load import load_run
     from .show import export_html, show_run
@@ -261,7 +266,7 @@ def show(notebook: str, html: str | None) -> None:
             console.print(Text(f"wrote {target}"), soft_wrap=True)
             return
         loaded = load_run(notebook)
-    show_run(console, loaded)
+    show_run(console, loaded, thinking=thinking)
 
 
 @cli.group()

@@ -36,6 +36,7 @@ __all__ = [
     "code_block",
     "output_renderables",
     "round_status",
+    "thinking_text",
     "usage_text",
 ]
 
@@ -69,10 +70,21 @@ class Renderer(Protocol):
 
 
 def usage_text(usage: Usage) -> str:
-    """``"1,234 tokens (1,000 prompt + 234 completion)"``, or ``"tokens not reported"``."""
+    """``"1,234 tokens (1,000 prompt + 234 completion, 100 of it reasoning)"``, or ``"tokens not reported"``."""
     if not usage.total_tokens:
         return "tokens not reported"
-    return f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} completion)"
+    thought = f", {usage.reasoning_tokens:,} of it reasoning" if usage.reasoning_tokens else ""
+    return f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} completion{thought})"
+
+
+def thinking_text(thinking: str, *, expanded: bool = True, max_lines: int = 30) -> Text:
+    """A reasoning model's hidden reasoning, dimmed: whole (clipped to ``max_lines``) or folded to one line."""
+    body = thinking.strip()
+    if not expanded:
+        first = body.splitlines()[0] if body else ""
+        first = first if len(first) <= 80 else first[:79] + "…"
+        return Text(f"▸ model reasoning ({len(body):,} characters; --thinking shows it): {first}", style="dim italic")
+    return Text.assemble(("▾ model reasoning\n", "dim bold"), (_clip_lines(body, max_lines), "dim italic"))
 
 
 def round_status(round_: Round) -> Text:
@@ -184,6 +196,7 @@ class LiveRenderer:
         self._activity = _Activity()
         self._live: Live | None = None
         self._max_rounds = 0
+        self._thinking = ""
         if console.is_terminal:
             self._live = Live(self._activity, console=console, transient=True, refresh_per_second=8)
             self._live.start()
@@ -216,12 +229,25 @@ class LiveRenderer:
     def _on_text_delta(self, event: Any) -> None:
         self._activity.text += event.text
 
+    def _on_reasoning_delta(self, event: Any) -> None:
+        if not self._thinking:
+            self._activity.label = "model thinking"
+        self._thinking += event.text
+        self._activity.text += event.text
+
     def _on_text_reset(self, event: Any) -> None:
         self._activity.text = ""
+        self._thinking = ""
         self.console.print(Text(f"model request failed: {event.reason}", style="yellow"), soft_wrap=True)
+
+    def _flush_thinking(self) -> None:
+        if self._thinking.strip():
+            self.console.print(thinking_text(self._thinking))
+        self._thinking = ""
 
     def _on_code_ready(self, event: Any) -> None:
         self._activity.end()
+        self._flush_thinking()
         if event.reasoning.strip():
             self.console.print(Markdown(event.reasoning))
         self.console.print(Panel(code_block(event.code), border_style="dim", padding=(0, 1)))
@@ -243,6 +269,7 @@ class LiveRenderer:
 
     def _on_round_finished(self, event: Any) -> None:
         self._activity.end()
+        self._flush_thinking()
         round_: Round = event.round
         if round_.code is None and round_.reasoning.strip():
             self.console.print(Markdown(round_.reasoning))

@@ -22,19 +22,22 @@ from ..errors import NotebookError
 from ..notebook.load import LoadedRun
 from ..notebook.replay import ReplayReport
 from ..run import Round
-from .render import artifacts_text, code_block, output_renderables, round_status, usage_text
+from .render import artifacts_text, code_block, output_renderables, round_status, thinking_text, usage_text
 
 __all__ = ["export_html", "show_replay", "show_run"]
 
 _CHECK_STYLE = {"match": "green", "executed": "green", "mismatch": "red", "error": "bold red", "skipped": "dim"}
 
 
-def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40) -> None:
-    """Print a run read from its notebook: header, every round, then the answer or why there is none."""
+def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinking: bool = False) -> None:
+    """Print a run read from its notebook: header, every round, then the answer or why there is none.
+
+    A reasoning model's hidden reasoning is folded to one dim line unless ``thinking``.
+    """
     run = loaded.run
     _header(console, loaded)
     for round_ in run.rounds:
-        _round(console, round_, max_lines)
+        _round(console, round_, max_lines, thinking)
     console.print(Rule(style="green" if run.answer is not None else "yellow"))
     if run.answer is not None:
         console.print(Panel(Markdown(run.answer), title="Answer", border_style="green"))
@@ -60,9 +63,11 @@ def _header(console: Console, loaded: LoadedRun) -> None:
         console.print(Text("The model replies in this run were scripted (played back from a file).", style="yellow"))
 
 
-def _round(console: Console, round_: Round, max_lines: int) -> None:
+def _round(console: Console, round_: Round, max_lines: int, thinking: bool) -> None:
     console.print(Rule(f"Round {round_.index}", style="blue"))
     console.print(round_status(round_))
+    if round_.reasoning_content.strip():
+        console.print(thinking_text(round_.reasoning_content, expanded=thinking, max_lines=10_000))
     if round_.problem:
         console.print(Text(f"protocol problem: {round_.problem}", style="yellow"))
     if round_.reasoning.strip():

@@ -35,7 +35,10 @@ class ModelReply:
     ``finish_reason`` is the standard field (``stop``, ``length``,
     ``tool_calls``); ``stop_reason`` is vLLM's extra field naming the stop
     string that ended generation (e.g. ``"</Code>"``), None elsewhere.
-    ``usage`` is None when the server did not report it.
+    ``usage`` is None when the server did not report it. ``reasoning`` is
+    the hidden thinking a reasoning model sent beside its reply
+    (``reasoning_content``, as vLLM's reasoning parsers and DeepSeek-style
+    endpoints name it): kept for people, never sent back to the model.
     """
 
     text: str
@@ -43,6 +46,7 @@ class ModelReply:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     usage: Usage | None = None
+    reasoning: str = ""
 
 
 @runtime_checkable
@@ -50,7 +54,8 @@ class ChatModel(Protocol):
     """Anything that turns a message list into a ``ModelReply``.
 
     ``options`` are extra request fields chosen by the protocol (``stop``,
-    ``tools``). ``on_delta`` receives text as it streams, when the model streams.
+    ``tools``). ``on_delta`` receives text as it streams, when the model streams;
+    ``on_reasoning`` receives the reasoning (hidden thinking) as it streams.
     ``on_retry`` is called with the reason before a failed request is retried;
     text streamed before it is void (the reply starts over).
     Implementations raise ``ModelError`` subclasses, never SDK exceptions.
@@ -66,6 +71,7 @@ class ChatModel(Protocol):
         options: dict[str, Any] | None = None,
         on_delta: DeltaCallback | None = None,
         on_retry: RetryCallback | None = None,
+        on_reasoning: DeltaCallback | None = None,
     ) -> ModelReply: ...
 
     async def aclose(self) -> None: ...

@@ -8,11 +8,20 @@ and the mapping of SDK errors onto ``errors.py``. What the messages say is
 ``protocols.py``'s job.
 
 Errors, after ``max_retries`` retries of the transient ones (HTTP 408, 429,
-5xx, time-outs, refused or broken connections)::
+5xx, connect time-outs, refused or broken connections)::
 
-    connection refused / DNS / time-out      -> ModelUnreachableError
-    400 "maximum context length ..."         -> ContextLengthError (never retried)
-    other HTTP errors, a stream that broke   -> ModelError(status_code=...)
+    connection refused / DNS / connect time-out -> ModelUnreachableError
+    no reply (or a stream that stalls) within
+      ``request_timeout``                       -> ModelTimeoutError (never retried: the
+                                                   server is most likely still generating)
+    400 "maximum context length ..."            -> ContextLengthError (never retried)
+    400/422 naming fields we sent in
+      ``extra_body`` (vLLM extras)              -> ModelError naming the option that turns them off
+    other HTTP errors, a stream that broke      -> ModelError(status_code=...)
+
+``request_timeout`` bounds the wait for the reply to start and, when
+streaming, each gap between two pieces of it: a stream that keeps producing
+tokens never times out, however long the whole reply takes.
 """
 
 from __future__ import annotations
@@ -24,16 +33,23 @@ import random
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigError, ContextLengthError, ModelError, ModelUnreachableError
+from ..errors import ConfigError, ContextLengthError, ModelError, ModelTimeoutError, ModelUnreachableError
 from ..run import Usage
 from .chat import DeltaCallback, ModelReply, RetryCallback, ToolCall
 
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["OpenAIChatModel", "endpoint_host"]
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "EXTRAS_OPTION", "OpenAIChatModel", "endpoint_host"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Long enough for a local 8B model to prefill a long conversation on a busy GPU; a streamed reply
+# only needs each piece to come within it.
+DEFAULT_REQUEST_TIMEOUT = 600.0
+EXTRAS_OPTION = "--no-vllm-extras (vllm_extras=False, KERNEL_AGENT_VLLM_EXTRAS=0)"
+_TIMEOUT_OPTION = "--request-timeout (request_timeout=..., KERNEL_AGENT_REQUEST_TIMEOUT)"
+_UNKNOWN_FIELD_MARKERS = ("unrecognized", "unknown", "extra", "not permitted", "unexpected", "not allowed")
+_CONNECT_TIMEOUTS = frozenset({"ConnectTimeout", "PoolTimeout"})
 # Servers without auth still need some key: the SDK refuses to build a client without one.
 _NO_KEY = "not-needed"
 _MAX_DELAY_S = 30.0
@@ -81,6 +97,14 @@ class _BrokenStream(Exception):
         self.received = received
 
 
+class _StalledStream(Exception):
+    """A stream sent nothing for ``request_timeout`` seconds (internal; becomes a ModelTimeoutError)."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(f"the stream stalled after {received} characters")
+        self.received = received
+
+
 class OpenAIChatModel:
     """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -89,6 +113,8 @@ class OpenAIChatModel:
     ``backoff`` is the first retry delay in seconds; it doubles per retry,
     with up to 25% jitter, and a server's ``Retry-After`` wins when present.
     ``extra_body`` is merged into every request (vLLM's ``top_k``, ``max_tokens``).
+    ``request_timeout`` (default ``DEFAULT_REQUEST_TIMEOUT``) is the longest
+    wait for the reply to start or, streaming, for its next piece.
     The SDK client is created on first use in the running loop; ``aclose()``
     releases it. Raises ``ConfigError`` for a negative retry count or backoff.
     """
@@ -105,7 +131,7 @@ class OpenAIChatModel:
         stream: bool = True,
         max_retries: int = 3,
         backoff: float = 0.5,
-        request_timeout: float = 120.0,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
         if not model:
@@ -146,11 +172,13 @@ class OpenAIChatModel:
         options: dict[str, Any] | None = None,
         on_delta: DeltaCallback | None = None,
         on_retry: RetryCallback | None = None,
+        on_reasoning: DeltaCallback | None = None,
     ) -> ModelReply:
         """Send ``messages`` (plus protocol ``options``) and return the reply.
 
-        ``on_delta`` gets each text delta while streaming; after a retry the
-        text starts over. Raises ``ModelUnreachableError``, ``ContextLengthError``
+        ``on_delta`` gets each text delta while streaming, ``on_reasoning``
+        each reasoning delta; after a retry both start over. Raises
+        ``ModelUnreachableError``, ``ModelTimeoutError``, ``ContextLengthError``
         or ``ModelError`` as the module docstring says, each ``from`` the SDK error.
         """
         sdk = _sdk()
@@ -158,10 +186,10 @@ class OpenAIChatModel:
         for attempt in range(self.max_retries + 1):
             try:
                 if self.stream:
-                    return await self._complete_streaming(request, on_delta)
+                    return await self._complete_streaming(request, on_delta, on_reasoning)
                 return await self._complete_once(request)
-            except (sdk.OpenAIError, _BrokenStream, json.JSONDecodeError) as exc:
-                transient, error = self._failure(exc, attempts=attempt + 1)
+            except (sdk.OpenAIError, _BrokenStream, _StalledStream, json.JSONDecodeError) as exc:
+                transient, error = self._failure(exc, attempts=attempt + 1, extras=request.get("extra_body"))
                 if not transient or attempt == self.max_retries:
                     raise error from exc
                 delay = self._delay(attempt, exc)
@@ -211,9 +239,12 @@ class OpenAIChatModel:
             finish_reason=choice.finish_reason,
             stop_reason=_stop_reason(choice),
             usage=_usage(completion.usage),
+            reasoning=_reasoning(message),
         )
 
-    async def _complete_streaming(self, request: dict[str, Any], on_delta: DeltaCallback | None) -> ModelReply:
+    async def _complete_streaming(
+        self, request: dict[str, Any], on_delta: DeltaCallback | None, on_reasoning: DeltaCallback | None
+    ) -> ModelReply:
         sdk = _sdk()
         stream = await self._sdk_client().chat.completions.create(
             **request, stream=True, stream_options={"include_usage": True}
@@ -222,20 +253,28 @@ class OpenAIChatModel:
         async with stream:
             try:
                 async for chunk in stream:
-                    text = acc.add(chunk)
+                    text, thought = acc.add(chunk)
+                    if thought and on_reasoning is not None:
+                        on_reasoning(thought)
                     if text and on_delta is not None:
                         on_delta(text)
+            except sdk.APITimeoutError as exc:
+                raise _StalledStream(acc.received) from exc
             except sdk.APIConnectionError as exc:
                 raise _BrokenStream(acc.received) from exc
         return acc.reply()
 
     # -- failures ---------------------------------------------------------
 
-    def _failure(self, exc: BaseException, *, attempts: int) -> tuple[bool, ModelError]:
+    def _failure(
+        self, exc: BaseException, *, attempts: int, extras: dict[str, Any] | None = None
+    ) -> tuple[bool, ModelError]:
         """Whether ``exc`` is worth retrying, and the error to raise if not."""
         sdk = _sdk()
         where = _safe_url(self.base_url)
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+        if isinstance(exc, _StalledStream) or _is_read_timeout(sdk, exc):
+            return False, self._timeout_error(exc)
         if isinstance(exc, _BrokenStream):
             return True, ModelError(f"the model endpoint {where} closed the stream early ({exc}) after {tries}")
         if isinstance(exc, json.JSONDecodeError):
@@ -246,13 +285,20 @@ class OpenAIChatModel:
             if status in (400, 413) and _mentions_context_length(exc, detail):
                 message = f"the conversation no longer fits the context window of {self.name}: {detail}"
                 return False, ContextLengthError(message, status_code=status)
+            rejected = _rejected_extras(status, detail, extras)
+            if rejected:
+                message = (
+                    f"the model endpoint {where} rejected the vLLM extra field(s) {', '.join(rejected)} "
+                    f"(HTTP {status}: {detail}); this server does not take them: turn them off with {EXTRAS_OPTION}"
+                )
+                return False, ModelError(message, status_code=status)
             message = f"the model endpoint {where} answered HTTP {status} after {tries}: {detail}"
             if status in (401, 403):
                 message += " (check the API key)"
             return status in (408, 429) or status >= 500, ModelError(message, status_code=status)
         if isinstance(exc, sdk.APIConnectionError):
             if isinstance(exc, sdk.APITimeoutError):
-                reason = f"no answer within {self.request_timeout:g}s"
+                reason = f"could not connect within {self.request_timeout:g}s"
             else:
                 reason = _root_cause(exc)
             message = (
@@ -265,6 +311,23 @@ class OpenAIChatModel:
             message = f"the conversation no longer fits the context window of {self.name}: {detail}"
             return False, ContextLengthError(message)
         return False, ModelError(f"the model endpoint {where} failed: {detail}")
+
+    def _timeout_error(self, exc: BaseException) -> ModelTimeoutError:
+        where = _safe_url(self.base_url)
+        limit = f"{self.request_timeout:g} s"
+        received = getattr(exc, "received", 0)
+        if received:
+            what = f"the model at {where} streamed {received} characters of its reply, then sent nothing for {limit}"
+        else:
+            what = (
+                f"the model at {where} accepted the request but did not start replying within {limit} "
+                "(it is reachable, just slow: a big model, a long conversation or a busy server)"
+            )
+        message = (
+            f"{what}. Not retried, so the server is not asked to generate the same reply twice; "
+            f"allow more time with {_TIMEOUT_OPTION}."
+        )
+        return ModelTimeoutError(message, timeout=self.request_timeout, received=received)
 
     def _delay(self, attempt: int, exc: BaseException) -> float:
         retry_after = _retry_after(exc)
@@ -284,18 +347,21 @@ class _StreamAccumulator:
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
         self.usage: Usage | None = None
+        self.thoughts: list[str] = []
 
-    def add(self, chunk: Any) -> str:
-        """Take one chunk; return its text delta ("" when none)."""
+    def add(self, chunk: Any) -> tuple[str, str]:
+        """Take one chunk; return its text delta and its reasoning delta ("" when none)."""
         if getattr(chunk, "usage", None) is not None:
             self.usage = _usage(chunk.usage)
-        text = ""
+        text = thought = ""
         for choice in chunk.choices or ():
             if choice.index != 0:
                 continue
             delta = choice.delta
             if delta is not None and delta.content:
                 text += delta.content
+            if delta is not None:
+                thought += _reasoning(delta)
             for call in (getattr(delta, "tool_calls", None) or ()) if delta is not None else ():
                 self._add_call(call)
             if choice.finish_reason is not None:
@@ -306,7 +372,10 @@ class _StreamAccumulator:
         if text:
             self.parts.append(text)
             self.received += len(text)
-        return text
+        if thought:
+            self.thoughts.append(thought)
+            self.received += len(thought)
+        return text, thought
 
     def _add_call(self, call: Any) -> None:
         index = call.index if call.index is not None else len(self.calls)
@@ -333,7 +402,39 @@ class _StreamAccumulator:
             finish_reason=self.finish_reason,
             stop_reason=self.stop_reason,
             usage=self.usage,
+            reasoning="".join(self.thoughts),
         )
+
+
+def _reasoning(message: Any) -> str:
+    """A message's or delta's hidden reasoning: ``reasoning_content`` (vLLM, DeepSeek) or ``reasoning``."""
+    extra = getattr(message, "model_extra", None) or {}
+    for name in ("reasoning_content", "reasoning"):
+        value = getattr(message, name, None)
+        if value is None:
+            value = extra.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _is_read_timeout(sdk: Any, exc: BaseException) -> bool:
+    """A time-out after the connection was made: the server has the request and is (slowly) on it."""
+    if not isinstance(exc, sdk.APITimeoutError):
+        return False
+    cause = exc.__cause__ or exc.__context__
+    return type(cause).__name__ not in _CONNECT_TIMEOUTS
+
+
+def _rejected_extras(status: int, detail: str, extras: dict[str, Any] | None) -> list[str]:
+    """The ``extra_body`` fields a 400/422 complains about (all of them when it names none)."""
+    if status not in (400, 422) or not extras:
+        return []
+    lowered = detail.lower()
+    named = [key for key in extras if key.lower() in lowered]
+    if named:
+        return named
+    return list(extras) if any(marker in lowered for marker in _UNKNOWN_FIELD_MARKERS) else []
 
 
 def _stop_reason(choice: Any) -> str | int | None:
@@ -350,7 +451,9 @@ def _usage(usage: Any) -> Usage | None:
     prompt = getattr(usage, "prompt_tokens", 0) or 0
     completion = getattr(usage, "completion_tokens", 0) or 0
     total = getattr(usage, "total_tokens", 0) or prompt + completion
-    return Usage(prompt, completion, total)
+    details = getattr(usage, "completion_tokens_details", None)
+    reasoning = getattr(details, "reasoning_tokens", 0) or 0
+    return Usage(prompt, completion, total, reasoning)
 
 
 def _call_name(call: Any) -> str:

@@ -60,6 +60,7 @@ class ScriptedChatModel:
         options: dict[str, Any] | None = None,
         on_delta: DeltaCallback | None = None,
         on_retry: RetryCallback | None = None,
+        on_reasoning: DeltaCallback | None = None,
     ) -> ModelReply:
         """The next scripted reply (``messages`` are not read; it never retries). Raises nothing."""
         if self._played < len(self._replies):

@@ -9,7 +9,9 @@ Layout (every cell's ``metadata["kernel_agent"]["role"]`` names its part)::
 
     header      markdown  task, data files, model, protocol, "scripted" statement
     setup       code      RunInfo.setup_code with Run.setup_result (round 0)
-    per round   reasoning markdown, if the model wrote any
+    per round   thinking  markdown, collapsed (<details>), a reasoning model's hidden
+                          reasoning_content, if it sent any
+                reasoning markdown, if the model wrote any
                 note      markdown, when there is something to flag (protocol
                           problem, timeout, kernel death, never executed)
                 code      exactly Round.code with its real outputs
@@ -196,6 +198,8 @@ def _setup_cell(run: Run) -> NotebookNode:
 
 def _round_cells(rnd: Round, kept_for: frozenset[str]) -> list[NotebookNode]:
     cells = []
+    if rnd.reasoning_content.strip():
+        cells.append(_markdown(_thinking_text(rnd.reasoning_content), "thinking", round=rnd.index))
     if rnd.reasoning.strip():
         cells.append(_markdown(rnd.reasoning, "reasoning", round=rnd.index))
     note = _note_text(rnd, kept_for)
@@ -211,7 +215,13 @@ def _round_cells(rnd: Round, kept_for: frozenset[str]) -> list[NotebookNode]:
 
 
 def _has_cells(rnd: Round) -> bool:
-    return bool(rnd.reasoning.strip() or rnd.problem or rnd.code is not None)
+    return bool(rnd.reasoning_content.strip() or rnd.reasoning.strip() or rnd.problem or rnd.code is not None)
+
+
+def _thinking_text(thinking: str) -> str:
+    """The hidden reasoning, folded: ``<details>`` renders collapsed in Jupyter, nbconvert and GitHub."""
+    body = _escape(thinking.strip())
+    return f"<details>\n<summary>Model reasoning ({len(thinking.strip()):,} characters)</summary>\n\n{body}\n\n</details>"
 
 
 def _code_cell(code: str, result: ExecutionResult | None) -> NotebookNode:
@@ -284,7 +294,7 @@ def _assign_ids(cells: list[NotebookNode]) -> None:
     for cell in cells:
         meta = cell.metadata[METADATA_KEY]
         base = meta["role"]
-        if base in ("reasoning", "note", "code"):
+        if base in ("thinking", "reasoning", "note", "code"):
             base = f"round-{meta['round']}-{base}"
         cell_id, n = base, 1
         while cell_id in seen:
@@ -331,6 +341,7 @@ def _round_record(rnd: Round) -> dict[str, Any]:
         "usage": rnd.usage.to_dict(),
         "artifacts": [artifact.to_dict() for artifact in rnd.artifacts],
         "reply": rnd.reply,
+        "reasoning_content": rnd.reasoning_content,
         "problem": rnd.problem,
         "answer": rnd.answer,
     }

@@ -183,6 +183,7 @@ def _round(group: _Group, number: int) -> Round:
         exec_s=_float(meta.get("exec_s")),
         started_at=_str(meta.get("started_at")),
         problem=_opt_str(meta.get("problem")),
+        reasoning_content=_str(meta.get("reasoning_content")),
     )
 
 
@@ -256,7 +257,8 @@ def _artifacts(value: Any) -> tuple[Artifact, ...]:
 
 def _usage(value: Any) -> Usage:
     value = _mapping(value)
-    return Usage(*(_int(value.get(key)) for key in ("prompt_tokens", "completion_tokens", "total_tokens")))
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
+    return Usage(*(_int(value.get(key)) for key in keys))
 
 
 def _plain(value: Any) -> Any:

@@ -2,8 +2,11 @@
 
 Pure: no network, no kernel, no file I/O (Pillow only re-encodes PNG bytes in memory)::
 
-    deepanalyze  DeepAnalyze-8B's own tags, stop=["</Code>"], no system prompt;
-                 output goes back as {"role": "execute", "content": "<Execute>...</Execute>"}
+    deepanalyze  DeepAnalyze-8B's own tags and wire format, as its API server sends
+                 them: no system prompt, "# Instruction ... # Data" + "File N:" blocks,
+                 stop=["</Code>"] plus vLLM's add_generation_prompt/stop_token_ids/
+                 max_new_tokens; output goes back raw as {"role": "execute", "content": ...}
+                 (the <Execute> wrapper is only for people: ``transcript_block``)
     tags         the same tags taught to any chat model by a system prompt, no ``stop``
                  (text after the first </Code> is dropped); output goes back as a user message
     tools        OpenAI function calling with one tool, ``execute_python(code)``;
@@ -47,11 +50,15 @@ from ...errors import ConfigError
 from ...model.chat import ModelReply
 from .images import MAX_IMAGE_SIDE, MAX_IMAGES, downscale_png, image_parts
 from .prompts import (
+    DATA_FORMATS,
     NOT_RUN,
     TAGS_SYSTEM,
     TOOLS_EMPTY_NUDGE,
     TOOLS_SYSTEM,
+    DataFormat,
+    FileInfo,
     PromptContext,
+    deepanalyze_task,
     execute_block,
     opening_messages,
     tags_nudge,
@@ -69,12 +76,18 @@ from .tagparse import (
 )
 
 __all__ = [
+    "CODE_STOP_TOKEN_ID",
+    "DATA_FORMATS",
+    "DEEPANALYZE_MAX_NEW_TOKENS",
+    "DEEPANALYZE_STOP_TOKEN_IDS",
     "EXECUTE_PYTHON_TOOL",
     "MAX_IMAGES",
     "MAX_IMAGE_SIDE",
     "PROTOCOL_NAMES",
+    "DataFormat",
     "DeepAnalyzeProtocol",
     "Feedback",
+    "FileInfo",
     "PromptContext",
     "Protocol",
     "Step",
@@ -82,9 +95,16 @@ __all__ = [
     "ToolsProtocol",
     "downscale_png",
     "get_protocol",
+    "transcript_block",
 ]
 
 PROTOCOL_NAMES = ("deepanalyze", "tags", "tools")
+
+# DeepAnalyze's API/config.py: vLLM stops on these token ids (the first ends a <Code> block, the
+# second is Qwen's <|im_end|>), and asks for up to MAX_NEW_TOKENS.
+DEEPANALYZE_STOP_TOKEN_IDS = (151676, 151645)
+CODE_STOP_TOKEN_ID = DEEPANALYZE_STOP_TOKEN_IDS[0]
+DEEPANALYZE_MAX_NEW_TOKENS = 32768
 
 EXECUTE_PYTHON_TOOL: dict[str, Any] = {
     "type": "function",
@@ -169,17 +189,24 @@ class Protocol:
         return image_parts(feedback.images) if self.vision else []
 
 
-def get_protocol(name: str, *, vision: bool = False) -> Protocol:
+def get_protocol(
+    name: str, *, vision: bool = False, data_format: DataFormat = "files", vllm_extras: bool = True,
+    max_new_tokens: int = DEEPANALYZE_MAX_NEW_TOKENS,
+) -> Protocol:
     """The protocol called ``name`` (one of ``PROTOCOL_NAMES``).
 
-    Raises ``ConfigError`` for an unknown name, or for ``vision`` with
-    ``deepanalyze`` (DeepAnalyze-8B reads no images).
+    ``data_format``, ``vllm_extras`` and ``max_new_tokens`` configure
+    ``deepanalyze`` (see ``DeepAnalyzeProtocol``); the others ignore them.
+    Raises ``ConfigError`` for an unknown name or data format, or for
+    ``vision`` with ``deepanalyze`` (DeepAnalyze-8B reads no images).
     """
     key = name.strip().lower()
     if key == "deepanalyze":
         if vision:
             raise ConfigError("the deepanalyze protocol cannot send images; use 'tags' or 'tools' for vision")
-        return DeepAnalyzeProtocol()
+        if data_format not in DATA_FORMATS:
+            raise ConfigError(f"unknown data format {data_format!r}; choose one of: {', '.join(DATA_FORMATS)}")
+        return DeepAnalyzeProtocol(data_format=data_format, vllm_extras=vllm_extras, max_new_tokens=max_new_tokens)
     if key == "tags":
         return TagsProtocol(vision=vision)
     if key == "tools":
@@ -215,7 +242,7 @@ class _TagProtocol(Protocol):
         if dropped.strip():
             problems.append("text after </Code> dropped")
         if not first.closed:
-            by_stop = reply.stop_reason == "</Code>" or (
+            by_stop = reply.stop_reason in ("</Code>", CODE_STOP_TOKEN_ID) or (
                 self.requests_stop and reply.finish_reason == "stop" and reply.stop_reason is None
             )
             kept = close_code(kept, first.body, by_stop=by_stop)
@@ -267,19 +294,42 @@ class _TagProtocol(Protocol):
 
 @dataclass(frozen=True)
 class DeepAnalyzeProtocol(_TagProtocol):
-    """DeepAnalyze-8B's native loop: no system prompt, stop on ``</Code>``, ``execute`` role."""
+    """DeepAnalyze-8B's native loop, on the wire exactly as DeepAnalyze's API server sends it.
+
+    No system prompt; one user message ``# Instruction`` + ``# Data`` with a
+    ``File N:`` JSON block per file (``data_format="rich"`` adds our summary
+    under each block); ``stop=["</Code>"]`` and, with ``vllm_extras``, vLLM's
+    ``add_generation_prompt: false``, ``stop_token_ids`` and
+    ``max_new_tokens``; execution output goes back raw in an ``execute``
+    message, without the ``<Execute>`` wrapper people see.
+    """
 
     name: ClassVar[str] = "deepanalyze"
     requests_stop: ClassVar[bool] = True
+    data_format: DataFormat = "files"
+    vllm_extras: bool = True
+    max_new_tokens: int = DEEPANALYZE_MAX_NEW_TOKENS
 
     def request_options(self) -> dict[str, Any]:
-        return {"stop": ["</Code>"]}
+        options: dict[str, Any] = {"stop": ["</Code>"]}
+        if self.vllm_extras:
+            options["extra_body"] = {
+                "add_generation_prompt": False,
+                "stop_token_ids": list(DEEPANALYZE_STOP_TOKEN_IDS),
+                "max_new_tokens": self.max_new_tokens,
+            }
+        return options
 
     def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
-        return opening_messages(ctx, system=None, vision=False)
+        return [{"role": "user", "content": deepanalyze_task(ctx, self.data_format)}]
 
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
-        return [{"role": "execute", "content": execute_block(feedback.text)}]
+        return [{"role": "execute", "content": feedback.text}]
+
+
+def transcript_block(text: str) -> str:
+    """Execution output as people read it in a tag transcript: ``<Execute>\n...\n</Execute>``."""
+    return execute_block(text)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 Owns the wording: the system prompts of the ``tags`` and ``tools``
 protocols, the environment notes and task message built from a
-``PromptContext``, the ``<Execute>`` block around output, and the texts that
-answer an unusable reply. Does not own the message *shapes* a protocol sends
+``PromptContext``, DeepAnalyze's own first message (``deepanalyze_task``:
+``# Instruction`` then ``# Data`` with one ``File N:`` JSON block per file, as
+DeepAnalyze's ``collect_file_info``/``prepare_vllm_messages`` build it), the
+``<Execute>`` block around output, and the texts that answer an unusable reply. Does not own the message *shapes* a protocol sends
 (roles, tool messages, image parts) nor parsing replies: see ``protocols.py``.
 
 Pure: strings in, strings and message dicts out.
@@ -11,15 +13,21 @@ Pure: strings in, strings and message dicts out.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
+    "DATA_FORMATS",
     "NOT_RUN",
     "TAGS_SYSTEM",
     "TOOLS_EMPTY_NUDGE",
     "TOOLS_SYSTEM",
+    "DataFormat",
+    "FileInfo",
     "PromptContext",
+    "deepanalyze_task",
     "execute_block",
     "opening_messages",
     "tags_nudge",
@@ -27,11 +35,25 @@ __all__ = [
 ]
 
 
+DataFormat = Literal["files", "rich"]
+DATA_FORMATS: tuple[str, ...] = ("files", "rich")
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One data file as the ``deepanalyze`` prompt lists it: name, size in bytes, our summary."""
+
+    name: str
+    size: int
+    summary: str = ""
+
+
 @dataclass(frozen=True)
 class PromptContext:
     """What the model is told about its environment.
 
-    ``data_summary`` is markdown about the data files; ``packages`` are
+    ``data_summary`` is markdown about the data files; ``files`` lists them
+    one by one (DeepAnalyze's ``File N:`` blocks); ``packages`` are
     ``"name version"`` strings; ``preloaded`` says what the setup cell defined.
     """
 
@@ -39,6 +61,7 @@ class PromptContext:
     data_summary: str = ""
     packages: tuple[str, ...] = ()
     preloaded: str = ""
+    files: tuple[FileInfo, ...] = ()
 
 
 TAGS_SYSTEM = """\
@@ -91,6 +114,42 @@ def opening_messages(ctx: PromptContext, *, system: str | None, vision: bool) ->
     return [{"role": "system", "content": system + _bullets(environment)}, _task_message(ctx, "Task")]
 
 
+def deepanalyze_task(ctx: PromptContext, data_format: DataFormat = "files") -> str:
+    """DeepAnalyze's first user message: ``# Instruction\n{task}\n\n# Data\nFile 1:\n{...}\n\n``.
+
+    Byte for byte what DeepAnalyze's API (``prepare_vllm_messages`` with
+    ``collect_file_info``) sends: each file is ``File N:`` and a JSON object
+    ``{"name", "size"}`` indented by 4, the size in KB with one decimal, each
+    block followed by a blank line; without files only the instruction.
+    ``data_format="rich"`` adds our summary (columns, dtypes, separator,
+    encoding, date columns) under each file's JSON block. A task that already
+    starts with ``# Instruction`` keeps its heading, and one that already has
+    a ``# Data`` section gets the file blocks under it, not a second heading.
+    """
+    task = ctx.task.strip()
+    instruction = task if _starts_with_heading(task, "Instruction") else f"# Instruction\n{task}"
+    if not ctx.files:
+        return instruction
+    blocks = "".join(_file_block(n, info, rich=data_format == "rich") for n, info in enumerate(ctx.files, 1))
+    if _has_heading(task, "Data"):
+        return f"{instruction.rstrip()}\n{blocks}"
+    return f"{instruction}\n\n# Data\n{blocks}"
+
+
+def _file_block(number: int, info: FileInfo, *, rich: bool) -> str:
+    described = json.dumps({"name": info.name, "size": f"{info.size / 1024:.1f}KB"}, indent=4, ensure_ascii=False)
+    summary = f"{info.summary.strip()}\n" if rich and info.summary.strip() else ""
+    return f"File {number}:\n{described}\n{summary}\n"
+
+
+def _starts_with_heading(text: str, name: str) -> bool:
+    return re.match(rf"#[ \t]*{name}[ \t]*(\n|$)", text, re.I) is not None
+
+
+def _has_heading(text: str, name: str) -> bool:
+    return re.search(rf"^#[ \t]*{name}[ \t]*$", text, re.I | re.M) is not None
+
+
 def execute_block(text: str) -> str:
     """Execution output as the tag protocols return it."""
     return f"<Execute>\n{text.strip(chr(10)) or '[no output]'}\n</Execute>"
@@ -136,9 +195,13 @@ def _environment_lines(ctx: PromptContext, *, vision: bool) -> list[str]:
 
 
 def _task_message(ctx: PromptContext, heading: str, environment: list[str] | None = None) -> dict[str, Any]:
-    sections = [f"# {heading}\n{ctx.task.strip()}"]
+    task = ctx.task.strip()
+    # A task written in DeepAnalyze's own shape keeps its headings rather than getting a second one.
+    headed = any(_starts_with_heading(task, name) for name in (heading, "Instruction", "Task"))
+    sections = [task if headed else f"# {heading}\n{task}"]
     if environment:
         sections.append("# Environment\n" + _bullets(environment))
     if ctx.data_summary.strip():
-        sections.append(f"# Data\n{ctx.data_summary.strip()}")
+        data_heading = "" if _has_heading(task, "Data") else "# Data\n"
+        sections.append(f"{data_heading}{ctx.data_summary.strip()}")
     return {"role": "user", "content": "\n\n".join(sections)}
