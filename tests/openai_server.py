@@ -19,6 +19,7 @@ Script entries::
                                                     message, streamed as ``delta.reasoning_content``
     Reply("slow", pause=2.0)                        wait 2 s before answering (a slow prefill)
     Reply("slow", chunk_size=1, chunk_pause=0.2)    stream, one chunk every 0.2 s (slow generation)
+    Reply("stalls", stall_after=2)                  send 2 SSE chunks, then nothing until close()
     HTTPError(500) / HTTPError(429, headers={"retry-after": "0"})
     context_length_error()                          OpenAI's 400 ``context_length_exceeded``
     lambda body: Reply(...)                          computed from (or asserting on) the request
@@ -79,6 +80,7 @@ class Reply:
     reasoning_tokens: int | None = None
     pause: float = 0.0
     chunk_pause: float = 0.0
+    stall_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -355,6 +357,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._drop()
                 return
             if sent and reply.chunk_pause and self.server.stopping.wait(reply.chunk_pause):
+                return
+            if reply.stall_after is not None and sent >= reply.stall_after:
+                self.server.stopping.wait(60)  # a server that hangs mid-reply; close() ends the wait
                 return
             self._write_chunk(f"data: {json.dumps(chunk)}\n\n")
         self._write_chunk("data: [DONE]\n\n")

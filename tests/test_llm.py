@@ -343,3 +343,70 @@ def test_server_reraises_a_failing_callable() -> None:
     with pytest.raises(AssertionError, match="traceback never reached"):
         server.close()
     server.close()  # idempotent once the error was raised
+
+
+# -- reasoning models and slow models ------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_reasoning_content_is_kept_apart_from_the_text(openai_server: OpenAIServer, stream: bool) -> None:
+    openai_server.add(Reply("<Answer>42</Answer>", reasoning="The user wants 6*7. That is 42.",
+                            usage=(50, 30), reasoning_tokens=12, chunk_size=5))
+    thoughts: list[str] = []
+    deltas: list[str] = []
+
+    async def go() -> ModelReply:
+        async with OpenAIChatModel("m", base_url=openai_server.base_url, stream=stream) as model:
+            return await model.complete(MESSAGES, on_delta=deltas.append, on_reasoning=thoughts.append)
+
+    reply = run(go())
+    assert reply.text == "<Answer>42</Answer>" and reply.reasoning == "The user wants 6*7. That is 42."
+    assert reply.usage == Usage(50, 30, 80, 12)
+    if stream:
+        assert "".join(thoughts) == reply.reasoning and len(thoughts) > 1 and "".join(deltas) == reply.text
+
+
+def test_a_slow_prefill_is_a_timeout_that_is_not_retried(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("late", pause=1.0), Reply("never sent"))
+    error = fail(openai_server, request_timeout=0.3, max_retries=3)
+    assert isinstance(error, ModelTimeoutError) and error.received == 0
+    assert "did not start replying within 0.3 s" in str(error) and "--request-timeout" in str(error)
+    assert "cannot reach" not in str(error)
+    assert len(openai_server.requests) == 1  # no second request piled on a server still generating
+
+
+def test_a_stream_that_keeps_producing_tokens_never_times_out(openai_server: OpenAIServer) -> None:
+    # 12 chunks 0.1 s apart: the whole reply takes ~1.2 s, four times the timeout.
+    openai_server.add(Reply("slow but steady", chunk_size=2, chunk_pause=0.1))
+    reply = run(complete(openai_server, request_timeout=0.3))
+    assert reply.text == "slow but steady" and len(openai_server.requests) == 1
+
+
+def test_a_stream_that_stalls_is_a_timeout_naming_what_arrived(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("abcdefgh", chunk_size=4, stall_after=2), Reply("never sent"))
+    error = fail(openai_server, request_timeout=0.3, max_retries=2)
+    assert isinstance(error, ModelTimeoutError) and error.received == 4
+    assert "streamed 4 characters of its reply, then sent nothing for 0.3 s" in str(error)
+    assert len(openai_server.requests) == 1
+
+
+def test_request_timeout_and_extras_come_from_flags_or_the_environment() -> None:
+    from click.testing import CliRunner
+
+    from kernel_agent.agent.config import AgentConfig
+    from kernel_agent.agent.loop import AsyncAgent
+    from kernel_agent.cli.app import cli
+
+    env = {"KERNEL_AGENT_REQUEST_TIMEOUT": "900", "KERNEL_AGENT_VLLM_EXTRAS": "0", "KERNEL_AGENT_DATA_FORMAT": "rich"}
+    config = AgentConfig.resolve(env)
+    assert (config.request_timeout, config.vllm_extras, config.data_format) == (900.0, False, "rich")
+    assert AgentConfig.resolve(env, request_timeout=5.0, vllm_extras=True).request_timeout == 5.0
+    with pytest.raises(ConfigError, match="KERNEL_AGENT_REQUEST_TIMEOUT"):
+        AgentConfig.resolve({"KERNEL_AGENT_REQUEST_TIMEOUT": "soon"})
+    with pytest.raises(ConfigError, match="KERNEL_AGENT_VLLM_EXTRAS"):
+        AgentConfig.resolve({"KERNEL_AGENT_VLLM_EXTRAS": "maybe"})
+    agent = AsyncAgent(model="m", base_url="http://127.0.0.1:9/v1", request_timeout=42.0)
+    assert agent.chat_model.request_timeout == 42.0  # type: ignore[attr-defined]
+    assert AsyncAgent(model="m").chat_model.request_timeout == 600.0  # type: ignore[attr-defined]
+    help_text = CliRunner().invoke(cli, ["run", "--help"]).output
+    assert "--request-timeout" in help_text and "--no-vllm-extras" in help_text and "--data-format" in help_text
