@@ -331,7 +331,7 @@ def _run_metadata(run: Run, view: View, notebook_dir: str | os.PathLike[str] | N
 
 
 def _round_record(rnd: Round) -> dict[str, Any]:
-    return {
+    record = {
         "round": rnd.index,
         "status": rnd.status,
         **_result_record(rnd.result),
@@ -341,10 +341,12 @@ def _round_record(rnd: Round) -> dict[str, Any]:
         "usage": rnd.usage.to_dict(),
         "artifacts": [artifact.to_dict() for artifact in rnd.artifacts],
         "reply": rnd.reply,
-        "reasoning_content": rnd.reasoning_content,
         "problem": rnd.problem,
         "answer": rnd.answer,
     }
+    if rnd.reasoning_content:  # only reasoning models send it; other runs' records stay as they were
+        record["reasoning_content"] = rnd.reasoning_content
+    return record
 
 
 def _result_record(result: ExecutionResult | None) -> dict[str, Any]:
