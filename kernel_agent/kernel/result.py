@@ -1,7 +1,8 @@
 """What one execution gave back: ``ExecutionResult`` and its views.
 
-Owns the result value and the text a model sees of it (``to_llm_text``).
-Pure: no kernel, no I/O. Building the outputs from iopub messages is
+Owns the result value and the text a model sees of it (``to_llm_text``,
+where traceback frames inside installed packages shrink to one line each:
+``compact_traceback``). Pure: no kernel, no I/O. Building the outputs from iopub messages is
 ``outputs.py``'s job.
 """
 
@@ -16,11 +17,20 @@ from typing import Any, Literal
 
 from ..errors import ExecutionError
 
-__all__ = ["Artifact", "ErrorInfo", "ExecutionResult", "Status", "png_size", "strip_ansi"]
+__all__ = ["Artifact", "ErrorInfo", "ExecutionResult", "Status", "compact_traceback", "png_size", "strip_ansi"]
 
 Status = Literal["ok", "error", "timeout", "died"]
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+# An IPython traceback frame: "File /path/to/module.py:123, in func(args)" then source lines.
+_FRAME = re.compile(r"File (?P<path>[^\n]+?):(?P<line>\d+), in (?P<where>[^\n]*)")
+# Installed code: site-/dist-packages, the standard library, or a compiled module named relative to
+# its package ("pandas/_libs/index.pyx"), which IPython prints without a directory.
+_INSTALLED = (
+    re.compile(r"(?:^|/)(?:site|dist)-packages/(.+)$"),
+    re.compile(r"/lib/python\d(?:\.\d+)?/(.+)$"),
+    re.compile(r"^([\w.]+/[^/].*\.(?:pyx|pxi|pxd))$"),
+)
 
 
 def strip_ansi(text: str) -> str:
@@ -38,6 +48,39 @@ def png_size(b64: str) -> tuple[int, int] | None:
         return None
     width, height = struct.unpack(">II", head[16:24])
     return width, height
+
+
+def compact_traceback(frames: list[str] | tuple[str, ...]) -> list[str]:
+    """IPython traceback entries with each frame inside an installed package cut to one line.
+
+    ``File .../site-packages/pandas/core/frame.py:4102, in DataFrame.__getitem__(self, key)``
+    and its source lines become ``  pandas/core/frame.py:4102 in DataFrame.__getitem__(self, key)``
+    (a last line counts them);
+    frames of the analysed code (``Cell In[3], line 1``, files in the workspace) and the
+    exception lines stay whole. Entries without a frame header pass through. Raises nothing.
+    """
+    out: list[str] = []
+    shortened = 0
+    for entry in frames:
+        match = _FRAME.match(entry.lstrip())
+        where = _installed(match["path"]) if match else None
+        if match is None or where is None:
+            out.append(entry)
+            continue
+        shortened += 1
+        out.append(f"  {where}:{match['line']} in {match['where'].strip()}")
+    if shortened:
+        out.append(f"({shortened} frame(s) inside installed packages shown as one line each)")
+    return out
+
+
+def _installed(path: str) -> str | None:
+    """The package-relative part of an installed module's path, or None for the analysed code."""
+    for pattern in _INSTALLED:
+        found = pattern.search(path)
+        if found:
+            return found[1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -145,7 +188,8 @@ class ExecutionResult:
                 elif "text/plain" in data:
                     parts.append(_text(data["text/plain"]) + "\n")
             elif kind == "error":
-                parts.append("\n".join(strip_ansi(line) for line in out.get("traceback", [])) + "\n")
+                frames = [strip_ansi(line) for line in out.get("traceback", [])]
+                parts.append("\n".join(compact_traceback(frames)) + "\n")
         if self.dropped_chars or self.dropped_images:
             parts.append(
                 f"[output cap: {self.dropped_chars} characters and {self.dropped_images} images not kept]\n"
@@ -160,7 +204,8 @@ class ExecutionResult:
         if self.status == "ok":
             return ""
         if self.status == "error":
-            return f"[error] {self.error}" if self.error else "[error]"
+            line = f"[error] {self.error}" if self.error else "[error]"
+            return f"{line}\n[limit] {self.note}" if self.note else line
         if not self.state_lost:
             state = "variables from earlier cells are still defined"
         elif self.rebuilt_cells:

@@ -28,6 +28,7 @@ from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from ..errors import KernelError, KernelStartError, SandboxUnavailableError, SessionClosedError
 from .environment import kernel_environment
 from .kernelspec import KERNEL_NAME, kernel_spec_manager
+from .limit_notes import limit_note
 from .limits import Confinement, Limits, pid_alive
 from .outputs import OutputCaps, OutputCollector
 from .result import ExecutionResult
@@ -395,6 +396,7 @@ class AsyncKernelSession:
         status, state_lost, note = "ok", False, ""
         if outcome == "idle":
             status = "error" if reply.get("status") == "error" or collector.error else "ok"
+            note = limit_note(collector.error, self.limits)  # "" unless one of our limits caused the error
             if reply.get("status") == "aborted":
                 status, note = "error", "the request was aborted by the kernel"
         elif outcome == "interrupted":

@@ -254,6 +254,8 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
         parts.append(f"**Timed out** after {result.duration_s:.1f} s{note}. {state} {skipped}")
     elif result is not None and result.status == "died":
         parts.append(f"**The kernel died** while running the code below{note}; all variables were lost. {skipped}")
+    elif result is not None and result.status == "error" and result.note:
+        parts.append(f"**Limit reached:** {_escape(result.note)}.")
     elif kept_for:
         names = ", ".join(f"`{name}`" for name in sorted(kept_for))
         parts.append(f"**Kept although it failed:** later cells use {names}, set here before the error.")

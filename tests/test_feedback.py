@@ -1,0 +1,73 @@
+"""What the model reads of an execution: short tracebacks, and errors that name the limit behind them.
+
+Real kernels: a pandas KeyError, a MemoryError under a memory limit, a write past the file size
+limit. The notebook's outputs keep the full traceback; only ``to_llm_text`` is shortened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernel_agent.kernel.limit_notes import limit_note
+from kernel_agent.kernel.limits import Limits
+from kernel_agent.kernel.result import ErrorInfo, compact_traceback
+from kernel_agent.kernel.session_sync import KernelSession
+
+pytestmark = pytest.mark.kernel
+
+
+def test_frames_inside_installed_packages_are_one_line_each_for_the_model(tmp_path: Path) -> None:
+    with KernelSession(tmp_path) as session:
+        result = session.execute("import pandas as pd\ndf = pd.DataFrame({'a': [1]})\ndf['nope']")
+    full = "\n".join(result.error.traceback)  # type: ignore[union-attr]
+    text = result.to_llm_text()
+    assert "site-packages/pandas/core/frame.py" in full and "indexer = self.columns.get_loc(key)" in full
+    assert "  pandas/core/frame.py:" in text and " in DataFrame.__getitem__(self, key)" in text
+    assert "site-packages" not in text and "self.columns.get_loc(key)" not in text  # source lines of pandas gone
+    assert "----> 3 df['nope']" in text and text.rstrip().endswith("shown as one line each)")
+    assert len(text) < len(full) / 2
+    notebook_traceback = next(o for o in result.outputs if o["output_type"] == "error")["traceback"]
+    assert any("site-packages/pandas/core/frame.py" in line for line in notebook_traceback)  # kept whole
+
+
+def test_frames_of_the_analysed_code_stay_whole() -> None:
+    frames = [
+        "KeyError                                  Traceback (most recent call last)",
+        "Cell In[2], line 1\n----> 1 helper()\n",
+        "File /work/run/helpers.py:3, in helper()\n      2 def helper():\n----> 3     return {}['x']\n",
+        "File /usr/lib/python3.11/json/__init__.py:346, in loads(s)\n    345 if cls is None:\n--> 346     return x\n",
+        "KeyError: 'x'",
+    ]
+    out = compact_traceback(frames)
+    assert out[:3] == frames[:3] and out[3] == "  json/__init__.py:346 in loads(s)" and out[4] == frames[4]
+    assert out[5] == "(1 frame(s) inside installed packages shown as one line each)"
+    assert compact_traceback(frames[:3]) == frames[:3]
+
+
+def test_a_memory_error_under_the_memory_limit_names_the_limit(tmp_path: Path) -> None:
+    with KernelSession(tmp_path, limits=Limits(memory_mb=4096)) as session:
+        result = session.execute("block = bytearray(6 * 1024 ** 3)")
+        assert result.status == "error" and result.error.ename == "MemoryError"  # type: ignore[union-attr]
+        assert "memory limit of 4,096 MB" in result.note and "Limits.memory_mb" in result.note
+        assert "[limit] the kernel's memory limit of 4,096 MB" in result.to_llm_text()
+        assert session.execute("print('alive')").stdout == "alive\n"  # a policy, and the kernel lives on
+
+
+def test_a_file_past_the_size_limit_names_the_limit(tmp_path: Path) -> None:
+    with KernelSession(tmp_path, limits=Limits(max_file_mb=1)) as session:
+        result = session.execute("open('big.bin', 'wb').write(b'x' * 3 * 1024 * 1024)")
+        plain = session.execute("raise OSError('something else')")
+    assert "File too large" in str(result.error) and "file size limit of 1 MB" in result.note
+    assert plain.status == "error" and plain.note == ""
+
+
+def test_limit_notes_only_for_limits_that_are_on() -> None:
+    eagain = ErrorInfo("BlockingIOError", "[Errno 11] Resource temporarily unavailable")
+    thread = ErrorInfo("RuntimeError", "can't start new thread")
+    assert "limit of 64 processes and threads" in limit_note(eagain, Limits(max_processes=64))
+    assert "Limits.max_processes" in limit_note(thread, Limits(max_processes=64))
+    assert limit_note(eagain, Limits.off()) == ""
+    assert limit_note(ErrorInfo("MemoryError", ""), Limits.off()) == ""
+    assert limit_note(ErrorInfo("KeyError", "'x'"), Limits()) == "" and limit_note(None, Limits()) == ""
