@@ -1,7 +1,8 @@
 """Per-format descriptions of one data file: ``file_kind`` and ``describe``.
 
 Owns knowing the formats (the ``Kind`` a suffix names) and turning one file
-into bounded markdown for the prompt: a table's shape, dtypes, missing values
+into bounded markdown for the prompt: a table's shape, dtypes, date columns
+stored as text (with their day/month order, ``dates.py``), missing values
 and first rows, a JSON outline, an array's shape, a text's first lines. Cheap
 even for big files: they are sampled and their rows counted by streaming.
 Does not own checking input paths, copying them into the workspace or the
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import DataFileError
+from .dates import date_columns, describe_dates
 
 if TYPE_CHECKING:  # imported where used: importing this module stays cheap for the CLI
     import numpy as np
@@ -256,6 +258,9 @@ def _table(
     listed = ", ".join(columns[:MAX_COLUMNS])
     more = f", … and {len(columns) - MAX_COLUMNS} more columns (not listed)" if len(columns) > MAX_COLUMNS else ""
     lines.append(f"Columns: {listed}{more}")
+    dates = describe_dates(date_columns(frame))
+    if dates:
+        lines.append(dates)
     missing = frame.isna().sum()
     missing = missing[missing > 0]
     where = f" (in the first {len(frame):,} rows read)" if sampled else ""
