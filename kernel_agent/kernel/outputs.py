@@ -106,7 +106,10 @@ class OutputCollector:
             )
             self.outputs.append(_stream("stdout", marker + self._dropped_tail))
         if self.dropped_images:
-            note = f"[kernel-agent: image cap of {self.caps.max_images} reached; {self.dropped_images} images not kept]\n"
+            note = (
+                f"[kernel-agent: image cap of {self.caps.max_images} reached; {self.dropped_images} images not kept "
+                "(figures past the cap are closed without being rendered)]\n"
+            )
             self.outputs.append(_stream("stdout", note))
         return self.outputs
 
@@ -133,6 +136,10 @@ class OutputCollector:
             )
         if kind == "stream":
             self._on_stream(content.get("name", "stdout"), content.get("text", ""))
+            return
+        not_rendered = _figures_not_rendered(content)
+        if not_rendered:
+            self.dropped_images += not_rendered  # the kernel's figure cap closed them unrendered
             return
         data = content.get("data", {})
         if "image/png" in data:
@@ -170,6 +177,12 @@ class OutputCollector:
             out = self.outputs[index]
             out["data"] = content.get("data", {})
             out["metadata"] = content.get("metadata", {})
+
+
+def _figures_not_rendered(content: dict[str, Any]) -> int:
+    marker = (content.get("metadata") or {}).get("kernel_agent")
+    count = marker.get("figures_not_rendered") if isinstance(marker, dict) else None
+    return count if isinstance(count, int) and count > 0 else 0
 
 
 def _stream(name: str, text: str) -> dict[str, Any]:

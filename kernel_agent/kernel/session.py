@@ -28,6 +28,7 @@ from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from ..errors import KernelError, KernelStartError, SandboxUnavailableError, SessionClosedError
 from .environment import kernel_environment
 from .kernelspec import KERNEL_NAME, kernel_spec_manager
+from .figure_cap import figure_cap_env
 from .limit_notes import limit_note
 from .limits import Confinement, Limits, pid_alive
 from .outputs import OutputCaps, OutputCollector
@@ -164,7 +165,10 @@ class AsyncKernelSession:
         if transport == "ipc":
             self.manager.ip = str(self._runtime_dir / "ipc")
         self._confinement = Confinement.prepare(self.limits)
-        env = kernel_environment(extra={**self._env_extra, **self._confinement.env}, allow=self._allow_env)
+        env = kernel_environment(
+            extra={**figure_cap_env(self.caps.max_images), **self._env_extra, **self._confinement.env},
+            allow=self._allow_env,
+        )
         self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in _release
         try:
             await self.manager.start_kernel(
