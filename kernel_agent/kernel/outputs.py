@@ -18,7 +18,7 @@ from typing import Any
 
 from nbformat import NotebookNode
 
-from .result import ErrorInfo, strip_ansi
+from .result import DisplayUpdate, ErrorInfo, strip_ansi
 
 __all__ = ["OutputCaps", "OutputCollector", "output_node"]
 
@@ -69,6 +69,7 @@ class OutputCollector:
         self._dropped_tail = ""
         self._clear_pending = False
         self._display_index: dict[str, list[int]] = {}
+        self.display_updates: list[DisplayUpdate] = []  # for display ids shown by earlier executions
 
     def feed(self, msg: dict[str, Any]) -> bool:
         """Take one iopub message; return True if it belonged to this request."""
@@ -171,9 +172,21 @@ class OutputCollector:
         self.dropped_chars += len(text)
         self._dropped_tail = (self._dropped_tail + text)[-_TAIL_KEEP:]
 
+    @property
+    def display_ids(self) -> tuple[tuple[str, int], ...]:
+        """``(display_id, output index)`` for every output shown with a display id, in order."""
+        pairs = [(display_id, index) for display_id, indices in self._display_index.items() for index in indices]
+        return tuple(sorted(pairs, key=lambda pair: pair[1]))
+
     def _update_display(self, content: dict[str, Any]) -> None:
         display_id = content.get("transient", {}).get("display_id")
-        for index in self._display_index.get(display_id, []):
+        if not display_id:
+            return
+        if display_id not in self._display_index:
+            # Shown by an earlier execution: the notebook export updates that cell, as Jupyter does.
+            self.display_updates.append(DisplayUpdate(display_id, content.get("data", {}), content.get("metadata", {})))
+            return
+        for index in self._display_index[display_id]:
             out = self.outputs[index]
             out["data"] = content.get("data", {})
             out["metadata"] = content.get("metadata", {})

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from ..errors import ExecutionError
 
-__all__ = ["Artifact", "ErrorInfo", "ExecutionResult", "Status", "compact_traceback", "png_size", "strip_ansi"]
+__all__ = ["Artifact", "DisplayUpdate", "ErrorInfo", "ExecutionResult", "Status", "compact_traceback", "png_size", "strip_ansi"]
 
 Status = Literal["ok", "error", "timeout", "died"]
 
@@ -96,13 +96,25 @@ class ErrorInfo:
 
 
 @dataclass(frozen=True)
+class DisplayUpdate:
+    """An ``update_display_data`` for a ``display_id`` this execution did not show itself
+    (an earlier cell did): the notebook export applies it to that cell's outputs, as Jupyter does."""
+
+    display_id: str
+    data: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ExecutionResult:
     """The outcome of one ``execute()``.
 
     ``outputs`` are nbformat v4 output dicts, exactly as they go into a
     notebook. ``state_lost`` says whether the kernel's variables are gone
     (restart after a timeout, kernel death); ``note`` says why, in words.
-    ``dropped`` counts what the output caps threw away.
+    ``dropped`` counts what the output caps threw away. ``display_ids``
+    pairs each ``display_id`` shown here with its output's index;
+    ``display_updates`` are updates for display ids shown by earlier cells.
     """
 
     status: Status
@@ -116,6 +128,8 @@ class ExecutionResult:
     dropped_chars: int = 0
     dropped_images: int = 0
     rebuilt_cells: tuple[int, ...] = field(default=(), repr=False)
+    display_ids: tuple[tuple[str, int], ...] = field(default=(), repr=False)
+    display_updates: tuple[DisplayUpdate, ...] = field(default=(), repr=False)
 
     def __repr__(self) -> str:
         extra = f" {self.error}" if self.error else ""

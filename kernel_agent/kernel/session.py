@@ -432,6 +432,8 @@ class AsyncKernelSession:
             code=code,
             dropped_chars=collector.dropped_chars,
             dropped_images=collector.dropped_images,
+            display_ids=collector.display_ids,
+            display_updates=tuple(collector.display_updates),
         )
 
     async def _rebuild(self, result: ExecutionResult) -> ExecutionResult:

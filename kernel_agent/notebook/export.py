@@ -106,6 +106,7 @@ def build_notebook(
     if last is not None and last.answer is not None and not _has_cells(last):
         final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
     cells.append(final)
+    _apply_display_updates(cells, run)
     if view == "clean":
         _renumber(cells)
     nb.cells = cells
@@ -276,6 +277,23 @@ def _final_text(run: Run) -> str:
     if run.error:
         text += f"\n\n**Error:**\n\n```text\n{run.error}\n```"
     return text
+
+
+def _apply_display_updates(cells: list[NotebookNode], run: Run) -> None:
+    """Let a cell's ``update_display_data`` for a display shown by an earlier cell update that cell, as Jupyter does."""
+    results = {0: run.setup_result, **{rnd.index: rnd.result for rnd in run.rounds}}
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        result = results.get(cell.metadata[METADATA_KEY].get("round")) if cell.cell_type == "code" else None
+        if result is None:
+            continue
+        for update in result.display_updates:
+            for output in shown.get(update.display_id, []):
+                output["data"] = nbformat.from_dict(copy.deepcopy(update.data))
+                output["metadata"] = nbformat.from_dict(copy.deepcopy(update.metadata))
+        for display_id, index in result.display_ids:
+            if index < len(cell.outputs):
+                shown.setdefault(display_id, []).append(cell.outputs[index])
 
 
 def _renumber(cells: list[NotebookNode]) -> None:
