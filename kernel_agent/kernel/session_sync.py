@@ -17,6 +17,8 @@ from .session import AsyncKernelSession, SessionState
 
 __all__ = ["KernelSession"]
 
+_EXIT_GRACE_S = 0.4  # jupyter_client splits it: half before SIGTERM, half before SIGKILL
+
 
 class KernelSession:
     """A live kernel, blocking API. Use as a context manager, or ``start()``/``close()``.
@@ -27,7 +29,7 @@ class KernelSession:
     def __init__(self, workspace: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
         self._loop = LoopThread("kernel-agent-session")
         self._async: AsyncKernelSession = self._loop.run(_build(workspace, kwargs))
-        self._loop.on_exit(self._async.close)
+        self._loop.on_exit(self._close_at_exit)
 
     @classmethod
     def connect(cls, connection_file: str | os.PathLike[str], **kwargs: Any) -> "KernelSession":
@@ -39,7 +41,7 @@ class KernelSession:
         except BaseException:
             self._loop.stop()
             raise
-        self._loop.on_exit(self._async.close)
+        self._loop.on_exit(self._close_at_exit)
         return self
 
     def __repr__(self) -> str:
@@ -91,6 +93,16 @@ class KernelSession:
     def close(self) -> None:
         """Shut the kernel down (if owned), remove its files, stop the loop thread. Idempotent."""
         self._loop.close(self._async.close)
+
+    async def _close_at_exit(self) -> None:
+        # The interpreter is exiting with this session never closed. jupyter_client would give the
+        # kernel up to 2.5 s to honour the shutdown request before SIGTERM; a kernel that was just
+        # interrupted by that same shutdown often takes all of it. Nobody waits for its state now,
+        # so it gets a short grace and then the signals.
+        manager = self._async.manager
+        if manager is not None:
+            manager.shutdown_wait_time = _EXIT_GRACE_S
+        await self._async.close()
 
     shutdown = close
 
