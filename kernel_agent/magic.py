@@ -271,6 +271,9 @@ class AgentMagics(Magics):
     @argument("--max-rounds", type=int, metavar="N", help="model replies before the run stops (default 30)")
     @argument("--timeout", type=float, metavar="S", help="seconds per code execution (default 120)")
     @argument("--vision", action="store_true", help="send figures back to the model as images")
+    @argument("--request-timeout", type=float, metavar="S", help="seconds to wait for the model's reply to start or continue (default 600)")
+    @argument("--data-format", choices=("files", "rich"), help="deepanalyze: list data files as DeepAnalyze does (files) or with our summary (rich)")
+    @argument("--no-vllm-extras", action="store_true", help="deepanalyze: do not send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens")
     @argument("--share", action="append", default=[], metavar="NAME[,NAME]", help="copy these variables into the agent's kernel")
     @argument("--workspace", "-w", metavar="DIR", help="the run's folder (default ./agent-runs/<time>-<task>)")
     @argument("--out", "-o", metavar="RUN.ipynb", help="where the notebook goes (default WORKSPACE/analysis.ipynb)")
@@ -321,6 +324,8 @@ def _agent_options(args: Any) -> tuple[dict[str, Any], list[str]]:
     options: dict[str, Any] = {
         "model": args.model, "base_url": args.base_url, "api_key": args.api_key, "protocol": args.protocol,
         "max_rounds": args.max_rounds, "exec_timeout": args.timeout, "vision": True if args.vision else None,
+        "request_timeout": args.request_timeout, "data_format": args.data_format,
+        "vllm_extras": False if args.no_vllm_extras else None,
     }
     data = list(args.data)
     if args.scripted_demo:

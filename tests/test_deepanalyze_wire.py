@@ -105,3 +105,16 @@ def test_a_server_rejecting_the_extras_names_the_option_to_turn_them_off(
     assert run.stop_reason == "llm_error" and len(openai_server.requests) == 1  # a 400 is not retried
     assert "add_generation_prompt" in run.error and "--no-vllm-extras" in run.error
     assert "KERNEL_AGENT_VLLM_EXTRAS=0" in run.error
+
+
+def test_people_read_the_tagged_transcript(openai_server: OpenAIServer, sales: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kernel_agent.cli.app import cli
+
+    openai_server.add(Reply(TURN_1, finish_reason="stop", stop_reason="</Code>"), Reply(TURN_3))
+    with deepanalyze_agent(openai_server) as agent:
+        run = agent.run(TASK, data=[sales], workspace=tmp_path / "ws")
+    shown = CliRunner().invoke(cli, ["show", "--transcript", str(run.notebook_path)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output == f"{TURN_1}</Code>\n<Execute>\n(3, 2)\n</Execute>\n{TURN_3}\n"

@@ -74,6 +74,7 @@ def _model_options(function: F) -> F:
         click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."),
         click.option("--data-format", type=click.Choice(["files", "rich"]), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
         click.option("--vllm-extras/--no-vllm-extras", default=None, help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS]."),
+        click.option("--max-new-tokens", type=click.IntRange(min=1), metavar="N", help="deepanalyze protocol: the max_new_tokens vLLM extra [default: 32768]."),
     ]
     for option in reversed(options):
         function = option(function)
@@ -92,6 +93,7 @@ def _agent_arguments(options: dict[str, Any]) -> dict[str, Any]:
         "protocol": options["protocol"], "max_rounds": options["max_rounds"], "exec_timeout": options["timeout"],
         "vision": True if options["vision"] else None, "request_timeout": options["request_timeout"],
         "data_format": options["data_format"], "vllm_extras": options["vllm_extras"],
+        "max_new_tokens": options["max_new_tokens"],
     }
 
 
@@ -254,7 +256,8 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float) ->
 @click.argument("notebook", metavar="RUN.ipynb")
 @click.option("--html", "html", metavar="OUT.html", help="Render the notebook as HTML (nbconvert) for the browser instead.")
 @click.option("--thinking", is_flag=True, help="Expand reasoning models' hidden reasoning (folded to one line by default).")
-def show(notebook: str, html: str | None, thinking: bool) -> None:
+@click.option("--transcript", is_flag=True, help="Print the run as DeepAnalyze's tagged transcript (<Analyze>, <Code>, <Execute>, <Answer>) instead.")
+def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> None:
     """Review a run in the terminal: reasoning, code, outputs, status and timing per round, the answer."""
     from ..notebook.load import load_run
     from .show import export_html, show_run
@@ -266,6 +269,11 @@ def show(notebook: str, html: str | None, thinking: bool) -> None:
             console.print(Text(f"wrote {target}"), soft_wrap=True)
             return
         loaded = load_run(notebook)
+    if transcript:
+        from ..agent.protocols.transcript import transcript as tagged
+
+        click.echo(tagged(loaded.run), nl=False)
+        return
     show_run(console, loaded, thinking=thinking)
 
 
