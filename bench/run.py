@@ -39,6 +39,7 @@ from report import Row, render  # noqa: E402
 BENCHMARKS = [
     "bench_session",
     "bench_agent",
+    "bench_models",
 ]
 
 FAILED_EXIT = 1

@@ -410,3 +410,11 @@ def test_request_timeout_and_extras_come_from_flags_or_the_environment() -> None
     assert AsyncAgent(model="m").chat_model.request_timeout == 600.0  # type: ignore[attr-defined]
     help_text = CliRunner().invoke(cli, ["run", "--help"]).output
     assert "--request-timeout" in help_text and "--no-vllm-extras" in help_text and "--data-format" in help_text
+
+
+def test_the_users_extra_body_wins_over_the_protocols(openai_server: OpenAIServer) -> None:
+    openai_server.add(Reply("ok"))
+    protocol = {"stop": ["</Code>"], "extra_body": {"max_new_tokens": 32768, "add_generation_prompt": False}}
+    run(complete(openai_server, options=protocol, extra_body={"max_new_tokens": 512, "top_k": 20}))
+    sent = openai_server.requests[0]
+    assert (sent["max_new_tokens"], sent["top_k"], sent["add_generation_prompt"]) == (512, 20, False)

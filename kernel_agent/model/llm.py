@@ -202,12 +202,13 @@ class OpenAIChatModel:
 
     def _request(self, messages: list[dict[str, Any]], options: dict[str, Any] | None) -> dict[str, Any]:
         request: dict[str, Any] = {"model": self.name, "messages": messages}
-        extra = dict(self.extra_body)
+        extra: dict[str, Any] = {}
         for key, value in (options or {}).items():
             if key == "extra_body":
                 extra.update(value)
             else:
                 request[key] = value
+        extra.update(self.extra_body)  # the user's own extras win over the protocol's defaults
         if self.temperature is not None:
             request.setdefault("temperature", self.temperature)
         if extra:

@@ -102,15 +102,10 @@ NOT_RUN = "Not run: only one execute_python call runs per turn. Call it again if
 TOOLS_EMPTY_NUDGE = "Your last reply was empty. Call execute_python to run code, or reply with the final answer."
 
 
-def opening_messages(ctx: PromptContext, *, system: str | None, vision: bool) -> list[dict[str, Any]]:
-    """The first messages of a run: ``system`` plus environment notes, then the task and data.
-
-    Without ``system`` (DeepAnalyze's own prompt shape: "# Instruction ...
-    # Data ...") everything goes in one user turn.
-    """
+def opening_messages(ctx: PromptContext, *, system: str, vision: bool) -> list[dict[str, Any]]:
+    """The first messages of the ``tags`` and ``tools`` runs: ``system`` plus environment notes,
+    then the task and data (``deepanalyze`` sends ``deepanalyze_task`` instead)."""
     environment = _environment_lines(ctx, vision=vision)
-    if system is None:
-        return [_task_message(ctx, "Instruction", environment)]
     return [{"role": "system", "content": system + _bullets(environment)}, _task_message(ctx, "Task")]
 
 
@@ -194,13 +189,11 @@ def _environment_lines(ctx: PromptContext, *, vision: bool) -> list[str]:
     return lines
 
 
-def _task_message(ctx: PromptContext, heading: str, environment: list[str] | None = None) -> dict[str, Any]:
+def _task_message(ctx: PromptContext, heading: str) -> dict[str, Any]:
     task = ctx.task.strip()
     # A task written in DeepAnalyze's own shape keeps its headings rather than getting a second one.
     headed = any(_starts_with_heading(task, name) for name in (heading, "Instruction", "Task"))
     sections = [task if headed else f"# {heading}\n{task}"]
-    if environment:
-        sections.append("# Environment\n" + _bullets(environment))
     if ctx.data_summary.strip():
         data_heading = "" if _has_heading(task, "Data") else "# Data\n"
         sections.append(f"{data_heading}{ctx.data_summary.strip()}")

@@ -1,0 +1,70 @@
+"""Issue 11: figures past the image cap, and a session never closed at interpreter exit.
+
+``figures``: 300 small figures in one cell with the default cap of 50 (the rest are closed in the
+kernel, never rendered) vs a cap above 300 (every figure rendered to PNG, as before the cap moved
+into the kernel). ``exit``: a script that starts a session, runs a cell and exits without closing
+it: seconds from its last line to the process's end (jupyter_client's default grace was ~2.7 s).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from report import Row, median
+
+from kernel_agent.kernel.outputs import OutputCaps
+from kernel_agent.kernel.session_sync import KernelSession
+
+NAME = "models"
+
+FIGURES = "for i in range(300):\n    fig, ax = plt.subplots(figsize=(3, 2))\n    ax.plot([0, i])\n"
+FORGOTTEN = textwrap.dedent("""\
+    import sys, time
+    from kernel_agent.kernel.session_sync import KernelSession
+    session = KernelSession(sys.argv[1]).start()
+    session.execute("import pandas, matplotlib.pyplot as plt")
+    print(time.time(), flush=True)
+""")
+
+
+def figures(quick: bool) -> list[Row]:
+    """One cell drawing 300 figures: capped in the kernel vs every figure rendered."""
+    runs = 1 if quick else 3
+    samples: dict[str, list[float]] = {"capped": [], "rendered": []}
+    for _ in range(runs):
+        for side, cap in (("capped", 50), ("rendered", 10_000)):
+            with tempfile.TemporaryDirectory() as workspace, KernelSession(workspace, caps=OutputCaps(max_images=cap)) as session:
+                session.execute("%matplotlib inline\nimport matplotlib.pyplot as plt")
+                started = time.perf_counter()
+                result = session.execute(FIGURES, timeout=300)
+                samples[side].append(time.perf_counter() - started)
+                if result.status != "ok" or len(result.images) != min(cap, 300):
+                    raise AssertionError(f"{side}: {result!r}")
+    return [Row(f"300 figures in one cell, median of {runs}: cap 50 in the kernel vs all rendered",
+                median(samples["capped"]), median(samples["rendered"]), max_ratio=0.8)]
+
+
+def exit_time(quick: bool) -> list[Row]:
+    """Seconds from a script's last line to its exit, with a session it never closed."""
+    runs = 2 if quick else 5
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-exit-"))
+    try:
+        script = scratch / "forgotten.py"
+        script.write_text(FORGOTTEN)
+        samples = []
+        for n in range(runs):
+            done = subprocess.run([sys.executable, str(script), str(scratch / f"ws{n}")],
+                                  capture_output=True, text=True, timeout=120, check=True)
+            samples.append(time.time() - float(done.stdout.strip().splitlines()[-1]))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return [Row(f"interpreter exit with a session never closed, median of {runs}", median(samples), max_seconds=1.0)]
+
+
+PARTS = {"figures": figures, "exit": exit_time}
