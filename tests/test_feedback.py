@@ -71,3 +71,17 @@ def test_limit_notes_only_for_limits_that_are_on() -> None:
     assert limit_note(eagain, Limits.off()) == ""
     assert limit_note(ErrorInfo("MemoryError", ""), Limits.off()) == ""
     assert limit_note(ErrorInfo("KeyError", "'x'"), Limits()) == "" and limit_note(None, Limits()) == ""
+
+
+def test_running_out_of_processes_under_the_limit_names_the_limit(tmp_path: Path) -> None:
+    spawn = (
+        "import threading\nrelease = threading.Event()\nthreads = []\n"
+        "while len(threads) < 500:  # a guard of our own, should the limit be missing\n"
+        "    thread = threading.Thread(target=release.wait)\n    thread.start()\n    threads.append(thread)"
+    )
+    with KernelSession(tmp_path, limits=Limits(max_processes=32)) as session:
+        result = session.execute(spawn, timeout=60)
+        session.execute("release.set()\nfor thread in threads: thread.join()")
+    assert result.status == "error", result.stdout
+    assert "limit of 32 processes and threads (Limits.max_processes)" in result.note
+    assert "[limit]" in result.to_llm_text()
