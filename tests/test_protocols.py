@@ -22,7 +22,6 @@ from kernel_agent.agent.protocols import (
     ToolsProtocol,
     downscale_png,
     get_protocol,
-    transcript_block,
 )
 from kernel_agent.errors import ConfigError
 from kernel_agent.kernel.result import png_size
@@ -342,7 +341,6 @@ def test_deepanalyze_history_messages() -> None:
     feedback = protocol.feedback_messages(step, Feedback("   region  units\n0  East  12\n"))
     # Raw, as DeepAnalyze's server sends it: the <Execute> wrapper is only in the transcript people read.
     assert feedback == [{"role": "execute", "content": "   region  units\n0  East  12\n"}]
-    assert transcript_block("1\n") == "<Execute>\n1\n</Execute>"
 
 
 def test_deepanalyze_ignores_images() -> None:

@@ -6,7 +6,7 @@ Pure: no network, no kernel, no file I/O (Pillow only re-encodes PNG bytes in me
                  them: no system prompt, "# Instruction ... # Data" + "File N:" blocks,
                  stop=["</Code>"] plus vLLM's add_generation_prompt/stop_token_ids/
                  max_new_tokens; output goes back raw as {"role": "execute", "content": ...}
-                 (the <Execute> wrapper is only for people: ``transcript_block``)
+                 (the <Execute> wrapper is only for people: ``transcript.py``)
     tags         the same tags taught to any chat model by a system prompt, no ``stop``
                  (text after the first </Code> is dropped); output goes back as a user message
     tools        OpenAI function calling with one tool, ``execute_python(code)``;
@@ -95,7 +95,6 @@ __all__ = [
     "ToolsProtocol",
     "downscale_png",
     "get_protocol",
-    "transcript_block",
 ]
 
 PROTOCOL_NAMES = ("deepanalyze", "tags", "tools")
@@ -325,11 +324,6 @@ class DeepAnalyzeProtocol(_TagProtocol):
 
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
         return [{"role": "execute", "content": feedback.text}]
-
-
-def transcript_block(text: str) -> str:
-    """Execution output as people read it in a tag transcript: ``<Execute>\n...\n</Execute>``."""
-    return execute_block(text)
 
 
 @dataclass(frozen=True)
