@@ -64,9 +64,13 @@ def test_a_file_past_the_size_limit_names_the_limit(tmp_path: Path) -> None:
 
 
 def test_limit_notes_only_for_limits_that_are_on() -> None:
-    eagain = ErrorInfo("BlockingIOError", "[Errno 11] Resource temporarily unavailable")
+    eagain = ErrorInfo("BlockingIOError", "[Errno 11] Resource temporarily unavailable",
+                       ("Cell In[4], line 3\n----> 3 pid = os.fork()\n",))
     thread = ErrorInfo("RuntimeError", "can't start new thread")
+    socket_eagain = ErrorInfo("BlockingIOError", "[Errno 11] Resource temporarily unavailable",
+                              ("Cell In[5], line 1\n----> 1 sock.recv(10)\n",))
     assert "limit of 64 processes and threads" in limit_note(eagain, Limits(max_processes=64))
+    assert limit_note(socket_eagain, Limits(max_processes=64)) == ""  # a non-blocking socket, not the limit
     assert "Limits.max_processes" in limit_note(thread, Limits(max_processes=64))
     assert limit_note(eagain, Limits.off()) == ""
     assert limit_note(ErrorInfo("MemoryError", ""), Limits.off()) == ""

@@ -19,6 +19,8 @@ __all__ = ["limit_note"]
 _MEMORY_ERRORS = frozenset({"MemoryError", "_ArrayMemoryError", "ArrayMemoryError", "OutOfMemoryError"})
 _FILE_TOO_LARGE = ("File too large", "[Errno 27]")
 _NO_PROCESSES = ("Resource temporarily unavailable", "[Errno 11]", "can't start new thread")
+# EAGAIN also comes from non-blocking sockets and pipes: only a failed fork, spawn or thread start counts.
+_STARTING = ("fork", "_execute_child", "spawn", "Popen", "start_new_thread", "Thread", "can't start new thread")
 
 
 def limit_note(error: ErrorInfo | None, limits: Limits) -> str:
@@ -37,7 +39,8 @@ def limit_note(error: ErrorInfo | None, limits: Limits) -> str:
             f"the file size limit of {limits.max_file_mb:,} MB (Limits.max_file_mb) was reached: a policy of this "
             "session, not a bug in the code; write smaller files or raise the limit"
         )
-    if limits.max_processes is not None and any(marker in text for marker in _NO_PROCESSES):
+    starting = any(marker in part for part in (text, *error.traceback) for marker in _STARTING)
+    if limits.max_processes is not None and starting and any(marker in text for marker in _NO_PROCESSES):
         return (
             f"the limit of {limits.max_processes:,} processes and threads (Limits.max_processes) was probably "
             "reached: a policy of this session, not a bug in the code; use fewer workers or threads"
