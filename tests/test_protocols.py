@@ -135,7 +135,7 @@ def test_deepanalyze_prompt_is_one_user_message_in_its_own_shape() -> None:
 
 
 def test_deepanalyze_rich_data_adds_the_summary_under_each_file_block() -> None:
-    files = (FileInfo("a.csv", 10, "CSV · 1 row\nColumns: `x` int64"), FileInfo("b.txt", 0, ""))
+    files = (FileInfo("b.txt", 0, ""), FileInfo("a.csv", 10, "CSV · 1 row\nColumns: `x` int64"))  # listed sorted
     content = get_protocol("deepanalyze", data_format="rich").initial_messages(PromptContext("t", files=files))[0]
     assert content["content"] == (
         '# Instruction\nt\n\n# Data\nFile 1:\n{\n    "name": "a.csv",\n    "size": "0.0KB"\n}\n'

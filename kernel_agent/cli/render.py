@@ -227,6 +227,7 @@ class LiveRenderer:
         self._activity.begin("model writing")
 
     def _on_text_delta(self, event: Any) -> None:
+        self._activity.label = "model writing"
         self._activity.text += event.text
 
     def _on_reasoning_delta(self, event: Any) -> None:

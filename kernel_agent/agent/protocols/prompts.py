@@ -113,8 +113,8 @@ def deepanalyze_task(ctx: PromptContext, data_format: DataFormat = "files") -> s
     """DeepAnalyze's first user message: ``# Instruction\n{task}\n\n# Data\nFile 1:\n{...}\n\n``.
 
     Byte for byte what DeepAnalyze's API (``prepare_vllm_messages`` with
-    ``collect_file_info``) sends: each file is ``File N:`` and a JSON object
-    ``{"name", "size"}`` indented by 4, the size in KB with one decimal, each
+    ``collect_file_info``) sends: each file, sorted by name, is ``File N:`` and
+    a JSON object ``{"name", "size"}`` indented by 4, the size in KB with one decimal, each
     block followed by a blank line; without files only the instruction.
     ``data_format="rich"`` adds our summary (columns, dtypes, separator,
     encoding, date columns) under each file's JSON block. A task that already
@@ -125,7 +125,8 @@ def deepanalyze_task(ctx: PromptContext, data_format: DataFormat = "files") -> s
     instruction = task if _starts_with_heading(task, "Instruction") else f"# Instruction\n{task}"
     if not ctx.files:
         return instruction
-    blocks = "".join(_file_block(n, info, rich=data_format == "rich") for n, info in enumerate(ctx.files, 1))
+    files = sorted(ctx.files, key=lambda info: info.name)  # collect_file_info lists them sorted
+    blocks = "".join(_file_block(n, info, rich=data_format == "rich") for n, info in enumerate(files, 1))
     if _has_heading(task, "Data"):
         return f"{instruction.rstrip()}\n{blocks}"
     return f"{instruction}\n\n# Data\n{blocks}"
