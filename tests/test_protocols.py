@@ -592,3 +592,11 @@ def test_downscale_png() -> None:
     assert png_size(base64.b64encode(downscale_png(png(500, 2000), max_side=100)).decode()) == (25, 100)
     with pytest.raises(ValueError):
         downscale_png(b"not an image")
+
+
+def test_only_the_chat_protocols_are_told_which_files_the_code_wrote() -> None:
+    feedback = Feedback("saved\n", files="[files written: plot.png (2048 bytes, created)]\n")
+    step = da("<Code>x</Code>")
+    assert DeepAnalyzeProtocol().feedback_messages(step, feedback) == [{"role": "execute", "content": "saved\n"}]
+    tagged = TagsProtocol().feedback_messages(tags("<Code>x</Code>"), feedback)[0]["content"]
+    assert tagged == "<Execute>\nsaved\n[files written: plot.png (2048 bytes, created)]\n</Execute>"

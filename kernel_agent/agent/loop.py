@@ -374,11 +374,12 @@ class AsyncAgent:
 
     def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any]) -> Feedback:
         text = result.to_llm_text(max_chars=self.config.feedback_chars)
+        files = ""
         if artifacts:
             listed = ", ".join(f"{a.path} ({a.size} bytes, {a.change})" for a in artifacts[:20])
-            text += f"[files written: {listed}]\n"
+            files = f"[files written: {listed}]\n"
         images = tuple(result.images) if self.config.vision else ()
-        return Feedback(text=text, images=images)
+        return Feedback(text=text, images=images, files=files)
 
     def _save(self, live: _Live) -> None:
         live.run = replace(live.run, notebook_path=live.notebook)

@@ -126,10 +126,20 @@ EXECUTE_PYTHON_TOOL: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Feedback:
-    """One execution's result as the model sees it: text and base64 PNGs (vision only)."""
+    """One execution's result as the model sees it: text and base64 PNGs (vision only).
+
+    ``files`` is a line naming the files the code wrote; ``with_files`` is the
+    text with it. The ``deepanalyze`` protocol sends the raw output alone, as
+    DeepAnalyze does.
+    """
 
     text: str
     images: tuple[str, ...] = ()
+    files: str = ""
+
+    @property
+    def with_files(self) -> str:
+        return self.text + self.files
 
 
 @dataclass(frozen=True)
@@ -336,7 +346,7 @@ class TagsProtocol(_TagProtocol):
         return opening_messages(ctx, system=TAGS_SYSTEM, vision=self.vision)
 
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
-        block = execute_block(feedback.text)
+        block = execute_block(feedback.with_files)
         parts = self._image_parts(feedback)
         content: str | list[dict[str, Any]] = [{"type": "text", "text": block}, *parts] if parts else block
         return [{"role": "user", "content": content}]
@@ -386,8 +396,8 @@ class ToolsProtocol(Protocol):
 
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
         if step.tool_call_id is None:
-            return [{"role": "user", "content": feedback.text}]
-        messages = [{"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.text}]
+            return [{"role": "user", "content": feedback.with_files}]
+        messages = [{"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.with_files}]
         messages += _skipped(step)
         parts = self._image_parts(feedback)
         if parts:
