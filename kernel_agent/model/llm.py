@@ -3,8 +3,9 @@
 The only module that imports ``openai``, and it does so on first use, so
 re-exporting this class does not make ``import kernel_agent`` load the SDK.
 Owns the request (model, temperature, protocol options, ``extra_body``),
-stream accumulation into a ``ModelReply``, retries with exponential backoff,
-and the mapping of SDK errors onto ``errors.py``. What the messages say is
+the time-outs, retries with exponential backoff, and the mapping of SDK
+errors onto ``errors.py``; reading the replies into a ``ModelReply`` is
+``replies.py``'s job. What the messages say is
 ``protocols.py``'s job.
 
 Errors, after ``max_retries`` retries of the transient ones (HTTP 408, 429,
@@ -34,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, ContextLengthError, ModelError, ModelTimeoutError, ModelUnreachableError
-from ..run import Usage
-from .chat import DeltaCallback, ModelReply, RetryCallback, ToolCall
+from .chat import DeltaCallback, ModelReply, RetryCallback
+from .replies import StreamAccumulator, completion_reply
 
 if TYPE_CHECKING:
     import openai
@@ -226,22 +227,10 @@ class OpenAIChatModel:
 
     async def _complete_once(self, request: dict[str, Any]) -> ModelReply:
         completion = await self._sdk_client().chat.completions.create(**request)
-        if not completion.choices:
+        reply = completion_reply(completion)
+        if reply is None:
             raise ModelError(f"the model endpoint {_safe_url(self.base_url)} returned no choices")
-        choice = completion.choices[0]
-        message = choice.message
-        calls = tuple(
-            ToolCall(id=call.id or f"call_{i}", name=_call_name(call), arguments=_call_arguments(call))
-            for i, call in enumerate(message.tool_calls or ())
-        )
-        return ModelReply(
-            text=message.content or "",
-            tool_calls=calls,
-            finish_reason=choice.finish_reason,
-            stop_reason=_stop_reason(choice),
-            usage=_usage(completion.usage),
-            reasoning=_reasoning(message),
-        )
+        return reply
 
     async def _complete_streaming(
         self, request: dict[str, Any], on_delta: DeltaCallback | None, on_reasoning: DeltaCallback | None
@@ -250,7 +239,7 @@ class OpenAIChatModel:
         stream = await self._sdk_client().chat.completions.create(
             **request, stream=True, stream_options={"include_usage": True}
         )
-        acc = _StreamAccumulator()
+        acc = StreamAccumulator()
         async with stream:
             try:
                 async for chunk in stream:
@@ -338,87 +327,6 @@ class OpenAIChatModel:
         return min(base * (1 + random.random() / 4), _MAX_DELAY_S)
 
 
-class _StreamAccumulator:
-    """Folds ``chat.completion.chunk`` objects into one ``ModelReply``."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.received = 0
-        self.calls: dict[int, dict[str, Any]] = {}
-        self.finish_reason: str | None = None
-        self.stop_reason: str | int | None = None
-        self.usage: Usage | None = None
-        self.thoughts: list[str] = []
-
-    def add(self, chunk: Any) -> tuple[str, str]:
-        """Take one chunk; return its text delta and its reasoning delta ("" when none)."""
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = _usage(chunk.usage)
-        text = thought = ""
-        for choice in chunk.choices or ():
-            if choice.index != 0:
-                continue
-            delta = choice.delta
-            if delta is not None and delta.content:
-                text += delta.content
-            if delta is not None:
-                thought += _reasoning(delta)
-            for call in (getattr(delta, "tool_calls", None) or ()) if delta is not None else ():
-                self._add_call(call)
-            if choice.finish_reason is not None:
-                self.finish_reason = choice.finish_reason
-            stop = _stop_reason(choice)
-            if stop is not None:
-                self.stop_reason = stop
-        if text:
-            self.parts.append(text)
-            self.received += len(text)
-        if thought:
-            self.thoughts.append(thought)
-            self.received += len(thought)
-        return text, thought
-
-    def _add_call(self, call: Any) -> None:
-        index = call.index if call.index is not None else len(self.calls)
-        slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
-        if call.id and not slot["id"]:
-            slot["id"] = call.id
-        function = getattr(call, "function", None)
-        if function is not None:
-            # Names arrive whole (some servers repeat them); arguments arrive in pieces.
-            if function.name and not slot["name"]:
-                slot["name"] = function.name
-            if function.arguments:
-                slot["arguments"].append(function.arguments)
-                self.received += len(function.arguments)
-
-    def reply(self) -> ModelReply:
-        calls = tuple(
-            ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"], arguments="".join(slot["arguments"]))
-            for index, slot in sorted(self.calls.items())
-        )
-        return ModelReply(
-            text="".join(self.parts),
-            tool_calls=calls,
-            finish_reason=self.finish_reason,
-            stop_reason=self.stop_reason,
-            usage=self.usage,
-            reasoning="".join(self.thoughts),
-        )
-
-
-def _reasoning(message: Any) -> str:
-    """A message's or delta's hidden reasoning: ``reasoning_content`` (vLLM, DeepSeek) or ``reasoning``."""
-    extra = getattr(message, "model_extra", None) or {}
-    for name in ("reasoning_content", "reasoning"):
-        value = getattr(message, name, None)
-        if value is None:
-            value = extra.get(name)
-        if isinstance(value, str) and value:
-            return value
-    return ""
-
-
 def _is_read_timeout(sdk: Any, exc: BaseException) -> bool:
     """A time-out after the connection was made: the server has the request and is (slowly) on it."""
     if not isinstance(exc, sdk.APITimeoutError):
@@ -436,37 +344,6 @@ def _rejected_extras(status: int, detail: str, extras: dict[str, Any] | None) ->
     if named:
         return named
     return list(extras) if any(marker in lowered for marker in _UNKNOWN_FIELD_MARKERS) else []
-
-
-def _stop_reason(choice: Any) -> str | int | None:
-    # vLLM's extra field; pydantic keeps unknown fields in model_extra.
-    value = getattr(choice, "stop_reason", None)
-    if value is None:
-        value = (getattr(choice, "model_extra", None) or {}).get("stop_reason")
-    return value if isinstance(value, (str, int)) else None
-
-
-def _usage(usage: Any) -> Usage | None:
-    if usage is None:
-        return None
-    prompt = getattr(usage, "prompt_tokens", 0) or 0
-    completion = getattr(usage, "completion_tokens", 0) or 0
-    total = getattr(usage, "total_tokens", 0) or prompt + completion
-    details = getattr(usage, "completion_tokens_details", None)
-    reasoning = getattr(details, "reasoning_tokens", 0) or 0
-    return Usage(prompt, completion, total, reasoning)
-
-
-def _call_name(call: Any) -> str:
-    function = getattr(call, "function", None) or getattr(call, "custom", None)
-    return getattr(function, "name", "") or ""
-
-
-def _call_arguments(call: Any) -> str:
-    function = getattr(call, "function", None)
-    if function is not None:
-        return function.arguments or ""
-    return getattr(getattr(call, "custom", None), "input", "") or ""
 
 
 def _error_detail(exc: Any) -> str:
