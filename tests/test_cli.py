@@ -139,6 +139,20 @@ def test_unreachable_model_exits_1_with_a_clear_message_and_a_notebook(tmp_path:
     assert notebook_meta(notebook)["stop_reason"] == "llm_error"
 
 
+@pytest.mark.kernel
+def test_a_slow_model_is_reported_as_slow_and_asked_once(openai_server: OpenAIServer, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    openai_server.add(Reply("<Answer>late</Answer>", pause=1.5), Reply("<Answer>never asked</Answer>"))
+    monkeypatch.setenv("KERNEL_AGENT_REQUEST_TIMEOUT", "0.4")  # the flag wins over it
+    result = invoke("run", "Anything", "--model", "m", "--base-url", openai_server.base_url, "--protocol", "tags",
+                    "--request-timeout", 0.3, "--workspace", tmp_path / "ws")
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())  # rich wraps lines at the terminal width
+    assert "did not start replying within 0.3 s" in said and "--request-timeout" in said
+    assert "cannot reach" not in said and "server is running" not in said
+    assert len(openai_server.requests) == 1
+
+
 # -- usage errors (no kernel) -------------------------------------------------------------------------
 
 
