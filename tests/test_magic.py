@@ -128,3 +128,15 @@ def test_magic_inside_a_kernel_renders_the_answer_and_an_image(openai_server: Op
     assert "ws/analysis.ipynb" in rendered(outputs, "text/html")
     assert nb.cells[2].outputs[0]["text"] == "The line rises from 1 to 3.\n"
     assert (tmp_path / "ws" / "analysis.ipynb").is_file()
+
+
+def test_model_flags_reach_the_agent_options() -> None:
+    from IPython.core.magic_arguments import parse_argstring
+
+    from kernel_agent.magic import AgentMagics, _agent_options
+
+    line = "--protocol deepanalyze --request-timeout 900 --data-format rich --no-vllm-extras"
+    options, _ = _agent_options(parse_argstring(AgentMagics.agent, line))
+    assert (options["request_timeout"], options["data_format"], options["vllm_extras"]) == (900.0, "rich", False)
+    defaults, _ = _agent_options(parse_argstring(AgentMagics.agent, ""))
+    assert (defaults["request_timeout"], defaults["data_format"], defaults["vllm_extras"]) == (None, None, None)
