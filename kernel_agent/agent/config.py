@@ -3,8 +3,8 @@
 Explicit argument > environment variable > default. The environment
 variables are ``KERNEL_AGENT_MODEL``, ``OPENAI_BASE_URL``,
 ``OPENAI_API_KEY``, ``KERNEL_AGENT_DATA_FORMAT``, ``KERNEL_AGENT_VLLM_EXTRAS``
-(``0``/``1``) and ``KERNEL_AGENT_REQUEST_TIMEOUT`` (seconds). Invalid values raise ``ConfigError`` here, before any
-kernel starts or any model is called.
+(``0``/``1``) and ``KERNEL_AGENT_REQUEST_TIMEOUT`` (seconds). Invalid values
+raise ``ConfigError`` here, before any kernel starts or any model is called.
 """
 
 from __future__ import annotations
