@@ -24,6 +24,7 @@ from typing import Any
 __all__ = ["FIGURE_CAP_ENV", "NOT_RENDERED_KEY", "STARTUP_FILE", "FigureCap", "figure_cap_env", "install"]
 
 FIGURE_CAP_ENV = "KERNEL_AGENT_FIGURE_CAP"
+USER_STARTUP_ENV = "KERNEL_AGENT_USER_STARTUP"  # the user's own PYTHONSTARTUP, run after ours
 NOT_RENDERED_KEY = "kernel_agent"  # display metadata key of the "not rendered" count
 STARTUP_FILE = Path(__file__).with_name("_kernel_startup.py")
 
@@ -69,32 +70,55 @@ class FigureCap:
 
 
 def figure_cap_env(limit: int) -> dict[str, str]:
-    """The kernel environment that installs a cap of ``limit`` figures per cell at start-up."""
-    return {"PYTHONSTARTUP": str(STARTUP_FILE), FIGURE_CAP_ENV: str(limit)}
+    """The kernel environment that installs a cap of ``limit`` figures per cell at start-up.
+
+    A ``PYTHONSTARTUP`` of the user's own is handed over and still runs, after the cap.
+    """
+    env = {"PYTHONSTARTUP": str(STARTUP_FILE), FIGURE_CAP_ENV: str(limit)}
+    user_startup = os.environ.get("PYTHONSTARTUP", "")
+    if user_startup and user_startup != str(STARTUP_FILE):
+        env[USER_STARTUP_ENV] = user_startup
+    return env
 
 
 def install(limit: int | None = None, shell: Any = None) -> FigureCap | None:
     """Cap the figures rendered per cell in this IPython ``shell`` (default: the running one).
 
     ``limit`` defaults to ``FIGURE_CAP_ENV``; None or nothing to cap (no
-    shell, no limit) installs nothing and returns None. Raises nothing.
+    shell, no limit) installs nothing and returns None. At start-up (no
+    ``limit`` given) it then runs the user's own ``PYTHONSTARTUP``, if any.
+    Raises nothing of its own.
     """
+    user_startup = ""
     if limit is None:
         raw = os.environ.pop(FIGURE_CAP_ENV, "")
         limit = int(raw) if raw.isdigit() else None
-        if os.environ.get("PYTHONSTARTUP") == str(STARTUP_FILE):
-            del os.environ["PYTHONSTARTUP"]  # done; the code's own interactive subprocesses must not run it
+        user_startup = _restore_user_startup()
     if shell is None:
         from IPython import get_ipython
 
         shell = get_ipython()
-    if shell is None or limit is None:
+    if shell is None:
         return None
-    cap = FigureCap(shell, limit)
-    shell.display_formatter.format = cap.format
-    shell.events.register("pre_run_cell", cap.pre_run_cell)
-    shell.events.register("post_run_cell", cap.post_run_cell)
+    cap = None
+    if limit is not None:
+        cap = FigureCap(shell, limit)
+        shell.display_formatter.format = cap.format
+        shell.events.register("pre_run_cell", cap.pre_run_cell)
+        shell.events.register("post_run_cell", cap.post_run_cell)
+    if user_startup:
+        shell.safe_execfile(user_startup, shell.user_ns)  # as IPython would have, had we not taken its place
     return cap
+
+
+def _restore_user_startup() -> str:
+    """Put the user's ``PYTHONSTARTUP`` back (or drop ours) for the code's own subprocesses; return it."""
+    user_startup = os.environ.pop(USER_STARTUP_ENV, "")
+    if user_startup:
+        os.environ["PYTHONSTARTUP"] = user_startup
+    elif os.environ.get("PYTHONSTARTUP") == str(STARTUP_FILE):
+        del os.environ["PYTHONSTARTUP"]
+    return user_startup
 
 
 def _is_figure(obj: Any) -> bool:
