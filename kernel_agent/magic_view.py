@@ -71,6 +71,8 @@ class CellView:
 
     def interrupted(self, notebook_path: str | None) -> None:
         self._clear_placeholder()
+        if self._status is not None:
+            self._status.update(_problem("✗ interrupted"), raw=True)
         where = f"the notebook is saved: `{notebook_path}`" if notebook_path else "nothing was saved"
         display(_markdown(f"**Interrupted:** {where}."), raw=True)
 
@@ -118,6 +120,7 @@ class CellView:
     def _on_execution_finished(self, event: Any) -> None:
         result: ExecutionResult = event.result
         self._status.update(_status_line(result), raw=True)
+        self._status = None
         for output in result.outputs:
             _display_output(output)
         if event.artifacts:
