@@ -6,6 +6,11 @@ system chromium by ``executable_path`` (``$CHROMIUM``, default /usr/bin/chromium
 install: never a skip. Each test gets a fresh context and page (``page``) that
 records console errors, page errors and every requested URL (``PageLog``), and
 may save a screenshot under tests/artifacts/ (ignored by git).
+
+Playwright's sync API keeps its event loop marked as running on the main thread
+while the browser is open, which breaks ``asyncio.run`` in other tests; so the
+browser tests run last (``pytest_collection_modifyitems``), after which the
+session's browser opens once and stays open.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--disable-dev-shm-usage",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the browser tests to the end, keeping every other order as collected."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
 def chromium_path() -> str:

@@ -124,6 +124,5 @@ KA.api = (() => {
     cancel: (id) => request("POST", `/v1/runs/${encodeURIComponent(id)}/cancel`),
     threads: () => request("GET", "/v1/threads"),
     thread: (id) => request("GET", `/v1/threads/${encodeURIComponent(id)}`),
-    models: () => request("GET", "/v1/models"),
   };
 })();

@@ -196,10 +196,6 @@
     if (!threads) return;  // the key form is up (or the banner says why)
     state.threads = Array.isArray(threads) ? threads : threads.threads || threads.data || [];
     drawThreads();
-    api.models().then((models) => {
-      const names = (models.data || models.models || []).map((model) => model.id || model.name || model).filter(Boolean);
-      $("model-list").replaceChildren(...names.map((name) => el("option", { value: name })));
-    }).catch(() => { /* the server may not list models: the field stays free text */ });
     route();
   }
 
