@@ -98,20 +98,24 @@ KA.render = (() => {
     constructor(number, max) {
       this.text = "";
       this.tokens = el("span", { class: "tokens" });
-      this.reasoning = el("div", { class: "reasoning streaming", "aria-live": "off" });
+      this.reasoning = el("div", { class: "reasoning streaming waiting", "aria-live": "off", text: "waiting for the model…" });
       this.body = el("div");
       this.node = el("article", { class: "round", "aria-label": `Round ${number}` },
         el("h3", {}, el("span", { text: `Round ${number}${max ? ` / ${max}` : ""}` }), this.tokens), this.reasoning, this.body);
       this.timer = null;
     }
-    delta(text) { this.text += text; this.reasoning.textContent = this.text; }
+    delta(text) {
+      this.text += text;
+      this.reasoning.classList.remove("waiting");
+      this.reasoning.textContent = this.text;
+    }
     reset(reason) {
       this.text = "";
       this.reasoning.textContent = "";
       this.body.append(el("div", { class: "note", text: `Model request failed, retrying: ${reason}` }));
     }
     showReasoning(text) {
-      this.reasoning.classList.remove("streaming");
+      this.reasoning.classList.remove("streaming", "waiting");
       this.reasoning.replaceChildren(markdown(text));
     }
     codeReady(event) {
@@ -149,6 +153,8 @@ KA.render = (() => {
     stop() {
       if (this.timer) clearInterval(this.timer);
       this.timer = null;
+      if (this.reasoning.classList.contains("waiting")) this.reasoning.textContent = "(no reply from the model)";
+      this.reasoning.classList.remove("waiting");
       if (this.exec && this.exec.classList.contains("running")) { this.exec.className = "exec bad"; this.exec.textContent = "stopped"; }
     }
   }
