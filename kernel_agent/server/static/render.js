@@ -90,6 +90,8 @@ KA.render = (() => {
     return outs;
   }
 
+  /* The answer is shown under our own "Answer" heading: drop the model's, if it wrote one. */
+  const withoutAnswerHeading = (text) => text.replace(/^\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n/i, "");
   const seconds = (s) => (s < 60 ? `${s.toFixed(s < 10 ? 1 : 0)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`);
   const tokens = (usage) => (usage && usage.total_tokens ? `${usage.total_tokens.toLocaleString()} tokens` : "");
 
@@ -148,7 +150,7 @@ KA.render = (() => {
     done(round) {
       this.stop();
       if (round.usage) this.tokens.textContent = tokens(round.usage);
-      if (!round.code && this.reasoning.classList.contains("streaming")) this.showReasoning(round.answer || this.text);
+      if (!round.code && this.reasoning.classList.contains("streaming")) this.showReasoning(withoutAnswerHeading(round.answer || this.text));
     }
     stop() {
       if (this.timer) clearInterval(this.timer);
@@ -159,5 +161,5 @@ KA.render = (() => {
     }
   }
 
-  return { el, markdown, code, output, seconds, tokens, RoundView };
+  return { el, markdown, code, output, seconds, tokens, withoutAnswerHeading, RoundView };
 })();

@@ -5,7 +5,7 @@
 window.KA = window.KA || {};
 
 KA.RunView = (() => {
-  const { el, markdown, seconds, tokens, RoundView } = KA.render;
+  const { el, markdown, seconds, tokens, withoutAnswerHeading, RoundView } = KA.render;
   const DOWNLOADS = [  // [field, label, file name]
     ["notebook", "Notebook (.ipynb)", "analysis.ipynb"],
     ["clean", "Clean notebook", "analysis.clean.ipynb"],
@@ -114,7 +114,7 @@ KA.RunView = (() => {
     }
 
     showAnswer(text) {
-      this.answer.replaceChildren(el("h3", { text: "Answer" }), markdown(text.replace(/^\s*#{1,6}\s*(final\s+)?answer\s*:?\s*\n/i, "")));
+      this.answer.replaceChildren(el("h3", { text: "Answer" }), markdown(withoutAnswerHeading(text)));
       this.answer.hidden = false;
     }
 
