@@ -21,6 +21,8 @@ which saves its notebook, and the cell says so; ``_agent_run`` is the saved run.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +87,7 @@ class AgentMagics(Magics):
         names = [name.strip() for group in args.share for name in group.split(",") if name.strip()]
         check_names(self.shell.user_ns, names)
         workspace = Path(args.workspace) if args.workspace else default_workspace(task)
-        with Agent(**options) as agent, _removed_unless_started(workspace, args.out) as started:
+        with Agent(**options) as agent, _kept_only_if_started(workspace, args.out) as started:
             shared = share_variables(self.shell.user_ns, names, workspace) if names else None
             if shared is not None:
                 data, task = [*data, *shared.files], f"{task}\n\n{shared.note}"
@@ -105,23 +107,22 @@ class AgentMagics(Magics):
         return final
 
 
-class _removed_unless_started:
-    """Remove the folders this invocation created if the run never started (nothing of value is in them)."""
-
-    def __init__(self, workspace: Path, out: str | None) -> None:
-        folders = [workspace] + ([Path(out).parent] if out else [])
-        self._created = [_top_missing(folder.absolute()) for folder in folders if not folder.exists()]
-        self._started: list[str | None] = []
-        if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-
-    def __enter__(self) -> list[str | None]:
-        return self._started
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None and not self._started:
-            for folder in self._created:
+@contextmanager
+def _kept_only_if_started(workspace: Path, out: str | None) -> Iterator[list[str | None]]:
+    """Yield a list to append the notebook path to once the run starts. If the invocation fails
+    before that, remove the folders it created: nothing of value is in them."""
+    folders = [workspace] + ([Path(out).parent] if out else [])
+    created = [_top_missing(folder.absolute()) for folder in folders if not folder.exists()]
+    started: list[str | None] = []
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield started
+    except BaseException:
+        if not started:
+            for folder in created:
                 shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def _top_missing(folder: Path) -> Path:
