@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The browser tests drive this chromium through Playwright (browser downloads are not possible offline).
+CHROMIUM ?= /usr/bin/chromium
+export CHROMIUM
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench install clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +22,19 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/kernel-agent demo
 
-test: $(STAMP)
+# Debian's chromium for the browser tests: installed with apt-get when we are root, else a clear failure.
+chromium:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update && apt-get install -y chromium; \
+	  else \
+	    echo "make test needs a chromium browser at $(CHROMIUM) for the browser tests:" >&2; \
+	    echo "  install it (Debian/Ubuntu: sudo apt-get install chromium) or set CHROMIUM=/path/to/chromium" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -19,6 +19,8 @@ __all__ = ["LoopThread"]
 
 T = TypeVar("T")
 
+_UNWIND_S = 30.0  # how long an interrupted call may take to save its work and stop its kernel
+
 _open_loops: "weakref.WeakSet[LoopThread]" = weakref.WeakSet()
 
 
@@ -43,22 +45,23 @@ class LoopThread:
     def run(self, coro: Awaitable[T]) -> T:
         """Run ``coro`` on the private loop and wait for it.
 
-        A ``KeyboardInterrupt`` while waiting cancels the coroutine (which
-        then stops what it was doing, e.g. interrupts the kernel) and is
-        re-raised.
+        A ``KeyboardInterrupt`` while waiting cancels the coroutine and waits
+        (up to ``_UNWIND_S``) until it has finished unwinding, which saves the
+        run and stops the kernel, before the interrupt is re-raised. Returning
+        earlier would leave an async generator still running its cleanup, so
+        closing it would fail.
         """
         if threading.current_thread() is self._thread:
             raise RuntimeError("a sync facade was called from its own event-loop thread")
-        future = asyncio.run_coroutine_threadsafe(_as_coroutine(coro), self.loop)
+        finished = threading.Event()
+        task = asyncio.run_coroutine_threadsafe(_spawn(coro, finished), self.loop).result()
         try:
-            return future.result()
+            finished.wait()
         except KeyboardInterrupt:
-            future.cancel()
-            try:
-                future.result(timeout=10)
-            except BaseException:  # the cancellation itself; we re-raise the interrupt below
-                pass
+            self.loop.call_soon_threadsafe(task.cancel)
+            finished.wait(timeout=_UNWIND_S)
             raise
+        return task.result()
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         """Iterate an async iterator living on the private loop, from this thread."""
@@ -100,6 +103,13 @@ class LoopThread:
 
 async def _as_coroutine(awaitable: Awaitable[T]) -> T:
     return await awaitable
+
+
+async def _spawn(awaitable: Awaitable[T], finished: threading.Event) -> "asyncio.Task[T]":
+    """Start ``awaitable`` as a task on this loop; ``finished`` is set once it is done (even cancelled)."""
+    task = asyncio.ensure_future(_as_coroutine(awaitable))
+    task.add_done_callback(lambda _task: finished.set())
+    return task
 
 
 @atexit.register

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["leaks"]
+pytest_plugins = ["leaks", "browser"]
 
 from openai_server import OpenAIServer
 

@@ -72,6 +72,8 @@ def test_share_defines_the_variables_from_round_1_and_the_notebook_replays(
     assert run.answer == "The shared values arrived." and len(run.rounds) == 2
     setup = nbformat.read(run.notebook_path, as_version=4).cells[1]
     assert 'df = pd.read_parquet("df.parquet")' in setup.source
+    assert setup.source.count("import pandas as pd") == 1
+    assert (tmp_path / "ws" / "df.parquet").stat().st_mode & 0o777 == 0o444  # inputs are read-only
     report = replay(run.notebook_path)
     assert report.ok and [cell.status for cell in report.cells] == ["match", "match"]
 
@@ -105,7 +107,15 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
 def test_usage_errors_are_short_messages(shell: InteractiveShell, line: str, body: str, message: str) -> None:
     shell.user_ns["data"] = 1
     with pytest.raises(UsageError, match=message):
-        shell.run_cell_magic("agent", line, body)
+        shell.run_cell_magic("agent", f"{line} -w ws -o out/run.ipynb", body)
+    assert sorted(p.name for p in Path.cwd().iterdir()) == ["ipython"]  # no folder left behind
+
+
+def test_a_missing_data_file_after_sharing_leaves_no_folder(shell: InteractiveShell) -> None:
+    shell.user_ns["df"] = pd.DataFrame({"x": [1]})
+    with pytest.raises(UsageError, match="nope.csv"):
+        shell.run_cell_magic("agent", "--model m --share df --data nope.csv", "Task.")
+    assert sorted(p.name for p in Path.cwd().iterdir()) == ["ipython"]
 
 
 @pytest.mark.kernel

@@ -16,7 +16,7 @@ from openai import OpenAI
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent import AsyncKernelSession, KernelSession, PythonTool
-from kernel_agent.kernel.kernelspec import KERNEL_NAME, kernelspec_dir
+from kernel_agent.kernel.kernelspec import KERNEL_NAME, install_kernelspec, kernelspec_dir
 
 pytestmark = pytest.mark.kernel
 
@@ -90,3 +90,10 @@ def test_installed_kernelspec_starts_a_kernel_with_clean_output(tmp_path: Path) 
     kinds = {m["msg_type"]: m["content"] for m in outputs}
     assert "image/png" in kinds["display_data"]["data"]
     assert not any("\x1b[" in line for line in kinds["error"]["traceback"])
+
+
+def test_kernelspec_install_names_this_interpreter(tmp_path: Path) -> None:
+    where = install_kernelspec(prefix=str(tmp_path))
+    manifest = json.loads((where / "kernel.json").read_text())
+    assert manifest["argv"][0] == sys.executable and Path(sys.executable).is_absolute()
+    assert manifest["argv"][1:3] == ["-m", "kernel_agent.kernel.launcher"]

@@ -224,7 +224,7 @@ class AsyncAgent:
         names = [f.name for f in files]
         setup_code = preload_code(files) if self.config.preload else "%matplotlib inline\n"
         if extra_setup:
-            setup_code = f"{setup_code.rstrip()}\n\n{extra_setup.strip()}\n"
+            setup_code = _merged_setup(setup_code, extra_setup)
         setup = await session.execute(setup_code, self.config.exec_timeout)
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
@@ -401,6 +401,13 @@ def _endpoint(base_url: str | None, model: ChatModel) -> str:
     from ..model.llm import endpoint_host
 
     return endpoint_host(base_url)
+
+
+def _merged_setup(preload: str, extra: str) -> str:
+    """The preload, then the extra setup without the import lines the preload already has."""
+    have = {line.strip() for line in preload.splitlines() if line.startswith(("import ", "from "))}
+    kept = [line for line in extra.strip().splitlines() if line.strip() not in have]
+    return f"{preload.rstrip()}\n\n" + "\n".join(kept) + "\n"
 
 
 def _resolve_workspace(recorded: str, notebook: Path) -> Path:

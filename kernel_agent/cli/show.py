@@ -3,14 +3,12 @@
 Owns the terminal layout of a notebook read back with ``load_run`` (header,
 then per round: status and timing, reasoning, highlighted code, outputs with
 images as placeholders, then the answer), of a ``ReplayReport``, and the
-``--html`` export through nbconvert. Reading and replaying notebooks is the
+``--html`` export (``notebook.html``). Reading and replaying notebooks is the
 library's job (``notebook_load``, ``replay``); this module only draws.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -18,7 +16,7 @@ from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
-from ..errors import NotebookError
+from ..notebook.html import export_html
 from ..notebook.load import LoadedRun
 from ..notebook.replay import ReplayReport
 from ..run import Round
@@ -97,25 +95,3 @@ def show_replay(console: Console, report: ReplayReport) -> None:
         if cell.detail:
             line.append(f"  {cell.detail}", style="dim")
         console.print(line, soft_wrap=True)
-
-
-def export_html(notebook: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
-    """Render ``notebook`` to a standalone HTML file with nbconvert; return its path.
-
-    Raises ``NotebookError`` when the notebook cannot be read or the file cannot be written.
-    """
-    from nbconvert import HTMLExporter  # heavy: only for --html
-
-    from ..notebook.load import read_notebook
-
-    nb = read_notebook(notebook)
-    try:
-        body, _resources = HTMLExporter().from_notebook_node(nb)
-    except Exception as exc:  # nbconvert raises assorted template and conversion errors
-        raise NotebookError(f"cannot render {notebook} as HTML: {exc}", path=str(notebook)) from exc
-    target = Path(target)
-    try:
-        target.write_text(body, encoding="utf-8")
-    except OSError as exc:
-        raise NotebookError(f"cannot write {target}: {exc}", path=str(notebook)) from exc
-    return target

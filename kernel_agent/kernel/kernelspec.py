@@ -8,6 +8,10 @@ checkout; sessions use it from there without any install.
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
@@ -37,12 +41,21 @@ def kernel_spec_manager() -> KernelSpecManager:
 def install_kernelspec(*, user: bool = False, prefix: str | None = None) -> Path:
     """Install our spec for Jupyter (``--user`` or ``--prefix``); return where it went.
 
+    The installed spec names this interpreter by its absolute path (as
+    ipykernel's own install does): a Jupyter running from another environment
+    would otherwise start its own ``python``, which lacks kernel_agent.
     Raises ``ConfigError`` when Jupyter refuses (e.g. no permission).
     """
-    try:
-        where = KernelSpecManager().install_kernel_spec(
-            str(kernelspec_dir() / KERNEL_NAME), kernel_name=KERNEL_NAME, user=user, prefix=prefix
-        )
-    except OSError as exc:
-        raise ConfigError(f"could not install the {KERNEL_NAME} kernelspec: {exc}") from exc
+    with tempfile.TemporaryDirectory(prefix="kernelspec-staging-") as staging:
+        spec = Path(staging) / KERNEL_NAME
+        shutil.copytree(kernelspec_dir() / KERNEL_NAME, spec)
+        manifest = json.loads((spec / "kernel.json").read_text(encoding="utf-8"))
+        manifest["argv"][0] = sys.executable
+        (spec / "kernel.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        try:
+            where = KernelSpecManager().install_kernel_spec(
+                str(spec), kernel_name=KERNEL_NAME, user=user, prefix=prefix
+            )
+        except OSError as exc:
+            raise ConfigError(f"could not install the {KERNEL_NAME} kernelspec: {exc}") from exc
     return Path(where)

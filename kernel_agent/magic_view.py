@@ -1,0 +1,219 @@
+"""How a run looks in a notebook cell: ``CellView`` turns the event stream into cell outputs.
+
+Owns the cell's layout (a status line that says "starting…" at once, then the
+run header; per round the streamed reply updated in place into its markdown
+reasoning, the code highlighted, a status line, the real outputs; the answer;
+the link to the notebook). Problems look like problems: failed code, stderr,
+model errors and interruptions use Jupyter's stderr rendering, which
+notebook front ends draw on a red background. It does not run anything
+(``magic``) or share variables (``magic_share``).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from IPython.display import Code, display
+
+from .events import Event
+from .kernel.result import ExecutionResult, strip_ansi
+from .run import Run
+
+__all__ = ["CellView"]
+
+_STREAM_EVERY_S = 0.25  # how often the streamed reply is redrawn
+_STDERR = "application/vnd.jupyter.stderr"  # Jupyter front ends render it as stderr (red background)
+_TRACEBACK_SHOWN = 12  # traceback lines shown before the rest is folded away
+_ANSWER_HEADING = re.compile(r"\A\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n", re.IGNORECASE)
+
+
+def _markdown(text: str) -> dict[str, str]:
+    return {"text/markdown": text, "text/plain": text}
+
+
+def _plain(text: str) -> dict[str, str]:
+    return {"text/plain": text}
+
+
+def _problem(text: str) -> dict[str, str]:
+    return {_STDERR: text, "text/plain": text}
+
+
+class CellView:
+    """Renders a run's events as cell outputs: reasoning as markdown, code highlighted, real outputs."""
+
+    def __init__(self) -> None:
+        self._reply: Any = None
+        self._status: Any = None
+        self._header: Any = None
+        self._text = ""
+        self._thinking = ""
+        self._drawn = 0.0
+
+    def starting(self) -> None:
+        """Say at once that something happens (imports and the kernel start take seconds)."""
+        self._header = display(_markdown("*kernel-agent: starting…*"), raw=True, display_id=True)
+
+    def starting_kernel(self) -> None:
+        self._header.update(_markdown("*kernel-agent: starting the agent's own kernel…*"), raw=True)
+
+    def failed(self) -> None:
+        """The invocation failed before the run started: drop the "starting…" line."""
+        if self._header is not None:
+            self._header.update(_plain(""), raw=True)
+
+    def handle(self, event: Event) -> None:
+        getattr(self, f"_on_{event.kind}")(event)
+
+    def interrupted(self, notebook_path: str | None) -> None:
+        self._clear_placeholder()
+        if self._status is not None:
+            self._status.update(_problem("✗ interrupted"), raw=True)
+        where = f"the notebook is saved: `{notebook_path}`" if notebook_path else "nothing was saved"
+        display(_markdown(f"**Interrupted:** {where}."), raw=True)
+
+    def _clear_placeholder(self) -> None:
+        """The "…" shown while the model is asked goes once it is clear no reply text is coming."""
+        if self._reply is not None and not self._text.strip():
+            self._reply.update(_plain(""), raw=True)
+        self._reply = None
+
+    def _on_run_started(self, event: Any) -> None:
+        line = f"**kernel-agent** · model `{event.model}` · protocol `{event.protocol}` · own kernel in `{event.workspace}`"
+        if event.scripted:
+            line += "\n\n**Scripted replies:** the model's text is played back from replies shipped with kernel-agent; the code really runs."
+        if self._header is not None:
+            self._header.update(_markdown(line), raw=True)
+        else:
+            display(_markdown(line), raw=True)
+
+    def _on_round_started(self, event: Any) -> None:
+        display(_markdown(f"#### Round {event.round}/{event.max_rounds}"), raw=True)
+        self._text, self._drawn = "", time.monotonic()
+        self._reply = display(_plain("…"), raw=True, display_id=True)
+
+    def _on_text_delta(self, event: Any) -> None:
+        self._text += event.text
+        if self._reply is not None and time.monotonic() - self._drawn >= _STREAM_EVERY_S:
+            self._reply.update(_plain(self._text), raw=True)
+            self._drawn = time.monotonic()
+
+    def _on_reasoning_delta(self, event: Any) -> None:
+        self._thinking += event.text
+        if self._reply is not None and not self._text and time.monotonic() - self._drawn >= _STREAM_EVERY_S:
+            self._reply.update(_plain(f"(thinking) {self._thinking[-2000:]}"), raw=True)
+            self._drawn = time.monotonic()
+
+    def _show_thinking(self) -> None:
+        thinking, self._thinking = self._thinking.strip(), ""
+        if thinking:
+            body = html.escape(thinking)
+            folded = f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary><pre>{body}</pre></details>"
+            display({"text/html": folded, "text/plain": thinking}, raw=True)
+
+    def _on_text_reset(self, event: Any) -> None:
+        self._text = ""
+        self._thinking = ""
+        if self._reply is not None:
+            self._reply.update(_plain("…"), raw=True)
+        display(_markdown(f"> **model request failed, retrying:** {event.reason}"), raw=True)
+
+    def _on_code_ready(self, event: Any) -> None:
+        self._show_thinking()
+        if self._reply is not None:
+            self._reply.update(_markdown(event.reasoning) if event.reasoning.strip() else _plain(""), raw=True)
+            self._reply = None
+        display({"text/html": Code(event.code, language="python")._repr_html_(), "text/plain": event.code}, raw=True)
+
+    def _on_execution_started(self, event: Any) -> None:
+        self._status = display(_markdown("*running…*"), raw=True, display_id=True)
+
+    def _on_execution_finished(self, event: Any) -> None:
+        result: ExecutionResult = event.result
+        self._status.update(_status_line(result), raw=True)
+        self._status = None
+        for output in result.outputs:
+            _display_output(output)
+        if event.artifacts:
+            files = ", ".join(f"`{a.path}`" for a in event.artifacts)
+            display(_markdown(f"*files written: {files}*"), raw=True)
+
+    def _on_round_finished(self, event: Any) -> None:
+        self._show_thinking()
+        round_ = event.round
+        if round_.code is None and self._reply is not None:
+            self._reply.update(_markdown(round_.reasoning) if round_.reasoning.strip() else _plain(""), raw=True)
+            self._reply = None
+
+    def _on_answer(self, event: Any) -> None:
+        display(_markdown(f"### Answer\n\n{_ANSWER_HEADING.sub('', event.answer, count=1)}"), raw=True)
+
+    def _on_notice(self, event: Any) -> None:
+        display(_markdown(f"> **note:** {event.message}"), raw=True)
+
+    def _on_error(self, event: Any) -> None:
+        self._clear_placeholder()
+        display(_problem(f"Error: {event.message}"), raw=True)
+
+    def _on_finished(self, event: Any) -> None:
+        self._clear_placeholder()
+        run: Run = event.run
+        if run.answer is None:
+            display(_markdown(f"**No answer:** the run stopped ({run.stop_reason})."), raw=True)
+        if run.notebook_path is not None:
+            display(_link(run.notebook_path, f"{len(run.rounds)} rounds"), raw=True)
+
+
+def _status_line(result: ExecutionResult) -> dict[str, str]:
+    timing = f"{result.duration_s:.1f} s"
+    if result.ok:
+        return _markdown(f"*ok · {timing}*")
+    detail = [f"✗ {result.status} · {timing}"]
+    if result.error is not None:
+        detail.append(f"{result.error.ename}: {result.error.evalue}")
+    if result.note:
+        detail.append(result.note)
+    return _problem(" · ".join(detail))
+
+
+def _display_output(output: dict[str, Any]) -> None:
+    kind = output.get("output_type")
+    if kind == "stream":
+        text = _joined(output.get("text"))
+        display(_problem(text) if output.get("name") == "stderr" else _plain(text), raw=True)
+    elif kind in ("display_data", "execute_result"):
+        display(output.get("data", {}), raw=True, metadata=output.get("metadata") or None)
+    elif kind == "error":
+        display(_traceback(output), raw=True)
+
+
+def _traceback(output: dict[str, Any]) -> dict[str, str]:
+    """The traceback's last lines (where the error is), the rest folded away in the HTML view."""
+    lines = "\n".join(strip_ansi(str(line)) for line in output.get("traceback", [])).splitlines()
+    head = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
+    if len(lines) <= _TRACEBACK_SHOWN:
+        shown = html.escape("\n".join(lines))
+        return {"text/html": f"<pre>{shown}</pre>", "text/plain": "\n".join(lines)}
+    hidden, tail = lines[:-_TRACEBACK_SHOWN], lines[-_TRACEBACK_SHOWN:]
+    page = (
+        f"<details><summary>{html.escape(head)} — full traceback ({len(lines)} lines)</summary>"
+        f"<pre>{html.escape(chr(10).join(hidden))}</pre></details><pre>{html.escape(chr(10).join(tail))}</pre>"
+    )
+    return {"text/html": page, "text/plain": "\n".join(lines)}
+
+
+def _link(path: Path, detail: str) -> dict[str, str]:
+    """A link the notebook UI resolves relative to the user's notebook when it can."""
+    shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(Path(path).resolve())
+    href = Path(shown).as_posix()
+    page = f'Notebook ({detail}): <a href="{html.escape(href)}" target="_blank">{html.escape(shown)}</a>'
+    return {"text/html": page, "text/plain": f"Notebook ({detail}): {shown}"}
+
+
+def _joined(value: Any) -> str:
+    return "".join(value) if isinstance(value, list) else str(value or "")

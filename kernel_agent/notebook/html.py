@@ -1,0 +1,60 @@
+"""A run's notebook as one self-contained HTML page (``show --html``, the service's report).
+
+Owns the nbconvert setup: JupyterLab's look with our template
+(``templates/kernel_agent_html``), which loads nothing from the network
+(nbconvert's default pulls require.js and MathJax from a CDN, which fails
+offline), keeps long outputs in scroll boxes, and a page titled with the task.
+Figures are inline PNGs already, so the page is one file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import NotebookError
+from .load import read_notebook
+
+__all__ = ["export_html", "render_html"]
+
+_TEMPLATES = Path(__file__).resolve().parent / "templates"
+_TITLE_CHARS = 80
+
+
+def render_html(notebook: str | os.PathLike[str]) -> str:
+    """The page for ``notebook``. Raises ``NotebookError`` when it cannot be read or rendered."""
+    from nbconvert import HTMLExporter  # heavy: only when a page is asked for
+
+    nb = read_notebook(notebook)
+    exporter = HTMLExporter(extra_template_basedirs=[str(_TEMPLATES)], template_name="kernel_agent_html")
+    try:
+        body, _resources = exporter.from_notebook_node(nb, resources={"metadata": {"name": page_title(nb)}})
+    except Exception as exc:  # nbconvert raises assorted template and conversion errors
+        raise NotebookError(f"cannot render {notebook} as HTML: {exc}", path=str(notebook)) from exc
+    return body
+
+
+def export_html(notebook: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:
+    """Write ``notebook``'s page to ``target``; return its path.
+
+    Raises ``NotebookError`` when the notebook cannot be read or rendered, or the file cannot be written.
+    """
+    body = render_html(notebook)
+    target = Path(target)
+    try:
+        target.write_text(body, encoding="utf-8")
+    except OSError as exc:
+        raise NotebookError(f"cannot write {target}: {exc}", path=str(notebook)) from exc
+    return target
+
+
+def page_title(nb: object) -> str:
+    """``kernel-agent: <the task's first line>`` (shortened), or the plain name for other notebooks."""
+    metadata = getattr(nb, "metadata", {}) or {}
+    task = str((metadata.get("kernel_agent") or {}).get("task") or "").strip()
+    if not task:
+        return "kernel-agent run"
+    first = task.splitlines()[0]
+    if len(first) > _TITLE_CHARS:
+        first = first[: _TITLE_CHARS - 1].rstrip() + "…"
+    return f"kernel-agent: {first}"

@@ -1,0 +1,115 @@
+"""A real JupyterLab for the browser tests: started on 127.0.0.1 with a token and a temp root, once per module.
+
+Its config, data and runtime folders are private temp dirs, so the developer's
+settings, kernels and open tabs never leak in; our kernelspec is installed into
+its data dir the way users do it (``kernel-agent kernelspec install --user``).
+``expose_app_in_browser`` lets a test drive JupyterLab's own commands
+(``notebook:run-cell``, …), the ones its menus and keys call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+_START_S = 90.0  # bound on JupyterLab's start on a loaded 2-core machine
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class JupyterLab:
+    """A running JupyterLab: its URL, token, notebook root and private data dir."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    token: str
+    root: Path
+    data_dir: Path
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path.lstrip('/')}?reset&token={self.token}"
+
+    def notebook(self, name: str, cells: list[str]) -> Path:
+        """Write a notebook of code cells into the root (stock Python 3 kernel)."""
+        nb = new_notebook(cells=[new_code_cell(source) for source in cells])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+        path = self.root / name
+        nbformat.write(nb, path)
+        return path
+
+    def api(self, path: str) -> Any:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}",
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+
+def start_jupyterlab() -> tuple[JupyterLab, Path]:
+    """Start JupyterLab and wait until it answers; return it and the temp folder to remove afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="jupyterlab-test-"))
+    root, data = base / "notebooks", base / "data"
+    root.mkdir()
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(base / "config"), "JUPYTER_DATA_DIR": str(data),
+           "JUPYTER_RUNTIME_DIR": str(base / "runtime"), "IPYTHONDIR": str(base / "ipython"),
+           "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces")}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    subprocess.run([str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
+                   env=env, check=True, capture_output=True)
+    news = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text(json.dumps({"fetchNews": "false"}))  # no "get Jupyter news?" toast, no news fetch
+    port, token = free_port(), secrets.token_hex(16)
+    log = open(base / "jupyterlab.log", "wb")  # noqa: SIM115 - closed with the process below
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         "--LabApp.extension_manager=readonly", *(["--allow-root"] if os.geteuid() == 0 else [])],
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
+    )
+    log.close()
+    lab = JupyterLab(process, port, token, root, data)
+    deadline = time.monotonic() + _START_S
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"JupyterLab exited: {(base / 'jupyterlab.log').read_text()[-3000:]}")
+        try:
+            lab.api("status")
+            return lab, base
+        except OSError:
+            if time.monotonic() > deadline:
+                stop_jupyterlab(lab, base)
+                raise RuntimeError("JupyterLab did not answer in time") from None
+            time.sleep(0.2)  # polling a server another process is starting
+
+
+def stop_jupyterlab(lab: JupyterLab, base: Path) -> None:
+    """Stop JupyterLab (it shuts its kernels down on SIGTERM) and remove its folders."""
+    if lab.process.poll() is None:
+        lab.process.send_signal(signal.SIGTERM)
+        try:
+            lab.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            lab.process.kill()
+            lab.process.wait()
+    shutil.rmtree(base, ignore_errors=True)

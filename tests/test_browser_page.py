@@ -1,0 +1,125 @@
+"""The web page's run view in chromium, fed the events of a real run (real kernel, scripted model).
+
+The page's drawing code (``server/static/render.js``, ``run.js``) gets the events
+as the service sends them (the CLI's ``--json`` events, with the execution's
+nbformat outputs), one by one, in a page served over 127.0.0.1 from a copy of
+the static folder. The service itself is tested in ``test_browser_web.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser import screenshot
+from openai_server import OpenAIServer, Reply, python_call
+
+from kernel_agent import Agent
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
+
+STATIC = Path(__file__).resolve().parent.parent / "kernel_agent" / "server" / "static"
+HARNESS = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>run view</title>
+<link rel="icon" href="data:,"><link rel="stylesheet" href="vendor/highlight-github.min.css">
+<link rel="stylesheet" href="app.css"></head><body><main id="main"><div id="runs"></div></main>
+<script src="vendor/marked.umd.js"></script><script src="vendor/purify.min.js"></script>
+<script src="vendor/highlight.min.js"></script><script src="render.js"></script><script src="run.js"></script>
+<script>
+  window.cancelled = [];
+  window.view = new KA.RunView({id: "r1", task: "Total the amounts."},
+                               {cancel: async (id) => { window.cancelled.push(id); }, download: async () => {}});
+  document.getElementById("runs").append(window.view.node);
+</script></body></html>"""
+CODE = (
+    "import pandas as pd, matplotlib.pyplot as plt, sys\n"
+    "sales = pd.DataFrame({'month': range(1, 13), 'amount': [m * 10 for m in range(1, 13)]})\n"
+    "display(sales.head())\n"
+    "sales.plot(x='month', y='amount')\n"
+    "plt.show()\n"
+    "print('a warning', file=sys.stderr)\n"
+    "print('\\n'.join(f'line {i}' for i in range(80)))"
+)
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # the test's output is not a web log
+        pass
+
+
+@pytest.fixture
+def static_site(tmp_path: Path) -> Iterator[str]:
+    """The static folder plus the harness page, served over real HTTP on 127.0.0.1."""
+    site = tmp_path / "site"
+    shutil.copytree(STATIC, site)
+    (site / "harness.html").write_text(HARNESS, encoding="utf-8")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/harness.html"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def run_events(openai_server: OpenAIServer, workspace: Path) -> list[dict[str, Any]]:
+    """A real run's events as the service sends them."""
+    openai_server.add(Reply("**Loading** the sales.", tool_calls=(python_call(CODE),)))
+    openai_server.add(Reply("Checking an edge case.", tool_calls=(python_call("1 / 0"),)))
+    openai_server.add(Reply("## Answer\n\nThe total is **780**."))
+    events = []
+    with Agent(model="m", base_url=openai_server.base_url) as agent:
+        for event in agent.stream("Total the amounts.", workspace=workspace):
+            wire = event.to_dict()
+            if event.kind == "execution_finished":
+                wire["result"]["outputs"] = list(event.result.outputs)  # nbformat outputs, as the service sends
+            events.append(wire)
+    return events
+
+
+def test_run_view_draws_rounds_answer_and_problems(page: Any, static_site: str, openai_server: OpenAIServer,
+                                                   tmp_path: Path) -> None:
+    events = run_events(openai_server, tmp_path / "ws")
+    page.goto(static_site)
+    split = next(i for i, e in enumerate(events) if e["event"] == "execution_started") + 1
+    page.evaluate("events => events.forEach(e => window.view.handle(e))", events[:split])
+
+    run = page.locator(".run")
+    assert run.locator(".exec.running").inner_text().startswith("running…")  # the clock while code runs
+    assert run.locator(".status.running").count() == 1
+    run.get_by_role("button", name="Cancel").click()
+    assert page.evaluate("window.cancelled") == ["r1"]
+    page.evaluate("events => events.forEach(e => window.view.handle(e))", events[split:])
+
+    rounds = run.locator(".round")
+    assert rounds.count() == 3
+    first = rounds.nth(0)
+    assert first.locator(".markdown strong", has_text="Loading").count() == 1
+    assert first.locator("pre.code .hljs-keyword").count() >= 1
+    assert first.locator(".output table").count() == 1
+    assert first.locator(".output img").evaluate("img => img.naturalWidth") > 100
+    assert first.locator("pre.stderr", has_text="a warning").count() == 1
+    long_output = first.locator("pre.stdout", has_text="line 79")
+    assert long_output.evaluate("el => el.clientHeight < el.scrollHeight")  # collapsed
+    first.get_by_role("button", name="Show all 81 lines").click()
+    assert long_output.evaluate("el => el.clientHeight >= el.scrollHeight")
+    assert "ZeroDivisionError" in rounds.nth(1).locator(".exec.bad").inner_text()
+    answer = run.locator(".answer")
+    assert answer.is_visible() and "The total is 780." in answer.inner_text()
+    assert answer.locator("h3").count() == 1 and answer.locator("h2").count() == 0
+    assert run.evaluate("n => Boolean(n.querySelector('.answer').compareDocumentPosition(n.querySelector('.round')) & 4)")
+    assert run.locator(".status.finished").count() == 1 and run.get_by_role("button", name="Cancel").is_hidden()
+    assert run.locator("h2", has_text="Answer").count() == 0  # the model's own heading, nowhere
+    assert "tokens" in run.locator(".run-head").inner_text()
+    assert page.log.external() == [] and page.log.console_errors == [] and page.log.page_errors == []
+    screenshot(page, "web-run-view")
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # phone width
+    screenshot(page, "web-run-view-phone")
