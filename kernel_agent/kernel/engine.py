@@ -1,0 +1,256 @@
+"""The execute engine: one request in, one ``ExecutionResult`` out, over any provider.
+
+Owns the execute pipeline, written once for every place a kernel can live:
+send the request, fold its iopub messages with ``OutputCollector``, enforce
+the timeout ladder (interrupt, a grace, a second interrupt, then a restart
+that loses state), tell a death from a normal end, and rebuild lost state by
+re-running the cells that succeeded. Each pipeline step ends in an
+``Outcome``; ``classify`` turns an outcome into a status and words (pure) and
+``ExecuteEngine._finish`` acts on it in one place. Where the kernel lives, how
+it is interrupted or restarted and why it died are the provider's
+(``interface.KernelProvider``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import time
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from ..errors import KernelError
+from .interface import ChannelClient, KernelProvider
+from .limit_notes import limit_note
+from .limits import Limits
+from .outputs import OutputCaps, OutputCollector
+from .result import ErrorInfo, ExecutionResult, Status
+
+__all__ = ["ExecuteEngine", "Outcome", "Verdict", "classify"]
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.2  # how often a silent kernel is checked for death
+_REPLY_WAIT_S = 5.0
+
+
+class Outcome(Enum):
+    """How one pass of the pipeline ended."""
+
+    IDLE = "idle"  # the request ran to its end (status idle seen)
+    DEADLINE = "deadline"  # the timeout passed with the request still running
+    DIED = "died"  # the kernel stopped being alive
+    EXITED = "exited"  # the code asked the kernel to exit (``exit()``, ``quit()``)
+    INTERRUPTED = "interrupted"  # stopped by an interrupt; state kept
+    RESTARTED = "restarted"  # did not stop after interrupts; the kernel was restarted
+    STUCK = "stuck"  # did not stop, and the kernel is not ours to restart
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What an outcome means for the result: its status, whether state is gone, the words,
+    and whether the kernel must now be restarted."""
+
+    status: Status
+    state_lost: bool = False
+    note: str = ""
+    restart: bool = False
+
+
+def classify(
+    outcome: Outcome, reply: dict[str, Any], error: ErrorInfo | None, *, limits: Limits,
+    timeout: float | None, grace: float, death: str = "", owns_kernel: bool = True,
+) -> Verdict:
+    """The verdict for ``outcome`` (pure). ``death`` is the provider's description of an exit."""
+    if outcome is Outcome.IDLE:
+        if reply.get("status") == "aborted":
+            return Verdict("error", note="the request was aborted by the kernel")
+        failed = reply.get("status") == "error" or error is not None
+        return Verdict("error" if failed else "ok", note=limit_note(error, limits))
+    if outcome is Outcome.INTERRUPTED:
+        return Verdict("timeout", note=f"stopped by an interrupt after {timeout:g}s")
+    if outcome is Outcome.RESTARTED:
+        note = f"did not stop within {grace:g}s of an interrupt after {timeout:g}s; the kernel was restarted"
+        return Verdict("timeout", state_lost=True, note=note)
+    if outcome is Outcome.STUCK:
+        note = f"still running after {timeout:g}s and an interrupt; the attached kernel was left as it is"
+        return Verdict("timeout", note=note)
+    note = "the code asked the kernel to exit" if outcome is Outcome.EXITED else f"the kernel died ({death})"
+    if owns_kernel:
+        note += "; the kernel was restarted"
+    return Verdict("died", state_lost=True, note=note, restart=owns_kernel)
+
+
+class ExecuteEngine:
+    """Runs requests on ``provider``'s kernel, one at a time; remembers what succeeded for a rebuild."""
+
+    def __init__(self, provider: KernelProvider, caps: OutputCaps, *, interrupt_grace: float = 1.0) -> None:
+        self.provider = provider
+        self.caps = caps
+        self.interrupt_grace = interrupt_grace
+        self.lock = asyncio.Lock()
+        self._history: list[str] = []  # successful code since the last state loss
+        self._history_before_loss: list[str] = []
+
+    @property
+    def client(self) -> ChannelClient:
+        if self.provider.client is None:
+            raise KernelError("the kernel has no channels (not started, or closed)")
+        return self.provider.client
+
+    # ----------------------------------------------------------------- public
+    async def execute(
+        self, code: str, timeout: float | None, *, rebuild: bool, rebuild_timeout: float | None = None
+    ) -> ExecutionResult:
+        """Run ``code``; on state loss with ``rebuild``, re-run the earlier successful cells (each
+        bounded by ``rebuild_timeout``). Raises ``KernelStartError`` when a needed restart fails."""
+        async with self.lock:
+            result = await self._execute(code, timeout)
+        if result.state_lost and rebuild and self._history_before_loss:
+            result = await self._rebuild(result, rebuild_timeout)
+        return result
+
+    async def evaluate(self, expressions: dict[str, str], timeout: float) -> dict[str, str | None]:
+        """Silent ``user_expressions`` probe. Raises ``KernelError`` when the kernel does not answer."""
+        async with self.lock:
+            msg_id = self.client.execute("", silent=True, store_history=False, user_expressions=expressions)
+            collector = OutputCollector(msg_id, self.caps)
+            outcome = await self._collect(collector, time.monotonic() + timeout)
+            if outcome is not Outcome.IDLE:
+                raise KernelError(f"the kernel did not answer a silent probe ({outcome.value})")
+            reply = await self._shell_reply(msg_id)
+        values = reply.get("user_expressions", {})
+        return {
+            name: values[name]["data"].get("text/plain") if values.get(name, {}).get("status") == "ok" else None
+            for name in expressions
+        }
+
+    async def restart(self) -> None:
+        """Restart the kernel between requests; all state (and the rebuild history) is lost."""
+        async with self.lock:
+            await self.provider.restart()
+            self._history.clear()
+
+    async def interrupt_quietly(self) -> None:
+        try:
+            await self.provider.interrupt()
+        except Exception:
+            log.debug("interrupt failed", exc_info=True)
+
+    # ----------------------------------------------------------------- pipeline
+    async def _execute(self, code: str, timeout: float | None) -> ExecutionResult:
+        self._history_before_loss = []
+        started = time.monotonic()
+        msg_id = self.client.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=True)
+        collector = OutputCollector(msg_id, self.caps)
+        deadline = None if timeout is None else started + timeout
+        reply: dict[str, Any] = {}
+        try:
+            outcome = await self._collect(collector, deadline)
+            if outcome is Outcome.IDLE:
+                reply = await self._shell_reply(msg_id)
+                if any(p.get("source") == "ask_exit" for p in reply.get("payload", []) or []):
+                    outcome = Outcome.EXITED
+            elif outcome is Outcome.DEADLINE:
+                outcome = await self._stop_runaway(collector)
+        except asyncio.CancelledError:
+            # Our owner was cancelled (Ctrl-C): stop the code so nothing runs on unseen.
+            await asyncio.shield(self.interrupt_quietly())
+            raise
+        return await self._finish(code, collector, outcome, reply, time.monotonic() - started, timeout)
+
+    async def _collect(self, collector: OutputCollector, deadline: float | None) -> Outcome:
+        """Feed iopub messages until idle; ``IDLE``, ``DEADLINE`` or ``DIED``."""
+        client = self.client
+        while not collector.idle:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return Outcome.DEADLINE
+            wait = POLL_S if deadline is None else max(min(POLL_S, deadline - now), 0.001)
+            try:
+                msg = await client.get_iopub_msg(timeout=wait)
+            except queue.Empty:
+                if not await self.provider.is_alive():
+                    return Outcome.DIED
+                continue
+            collector.feed(msg)
+        return Outcome.IDLE
+
+    async def _shell_reply(self, msg_id: str) -> dict[str, Any]:
+        end = time.monotonic() + _REPLY_WAIT_S
+        while time.monotonic() < end:
+            try:
+                msg = await self.client.get_shell_msg(timeout=POLL_S)
+            except queue.Empty:
+                if not await self.provider.is_alive():
+                    return {}
+                continue
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                return msg.get("content", {})
+        log.warning("no execute_reply for %s within %.0fs", msg_id, _REPLY_WAIT_S)
+        return {}
+
+    async def _stop_runaway(self, collector: OutputCollector) -> Outcome:
+        """The timeout ladder: ``INTERRUPTED`` (state kept), ``DIED``, ``RESTARTED`` or ``STUCK``."""
+        grace = self.interrupt_grace / 2
+        if not collector.started:  # SIGINT before the cell starts is lost: wait to see it start
+            await self._collect(collector, time.monotonic() + grace)
+        for _attempt in range(2):
+            if collector.idle:
+                break
+            await self.interrupt_quietly()
+            if await self._collect(collector, time.monotonic() + grace) is Outcome.DIED:
+                return Outcome.DIED
+        if collector.idle:
+            await self._shell_reply(collector.msg_id)
+            return Outcome.INTERRUPTED
+        if not self.provider.owns_kernel:
+            return Outcome.STUCK
+        await self.provider.restart()
+        return Outcome.RESTARTED
+
+    async def _finish(
+        self, code: str, collector: OutputCollector, outcome: Outcome, reply: dict[str, Any], duration: float,
+        timeout: float | None,
+    ) -> ExecutionResult:
+        death = self.provider.describe_exit() if outcome is Outcome.DIED else ""
+        verdict = classify(
+            outcome, reply, collector.error, limits=self.provider.limits, timeout=timeout,
+            grace=self.interrupt_grace, death=death, owns_kernel=self.provider.owns_kernel,
+        )
+        if verdict.restart:
+            await self.provider.restart()
+        if verdict.state_lost:
+            self._history_before_loss = self._history[:]
+            self._history.clear()
+        elif verdict.status == "ok":
+            self._history.append(code)
+        return ExecutionResult(
+            status=verdict.status,
+            outputs=tuple(collector.finish()),
+            execution_count=reply.get("execution_count", collector.execution_count),
+            duration_s=duration,
+            error=collector.error,
+            state_lost=verdict.state_lost,
+            note=verdict.note,
+            code=code,
+            dropped_chars=collector.dropped_chars,
+            dropped_images=collector.dropped_images,
+            display_ids=collector.display_ids,
+            display_updates=tuple(collector.display_updates),
+        )
+
+    async def _rebuild(self, result: ExecutionResult, timeout: float | None) -> ExecutionResult:
+        """Re-run the cells that succeeded before the state loss, in order."""
+        cells = self._history_before_loss
+        ran: list[int] = []
+        for number, code in enumerate(cells, start=1):
+            async with self.lock:
+                again = await self._execute(code, timeout)
+            if again.status != "ok":
+                break
+            ran.append(number)
+        note = f"{result.note}; state rebuilt by re-running {len(ran)} of {len(cells)} earlier successful cells"
+        return replace(result, note=note, rebuilt_cells=tuple(ran))

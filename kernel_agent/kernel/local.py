@@ -1,0 +1,255 @@
+"""Kernels on this machine: ``LocalProvider`` (a process we start) and ``AttachedProvider``.
+
+``LocalProvider`` owns one kernel process: jupyter_client's
+``AsyncKernelManager`` (composed, not subclassed), the runtime dir that holds
+its connection file and log, the environment it starts with and its
+confinement (``limits.Confinement``). It says why the process ended, in
+words, from its exit status. ``AttachedProvider`` talks to a kernel someone
+else started, by its connection file, and never restarts or kills it.
+Executing code is the engine's job (``engine.py``); the launch argv,
+environment and confinement rules are ``launcher.py``/``environment.py``/``limits.py``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from jupyter_client import AsyncKernelClient, AsyncKernelManager
+
+from ..errors import KernelError, KernelStartError, SandboxUnavailableError
+from .environment import kernel_environment
+from .figure_cap import figure_cap_env
+from .kernelspec import KERNEL_NAME, kernel_spec_manager
+from .limits import CONFINEMENT_FAILED, Confinement, Limits, pid_alive
+
+__all__ = ["AttachedProvider", "LocalProvider", "sweep_stale_runtime_dirs"]
+
+log = logging.getLogger(__name__)
+
+_RUNTIME_PREFIX = "kernel-agent-"
+_OWNER_FILE = "owner.pid"
+_POLL_S = 0.2  # how often a starting kernel is checked for an early exit
+
+
+def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
+    """Remove runtime dirs (connection file, kernel log) left by owners that were killed.
+
+    A dir is stale when the process that made it no longer exists. Its kernel
+    has already exited by then (ipykernel's parent poller). Returns what was removed.
+    """
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{_RUNTIME_PREFIX}*"):
+        try:
+            owner = int((folder / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if owner != os.getpid() and not pid_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+class LocalProvider:
+    """A kernel process we start on this machine, confined by ``limits``, in ``workspace``.
+
+    ``workspace`` None means a private folder inside the runtime dir, removed on close.
+    """
+
+    owns_kernel = True
+
+    def __init__(
+        self, workspace: Path | None, *, kernel_name: str = KERNEL_NAME, env: dict[str, str] | None = None,
+        allow_env: tuple[str, ...] = (), startup_timeout: float = 60.0, max_images: int = 50,
+        limits: Limits | None = None,
+    ) -> None:
+        self._workspace = workspace
+        self.kernel_name = kernel_name
+        self.startup_timeout = startup_timeout
+        self.limits = limits or Limits()
+        self._env_extra = {**figure_cap_env(max_images), **(env or {})}
+        self._allow_env = allow_env
+        self.manager: AsyncKernelManager | None = None
+        self.client: AsyncKernelClient | None = None
+        self.confinement: Confinement | None = None
+        self._runtime_dir: Path | None = None
+        self._stderr_file: IO[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"<LocalProvider {self.kernel_name} cwd={self._workspace}>"
+
+    @property
+    def workspace(self) -> Path | None:
+        return self._workspace
+
+    async def start(self) -> dict[str, Any]:
+        """Start the kernel process and wait until it answers. Raises ``KernelStartError``
+        (``SandboxUnavailableError`` when the confinement asked for cannot be set up)."""
+        try:
+            return await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self) -> dict[str, Any]:
+        sweep_stale_runtime_dirs()
+        self._runtime_dir = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
+        (self._runtime_dir / _OWNER_FILE).write_text(str(os.getpid()))
+        if self._workspace is None:
+            self._workspace = self._runtime_dir / "workspace"
+        self._workspace.mkdir(parents=True, exist_ok=True)
+        transport = "tcp" if self.limits.network else "ipc"
+        self.manager = AsyncKernelManager(
+            kernel_name=self.kernel_name, kernel_spec_manager=kernel_spec_manager(), transport=transport
+        )
+        self.manager.connection_file = str(self._runtime_dir / "connection.json")
+        if transport == "ipc":
+            self.manager.ip = str(self._runtime_dir / "ipc")
+        self.confinement = Confinement.prepare(self.limits)
+        env = kernel_environment(extra={**self._env_extra, **self.confinement.env}, allow=self._allow_env)
+        self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in close()
+        try:
+            await self.manager.start_kernel(
+                cwd=str(self._workspace), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr_file
+            )
+            self.client = self.manager.client()
+            self.client.start_channels()
+            return await self._wait_ready()
+        except Exception as exc:  # jupyter_client raises RuntimeError, OSError, NoSuchKernel (KeyError)...
+            if self._returncode() == CONFINEMENT_FAILED:
+                raise SandboxUnavailableError(f"cannot confine the kernel as asked: {self.log_tail()}") from exc
+            raise KernelStartError(f"kernel {self.kernel_name!r} did not start: {exc}. {self.log_tail()}") from exc
+
+    async def _wait_ready(self) -> dict[str, Any]:
+        assert self.client is not None and self.manager is not None
+        waiter = asyncio.ensure_future(self.client.wait_for_ready(timeout=self.startup_timeout))
+        while not waiter.done():
+            done, _ = await asyncio.wait({waiter}, timeout=_POLL_S)
+            if not done and not await self.manager.is_alive():
+                waiter.cancel()
+                raise RuntimeError(f"the kernel exited during start-up ({self.describe_exit()})")
+        waiter.result()
+        reply = await self.client.kernel_info(reply=True, timeout=self.startup_timeout)
+        return reply["content"]
+
+    async def is_alive(self) -> bool:
+        return self.manager is not None and await self.manager.is_alive()
+
+    async def interrupt(self) -> None:
+        """Interrupt through the manager, which honours the kernelspec's ``interrupt_mode``."""
+        if self.manager is not None:
+            await self.manager.interrupt_kernel()
+
+    async def restart(self) -> dict[str, Any]:
+        """Restart the process (same connection) and wait for it. Raises ``KernelStartError``."""
+        if self.manager is None:
+            raise KernelError("the kernel was not started")
+        try:
+            await self.manager.restart_kernel(now=True)
+            return await self._wait_ready()
+        except Exception as exc:
+            raise KernelStartError(f"the kernel could not be restarted: {exc}. {self.log_tail()}") from exc
+
+    def describe_exit(self) -> str:
+        returncode = self._returncode()
+        if returncode is None:
+            return "no exit status"
+        if self.confinement is not None:
+            return self.confinement.describe_exit(returncode)
+        return f"exit code {returncode}"
+
+    def _returncode(self) -> int | None:
+        provisioner = getattr(self.manager, "provisioner", None)  # jupyter_client's LocalProvisioner
+        process = getattr(provisioner, "process", None)
+        return getattr(process, "returncode", None)
+
+    def log_tail(self, lines: int = 5) -> str:
+        """The last lines the kernel wrote to stderr, for an error message ("" when none)."""
+        if self._runtime_dir is None:
+            return ""
+        try:
+            text = (self._runtime_dir / "kernel.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return "Kernel said: " + " | ".join(tail) if tail else ""
+
+    async def close(self) -> None:
+        """Shut the kernel down and remove its runtime dir and cgroup. Idempotent."""
+        if self.client is not None:
+            self.client.stop_channels()
+        if self.manager is not None:
+            try:
+                if self.manager.has_kernel:
+                    await self.manager.shutdown_kernel(now=not await self.manager.is_alive())
+            except Exception:  # a dying kernel must not keep us from cleaning up
+                log.warning("kernel shutdown failed; killing it", exc_info=True)
+                await self._kill()
+        if self.confinement is not None:  # the kernel is gone: kill what it left behind, drop its cgroup
+            self.confinement.release()
+        if self._stderr_file is not None:
+            self._stderr_file.close()
+        if self._runtime_dir is not None:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+
+    async def _kill(self) -> None:
+        assert self.manager is not None
+        try:
+            await self.manager.shutdown_kernel(now=True)
+        except Exception:
+            log.debug("kill after failed shutdown also failed", exc_info=True)
+
+
+class AttachedProvider:
+    """A kernel someone else started, reached by its connection file. Never restarted or killed."""
+
+    owns_kernel = False
+
+    def __init__(self, connection_file: str | os.PathLike[str], *, startup_timeout: float = 60.0) -> None:
+        self.connection_file = str(connection_file)
+        self.startup_timeout = startup_timeout
+        self.limits = Limits.off()  # not ours: we confine nothing there
+        self.client: AsyncKernelClient | None = None
+
+    def __repr__(self) -> str:
+        return f"<AttachedProvider {self.connection_file}>"
+
+    @property
+    def workspace(self) -> Path | None:
+        return None
+
+    async def start(self) -> dict[str, Any]:
+        """Connect and wait until the kernel answers. Raises ``KernelStartError``."""
+        client = AsyncKernelClient()
+        try:
+            client.load_connection_file(self.connection_file)
+            client.start_channels()
+            await client.wait_for_ready(timeout=self.startup_timeout)
+        except (OSError, RuntimeError, ValueError) as exc:
+            client.stop_channels()
+            raise KernelStartError(f"cannot attach to the kernel in {self.connection_file}: {exc}") from exc
+        self.client = client
+        return {}
+
+    async def is_alive(self) -> bool:
+        return self.client is not None and self.client.hb_channel.is_beating()
+
+    async def interrupt(self) -> None:
+        if self.client is not None:
+            self.client.control_channel.send(self.client.session.msg("interrupt_request", {}))
+
+    async def restart(self) -> dict[str, Any]:
+        raise KernelError("restart needs a kernel this session started; this one was attached")
+
+    def describe_exit(self) -> str:
+        return "its heartbeat stopped"
+
+    async def close(self) -> None:
+        if self.client is not None:
+            self.client.stop_channels()
