@@ -17,6 +17,7 @@ from kernel_agent.kernel.launcher import read_env
 from kernel_agent.kernel.limits import (
     CGROUP_ENV,
     LIMITS_ENV,
+    OWNER_ENV,
     Confinement,
     Limits,
     ProcessCgroup,
@@ -80,11 +81,26 @@ def test_bad_values_are_refused(kwargs: dict[str, object]) -> None:
 
 def test_launcher_takes_the_hand_over_variables_out_of_the_environment() -> None:
     limits = Limits(memory_mb=3000, network=False)
-    environ = {LIMITS_ENV: limits.to_env(), CGROUP_ENV: "/sys/fs/cgroup/pids/kernel-agent-1-abc", "HOME": "/root"}
-    read, cgroup = read_env(environ)
-    assert read == limits
-    assert cgroup is not None and cgroup.path == Path("/sys/fs/cgroup/pids/kernel-agent-1-abc")
+    environ = {LIMITS_ENV: limits.to_env(), CGROUP_ENV: "kernel-agent-1-abc", "HOME": "/root"}
+    assert read_env(environ) == (limits, True)
     assert environ == {"HOME": "/root"}  # the analysed code never sees them
+    assert read_env({LIMITS_ENV: limits.to_env()}) == (limits, False)
+
+
+def test_sandbox_setting_is_checked() -> None:
+    assert Limits().sandbox == "strict" and Limits.off().sandbox == "strict"
+    with pytest.raises(ConfigError, match="sandbox must be one of strict, off"):
+        Limits(sandbox="loose")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="needs the sandbox"):
+        Limits(network=False, sandbox="off")
+
+
+def test_the_cgroup_join_prefix_moves_the_command_in_before_it_runs(tmp_path: Path) -> None:
+    fake = tmp_path / "kernel-agent-1-abc"
+    fake.mkdir()
+    done = subprocess.run([*ProcessCgroup(fake).launch_prefix(), "/bin/sh", "-c", "echo $$"],
+                          capture_output=True, text=True, timeout=30, check=True)
+    assert (fake / "cgroup.procs").read_text().strip() == done.stdout.strip()  # exec kept the pid
 
 
 def test_a_cgroup_we_did_not_make_is_never_touched() -> None:
@@ -95,7 +111,7 @@ def test_a_cgroup_we_did_not_make_is_never_touched() -> None:
 def test_confinement_env_without_a_process_limit_has_no_cgroup() -> None:
     confinement = Confinement.prepare(replace(Limits.off(), memory_mb=4096))
     assert confinement.cgroup is None
-    assert confinement.env == {LIMITS_ENV: confinement.limits.to_env()}
+    assert confinement.env == {LIMITS_ENV: confinement.limits.to_env(), OWNER_ENV: str(os.getpid())}
     confinement.release()
 
 
@@ -144,7 +160,7 @@ import json, resource, signal
 from kernel_agent.kernel.launcher import _user_task_count, confine
 from kernel_agent.kernel.limits import Limits
 before = _user_task_count()
-confine(Limits(memory_mb=3000, cpu_seconds=50, max_processes=7, max_file_mb=5), None)
+confine(Limits(memory_mb=3000, cpu_seconds=50, max_processes=7, max_file_mb=5), in_cgroup=False)
 print(json.dumps({"before": before, "sigxfsz_ignored": signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN,
                   **{name: resource.getrlimit(getattr(resource, name))
                      for name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")}}))

@@ -25,21 +25,19 @@ How each limit is enforced (Linux):
   the limit) and which Linux does not enforce for root.
 * ``max_file_mb``: ``RLIMIT_FSIZE`` with ``SIGXFSZ`` ignored, so writing past
   it is an ``OSError`` (EFBIG), not a dead kernel.
-* ``network=False``: the kernel enters a new user and network namespace (only
-  its own loopback; no route to any host) and the session talks to it over
-  ZMQ ``ipc``. If no namespace can be made, the launcher refuses to start
-  (exit 97) and the session raises ``SandboxUnavailableError``.
-* ``user_namespace`` (default: when the machine allows it): the kernel enters
-  a user namespace of its own, mapped to the same user, so it cannot read the
-  agent's memory or ``/proc/<agent>/environ`` (which holds the API key), not
-  even as root. ``True`` makes it required (exit 97 without it); ``False``
-  turns it off. ``network=False`` always implies it.
+* ``network=False``: the sandbox (``sandbox.py``) gets a network namespace of
+  its own (only its loopback). It needs the sandbox: with ``sandbox="off"``
+  it is a ``ConfigError``.
+* ``sandbox``: ``"strict"`` (default) runs the kernel inside bubblewrap
+  (``sandbox.py`` says what it sees); when that is impossible here the
+  session raises ``SandboxUnavailableError``, never runs unconfined in
+  silence. ``"off"`` runs it unconfined, on purpose.
 * Core dumps are always off: a crashing kernel must not drop its memory,
   which holds the data, into the workspace.
 
-These limits stop accidents (runaway allocations, fork loops, endless
-writes), not a determined adversary: code running as root outside a user
-namespace can raise its own rlimits or leave its cgroup.
+Inside the sandbox the kernel has no capability, so it can neither raise its
+rlimits nor leave its cgroup (``/sys`` is read-only there). With
+``sandbox="off"`` these limits stop accidents only: root code can undo them.
 """
 
 from __future__ import annotations
@@ -55,8 +53,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..errors import ConfigError
+from .sandbox import SandboxMode, check_mode
 
 __all__ = [
+    "OWNER_ENV",
     "CGROUP_ENV",
     "CONFINEMENT_FAILED",
     "LIMITS_ENV",
@@ -71,7 +71,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LIMITS_ENV = "KERNEL_AGENT_LIMITS"
-CGROUP_ENV = "KERNEL_AGENT_CGROUP"
+CGROUP_ENV = "KERNEL_AGENT_CGROUP"  # set when the kernel's command joins a pids cgroup
+# The pid of the kernel's owner, kept in the kernel's /proc/<pid>/environ so that leftovers can be
+# told by owner even inside a sandbox (where jupyter_client's JPY_PARENT_PID must be unset).
+OWNER_ENV = "KERNEL_AGENT_OWNER"
 CONFINEMENT_FAILED = 97  # the launcher's exit code when a confinement cannot be set up
 CGROUP_PREFIX = "kernel-agent-"
 MB = 1024 * 1024
@@ -107,10 +110,10 @@ class Limits:
     restarted; default off, as the per-execute timeout already bounds each cell.
     ``max_processes``: processes and threads of the kernel and its children
     (1024). ``max_file_mb``: largest file the code may write (2048).
-    ``network=False``: no network at all, not even to this machine.
-    ``user_namespace``: keep the kernel out of the agent's process (secrets):
-    None uses one when the machine allows it, True requires it, False never.
-    Raises ``ConfigError`` for a value that is not a positive int (or None).
+    ``network=False``: no network at all, not even to this machine (needs the sandbox).
+    ``sandbox``: ``"strict"`` or ``"off"`` (``sandbox.py``).
+    Raises ``ConfigError`` for a value that is not a positive int (or None),
+    an unknown sandbox mode, or ``network=False`` without the sandbox.
     """
 
     memory_mb: int | None = field(default_factory=default_memory_mb)
@@ -118,7 +121,7 @@ class Limits:
     max_processes: int | None = 1024
     max_file_mb: int | None = 2048
     network: bool = True
-    user_namespace: bool | None = None
+    sandbox: SandboxMode = "strict"
 
     def __post_init__(self) -> None:
         for name in ("memory_mb", "cpu_seconds", "max_processes", "max_file_mb"):
@@ -127,12 +130,13 @@ class Limits:
                 raise ConfigError(f"Limits.{name} must be a positive whole number or None, not {value!r}")
         if not isinstance(self.network, bool):
             raise ConfigError(f"Limits.network must be True or False, not {self.network!r}")
-        if self.user_namespace is not None and not isinstance(self.user_namespace, bool):
-            raise ConfigError(f"Limits.user_namespace must be True, False or None, not {self.user_namespace!r}")
+        check_mode(self.sandbox)
+        if not self.network and self.sandbox == "off":
+            raise ConfigError("Limits(network=False) needs the sandbox: it cannot be combined with sandbox='off'")
 
     @classmethod
     def off(cls) -> "Limits":
-        """No resource limit at all, network on (the kernel still gets its own user namespace where possible)."""
+        """No resource limit at all, network on; still in the sandbox (``replace(..., sandbox="off")`` for none)."""
         return cls(memory_mb=None, cpu_seconds=None, max_processes=None, max_file_mb=None, network=True)
 
     @property
@@ -160,7 +164,7 @@ class Limits:
 
 # --------------------------------------------------------------------- cgroup
 class ProcessCgroup:
-    """One kernel's pids cgroup: the session makes it, the launcher joins it, the session removes it.
+    """One kernel's pids cgroup: the session makes it, the kernel's command joins it, the session removes it.
 
     Its name carries the owner's pid (``kernel-agent-<pid>-<hex>``) so that
     ``sweep_stale`` can tell leftovers of a killed owner. It never acts on a
@@ -217,10 +221,14 @@ class ProcessCgroup:
         except (OSError, ValueError):
             return []
 
-    def join(self) -> None:
-        """Move this process in, after killing whatever an earlier kernel left behind."""
-        self.kill_all()
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+    def launch_prefix(self) -> list[str]:
+        """A command prefix that moves itself into this cgroup, then ``exec``s the rest of the command.
+
+        The kernel's whole process tree (bwrap included) is then inside before
+        any model code runs; inside the sandbox ``/sys`` is read-only, so no
+        process there can move itself out.
+        """
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs")]
 
     def kill_all(self, timeout: float = 5.0) -> bool:
         """SIGKILL every process inside until none is left; False if some outlived ``timeout``."""
@@ -319,8 +327,9 @@ class Confinement:
     """What a session holds for its kernel: the limits, the cgroup, the words for a death.
 
     ``prepare`` makes the cgroup (when a process limit is set); ``env`` goes
-    into the kernel's environment for the launcher; ``release`` removes the
-    cgroup and everything still in it, once the kernel is gone.
+    into the kernel's environment for the launcher; ``launch_prefix`` joins
+    the cgroup; ``release`` removes the cgroup and everything still in it,
+    once the kernel is gone.
     """
 
     def __init__(self, limits: Limits, cgroup: ProcessCgroup | None = None) -> None:
@@ -338,10 +347,14 @@ class Confinement:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {LIMITS_ENV: self.limits.to_env()}
+        env = {LIMITS_ENV: self.limits.to_env(), OWNER_ENV: str(os.getpid())}
         if self.cgroup is not None:
-            env[CGROUP_ENV] = str(self.cgroup.path)
+            env[CGROUP_ENV] = self.cgroup.path.name
         return env
+
+    def launch_prefix(self) -> list[str]:
+        """What goes before the kernel's command (bwrap's, when sandboxed) to put it into its cgroup."""
+        return self.cgroup.launch_prefix() if self.cgroup is not None else []
 
     def describe_exit(self, returncode: int) -> str:
         """Why the kernel ended, in words, e.g. ``signal SIGXCPU: CPU time limit of 60 s reached``."""
