@@ -139,6 +139,20 @@ class Limits:
         """No resource limit at all, network on; still in the sandbox (``replace(..., sandbox="off")`` for none)."""
         return cls(memory_mb=None, cpu_seconds=None, max_processes=None, max_file_mb=None, network=True)
 
+    def describe(self) -> str:
+        """The confinement in force, in words (for notebook metadata, events and warnings)."""
+        parts = ["sandbox: bubblewrap (strict)" if self.sandbox == "strict" else "sandbox: OFF (unconfined)",
+                 f"network: {'on' if self.network else 'off'}"]
+        if self.memory_mb is not None:
+            parts.append(f"memory: {self.memory_mb:,} MB per process")
+        if self.max_processes is not None:
+            parts.append(f"processes: {self.max_processes:,}")
+        if self.cpu_seconds is not None:
+            parts.append(f"cpu: {self.cpu_seconds} s")
+        if self.max_file_mb is not None:
+            parts.append(f"file size: {self.max_file_mb:,} MB")
+        return "; ".join(parts)
+
     @property
     def active(self) -> bool:
         return self != Limits.off()

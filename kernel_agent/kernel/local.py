@@ -100,7 +100,10 @@ class LocalProvider:
             await self.close()
             raise
 
-    async def _start(self) -> dict[str, Any]:
+    def prepare(self) -> tuple[AsyncKernelManager, dict[str, str]]:
+        """Make the runtime dir, cgroup and sandboxed launch spec; return the manager (kernel not
+        started) and the environment to start it with. For callers that start the kernel themselves
+        (replay hands both to nbclient); ``close()`` still cleans up. Raises ``SandboxUnavailableError``."""
         sweep_stale_runtime_dirs()
         self._runtime_dir = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
         (self._runtime_dir / _OWNER_FILE).write_text(str(os.getpid()))
@@ -110,6 +113,11 @@ class LocalProvider:
         self.confinement = Confinement.prepare(self.limits)
         self.manager = self._manager(self._runtime_dir, self._workspace)
         env = kernel_environment(extra={**self._env_extra, **self.confinement.env}, allow=self._allow_env)
+        return self.manager, env
+
+    async def _start(self) -> dict[str, Any]:
+        self.manager, env = self.prepare()
+        assert self._runtime_dir is not None and self._workspace is not None
         self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in close()
         try:
             await self.manager.start_kernel(
@@ -126,12 +134,13 @@ class LocalProvider:
     def _manager(self, runtime: Path, workspace: Path) -> AsyncKernelManager:
         """A manager for our kernel in ``runtime``: ipc sockets there, started by ``launch_spec``'s command."""
         assert self.confinement is not None
+        workspace = workspace.absolute()  # bwrap binds absolute paths only
         sockets = runtime / "sockets"
         sockets.mkdir()
         connection_file = runtime / "connection.json"
         spec_dir = launch_spec(
             runtime / "kernels", self.kernel_name, self.confinement,
-            SandboxView(workspace.absolute(), sockets, connection_file, network=self.limits.network,
+            SandboxView(workspace, sockets, connection_file, network=self.limits.network,
                         read_only=protected_files(workspace)),
         )
         manager = AsyncKernelManager(
