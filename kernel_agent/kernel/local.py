@@ -27,7 +27,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from ..errors import KernelError, KernelStartError, SandboxUnavailableError
 from .environment import kernel_environment
-from .figure_cap import figure_cap_env
+from .figure_cap import USER_STARTUP_ENV, figure_cap_env
 from .kernelspec import KERNEL_NAME, launch_spec
 from .limits import CONFINEMENT_FAILED, Confinement, Limits, pid_alive
 from .sandbox import SandboxView, protected_files
@@ -141,7 +141,7 @@ class LocalProvider:
         spec_dir = launch_spec(
             runtime / "kernels", self.kernel_name, self.confinement,
             SandboxView(workspace, sockets, connection_file, network=self.limits.network,
-                        read_only=protected_files(workspace)),
+                        read_only=protected_files(workspace), extra_read=self._extra_read()),
         )
         manager = AsyncKernelManager(
             kernel_name=self.kernel_name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
@@ -150,6 +150,11 @@ class LocalProvider:
         manager.connection_file = str(connection_file)
         manager.ip = str(sockets / "kernel")
         return manager
+
+    def _extra_read(self) -> tuple[Path, ...]:
+        """Host files the kernel must read besides the interpreter: the user's own PYTHONSTARTUP."""
+        startup = self._env_extra.get(USER_STARTUP_ENV)
+        return (Path(startup),) if startup and Path(startup).is_file() else ()
 
     async def _wait_ready(self) -> dict[str, Any]:
         assert self.client is not None and self.manager is not None

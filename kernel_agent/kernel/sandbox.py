@@ -21,7 +21,9 @@ The view, in the order bwrap builds it (later mounts cover earlier ones):
   ``/etc/gshadow`` are masked: run as root, the sandbox's files still belong
   to root outside, and owner permissions apply;
 * private and writable: ``/tmp``, ``$HOME`` (so ``~/.ipython``), ``/dev/shm``
-  (tmpfs, gone at close), ``/proc`` of its own PID namespace;
+  (tmpfs, gone at close), ``/proc`` of its own PID namespace; the host's
+  matplotlib font list is shown read-only in that ``$HOME``, so that pyplot
+  does not rebuild it at every start;
 * the workspace, writable, except its read-only files (the data copies), which
   are bound read-only on top: not even their owner can chmod them back;
 * the kernel's socket dir (ZMQ ``ipc``) writable and its connection file
@@ -164,6 +166,8 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
     for path in _read_paths(view.extra_read):
         argv += ["--ro-bind", path, path]
     argv += ["--tmpfs", SANDBOX_HOME]
+    for cache in _font_caches():  # else matplotlib rebuilds its font list in every new $HOME
+        argv += ["--ro-bind", str(cache), f"{SANDBOX_HOME}/.cache/matplotlib/{cache.name}"]
     workspace = str(view.workspace)
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
     for path in view.read_only:
@@ -190,6 +194,16 @@ def _system_mounts() -> list[str]:
         if os.path.exists(secret):
             argv += ["--ro-bind", "/dev/null", secret]
     return argv
+
+
+def _font_caches() -> list[Path]:
+    """The host's matplotlib font lists (``fontlist-v*.json``), found without importing matplotlib."""
+    folder = os.environ.get("MPLCONFIGDIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matplotlib")
+    try:
+        return sorted(Path(folder).glob("fontlist-v*.json"))
+    except OSError:
+        return []
 
 
 def _read_paths(extra: Iterable[Path]) -> list[str]:
