@@ -41,7 +41,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -100,7 +100,7 @@ class SandboxView:
     connection_file: Path
     network: bool = True
     read_only: tuple[Path, ...] = ()
-    extra_read: tuple[Path, ...] = field(default=())
+    extra_read: tuple[Path, ...] = ()
 
 
 def find_bwrap() -> Path | None:
