@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernel_agent.errors import ConfigError
+from kernel_agent.kernel.cgroup import ProcessCgroup, _cgroup_parents, join_prefix
 from kernel_agent.kernel.launcher import read_env
 from kernel_agent.kernel.limits import (
     CGROUP_ENV,
@@ -20,8 +21,6 @@ from kernel_agent.kernel.limits import (
     OWNER_ENV,
     Confinement,
     Limits,
-    ProcessCgroup,
-    _pids_parents,
     default_memory_mb,
     describe_exit,
 )
@@ -96,11 +95,24 @@ def test_sandbox_setting_is_checked() -> None:
 
 
 def test_the_cgroup_join_prefix_moves_the_command_in_before_it_runs(tmp_path: Path) -> None:
-    fake = tmp_path / "kernel-agent-1-abc"
-    fake.mkdir()
-    done = subprocess.run([*ProcessCgroup(fake).launch_prefix(), "/bin/sh", "-c", "echo $$"],
-                          capture_output=True, text=True, timeout=30, check=True)
-    assert (fake / "cgroup.procs").read_text().strip() == done.stdout.strip()  # exec kept the pid
+    fakes = [tmp_path / "kernel-agent-1-abc", tmp_path / "kernel-agent-1-def"]
+    for fake in fakes:
+        fake.mkdir()
+    prefix = join_prefix([ProcessCgroup(fake) for fake in fakes])
+    done = subprocess.run([*prefix, "/bin/sh", "-c", "echo $$"], capture_output=True, text=True, timeout=30, check=True)
+    for fake in fakes:
+        assert (fake / "cgroup.procs").read_text().strip() == done.stdout.strip()  # exec kept the pid
+    # a join that fails stops the launch with the confinement exit code
+    (fakes[1] / "cgroup.procs").unlink()
+    (fakes[1] / "cgroup.procs").mkdir()
+    failed = subprocess.run([*prefix, "/bin/true"], capture_output=True, timeout=30, check=False)
+    assert failed.returncode == 97
+
+
+def test_memory_cgroup_goes_where_the_memory_controller_is() -> None:
+    own = "9:name=systemd:/\n8:pids:/agents/a1\n4:memory:/process_api/x\n0::/agents\n"
+    assert _cgroup_parents("memory", MOUNTINFO, own) == [Path("/sys/fs/cgroup/memory/process_api/x"),
+                                                         Path("/sys/fs/cgroup/unified/agents")]
 
 
 def test_a_cgroup_we_did_not_make_is_never_touched() -> None:
@@ -125,17 +137,17 @@ MOUNTINFO = """\
 
 def test_pids_cgroup_goes_under_our_own_cgroup_v1_first() -> None:
     own = "9:name=systemd:/\n8:pids:/agents/a1\n4:memory:/process_api/x\n0::/agents\n"
-    assert _pids_parents(MOUNTINFO, own) == [Path("/sys/fs/cgroup/pids/agents/a1"), Path("/sys/fs/cgroup/unified/agents")]
+    assert _cgroup_parents("pids", MOUNTINFO, own) == [Path("/sys/fs/cgroup/pids/agents/a1"), Path("/sys/fs/cgroup/unified/agents")]
 
 
 def test_pids_cgroup_on_a_pure_cgroup2_machine() -> None:
     mountinfo = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
     own = "0::/user.slice/user-1000.slice/user@1000.service/app.slice\n"
-    assert _pids_parents(mountinfo, own) == [Path("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice")]
+    assert _cgroup_parents("pids", mountinfo, own) == [Path("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice")]
 
 
 def test_no_cgroup_mounts_means_no_parents() -> None:
-    assert _pids_parents("22 1 0:5 / /proc rw - proc proc rw\n", "0::/\n") == []
+    assert _cgroup_parents("pids", "22 1 0:5 / /proc rw - proc proc rw\n", "0::/\n") == []
 
 
 @pytest.mark.parametrize(
@@ -147,7 +159,7 @@ def test_no_cgroup_mounts_means_no_parents() -> None:
         (-signal.SIGXFSZ, Limits(max_file_mb=5), False, "signal SIGXFSZ: file size limit of 5 MB exceeded"),
         (-signal.SIGKILL, Limits.off(), False, "signal SIGKILL: killed from outside"),
         (-signal.SIGKILL, Limits(memory_mb=2048), True,
-         "signal SIGKILL: out of memory (the system's out-of-memory killer ran; memory limit 2048 MB per process)"),
+         "signal SIGKILL: out of memory (the system's out-of-memory killer ran; memory limit 2,048 MB per process and for all processes together)"),
         (-40, Limits(), False, "signal 40"),
     ],
 )

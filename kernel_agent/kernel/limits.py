@@ -1,21 +1,23 @@
-"""Confinement of the kernel process: ``Limits``, the kernel's cgroup, the words for a death.
+"""Confinement of the kernel process: ``Limits``, what a session holds for one kernel, the words for a death.
 
-Owns the resource limits and the no-network switch as a value (``Limits``),
-the kernel's own pids cgroup (``ProcessCgroup``) and what a session holds
-for one kernel (``Confinement``: the environment that hands the limits to
-the launcher, the cgroup, how an exit status is told). Applying the limits
-inside the kernel process is ``launcher.py``'s job; starting kernels is
-``session.py``'s.
+Owns the resource limits, the sandbox mode and the no-network switch as a
+value (``Limits``) and what a session holds for one kernel (``Confinement``:
+the environment that hands the limits to the launcher, the kernel's cgroups,
+how an exit status is told). The cgroups themselves are ``cgroup.py``'s,
+the sandbox ``sandbox.py``'s; applying the rlimits inside the kernel process
+is ``launcher.py``'s job; starting kernels is ``local.py``'s.
 
 How each limit is enforced (Linux):
 
-* ``memory_mb``: ``RLIMIT_AS``. An allocation past it raises ``MemoryError``
-  in the analysed code and the kernel lives on with its state. It bounds
-  address space, not resident memory, so it sits well above what the
-  scientific stack reserves (see ``default_memory_mb``), and it applies to
-  each process the code starts, not to their sum. No memory cgroup is used:
-  hitting one means an OOM kill (state lost), where ``MemoryError`` lets the
-  model react; a kill by the system's OOM killer is still named as such.
+* ``memory_mb``: twice. ``RLIMIT_AS`` per process: an allocation past it
+  raises ``MemoryError`` in the analysed code and the kernel lives on with
+  its state (the common case, which lets the model react). It bounds address
+  space, not resident memory, so it sits well above what the scientific
+  stack reserves (see ``default_memory_mb``). And a memory cgroup for the
+  whole process tree (where the machine has a writable memory controller):
+  resident memory of the kernel and every child together, ``/dev/shm``
+  pages included, at most ``memory_mb``; past it the kernel's OOM killer
+  ends the largest process (state lost), named as such in the result.
 * ``cpu_seconds``: ``RLIMIT_CPU`` over the kernel's lifetime. At the limit
   ``SIGXCPU`` ends the kernel; the session reports it and restarts a fresh one.
 * ``max_processes``: ``pids.max`` of a cgroup made for this kernel under the
@@ -42,17 +44,15 @@ rlimits nor leave its cgroup (``/sys`` is read-only there). With
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 import signal
-import time
-import uuid
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..errors import ConfigError
+from .cgroup import ProcessCgroup, join_prefix, pid_alive
 from .sandbox import SandboxMode, check_mode
 
 __all__ = [
@@ -62,10 +62,8 @@ __all__ = [
     "LIMITS_ENV",
     "Confinement",
     "Limits",
-    "ProcessCgroup",
     "default_memory_mb",
     "describe_exit",
-    "pid_alive",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,7 +74,6 @@ CGROUP_ENV = "KERNEL_AGENT_CGROUP"  # set when the kernel's command joins a pids
 # told by owner even inside a sandbox (where jupyter_client's JPY_PARENT_PID must be unset).
 OWNER_ENV = "KERNEL_AGENT_OWNER"
 CONFINEMENT_FAILED = 97  # the launcher's exit code when a confinement cannot be set up
-CGROUP_PREFIX = "kernel-agent-"
 MB = 1024 * 1024
 CPU_HARD_GRACE_S = 5  # SIGKILL this long after SIGXCPU, should the code ignore SIGXCPU
 
@@ -176,188 +173,36 @@ class Limits:
         return cls(**values)
 
 
-# --------------------------------------------------------------------- cgroup
-class ProcessCgroup:
-    """One kernel's pids cgroup: the session makes it, the kernel's command joins it, the session removes it.
-
-    Its name carries the owner's pid (``kernel-agent-<pid>-<hex>``) so that
-    ``sweep_stale`` can tell leftovers of a killed owner. It never acts on a
-    directory without that prefix. Removing it kills whatever is still inside,
-    including processes that left the kernel's process group.
-    """
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        if not self.path.name.startswith(CGROUP_PREFIX):
-            raise ConfigError(f"not a kernel-agent cgroup: {self.path}")
-
-    def __repr__(self) -> str:
-        return f"<ProcessCgroup {self.path}>"
-
-    @classmethod
-    def create(cls, max_processes: int) -> "ProcessCgroup | None":
-        """Make a cgroup with ``pids.max = max_processes``; None where no pids controller is writable."""
-        for parent in _pids_parents():
-            cls.sweep_stale(parent)
-            path = parent / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
-            try:
-                path.mkdir()
-            except OSError:
-                continue
-            try:
-                (path / "pids.max").write_text(str(max_processes))
-            except OSError:  # cgroup v2 without pids in the parent's subtree_control
-                _rmdir(path)
-                continue
-            return cls(path)
-        log.info("no writable pids cgroup here; the process limit falls back to RLIMIT_NPROC")
-        return None
-
-    @staticmethod
-    def sweep_stale(parent: Path) -> None:
-        """Remove the empty cgroups of owners that no longer exist.
-
-        Only empty ones: an owner in another pid namespace may look dead
-        from here, and its kernels must not be killed.
-        """
-        try:
-            candidates = list(parent.glob(f"{CGROUP_PREFIX}*-*"))
-        except OSError:
-            return
-        for path in candidates:
-            owner = path.name[len(CGROUP_PREFIX):].split("-", 1)[0]
-            if owner.isdigit() and int(owner) != os.getpid() and not pid_alive(int(owner)):
-                _rmdir(path)
-
-    def pids(self) -> list[int]:
-        try:
-            return [int(line) for line in (self.path / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return []
-
-    def launch_prefix(self) -> list[str]:
-        """A command prefix that moves itself into this cgroup, then ``exec``s the rest of the command.
-
-        The kernel's whole process tree (bwrap included) is then inside before
-        any model code runs; inside the sandbox ``/sys`` is read-only, so no
-        process there can move itself out.
-        """
-        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs")]
-
-    def kill_all(self, timeout: float = 5.0) -> bool:
-        """SIGKILL every process inside until none is left; False if some outlived ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while pids := [pid for pid in self.pids() if pid != os.getpid()]:
-            if time.monotonic() > deadline:
-                return False
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.005)  # let the kills land before listing again
-        return True
-
-    def remove(self, timeout: float = 5.0) -> bool:
-        """Kill what is inside and remove the cgroup. Returns whether it is gone."""
-        self.kill_all(timeout)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self.path.rmdir()
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError as exc:
-                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                    log.warning("could not remove the kernel's cgroup %s: %s", self.path, exc)
-                    return False
-            time.sleep(0.005)  # exited tasks leave the cgroup asynchronously
-
-
-def _pids_parents(mountinfo: str | None = None, own: str | None = None) -> list[Path]:
-    """Where a pids cgroup for a kernel can go: the session's own cgroup in each pids hierarchy.
-
-    Cgroup v1 hierarchies that carry ``pids`` come first, then cgroup v2.
-    """
-    if mountinfo is None or own is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-            own = Path("/proc/self/cgroup").read_text()
-        except OSError:
-            return []
-    own_v1 = own_v2 = None
-    for line in own.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3 and parts[1] == "" and parts[0] == "0":
-            own_v2 = parts[2]
-        elif len(parts) == 3 and "pids" in parts[1].split(","):
-            own_v1 = parts[2]
-    v1, v2 = [], []
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        left_fields, right_fields = left.split(), right.split()
-        if len(left_fields) < 5 or len(right_fields) < 3:
-            continue
-        root, mount_point, fstype, options = left_fields[3], left_fields[4], right_fields[0], right_fields[2]
-        if fstype == "cgroup" and "pids" in options.split(",") and own_v1 is not None:
-            v1.append(_join_cgroup_path(mount_point, root, own_v1))
-        elif fstype == "cgroup2" and own_v2 is not None:
-            v2.append(_join_cgroup_path(mount_point, root, own_v2))
-    return [path for path in v1 + v2 if path is not None]
-
-
-def _join_cgroup_path(mount_point: str, root: str, own: str) -> Path | None:
-    if root != "/" and not (own + "/").startswith(root.rstrip("/") + "/"):
-        return None
-    relative = own[len(root.rstrip("/")):] if root != "/" else own
-    return Path(_unescape_mount(mount_point)) / relative.lstrip("/")
-
-
-def _unescape_mount(text: str) -> str:
-    return text.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-
-
-def _rmdir(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass
-
-
-def pid_alive(pid: int) -> bool:
-    """True while a process with this pid exists (what stale-owner sweeps ask)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 # ------------------------------------------------------------ session side
 class Confinement:
-    """What a session holds for its kernel: the limits, the cgroup, the words for a death.
+    """What a session holds for its kernel: the limits, the cgroups, the words for a death.
 
-    ``prepare`` makes the cgroup (when a process limit is set); ``env`` goes
-    into the kernel's environment for the launcher; ``launch_prefix`` joins
-    the cgroup; ``release`` removes the cgroup and everything still in it,
-    once the kernel is gone.
+    ``prepare`` makes the cgroups (pids when a process limit is set, memory
+    when a memory limit is); ``env`` goes into the kernel's environment for
+    the launcher; ``launch_prefix`` joins the cgroups; ``release`` removes
+    them and everything still in them, once the kernel is gone.
     """
 
-    def __init__(self, limits: Limits, cgroup: ProcessCgroup | None = None) -> None:
+    def __init__(
+        self, limits: Limits, cgroup: ProcessCgroup | None = None, memory: ProcessCgroup | None = None
+    ) -> None:
         self.limits = limits
-        self.cgroup = cgroup
+        self.cgroup = cgroup  # pids
+        self.memory = memory
         self._oom_kills = _oom_kill_count()
 
     def __repr__(self) -> str:
-        return f"<Confinement {self.limits} cgroup={self.cgroup.path if self.cgroup else None}>"
+        return f"<Confinement {self.limits} cgroups={[str(c.path) for c in self._cgroups]}>"
 
     @classmethod
     def prepare(cls, limits: Limits) -> "Confinement":
         cgroup = ProcessCgroup.create(limits.max_processes) if limits.max_processes is not None else None
-        return cls(limits, cgroup)
+        memory = ProcessCgroup.create_memory(limits.memory_mb) if limits.memory_mb is not None else None
+        return cls(limits, cgroup, memory)
+
+    @property
+    def _cgroups(self) -> list[ProcessCgroup]:
+        return [c for c in (self.cgroup, self.memory) if c is not None]
 
     @property
     def env(self) -> dict[str, str]:
@@ -367,8 +212,8 @@ class Confinement:
         return env
 
     def launch_prefix(self) -> list[str]:
-        """What goes before the kernel's command (bwrap's, when sandboxed) to put it into its cgroup."""
-        return self.cgroup.launch_prefix() if self.cgroup is not None else []
+        """What goes before the kernel's command (bwrap's, when sandboxed) to put it into its cgroups."""
+        return join_prefix(self._cgroups) if self._cgroups else []
 
     def describe_exit(self, returncode: int) -> str:
         """Why the kernel ended, in words, e.g. ``signal SIGXCPU: CPU time limit of 60 s reached``."""
@@ -378,9 +223,9 @@ class Confinement:
         return describe_exit(returncode, self.limits, oom_killed=oom_killed)
 
     def release(self) -> None:
-        """Kill whatever the kernel left in its cgroup and remove the cgroup. Idempotent."""
-        if self.cgroup is not None:
-            self.cgroup.remove()
+        """Kill whatever the kernel left in its cgroups and remove them. Idempotent."""
+        for cgroup in self._cgroups:
+            cgroup.remove()
 
 
 def describe_exit(returncode: int, limits: Limits, *, oom_killed: bool = False) -> str:
@@ -397,7 +242,8 @@ def describe_exit(returncode: int, limits: Limits, *, oom_killed: bool = False) 
 def _signal_hint(signum: int, limits: Limits, oom_killed: bool) -> str:
     if signum == signal.SIGKILL:
         if oom_killed:
-            memory = f"; memory limit {limits.memory_mb} MB per process" if limits.memory_mb else ""
+            memory = (f"; memory limit {limits.memory_mb:,} MB per process and for all processes together"
+                      if limits.memory_mb else "")
             return f"out of memory (the system's out-of-memory killer ran{memory})"
         cpu = f", or the hard CPU time limit of {limits.cpu_seconds + CPU_HARD_GRACE_S} s" if limits.cpu_seconds else ""
         return f"killed from outside{cpu}"

@@ -29,7 +29,8 @@ from ..errors import KernelError, KernelStartError, SandboxUnavailableError
 from .environment import kernel_environment
 from .figure_cap import USER_STARTUP_ENV, figure_cap_env
 from .kernelspec import KERNEL_NAME, launch_spec
-from .limits import CONFINEMENT_FAILED, Confinement, Limits, pid_alive
+from .cgroup import pid_alive
+from .limits import CONFINEMENT_FAILED, Confinement, Limits
 from .sandbox import SandboxView, protected_files
 
 __all__ = ["AttachedProvider", "LocalProvider", "sweep_stale_runtime_dirs"]
