@@ -144,6 +144,26 @@ def test_system_and_project_files_cannot_be_written(victim: KernelSession) -> No
     assert not (PACKAGE / "hostile_plant.py").exists() and sha(PACKAGE / "__init__.py") == before
 
 
+def test_a_workspace_holding_the_venv_and_source_keeps_them_read_only() -> None:
+    project = PACKAGE.parent  # `-w .` in a checkout: the workspace holds .venv and kernel_agent/
+    plants = [SITE_PACKAGES / "zz_kernel_agent_workspace.pth", PACKAGE / "hostile_workspace_plant.py"]
+    assert all(str(plant).startswith(str(project)) for plant in plants[1:])
+    try:
+        with KernelSession(project) as session:
+            out = attack(session, f"""
+                for path in {[str(p) for p in plants]!r}:
+                    try:
+                        open(path, 'w').write('import os')
+                        print('written')
+                    except OSError as exc:
+                        print(type(exc).__name__)
+            """)
+        assert "written" not in out and not any(plant.exists() for plant in plants)
+    finally:
+        for plant in plants:
+            plant.unlink(missing_ok=True)
+
+
 def test_host_tmp_and_homes_are_out_of_view(victim: KernelSession, tmp_path: Path) -> None:
     mine = tmp_path / "host-secret.txt"
     mine.write_text("host only")

@@ -170,6 +170,8 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
         argv += ["--ro-bind", str(cache), f"{SANDBOX_HOME}/.cache/matplotlib/{cache.name}"]
     workspace = str(view.workspace)
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
+    for path in _inside(workspace, _interpreter_paths(view.extra_read)):  # a workspace holding the venv
+        argv += ["--ro-bind", path, path]
     for path in view.read_only:
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--bind", str(view.sockets), str(view.sockets)]
@@ -206,16 +208,24 @@ def _font_caches() -> list[Path]:
         return []
 
 
+def _inside(folder: str, paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` strictly inside ``folder``, outermost only: what must stay read-only even
+    when the writable workspace holds them (``-w .`` in a project with its ``.venv`` and source)."""
+    prefix = folder.rstrip("/") + "/"
+    return _outermost(p for p in paths if p.startswith(prefix) and os.path.exists(p))
+
+
 def _read_paths(extra: Iterable[Path]) -> list[str]:
     """Host paths the interpreter needs, outermost first, none under another (bwrap binds recursively)."""
-    wanted = sorted({str(p) for p in _interpreter_paths(extra) if os.path.exists(p)})
+    return [p for p in _outermost(p for p in _interpreter_paths(extra) if os.path.exists(p))
+            if not any(p == s or p.startswith(s + "/") for s in _SYSTEM_DIRS)]
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
     kept: list[str] = []
-    for path in wanted:
-        if path == "/" or any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
-            continue
-        if any(path == s or path.startswith(s + "/") for s in _SYSTEM_DIRS):
-            continue
-        kept.append(path)
+    for path in sorted(set(paths)):
+        if path != "/" and not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
     return kept
 
 
@@ -226,6 +236,7 @@ def _interpreter_paths(extra: Iterable[Path]) -> Iterator[str]:
     yield os.path.dirname(os.path.realpath(sys.executable))
     yield os.path.dirname(os.path.abspath(sys.executable))
     yield str(_PACKAGE_ROOT)
+    yield str(_PACKAGE_ROOT / "kernel_agent")  # stays read-only even inside a writable workspace
     # Not the script dir or cwd (sys.path[0]): the kernel does not need it, and it may be a home dir.
     home = os.path.expanduser("~")
     for entry in sys.path[1:]:
