@@ -6,7 +6,7 @@
   by side, in alternating blocks; target: at most 1.10x.
 * ``compute``: a 10-round analysis of a ~50 MB CSV (read, groupbys, describe,
   corr, a merge, a figure, a pivot) in our sandboxed session vs a stock
-  ``python3`` ipykernel driven by raw jupyter_client, interleaved, three
+  ``python3`` ipykernel driven by raw jupyter_client, interleaved, five
   repetitions (one in ``--quick``); target: at most 1.05x. Both sides'
   printed results must agree.
 """
@@ -143,7 +143,7 @@ def compute(quick: bool) -> list[Row]:
         csv = scratch / "big.csv"
         _make_csv(csv, 60_000 if quick else 930_000)
         size_mb = csv.stat().st_size / 1e6
-        for index in range(1 if quick else 3):
+        for index in range(1 if quick else 5):
             for side in ("ours", "stock") if index % 2 == 0 else ("stock", "ours"):
                 workspace = scratch / f"{side}-{index}"
                 workspace.mkdir()
