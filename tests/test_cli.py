@@ -14,8 +14,8 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 import nbformat
 import pytest

@@ -30,6 +30,7 @@ import nbformat
 import psutil
 import pytest
 from leaks import process_gone
+from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent.agent.data import prepare_data
 from kernel_agent.kernel.limits import Limits
@@ -427,6 +428,45 @@ def test_replay_runs_confined(tmp_path: Path) -> None:
     assert not target.exists()
     assert SECRET not in done.stdout + done.stderr
     assert done.returncode == 1  # the cell failed on the read-only venv
+
+
+def test_agent_run_and_resume_through_the_cli_keep_the_key_and_the_venv(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    plant = SITE_PACKAGES / "zz_kernel_agent_cli.pth"
+    code = textwrap.dedent(f"""
+        import glob, os
+        found, key = [], {SECRET[::-1]!r}[::-1].encode()  # reversed, so the notebook's code does not hold it
+        for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline'):
+            try:
+                if key in open(path, 'rb').read():
+                    found.append(path)
+            except OSError:
+                pass
+        try:
+            open({str(plant)!r}, 'w').write('import os')
+        except OSError as exc:
+            print(type(exc).__name__)
+        print('found', found, 'OPENAI_API_KEY' in os.environ)
+    """)
+    notebook = tmp_path / "run.ipynb"
+    env = {**os.environ, "OPENAI_API_KEY": SECRET}
+    outputs = []
+    for command in (["run", "Attack", "--model", "m", "--protocol", "tools", "-w", str(tmp_path / "ws")],
+                    ["resume", str(notebook), "Again"]):
+        openai_server.add(Reply("Look.", tool_calls=(python_call(code),)), Reply("Done."))
+        done = subprocess.run([sys.executable, "-m", "kernel_agent.cli", *command, "--base-url",
+                               openai_server.base_url, "--out", str(notebook), "--json"],
+                              capture_output=True, text=True, timeout=180, env=env)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    for stdout in outputs:
+        finished = [json.loads(line) for line in stdout.splitlines() if '"execution_finished"' in line]
+        assert finished and all(e["result"]["stdout"] == "OSError\nfound [] False\n" for e in finished)
+    assert not plant.exists()
+    assert SECRET not in notebook.read_text() and all(SECRET not in stdout for stdout in outputs)
+    headers = {name.lower(): value for name, value in openai_server.request_headers[-1].items()}
+    assert headers["authorization"] == f"Bearer {SECRET}"  # the agent held the key all along
 
 
 def test_sandbox_off_is_loud_and_recorded(tmp_path: Path) -> None:
