@@ -424,7 +424,8 @@ def test_replay_runs_confined(tmp_path: Path) -> None:
     path = tmp_path / "hostile.ipynb"
     nbformat.write(nb, path)
     done = subprocess.run([sys.executable, "-m", "kernel_agent.cli", "replay", str(path), "--no-check"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": SECRET})
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": SECRET},
+                          check=False)
     assert not target.exists()
     assert SECRET not in done.stdout + done.stderr
     assert done.returncode == 1  # the cell failed on the read-only venv
@@ -457,7 +458,7 @@ def test_agent_run_and_resume_through_the_cli_keep_the_key_and_the_venv(
         openai_server.add(Reply("Look.", tool_calls=(python_call(code),)), Reply("Done."))
         done = subprocess.run([sys.executable, "-m", "kernel_agent.cli", *command, "--base-url",
                                openai_server.base_url, "--out", str(notebook), "--json"],
-                              capture_output=True, text=True, timeout=180, env=env)
+                              capture_output=True, text=True, timeout=180, env=env, check=False)
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)
     for stdout in outputs:
@@ -496,7 +497,7 @@ def test_missing_bwrap_is_a_clear_error(tmp_path: Path) -> None:
             print('refused:', exc)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PATH": "/nonexistent"})
+                          env={**os.environ, "PATH": "/nonexistent"}, check=False)
     assert done.stdout.startswith("refused:"), done.stderr
     assert "apt-get install bubblewrap" in done.stdout and "sandbox='off'" in done.stdout
 

@@ -47,7 +47,7 @@ class ProcessCgroup:
         return f"<ProcessCgroup {self.path}>"
 
     @classmethod
-    def create(cls, max_processes: int) -> "ProcessCgroup | None":
+    def create(cls, max_processes: int) -> ProcessCgroup | None:
         """Make a cgroup with ``pids.max = max_processes``; None where no pids controller is writable."""
         made = cls._make("pids", lambda path: {"pids.max": str(max_processes)})
         if made is None:
@@ -55,7 +55,7 @@ class ProcessCgroup:
         return made
 
     @classmethod
-    def create_memory(cls, memory_mb: int) -> "ProcessCgroup | None":
+    def create_memory(cls, memory_mb: int) -> ProcessCgroup | None:
         """Make a memory cgroup capping the resident memory of everything inside (tmpfs pages
         such as ``/dev/shm`` included) at ``memory_mb``; None where no memory controller is writable."""
         limit = str(memory_mb * 1024 * 1024)
@@ -66,7 +66,7 @@ class ProcessCgroup:
         return made
 
     @classmethod
-    def _make(cls, controller: str, settings: Callable[[Path], dict[str, str]]) -> "ProcessCgroup | None":
+    def _make(cls, controller: str, settings: Callable[[Path], dict[str, str]]) -> ProcessCgroup | None:
         for parent in _cgroup_parents(controller):
             cls.sweep_stale(parent)
             path = parent / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"

@@ -68,7 +68,7 @@ def install_kernelspec(*, user: bool = False, prefix: str | None = None) -> Path
     return Path(where)
 
 
-def launch_spec(folder: Path, kernel_name: str, confinement: "Confinement", view: SandboxView) -> Path:
+def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: SandboxView) -> Path:
     """Write ``folder/<kernel_name>/kernel.json``: the named spec, launched confined; return ``folder``.
 
     The command becomes ``[cgroup join] [bwrap ... --] <the spec's argv>``;
@@ -81,7 +81,7 @@ def launch_spec(folder: Path, kernel_name: str, confinement: "Confinement", view
     except Exception as exc:  # NoSuchKernel is a KeyError; a broken kernel.json is a ValueError
         raise KernelStartError(f"no kernelspec named {kernel_name!r}: {exc}") from exc
     argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
-    if argv and argv[0] in {"python", f"python{sys.version_info[0]}", "python%i.%i" % sys.version_info[:2]}:
+    if argv and argv[0] in {"python", f"python{sys.version_info[0]}", f"python{sys.version_info[0]}.{sys.version_info[1]}"}:
         argv[0] = sys.executable  # what jupyter_client would do, were python still first
     manifest = spec.to_dict()
     if confinement.limits.sandbox == "strict":

@@ -19,7 +19,15 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
-from kernel_agent.kernel.limits import CGROUP_ENV, CONFINEMENT_FAILED, CPU_HARD_GRACE_S, LIMITS_ENV, MB, OWNER_ENV, Limits
+from kernel_agent.kernel.limits import (
+    CGROUP_ENV,
+    CONFINEMENT_FAILED,
+    CPU_HARD_GRACE_S,
+    LIMITS_ENV,
+    MB,
+    OWNER_ENV,
+    Limits,
+)
 
 __all__ = ["CONFINEMENT_FAILED", "confine", "main", "read_env"]
 

@@ -52,14 +52,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..errors import ConfigError
-from .cgroup import ProcessCgroup, join_prefix, pid_alive
+from .cgroup import ProcessCgroup, join_prefix
 from .sandbox import SandboxMode, check_mode
 
 __all__ = [
-    "OWNER_ENV",
     "CGROUP_ENV",
     "CONFINEMENT_FAILED",
     "LIMITS_ENV",
+    "OWNER_ENV",
     "Confinement",
     "Limits",
     "default_memory_mb",
@@ -132,7 +132,7 @@ class Limits:
             raise ConfigError("Limits(network=False) needs the sandbox: it cannot be combined with sandbox='off'")
 
     @classmethod
-    def off(cls) -> "Limits":
+    def off(cls) -> Limits:
         """No resource limit at all, network on; still in the sandbox (``replace(..., sandbox="off")`` for none)."""
         return cls(memory_mb=None, cpu_seconds=None, max_processes=None, max_file_mb=None, network=True)
 
@@ -159,7 +159,7 @@ class Limits:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_env(cls, text: str | None) -> "Limits":
+    def from_env(cls, text: str | None) -> Limits:
         """Read ``to_env()``'s text; none means ``off()``. Raises ``ConfigError``."""
         if not text:
             return cls.off()
@@ -195,7 +195,7 @@ class Confinement:
         return f"<Confinement {self.limits} cgroups={[str(c.path) for c in self._cgroups]}>"
 
     @classmethod
-    def prepare(cls, limits: Limits) -> "Confinement":
+    def prepare(cls, limits: Limits) -> Confinement:
         cgroup = ProcessCgroup.create(limits.max_processes) if limits.max_processes is not None else None
         memory = ProcessCgroup.create_memory(limits.memory_mb) if limits.memory_mb is not None else None
         return cls(limits, cgroup, memory)

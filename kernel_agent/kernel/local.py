@@ -26,10 +26,10 @@ from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
 from ..errors import KernelError, KernelStartError, SandboxUnavailableError
+from .cgroup import pid_alive
 from .environment import kernel_environment
 from .figure_cap import USER_STARTUP_ENV, figure_cap_env
 from .kernelspec import KERNEL_NAME, launch_spec
-from .cgroup import pid_alive
 from .limits import CONFINEMENT_FAILED, Confinement, Limits
 from .sandbox import SandboxView, protected_files
 
