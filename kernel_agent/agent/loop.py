@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, KernelError, ModelError
+from ..errors import ConfigError, KernelError, ModelError, NotebookError
 from ..events import (
     AnswerReady,
     CodeReady,
@@ -43,10 +43,10 @@ from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import changed_files, default_workspace, snapshot
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, export_run
-from ..notebook.load import load_run
+from ..notebook.load import load_resumable
 from ..run import Round, Run, RunInfo, Usage
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, preload_code, preload_description, prepare_data
+from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
 
@@ -199,16 +199,21 @@ class AsyncAgent:
     ) -> AsyncIterator[Event]:
         """Rebuild the kernel state from ``notebook_path``'s successful cells, tell the model
         what was done, continue with ``task``, and append the new rounds to the same
-        notebook (or to ``notebook`` when given). Raises ``NotebookError`` for a notebook
-        that is not a kernel-agent run."""
-        loaded = load_run(notebook_path)
+        notebook (or to ``notebook`` when given). Raises ``NotebookError``, before any
+        kernel starts, for a notebook that is not a kernel-agent run, whose workspace is
+        not a folder, or whose data files lead outside it (``load_resumable``, ``recorded_data``)."""
+        loaded = load_resumable(notebook_path)
         source = Path(notebook_path)
         root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
+        if not root.is_dir():
+            raise NotebookError(f"the run's workspace {root} is not a folder; pass the workspace where its data "
+                                "files are", path=str(source))
+        files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
             restored = [await session.execute(code, self.config.exec_timeout) for code in loaded.rebuild_code]
             failed = [r for r in restored if r.status != "ok"]
-            protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files)
+            protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
             info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}")
             run = replace(loaded.run, info=info, answer=None, stop_reason=None, error=None)

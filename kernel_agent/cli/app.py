@@ -216,12 +216,12 @@ def resume(notebook: str, task: str, workspace: str | None, out: str | None, qui
     appended to the notebook. The protocol and model default to the run's own. Exit codes as for run.
     """
     from ..agent.loop import AsyncAgent
-    from ..notebook.load import load_run
+    from ..notebook.load import load_resumable
 
     arguments = _agent_arguments(options, task)
     renderer = _renderer(quiet, as_json)
     with _edge():
-        recorded = load_run(notebook).info
+        recorded = load_resumable(notebook).info
     arguments["protocol"] = arguments["protocol"] or recorded.protocol or None
     if not arguments["model"] and not os.environ.get("KERNEL_AGENT_MODEL") and not recorded.scripted:
         arguments["model"] = recorded.model or None

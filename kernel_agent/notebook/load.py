@@ -25,7 +25,7 @@ from ..kernel.result import ErrorInfo, ExecutionResult, Status, strip_ansi
 from ..run import Artifact, Round, Run, RunInfo, StopReason, Usage
 from .export import METADATA_KEY
 
-__all__ = ["LoadedRun", "load_run", "read_notebook"]
+__all__ = ["LoadedRun", "load_resumable", "load_run", "read_notebook"]
 
 _STATUSES = frozenset(get_args(Status))
 _STOP_REASONS = frozenset(get_args(StopReason))
@@ -122,6 +122,30 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
     ok_code = [r.code for r in rounds if r.code and r.code.strip() and r.result is not None and r.result.ok]
     rebuild = ([setup_code] if setup_code.strip() else []) + ok_code
     return LoadedRun(run, tuple(rebuild), view=_str(meta.get("view")), version=_str(meta.get("version")), path=path)
+
+
+def load_resumable(path: str | os.PathLike[str]) -> LoadedRun:
+    """``load_run``, refusing what resuming must not act on.
+
+    Resuming re-executes the notebook's code and copies its data files, so a
+    notebook kernel-agent did not write, or one whose recorded data files are
+    not plain file names (an absolute path, ``..``, a sub-folder: a way to
+    read or overwrite files outside the workspace), raises ``NotebookError``
+    before anything runs. Also raises what ``load_run`` raises.
+    """
+    loaded = load_run(path)
+    if not loaded.view:
+        raise NotebookError(
+            f"{path} is not a kernel-agent run (it has no {METADATA_KEY!r} metadata), so it cannot be resumed; "
+            "nothing was run or changed", path=str(path),
+        )
+    for name in loaded.info.data_files:
+        if not name or name in (".", "..") or name != os.path.basename(name) or "\\" in name or "\0" in name:
+            raise NotebookError(
+                f"{path} records the data file {name!r}, which is not a plain file name in the workspace; "
+                "refusing to resume it (nothing was run or changed)", path=str(path),
+            )
+    return loaded
 
 
 @dataclass
