@@ -179,7 +179,7 @@ class AsyncAgent:
         variables shared from a notebook); it is recorded there, so the notebook replays.
         """
         root = Path(workspace) if workspace is not None else default_workspace(task)
-        files = prepare_data(list(data), root)
+        files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
             live = await self._begin(session, task, files, root, notebook_path, setup)
