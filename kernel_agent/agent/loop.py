@@ -87,6 +87,7 @@ class _Live:
     workspace: Path
     first_round: int = 1
     feedback_at: list[range] = field(default_factory=list)  # per executed round: its feedback in ``messages``
+    running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
 
 
 class AsyncAgent:
@@ -300,7 +301,9 @@ class AsyncAgent:
             live.run = replace(live.run, error=str(exc))
             yield RunError(str(exc), type(exc).__name__)
         except (asyncio.CancelledError, KeyboardInterrupt):
-            live.run = replace(live.run, stop_reason="cancelled", error="cancelled by the user", finished_at=_now())
+            kept = (live.running,) if live.running is not None else ()
+            live.run = replace(live.run, rounds=(*live.run.rounds, *kept), stop_reason="cancelled",
+                               error="cancelled by the user", finished_at=_now())
             self._save(live)
             raise
         except KernelError as exc:  # the machinery, not the analysed code: raise, carrying the saved run
@@ -344,7 +347,13 @@ class AsyncAgent:
         yield ExecutionStarted(index, self.config.exec_timeout)
         exclude = (live.notebook, clean_path(live.notebook))
         before = snapshot(live.workspace, exclude)
-        result = await live.session.execute(step.code, self.config.exec_timeout)
+        live.running = base
+        try:
+            result = await live.session.execute(step.code, self.config.exec_timeout)
+        except asyncio.CancelledError as cancel:
+            live.running = replace(base, result=getattr(cancel, "partial_result", None))
+            raise
+        live.running = None
         artifacts = changed_files(before, snapshot(live.workspace, exclude))
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))

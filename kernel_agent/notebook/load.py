@@ -219,7 +219,9 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
     if recorded not in _STATUSES and count is None and not outputs:
         return None
     errors = [out for out in outputs if out.get("output_type") == "error"]
-    if errors:
+    if recorded == "cancelled":  # its KeyboardInterrupt traceback is how it ended, not an error of the code
+        status = "cancelled"
+    elif errors:
         status = "error"
     elif recorded in ("timeout", "died"):
         status = recorded
