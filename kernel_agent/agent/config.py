@@ -70,6 +70,10 @@ class AgentConfig:
     max_new_tokens: the ``max_new_tokens`` extra (DeepAnalyze's 32768).
     request_timeout: seconds to wait for the model's reply to start, and
         between two streamed pieces of it (None: the model's default, 600).
+    disk_quota_mb: how much the workspace may grow during the run (checked
+        after every round, which then ends the run with ``disk_quota``); it also
+        caps each file the code writes (``RLIMIT_FSIZE``). 0 switches both off.
+        See ``quota.py`` for what it does and does not bound.
     """
 
     model: str | None = None
@@ -91,6 +95,7 @@ class AgentConfig:
     vllm_extras: bool = True
     max_new_tokens: int = 32768
     request_timeout: float | None = None
+    disk_quota_mb: int = 1024
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
@@ -129,6 +134,8 @@ class AgentConfig:
             raise ConfigError(f"unknown data format {self.data_format!r}; choose one of {', '.join(DATA_FORMATS)}")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}")
+        if self.disk_quota_mb < 0:
+            raise ConfigError(f"disk_quota_mb must be 0 (off) or more, not {self.disk_quota_mb}")
         if self.request_timeout is not None and self.request_timeout <= 0:
             raise ConfigError(f"request_timeout must be positive, not {self.request_timeout}")
 

@@ -38,6 +38,7 @@ from ..events import (
     TextDelta,
     TextReset,
 )
+from ..kernel.limits import Limits
 from ..kernel.result import ExecutionResult
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import changed_files, default_workspace, snapshot
@@ -49,6 +50,7 @@ from .config import NO_MODEL_HELP, AgentConfig
 from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
+from .quota import over_quota, workspace_usage
 
 __all__ = ["AsyncAgent", "SessionFactory"]
 
@@ -87,6 +89,7 @@ class _Live:
     workspace: Path
     first_round: int = 1
     feedback_at: list[range] = field(default_factory=list)  # per executed round: its feedback in ``messages``
+    baseline: int = 0  # bytes the workspace took when the run started (its disk quota counts growth)
     running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
 
 
@@ -145,6 +148,9 @@ class AsyncAgent:
 
     def _default_session(self, workspace: Path) -> AsyncKernelSession:
         options = {"rebuild": self.config.rebuild, **self._session_options}
+        quota = self.config.disk_quota_mb
+        if quota and "limits" not in options:  # one file may not take more than the whole quota
+            options["limits"] = Limits(max_file_mb=min(quota, Limits().max_file_mb or quota))
         return AsyncKernelSession(workspace, **options)
 
     async def close(self) -> None:
@@ -273,6 +279,7 @@ class AsyncAgent:
         self._save(live)
         yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted)
         guard = StuckGuard(self.config.stuck_after)
+        live.baseline = await self._disk_usage(live)
         last = live.first_round + self.config.max_rounds - 1
         stop: str | None = None
         try:
@@ -293,6 +300,12 @@ class AsyncAgent:
                 if guard.add(round_):
                     stop = "stuck"
                     yield Notice(guard.reason, round=index)
+                    break
+                full = await self._over_quota(live)
+                if full:
+                    stop = "disk_quota"
+                    live.run = replace(live.run, error=full)
+                    yield Notice(full, round=index)
                     break
             else:
                 stop = "max_rounds"
@@ -394,6 +407,18 @@ class AsyncAgent:
             files = f"[files written: {listed}]\n"
         images = tuple(result.images) if self.config.vision else ()
         return Feedback(text=text, images=images, files=files)
+
+    async def _disk_usage(self, live: _Live) -> int:
+        if not self.config.disk_quota_mb:
+            return 0
+        exclude = (live.notebook, clean_path(live.notebook))
+        return await asyncio.to_thread(workspace_usage, live.workspace, exclude)
+
+    async def _over_quota(self, live: _Live) -> str | None:
+        """Why the run must stop for the disk quota, or None (also when it is off)."""
+        if not self.config.disk_quota_mb:
+            return None
+        return over_quota(await self._disk_usage(live) - live.baseline, self.config.disk_quota_mb)
 
     def _save(self, live: _Live) -> None:
         live.run = replace(live.run, notebook_path=live.notebook)

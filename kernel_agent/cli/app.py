@@ -83,6 +83,7 @@ def _model_options(function: F) -> F:
         click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."),
         click.option("--data-format", type=click.Choice(["files", "rich"]), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
         click.option("--vllm-extras/--no-vllm-extras", default=None, help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS]."),
+        click.option("--disk-quota", type=click.IntRange(min=0), metavar="MB", help="How much the workspace may grow during the run; each file the code writes is capped at it too; 0: off [default: 1024]."),
         click.option("--max-new-tokens", type=click.IntRange(min=1), metavar="N", help="deepanalyze protocol: the max_new_tokens vLLM extra [default: 32768]."),
     ]
     for option in reversed(options):
@@ -121,7 +122,7 @@ def _agent_arguments(options: dict[str, Any], task: str | None = None) -> dict[s
         "protocol": options["protocol"], "max_rounds": options["max_rounds"], "exec_timeout": options["timeout"],
         "vision": True if options["vision"] else None, "request_timeout": options["request_timeout"],
         "data_format": options["data_format"], "vllm_extras": options["vllm_extras"],
-        "max_new_tokens": options["max_new_tokens"],
+        "max_new_tokens": options["max_new_tokens"], "disk_quota_mb": options["disk_quota"],
     }
 
 

@@ -52,6 +52,7 @@ _STOP_WORDS = {
     "stuck": "stopped: the model was going round in circles",
     "llm_error": "stopped: the model endpoint failed",
     "cancelled": "cancelled",
+    "disk_quota": "stopped: the workspace went over its disk quota",
 }
 _TAIL_LINES = 8  # of the model's streamed text, in the live area
 

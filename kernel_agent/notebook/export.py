@@ -73,6 +73,7 @@ _STOP_REASONS = {
     "stuck": "the model stopped making progress",
     "llm_error": "the model endpoint failed",
     "cancelled": "it was cancelled",
+    "disk_quota": "the workspace went over its disk quota",
     "answer": "the model gave no answer text",
 }
 
