@@ -62,6 +62,20 @@ def test_redacting_filter_scrubs_arguments_and_tracebacks() -> None:
     assert f"sending {REDACTED}" in logged and f"401: bad key {REDACTED}" in logged
 
 
+def test_the_cli_log_handler_scrubs_the_key_from_any_logger(capsys: pytest.CaptureFixture[str]) -> None:
+    from kernel_agent.cli import logs
+
+    logs.install_log_handler()
+    try:
+        logs.hide_in_logs(KEY)
+        logging.getLogger("openai._base_client").warning("retrying with Authorization: Bearer %s", KEY)
+    finally:
+        logging.getLogger().removeHandler(logs._handler)
+        logs._handler = None
+    logged = capsys.readouterr().err
+    assert f"Bearer {REDACTED}" in logged and KEY not in logged
+
+
 def test_read_secret_from_a_file_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "key"
     path.write_text(f"\n  {KEY}  \n")

@@ -26,7 +26,7 @@ from ..agent.config import PROTOCOLS
 from ..errors import ConfigError, KernelAgentError, NotebookError
 from ..redact import read_secret
 from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job, drive
-from .logs import hide_in_logs
+from .logs import hide_in_logs, install_log_handler
 from .render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
 
 __all__ = ["cli", "main"]
@@ -328,4 +328,5 @@ def kernelspec_install(user: bool, prefix: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The ``kernel-agent`` console script."""
+    install_log_handler()
     cli.main(args=argv, prog_name="kernel-agent")
