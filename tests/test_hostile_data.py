@@ -1,7 +1,7 @@
 """Data files built to hurt: summarised in bounded time and memory, with a note, never a crash.
 
-The summaries run in a child process so its peak memory (``ru_maxrss``) is
-its own; each file's CPU time is measured there too. The 2 GB file is sparse
+The summaries run in a child process so its peak memory (``VmHWM``) is its
+own; each file's CPU time is measured there too. The 2 GB file is sparse
 (NUL bytes that take no disk).
 """
 
@@ -18,7 +18,7 @@ import pytest
 from kernel_agent.agent.summaries import MAX_SUMMARY_CHARS
 
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 from kernel_agent.agent.data import summarize
 out = {}
@@ -26,7 +26,9 @@ for name in sys.argv[1:]:
     started = time.process_time()
     text = summarize(Path(name))
     out[Path(name).name] = [time.process_time() - started, text]
-out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent (here, pytest) across exec.
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+out["maxrss_mb"] = int(status["VmHWM"].split()[0]) / 1024
 print(json.dumps(out))
 """
 
@@ -63,7 +65,7 @@ def test_every_summary_is_cheap_and_short(summaries: dict[str, list]) -> None:
     slow = {name: round(cpu, 2) for name, (cpu, _) in summaries.items() if cpu > 3.0}
     assert slow == {}
     assert all(len(text) <= MAX_SUMMARY_CHARS for _, text in summaries.values())
-    assert peak < 600, f"summarising the hostile files peaked at {peak:.0f} MB"
+    assert peak < 400, f"summarising the hostile files peaked at {peak:.0f} MB"
 
 
 @pytest.mark.parametrize(
