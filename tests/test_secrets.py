@@ -76,6 +76,26 @@ def test_the_cli_log_handler_scrubs_the_key_from_any_logger(capsys: pytest.Captu
     assert f"Bearer {REDACTED}" in logged and KEY not in logged
 
 
+def test_a_model_error_echoing_the_key_carries_it_nowhere(openai_server: OpenAIServer) -> None:
+    import asyncio
+    import traceback
+
+    from kernel_agent.errors import ModelError
+    from kernel_agent.model.llm import OpenAIChatModel
+
+    openai_server.add(HTTPError(401, f"Incorrect API key provided: {KEY}.", type="invalid_request_error"))
+
+    async def ask() -> None:
+        async with OpenAIChatModel("m", base_url=openai_server.base_url, api_key=KEY, max_retries=0) as model:
+            await model.complete([{"role": "user", "content": "hi"}])
+
+    with pytest.raises(ModelError) as caught:
+        asyncio.run(ask())
+    shown = "".join(traceback.format_exception(caught.value)) + repr(caught.value)
+    assert "HTTP 401" in shown and REDACTED in shown
+    assert KEY not in shown  # the SDK error (its body and repr hold the key) is not chained
+
+
 def test_read_secret_from_a_file_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "key"
     path.write_text(f"\n  {KEY}  \n")
