@@ -142,6 +142,11 @@ def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, m
     page.goto(service.url + "/")
     page.locator("#key-input").fill(KEY)
     page.locator("#key-form button[type=submit]").click()
+    dropped = page.evaluate_handle(
+        "() => { const dt = new DataTransfer();"
+        " dt.items.add(new File(['a,b\\n1,2\\n'], 'dropped.csv', {type: 'text/csv'})); return dt; }")
+    page.dispatch_event("#drop-zone", "drop", {"dataTransfer": dropped})  # drag and drop, as a file manager does
+    page.locator("#file-list li", has_text="dropped.csv · 8 B").wait_for()
     page.locator("#task").fill("Wait for a long time.")
     page.locator("#start").click()
 
@@ -153,7 +158,7 @@ def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, m
     run.locator(".status.cancelled").wait_for(timeout=30_000)
     assert run.get_by_role("button", name="Cancel").is_hidden()
     record = page.evaluate("id => KA.api.run(id)", run.get_attribute("data-run-id"))
-    assert record["status"] == "cancelled"
+    assert record["status"] == "cancelled" and len(record["file_ids"]) == 1
     no_problems(page)
 
 
