@@ -140,12 +140,13 @@ class AsyncAgent:
             )
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
-        self._session_factory = session_factory or self._default_session
+        self._session_factory = session_factory or self.new_session
 
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
-    def _default_session(self, workspace: Path) -> AsyncKernelSession:
+    def new_session(self, workspace: Path) -> AsyncKernelSession:
+        """A kernel session as this agent's runs get one by default (not started)."""
         options = {"rebuild": self.config.rebuild, "limits": self.config.limits(), **self._session_options}
         return AsyncKernelSession(workspace, **options)
 
@@ -198,13 +199,15 @@ class AsyncAgent:
 
     async def stream_resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
-        workspace: str | os.PathLike[str] | None = None,
+        workspace: str | os.PathLike[str] | None = None, restore: bool = True,
     ) -> AsyncIterator[Event]:
         """Rebuild the kernel state from ``notebook_path``'s successful cells, tell the model
         what was done, continue with ``task``, and append the new rounds to the same
-        notebook (or to ``notebook`` when given). Raises ``NotebookError``, before any
-        kernel starts, for a notebook that is not a kernel-agent run, whose workspace is
-        not a folder, or whose data files lead outside it (``load_resumable``, ``recorded_data``)."""
+        notebook (or to ``notebook`` when given). ``restore=False`` skips the rebuild, for a
+        session factory that hands back the very kernel that ran the notebook (the service's
+        live thread kernels). Raises ``NotebookError``, before any kernel starts, for a notebook
+        that is not a kernel-agent run, whose workspace is not a folder, or whose data files lead
+        outside it (``load_resumable``, ``recorded_data``)."""
         loaded = load_resumable(notebook_path)
         source = Path(notebook_path)
         root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
@@ -214,7 +217,8 @@ class AsyncAgent:
         files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
-            restored = [await session.execute(code, self.config.exec_timeout) for code in loaded.rebuild_code]
+            code = loaded.rebuild_code if restore else ()
+            restored = [await session.execute(cell, self.config.exec_timeout) for cell in code]
             failed = [r for r in restored if r.status != "ok"]
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
