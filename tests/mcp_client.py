@@ -13,7 +13,7 @@ import concurrent.futures
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Self
 
 from mcp import ClientSession
 from mcp.types import Implementation
@@ -33,7 +33,7 @@ class HeldClient:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="mcp-test-client", daemon=True)
         self.server_info: Any = None
 
-    def __enter__(self) -> HeldClient:
+    def __enter__(self) -> Self:
         self._thread.start()
         self._ready.result(timeout=60)
         return self

@@ -242,7 +242,7 @@ def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
     async def write_file(ctx: Context, path: str, content: str, encoding: Literal["text", "base64"] = "text") -> str:
         bench = benches.get(ctx)
         with _edge():
-            entry = files.write_file(bench.workspace, path, content, encoding)
+            entry = await bench.upload(path, content, encoding)
         return f"wrote {entry.path} ({entry.size} bytes)"
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from ..agent.data import DataFile, data_summary, preload_code
 from ..errors import KernelError, SessionClosedError
@@ -27,6 +28,7 @@ from ..kernel.result import ExecutionResult
 from ..kernel.session import AsyncKernelSession
 from ..notebook.export import export_run
 from ..run import Round, Run, RunInfo
+from .files import FileEntry, write_file
 
 __all__ = ["SessionFactory", "Workbench", "default_session"]
 
@@ -39,6 +41,7 @@ _RESTART_NOTE = (
     "> **Kernel restarted** by the MCP client: the variables defined above are gone. "
     "The setup code runs again below."
 )
+_LOST_NOTE = "> **The kernel was restarted** after the cell above: its variables are gone. The setup code runs again below."
 # Evaluated silently in the kernel: a JSON list of the user's variables, bounded, never raising.
 _VARIABLES = """__import__('json').dumps([
     [n, type(v).__name__, str(getattr(v, 'shape', '')), (repr(v) if not hasattr(v, 'shape') else '')[:80]]
@@ -75,6 +78,8 @@ class Workbench:
         self._session: AsyncKernelSession | None = None
         self._starting = asyncio.Lock()
         self._closed = False
+        self._settling: asyncio.Future[None] | None = None
+        self._uploads: list[str] = []
         self.run = Run(info=RunInfo(task=""))
 
     def __repr__(self) -> str:
@@ -97,7 +102,11 @@ class Workbench:
                 setup = await session.execute(self.setup_code, self.timeout)
                 self.run = Run(info=self._info(session), setup_result=setup)
                 await self._save()
-            return self._session
+            session = self._session
+        if self._settling is not None:
+            settling, self._settling = self._settling, None
+            await settling
+        return session
 
     async def execute(self, code: str, timeout: float | None = None) -> ExecutionResult:
         """Run ``code`` in the live kernel and record it. Errors in the code are data.
@@ -111,10 +120,13 @@ class Workbench:
             # without a cell that a replay would run.
             self._record(Round(index=len(self.run.rounds) + 1, reply="", started_at=started,
                                reasoning=_cancelled_note(code, time.monotonic() - clock)))
+            self._settling = asyncio.ensure_future(self._settle(session))
             await asyncio.shield(self._save())
             raise
         self._record(Round(index=len(self.run.rounds) + 1, reply="", code=code, result=result,
                            exec_s=result.duration_s, started_at=started))
+        if result.state_lost:  # a fresh kernel: plotting and data files as the client had them
+            await self._setup_again(session, _LOST_NOTE)
         await self._save()
         return result
 
@@ -130,11 +142,33 @@ class Workbench:
         Raises ``KernelError`` for a kernel that cannot be restarted."""
         session = await self.session()
         await session.restart()
-        setup = await session.execute(self.setup_code, self.timeout)
-        self._record(Round(index=len(self.run.rounds) + 1, reply="", reasoning=_RESTART_NOTE,
-                           code=self.setup_code, result=setup, started_at=_now()))
+        setup = await self._setup_again(session, _RESTART_NOTE)
         await self._save()
         return setup
+
+    async def _setup_again(self, session: AsyncKernelSession, note: str) -> ExecutionResult:
+        # ``%reset -f`` does nothing in the fresh kernel, but in a replay (one kernel for the
+        # whole notebook) it drops the variables here as the restart did.
+        code = "%reset -f\n" + self.setup_code
+        setup = await session.execute(code, self.timeout)
+        self._record(Round(index=len(self.run.rounds) + 1, reply="", reasoning=note,
+                           code=code, result=setup, started_at=_now()))
+        return setup
+
+    async def upload(self, relative: str, content: str, encoding: Literal["text", "base64"] = "text") -> FileEntry:
+        """Write a file into the workspace for the client and list it among the run's data files,
+        so a replay stages it. Raises ``WorkspaceFileError`` as ``files.write_file`` does."""
+        entry = write_file(self.workspace, relative, content, encoding)
+        if entry.path not in self._uploads:
+            self._uploads.append(entry.path)
+        if self.run.info.task:  # the kernel has started: the record exists
+            self.run = replace(self.run, info=replace(self.run.info, data_files=self._data_names()))
+            await self._save()
+        return entry
+
+    def _data_names(self) -> tuple[str, ...]:
+        names = [f.name for f in self.files]
+        return (*names, *(path for path in self._uploads if path not in names))
 
     async def variables(self, limit: int = 100) -> list[list[str]]:
         """The user's variables: ``[name, type, shape, short repr]`` rows, at most ``limit``.
@@ -174,6 +208,18 @@ class Workbench:
         finally:
             await session.close()
 
+    async def _settle(self, session: AsyncKernelSession) -> None:
+        """Wait until a cancelled cell has ended (the engine interrupted it). A request sent while
+        it still runs would be queued behind it and aborted by its error; a probe that comes back
+        aborted means that error has now happened."""
+        for _attempt in range(3):
+            try:
+                if (await session.evaluate({"settled": "1"}, self.timeout))["settled"] == "1":
+                    return
+            except KernelError:
+                log.warning("the kernel did not settle after a cancelled execution", exc_info=True)
+                return
+
     def _record(self, rnd: Round) -> None:
         self.run = replace(self.run, rounds=(*self.run.rounds, rnd))
 
@@ -187,7 +233,7 @@ class Workbench:
     def _info(self, session: AsyncKernelSession) -> RunInfo:
         return RunInfo(
             task=f"Code run through the kernel-agent MCP server by {self._client}.",
-            model=self._client, protocol="mcp", data_files=tuple(f.name for f in self.files),
+            model=self._client, protocol="mcp", data_files=self._data_names(),
             workspace=str(self.workspace.resolve()), setup_code=self.setup_code, started_at=_now(),
             language_info=dict(session.kernel_info.get("language_info", {})),
         )
