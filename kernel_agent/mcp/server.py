@@ -272,8 +272,8 @@ def serve(options: McpOptions, session_factory: SessionFactory = default_session
     server = build_server(options, session_factory)
     if options.transport == "stdio":
         anyio.run(_until_signal, server.run_stdio_async)
-    else:
-        anyio.run(_until_signal, lambda: server.run_streamable_http_async(host=options.host, port=options.port))
+    else:  # uvicorn handles the signals: a graceful shutdown ends the sessions, then the lifespan
+        server.run("streamable-http", host=options.host, port=options.port)
 
 
 async def _until_signal(run: Any) -> None:
