@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from mcp import StdioServerParameters
+from mcp import MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_client import HeldClient
 
@@ -118,6 +118,8 @@ def test_errors_are_results_and_output_is_bounded(served: tuple[HeldClient, Path
     failed = run(client, "1 / 0")
     assert not failed.is_error and failed.structured_content["status"] == "error"
     assert "ZeroDivisionError" in text_of(failed)
+    refused = run(client, "1", timeout=-1)
+    assert refused.is_error and "timeout" in text_of(refused)
     flood = run(client, "print('x' * 200_000)")
     body = text_of(flood)
     assert "characters omitted" in body and len(body) < 10_000
@@ -212,3 +214,21 @@ def test_disconnect_leaves_no_kernel_and_keeps_the_notebook(tmp_path: Path) -> N
     assert wait_until_gone(workspace) == []
     notebook = (workspace / "mcp-session.ipynb").read_text()
     assert "value = 1" in notebook and "The MCP session ended after 1 code execution" in notebook
+
+
+def test_the_notebook_and_workspace_files_are_resources(served: tuple[HeldClient, Path]) -> None:
+    client, _ = served
+    run(client, "import os, matplotlib.pyplot as plt\nos.makedirs('plots', exist_ok=True)\n"
+                "plt.plot([2, 1]); plt.savefig('plots/line.png'); plt.close()")
+    templates = client.submit(lambda s: s.list_resource_templates())[0].result(60).resource_templates
+    assert {t.uri_template for t in templates} == {"kernel-agent://notebook/{view}", "kernel-agent://files/{+path}"}
+    notebook = client.submit(lambda s: s.read_resource("kernel-agent://notebook/full"))[0].result(60)
+    assert "plots/line.png" in notebook.contents[0].text and '"nbformat": 4' in notebook.contents[0].text
+    figure = client.submit(lambda s: s.read_resource("kernel-agent://files/plots/line.png"))[0].result(60)
+    assert base64.b64decode(figure.contents[0].blob)[:4] == b"\x89PNG"
+    with pytest.raises(MCPError) as refused:
+        client.submit(lambda s: s.read_resource("kernel-agent://files/../server.log"))[0].result(60)
+    assert "Unknown resource" in str(refused.value)  # the SDK's own path check
+    run(client, "os.symlink('/etc/hostname', 'escape')")
+    with pytest.raises(MCPError, match="outside the workspace"):  # ours, past a symlink
+        client.submit(lambda s: s.read_resource("kernel-agent://files/escape"))[0].result(60)

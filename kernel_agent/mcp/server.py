@@ -19,16 +19,22 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import (
+    ResourceError,
+    ResourceNotFoundError,
+    ToolError,
+)
 from mcp.types import CallToolResult, ImageContent, ToolAnnotations
+from pydantic import Field
 
 from .._version import __version__
 from ..agent.data import prepare_data
 from ..errors import KernelAgentError
+from ..notebook.export import clean_path
 from . import files
 from .content import ContentLimits, execution_content, text_result
 from .workbench import SessionFactory, Workbench, default_session
@@ -38,8 +44,11 @@ __all__ = ["McpOptions", "Transport", "build_server", "serve"]
 log = logging.getLogger(__name__)
 
 Transport = Literal["stdio", "http"]
+Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600, description="seconds before the code is interrupted")]
 PROGRESS_S = 1.0  # how often a running execution reports progress
 _STATE_KEY = "kernel_agent.workbench"
+NOTEBOOK_URI = "kernel-agent://notebook/{view}"
+FILE_URI = "kernel-agent://files/{+path}"
 
 _INSTRUCTIONS = """A live, confined Python (IPython) kernel. Variables persist between execute_python calls.
 Figures (matplotlib) come back as images. Long output is cut in the middle and says so. A timeout interrupts
@@ -141,6 +150,7 @@ def build_server(options: McpOptions, session_factory: SessionFactory = default_
                        log_level="WARNING")
     _add_kernel_tools(server, benches)
     _add_file_tools(server, benches)
+    _add_resources(server, benches)
     return server
 
 
@@ -155,7 +165,7 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
         f"and each figure as an image. timeout is in seconds (default {default_timeout:g}): when it passes "
         "the code is interrupted and the variables are kept when possible."
     ))
-    async def execute_python(code: str, ctx: Context, timeout: float | None = None) -> CallToolResult:
+    async def execute_python(code: str, ctx: Context, timeout: Seconds | None = None) -> CallToolResult:
         bench = benches.get(ctx)
         with _edge():
             result = await _with_progress(ctx, bench.execute(code, timeout), timeout or default_timeout)
@@ -244,6 +254,36 @@ def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
         with _edge():
             entry = await bench.upload(path, content, encoding)
         return f"wrote {entry.path} ({entry.size} bytes)"
+
+
+def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
+    @server.resource(NOTEBOOK_URI, mime_type="application/x-ipynb+json", description=(
+        "This session's notebook so far: view 'full' (every execution) or 'clean' (what worked)."))
+    async def session_notebook(view: str, ctx: Context) -> str:
+        bench = benches.get(ctx)
+        if view not in ("full", "clean"):
+            raise ResourceNotFoundError(f"unknown notebook view {view!r}; use 'full' or 'clean'")
+        path = bench.notebook if view == "full" else clean_path(bench.notebook)
+        if not path.is_file():
+            raise ResourceNotFoundError("no code has run in this session yet")
+        return path.read_text(encoding="utf-8")
+
+    @server.resource(FILE_URI, description="A file in the session's workspace (figures, outputs, data).")
+    async def workspace_file(path: str, ctx: Context) -> str | bytes:
+        bench = benches.get(ctx)
+        try:
+            target = files.resolve_inside(bench.workspace, path)
+        except KernelAgentError as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        if not target.is_file():
+            raise ResourceNotFoundError(f"no file {path!r} in the workspace")
+        if target.stat().st_size > files.MAX_IMAGE_BYTES:
+            raise ResourceError(f"{path!r} is larger than {files.MAX_IMAGE_BYTES} bytes; read it with execute_python")
+        data = target.read_bytes()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
 
 
 async def _with_progress(ctx: Context, work: Any, total: float) -> Any:
