@@ -157,6 +157,25 @@ def test_a_client_cancel_interrupts_the_code(served: tuple[HeldClient, Path]) ->
     assert future.cancelled()
 
 
+def test_the_interrupt_tool_stops_running_code(served: tuple[HeldClient, Path]) -> None:
+    client, _ = served
+    run(client, "survivor = 'kept'")
+    progressed: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        progressed.append(progress)
+
+    future, _ = client.submit(lambda s: s.call_tool(
+        "execute_python", {"code": "import time\nwhile True:\n    time.sleep(0.05)"}, progress_callback=on_progress))
+    end = time.monotonic() + 30
+    while not progressed and time.monotonic() < end:
+        time.sleep(0.05)
+    assert "interrupt sent" in text_of(client.call("interrupt"))
+    stopped = future.result(timeout=15)
+    assert stopped.structured_content["status"] == "error" and "KeyboardInterrupt" in text_of(stopped)
+    assert "kept" in text_of(run(client, "survivor"))
+
+
 def test_a_dead_kernel_is_reported_and_the_next_call_works(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
     died = run(client, "import os\nos._exit(1)")
