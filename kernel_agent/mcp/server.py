@@ -36,7 +36,7 @@ from ..agent.data import prepare_data
 from ..errors import KernelAgentError
 from ..notebook.export import clean_path
 from . import files
-from .content import ContentLimits, execution_content, text_result
+from .content import ContentLimits, execution_content, image_block, text_result
 from .workbench import SessionFactory, Workbench, default_session
 
 __all__ = ["McpOptions", "Transport", "build_server", "serve"]
@@ -218,6 +218,8 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
 
 
 def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
+    max_side = benches.options.limits.max_side
+
     @server.tool(description="List the files in the kernel's workspace (or a folder in it), with sizes.",
                  annotations=ToolAnnotations(read_only_hint=True))
     async def list_files(ctx: Context, folder: str = ".") -> str:
@@ -238,8 +240,9 @@ def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
         with _edge():
             found = files.read_file(bench.workspace, path)
         if found.kind == "image":
-            image = ImageContent(type="image", data=found.data, mime_type=found.mime_type)
-            return CallToolResult(content=[image])
+            if found.mime_type == "image/png":  # scaled down like figures
+                return CallToolResult(content=[image_block(found.data, max_side)])
+            return CallToolResult(content=[ImageContent(type="image", data=found.data, mime_type=found.mime_type)])
         if found.kind == "binary":
             return text_result(f"{path} is a binary file of {found.size} bytes; load it with execute_python")
         note = f"\n[cut: the file has {found.size} bytes; only the start is shown]" if found.truncated else ""

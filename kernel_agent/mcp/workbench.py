@@ -119,12 +119,17 @@ class Workbench:
             # The client cancelled: the engine interrupted the code. Keep the record honest
             # without a cell that a replay would run.
             self._record(Round(index=len(self.run.rounds) + 1, reply="", started_at=started,
-                               reasoning=_cancelled_note(code, time.monotonic() - clock)))
+                               reasoning=_stopped_note("Cancelled by the MCP client", code, time.monotonic() - clock)))
             self._settling = asyncio.ensure_future(self._settle(session))
             await asyncio.shield(self._save())
             raise
-        self._record(Round(index=len(self.run.rounds) + 1, reply="", code=code, result=result,
-                           exec_s=result.duration_s, started_at=started))
+        if result.error is not None and result.error.ename == "KeyboardInterrupt":
+            # Stopped by the interrupt tool: as a cell, a replay would run it again, endlessly.
+            note = _stopped_note("Interrupted by the MCP client", code, result.duration_s)
+            self._record(Round(index=len(self.run.rounds) + 1, reply="", reasoning=note, started_at=started))
+        else:
+            self._record(Round(index=len(self.run.rounds) + 1, reply="", code=code, result=result,
+                               exec_s=result.duration_s, started_at=started))
         if result.state_lost:  # a fresh kernel: plotting and data files as the client had them
             await self._setup_again(session, _LOST_NOTE)
         await self._save()
@@ -198,10 +203,13 @@ class Workbench:
                 return
             self._closed = True
             session, self._session = self._session, None
+            if self._settling is not None:
+                self._settling.cancel()
         if session is None:
             return
         try:
-            count = sum(1 for rnd in self.run.rounds if rnd.code is not None)
+            # The client's own cells: setup re-runs after restarts carry a note, cancelled code has no cell.
+            count = sum(1 for rnd in self.run.rounds if rnd.code is not None and not rnd.reasoning)
             self.run = replace(self.run, answer=f"The MCP session ended after {count} code execution(s).",
                                finished_at=_now())
             await self._save()
@@ -239,10 +247,10 @@ class Workbench:
         )
 
 
-def _cancelled_note(code: str, seconds: float) -> str:
+def _stopped_note(what: str, code: str, seconds: float) -> str:
     fence = "````" if "```" in code else "```"
-    return (f"> **Cancelled** by the MCP client after {seconds:.1f} s: the code was interrupted, "
-            f"so it is not kept as a cell.\n\n{fence}python\n{code.rstrip()}\n{fence}")
+    return (f"> **{what}** after {seconds:.1f} s: the code did not finish, so it is not kept as a "
+            f"cell.\n\n{fence}python\n{code.rstrip()}\n{fence}")
 
 
 def _now() -> str:
