@@ -266,6 +266,7 @@ def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
         bench = benches.get(ctx)
         if view not in ("full", "clean"):
             raise ResourceNotFoundError(f"unknown notebook view {view!r}; use 'full' or 'clean'")
+        await bench.flush()
         path = bench.notebook if view == "full" else clean_path(bench.notebook)
         if not path.is_file():
             raise ResourceNotFoundError("no code has run in this session yet")

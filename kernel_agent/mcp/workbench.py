@@ -80,6 +80,8 @@ class Workbench:
         self._closed = False
         self._settling: asyncio.Future[None] | None = None
         self._uploads: list[str] = []
+        self._dirty = False
+        self._writer: asyncio.Future[None] | None = None
         self.run = Run(info=RunInfo(task=""))
 
     def __repr__(self) -> str:
@@ -121,7 +123,7 @@ class Workbench:
             self._record(Round(index=len(self.run.rounds) + 1, reply="", started_at=started,
                                reasoning=_stopped_note("Cancelled by the MCP client", code, time.monotonic() - clock)))
             self._settling = asyncio.ensure_future(self._settle(session))
-            await asyncio.shield(self._save())
+            self._schedule_save()
             raise
         if result.error is not None and result.error.ename == "KeyboardInterrupt":
             # Stopped by the interrupt tool: as a cell, a replay would run it again, endlessly.
@@ -132,7 +134,7 @@ class Workbench:
                                exec_s=result.duration_s, started_at=started))
         if result.state_lost:  # a fresh kernel: plotting and data files as the client had them
             await self._setup_again(session, _LOST_NOTE)
-        await self._save()
+        self._schedule_save()
         return result
 
     async def interrupt(self) -> bool:
@@ -148,7 +150,7 @@ class Workbench:
         session = await self.session()
         await session.restart()
         setup = await self._setup_again(session, _RESTART_NOTE)
-        await self._save()
+        self._schedule_save()
         return setup
 
     async def _setup_again(self, session: AsyncKernelSession, note: str) -> ExecutionResult:
@@ -168,7 +170,7 @@ class Workbench:
             self._uploads.append(entry.path)
         if self.run.info.task:  # the kernel has started: the record exists
             self.run = replace(self.run, info=replace(self.run.info, data_files=self._data_names()))
-            await self._save()
+            self._schedule_save()
         return entry
 
     def _data_names(self) -> tuple[str, ...]:
@@ -231,12 +233,32 @@ class Workbench:
     def _record(self, rnd: Round) -> None:
         self.run = replace(self.run, rounds=(*self.run.rounds, rnd))
 
+    def _schedule_save(self) -> None:
+        """Write the notebook soon, off the call's path: rebuilding it grows with the session,
+        and the client should not wait for it. Saves requested while one runs coalesce."""
+        if not self.run.info.task:  # the kernel has not started: nothing is recorded yet
+            return
+        self._dirty = True
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_while_dirty())
+
+    async def _write_while_dirty(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            run = replace(self.run, notebook_path=self.notebook)
+            try:
+                await asyncio.to_thread(export_run, run, self.notebook)
+            except Exception:  # the kernel result still reached the client; the next save retries
+                log.exception("could not write the MCP session notebook %s", self.notebook)
+
+    async def flush(self) -> None:
+        """Wait until the notebook on disk holds everything recorded so far."""
+        self._schedule_save()
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+
     async def _save(self) -> None:
-        run = replace(self.run, notebook_path=self.notebook)
-        try:
-            await asyncio.to_thread(export_run, run, self.notebook)
-        except Exception:  # the kernel result still reaches the client; the next save retries
-            log.exception("could not write the MCP session notebook %s", self.notebook)
+        await self.flush()
 
     def _info(self, session: AsyncKernelSession) -> RunInfo:
         return RunInfo(
