@@ -1,4 +1,4 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``kernelspec install``.
+"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install``.
 
 Each command reads its options, calls the library, renders with ``render``
 or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
@@ -366,6 +366,32 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
             max_threads_live=max_live_kernels, idle_ttl=idle_ttl, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
         )
         run_server(config, host, port)
+
+
+@cli.command()
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True, help="stdio for a client that starts the server; http for streamable HTTP at http://HOST:PORT/mcp.")
+@click.option("--workspace", "-w", metavar="DIR", help="The kernel's folder [default: ./agent-runs/<time>-mcp]; HTTP sessions get a subfolder each.")
+@click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file copied into the workspace and preloaded (repeatable).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120, show_default=True, metavar="S", help="Default seconds per execution (a call may ask for another).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port.")
+def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: float, host: str, port: int) -> None:
+    """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
+
+    Tools: execute_python, interrupt, restart, list_variables, describe_data, list_files, read_file,
+    write_file, export_notebook. Every execution is recorded in WORKSPACE/mcp-session.ipynb as it happens.
+    """
+    from ..kernel.workspace import default_workspace
+    from ..mcp.server import McpOptions, serve
+
+    missing = [name for name in data if not Path(name).is_file()]
+    if missing:
+        raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
+    root = Path(workspace) if workspace else default_workspace("mcp")
+    options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data), timeout=timeout,
+                         transport="http" if transport == "http" else "stdio", host=host, port=port)
+    with _edge():
+        serve(options)
 
 
 @cli.group()
