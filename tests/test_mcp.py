@@ -235,6 +235,18 @@ def test_disconnect_leaves_no_kernel_and_keeps_the_notebook(tmp_path: Path) -> N
     assert "value = 1" in notebook and "The MCP session ended after 1 code execution" in notebook
 
 
+def test_sandbox_flags_reach_the_kernel(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    with open_stdio(stdio_params(workspace, "--no-network", "--memory", "3000"), tmp_path / "server.log") as client:
+        probe = ("import os, resource, socket\n"
+                 "print('interfaces', sorted(name for _, name in socket.if_nameindex()))\n"
+                 "print('uid', os.getuid(), 'as', resource.getrlimit(resource.RLIMIT_AS)[0] // 2**20)")
+        text = text_of(run(client, probe))
+        assert "interfaces ['lo']" in text  # a network namespace of its own: only its own loopback
+        assert "uid 1000 as 3000" in text
+    assert wait_until_gone(workspace) == []
+
+
 def test_the_notebook_and_workspace_files_are_resources(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
     run(client, "import os, matplotlib.pyplot as plt\nos.makedirs('plots', exist_ok=True)\n"

@@ -375,12 +375,17 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120, show_default=True, metavar="S", help="Default seconds per execution (a call may ask for another).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port.")
-def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: float, host: str, port: int) -> None:
+@_kernel_options
+def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: float, host: str, port: int,
+        **options: Any) -> None:
     """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
 
     Tools: execute_python, interrupt, restart, list_variables, describe_data, list_files, read_file,
     write_file, export_notebook. Every execution is recorded in WORKSPACE/mcp-session.ipynb as it happens.
     """
+    import functools
+
+    from ..kernel.session import AsyncKernelSession
     from ..kernel.workspace import default_workspace
     from ..mcp.server import McpOptions, serve
 
@@ -388,10 +393,13 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
     if missing:
         raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
     root = Path(workspace) if workspace else default_workspace("mcp")
-    options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data), timeout=timeout,
+    mcp_options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data), timeout=timeout,
                          transport="http" if transport == "http" else "stdio", host=host, port=port)
     with _edge():
-        serve(options)
+        limits = AgentConfig.resolve(**_kernel_arguments(options)).limits()
+        if limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
+            click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
+        serve(mcp_options, functools.partial(AsyncKernelSession, limits=limits))
 
 
 @cli.group()
