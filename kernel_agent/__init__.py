@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         ModelTimeoutError,
         ModelUnreachableError,
         NotebookError,
+        PlanError,
         SandboxUnavailableError,
         ServiceError,
         SessionClosedError,
@@ -88,6 +89,7 @@ _EXPORTS = {
     "ContextLengthError": "errors",
     "ExecutionError": "errors",
     "NotebookError": "errors",
+    "PlanError": "errors",
     "ServiceError": "errors",
 }
 
