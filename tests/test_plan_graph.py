@@ -66,3 +66,22 @@ def test_cycles_unknown_and_duplicate_ids_are_plan_errors():
         build_dag(_plan([{"id": "a", "title": "A"}, {"id": "a", "title": "B"}]))
     with pytest.raises(PlanError, match="cycle"):
         topological_order([PlanNode("x", "X", "code", "", ("x",), 1)])
+
+
+def test_cli_renders_the_plan_tree_and_exits_by_completion(capsys: pytest.CaptureFixture[str]) -> None:
+    from kernel_agent.cli.plan import drive_plan
+    from kernel_agent.events import NodeFinished, NodeStarted, Notice, PlanFinished, PlanReady
+
+    nodes = ({"id": "a", "title": "Load", "kind": "code", "depends_on": [], "status": "pending"},
+             {"id": "b", "title": "Plot", "kind": "visualisation", "depends_on": ["a"], "status": "pending"})
+    events = [Notice("repaired"), PlanReady(("descriptive",), nodes), NodeStarted("a", "Load"),
+              NodeFinished("a", "done", 1, 0), NodeStarted("b", "Plot"), NodeStarted("b", "Plot", 2),
+              NodeFinished("b", "failed", 2, 0, "still failing"),
+              PlanFinished({"total": 2, "done": 1, "failed": 1, "skipped": 0, "pending": 0}, "p.ipynb", "p.report.md")]
+    assert drive_plan(events, as_json=False, quiet=False) == 1
+    out = capsys.readouterr().out
+    assert "failed" in out and "b: Plot" in out and "still failing" in out and "1/2 completed" in out
+    assert drive_plan(events, as_json=True, quiet=False) == 1
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["event"] for e in lines][:3] == ["notice", "plan_ready", "node_started"]
+    assert lines[-1]["counts"]["done"] == 1
