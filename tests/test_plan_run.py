@@ -37,6 +37,7 @@ def fence(code: str) -> str:
 REPLIES = [
     "Sure! {this is not json",
     "```json\n" + json.dumps(PLAN) + "\n```",
+    fence("# probe\nprint(40 + 2)"),
     fence("base = [3, 1, 4, 1, 5]\nprint('loaded', len(base))"),
     fence("raise ValueError('bad idea')"),
     fence("raise ValueError('still a bad idea')"),
@@ -75,6 +76,8 @@ def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Pa
     assert state.results["stats"].failures == ("NameError: name 'undefined_name' is not defined",
                                                "ZeroDivisionError: division by zero")
     assert state.results["broken"].failures[-1] == "the reply had no ```python code block"
+    probe, load = state.results["load"].cells
+    assert probe.probe and probe.outputs[0]["text"] == "42\n" and not load.probe
     assert state.results["plot"].analysis.startswith("The line wanders")
 
     report = Path(done.report).read_text()

@@ -15,7 +15,7 @@ from .graph import PlanNode
 from .schema import PLAN_JSON_HELP
 from .state import NodeResult
 
-__all__ = ["analysis_message", "code_in", "design_messages", "fix_message", "node_messages", "repair_message"]
+__all__ = ["MAX_PROBES", "PROBE_MARK", "analysis_message", "code_in", "design_messages", "fix_message", "node_messages", "probe_message", "repair_message"]
 
 Message = dict[str, Any]
 
@@ -23,6 +23,8 @@ _SYSTEM = (
     "You are a data analyst planning and running an analysis in one live Python (Jupyter) kernel. "
     "Variables, DataFrames and models defined by earlier tasks stay available to later ones."
 )
+PROBE_MARK = "# probe"
+MAX_PROBES = 3
 _PYTHON_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
@@ -52,7 +54,8 @@ def node_messages(task: str, node: PlanNode, done: Sequence[tuple[PlanNode, Node
         ask = "Answer in prose (no code): this task needs no computation."
     else:
         ask = ("Reply with the Python code for this task in one ```python fence. Print the numbers you find; "
-               "reuse the kernel's existing variables instead of reloading." +
+               "reuse the kernel's existing variables instead of reloading. To look at something first, "
+               f"send a short fence whose first line is `{PROBE_MARK}` (at most {MAX_PROBES}); you get its output back." +
                (" Draw the figure with matplotlib and show it." if node.kind == "visualisation" else ""))
     user = (f"Overall task: {task}\n\nResults of the tasks this one depends on:\n{context}\n\n"
             f"Current task [{node.id}]: {node.title}\nPurpose: {node.purpose or '-'}\n\n{ask}")
@@ -82,3 +85,9 @@ def code_in(reply: str) -> str:
     """The code of the first ```python fence in ``reply``, or "" when there is none."""
     match = _PYTHON_FENCE.search(reply)
     return match.group(1).strip() if match else ""
+
+
+def probe_message(output_text: str, left: int) -> Message:
+    """Gives a probe's output back; ``left`` probes remain."""
+    return {"role": "user", "content": f"Probe output:\n{output_text or '(nothing printed)'}\n\n"
+            f"{left} probe(s) left. Now send the code for the task (or another probe)."}

@@ -17,7 +17,10 @@ from ...events import NodeStarted, Notice
 from ...kernel.session import AsyncKernelSession
 from ...model.chat import ChatModel
 from .graph import PlanNode, build_dag
-from .prompts import analysis_message, code_in, design_messages, fix_message, node_messages, repair_message
+from .prompts import (
+    MAX_PROBES, PROBE_MARK, analysis_message, code_in, design_messages, fix_message, node_messages, probe_message,
+    repair_message,
+)
 from .schema import PlanSpec, parse_plan
 from .state import CellRecord, NodeResult
 
@@ -70,6 +73,8 @@ class NodeRun:
         self._model, self._session, self._node, self._options = model, session, node, options
         self._messages: list[dict[str, Any]] = node_messages(task, node, done)
         self.result: NodeResult | None = None
+        self._probes: list[CellRecord] = []
+        self._probed = 0
 
     async def steps(self) -> AsyncIterator[NodeStarted]:
         """Yields ``NodeStarted`` per attempt. Raises ``ModelError``/``KernelError`` from the machinery."""
@@ -86,13 +91,30 @@ class NodeRun:
             if cell is not None:
                 self.result = await self._finished(cell, attempt, failures)
                 return
-        self.result = NodeResult(node.id, "failed", attempts=len(failures), failures=tuple(failures),
+        self.result = NodeResult(node.id, "failed", attempts=len(failures), cells=tuple(self._probes),
+                                 failures=tuple(failures),
                                  reason=f"still failing after {len(failures)} attempts: {failures[-1]}")
 
+    async def _reply_code(self) -> str:
+        """The model's code for the node, after any information probes it sends first (at most ``MAX_PROBES``)."""
+        while True:
+            reply = await self._model.complete(self._messages)
+            self._messages.append({"role": "assistant", "content": reply.text})
+            code = code_in(reply.text)
+            if not code.startswith(PROBE_MARK) or self._probed >= MAX_PROBES:
+                return code
+            self._probed += 1
+            result = await self._session.execute(code, self._options.exec_timeout)
+            probe = CellRecord(code, tuple(result.outputs), result.execution_count, probe=True)
+            if result.status == "ok":  # a failed probe is not kept: the notebook must replay
+                self._probes.append(probe)
+            shown = NodeResult(self._node.id, "done", cells=(probe,)).output_text(800)
+            if result.error is not None:
+                shown += f"{result.error.ename}: {result.error.evalue}"
+            self._messages.append(probe_message(shown, MAX_PROBES - self._probed))
+
     async def _attempt(self, failures: list[str]) -> CellRecord | None:
-        reply = await self._model.complete(self._messages)
-        self._messages.append({"role": "assistant", "content": reply.text})
-        code = code_in(reply.text)
+        code = await self._reply_code()
         if not code:
             failures.append("the reply had no ```python code block")
             self._messages.append({"role": "user", "content": "Send the code in one ```python fence."})
@@ -107,7 +129,8 @@ class NodeRun:
         return None
 
     async def _finished(self, cell: CellRecord, attempt: int, failures: list[str]) -> NodeResult:
-        result = NodeResult(self._node.id, "done", attempts=attempt, cells=(cell,), failures=tuple(failures))
+        result = NodeResult(self._node.id, "done", attempts=attempt, cells=(*self._probes, cell),
+                            failures=tuple(failures))
         if self._node.kind == "visualisation" and result.figures:
             self._messages.append(analysis_message(self._node, result.output_text(), len(result.figures)))
             reply = await self._model.complete(self._messages)

@@ -26,12 +26,13 @@ NodeStatus = Literal["done", "failed", "skipped"]
 
 @dataclass(frozen=True)
 class CellRecord:
-    """One executed cell of a node: its code and its real nbformat outputs."""
+    """One executed cell of a node: its code and its real nbformat outputs. A ``probe`` gathered
+    information for the model before the node's code (kept: it ran in the kernel, so replay needs it)."""
 
     code: str
     outputs: tuple[dict[str, Any], ...] = ()
     execution_count: int | None = None
-    ok: bool = True
+    probe: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class NodeResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeResult":
-        cells = tuple(CellRecord(c["code"], tuple(c["outputs"]), c.get("execution_count"), c.get("ok", True))
+        cells = tuple(CellRecord(c["code"], tuple(c["outputs"]), c.get("execution_count"), c.get("probe", False))
                       for c in data.get("cells", ()))
         return cls(data["node_id"], data["status"], data.get("attempts", 0), cells, data.get("text", ""),
                    data.get("analysis", ""), tuple(data.get("failures", ())), data.get("reason", ""))
