@@ -6,7 +6,7 @@ import pytest
 
 from kernel_agent.agent.plan import build_dag, parse_plan, topological_order
 from kernel_agent.agent.plan.graph import PlanNode
-from kernel_agent.errors import PlanError
+from kernel_agent.errors import ConfigError, PlanError
 
 
 def _plan(nodes, directions=("descriptive",)):
@@ -85,3 +85,22 @@ def test_cli_renders_the_plan_tree_and_exits_by_completion(capsys: pytest.Captur
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["event"] for e in lines][:3] == ["notice", "plan_ready", "node_started"]
     assert lines[-1]["counts"]["done"] == 1
+
+
+def test_design_repairs_once_then_raises_a_clear_plan_error() -> None:
+    import asyncio
+
+    from kernel_agent.agent.plan.runner import PlanOptions, design_plan
+    from kernel_agent.model.scripted import ScriptedChatModel
+
+    cycle = json.dumps({"nodes": [{"id": "a", "title": "A", "depends_on": ["b"]},
+                                  {"id": "b", "title": "B", "depends_on": ["a"]}]})
+    good = json.dumps({"directions": ["descriptive"], "nodes": [{"id": "a", "title": "A"}]})
+    notices: list = []
+    spec, nodes = asyncio.run(design_plan(ScriptedChatModel([cycle, good]), "t", "", PlanOptions(), notices))
+    assert [n.id for n in nodes] == ["a"] and spec.directions == ("descriptive",)
+    assert len(notices) == 1 and "cycle" in notices[0].message
+    with pytest.raises(PlanError, match="still unusable after a repair request: the reply is not valid JSON"):
+        asyncio.run(design_plan(ScriptedChatModel(["{", "still { not json"]), "t", "", PlanOptions(), []))
+    with pytest.raises(ConfigError, match="max_fix_attempts must be at least 0"):
+        PlanOptions(max_fix_attempts=-1)
