@@ -185,11 +185,13 @@ class NodeFinished(_EventBase):
 
 @dataclass(frozen=True)
 class PlanFinished(_EventBase):
-    """Plan mode: every node has a final status; ``counts`` maps status to how many."""
+    """Plan mode: every node has a final status; ``counts`` maps status to how many. ``html`` is the
+    notebook rendered as a page (nbconvert)."""
 
     counts: dict[str, int]
     notebook: str
     report: str
+    html: str = ""
     kind = "plan_finished"
 
 

@@ -92,5 +92,7 @@ def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Pa
                                                      "## Uses the broken task", "## Line plot", "## Conclusion"]
     code = [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
     assert "mean = sum(base) / len(base)\nprint('mean', mean)" in code and not any("raise" in c for c in code)
+    page = Path(done.html).read_text()
+    assert "Line plot" in page and "data:image/png;base64," in page
     report_check = replay(notebook)
     assert report_check.ok, report_check.to_text()

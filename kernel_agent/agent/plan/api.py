@@ -20,6 +20,7 @@ from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
 from ...kernel.session import AsyncKernelSession
 from ...kernel.workspace import default_workspace
 from ...model.chat import ChatModel
+from ...notebook.html import export_html
 from ..data import data_summary, preload_code, prepare_data, recorded_data
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
@@ -74,7 +75,8 @@ async def stream_plan(
             yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
         await asyncio.to_thread(write_outputs, state, nodes, notebook_path, str(root.resolve()))
-        yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report))
+        html = await asyncio.to_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
+        yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html))
 
 
 def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
