@@ -42,6 +42,7 @@ BENCHMARKS = [
     "bench_models",
     "bench_sandbox",
     "bench_mcp",
+    "bench_plan",
 ]
 
 FAILED_EXIT = 1

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ModelTimeoutError,
         ModelUnreachableError,
         NotebookError,
+        PlanError,
         SandboxUnavailableError,
         ServiceError,
         SessionClosedError,
@@ -90,6 +91,7 @@ _EXPORTS = {
     "ContextLengthError": "errors",
     "ExecutionError": "errors",
     "NotebookError": "errors",
+    "PlanError": "errors",
     "ServiceError": "errors",
 }
 

@@ -18,6 +18,7 @@ that failed or for input we refuse::
     │   └── ContextLengthError               the conversation no longer fits the model
     ├── ExecutionError                       raised only by ExecutionResult.raise_for_status()
     ├── NotebookError (ValueError)           a notebook we cannot read, replay or resume
+    ├── PlanError (ValueError)               the model's plan is not valid JSON / a DAG, even after repair
     └── ServiceError                         the service refuses a request (carries its HTTP status)
 
 Third-party errors are wrapped with ``raise ... from exc``; callers never
@@ -46,6 +47,7 @@ __all__ = [
     "ContextLengthError",
     "ExecutionError",
     "NotebookError",
+    "PlanError",
     "ServiceError",
 ]
 
@@ -139,6 +141,15 @@ class NotebookError(KernelAgentError, ValueError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class PlanError(KernelAgentError, ValueError):
+    """The model's plan cannot be used: invalid JSON or schema after the repair retry, an unknown
+    dependency or a cycle. ``problems`` lists what was wrong, one line each."""
+
+    def __init__(self, message: str, *, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class ServiceError(KernelAgentError):

@@ -229,6 +229,35 @@ class AsyncAgent:
             async for event in self._drive(live):
                 yield event
 
+    async def plan(
+        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None, *, options: Any = None,
+        resume: str | os.PathLike[str] | None = None,
+    ) -> Any:
+        """Run ``task`` in plan mode to its end (see ``stream_plan``); return the ``PlanFinished`` event."""
+        finished = None
+        async for event in self.stream_plan(task, data, workspace, notebook, options=options, resume=resume):
+            finished = event
+        return finished
+
+    async def stream_plan(
+        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None, *, options: Any = None,
+        resume: str | os.PathLike[str] | None = None,
+    ) -> AsyncIterator[Any]:
+        """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
+
+        ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.
+        Raises ``PlanError``, ``NotebookError``, ``DataFileError``, ``ModelError``, ``KernelError``.
+        """
+        from .plan.api import stream_plan
+        from .plan.runner import PlanOptions
+
+        options = options or PlanOptions(exec_timeout=self.config.exec_timeout)
+        async for event in stream_plan(self.chat_model, self._session_factory, task, data, workspace, notebook,
+                                       options=options, resume=resume, preload=self.config.preload):
+            yield event
+
     # ----------------------------------------------------------------- the loop
     async def _begin(
         self, session: AsyncKernelSession, task: str, files: Sequence[DataFile], root: Path, notebook: Path,

@@ -1,4 +1,4 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install``.
+"""The ``kernel-agent`` commands (click): ``run``, ``plan``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install``.
 
 Each command reads its options, calls the library, renders with ``render``
 or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
@@ -220,6 +220,44 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
 
     job = Job(task, data, workspace, out)
     sys.exit(_run(lambda: AsyncAgent(**arguments), job, renderer))
+
+
+@cli.command(epilog=_ENVIRONMENT)
+@click.argument("task", required=False)
+@click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file for the analysis (repeatable).")
+@_model_options
+@_kernel_options
+@click.option("--max-depth", type=click.IntRange(min=1), default=3, show_default=True, help="Levels of sub-tasks the plan may have.")
+@click.option("--node-budget", type=click.IntRange(min=1), default=20, show_default=True, help="Most tasks the plan may have.")
+@click.option("--max-fix-attempts", type=click.IntRange(min=0), default=5, show_default=True, help="Fixes asked for a failing task.")
+@click.option("--resume", metavar="PLAN.ipynb", help="Finish an interrupted plan run: done tasks are kept (their cells re-run), the rest run.")
+@click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>; with --resume, the notebook's folder].")
+@click.option("--out", "-o", metavar="PLAN.ipynb", help="Where the notebook goes [default: WORKSPACE/plan.ipynb]; the report and state go beside it.")
+@_output_options
+def plan(task: str | None, data: tuple[str, ...], max_depth: int, node_budget: int, max_fix_attempts: int,
+         resume: str | None, workspace: str | None, out: str | None, quiet: bool, as_json: bool, **options: Any) -> None:
+    """Plan mode: the model designs the analysis as a task DAG, each task runs in one live kernel
+    (later tasks use earlier tasks' variables), failures get fixes, and a report grows as figures appear.
+
+    \b
+    Exit codes: 0 every task completed, 1 some failed or were skipped, 2 usage error.
+    """
+    if (task is None) == (resume is None):
+        raise click.UsageError("give a TASK, or --resume PLAN.ipynb (not both)")
+    if quiet and as_json:
+        raise click.UsageError("--quiet and --json cannot be used together")
+    arguments = _agent_arguments(options, task)
+    from ..agent.plan.runner import PlanOptions
+    from ..agent.sync import Agent
+    from .plan import drive_plan
+
+    with _edge():
+        budgets = PlanOptions(max_depth=max_depth, node_budget=node_budget, max_fix_attempts=max_fix_attempts,
+                              exec_timeout=arguments["exec_timeout"])
+        _make_parent(out)
+        with Agent(**arguments) as agent:
+            events = agent.stream_plan(task or "", data, workspace, out, options=budgets, resume=resume)
+            sys.exit(drive_plan(events, as_json=as_json, quiet=quiet))
 
 
 @cli.command(epilog=_ENVIRONMENT)
