@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
 
 pytest_plugins = ["leaks", "browser"]
 
@@ -16,3 +19,16 @@ def openai_server() -> Iterator[OpenAIServer]:
     """A started scripted OpenAI-compatible server; ``add()`` replies, read ``requests``."""
     with OpenAIServer() as server:
         yield server
+
+
+@pytest.fixture
+def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    """A fresh IPython shell with the extension loaded, working in ``tmp_path``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    ipython = InteractiveShell.instance(config=config)
+    ipython.run_line_magic("load_ext", "kernel_agent")
+    yield ipython
+    InteractiveShell.clear_instance()

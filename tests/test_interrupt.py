@@ -10,7 +10,6 @@ import os
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -19,7 +18,6 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from leaks import our_kernel_pids
 from openai_server import OpenAIServer, Reply, python_call
-from traitlets.config import Config
 
 from kernel_agent import Agent
 
@@ -55,17 +53,6 @@ def test_keyboard_interrupt_unwinds_the_run_before_it_propagates(openai_server: 
     saved = nbformat.read(tmp_path / "ws" / "analysis.ipynb", as_version=4)
     assert saved.metadata["kernel_agent"]["stop_reason"] == "cancelled"
 
-
-@pytest.fixture
-def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    ipython = InteractiveShell.instance(config=config)
-    ipython.run_line_magic("load_ext", "kernel_agent")
-    yield ipython
-    InteractiveShell.clear_instance()
 
 
 def test_interrupted_magic_says_so_and_keeps_the_partial_run(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +16,9 @@ from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 from openai_server import OpenAIServer, Reply, python_call
-from traitlets.config import Config
 
 from kernel_agent.notebook.replay import replay
 
-
-@pytest.fixture
-def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    """A fresh IPython shell with the extension loaded, working in ``tmp_path``."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    ipython = InteractiveShell.instance(config=config)
-    ipython.run_line_magic("load_ext", "kernel_agent")
-    yield ipython
-    InteractiveShell.clear_instance()
 
 
 def rendered(outputs: list[Any], mime: str) -> str:
