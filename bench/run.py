@@ -40,6 +40,7 @@ BENCHMARKS = [
     "bench_session",
     "bench_agent",
     "bench_models",
+    "bench_sandbox",
 ]
 
 FAILED_EXIT = 1

@@ -10,7 +10,7 @@ that failed or for input we refuse::
     ├── KernelError                          the kernel machinery failed
     │   ├── KernelStartError                 a kernel would not start or get ready
     │   ├── SessionClosedError               the session was used after close()
-    │   └── SandboxUnavailableError          a confinement (no-network, limits) cannot be provided
+    │   └── SandboxUnavailableError          the kernel sandbox (bwrap, user namespaces) or a limit cannot be had here
     ├── ModelError                           the model endpoint failed for good (carries the partial run)
     │   ├── ModelUnreachableError            connection refused, DNS, connect time-outs after retries
     │   ├── ModelTimeoutError (TimeoutError) reachable, but the reply did not come (or stalled) in time
@@ -81,7 +81,9 @@ class SessionClosedError(KernelError):
 
 
 class SandboxUnavailableError(KernelError):
-    """A requested confinement (no-network mode, a limit) is not available here."""
+    """The kernel sandbox cannot be made on this machine (no ``bwrap``, no user namespaces), or a
+    requested limit cannot be set. The message names what is missing and how to get it, or
+    ``sandbox="off"`` to run unconfined on purpose."""
 
 
 class ModelError(KernelAgentError):

@@ -49,6 +49,7 @@ class RunStarted(_EventBase):
     workspace: str
     notebook_path: str | None
     scripted: bool = False
+    confinement: str = ""
     kind = "run_started"
 
 

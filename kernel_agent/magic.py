@@ -59,6 +59,9 @@ class AgentMagics(Magics):
     @argument("--request-timeout", type=float, metavar="S", help="seconds to wait for the model's reply to start or continue (default 600)")
     @argument("--data-format", choices=("files", "rich"), help="deepanalyze: list data files as DeepAnalyze does (files) or with our summary (rich)")
     @argument("--no-vllm-extras", action="store_true", help="deepanalyze: do not send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens")
+    @argument("--sandbox", choices=("strict", "off"), help="strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: KERNEL_AGENT_SANDBOX]")
+    @argument("--no-network", action="store_true", help="cut the agent's kernel off every network (needs the sandbox)")
+    @argument("--memory", type=int, metavar="MB", help="memory limit of each kernel process (default 3/4 of RAM, at least 4096)")
     @argument("--share", action="append", default=[], metavar="NAME[,NAME]", help="copy these variables into the agent's kernel")
     @argument("--workspace", "-w", metavar="DIR", help="the run's folder (default ./agent-runs/<time>-<task>)")
     @argument("--out", "-o", metavar="RUN.ipynb", help="where the notebook goes (default WORKSPACE/analysis.ipynb)")
@@ -142,6 +145,7 @@ def _agent_options(args: Any) -> tuple[dict[str, Any], list[str]]:
         "max_rounds": args.max_rounds, "exec_timeout": args.timeout, "vision": True if args.vision else None,
         "request_timeout": args.request_timeout, "data_format": args.data_format,
         "vllm_extras": False if args.no_vllm_extras else None,
+        "sandbox": args.sandbox, "network": False if args.no_network else None, "memory_mb": args.memory,
     }
     data = list(args.data)
     if args.scripted_demo:

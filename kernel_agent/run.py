@@ -88,6 +88,7 @@ class RunInfo:
 
     ``endpoint`` is the host of the model's base URL, never the key.
     ``setup_code`` is the first cell: what the kernel ran before round 1.
+    ``confinement`` is the kernel's confinement in force, in words (``Limits.describe``).
     """
 
     task: str
@@ -99,6 +100,7 @@ class RunInfo:
     setup_code: str = ""
     scripted: bool = False
     started_at: str = ""
+    confinement: str = ""
     language_info: dict[str, object] = field(default_factory=dict, compare=False)
 
 

@@ -14,8 +14,9 @@ _ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
 
 
 def kernels_of(owner: int) -> list[int]:
-    """Kernel processes whose JPY_PARENT_PID is ``owner`` (jupyter_client sets it on every kernel)."""
-    marker = f"JPY_PARENT_PID={owner}".encode()
+    """Kernel processes whose JPY_PARENT_PID is ``owner`` (jupyter_client sets it on every kernel,
+    and on the bwrap around a sandboxed one), or whose KERNEL_AGENT_OWNER is (a kernel in a sandbox)."""
+    markers = {f"JPY_PARENT_PID={owner}".encode(), f"KERNEL_AGENT_OWNER={owner}".encode()}
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -24,7 +25,7 @@ def kernels_of(owner: int) -> list[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if marker in environ and not process_gone(int(entry.name)):
+        if markers.intersection(environ) and not process_gone(int(entry.name)):
             found.append(int(entry.name))
     return found
 

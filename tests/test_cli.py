@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import nbformat
 import pytest
@@ -124,6 +125,28 @@ def test_quiet_prints_only_the_answer_and_the_notebook_path(openai_server: OpenA
 
     assert result.exit_code == 0
     assert result.stdout.splitlines() == ["Forty-two.", str(notebook)]
+
+
+@pytest.mark.kernel
+def test_sandbox_flags_reach_the_kernel_and_off_is_loud(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    port = urlsplit(openai_server.base_url).port  # listening on this machine's loopback
+    probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+             "    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)")
+    openai_server.add(Reply("Probe.", tool_calls=(python_call(probe),)), Reply("Probed."))
+    offline = invoke("run", "Probe", "--model", "m", "--base-url", openai_server.base_url, "--no-network",
+                     "--memory", 5000, "--workspace", tmp_path / "ws1", "--json")
+    events = [json.loads(line) for line in offline.stdout.splitlines()]
+    started = next(event for event in events if event["event"] == "run_started")
+    assert started["confinement"].startswith("sandbox: bubblewrap (strict); network: off; memory: 5,000 MB")
+    assert next(e for e in events if e["event"] == "execution_finished")["result"]["stdout"] == "ConnectionRefusedError\n"
+
+    openai_server.add(Reply("Fine."))
+    loose = invoke("run", "Answer", "--model", "m", "--base-url", openai_server.base_url, "--sandbox", "off",
+                   "--workspace", tmp_path / "ws2", "--quiet")
+    assert loose.exit_code == 0 and loose.stdout.splitlines()[0] == "Fine."
+    assert "warning: the kernel runs unconfined" in loose.stderr
+    refused = invoke("run", "Answer", "--model", "m", "--sandbox", "off", "--no-network")
+    assert refused.exit_code == 2 and "needs the sandbox" in refused.stderr
 
 
 @pytest.mark.kernel

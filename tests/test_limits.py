@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from kernel_agent.errors import ConfigError
+from kernel_agent.kernel.cgroup import ProcessCgroup, _cgroup_parents, join_prefix
 from kernel_agent.kernel.launcher import read_env
 from kernel_agent.kernel.limits import (
     CGROUP_ENV,
     LIMITS_ENV,
+    OWNER_ENV,
     Confinement,
     Limits,
-    ProcessCgroup,
-    _pids_parents,
     default_memory_mb,
     describe_exit,
 )
@@ -80,11 +80,39 @@ def test_bad_values_are_refused(kwargs: dict[str, object]) -> None:
 
 def test_launcher_takes_the_hand_over_variables_out_of_the_environment() -> None:
     limits = Limits(memory_mb=3000, network=False)
-    environ = {LIMITS_ENV: limits.to_env(), CGROUP_ENV: "/sys/fs/cgroup/pids/kernel-agent-1-abc", "HOME": "/root"}
-    read, cgroup = read_env(environ)
-    assert read == limits
-    assert cgroup is not None and cgroup.path == Path("/sys/fs/cgroup/pids/kernel-agent-1-abc")
+    environ = {LIMITS_ENV: limits.to_env(), CGROUP_ENV: "kernel-agent-1-abc", "HOME": "/root"}
+    assert read_env(environ) == (limits, True)
     assert environ == {"HOME": "/root"}  # the analysed code never sees them
+    assert read_env({LIMITS_ENV: limits.to_env()}) == (limits, False)
+
+
+def test_sandbox_setting_is_checked() -> None:
+    assert Limits().sandbox == "strict" and Limits.off().sandbox == "strict"
+    with pytest.raises(ConfigError, match="sandbox must be one of strict, off"):
+        Limits(sandbox="loose")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="needs the sandbox"):
+        Limits(network=False, sandbox="off")
+
+
+def test_the_cgroup_join_prefix_moves_the_command_in_before_it_runs(tmp_path: Path) -> None:
+    fakes = [tmp_path / "kernel-agent-1-abc", tmp_path / "kernel-agent-1-def"]
+    for fake in fakes:
+        fake.mkdir()
+    prefix = join_prefix([ProcessCgroup(fake) for fake in fakes])
+    done = subprocess.run([*prefix, "/bin/sh", "-c", "echo $$"], capture_output=True, text=True, timeout=30, check=True)
+    for fake in fakes:
+        assert (fake / "cgroup.procs").read_text().strip() == done.stdout.strip()  # exec kept the pid
+    # a join that fails stops the launch with the confinement exit code
+    (fakes[1] / "cgroup.procs").unlink()
+    (fakes[1] / "cgroup.procs").mkdir()
+    failed = subprocess.run([*prefix, "/bin/true"], capture_output=True, timeout=30, check=False)
+    assert failed.returncode == 97
+
+
+def test_memory_cgroup_goes_where_the_memory_controller_is() -> None:
+    own = "9:name=systemd:/\n8:pids:/agents/a1\n4:memory:/process_api/x\n0::/agents\n"
+    assert _cgroup_parents("memory", MOUNTINFO, own) == [Path("/sys/fs/cgroup/memory/process_api/x"),
+                                                         Path("/sys/fs/cgroup/unified/agents")]
 
 
 def test_a_cgroup_we_did_not_make_is_never_touched() -> None:
@@ -95,7 +123,7 @@ def test_a_cgroup_we_did_not_make_is_never_touched() -> None:
 def test_confinement_env_without_a_process_limit_has_no_cgroup() -> None:
     confinement = Confinement.prepare(replace(Limits.off(), memory_mb=4096))
     assert confinement.cgroup is None
-    assert confinement.env == {LIMITS_ENV: confinement.limits.to_env()}
+    assert confinement.env == {LIMITS_ENV: confinement.limits.to_env(), OWNER_ENV: str(os.getpid())}
     confinement.release()
 
 
@@ -109,17 +137,17 @@ MOUNTINFO = """\
 
 def test_pids_cgroup_goes_under_our_own_cgroup_v1_first() -> None:
     own = "9:name=systemd:/\n8:pids:/agents/a1\n4:memory:/process_api/x\n0::/agents\n"
-    assert _pids_parents(MOUNTINFO, own) == [Path("/sys/fs/cgroup/pids/agents/a1"), Path("/sys/fs/cgroup/unified/agents")]
+    assert _cgroup_parents("pids", MOUNTINFO, own) == [Path("/sys/fs/cgroup/pids/agents/a1"), Path("/sys/fs/cgroup/unified/agents")]
 
 
 def test_pids_cgroup_on_a_pure_cgroup2_machine() -> None:
     mountinfo = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
     own = "0::/user.slice/user-1000.slice/user@1000.service/app.slice\n"
-    assert _pids_parents(mountinfo, own) == [Path("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice")]
+    assert _cgroup_parents("pids", mountinfo, own) == [Path("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice")]
 
 
 def test_no_cgroup_mounts_means_no_parents() -> None:
-    assert _pids_parents("22 1 0:5 / /proc rw - proc proc rw\n", "0::/\n") == []
+    assert _cgroup_parents("pids", "22 1 0:5 / /proc rw - proc proc rw\n", "0::/\n") == []
 
 
 @pytest.mark.parametrize(
@@ -131,7 +159,7 @@ def test_no_cgroup_mounts_means_no_parents() -> None:
         (-signal.SIGXFSZ, Limits(max_file_mb=5), False, "signal SIGXFSZ: file size limit of 5 MB exceeded"),
         (-signal.SIGKILL, Limits.off(), False, "signal SIGKILL: killed from outside"),
         (-signal.SIGKILL, Limits(memory_mb=2048), True,
-         "signal SIGKILL: out of memory (the system's out-of-memory killer ran; memory limit 2048 MB per process)"),
+         "signal SIGKILL: out of memory (the system's out-of-memory killer ran; memory limit 2,048 MB per process and for all processes together)"),
         (-40, Limits(), False, "signal 40"),
     ],
 )
@@ -144,7 +172,7 @@ import json, resource, signal
 from kernel_agent.kernel.launcher import _user_task_count, confine
 from kernel_agent.kernel.limits import Limits
 before = _user_task_count()
-confine(Limits(memory_mb=3000, cpu_seconds=50, max_processes=7, max_file_mb=5), None)
+confine(Limits(memory_mb=3000, cpu_seconds=50, max_processes=7, max_file_mb=5), in_cgroup=False)
 print(json.dumps({"before": before, "sigxfsz_ignored": signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN,
                   **{name: resource.getrlimit(getattr(resource, name))
                      for name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")}}))

@@ -79,6 +79,13 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
     assert run.info.scripted and run.stop_reason == "answer"
 
 
+def test_sandbox_off_says_so_in_the_cell_and_the_run(shell: InteractiveShell) -> None:
+    with capture_output() as captured:
+        shell.run_cell_magic("agent", "--scripted-demo -w loose --sandbox off --memory 6000", "Analyse sales.csv.")
+    assert "the kernel runs unconfined (sandbox off)" in rendered(captured.outputs, "text/markdown")
+    assert shell.user_ns["_agent_run"].info.confinement.startswith("sandbox: OFF (unconfined); network: on; memory: 6,000 MB")
+
+
 @pytest.mark.parametrize(
     ("line", "body", "message"),
     [
@@ -88,6 +95,7 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
         ("--model m --data nope.csv", "Task.", "nope.csv"),
         ("--model m", "   ", "needs a task"),
         ("--scripted-demo --protocol tools", "Task.", "tags protocol"),
+        ("--model m --sandbox off --no-network", "Task.", "needs the sandbox"),
     ],
 )
 def test_usage_errors_are_short_messages(shell: InteractiveShell, line: str, body: str, message: str) -> None:

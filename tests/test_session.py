@@ -188,12 +188,21 @@ def test_kernel_never_sees_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("DB_PASSWORD", "hunter2")
     monkeypatch.setenv("ALLOWED_KEY", "fine")
     monkeypatch.setenv("HARMLESS", "yes")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    # Secrets whose names say nothing: an allow-list keeps them out, a deny-list would not.
+    monkeypatch.setenv("MYSQL_PWD", "mysql-pw-1")
+    monkeypatch.setenv("GITHUB_PAT", "ghp_pat1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:proxy-pw-1@proxy:3128")
+    monkeypatch.setenv("REDIS_URL", "redis://:redis-pw-1@cache:6379")
+    monkeypatch.setenv("SENTRY_DSN", "https://sentry-pw-1@sentry.example/1")
     with KernelSession(tmp_path, allow_env=("ALLOWED_KEY",), env={"EXTRA": "1"}) as session:
         seen = session.execute("import os; sorted(k for k in os.environ if k in "
-                               "{'OPENAI_API_KEY','MY_SERVICE_TOKEN','DB_PASSWORD','ALLOWED_KEY','HARMLESS','EXTRA'})")
+                               "{'OPENAI_API_KEY','MY_SERVICE_TOKEN','DB_PASSWORD','ALLOWED_KEY','HARMLESS','EXTRA',"
+                               "'LC_ALL'})")
         dump = session.execute("import os; print(repr(dict(os.environ)))").stdout
-    assert seen.result_text == "['ALLOWED_KEY', 'EXTRA', 'HARMLESS']"
-    assert "sk-live-123" not in dump and "hunter2" not in dump
+    assert seen.result_text == "['ALLOWED_KEY', 'EXTRA', 'LC_ALL']"
+    for secret in ("sk-live-123", "hunter2", "mysql-pw-1", "ghp_pat1", "proxy-pw-1", "redis-pw-1", "sentry-pw-1"):
+        assert secret not in dump
 
 
 def test_sync_facade_works_inside_a_running_event_loop(tmp_path: Path) -> None:
@@ -257,11 +266,13 @@ def test_default_workspace_is_private_and_removed(tmp_path: Path) -> None:
 
 def test_kernel_cannot_read_the_agents_process_environment(tmp_path: Path) -> None:
     """/proc/<agent>/environ holds the API key the agent was started with: the kernel must not read it."""
+    from dataclasses import replace
+
     from kernel_agent.kernel.limits import Limits
 
-    code = "import os\nlen(open(f'/proc/{os.getppid()}/environ', 'rb').read())"
+    code = f"import os\nlen(open('/proc/{os.getpid()}/environ', 'rb').read())"
     with KernelSession(tmp_path) as session:
         blocked = session.execute(code)
-    assert blocked.status == "error" and blocked.error is not None and blocked.error.ename == "PermissionError"
-    with KernelSession(tmp_path, limits=Limits(user_namespace=False)) as session:
-        assert session.execute(code).status == "ok"  # the hole the user namespace closes
+    assert blocked.status == "error" and blocked.error is not None and blocked.error.ename == "FileNotFoundError"
+    with KernelSession(tmp_path, limits=replace(Limits(), sandbox="off")) as session:
+        assert session.execute(code).status == "ok"  # the hole the sandbox's PID namespace closes

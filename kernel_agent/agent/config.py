@@ -3,7 +3,8 @@
 Explicit argument > environment variable > default. The environment
 variables are ``KERNEL_AGENT_MODEL``, ``OPENAI_BASE_URL``,
 ``OPENAI_API_KEY``, ``KERNEL_AGENT_DATA_FORMAT``, ``KERNEL_AGENT_VLLM_EXTRAS``
-(``0``/``1``) and ``KERNEL_AGENT_REQUEST_TIMEOUT`` (seconds). Invalid values
+(``0``/``1``), ``KERNEL_AGENT_REQUEST_TIMEOUT`` (seconds) and
+``KERNEL_AGENT_SANDBOX`` (``strict``/``off``). Invalid values
 raise ``ConfigError`` here, before any kernel starts or any model is called.
 """
 
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from ..errors import ConfigError
+from ..kernel.limits import Limits
+from ..kernel.sandbox import SandboxMode
 from .protocols.prompts import DATA_FORMATS, DataFormat
 
 __all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]
@@ -29,6 +32,7 @@ _ENV = {
     "data_format": "KERNEL_AGENT_DATA_FORMAT",
     "vllm_extras": "KERNEL_AGENT_VLLM_EXTRAS",
     "request_timeout": "KERNEL_AGENT_REQUEST_TIMEOUT",
+    "sandbox": "KERNEL_AGENT_SANDBOX",
 }
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -70,6 +74,10 @@ class AgentConfig:
     max_new_tokens: the ``max_new_tokens`` extra (DeepAnalyze's 32768).
     request_timeout: seconds to wait for the model's reply to start, and
         between two streamed pieces of it (None: the model's default, 600).
+    sandbox: ``strict`` runs the kernel in bubblewrap (``SandboxUnavailableError``
+        where that is impossible); ``off`` runs it unconfined, on purpose.
+    network: False cuts the kernel off every network (needs the sandbox).
+    memory_mb: the kernel's memory limit per process (None: the default).
     """
 
     model: str | None = None
@@ -91,6 +99,9 @@ class AgentConfig:
     vllm_extras: bool = True
     max_new_tokens: int = 32768
     request_timeout: float | None = None
+    sandbox: SandboxMode = "strict"
+    network: bool = True
+    memory_mb: int | None = None
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
@@ -131,6 +142,12 @@ class AgentConfig:
             raise ConfigError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}")
         if self.request_timeout is not None and self.request_timeout <= 0:
             raise ConfigError(f"request_timeout must be positive, not {self.request_timeout}")
+        self.limits()  # raises ConfigError for a bad sandbox mode, memory or no network without the sandbox
+
+    def limits(self) -> Limits:
+        """The kernel's confinement from ``sandbox``, ``network`` and ``memory_mb`` (None: the default)."""
+        memory = {} if self.memory_mb is None else {"memory_mb": self.memory_mb}
+        return Limits(network=self.network, sandbox=self.sandbox, **memory)
 
 
 def _from_env(name: str, variable: str, raw: str) -> Any:

@@ -143,7 +143,7 @@ class AsyncAgent:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
     def _default_session(self, workspace: Path) -> AsyncKernelSession:
-        options = {"rebuild": self.config.rebuild, **self._session_options}
+        options = {"rebuild": self.config.rebuild, "limits": self.config.limits(), **self._session_options}
         return AsyncKernelSession(workspace, **options)
 
     async def close(self) -> None:
@@ -210,7 +210,8 @@ class AsyncAgent:
             failed = [r for r in restored if r.status != "ok"]
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
-            info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}")
+            info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}",
+                           confinement=session.limits.describe())
             run = replace(loaded.run, info=info, answer=None, stop_reason=None, error=None)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1)
             async for event in self._drive(live):
@@ -230,6 +231,7 @@ class AsyncAgent:
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
             workspace=str(root.resolve()), setup_code=setup_code, scripted=self.chat_model.scripted,
+            confinement=session.limits.describe(),
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
         protocol, messages = await self._conversation(session, task, names, files)
@@ -265,7 +267,11 @@ class AsyncAgent:
         run = live.run
         info = run.info
         self._save(live)
-        yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted)
+        yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted,
+                         live.session.limits.describe())
+        if live.session.limits.sandbox == "off":
+            yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
+                         f"({live.session.limits.describe()})")
         guard = StuckGuard(self.config.stuck_after)
         last = live.first_round + self.config.max_rounds - 1
         stop: str | None = None

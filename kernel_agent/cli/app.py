@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .._version import __version__
-from ..agent.config import PROTOCOLS
+from ..agent.config import PROTOCOLS, AgentConfig
 from ..errors import ConfigError, KernelAgentError, NotebookError
 from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job, drive
 from .render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
@@ -37,6 +37,7 @@ Environment (flags win over it):
   KERNEL_AGENT_MODEL  model name, e.g. gpt-4o-mini or a vLLM/Ollama model
   OPENAI_BASE_URL     any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1
   OPENAI_API_KEY      its key, if it needs one
+  KERNEL_AGENT_SANDBOX  strict (default) or off: see --sandbox
 """
 
 
@@ -81,6 +82,24 @@ def _model_options(function: F) -> F:
     return function
 
 
+def _kernel_options(function: F) -> F:
+    """The kernel's confinement: the same names as ``AgentConfig``'s and ``Limits``' fields."""
+    options = [
+        click.option("--sandbox", type=click.Choice(["strict", "off"]), default=None, help="strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace writable, no view of other processes), and refuse to start where that is impossible; off: run it unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX]."),
+        click.option("--no-network", "no_network", is_flag=True, help="Cut the kernel off every network, this machine's included (needs the sandbox)."),
+        click.option("--memory", "memory_mb", type=click.IntRange(min=1), metavar="MB", help="Memory limit of each kernel process [default: 3/4 of RAM, at least 4096]."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _kernel_arguments(options: dict[str, Any]) -> dict[str, Any]:
+    """``AgentConfig``'s sandbox fields from ``_kernel_options`` (None: environment or default)."""
+    return {"sandbox": options.pop("sandbox"), "network": False if options.pop("no_network") else None,
+            "memory_mb": options.pop("memory_mb")}
+
+
 def _output_options(function: F) -> F:
     function = click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line (for scripts).")(function)
     return click.option("--quiet", "-q", is_flag=True, help="Print only the answer and the notebook path.")(function)
@@ -93,7 +112,7 @@ def _agent_arguments(options: dict[str, Any]) -> dict[str, Any]:
         "protocol": options["protocol"], "max_rounds": options["max_rounds"], "exec_timeout": options["timeout"],
         "vision": True if options["vision"] else None, "request_timeout": options["request_timeout"],
         "data_format": options["data_format"], "vllm_extras": options["vllm_extras"],
-        "max_new_tokens": options["max_new_tokens"],
+        "max_new_tokens": options["max_new_tokens"], **_kernel_arguments(dict(options)),
     }
 
 
@@ -147,6 +166,7 @@ def cli() -> None:
 @click.argument("task")
 @click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file for the analysis (repeatable).")
 @_model_options
+@_kernel_options
 @click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>].")
 @click.option("--out", "-o", metavar="RUN.ipynb", help="Where the notebook goes [default: WORKSPACE/analysis.ipynb].")
 @_output_options
@@ -175,6 +195,7 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
 @click.argument("notebook", metavar="RUN.ipynb")
 @click.argument("task")
 @_model_options
+@_kernel_options
 @click.option("--workspace", "-w", metavar="DIR", help="Where the data files are [default: the run's recorded workspace].")
 @click.option("--out", "-o", metavar="NEW.ipynb", help="Write the continued run here [default: append to RUN.ipynb].")
 @_output_options
@@ -202,6 +223,7 @@ def resume(notebook: str, task: str, workspace: str | None, out: str | None, qui
 
 @cli.command(epilog=_ENVIRONMENT)
 @_model_options
+@_kernel_options
 @click.option("--scripted", is_flag=True, help="Play the bundled scripted replies even when a model is configured.")
 @click.option("--out", "-o", default="notebooks/demo-run.ipynb", show_default=True, metavar="RUN.ipynb", help="Where the notebook goes.")
 @click.option("--workspace", "-w", default="notebooks/demo-run", show_default=True, metavar="DIR", help="The run's folder.")
@@ -237,8 +259,11 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
 @click.option("--workspace", "-w", metavar="DIR", help="Where the data files are [default: the recorded workspace, then the notebook's folder].")
 @click.option("--check/--no-check", default=True, show_default=True, help="Compare the new outputs with the recorded ones.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600, show_default=True, metavar="S", help="Seconds per cell.")
-def replay(notebook: str, workspace: str | None, check: bool, timeout: float) -> None:
+@_kernel_options
+def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **options: Any) -> None:
     """Re-execute a run's notebook in a fresh kernel and report cell by cell.
+
+    The recorded code is model-written: it runs confined exactly as an agent run's kernel does.
 
     Exits 1 when a cell's outputs differ from the recorded ones (with --check) or a cell fails,
     2 when the notebook or its data files cannot be found.
@@ -247,7 +272,10 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float) ->
     from .show import show_replay
 
     with _edge():
-        report = replay_notebook(notebook, workspace=workspace, check=check, timeout=timeout)
+        limits = AgentConfig.resolve(**_kernel_arguments(options)).limits()
+        if limits.sandbox == "off":
+            click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
+        report = replay_notebook(notebook, workspace=workspace, check=check, timeout=timeout, limits=limits)
     show_replay(Console(highlight=False), report)
     sys.exit(0 if report.ok else 1)
 

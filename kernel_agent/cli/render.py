@@ -311,6 +311,8 @@ class QuietRenderer:
     def handle(self, event: Event) -> None:
         if event.kind == "error":
             self.err.write(f"error: {event.message}\n")  # type: ignore[union-attr]
+        if event.kind == "notice" and "unconfined" in event.message:  # type: ignore[union-attr]
+            self.err.write(f"warning: {event.message}\n")  # type: ignore[union-attr]  # quiet, not silent
         if event.kind != "finished":
             return
         run: Run = event.run  # type: ignore[union-attr]

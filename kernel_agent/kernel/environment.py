@@ -1,8 +1,12 @@
 """The kernel's environment: what model-written code may see of ours.
 
-Owns the rule that the kernel never sees the agent's credentials: variables
-whose names contain KEY, TOKEN, SECRET or PASSWORD (and a few known
-credential names) are dropped unless explicitly allowed. Pure functions.
+Owns the rule that the kernel gets an *allow-list* of the agent's
+environment: the locale, ``PATH``, the interpreter's and the numeric
+libraries' settings, and whatever the caller names in ``allow``. Everything
+else (``OPENAI_API_KEY``, ``MYSQL_PWD``, ``GITHUB_PAT``, ``HTTPS_PROXY``
+with a password, ``REDIS_URL``, ``SENTRY_DSN``, ...) stays out, whatever it
+is called. ``is_secret_name`` remains for front ends that must warn before
+handing a secret-looking name over. Pure functions.
 """
 
 from __future__ import annotations
@@ -10,15 +14,19 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-__all__ = ["SECRET_MARKERS", "is_secret_name", "kernel_environment"]
+__all__ = ["ALLOWED_NAMES", "SECRET_MARKERS", "is_secret_name", "kernel_environment"]
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _SECRET_NAMES = frozenset({"OPENAI_BASE_URL", "AWS_SESSION_TOKEN", "DATABASE_URL", "NETRC"})
-# Variables the agent itself uses and the kernel has no business reading.
-_AGENT_PREFIXES = ("KERNEL_AGENT_",)
-# Set by pytest in *its* process; ipykernel reads it and stops capturing C-level output,
-# so a kernel started from a test would behave unlike one started anywhere else.
-_NOT_INHERITED = frozenset({"PYTEST_CURRENT_TEST"})
+ALLOWED_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TERM", "TZ", "LANG", "LANGUAGE", "COLUMNS",
+    "NO_COLOR", "SOURCE_DATE_EPOCH",
+    "PYTHONPATH", "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONDONTWRITEBYTECODE",
+    "PYTHONWARNINGS", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
+    "MPLBACKEND", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS",
+    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+})
+_ALLOWED_PREFIXES = ("LC_",)
 
 
 def is_secret_name(name: str) -> bool:
@@ -35,17 +43,15 @@ def kernel_environment(
 ) -> dict[str, str]:
     """The environment to start a kernel with.
 
-    ``base`` (default ``os.environ``) minus secret-looking and agent-internal
-    names, except those listed in ``allow``; then ``extra`` laid on top
+    The names of ``ALLOWED_NAMES`` (and ``LC_*``) and those listed in ``allow``,
+    taken from ``base`` (default ``os.environ``); then ``extra`` laid on top
     (explicit extras are the caller's choice and are kept as given).
     """
-    allowed = {name.upper() for name in allow}
+    allowed = ALLOWED_NAMES | {name.upper() for name in allow}
     source = os.environ if base is None else base
     env = {
-        name: value
-        for name, value in source.items()
-        if name.upper() in allowed
-        or not (is_secret_name(name) or name.upper().startswith(_AGENT_PREFIXES) or name in _NOT_INHERITED)
+        name: value for name, value in source.items()
+        if name.upper() in allowed or name.upper().startswith(_ALLOWED_PREFIXES)
     }
     env.update(extra or {})
     return env

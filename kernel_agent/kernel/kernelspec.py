@@ -4,6 +4,8 @@ The spec folder ``kernelspec/kernel-agent`` ships inside the wheel (as
 ``kernel_agent/kernelspec/kernel-agent``) and sits at the top of a source
 checkout; sessions use it from there without any install.
 ``install_kernelspec`` copies it where Jupyter looks, for JupyterLab.
+``launch_spec`` writes the spec one local kernel actually starts with: the
+named spec's command behind its cgroup join and its bubblewrap sandbox.
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.paths import jupyter_path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, KernelStartError
+from .sandbox import SandboxView, bwrap_argv, require_bwrap
 
-__all__ = ["KERNEL_NAME", "install_kernelspec", "kernel_spec_manager", "kernelspec_dir"]
+if TYPE_CHECKING:
+    from .limits import Confinement
+
+__all__ = ["KERNEL_NAME", "install_kernelspec", "kernel_spec_manager", "kernelspec_dir", "launch_spec"]
 
 KERNEL_NAME = "kernel-agent"
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -59,3 +66,29 @@ def install_kernelspec(*, user: bool = False, prefix: str | None = None) -> Path
         except OSError as exc:
             raise ConfigError(f"could not install the {KERNEL_NAME} kernelspec: {exc}") from exc
     return Path(where)
+
+
+def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: SandboxView) -> Path:
+    """Write ``folder/<kernel_name>/kernel.json``: the named spec, launched confined; return ``folder``.
+
+    The command becomes ``[cgroup join] [bwrap ... --] <the spec's argv>``;
+    a sandboxed kernel is interrupted by message (a SIGINT to bwrap would not
+    reach it). Raises ``SandboxUnavailableError`` (strict mode, no working
+    bwrap) and ``KernelStartError`` for an unknown kernel name.
+    """
+    try:
+        spec = kernel_spec_manager().get_kernel_spec(kernel_name)
+    except Exception as exc:  # NoSuchKernel is a KeyError; a broken kernel.json is a ValueError
+        raise KernelStartError(f"no kernelspec named {kernel_name!r}: {exc}") from exc
+    argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
+    if argv and argv[0] in {"python", f"python{sys.version_info[0]}", f"python{sys.version_info[0]}.{sys.version_info[1]}"}:
+        argv[0] = sys.executable  # what jupyter_client would do, were python still first
+    manifest = spec.to_dict()
+    if confinement.limits.sandbox == "strict":
+        argv = [*bwrap_argv(require_bwrap(), view), *argv]
+        manifest["interrupt_mode"] = "message"
+    manifest["argv"] = [*confinement.launch_prefix(), *argv]
+    target = folder / kernel_name
+    target.mkdir(parents=True)
+    (target / "kernel.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return folder

@@ -18,16 +18,20 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 from jupyter_client import AsyncKernelClient, AsyncKernelManager
+from jupyter_client.kernelspec import KernelSpecManager
 
 from ..errors import KernelError, KernelStartError, SandboxUnavailableError
+from .cgroup import pid_alive
 from .environment import kernel_environment
-from .figure_cap import figure_cap_env
-from .kernelspec import KERNEL_NAME, kernel_spec_manager
-from .limits import CONFINEMENT_FAILED, Confinement, Limits, pid_alive
+from .figure_cap import USER_STARTUP_ENV, figure_cap_env
+from .kernelspec import KERNEL_NAME, launch_spec
+from .limits import CONFINEMENT_FAILED, Confinement, Limits
+from .sandbox import SandboxView, protected_files
 
 __all__ = ["AttachedProvider", "LocalProvider", "sweep_stale_runtime_dirs"]
 
@@ -97,22 +101,24 @@ class LocalProvider:
             await self.close()
             raise
 
-    async def _start(self) -> dict[str, Any]:
+    def prepare(self) -> tuple[AsyncKernelManager, dict[str, str]]:
+        """Make the runtime dir, cgroup and sandboxed launch spec; return the manager (kernel not
+        started) and the environment to start it with. For callers that start the kernel themselves
+        (replay hands both to nbclient); ``close()`` still cleans up. Raises ``SandboxUnavailableError``."""
         sweep_stale_runtime_dirs()
         self._runtime_dir = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
         (self._runtime_dir / _OWNER_FILE).write_text(str(os.getpid()))
         if self._workspace is None:
             self._workspace = self._runtime_dir / "workspace"
         self._workspace.mkdir(parents=True, exist_ok=True)
-        transport = "tcp" if self.limits.network else "ipc"
-        self.manager = AsyncKernelManager(
-            kernel_name=self.kernel_name, kernel_spec_manager=kernel_spec_manager(), transport=transport
-        )
-        self.manager.connection_file = str(self._runtime_dir / "connection.json")
-        if transport == "ipc":
-            self.manager.ip = str(self._runtime_dir / "ipc")
         self.confinement = Confinement.prepare(self.limits)
+        self.manager = self._manager(self._runtime_dir, self._workspace)
         env = kernel_environment(extra={**self._env_extra, **self.confinement.env}, allow=self._allow_env)
+        return self.manager, env
+
+    async def _start(self) -> dict[str, Any]:
+        self.manager, env = self.prepare()
+        assert self._runtime_dir is not None and self._workspace is not None
         self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in close()
         try:
             await self.manager.start_kernel(
@@ -125,6 +131,31 @@ class LocalProvider:
             if self._returncode() == CONFINEMENT_FAILED:
                 raise SandboxUnavailableError(f"cannot confine the kernel as asked: {self.log_tail()}") from exc
             raise KernelStartError(f"kernel {self.kernel_name!r} did not start: {exc}. {self.log_tail()}") from exc
+
+    def _manager(self, runtime: Path, workspace: Path) -> AsyncKernelManager:
+        """A manager for our kernel in ``runtime``: ipc sockets there, started by ``launch_spec``'s command."""
+        assert self.confinement is not None
+        workspace = workspace.absolute()  # bwrap binds absolute paths only
+        sockets = runtime / "sockets"
+        sockets.mkdir()
+        connection_file = runtime / "connection.json"
+        spec_dir = launch_spec(
+            runtime / "kernels", self.kernel_name, self.confinement,
+            SandboxView(workspace, sockets, connection_file, network=self.limits.network,
+                        read_only=protected_files(workspace), extra_read=self._extra_read()),
+        )
+        manager = AsyncKernelManager(
+            kernel_name=self.kernel_name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
+            transport="ipc",  # always: another kernel's sockets are out of the sandbox's view, tcp ports are not
+        )
+        manager.connection_file = str(connection_file)
+        manager.ip = str(sockets / "kernel")
+        return manager
+
+    def _extra_read(self) -> tuple[Path, ...]:
+        """Host files the kernel must read besides the interpreter: the user's own PYTHONSTARTUP."""
+        startup = self._env_extra.get(USER_STARTUP_ENV)
+        return (Path(startup),) if startup and Path(startup).is_file() else ()
 
     async def _wait_ready(self) -> dict[str, Any]:
         assert self.client is not None and self.manager is not None
@@ -160,6 +191,8 @@ class LocalProvider:
         returncode = self._returncode()
         if returncode is None:
             return "no exit status"
+        if self.limits.sandbox == "strict" and returncode > 128:  # bwrap exits 128+N for a child killed by N
+            returncode = 128 - returncode
         if self.confinement is not None:
             return self.confinement.describe_exit(returncode)
         return f"exit code {returncode}"
@@ -214,7 +247,7 @@ class AttachedProvider:
     def __init__(self, connection_file: str | os.PathLike[str], *, startup_timeout: float = 60.0) -> None:
         self.connection_file = str(connection_file)
         self.startup_timeout = startup_timeout
-        self.limits = Limits.off()  # not ours: we confine nothing there
+        self.limits = replace(Limits.off(), sandbox="off")  # not ours: we confine nothing there
         self.client: AsyncKernelClient | None = None
 
     def __repr__(self) -> str:

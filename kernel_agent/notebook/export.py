@@ -347,6 +347,7 @@ def _run_metadata(run: Run, view: View, notebook_dir: str | os.PathLike[str] | N
         "usage": run.usage.to_dict(),
         "scripted": info.scripted,
         "rounds": len(run.rounds),
+        **({"confinement": info.confinement} if info.confinement else {}),
     }
 
 

