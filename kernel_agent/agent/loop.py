@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,8 +39,9 @@ from ..events import (
     TextReset,
 )
 from ..kernel.result import ExecutionResult
+from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import changed_files, default_workspace, snapshot
+from ..kernel.workspace import default_workspace
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, export_run
 from ..notebook.load import load_run
@@ -54,7 +55,7 @@ __all__ = ["AsyncAgent", "SessionFactory"]
 
 log = logging.getLogger(__name__)
 
-SessionFactory = Callable[[Path], AsyncKernelSession]
+SessionFactory = KernelFactory  # the older name
 
 _PACKAGES = ("pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels",
              "pyarrow", "openpyxl", "polars", "plotly", "sympy", "networkx")
@@ -80,7 +81,7 @@ class _Live:
     """The mutable state of one run in progress (the values it builds are frozen)."""
 
     run: Run
-    session: AsyncKernelSession
+    session: Kernel
     protocol: Protocol
     messages: list[dict[str, Any]]
     notebook: Path
@@ -94,8 +95,9 @@ class AsyncAgent:
 
     Arguments after ``vision`` are keyword-only: ``chat_model`` replaces the
     endpoint with any ``ChatModel`` (e.g. the scripted demo model);
-    ``session_factory(workspace)`` builds the kernel session (default: our
-    kernelspec, with ``session_options`` passed to ``AsyncKernelSession``);
+    ``session_factory(workspace)`` returns an async context manager yielding
+    a started ``Kernel`` (``interface.KernelFactory``; default: an
+    ``AsyncKernelSession`` with ``session_options``, local or on a gateway);
     ``model_options`` go to ``OpenAIChatModel`` (``max_retries``, ``backoff``,
     ``request_timeout``, ``extra_body`` such as vLLM's ``top_k``);
     other ``AgentConfig`` fields (``stuck_after``, ``preload``, ...) are accepted too.
@@ -142,7 +144,7 @@ class AsyncAgent:
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
-    def _default_session(self, workspace: Path) -> AsyncKernelSession:
+    def _default_session(self, workspace: Path) -> Kernel:
         options = {"rebuild": self.config.rebuild, "limits": self.config.limits(), **self._session_options}
         return AsyncKernelSession(workspace, **options)
 
@@ -182,6 +184,7 @@ class AsyncAgent:
         files = prepare_data(list(data), root)
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
+            await session.files.put([root / f.name for f in files])
             live = await self._begin(session, task, files, root, notebook_path, setup)
             async for event in self._drive(live):
                 yield event
@@ -206,6 +209,7 @@ class AsyncAgent:
         root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
+            await session.files.put([root / name for name in loaded.info.data_files if (root / name).is_file()])
             restored = [await session.execute(code, self.config.exec_timeout) for code in loaded.rebuild_code]
             failed = [r for r in restored if r.status != "ok"]
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files)
@@ -219,7 +223,7 @@ class AsyncAgent:
 
     # ----------------------------------------------------------------- the loop
     async def _begin(
-        self, session: AsyncKernelSession, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
+        self, session: Kernel, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
         extra_setup: str,
     ) -> _Live:
         names = [f.name for f in files]
@@ -238,7 +242,7 @@ class AsyncAgent:
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root)
 
     async def _conversation(
-        self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+        self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> tuple[Protocol, list[dict[str, Any]]]:
         """The protocol and the opening messages that describe the task and the kernel."""
         config = self.config
@@ -249,13 +253,13 @@ class AsyncAgent:
         return protocol, protocol.initial_messages(await self._context(session, task, names, files))
 
     async def _context(
-        self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+        self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> PromptContext:
         pairs = repr([(m, _DIST.get(m, m)) for m in _PACKAGES])
         probe = await session.evaluate({"packages": _PROBE.replace("PAIRS", pairs)})
         packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
         if files is None:
-            root = session.workspace or Path.cwd()
+            root = session.files.local
             files = prepare_data([root / n for n in names if (root / n).exists()], root)
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=packages,
@@ -344,9 +348,9 @@ class AsyncAgent:
         yield CodeReady(index, step.code, step.reasoning)
         yield ExecutionStarted(index, self.config.exec_timeout)
         exclude = (live.notebook, clean_path(live.notebook))
-        before = snapshot(live.workspace, exclude)
+        before = await live.session.files.snapshot(exclude)
         result = await live.session.execute(step.code, self.config.exec_timeout)
-        artifacts = changed_files(before, snapshot(live.workspace, exclude))
+        artifacts = await live.session.files.changes(before, exclude)
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
         live.feedback_at.append(range(len(live.messages), len(live.messages) + len(feedback)))
