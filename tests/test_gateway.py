@@ -10,7 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from click.testing import CliRunner
 from gateway import KernelGateway, free_port
+from openai_server import OpenAIServer, Reply, python_call
+
+from kernel_agent.cli import cli
 from kernel_agent.errors import ConfigError, KernelStartError
 from kernel_agent.kernel.gateway.channels import parse_frame
 from kernel_agent.kernel.gateway.settings import GatewaySettings
@@ -188,3 +192,28 @@ def test_binary_frames_with_buffers_parse() -> None:
 
 def test_the_gateway_refuses_without_a_token(gateway: KernelGateway) -> None:
     assert httpx.get(f"{gateway.url}/api/kernels", trust_env=False).status_code in (401, 403)
+
+
+def test_cli_runs_on_the_gateway_with_a_token_file_and_keeps_the_token_out(
+    tmp_path: Path, gateway: KernelGateway, openai_server: OpenAIServer
+) -> None:
+    (tmp_path / "numbers.csv").write_text("x\n1\n2\n3\n")
+    token_file = tmp_path / "token"
+    token_file.write_text(gateway.token + "\n")
+    code = "import pandas as pd\nprint(pd.read_csv('numbers.csv').x.sum())\npd.DataFrame({'y': [1]}).to_csv('made.csv')"
+    openai_server.add(Reply("Sum.", tool_calls=(python_call(code),)), Reply("Six."))
+    notebook = tmp_path / "run.ipynb"
+    result = CliRunner().invoke(cli, [
+        "run", "Sum x", "--model", "m", "--base-url", openai_server.base_url, "--data", str(tmp_path / "numbers.csv"),
+        "--gateway", gateway.url, "--gateway-token-file", str(token_file), "--workspace", str(tmp_path / "ws"),
+        "--out", str(notebook), "--json",
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    started = next(e for e in events if e["event"] == "run_started")
+    assert started["confinement"].startswith(f"remote: Jupyter gateway at {gateway.url}")
+    finished = next(e for e in events if e["event"] == "execution_finished")
+    assert finished["result"]["stdout"] == "6\n"
+    assert (tmp_path / "ws" / "made.csv").is_file()  # the artifact came back into the local run folder
+    for text in (result.output, notebook.read_text(), json.dumps(openai_server.requests)):
+        assert gateway.token not in text

@@ -145,7 +145,9 @@ class AsyncAgent:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
     def _default_session(self, workspace: Path) -> Kernel:
-        options = {"rebuild": self.config.rebuild, "limits": self.config.limits(), **self._session_options}
+        gateway = self.config.gateway()
+        where: dict[str, Any] = {"gateway": gateway} if gateway else {"limits": self.config.limits()}
+        options = {"rebuild": self.config.rebuild, **where, **self._session_options}
         return AsyncKernelSession(workspace, **options)
 
     async def close(self) -> None:
@@ -215,7 +217,7 @@ class AsyncAgent:
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
             info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}",
-                           confinement=session.limits.describe())
+                           confinement=_confinement(session))
             run = replace(loaded.run, info=info, answer=None, stop_reason=None, error=None)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1)
             async for event in self._drive(live):
@@ -235,7 +237,7 @@ class AsyncAgent:
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
             workspace=str(root.resolve()), setup_code=setup_code, scripted=self.chat_model.scripted,
-            confinement=session.limits.describe(),
+            confinement=_confinement(session),
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
         protocol, messages = await self._conversation(session, task, names, files)
@@ -272,8 +274,8 @@ class AsyncAgent:
         info = run.info
         self._save(live)
         yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted,
-                         live.session.limits.describe())
-        if live.session.limits.sandbox == "off":
+                         info.confinement)
+        if live.session.workspace is not None and live.session.limits.sandbox == "off":  # a remote kernel is the gateway's
             yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                          f"({live.session.limits.describe()})")
         guard = StuckGuard(self.config.stuck_after)
@@ -427,3 +429,9 @@ def _resolve_workspace(recorded: str, notebook: Path) -> Path:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _confinement(session: Kernel) -> str:
+    """What confines the kernel, in words: a session says so itself; any other Kernel by its limits."""
+    described = getattr(session, "confinement", None)
+    return described if isinstance(described, str) else session.limits.describe()  # type: ignore[attr-defined]

@@ -113,6 +113,12 @@ class AsyncKernelSession:
         return RemoteFiles(self.local_folder, self._run_silently)
 
     @property
+    def confinement(self) -> str:
+        """Where the kernel runs and what confines it, in words (notebook metadata, events)."""
+        describe = getattr(self.provider, "describe_confinement", None)
+        return describe() if describe is not None else self.provider.limits.describe()
+
+    @property
     def owns_kernel(self) -> bool:
         return self.provider.owns_kernel
 

@@ -129,6 +129,10 @@ class GatewayProvider:
         await self._enter_cwd()
         return info
 
+    def describe_confinement(self) -> str:
+        """Our sandbox cannot reach a remote kernel: the gateway's own isolation is what applies."""
+        return f"remote: Jupyter gateway at {self.settings.url} (its own isolation applies, not our sandbox)"
+
     def describe_exit(self) -> str:
         if self.client is not None and self.client.gone:
             return f"the connection to the gateway at {self.settings.url} was lost"
