@@ -18,6 +18,7 @@ import asyncio
 import base64
 import json
 import logging
+import shutil
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +27,7 @@ from ..errors import KernelError
 from .result import Artifact
 from .workspace import Snapshot, changed_files, snapshot
 
-__all__ = ["KernelFiles", "LocalFiles", "NoFiles", "RemoteFiles", "put_code", "read_expression"]
+__all__ = ["CopiedFiles", "KernelFiles", "LocalFiles", "NoFiles", "RemoteFiles", "put_code", "read_expression"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,27 @@ class LocalFiles:
 
     async def changes(self, before: Snapshot, exclude: Iterable[Path] = ()) -> tuple[Artifact, ...]:
         return changed_files(before, await self.snapshot(exclude))
+
+
+class CopiedFiles:
+    """The kernel works in its own folder on this machine (a pooled kernel, started before the run had one):
+    data files are copied in, changed files copied back into ``local``. The kernel never writes ``local``."""
+
+    def __init__(self, kernel_folder: Path, local: Path) -> None:
+        self.kernel_folder = kernel_folder
+        self.local = local
+
+    async def put(self, paths: Sequence[Path]) -> None:
+        await asyncio.to_thread(_copy_all, [(path, self.kernel_folder / path.name) for path in paths])
+
+    async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
+        return await asyncio.to_thread(snapshot, self.kernel_folder, ())
+
+    async def changes(self, before: Snapshot, exclude: Iterable[Path] = ()) -> tuple[Artifact, ...]:
+        artifacts = changed_files(before, await self.snapshot())
+        pairs = [(self.kernel_folder / a.path, self.local / a.path) for a in artifacts]
+        await asyncio.to_thread(_copy_all, pairs)
+        return artifacts
 
 
 class NoFiles:
@@ -157,3 +179,9 @@ def read_expression(path: str, offset: int, size: int) -> str:
 def _write(target: Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
+
+
+def _copy_all(pairs: Sequence[tuple[Path, Path]]) -> None:
+    for source, target in pairs:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)

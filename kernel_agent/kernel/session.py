@@ -18,7 +18,7 @@ from jupyter_client import AsyncKernelManager
 
 from ..errors import KernelError, SessionClosedError
 from .engine import ExecuteEngine
-from .files import KernelFiles, LocalFiles, NoFiles, RemoteFiles
+from .files import CopiedFiles, KernelFiles, LocalFiles, NoFiles, RemoteFiles
 from .gateway.settings import GatewaySettings
 from .interface import KernelProvider, SessionState
 from .kernelspec import KERNEL_NAME
@@ -106,11 +106,20 @@ class AsyncKernelSession:
         """
         if self.state is not SessionState.READY:
             return NoFiles(SessionClosedError(f"this kernel session is {self.state.value}: it has no files"))
-        if self.provider.workspace is not None:
-            return LocalFiles(self.provider.workspace)
+        kernel_folder = self.provider.workspace
+        if kernel_folder is not None and self.local_folder is not None and kernel_folder != self.local_folder:
+            return CopiedFiles(kernel_folder, self.local_folder)  # bound after start (a pooled kernel)
+        if kernel_folder is not None:
+            return LocalFiles(kernel_folder)
         if self.local_folder is None:
             return NoFiles(KernelError("a remote kernel needs a local folder (workspace=...) to bring files to"))
         return RemoteFiles(self.local_folder, self._run_silently)
+
+    def bind(self, local_folder: str | os.PathLike[str]) -> None:
+        """Adopt a run's local folder after start (a pooled kernel): data files are copied from it into
+        the kernel's own folder and changed files copied back; the sandbox stays as it was started."""
+        self.local_folder = Path(local_folder)
+        self.local_folder.mkdir(parents=True, exist_ok=True)
 
     @property
     def confinement(self) -> str:
