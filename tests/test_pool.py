@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from leaks import our_kernel_pids
+from openai_server import OpenAIServer, Reply, python_call
+
+from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.errors import ConfigError, KernelError
 from kernel_agent.kernel.pool import KernelPool
 
@@ -61,3 +65,25 @@ def test_cap_close_and_cancellation_leave_no_kernel(tmp_path: Path) -> None:
     asyncio.run(run())
     with pytest.raises(ConfigError):
         KernelPool(size=-1)
+
+
+def test_the_agent_runs_on_a_pooled_kernel(tmp_path: Path, openai_server: OpenAIServer) -> None:
+    (tmp_path / "numbers.csv").write_text("x\n1\n2\n3\n")
+    openai_server.add(
+        Reply("Sum.", tool_calls=(python_call("print(int(pd.read_csv('numbers.csv').x.sum()))\nplt.plot([1, 2]);"),)),
+        Reply("Six."),
+    )
+
+    async def run() -> Any:
+        async with KernelPool(size=1) as pool:
+            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool.acquire)
+            try:
+                return await agent.run("Sum x", [tmp_path / "numbers.csv"], tmp_path / "run")
+            finally:
+                await agent.close()
+
+    run_ = asyncio.run(run())
+    assert run_.answer == "Six."
+    assert run_.rounds[0].result.stdout == "6\n" and len(run_.rounds[0].result.images) == 1
+    assert (tmp_path / "run" / "analysis.ipynb").is_file()
+    assert not our_kernel_pids()
