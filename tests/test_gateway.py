@@ -217,3 +217,21 @@ def test_cli_runs_on_the_gateway_with_a_token_file_and_keeps_the_token_out(
     assert (tmp_path / "ws" / "made.csv").is_file()  # the artifact came back into the local run folder
     for text in (result.output, notebook.read_text(), json.dumps(openai_server.requests)):
         assert gateway.token not in text
+
+
+def test_a_pool_of_gateway_kernels(tmp_path: Path, gateway: KernelGateway) -> None:
+    from kernel_agent.kernel.pool import KernelPool
+
+    async def run() -> tuple[str, list[str]]:
+        async with KernelPool(size=1, gateway=gateway.url, gateway_token=gateway.token) as pool:
+            await pool.wait_ready()
+            async with pool.acquire(tmp_path / "run") as kernel:
+                before = await kernel.files.snapshot()
+                await kernel.execute("open('made.txt', 'w').write('remote')")
+                made = [a.path for a in await kernel.files.changes(before)]
+                modules = (await kernel.evaluate({"m": "'pandas' in __import__('sys').modules"}))["m"]
+        return str(modules), made
+
+    modules, made = asyncio.run(run())
+    assert modules == "True" and made == ["made.txt"]
+    assert (tmp_path / "run" / "made.txt").read_text() == "remote"
