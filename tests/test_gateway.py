@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -235,3 +236,18 @@ def test_a_pool_of_gateway_kernels(tmp_path: Path, gateway: KernelGateway) -> No
     modules, made = asyncio.run(run())
     assert modules == "True" and made == ["made.txt"]
     assert (tmp_path / "run" / "made.txt").read_text() == "remote"
+
+
+def test_the_magic_runs_on_the_gateway(
+    tmp_path: Path, gateway: KernelGateway, openai_server: OpenAIServer, shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNEL_AGENT_GATEWAY_TOKEN", gateway.token)
+    openai_server.add(Reply("Where?", tool_calls=(python_call("import os\nprint('KERNEL_GATEWAY' in os.environ)"),)),
+                      Reply("On the gateway."))
+    shell.run_cell_magic(
+        "agent", f"--model m --base-url {openai_server.base_url} --gateway {gateway.url} --workspace {tmp_path / 'ws'}",
+        "Where do you run?",
+    )
+    run = shell.user_ns["_agent_run"]
+    assert run.answer == "On the gateway." and run.rounds[0].result.stdout == "True\n"
+    assert gateway.token not in (tmp_path / "ws" / "analysis.ipynb").read_text()
