@@ -26,7 +26,7 @@ from kernel_agent.kernel.pool import KernelPool
 from kernel_agent.kernel.session import AsyncKernelSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from gateway import KernelGateway  # noqa: E402  - the test suite's real gateway, started and stopped here
+from gateway import KernelGateway
 
 NAME = "kernels"
 

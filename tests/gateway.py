@@ -23,7 +23,6 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
-
 from leaks import kernels_of, process_gone
 
 _START_S = 60.0  # a gateway on a loaded 2-core machine takes a few seconds to import and bind
@@ -49,7 +48,7 @@ class KernelGateway:
         self.folder = Path(tempfile.mkdtemp(prefix="kg-test-"))
         self.process: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> "KernelGateway":
+    def __enter__(self) -> KernelGateway:
         try:
             self._start()
         except BaseException:

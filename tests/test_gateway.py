@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from click.testing import CliRunner
 from gateway import KernelGateway, free_port
 from openai_server import OpenAIServer, Reply, python_call

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from leaks import our_kernel_pids
 from openai_server import OpenAIServer, Reply, python_call
 

@@ -68,7 +68,7 @@ class KernelPool:
         """Kernels waiting, started and set up."""
         return self._ready.qsize()
 
-    async def start(self) -> "KernelPool":
+    async def start(self) -> KernelPool:
         """Begin filling to ``size`` in the background; return at once."""
         self._refill()
         return self
@@ -111,7 +111,7 @@ class KernelPool:
         while not self._ready.empty():
             self._ready.get_nowait()
 
-    async def __aenter__(self) -> "KernelPool":
+    async def __aenter__(self) -> KernelPool:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:

@@ -21,7 +21,7 @@ import socket
 import struct
 import uuid
 from collections import deque
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -146,7 +146,7 @@ class GatewayChannels:
         msg_id = uuid.uuid4().hex
         header = {
             "msg_id": msg_id, "msg_type": msg_type, "username": "kernel-agent", "session": self.session_id,
-            "date": datetime.now(timezone.utc).isoformat(), "version": "5.3",
+            "date": datetime.now(UTC).isoformat(), "version": "5.3",
         }
         message = {"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": channel}
         self._outgoing.put_nowait(json.dumps(message))

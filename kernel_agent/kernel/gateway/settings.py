@@ -45,7 +45,7 @@ class GatewaySettings:
     @classmethod
     def resolve(
         cls, url: str | None = None, token: str | None = None, environ: Mapping[str, str] | None = None, **options: object
-    ) -> "GatewaySettings | None":
+    ) -> GatewaySettings | None:
         """Settings from explicit values, then the environment; None when no gateway is named."""
         env = os.environ if environ is None else environ
         url = url or env.get(GATEWAY_URL_ENV) or None
