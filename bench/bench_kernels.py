@@ -9,6 +9,9 @@
   alternating blocks of 10; target with server-side NODELAY ≤ 1.2× local.
   Our side always sets TCP_NODELAY. The local kernel is sandboxed; the
   gateway's is not (its isolation is the gateway's).
+* ``concurrent``: 16 sandboxed sessions started at once on this machine,
+  each running 20 small executes; all must finish with their state intact;
+  per-execute latency p50/p95 (information; ``run.py`` checks nothing leaked).
 """
 
 from __future__ import annotations
@@ -103,4 +106,39 @@ async def _roundtrips(server: KernelGateway, blocks: int) -> tuple[list[float], 
     return samples["remote"], samples["local"]
 
 
-PARTS = {"pool": pool, "gateway": gateway}
+# ------------------------------------------------------------------ concurrent
+def concurrent(quick: bool) -> list[Row]:
+    """16 sessions at once (4 in ``--quick``), each 20 small executes; every one must complete."""
+    return asyncio.run(_concurrent(4 if quick else 16))
+
+
+async def _concurrent(count: int) -> list[Row]:
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-many-"))
+    latencies: list[float] = []
+
+    async def one(index: int) -> None:
+        async with AsyncKernelSession(scratch / f"s{index}") as kernel:
+            await kernel.execute(f"total = {index}")
+            for step in range(20):
+                started = time.perf_counter()
+                result = await kernel.execute(f"total += {step}; total")
+                latencies.append(time.perf_counter() - started)
+                if result.status != "ok":
+                    raise RuntimeError(f"session {index} failed: {result.status}")
+            if (await kernel.execute("total")).result_text != str(index + sum(range(20))):
+                raise RuntimeError(f"session {index} lost its state")
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(one(index) for index in range(count)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    wall = time.perf_counter() - started
+    return [
+        Row(f"{count} concurrent sessions: wall time, all complete", wall),
+        Row(f"  ↳ per-execute latency p50 ({count} at once)", median(latencies)),
+        Row(f"  ↳ per-execute latency p95 ({count} at once)", p95(latencies)),
+    ]
+
+
+PARTS = {"pool": pool, "gateway": gateway, "concurrent": concurrent}
