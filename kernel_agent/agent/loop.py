@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, KernelError, ModelError
+from ..errors import ConfigError, KernelError, ModelError, NotebookError
 from ..events import (
     AnswerReady,
     CodeReady,
@@ -44,12 +44,13 @@ from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import default_workspace
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, export_run
-from ..notebook.load import load_run
+from ..notebook.load import load_resumable
 from ..run import Round, Run, RunInfo, Usage
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, preload_code, preload_description, prepare_data
+from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
+from .quota import over_quota, workspace_usage
 
 __all__ = ["AsyncAgent", "SessionFactory"]
 
@@ -88,6 +89,8 @@ class _Live:
     workspace: Path
     first_round: int = 1
     feedback_at: list[range] = field(default_factory=list)  # per executed round: its feedback in ``messages``
+    baseline: int = 0  # bytes the workspace took when the run started (its disk quota counts growth)
+    running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
 
 
 class AsyncAgent:
@@ -139,12 +142,13 @@ class AsyncAgent:
             )
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
-        self._session_factory = session_factory or self._default_session
+        self._session_factory = session_factory or self.new_session
 
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
-    def _default_session(self, workspace: Path) -> Kernel:
+    def new_session(self, workspace: Path) -> AsyncKernelSession:
+        """A kernel session as this agent's runs get one by default (not started): local, or on the gateway."""
         gateway = self.config.gateway()
         where: dict[str, Any] = {"gateway": gateway} if gateway else {"limits": self.config.limits()}
         options = {"rebuild": self.config.rebuild, **where, **self._session_options}
@@ -183,7 +187,7 @@ class AsyncAgent:
         variables shared from a notebook); it is recorded there, so the notebook replays.
         """
         root = Path(workspace) if workspace is not None else default_workspace(task)
-        files = prepare_data(list(data), root)
+        files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
             await session.files.put([root / f.name for f in files])
@@ -200,21 +204,29 @@ class AsyncAgent:
 
     async def stream_resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
-        workspace: str | os.PathLike[str] | None = None,
+        workspace: str | os.PathLike[str] | None = None, restore: bool = True,
     ) -> AsyncIterator[Event]:
         """Rebuild the kernel state from ``notebook_path``'s successful cells, tell the model
         what was done, continue with ``task``, and append the new rounds to the same
-        notebook (or to ``notebook`` when given). Raises ``NotebookError`` for a notebook
-        that is not a kernel-agent run."""
-        loaded = load_run(notebook_path)
+        notebook (or to ``notebook`` when given). ``restore=False`` skips the rebuild, for a
+        session factory that hands back the very kernel that ran the notebook (the service's
+        live thread kernels). Raises ``NotebookError``, before any kernel starts, for a notebook
+        that is not a kernel-agent run, whose workspace is not a folder, or whose data files lead
+        outside it (``load_resumable``, ``recorded_data``)."""
+        loaded = load_resumable(notebook_path)
         source = Path(notebook_path)
         root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
+        if not root.is_dir():
+            raise NotebookError(f"the run's workspace {root} is not a folder; pass the workspace where its data "
+                                "files are", path=str(source))
+        files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
             await session.files.put([root / name for name in loaded.info.data_files if (root / name).is_file()])
-            restored = [await session.execute(code, self.config.exec_timeout) for code in loaded.rebuild_code]
+            code = loaded.rebuild_code if restore else ()
+            restored = [await session.execute(cell, self.config.exec_timeout) for cell in code]
             failed = [r for r in restored if r.status != "ok"]
-            protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files)
+            protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
             info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}",
                            confinement=_confinement(session))
@@ -279,6 +291,7 @@ class AsyncAgent:
             yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                          f"({live.session.limits.describe()})")
         guard = StuckGuard(self.config.stuck_after)
+        live.baseline = await self._disk_usage(live)
         last = live.first_round + self.config.max_rounds - 1
         stop: str | None = None
         try:
@@ -300,6 +313,12 @@ class AsyncAgent:
                     stop = "stuck"
                     yield Notice(guard.reason, round=index)
                     break
+                full = await self._over_quota(live)
+                if full:
+                    stop = "disk_quota"
+                    live.run = replace(live.run, error=full)
+                    yield Notice(full, round=index)
+                    break
             else:
                 stop = "max_rounds"
         except ModelError as exc:
@@ -307,7 +326,9 @@ class AsyncAgent:
             live.run = replace(live.run, error=str(exc))
             yield RunError(str(exc), type(exc).__name__)
         except (asyncio.CancelledError, KeyboardInterrupt):
-            live.run = replace(live.run, stop_reason="cancelled", error="cancelled by the user", finished_at=_now())
+            kept = (live.running,) if live.running is not None else ()
+            live.run = replace(live.run, rounds=(*live.run.rounds, *kept), stop_reason="cancelled",
+                               error="cancelled by the user", finished_at=_now())
             self._save(live)
             raise
         except KernelError as exc:  # the machinery, not the analysed code: raise, carrying the saved run
@@ -351,7 +372,13 @@ class AsyncAgent:
         yield ExecutionStarted(index, self.config.exec_timeout)
         exclude = (live.notebook, clean_path(live.notebook))
         before = await live.session.files.snapshot(exclude)
-        result = await live.session.execute(step.code, self.config.exec_timeout)
+        live.running = base
+        try:
+            result = await live.session.execute(step.code, self.config.exec_timeout)
+        except asyncio.CancelledError as cancel:
+            live.running = replace(base, result=getattr(cancel, "partial_result", None))
+            raise
+        live.running = None
         artifacts = await live.session.files.changes(before, exclude)
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
@@ -392,6 +419,18 @@ class AsyncAgent:
             files = f"[files written: {listed}]\n"
         images = tuple(result.images) if self.config.vision else ()
         return Feedback(text=text, images=images, files=files)
+
+    async def _disk_usage(self, live: _Live) -> int:
+        if not self.config.disk_quota_mb:
+            return 0
+        exclude = (live.notebook, clean_path(live.notebook))
+        return await asyncio.to_thread(workspace_usage, live.workspace, exclude)
+
+    async def _over_quota(self, live: _Live) -> str | None:
+        """Why the run must stop for the disk quota, or None (also when it is off)."""
+        if not self.config.disk_quota_mb:
+            return None
+        return over_quota(await self._disk_usage(live) - live.baseline, self.config.disk_quota_mb)
 
     def _save(self, live: _Live) -> None:
         live.run = replace(live.run, notebook_path=live.notebook)

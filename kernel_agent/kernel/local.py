@@ -60,6 +60,20 @@ def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
     return removed
 
 
+def _make_runtime_dir() -> Path:
+    """A new runtime dir that never exists without its owner file.
+
+    The dir is built under a staging name and renamed into place, so a sweep or a
+    leak check in another process never sees a ``kernel-agent-*`` dir whose owner
+    is not yet written.
+    """
+    staging = Path(tempfile.mkdtemp(prefix=".staging-" + _RUNTIME_PREFIX))
+    (staging / _OWNER_FILE).write_text(str(os.getpid()))
+    final = staging.with_name(staging.name.removeprefix(".staging-"))
+    os.rename(staging, final)  # mkdtemp's random suffix: the final name is free in practice
+    return final
+
+
 class LocalProvider:
     """A kernel process we start on this machine, confined by ``limits``, in ``workspace``.
 
@@ -106,8 +120,7 @@ class LocalProvider:
         started) and the environment to start it with. For callers that start the kernel themselves
         (replay hands both to nbclient); ``close()`` still cleans up. Raises ``SandboxUnavailableError``."""
         sweep_stale_runtime_dirs()
-        self._runtime_dir = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
-        (self._runtime_dir / _OWNER_FILE).write_text(str(os.getpid()))
+        self._runtime_dir = _make_runtime_dir()
         if self._workspace is None:
             self._workspace = self._runtime_dir / "workspace"
         self._workspace.mkdir(parents=True, exist_ok=True)
