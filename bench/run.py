@@ -43,6 +43,7 @@ BENCHMARKS = [
     "bench_sandbox",
     "bench_mcp",
     "bench_plan",
+    "bench_kernels",
 ]
 
 FAILED_EXIT = 1

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,8 +39,9 @@ from ..events import (
     TextReset,
 )
 from ..kernel.result import ExecutionResult
+from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import changed_files, default_workspace, snapshot
+from ..kernel.workspace import default_workspace
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, export_run
 from ..notebook.load import load_resumable
@@ -55,7 +56,7 @@ __all__ = ["AsyncAgent", "SessionFactory"]
 
 log = logging.getLogger(__name__)
 
-SessionFactory = Callable[[Path], AsyncKernelSession]
+SessionFactory = KernelFactory  # the older name
 
 _PACKAGES = ("pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels",
              "pyarrow", "openpyxl", "polars", "plotly", "sympy", "networkx")
@@ -81,7 +82,7 @@ class _Live:
     """The mutable state of one run in progress (the values it builds are frozen)."""
 
     run: Run
-    session: AsyncKernelSession
+    session: Kernel
     protocol: Protocol
     messages: list[dict[str, Any]]
     notebook: Path
@@ -97,8 +98,9 @@ class AsyncAgent:
 
     Arguments after ``vision`` are keyword-only: ``chat_model`` replaces the
     endpoint with any ``ChatModel`` (e.g. the scripted demo model);
-    ``session_factory(workspace)`` builds the kernel session (default: our
-    kernelspec, with ``session_options`` passed to ``AsyncKernelSession``);
+    ``session_factory(workspace)`` returns an async context manager yielding
+    a started ``Kernel`` (``interface.KernelFactory``; default: an
+    ``AsyncKernelSession`` with ``session_options``, local or on a gateway);
     ``model_options`` go to ``OpenAIChatModel`` (``max_retries``, ``backoff``,
     ``request_timeout``, ``extra_body`` such as vLLM's ``top_k``);
     other ``AgentConfig`` fields (``stuck_after``, ``preload``, ...) are accepted too.
@@ -146,8 +148,10 @@ class AsyncAgent:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
     def new_session(self, workspace: Path) -> AsyncKernelSession:
-        """A kernel session as this agent's runs get one by default (not started)."""
-        options = {"rebuild": self.config.rebuild, "limits": self.config.limits(), **self._session_options}
+        """A kernel session as this agent's runs get one by default (not started): local, or on the gateway."""
+        gateway = self.config.gateway()
+        where: dict[str, Any] = {"gateway": gateway} if gateway else {"limits": self.config.limits()}
+        options = {"rebuild": self.config.rebuild, **where, **self._session_options}
         return AsyncKernelSession(workspace, **options)
 
     async def close(self) -> None:
@@ -186,6 +190,7 @@ class AsyncAgent:
         files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
+            await session.files.put([root / f.name for f in files])
             live = await self._begin(session, task, files, root, notebook_path, setup)
             async for event in self._drive(live):
                 yield event
@@ -217,13 +222,14 @@ class AsyncAgent:
         files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
+            await session.files.put([root / name for name in loaded.info.data_files if (root / name).is_file()])
             code = loaded.rebuild_code if restore else ()
             restored = [await session.execute(cell, self.config.exec_timeout) for cell in code]
             failed = [r for r in restored if r.status != "ok"]
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
             info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}",
-                           confinement=session.limits.describe())
+                           confinement=_confinement(session))
             run = replace(loaded.run, info=info, answer=None, stop_reason=None, error=None)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1)
             async for event in self._drive(live):
@@ -260,7 +266,7 @@ class AsyncAgent:
 
     # ----------------------------------------------------------------- the loop
     async def _begin(
-        self, session: AsyncKernelSession, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
+        self, session: Kernel, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
         extra_setup: str,
     ) -> _Live:
         names = [f.name for f in files]
@@ -272,14 +278,14 @@ class AsyncAgent:
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
             workspace=str(root.resolve()), setup_code=setup_code, scripted=self.chat_model.scripted,
-            confinement=session.limits.describe(),
+            confinement=_confinement(session),
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
         protocol, messages = await self._conversation(session, task, names, files)
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root)
 
     async def _conversation(
-        self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+        self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> tuple[Protocol, list[dict[str, Any]]]:
         """The protocol and the opening messages that describe the task and the kernel."""
         config = self.config
@@ -290,13 +296,13 @@ class AsyncAgent:
         return protocol, protocol.initial_messages(await self._context(session, task, names, files))
 
     async def _context(
-        self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+        self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> PromptContext:
         pairs = repr([(m, _DIST.get(m, m)) for m in _PACKAGES])
         probe = await session.evaluate({"packages": _PROBE.replace("PAIRS", pairs)})
         packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
         if files is None:
-            root = session.workspace or Path.cwd()
+            root = session.files.local
             files = prepare_data([root / n for n in names if (root / n).exists()], root)
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=packages,
@@ -309,8 +315,8 @@ class AsyncAgent:
         info = run.info
         self._save(live)
         yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted,
-                         live.session.limits.describe())
-        if live.session.limits.sandbox == "off":
+                         info.confinement)
+        if live.session.workspace is not None and live.session.limits.sandbox == "off":  # a remote kernel is the gateway's
             yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                          f"({live.session.limits.describe()})")
         guard = StuckGuard(self.config.stuck_after)
@@ -394,7 +400,7 @@ class AsyncAgent:
         yield CodeReady(index, step.code, step.reasoning)
         yield ExecutionStarted(index, self.config.exec_timeout)
         exclude = (live.notebook, clean_path(live.notebook))
-        before = snapshot(live.workspace, exclude)
+        before = await live.session.files.snapshot(exclude)
         live.running = base
         try:
             result = await live.session.execute(step.code, self.config.exec_timeout)
@@ -402,7 +408,7 @@ class AsyncAgent:
             live.running = replace(base, result=getattr(cancel, "partial_result", None))
             raise
         live.running = None
-        artifacts = changed_files(before, snapshot(live.workspace, exclude))
+        artifacts = await live.session.files.changes(before, exclude)
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
         live.feedback_at.append(range(len(live.messages), len(live.messages) + len(feedback)))
@@ -491,3 +497,9 @@ def _resolve_workspace(recorded: str, notebook: Path) -> Path:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _confinement(session: Kernel) -> str:
+    """What confines the kernel, in words: a session says so itself; any other Kernel by its limits."""
+    described = getattr(session, "confinement", None)
+    return described if isinstance(described, str) else session.limits.describe()  # type: ignore[attr-defined]

@@ -97,6 +97,9 @@ def _kernel_options(function: F) -> F:
     options = [
         click.option("--sandbox", type=click.Choice(["strict", "off"]), default=None, help="strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace writable, no view of other processes), and refuse to start where that is impossible; off: run it unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX]."),
         click.option("--no-network", "no_network", is_flag=True, help="Cut the kernel off every network, this machine's included (needs the sandbox)."),
+        click.option("--gateway", "gateway_url", metavar="URL", help="Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL]."),
+        click.option("--gateway-token-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE", help="Read the gateway's token from FILE (keeps it off the command line) [env: KERNEL_AGENT_GATEWAY_TOKEN holds the token itself]."),
+        click.option("--gateway-kernel", metavar="NAME", help="The gateway's kernelspec to start [default: the gateway's; env: KERNEL_AGENT_GATEWAY_KERNEL]."),
         click.option("--memory", "memory_mb", type=click.IntRange(min=1), metavar="MB", help="Memory limit of each kernel process [default: 3/4 of RAM, at least 4096]."),
     ]
     for option in reversed(options):
@@ -106,8 +109,19 @@ def _kernel_options(function: F) -> F:
 
 def _kernel_arguments(options: dict[str, Any]) -> dict[str, Any]:
     """``AgentConfig``'s sandbox fields from ``_kernel_options`` (None: environment or default)."""
+    token_file = options.pop("gateway_token_file")
     return {"sandbox": options.pop("sandbox"), "network": False if options.pop("no_network") else None,
-            "memory_mb": options.pop("memory_mb")}
+            "memory_mb": options.pop("memory_mb"), "gateway_url": options.pop("gateway_url"),
+            "gateway_token": _read_token(token_file) if token_file else None,
+            "gateway_kernel": options.pop("gateway_kernel")}
+
+
+def _read_token(path: str) -> str:
+    """The token in ``path`` (surrounding whitespace dropped). Raises ``ConfigError`` for an empty file."""
+    token = Path(path).read_text(encoding="utf-8").strip()
+    if not token:
+        raise ConfigError(f"the gateway token file {path} is empty")
+    return token
 
 
 def _output_options(function: F) -> F:
@@ -341,7 +355,10 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **
     from .show import show_replay
 
     with _edge():
-        limits = AgentConfig.resolve(**_kernel_arguments(options)).limits()
+        config = AgentConfig.resolve(**_kernel_arguments(options))
+        if config.gateway_url:
+            raise ConfigError("replay runs the notebook on this machine; --gateway is for run, resume and demo")
+        limits = config.limits()
         if limits.sandbox == "off":
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
         report = replay_notebook(notebook, workspace=workspace, check=check, timeout=timeout, limits=limits)
