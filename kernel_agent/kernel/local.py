@@ -204,6 +204,9 @@ class LocalProvider:
             raise KernelError("the kernel was not started")
         try:
             if self.confinement is not None:
+                # The old tree goes first, and is waited for: its children hold pids (and memory) in the
+                # cgroups the new kernel joins, so a full process table would refuse the new sandbox.
+                await asyncio.to_thread(self.confinement.kill_tree)
                 self.confinement.new_kernel()  # a fresh CPU budget, as RLIMIT_CPU gives the new process
             await self.manager.restart_kernel(now=True)
             return await self._wait_ready()
