@@ -122,7 +122,8 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
 
     @app.get("/v1/files")
     async def list_files(request: Request, who: Owner) -> dict[str, Any]:
-        return {"object": "list", "data": [public(f) for f in service_of(request).files(who)]}
+        files = [public(f) for f in service_of(request).files(who)]
+        return {"object": "list", "data": files, "has_more": False}  # the SDK pages on until has_more is false
 
     @app.get("/v1/files/{file_id}")
     async def get_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
