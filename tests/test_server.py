@@ -116,12 +116,13 @@ def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model
 def test_cancel_interrupts_the_running_code_and_the_kernel_keeps_its_state(
     client: httpx.Client, model: OpenAIServer
 ) -> None:
-    model.add(Reply("Wait.", tool_calls=(python_call("before = 7\nimport time\ntime.sleep(120)"),)))
+    code = "before = 7\nopen('started', 'w').close()\nimport time\ntime.sleep(120)"
+    model.add(Reply("Wait.", tool_calls=(python_call(code),)))
     run = client.post("/v1/runs", json={"task": "Wait long"}).json()
-    with client.stream("GET", f"/v1/runs/{run['id']}/events") as response:
-        for line in response.iter_lines():
-            if '"execution_started"' in line:
-                break
+    deadline = time.monotonic() + 60
+    while client.get(f"/v1/threads/{run['thread_id']}/files/started").status_code == 404:  # the code is running
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     started = time.monotonic()
     cancelled = client.post(f"/v1/runs/{run['id']}/cancel").json()
     assert time.monotonic() - started < 15

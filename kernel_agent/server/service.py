@@ -206,6 +206,7 @@ class Service:
             await self._drive(run, runtime, files, run_log)
         except asyncio.CancelledError:
             run.update(status="cancelled", stop_reason="cancelled", error="cancelled")
+            await runtime.settle()
         except KernelAgentError as exc:  # bad data file, kernel would not start: the machinery, not the code
             run.update(status="failed", error=f"{type(exc).__name__}: {exc}")
             await run_log.add({"event": "error", "message": str(exc), "error_type": type(exc).__name__,

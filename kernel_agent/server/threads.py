@@ -10,6 +10,7 @@ disk as they come and handed to any number of SSE readers). No HTTP here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.loop import AsyncAgent
+from ..errors import KernelError
 from ..events import Event, ExecutionFinished
 from ..kernel.session import AsyncKernelSession
 
@@ -86,6 +88,22 @@ class ThreadRuntime:
             self._session = session
         self.touch()
         return self._session
+
+    async def settle(self, attempts: int = 3, wait: float = 1.0) -> None:
+        """After a cancel: make sure the kernel is idle. An interrupt that lands before the cell has
+        started is lost (the code would run on unseen), so probe, interrupt again while the probe
+        waits, and shut the kernel down when it never answers (a follow-up rebuilds it)."""
+        if self._session is None:
+            return
+        for _attempt in range(attempts):
+            try:
+                await self._session.evaluate({}, timeout=wait)
+                return
+            except KernelError:
+                with contextlib.suppress(KernelError):
+                    await self._session.interrupt()
+        log.warning("thread %s: the kernel ignored interrupts after a cancel; shutting it down", self.thread_id)
+        await self.stop_kernel()
 
     async def stop_kernel(self) -> None:
         """Shut the kernel down (the thread lives on: a follow-up rebuilds it). Idempotent."""
