@@ -48,6 +48,7 @@ class Service:
         self.logs: dict[str, RunLog] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Future[None]] = set()
 
     async def __aenter__(self) -> "Service":
         await asyncio.to_thread(self.recover)
@@ -67,6 +68,7 @@ class Service:
         for task in list(self.tasks.values()):
             task.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)
         runtimes, self.runtimes = list(self.runtimes.values()), {}
         for runtime in runtimes:
             await runtime.close()
@@ -140,7 +142,8 @@ class Service:
         thread.update(runs=[*thread["runs"], run["id"]], status="running", updated_at=now())
         self.store.save_thread(thread)
         run_log = self.logs[run["id"]] = RunLog(self.store.events_path(run["id"]))
-        self.tasks[run["id"]] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
+        task = self.tasks[run["id"]] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
+        task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
         return run
 
     async def cancel(self, owner: str, run_id: str) -> Record:
@@ -253,6 +256,14 @@ class Service:
             await run_log.add(_finished_event(run, run_log.events))
         await run_log.end()
         self.logs.pop(run["id"], None)
+
+    def _never_started(self, run: Record, thread: Record, runtime: ThreadRuntime, run_log: RunLog) -> None:
+        """A task cancelled before its first step never runs its ``finally``: close the run here."""
+        if run["id"] in self.tasks:  # ``_finish`` removes it
+            run.update(status="cancelled", stop_reason="cancelled", error="cancelled before it started")
+            closing = asyncio.ensure_future(self._finish(run, thread, runtime, run_log))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     def _set_thread_status(self, thread_id: str, status: str) -> None:
         thread = self.store.thread(thread_id)
