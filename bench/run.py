@@ -41,6 +41,7 @@ BENCHMARKS = [
     "bench_agent",
     "bench_models",
     "bench_sandbox",
+    "bench_mcp",
 ]
 
 FAILED_EXIT = 1

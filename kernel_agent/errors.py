@@ -6,7 +6,8 @@ that failed or for input we refuse::
 
     KernelAgentError
     ├── ConfigError (ValueError)             bad option, no model configured
-    │   └── DataFileError                    missing or unreadable data file
+    │   ├── DataFileError                    missing or unreadable data file
+    │   └── WorkspaceFileError               a workspace path a client may not use (outside, missing)
     ├── KernelError                          the kernel machinery failed
     │   ├── KernelStartError                 a kernel would not start or get ready
     │   ├── SessionClosedError               the session was used after close()
@@ -34,6 +35,7 @@ __all__ = [
     "KernelAgentError",
     "ConfigError",
     "DataFileError",
+    "WorkspaceFileError",
     "KernelError",
     "KernelStartError",
     "SessionClosedError",
@@ -64,6 +66,14 @@ class ConfigError(KernelAgentError, ValueError):
 
 class DataFileError(ConfigError):
     """A data file is missing or cannot be read. ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class WorkspaceFileError(ConfigError):
+    """A path given by a client (MCP, HTTP) is outside the workspace, missing or unusable. ``path`` names it."""
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)

@@ -33,6 +33,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from .errors import KernelAgentError
 from .magic_share import check_names, share_variables
 from .magic_view import CellView
+from .redact import read_secret
 from .run import Run
 
 __all__ = ["AgentMagics", "load_ipython_extension"]
@@ -50,7 +51,9 @@ class AgentMagics(Magics):
     @magic_arguments()
     @argument("--model", "-m", help="model name [env: KERNEL_AGENT_MODEL]")
     @argument("--base-url", help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]")
-    @argument("--api-key", help="API key [env: OPENAI_API_KEY]")
+    @argument("--api-key", help="API key: it stays in the cell's source, prefer --api-key-file [env: OPENAI_API_KEY]")
+    @argument("--api-key-file", metavar="FILE", help="read the API key from FILE (one line), keeping it out of the notebook")
+    @argument("--disk-quota", type=int, metavar="MB", help="how much the workspace may grow (and each file may take); 0: off (default 1024)")
     @argument("--data", "-d", action="append", default=[], metavar="FILE", help="a data file (repeatable)")
     @argument("--protocol", choices=("tools", "tags", "deepanalyze"), help="tools (default), tags or deepanalyze")
     @argument("--max-rounds", type=int, metavar="N", help="model replies before the run stops (default 30)")
@@ -140,8 +143,12 @@ def _top_missing(folder: Path) -> Path:
 
 def _agent_options(args: Any) -> tuple[dict[str, Any], list[str]]:
     """``Agent`` keyword arguments and data files from the parsed flags."""
+    if args.api_key and args.api_key_file:
+        raise UsageError("give the API key one way: --api-key or --api-key-file")
+    key = read_secret(args.api_key_file) if args.api_key_file else args.api_key
     options: dict[str, Any] = {
-        "model": args.model, "base_url": args.base_url, "api_key": args.api_key, "protocol": args.protocol,
+        "model": args.model, "base_url": args.base_url, "api_key": key, "protocol": args.protocol,
+        "disk_quota_mb": args.disk_quota,
         "max_rounds": args.max_rounds, "exec_timeout": args.timeout, "vision": True if args.vision else None,
         "request_timeout": args.request_timeout, "data_format": args.data_format,
         "vllm_extras": False if args.no_vllm_extras else None,

@@ -14,7 +14,7 @@ from .kernel.result import Artifact, ExecutionResult
 
 __all__ = ["Artifact", "Round", "Run", "RunInfo", "StopReason", "Usage"]
 
-StopReason = Literal["answer", "max_rounds", "stuck", "llm_error", "cancelled"]
+StopReason = Literal["answer", "max_rounds", "stuck", "llm_error", "cancelled", "disk_quota"]
 
 
 @dataclass(frozen=True)

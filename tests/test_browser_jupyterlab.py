@@ -127,8 +127,10 @@ def test_problems_look_like_problems(page: Any, lab: JupyterLab, openai_server: 
         f"%%agent --model m --base-url {openai_server.base_url} --data nope.csv\nRead nope.csv.",
         f"%%agent --model m --base-url http://127.0.0.1:{free_port()}/v1 -w p3\nHello?",
         f"%%agent --model m --base-url {openai_server.base_url} -w p4\nSleep.",
+        # a dir another process is still creating has no owner file yet: not ours
         "mine = [d for d in glob.glob(tempfile.gettempdir() + '/kernel-agent-*')\n"
-        "        if open(d + '/owner.pid').read() == str(os.getpid())]\nprint(_agent_run.stop_reason, mine)",
+        "        if os.path.isfile(d + '/owner.pid') and open(d + '/owner.pid').read() == str(os.getpid())]\n"
+        "print(_agent_run.stop_reason, mine)",
     ])
     cells = open_notebook(page, lab, "problems.ipynb")
     for index in range(4):

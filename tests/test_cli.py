@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent import __version__
 from kernel_agent.cli import cli
+from kernel_agent.notebook.load import load_run
 
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\nprint('total', int(data_frame_total()))"
 DEFINE = "def data_frame_total():\n    return pd.read_csv(data.numbers)['x'].sum()"
@@ -239,7 +241,8 @@ def test_kernelspec_install_into_a_prefix(tmp_path: Path) -> None:
 def test_signal_interrupts_saves_the_notebook_and_leaves_no_kernel(
     sent: signal.Signals, code: int, openai_server: OpenAIServer, tmp_path: Path
 ) -> None:
-    openai_server.add(Reply("Wait.", tool_calls=(python_call("import time\ntime.sleep(60)"),)))
+    waiting = "print('partial output', flush=True)\nopen('started', 'w').close()\nimport time\ntime.sleep(60)"
+    openai_server.add(Reply("Wait.", tool_calls=(python_call(waiting),)))
     notebook = tmp_path / "cancelled.ipynb"
     command = [sys.executable, "-m", "kernel_agent.cli", "run", "Wait a minute", "--model", "m",
                "--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--out", str(notebook), "--json"]
@@ -249,6 +252,9 @@ def test_signal_interrupts_saves_the_notebook_and_leaves_no_kernel(
         for line in process.stdout:
             if json.loads(line)["event"] == "execution_started":
                 break
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ws" / "started").exists() and time.monotonic() < deadline:  # the print has been sent
+            time.sleep(0.05)
         process.send_signal(sent)
         rest, errors = process.communicate(timeout=60)
     finally:
@@ -262,3 +268,8 @@ def test_signal_interrupts_saves_the_notebook_and_leaves_no_kernel(
     meta = notebook_meta(notebook)
     assert meta["stop_reason"] == "cancelled"
     assert kernels_of(process.pid) == []
+    running = load_run(notebook).rounds[-1]  # the round that was running is kept, with what it printed
+    assert running.code == waiting and running.result is not None and running.result.status == "cancelled"
+    assert "partial output" in running.result.stdout
+    cell = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"][-1]
+    assert cell.source == waiting and "skip-execution" in cell.metadata["tags"]

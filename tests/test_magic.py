@@ -144,3 +144,16 @@ def test_model_flags_reach_the_agent_options() -> None:
     assert (options["request_timeout"], options["data_format"], options["vllm_extras"]) == (900.0, "rich", False)
     defaults, _ = _agent_options(parse_argstring(AgentMagics.agent, ""))
     assert (defaults["request_timeout"], defaults["data_format"], defaults["vllm_extras"]) == (None, None, None)
+
+
+def test_key_file_and_disk_quota_flags_reach_the_agent_options(tmp_path: Path) -> None:
+    from IPython.core.magic_arguments import parse_argstring
+
+    from kernel_agent.magic import AgentMagics, _agent_options
+
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-magic-key-123456\n")
+    options, _ = _agent_options(parse_argstring(AgentMagics.agent, f"--api-key-file {key_file} --disk-quota 64"))
+    assert (options["api_key"], options["disk_quota_mb"]) == ("sk-magic-key-123456", 64)
+    with pytest.raises(UsageError, match="one way"):
+        _agent_options(parse_argstring(AgentMagics.agent, f"--api-key x --api-key-file {key_file}"))

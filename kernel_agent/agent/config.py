@@ -78,6 +78,10 @@ class AgentConfig:
         where that is impossible); ``off`` runs it unconfined, on purpose.
     network: False cuts the kernel off every network (needs the sandbox).
     memory_mb: the kernel's memory limit per process (None: the default).
+    disk_quota_mb: how much the workspace may grow during the run (checked
+        after every round, which then ends the run with ``disk_quota``); it also
+        caps each file the code writes (``RLIMIT_FSIZE``). 0 switches both off.
+        See ``quota.py`` for what it does and does not bound.
     """
 
     model: str | None = None
@@ -102,6 +106,7 @@ class AgentConfig:
     sandbox: SandboxMode = "strict"
     network: bool = True
     memory_mb: int | None = None
+    disk_quota_mb: int = 1024
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
@@ -140,14 +145,19 @@ class AgentConfig:
             raise ConfigError(f"unknown data format {self.data_format!r}; choose one of {', '.join(DATA_FORMATS)}")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}")
+        if self.disk_quota_mb < 0:
+            raise ConfigError(f"disk_quota_mb must be 0 (off) or more, not {self.disk_quota_mb}")
         if self.request_timeout is not None and self.request_timeout <= 0:
             raise ConfigError(f"request_timeout must be positive, not {self.request_timeout}")
         self.limits()  # raises ConfigError for a bad sandbox mode, memory or no network without the sandbox
 
     def limits(self) -> Limits:
-        """The kernel's confinement from ``sandbox``, ``network`` and ``memory_mb`` (None: the default)."""
-        memory = {} if self.memory_mb is None else {"memory_mb": self.memory_mb}
-        return Limits(network=self.network, sandbox=self.sandbox, **memory)
+        """The kernel's confinement from ``sandbox``, ``network``, ``memory_mb`` (None: the default)
+        and ``disk_quota_mb`` (which caps each file, ``max_file_mb``)."""
+        chosen: dict[str, int] = {} if self.memory_mb is None else {"memory_mb": self.memory_mb}
+        if self.disk_quota_mb:  # one file may not take more than the whole quota
+            chosen["max_file_mb"] = min(self.disk_quota_mb, Limits().max_file_mb or self.disk_quota_mb)
+        return Limits(network=self.network, sandbox=self.sandbox, **chosen)
 
 
 def _from_env(name: str, variable: str, raw: str) -> Any:

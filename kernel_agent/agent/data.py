@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, DataFileError
+from ..errors import ConfigError, DataFileError, NotebookError
 from .summaries import MAX_COLUMNS, MAX_SUMMARY_CHARS, Kind, describe, file_kind, human_size
 
 __all__ = [
@@ -94,6 +94,31 @@ def prepare_data(
     except OSError as exc:
         raise ConfigError(f"cannot create the workspace {target}: {exc.strerror or exc}") from exc
     return tuple(_install(source, target, summary) for source, summary in zip(sources, summaries))
+
+
+def recorded_data(workspace: str | os.PathLike[str], names: Iterable[str]) -> list[Path]:
+    """The paths of a resumed run's data files that are present in ``workspace``.
+
+    Names come from a notebook (checked to be plain file names by
+    ``load_resumable``). A present file must really live in the workspace: a
+    symlink (or a name whose real path is) outside it raises ``NotebookError``,
+    so a notebook, or code of the earlier run that swapped a data file for a
+    link, cannot make us read, summarise for the model, or copy a file from
+    elsewhere. Missing files are left out (the rebuild code reports them).
+    """
+    root = Path(workspace).resolve()
+    found = []
+    for name in names:
+        path = Path(workspace) / name
+        if not os.path.lexists(path):
+            continue
+        if path.is_symlink() or path.resolve().parent != root:
+            raise NotebookError(
+                f"the data file {name} in {workspace} leads outside the workspace (to {os.path.realpath(path)}); "
+                "refusing to read it: replace it with the file itself", path=str(path),
+            )
+        found.append(path)
+    return found
 
 
 def _checked_source(path: str | os.PathLike[str]) -> Path:

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, KernelError, ModelError
+from ..errors import ConfigError, KernelError, ModelError, NotebookError
 from ..events import (
     AnswerReady,
     CodeReady,
@@ -43,12 +43,13 @@ from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import changed_files, default_workspace, snapshot
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, export_run
-from ..notebook.load import load_run
+from ..notebook.load import load_resumable
 from ..run import Round, Run, RunInfo, Usage
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, preload_code, preload_description, prepare_data
+from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
+from .quota import over_quota, workspace_usage
 
 __all__ = ["AsyncAgent", "SessionFactory"]
 
@@ -87,6 +88,8 @@ class _Live:
     workspace: Path
     first_round: int = 1
     feedback_at: list[range] = field(default_factory=list)  # per executed round: its feedback in ``messages``
+    baseline: int = 0  # bytes the workspace took when the run started (its disk quota counts growth)
+    running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
 
 
 class AsyncAgent:
@@ -180,7 +183,7 @@ class AsyncAgent:
         variables shared from a notebook); it is recorded there, so the notebook replays.
         """
         root = Path(workspace) if workspace is not None else default_workspace(task)
-        files = prepare_data(list(data), root)
+        files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
             live = await self._begin(session, task, files, root, notebook_path, setup)
@@ -202,16 +205,22 @@ class AsyncAgent:
         what was done, continue with ``task``, and append the new rounds to the same
         notebook (or to ``notebook`` when given). ``restore=False`` skips the rebuild, for a
         session factory that hands back the very kernel that ran the notebook (the service's
-        live thread kernels). Raises ``NotebookError`` for a notebook that is not a kernel-agent run."""
-        loaded = load_run(notebook_path)
+        live thread kernels). Raises ``NotebookError``, before any kernel starts, for a notebook
+        that is not a kernel-agent run, whose workspace is not a folder, or whose data files lead
+        outside it (``load_resumable``, ``recorded_data``)."""
+        loaded = load_resumable(notebook_path)
         source = Path(notebook_path)
         root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
+        if not root.is_dir():
+            raise NotebookError(f"the run's workspace {root} is not a folder; pass the workspace where its data "
+                                "files are", path=str(source))
+        files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
             code = loaded.rebuild_code if restore else ()
             restored = [await session.execute(cell, self.config.exec_timeout) for cell in code]
             failed = [r for r in restored if r.status != "ok"]
-            protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files)
+            protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
             info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}",
                            confinement=session.limits.describe())
@@ -276,6 +285,7 @@ class AsyncAgent:
             yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                          f"({live.session.limits.describe()})")
         guard = StuckGuard(self.config.stuck_after)
+        live.baseline = await self._disk_usage(live)
         last = live.first_round + self.config.max_rounds - 1
         stop: str | None = None
         try:
@@ -297,6 +307,12 @@ class AsyncAgent:
                     stop = "stuck"
                     yield Notice(guard.reason, round=index)
                     break
+                full = await self._over_quota(live)
+                if full:
+                    stop = "disk_quota"
+                    live.run = replace(live.run, error=full)
+                    yield Notice(full, round=index)
+                    break
             else:
                 stop = "max_rounds"
         except ModelError as exc:
@@ -304,7 +320,9 @@ class AsyncAgent:
             live.run = replace(live.run, error=str(exc))
             yield RunError(str(exc), type(exc).__name__)
         except (asyncio.CancelledError, KeyboardInterrupt):
-            live.run = replace(live.run, stop_reason="cancelled", error="cancelled by the user", finished_at=_now())
+            kept = (live.running,) if live.running is not None else ()
+            live.run = replace(live.run, rounds=(*live.run.rounds, *kept), stop_reason="cancelled",
+                               error="cancelled by the user", finished_at=_now())
             self._save(live)
             raise
         except KernelError as exc:  # the machinery, not the analysed code: raise, carrying the saved run
@@ -348,7 +366,13 @@ class AsyncAgent:
         yield ExecutionStarted(index, self.config.exec_timeout)
         exclude = (live.notebook, clean_path(live.notebook))
         before = snapshot(live.workspace, exclude)
-        result = await live.session.execute(step.code, self.config.exec_timeout)
+        live.running = base
+        try:
+            result = await live.session.execute(step.code, self.config.exec_timeout)
+        except asyncio.CancelledError as cancel:
+            live.running = replace(base, result=getattr(cancel, "partial_result", None))
+            raise
+        live.running = None
         artifacts = changed_files(before, snapshot(live.workspace, exclude))
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
@@ -389,6 +413,18 @@ class AsyncAgent:
             files = f"[files written: {listed}]\n"
         images = tuple(result.images) if self.config.vision else ()
         return Feedback(text=text, images=images, files=files)
+
+    async def _disk_usage(self, live: _Live) -> int:
+        if not self.config.disk_quota_mb:
+            return 0
+        exclude = (live.notebook, clean_path(live.notebook))
+        return await asyncio.to_thread(workspace_usage, live.workspace, exclude)
+
+    async def _over_quota(self, live: _Live) -> str | None:
+        """Why the run must stop for the disk quota, or None (also when it is off)."""
+        if not self.config.disk_quota_mb:
+            return None
+        return over_quota(await self._disk_usage(live) - live.baseline, self.config.disk_quota_mb)
 
     def _save(self, live: _Live) -> None:
         live.run = replace(live.run, notebook_path=live.notebook)

@@ -15,6 +15,7 @@ used, so importing this module stays cheap for the CLI.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import zipfile
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import DataFileError
 from .dates import date_columns, describe_dates
+from .reading import count_lines, head, looks_binary, sample_lines, unpacked_size
 
 if TYPE_CHECKING:  # imported where used: importing this module stays cheap for the CLI
     import numpy as np
@@ -40,7 +42,9 @@ MAX_CELL_CHARS = 24
 HEAD_ROWS = 3
 FULL_READ_BYTES = 5_000_000  # bigger tables are sampled, not parsed whole
 SAMPLE_ROWS = 2_000
-MAX_JSON_BYTES = 64_000_000
+MAX_JSON_BYTES = 16_000_000  # parsed whole into Python objects: about 10x that in memory
+MAX_PARSED_COLUMNS = 1_000  # a 100k-column header is read this far (pandas is slow on very wide frames)
+MAX_UNPACKED_BYTES = 100_000_000  # an xlsx that unpacks to more is a bomb, or too big to sample cheaply
 MAX_SHEETS = 3
 TEXT_LINES = 8
 
@@ -85,17 +89,34 @@ def describe(source: Path) -> str:
 def _delimited(path: Path, size: int, separator: str, label: str) -> str:
     import pandas as pd
 
-    separator = _separator(path, separator)
+    start = head(path)
+    if looks_binary(start):
+        return f"{label} · {human_size(size)} · binary data (NUL bytes), not {label} text: not parsed"
     whole = size <= FULL_READ_BYTES
+    sample = start if whole and size <= len(start) else sample_lines(start)
+    if sample is None and not whole:
+        return (f"{label} · {human_size(size)} · no line break in its first {human_size(len(start))}: "
+                "lines this long are not parsed for a summary")
+    first = (sample or start).split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    separator = max([separator, ",", ";", "\t", "|"], key=first.count)
+    width = first.count(separator) + 1
     read: dict[str, Any] = {"sep": separator, "nrows": None if whole else SAMPLE_ROWS}
-    note = f"separator {separator!r}" if separator not in {",", "\t"} else ""
+    if width > MAX_PARSED_COLUMNS:
+        read["usecols"] = range(MAX_PARSED_COLUMNS)
+    notes = [f"separator {separator!r}" if separator not in {",", "\t"} else ""]
+    if width > MAX_PARSED_COLUMNS:
+        notes.append(f"{width:,} columns: the first {MAX_PARSED_COLUMNS:,} read")
+
+    def source() -> Any:
+        return path if whole else io.BytesIO(sample or b"")
+
     try:
-        frame = pd.read_csv(path, **read)
+        frame = pd.read_csv(source(), **read)
     except UnicodeDecodeError:
-        frame = pd.read_csv(path, encoding="latin-1", **read)
-        note = ", ".join(filter(None, [note, "not UTF-8: read as latin-1"]))
-    rows = len(frame) if whole else _count_lines(path) - 1
-    return _table(label, size, frame, rows, exact=whole, note=note)
+        frame = pd.read_csv(source(), encoding="latin-1", **read)
+        notes.append("not UTF-8: read as latin-1")
+    rows = len(frame) if whole else count_lines(path, size)[0] - 1
+    return _table(label, size, frame, rows, exact=whole, note=", ".join(filter(None, notes)))
 
 
 def _csv(path: Path, size: int) -> str:
@@ -109,7 +130,11 @@ def _tsv(path: Path, size: int) -> str:
 def _excel(path: Path, size: int) -> str:
     import pandas as pd
 
-    whole = size <= FULL_READ_BYTES
+    unpacked = unpacked_size(path)  # a 250 KB xlsx can unpack to a million rows
+    if unpacked is not None and unpacked > MAX_UNPACKED_BYTES:
+        return (f"Excel workbook · {human_size(size)}, unpacking to {human_size(unpacked)}: too big to open "
+                "for a summary (read it in the kernel, e.g. with `pd.read_excel(..., nrows=...)`)")
+    whole = (unpacked or size) <= FULL_READ_BYTES
     with pd.ExcelFile(path) as book:
         names = [str(name) for name in book.sheet_names]
         shown = ", ".join(f"`{name}`" for name in names[:20]) + (" …" if len(names) > 20 else "")
@@ -141,8 +166,13 @@ def _json(path: Path, size: int) -> str:
 
     if path.suffix.lower() in _LINE_JSON:
         whole = size <= FULL_READ_BYTES
-        frame = pd.read_json(path, lines=True, nrows=None if whole else SAMPLE_ROWS)
-        rows = len(frame) if whole else _count_lines(path)
+        start = head(path)
+        sample = sample_lines(start)
+        if looks_binary(start) or (sample is None and not whole):
+            return f"JSON Lines · {human_size(size)} · binary or no line break in its first MB: not parsed"
+        source = path if whole else io.BytesIO(sample or b"")
+        frame = pd.read_json(source, lines=True, nrows=None if whole else SAMPLE_ROWS)
+        rows = len(frame) if whole else count_lines(path, size)[0]
         return _table("JSON Lines", size, frame, rows, exact=whole)
     if size > MAX_JSON_BYTES:
         return f"JSON · {human_size(size)} · too big to parse for a summary; starts with:\n" + _preview(path)
@@ -228,13 +258,17 @@ def _plain(path: Path, size: int) -> str:
         return f"Binary file · {human_size(size)} (not previewed)"
     if not start:
         return "Empty text file"
-    lines = _count_lines(path)
-    return f"Text · {human_size(size)} · {lines:,} line(s); first lines:\n" + _preview(path)
+    lines, exact = count_lines(path, size)
+    count = f"{lines:,}" if exact else f"≈{lines:,}"
+    return f"Text · {human_size(size)} · {count} line(s); first lines:\n" + _preview(path)
 
 
 def _preview(path: Path) -> str:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        lines = [line.rstrip("\n")[:200] for _, line in zip(range(TEXT_LINES), handle)]
+    # From the first 64 KB only: one line can be gigabytes long.
+    text = head(path, 65536).decode("utf-8", errors="replace")
+    lines = [line[:200] for line in text.split("\n")[:TEXT_LINES]]
+    if lines and not lines[-1]:
+        lines.pop()
     body = "\n".join(lines)
     fence = "````" if "```" in body else "```"
     return f"{fence}text\n{body}\n{fence}"
@@ -299,22 +333,6 @@ def _is_missing(value: Any) -> bool:
         return bool(pd.isna(value))
     except (TypeError, ValueError):  # lists and arrays in cells
         return False
-
-
-def _separator(path: Path, default: str) -> str:
-    """The default, unless the header line splits more often on another usual separator."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        header = handle.readline(65536)
-    return max([default, ",", ";", "\t", "|"], key=header.count)
-
-
-def _count_lines(path: Path) -> int:
-    count, last = 0, b"\n"
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            count += chunk.count(b"\n")
-            last = chunk[-1:]
-    return count + (last != b"\n")
 
 
 def human_size(size: float) -> str:

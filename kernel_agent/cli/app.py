@@ -1,4 +1,4 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``kernelspec install``.
+"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install``.
 
 Each command reads its options, calls the library, renders with ``render``
 or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
@@ -24,7 +24,9 @@ from rich.text import Text
 from .._version import __version__
 from ..agent.config import NO_MODEL_HELP, PROTOCOLS, AgentConfig
 from ..errors import ConfigError, KernelAgentError, NotebookError
+from ..redact import read_secret
 from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job, drive
+from .logs import hide_in_logs, install_log_handler
 from .render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
 
 __all__ = ["cli", "main"]
@@ -38,6 +40,11 @@ Environment (flags win over it):
   OPENAI_BASE_URL     any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1
   OPENAI_API_KEY      its key, if it needs one
   KERNEL_AGENT_SANDBOX  strict (default) or off: see --sandbox
+
+\b
+The key: prefer --api-key-file FILE (or --api-key-stdin, or OPENAI_API_KEY) to
+--api-key, which every user of this machine can read from the process list.
+It never reaches the kernel, the notebook, the events or the log.
 """
 
 
@@ -67,7 +74,9 @@ def _model_options(function: F) -> F:
     options = [
         click.option("--model", "-m", metavar="NAME", help="Model name [env: KERNEL_AGENT_MODEL]."),
         click.option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]."),
-        click.option("--api-key", metavar="KEY", help="API key for the endpoint [env: OPENAI_API_KEY]."),
+        click.option("--api-key", metavar="KEY", help="API key for the endpoint; visible to other users in `ps`, prefer the next two [env: OPENAI_API_KEY]."),
+        click.option("--api-key-file", metavar="FILE", help="Read the API key from FILE (one line; '-' reads stdin)."),
+        click.option("--api-key-stdin", is_flag=True, help="Read the API key from standard input (one line)."),
         click.option("--protocol", type=click.Choice(PROTOCOLS), help="How the model writes code: tools (function calling, default), tags (any chat model), deepanalyze (DeepAnalyze-8B)."),
         click.option("--max-rounds", type=click.IntRange(min=1), metavar="N", help="Model replies before the run stops [default: 30]."),
         click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds each code execution may take [default: 120]."),
@@ -75,6 +84,7 @@ def _model_options(function: F) -> F:
         click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."),
         click.option("--data-format", type=click.Choice(["files", "rich"]), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
         click.option("--vllm-extras/--no-vllm-extras", default=None, help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS]."),
+        click.option("--disk-quota", type=click.IntRange(min=0), metavar="MB", help="How much the workspace may grow during the run; each file the code writes is capped at it too; 0: off [default: 1024]."),
         click.option("--max-new-tokens", type=click.IntRange(min=1), metavar="N", help="deepanalyze protocol: the max_new_tokens vLLM extra [default: 32768]."),
     ]
     for option in reversed(options):
@@ -105,14 +115,34 @@ def _output_options(function: F) -> F:
     return click.option("--quiet", "-q", is_flag=True, help="Print only the answer and the notebook path.")(function)
 
 
-def _agent_arguments(options: dict[str, Any]) -> dict[str, Any]:
+def _api_key(options: dict[str, Any], task: str | None = None) -> str | None:
+    """The key from --api-key, --api-key-file or --api-key-stdin (at most one; None: the environment).
+
+    Also puts the key (or ``OPENAI_API_KEY``) on the log handler's redaction list.
+    """
+    given = [name for name in ("api_key", "api_key_file", "api_key_stdin") if options.get(name)]
+    if len(given) > 1:
+        raise click.UsageError("give the API key one way: --api-key, --api-key-file or --api-key-stdin")
+    source = "-" if options.get("api_key_stdin") else options.get("api_key_file")
+    if source == "-" and task == "-":
+        raise click.UsageError("the task and the API key cannot both be read from stdin")
+    key = options.get("api_key")
+    if source is not None:
+        with _edge():
+            key = read_secret(source)
+    hide_in_logs(key or os.environ.get("OPENAI_API_KEY"))
+    return key
+
+
+def _agent_arguments(options: dict[str, Any], task: str | None = None) -> dict[str, Any]:
     """``AsyncAgent`` keyword arguments from the shared model options (None: environment or default)."""
     return {
-        "model": options["model"], "base_url": options["base_url"], "api_key": options["api_key"],
+        "model": options["model"], "base_url": options["base_url"], "api_key": _api_key(options, task),
         "protocol": options["protocol"], "max_rounds": options["max_rounds"], "exec_timeout": options["timeout"],
         "vision": True if options["vision"] else None, "request_timeout": options["request_timeout"],
         "data_format": options["data_format"], "vllm_extras": options["vllm_extras"],
-        "max_new_tokens": options["max_new_tokens"], **_kernel_arguments(dict(options)),
+        "max_new_tokens": options["max_new_tokens"], "disk_quota_mb": options["disk_quota"],
+        **_kernel_arguments(dict(options)),
     }
 
 
@@ -180,6 +210,7 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
     Exit codes: 0 answer, 1 no answer (max rounds, stuck, model error; the notebook is still written),
     2 usage error (bad option, missing data file, no model configured), 130 Ctrl-C, 143 SIGTERM.
     """
+    arguments = _agent_arguments(options, task)
     if task == "-":
         task = sys.stdin.read().strip()
     if not task.strip():
@@ -188,7 +219,7 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
     from ..agent.loop import AsyncAgent
 
     job = Job(task, data, workspace, out)
-    sys.exit(_run(lambda: AsyncAgent(**_agent_arguments(options)), job, renderer))
+    sys.exit(_run(lambda: AsyncAgent(**arguments), job, renderer))
 
 
 @cli.command(epilog=_ENVIRONMENT)
@@ -208,12 +239,12 @@ def resume(notebook: str, task: str, workspace: str | None, out: str | None, qui
     appended to the notebook. The protocol and model default to the run's own. Exit codes as for run.
     """
     from ..agent.loop import AsyncAgent
-    from ..notebook.load import load_run
+    from ..notebook.load import load_resumable
 
+    arguments = _agent_arguments(options, task)
     renderer = _renderer(quiet, as_json)
     with _edge():
-        recorded = load_run(notebook).info
-    arguments = _agent_arguments(options)
+        recorded = load_resumable(notebook).info
     arguments["protocol"] = arguments["protocol"] or recorded.protocol or None
     if not arguments["model"] and not os.environ.get("KERNEL_AGENT_MODEL") and not recorded.scripted:
         arguments["model"] = recorded.model or None
@@ -337,6 +368,32 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
         run_server(config, host, port)
 
 
+@cli.command()
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True, help="stdio for a client that starts the server; http for streamable HTTP at http://HOST:PORT/mcp.")
+@click.option("--workspace", "-w", metavar="DIR", help="The kernel's folder [default: ./agent-runs/<time>-mcp]; HTTP sessions get a subfolder each.")
+@click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file copied into the workspace and preloaded (repeatable).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120, show_default=True, metavar="S", help="Default seconds per execution (a call may ask for another).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port.")
+def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: float, host: str, port: int) -> None:
+    """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
+
+    Tools: execute_python, interrupt, restart, list_variables, describe_data, list_files, read_file,
+    write_file, export_notebook. Every execution is recorded in WORKSPACE/mcp-session.ipynb as it happens.
+    """
+    from ..kernel.workspace import default_workspace
+    from ..mcp.server import McpOptions, serve
+
+    missing = [name for name in data if not Path(name).is_file()]
+    if missing:
+        raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
+    root = Path(workspace) if workspace else default_workspace("mcp")
+    options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data), timeout=timeout,
+                         transport="http" if transport == "http" else "stdio", host=host, port=port)
+    with _edge():
+        serve(options)
+
+
 @cli.group()
 def kernelspec() -> None:
     """Manage the kernel-agent Jupyter kernelspec (for JupyterLab)."""
@@ -358,4 +415,5 @@ def kernelspec_install(user: bool, prefix: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """The ``kernel-agent`` console script."""
+    install_log_handler()
     cli.main(args=argv, prog_name="kernel-agent")

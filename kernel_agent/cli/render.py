@@ -44,14 +44,15 @@ SCRIPTED_NOTE = (
     "Scripted replies: no model is configured, so the model's text is played back from replies "
     "shipped with kernel-agent. The code really runs in a live kernel; the numbers and figures are real."
 )
-_STATUS_STYLE = {"ok": "green", "answer": "green", "error": "red", "timeout": "yellow", "died": "red"}
-_STATUS_MARK = {"ok": "✓", "answer": "✓", "error": "✗", "timeout": "⏱", "died": "✗", "no-code": "·"}
+_STATUS_STYLE = {"ok": "green", "answer": "green", "error": "red", "timeout": "yellow", "died": "red", "cancelled": "yellow"}
+_STATUS_MARK = {"ok": "✓", "answer": "✓", "error": "✗", "timeout": "⏱", "died": "✗", "cancelled": "⏹", "no-code": "·"}
 _STOP_WORDS = {
     "answer": "answer reached",
     "max_rounds": "stopped at the maximum number of rounds",
     "stuck": "stopped: the model was going round in circles",
     "llm_error": "stopped: the model endpoint failed",
     "cancelled": "cancelled",
+    "disk_quota": "stopped: the workspace went over its disk quota",
 }
 _TAIL_LINES = 8  # of the model's streamed text, in the live area
 

@@ -155,9 +155,12 @@ class ExecuteEngine:
                     outcome = Outcome.EXITED
             elif outcome is Outcome.DEADLINE:
                 outcome = await self._stop_runaway(collector)
-        except asyncio.CancelledError:
-            # Our owner was cancelled (Ctrl-C): stop the code so nothing runs on unseen.
+        except asyncio.CancelledError as cancel:
+            # Our owner was cancelled (Ctrl-C): stop the code so nothing runs on unseen, and hand the
+            # output so far (plus the KeyboardInterrupt, if it comes within the grace) to whoever records it.
             await asyncio.shield(self.interrupt_quietly())
+            await asyncio.shield(self._collect(collector, time.monotonic() + self.interrupt_grace))
+            cancel.partial_result = self._cancelled(code, collector, time.monotonic() - started)  # type: ignore[attr-defined]
             raise
         return await self._finish(code, collector, outcome, reply, time.monotonic() - started, timeout)
 
@@ -210,6 +213,14 @@ class ExecuteEngine:
             return Outcome.STUCK
         await self.provider.restart()
         return Outcome.RESTARTED
+
+    def _cancelled(self, code: str, collector: OutputCollector, duration: float) -> ExecutionResult:
+        """What ran of ``code`` before its owner was cancelled (status ``cancelled``)."""
+        return ExecutionResult(
+            status="cancelled", outputs=tuple(collector.finish()), execution_count=collector.execution_count,
+            duration_s=duration, error=collector.error, note="cancelled by the user (Ctrl-C or SIGTERM)", code=code,
+            dropped_chars=collector.dropped_chars, dropped_images=collector.dropped_images,
+        )
 
     async def _finish(
         self, code: str, collector: OutputCollector, outcome: Outcome, reply: dict[str, Any], duration: float,

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -58,6 +59,20 @@ def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+def _make_runtime_dir() -> Path:
+    """A new runtime dir that never exists without its owner file.
+
+    The dir is built under a staging name and renamed into place, so a sweep or a
+    leak check in another process never sees a ``kernel-agent-*`` dir whose owner
+    is not yet written.
+    """
+    staging = Path(tempfile.mkdtemp(prefix=".staging-" + _RUNTIME_PREFIX))
+    (staging / _OWNER_FILE).write_text(str(os.getpid()))
+    final = staging.with_name(staging.name.removeprefix(".staging-"))
+    os.rename(staging, final)  # mkdtemp's random suffix: the final name is free in practice
+    return final
 
 
 class LocalProvider:
@@ -106,8 +121,7 @@ class LocalProvider:
         started) and the environment to start it with. For callers that start the kernel themselves
         (replay hands both to nbclient); ``close()`` still cleans up. Raises ``SandboxUnavailableError``."""
         sweep_stale_runtime_dirs()
-        self._runtime_dir = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
-        (self._runtime_dir / _OWNER_FILE).write_text(str(os.getpid()))
+        self._runtime_dir = _make_runtime_dir()
         if self._workspace is None:
             self._workspace = self._runtime_dir / "workspace"
         self._workspace.mkdir(parents=True, exist_ok=True)
@@ -120,6 +134,7 @@ class LocalProvider:
         self.manager, env = self.prepare()
         assert self._runtime_dir is not None and self._workspace is not None
         self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in close()
+        self.confinement.new_kernel()
         try:
             await self.manager.start_kernel(
                 cwd=str(self._workspace), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr_file
@@ -170,7 +185,13 @@ class LocalProvider:
         return reply["content"]
 
     async def is_alive(self) -> bool:
-        return self.manager is not None and await self.manager.is_alive()
+        """Whether the kernel process runs; also where the process tree's CPU limit is enforced
+        (``Confinement.enforce_cpu``), since the engine asks this while code runs."""
+        if self.manager is None:
+            return False
+        if self.confinement is not None and self.confinement.limits.cpu_seconds is not None:
+            await asyncio.to_thread(self.confinement.enforce_cpu)
+        return await self.manager.is_alive()
 
     async def interrupt(self) -> None:
         """Interrupt through the manager, which honours the kernelspec's ``interrupt_mode``."""
@@ -182,6 +203,8 @@ class LocalProvider:
         if self.manager is None:
             raise KernelError("the kernel was not started")
         try:
+            if self.confinement is not None:
+                self.confinement.new_kernel()  # a fresh CPU budget, as RLIMIT_CPU gives the new process
             await self.manager.restart_kernel(now=True)
             return await self._wait_ready()
         except Exception as exc:
@@ -189,6 +212,8 @@ class LocalProvider:
 
     def describe_exit(self) -> str:
         returncode = self._returncode()
+        if returncode is None and self.confinement is not None and self.confinement.cpu_killed:
+            returncode = -signal.SIGKILL  # killed for the tree's CPU time; the status is not reaped yet
         if returncode is None:
             return "no exit status"
         if self.limits.sandbox == "strict" and returncode > 128:  # bwrap exits 128+N for a child killed by N

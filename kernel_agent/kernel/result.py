@@ -19,7 +19,7 @@ from ..errors import ExecutionError
 
 __all__ = ["Artifact", "DisplayUpdate", "ErrorInfo", "ExecutionResult", "Status", "compact_traceback", "png_size", "strip_ansi"]
 
-Status = Literal["ok", "error", "timeout", "died"]
+Status = Literal["ok", "error", "timeout", "died", "cancelled"]
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # An IPython traceback frame: "File /path/to/module.py:123, in func(args)" then source lines.
@@ -226,7 +226,7 @@ class ExecutionResult:
             state = "the kernel restarted: variables were rebuilt by re-running earlier successful cells"
         else:
             state = "all variables were lost"
-        label = "timeout" if self.status == "timeout" else "kernel died"
+        label = {"timeout": "timeout", "cancelled": "cancelled"}.get(self.status, "kernel died")
         note = f" {self.note}" if self.note else ""
         return f"[{label}]{note} ({state})"
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, ContextLengthError, ModelError, ModelTimeoutError, ModelUnreachableError
+from ..redact import redact
 from .chat import DeltaCallback, ModelReply, RetryCallback
 from .replies import StreamAccumulator, completion_reply
 
@@ -191,13 +192,38 @@ class OpenAIChatModel:
                 return await self._complete_once(request)
             except (sdk.OpenAIError, _BrokenStream, _StalledStream, json.JSONDecodeError) as exc:
                 transient, error = self._failure(exc, attempts=attempt + 1, extras=request.get("extra_body"))
+                error = self._scrubbed(error)
                 if not transient or attempt == self.max_retries:
-                    raise error from exc
+                    raise error from self._safe_cause(exc)
                 delay = self._delay(attempt, exc)
                 if on_retry is not None:
                     on_retry(f"{error} (retrying in {delay:.1f} s)")
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # the loop always returns or raises
+
+    # -- secrets ----------------------------------------------------------
+
+    def _key(self) -> str:
+        return self._api_key if self._api_key is not None else os.environ.get("OPENAI_API_KEY") or _NO_KEY
+
+    def _scrubbed(self, error: ModelError) -> ModelError:
+        """``error`` with the key taken out of its message (a server may echo the key in a 401 body)."""
+        text = str(error)
+        clean = redact(text, [self._key()])
+        if clean != text:
+            error.args = (clean, *error.args[1:])
+        return error
+
+    def _safe_cause(self, exc: BaseException) -> BaseException | None:
+        """``exc`` to chain, or None when it (or its chain) shows the key: a logged
+        traceback would print the SDK error's message, body and repr."""
+        key, current, seen = self._key(), exc, 0
+        while current is not None and seen < 10:
+            shown = f"{current!s} {current!r} {getattr(current, 'body', '')}"
+            if redact(shown, [key]) != shown:
+                return None
+            current, seen = current.__cause__ or current.__context__, seen + 1
+        return exc
 
     # -- requests ---------------------------------------------------------
 
@@ -219,9 +245,8 @@ class OpenAIChatModel:
     def _sdk_client(self) -> "openai.AsyncOpenAI":
         if self._client is None:
             sdk = _sdk()
-            key = self._api_key if self._api_key is not None else os.environ.get("OPENAI_API_KEY") or _NO_KEY
             self._client = sdk.AsyncOpenAI(
-                base_url=self.base_url, api_key=key, max_retries=0, timeout=self.request_timeout
+                base_url=self.base_url, api_key=self._key(), max_retries=0, timeout=self.request_timeout
             )
         return self._client
 

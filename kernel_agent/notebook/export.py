@@ -73,6 +73,7 @@ _STOP_REASONS = {
     "stuck": "the model stopped making progress",
     "llm_error": "the model endpoint failed",
     "cancelled": "it was cancelled",
+    "disk_quota": "the workspace went over its disk quota",
     "answer": "the model gave no answer text",
 }
 
@@ -234,7 +235,7 @@ def _code_cell(code: str, result: ExecutionResult | None) -> NotebookNode:
         "outputs": list(result.outputs) if result else [],  # from_dict copies every container
         "source": code,
     })  # fmt: skip
-    if result is None or result.status in ("timeout", "died"):
+    if result is None or result.status in ("timeout", "died", "cancelled"):
         cell.metadata["tags"] = [SKIP_TAG]
     elif result.status == "error":
         cell.metadata["tags"] = [RAISES_TAG]
@@ -253,6 +254,9 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
     elif result is not None and result.status == "timeout":
         state = "The kernel was restarted: all variables were lost." if result.state_lost else "Variables were kept."
         parts.append(f"**Timed out** after {result.duration_s:.1f} s{note}. {state} {skipped}")
+    elif result is not None and result.status == "cancelled":
+        parts.append(f"**Cancelled** after {result.duration_s:.1f} s: the run was stopped while this code ran; "
+                     f"its output up to then is kept. {skipped}")
     elif result is not None and result.status == "died":
         parts.append(f"**The kernel died** while running the code below{note}; all variables were lost. {skipped}")
     elif result is not None and result.status == "error" and result.note:

@@ -25,7 +25,7 @@ from ..kernel.result import ErrorInfo, ExecutionResult, Status, strip_ansi
 from ..run import Artifact, Round, Run, RunInfo, StopReason, Usage
 from .export import METADATA_KEY
 
-__all__ = ["LoadedRun", "load_run", "read_notebook"]
+__all__ = ["LoadedRun", "load_resumable", "load_run", "read_notebook"]
 
 _STATUSES = frozenset(get_args(Status))
 _STOP_REASONS = frozenset(get_args(StopReason))
@@ -124,6 +124,30 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
     return LoadedRun(run, tuple(rebuild), view=_str(meta.get("view")), version=_str(meta.get("version")), path=path)
 
 
+def load_resumable(path: str | os.PathLike[str]) -> LoadedRun:
+    """``load_run``, refusing what resuming must not act on.
+
+    Resuming re-executes the notebook's code and copies its data files, so a
+    notebook kernel-agent did not write, or one whose recorded data files are
+    not plain file names (an absolute path, ``..``, a sub-folder: a way to
+    read or overwrite files outside the workspace), raises ``NotebookError``
+    before anything runs. Also raises what ``load_run`` raises.
+    """
+    loaded = load_run(path)
+    if not loaded.view:
+        raise NotebookError(
+            f"{path} is not a kernel-agent run (it has no {METADATA_KEY!r} metadata), so it cannot be resumed; "
+            "nothing was run or changed", path=str(path),
+        )
+    for name in loaded.info.data_files:
+        if not name or name in (".", "..") or name != os.path.basename(name) or "\\" in name or "\0" in name:
+            raise NotebookError(
+                f"{path} records the data file {name!r}, which is not a plain file name in the workspace; "
+                "refusing to resume it (nothing was run or changed)", path=str(path),
+            )
+    return loaded
+
+
 @dataclass
 class _Group:
     """The cells of one round while reading: markdown first, at most one code cell last."""
@@ -195,7 +219,9 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
     if recorded not in _STATUSES and count is None and not outputs:
         return None
     errors = [out for out in outputs if out.get("output_type") == "error"]
-    if errors:
+    if recorded == "cancelled":  # its KeyboardInterrupt traceback is how it ended, not an error of the code
+        status = "cancelled"
+    elif errors:
         status = "error"
     elif recorded in ("timeout", "died"):
         status = recorded

@@ -119,6 +119,7 @@ KA.api = (() => {
   return {
     AuthError, ApiError, key, download, follow,
     upload: (file) => { const form = new FormData(); form.append("file", file, file.name); return request("POST", "/v1/files", form); },
+    info: () => request("GET", "/v1/info"),
     startRun: (body) => request("POST", "/v1/runs", body),
     run: (id) => request("GET", `/v1/runs/${encodeURIComponent(id)}`),
     cancel: (id) => request("POST", `/v1/runs/${encodeURIComponent(id)}/cancel`),

@@ -168,9 +168,16 @@
     $("threads").replaceChildren(...shown.map((thread) => el("li", {},
       el("button", { type: "button", "data-thread-id": thread.id, onclick: () => { location.hash = `#thread/${encodeURIComponent(thread.id)}`; } },
         el("span", { class: "task", text: threadTask(thread) }),
-        el("span", { class: "meta", text: [thread.status, thread.updated_at || thread.created_at].filter(Boolean).join(" · ") })))));
+        el("span", { class: "meta", text: [thread.status, when(thread.updated_at || thread.created_at)].filter(Boolean).join(" · ") })))));
     $("threads-empty").hidden = state.threads.length > 0;
     markCurrent();
+  }
+
+  /* A server time (ISO 8601 or unix seconds) in the reader's own words and time zone. */
+  function when(value) {
+    if (!value) return "";
+    const date = new Date(typeof value === "number" ? value * 1000 : value);
+    return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
   }
 
   function markCurrent() {
@@ -191,7 +198,20 @@
     $("task").focus();
   }
 
+  /* What the server offers, asked without a key: a server that wants one gets the key form
+     before any call is refused (the browser logs every refused call as a console error). */
+  async function describeServer() {
+    const info = await api.info().catch(() => null);
+    if (!info) return true;  // an older server: find out from the first call
+    if (info.model_choice === false) $("model").closest(".option-row").hidden = true;
+    $("model-list").replaceChildren(...(info.models || []).map((name) => el("option", { value: name })));
+    if (info.default_model) $("model").placeholder = `server default (${info.default_model})`;
+    if (info.auth && !api.key.get()) { show("key"); return false; }
+    return true;
+  }
+
   async function start() {
+    if (!(await describeServer())) return;
     const threads = await call(() => api.threads()).catch(() => null);
     if (!threads) return;  // the key form is up (or the banner says why)
     state.threads = Array.isArray(threads) ? threads : threads.threads || threads.data || [];

@@ -1,0 +1,48 @@
+"""The CLI's one log handler: warnings and errors on stderr, with the API key scrubbed.
+
+Owns ``install_log_handler`` and ``hide_in_logs``. Without a handler of its
+own the CLI would print log records through ``logging.lastResort``, which no
+filter can be attached to. ``main()`` (the console script, ``python -m
+kernel_agent.cli``) installs this one on the root logger, so ``openai`` and
+``httpx`` records pass through it too, and the commands hand it the key to
+scrub. Embedding ``cli`` in another program (or click's test runner) leaves
+that program's logging alone: ``hide_in_logs`` then does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from ..redact import RedactingFilter
+
+__all__ = ["hide_in_logs", "install_log_handler"]
+
+
+class _StderrHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never break the run
+            self.handleError(record)
+
+
+_handler: _StderrHandler | None = None
+
+
+def install_log_handler() -> None:
+    """Put the CLI's stderr handler (warnings and errors) on the root logger, once. Never raises."""
+    global _handler
+    if _handler is None:
+        _handler = _StderrHandler(logging.WARNING)
+        _handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(_handler)
+
+
+def hide_in_logs(secret: str | None) -> None:
+    """Make the CLI's log handler, if installed, scrub ``secret`` (replacing any earlier one). Never raises."""
+    if _handler is None:
+        return
+    for old in list(_handler.filters):
+        _handler.removeFilter(old)
+    _handler.addFilter(RedactingFilter([secret]))

@@ -1,0 +1,174 @@
+"""The web page against the real service, in chromium: what an analyst sees and does.
+
+One service (real uvicorn, real sandboxed kernels, the scripted OpenAI-compatible
+model behind the real ``openai`` SDK) serves the page at ``/``; the browser asks
+for the key, uploads a file through the picker, starts a run, watches it live,
+asks a follow-up in the same kernel, downloads what the run made, finds the
+analysis again by its task, and cancels a running one. Every step asserts on
+what the page shows, and no step may log a console error or fetch anything
+from off this machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from browser import screenshot
+from openai_server import OpenAIServer, Reply, python_call
+from service_server import ServiceServer
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
+
+KEY = "page-test-key"
+SALES = "month,amount\n" + "\n".join(f"{m},{m * 10}" for m in range(1, 13)) + "\n"
+LOAD = (
+    "import pandas as pd, matplotlib.pyplot as plt\n"
+    "sales = pd.read_csv('sales.csv')\n"
+    "display(sales.head(3))\n"
+    "sales.plot(x='month', y='amount')\n"
+    "plt.show()\n"
+    "sales.assign(double=sales.amount * 2).to_csv('doubled.csv', index=False)\n"
+    "print('total', sales.amount.sum())"
+)
+TIMEOUT = 60_000  # ms: a round with a cold kernel on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def service(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
+    with ServiceServer(tmp_path_factory.mktemp("web-service"), model.base_url, keys={KEY}) as running:
+        yield running
+
+
+def no_problems(page: Any) -> None:
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external() == []  # everything the page needs is served by the service itself
+
+
+def test_analysis_from_upload_to_downloads(page: Any, service: ServiceServer, model: OpenAIServer,
+                                           tmp_path: Path) -> None:
+    model.add(Reply("**Loading** the sales file.", tool_calls=(python_call(LOAD),)))
+    model.add(Reply("## Answer\n\nThe total is **780**."))
+    model.add(Reply("The frame is still there.", tool_calls=(python_call("print('rows', len(sales))"),)))
+    model.add(Reply("It has **12** rows."))
+    data = tmp_path / "sales.csv"
+    data.write_text(SALES, encoding="utf-8")
+
+    page.goto(service.url + "/")
+    key_input = page.locator("#key-input")
+    key_input.wait_for(state="visible")
+    assert page.evaluate("document.activeElement.id") == "key-input"  # keyboard users can type at once
+    key_input.fill(KEY)
+    key_input.press("Enter")
+    page.locator("#new-run").wait_for(state="visible")
+
+    page.locator("#file-input").set_input_files(str(data))
+    page.locator("#file-list li", has_text=f"sales.csv · {len(SALES)} B").wait_for()
+    page.locator("#task").fill("Total the sales amounts.")
+    page.locator("#task").press("Control+Enter")
+
+    run = page.locator(".run").first
+    run.locator(".answer").wait_for(state="visible", timeout=TIMEOUT)
+    first = run.locator(".round").first
+    assert first.locator(".markdown strong", has_text="Loading").count() == 1
+    assert first.locator("pre.code .hljs-keyword").count() >= 1
+    assert first.locator(".output table").count() == 1
+    assert first.locator(".output img").evaluate("img => img.naturalWidth") > 100
+    assert first.locator("pre.stdout", has_text="total 780").count() == 1
+    assert "The total is 780." in run.locator(".answer").inner_text()
+    run.locator(".status.finished").wait_for()
+    assert "tokens" in run.locator(".run-head").inner_text()
+    run.locator(".downloads").wait_for(state="visible")
+    screenshot(page, "web-service-run")
+
+    # A follow-up continues in the same live kernel: `sales` is still defined.
+    page.locator("#follow-up").wait_for(state="visible")
+    page.locator("#follow-up-task").fill("How many rows?")
+    page.locator("#follow-up-task").press("Control+Enter")
+    second = page.locator(".run").nth(1)
+    second.locator(".answer").wait_for(state="visible", timeout=TIMEOUT)
+    assert second.locator("pre.stdout", has_text="rows 12").count() == 1
+    assert second.locator(".exec.bad").count() == 0
+
+    # Downloads: the notebook (every turn of the thread), the clean one, the HTML report, the made file.
+    saved = {}
+    for label in ("Notebook (.ipynb)", "Clean notebook", "HTML report", "doubled.csv"):
+        with page.expect_download() as info:
+            run.locator(".downloads a", has_text=label).click()
+        target = tmp_path / "downloads" / info.value.suggested_filename
+        info.value.save_as(target)
+        saved[label] = target
+    notebook = nbformat.read(saved["Notebook (.ipynb)"], as_version=4)
+    sources = "\n".join(cell.source for cell in notebook.cells)
+    assert "pd.read_csv('sales.csv')" in sources and "len(sales)" in sources
+    nbformat.validate(nbformat.read(saved["Clean notebook"], as_version=4))
+    report = saved["HTML report"].read_text(encoding="utf-8")
+    assert "<html" in report.lower() and "Total the sales amounts." in report
+    assert saved["doubled.csv"].read_text(encoding="utf-8").splitlines()[1] == "1,10,20"
+
+    # Past analyses: listed, found by task text, reopened with their runs replayed from events.
+    page.locator("#new-analysis").click()
+    page.locator("#new-run").wait_for(state="visible")
+    threads = page.locator("#threads li")
+    threads.first.wait_for()
+    page.locator("#search").fill("sales amounts")
+    assert threads.count() == 1
+    page.locator("#search").fill("no such analysis")
+    assert threads.count() == 0
+    page.locator("#search").fill("")
+    page.locator("#threads button", has_text="Total the sales amounts.").click()
+    page.locator(".run .answer").first.wait_for(state="visible", timeout=TIMEOUT)
+    assert page.locator(".run").count() == 2
+    assert page.locator(".run").first.locator(".output img").count() == 1
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # phone width
+    screenshot(page, "web-service-phone")
+    no_problems(page)
+
+
+def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, model: OpenAIServer) -> None:
+    model.add(Reply("This will take a while.", tool_calls=(python_call("import time\ntime.sleep(120)"),)))
+    page.goto(service.url + "/")
+    page.locator("#key-input").fill(KEY)
+    page.locator("#key-form button[type=submit]").click()
+    dropped = page.evaluate_handle(
+        "() => { const dt = new DataTransfer();"
+        " dt.items.add(new File(['a,b\\n1,2\\n'], 'dropped.csv', {type: 'text/csv'})); return dt; }")
+    page.dispatch_event("#drop-zone", "drop", {"dataTransfer": dropped})  # drag and drop, as a file manager does
+    page.locator("#file-list li", has_text="dropped.csv · 8 B").wait_for()
+    page.locator("#task").fill("Wait for a long time.")
+    page.locator("#start").click()
+
+    run = page.locator(".run").first
+    running = run.locator(".exec.running")
+    running.wait_for(timeout=TIMEOUT)
+    assert running.inner_text().startswith("running…")  # the clock while code runs
+    run.get_by_role("button", name="Cancel").click()
+    run.locator(".status.cancelled").wait_for(timeout=30_000)
+    assert run.get_by_role("button", name="Cancel").is_hidden()
+    record = page.evaluate("id => KA.api.run(id)", run.get_attribute("data-run-id"))
+    assert record["status"] == "cancelled" and len(record["file_ids"]) == 1
+    no_problems(page)
+
+
+def test_a_wrong_key_asks_again_without_console_errors(page: Any, service: ServiceServer) -> None:
+    page.goto(service.url + "/")
+    page.locator("#key-input").fill("not-the-key")
+    page.locator("#key-input").press("Enter")
+    page.locator("#key-form").wait_for(state="visible")
+    assert page.evaluate("sessionStorage.getItem('kernel-agent-key')") is None
+    info = json.loads(page.evaluate("fetch('/v1/info').then(r => r.text())"))
+    assert info["auth"] is True
+    page.log.console_errors[:] = [e for e in page.log.console_errors if "401" not in e]  # Chrome logs every 401
+    no_problems(page)
