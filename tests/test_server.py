@@ -159,3 +159,15 @@ def test_bad_requests_get_clear_errors_and_change_nothing(client: httpx.Client) 
     assert client.get("/v1/threads").json()["threads"] == before
     assert client.get("/v1/runs/run-nope").status_code == 404
     assert client.get(f"/v1/threads/{before[0]['id']}/files/../../../etc/passwd").status_code == 404
+
+
+def test_deleting_a_thread_removes_its_kernel_workspace_and_runs(client: httpx.Client, model: OpenAIServer) -> None:
+    model.add(Reply("Write.", tool_calls=(python_call("open('x.txt', 'w').write('x')"),)), Reply("Wrote."))
+    run = client.post("/v1/runs", json={"task": "Write x"}).json()
+    events(client, run["id"])
+    thread_id = run["thread_id"]
+    assert client.delete(f"/v1/threads/{thread_id}", headers=BOB).status_code == 404
+    assert client.delete(f"/v1/threads/{thread_id}").json()["deleted"] is True
+    for path in (f"/v1/threads/{thread_id}", f"/v1/runs/{run['id']}", f"/v1/threads/{thread_id}/files/x.txt"):
+        assert client.get(path).status_code == 404, path
+    assert thread_id not in [t["id"] for t in client.get("/v1/threads").json()["threads"]]

@@ -180,6 +180,11 @@ def _thread_routes(app: FastAPI) -> None:
         kernel = "live" if runtime is not None and runtime.live else "stopped"
         return {**public(thread), "kernel": kernel, "runs": [public(r) for r in service.thread_runs(thread)]}
 
+    @app.delete("/v1/threads/{thread_id}")
+    async def delete_thread(request: Request, who: Owner, thread_id: str) -> dict[str, Any]:
+        await service_of(request).delete_thread(who, thread_id)
+        return {"id": thread_id, "object": "thread", "deleted": True}
+
     @app.get("/v1/threads/{thread_id}/notebook")
     async def notebook(request: Request, who: Owner, thread_id: str) -> FileResponse:
         path = _notebook(request, who, thread_id)

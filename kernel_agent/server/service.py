@@ -146,6 +146,18 @@ class Service:
         task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
         return run
 
+    async def delete_thread(self, owner: str, thread_id: str) -> None:
+        """Remove a thread: its kernel, workspace, notebook, runs and their events. Raises ``ServiceError``
+        404 for an unknown thread, 409 while it runs."""
+        thread = self.thread(owner, thread_id)
+        runtime = self.runtimes.get(thread_id)
+        if runtime is not None:
+            if runtime.busy:
+                raise ServiceError(f"thread {thread_id} is running a run; cancel it first", status=409)
+            del self.runtimes[thread_id]
+            await runtime.close()
+        await asyncio.to_thread(self.store.delete_thread, thread)
+
     async def cancel(self, owner: str, run_id: str) -> Record:
         """Cancel a run: the running code is interrupted, the notebook saved. Returns the record once
         the run has ended. Raises ``ServiceError`` 404 for an unknown run."""
