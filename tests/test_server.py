@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import nbformat
 import pytest
-from openai_server import OpenAIServer, Reply, python_call
+from openai_server import OpenAIServer, Reply, context_length_error, python_call
 from service_server import ServiceServer
 
 ALICE = {"Authorization": "Bearer alice-key"}
@@ -171,3 +171,21 @@ def test_deleting_a_thread_removes_its_kernel_workspace_and_runs(client: httpx.C
     for path in (f"/v1/threads/{thread_id}", f"/v1/runs/{run['id']}", f"/v1/threads/{thread_id}/files/x.txt"):
         assert client.get(path).status_code == 404, path
     assert thread_id not in [t["id"] for t in client.get("/v1/threads").json()["threads"]]
+
+
+def test_a_model_failure_ends_the_run_as_failed_with_its_notebook_kept(client: httpx.Client, model: OpenAIServer) -> None:
+    model.add(Reply("Set.", tool_calls=(python_call("x = 1"),)), context_length_error())
+    run = client.post("/v1/runs", json={"task": "Overflow"}).json()
+    assert events(client, run["id"])[-1][1]["run"]["stop_reason"] == "llm_error"
+    record = client.get(f"/v1/runs/{run['id']}").json()
+    assert record["status"] == "failed" and record["stop_reason"] == "llm_error" and record["rounds"] == 1
+    assert "x = 1" in client.get(record["notebook_url"]).text
+
+
+def test_no_secret_reaches_the_data_dir(client: httpx.Client, server: ServiceServer) -> None:
+    """Neither the model's key nor a service key is in any record, event log or notebook on disk."""
+    assert client.get("/v1/threads").json()["threads"]  # earlier tests ran
+    for path in Path(server.config.data_dir).rglob("*"):
+        if path.is_file():
+            content = path.read_bytes()
+            assert b"model-secret-key" not in content and b"alice-key" not in content, path
