@@ -22,9 +22,9 @@ import httpx
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
-from leaks import our_kernel_pids  # noqa: E402
-from openai_server import OpenAIServer, Reply, python_call  # noqa: E402
-from service_server import ServiceServer  # noqa: E402
+from leaks import our_kernel_pids
+from openai_server import OpenAIServer, Reply, python_call
+from service_server import ServiceServer
 
 FIGURE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
 
@@ -76,7 +76,7 @@ def main() -> None:
             wall = time.monotonic() - started
     first = sorted(r[0] for r in results)
     answer = sorted(r[1] for r in results)
-    p95 = lambda xs: xs[min(len(xs) - 1, int(0.95 * len(xs)))]  # noqa: E731
+    p95 = lambda xs: xs[min(len(xs) - 1, int(0.95 * len(xs)))]
     completed = sum(1 for r in results if r[2] == "completed")
     print(f"runs {args.runs}, {args.concurrent} at once: {completed} completed in {wall:.1f} s "
           f"({args.runs / wall:.2f} runs/s)")

@@ -20,9 +20,10 @@ def model() -> Iterator[OpenAIServer]:
 
 @pytest.fixture(scope="module")
 def client(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    with ServiceServer(tmp_path_factory.mktemp("limits"), model.base_url, max_running=1, idle_ttl=1.0) as server:
-        with httpx.Client(base_url=server.url, timeout=60) as http:  # keys=None: auth off, one owner
-            yield http
+    data = tmp_path_factory.mktemp("limits")
+    with ServiceServer(data, model.base_url, max_running=1, idle_ttl=1.0) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as http:  # keys=None: auth off, one owner
+        yield http
 
 
 def finish(client: httpx.Client, run_id: str) -> None:

@@ -8,6 +8,7 @@ routes in ``compat.py``. The page in ``static/`` is mounted last, at ``/``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
 from collections.abc import AsyncIterator
@@ -16,7 +17,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, File, Form, Header, Request, UploadFile
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    StreamingResponse,
+)
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -110,6 +116,12 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    _file_routes(app, config)
+    _run_routes(app)
+    _thread_routes(app)
+
+
+def _file_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.post("/v1/files")
     async def upload(request: Request, who: Owner, file: Annotated[UploadFile, File()],
                      purpose: Annotated[str, Form()] = "assistants") -> dict[str, Any]:
@@ -141,6 +153,8 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
         service.store.delete_file(service.file(who, file_id))
         return {"id": file_id, "object": "file", "deleted": True}
 
+
+def _run_routes(app: FastAPI) -> None:
     @app.post("/v1/runs", status_code=201)
     async def start_run(request: Request, who: Owner, body: RunRequest) -> dict[str, Any]:
         run = await service_of(request).start_run(who, body.task, body.file_ids, body.thread_id, body.protocol)
@@ -162,8 +176,6 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
         service.run(who, run_id)  # a 404 before the response starts
         return StreamingResponse(_sse(service.events(who, run_id, after)), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    _thread_routes(app)
 
 
 def _thread_routes(app: FastAPI) -> None:
@@ -199,9 +211,9 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.get("/v1/threads/{thread_id}/notebook/html")
     async def notebook_html(request: Request, who: Owner, thread_id: str) -> HTMLResponse:
-        import asyncio
-
-        from ..notebook.html import render_html
+        from ..notebook.html import (
+            render_html,  # nbconvert is heavy: only when a report is asked for
+        )
 
         path = _notebook(request, who, thread_id)
         try:

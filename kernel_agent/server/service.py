@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ _OPEN = ("queued", "running")
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 class Service:
@@ -50,7 +51,7 @@ class Service:
         self._reaper: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Future[None]] = set()
 
-    async def __aenter__(self) -> "Service":
+    async def __aenter__(self) -> Service:
         await asyncio.to_thread(self.recover)
         self._reaper = asyncio.create_task(self._reap_idle())
         return self
@@ -305,8 +306,6 @@ def _finished_event(run: Record, events: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def _append_sync(run_log: RunLog, event: dict[str, Any]) -> None:
-    import json
-
     with run_log.path.open("a", encoding="utf-8") as out:
         out.write(json.dumps(event) + "\n")
 

@@ -42,7 +42,7 @@ class _Lease:
     """What the agent's ``async with session_factory(workspace)`` gets: the thread's kernel,
     started on first use and left running on exit (the thread owns it, not the run)."""
 
-    def __init__(self, runtime: "ThreadRuntime") -> None:
+    def __init__(self, runtime: ThreadRuntime) -> None:
         self.runtime = runtime
 
     async def __aenter__(self) -> AsyncKernelSession:
