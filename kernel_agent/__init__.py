@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ModelUnreachableError,
         NotebookError,
         SandboxUnavailableError,
+        ServiceError,
         SessionClosedError,
     )
     from .events import Event
@@ -87,6 +88,7 @@ _EXPORTS = {
     "ContextLengthError": "errors",
     "ExecutionError": "errors",
     "NotebookError": "errors",
+    "ServiceError": "errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

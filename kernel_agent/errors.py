@@ -16,7 +16,8 @@ that failed or for input we refuse::
     │   ├── ModelTimeoutError (TimeoutError) reachable, but the reply did not come (or stalled) in time
     │   └── ContextLengthError               the conversation no longer fits the model
     ├── ExecutionError                       raised only by ExecutionResult.raise_for_status()
-    └── NotebookError (ValueError)           a notebook we cannot read, replay or resume
+    ├── NotebookError (ValueError)           a notebook we cannot read, replay or resume
+    └── ServiceError                         the service refuses a request (carries its HTTP status)
 
 Third-party errors are wrapped with ``raise ... from exc``; callers never
 need to match on message text.
@@ -43,6 +44,7 @@ __all__ = [
     "ContextLengthError",
     "ExecutionError",
     "NotebookError",
+    "ServiceError",
 ]
 
 
@@ -127,3 +129,12 @@ class NotebookError(KernelAgentError, ValueError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ServiceError(KernelAgentError):
+    """The service refuses a request: unknown id (404), busy thread (409), bad input (422), too many
+    runs (429). ``status`` is the HTTP status the server answers with."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status

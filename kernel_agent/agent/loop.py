@@ -137,12 +137,13 @@ class AsyncAgent:
             )
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
-        self._session_factory = session_factory or self._default_session
+        self._session_factory = session_factory or self.new_session
 
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
-    def _default_session(self, workspace: Path) -> AsyncKernelSession:
+    def new_session(self, workspace: Path) -> AsyncKernelSession:
+        """A kernel session as this agent's runs get one by default (not started)."""
         options = {"rebuild": self.config.rebuild, "limits": self.config.limits(), **self._session_options}
         return AsyncKernelSession(workspace, **options)
 
@@ -195,18 +196,20 @@ class AsyncAgent:
 
     async def stream_resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
-        workspace: str | os.PathLike[str] | None = None,
+        workspace: str | os.PathLike[str] | None = None, restore: bool = True,
     ) -> AsyncIterator[Event]:
         """Rebuild the kernel state from ``notebook_path``'s successful cells, tell the model
         what was done, continue with ``task``, and append the new rounds to the same
-        notebook (or to ``notebook`` when given). Raises ``NotebookError`` for a notebook
-        that is not a kernel-agent run."""
+        notebook (or to ``notebook`` when given). ``restore=False`` skips the rebuild, for a
+        session factory that hands back the very kernel that ran the notebook (the service's
+        live thread kernels). Raises ``NotebookError`` for a notebook that is not a kernel-agent run."""
         loaded = load_run(notebook_path)
         source = Path(notebook_path)
         root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
-            restored = [await session.execute(code, self.config.exec_timeout) for code in loaded.rebuild_code]
+            code = loaded.rebuild_code if restore else ()
+            restored = [await session.execute(cell, self.config.exec_timeout) for cell in code]
             failed = [r for r in restored if r.status != "ok"]
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})

@@ -1,4 +1,4 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``kernelspec install``.
+"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``kernelspec install``.
 
 Each command reads its options, calls the library, renders with ``render``
 or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .._version import __version__
-from ..agent.config import PROTOCOLS, AgentConfig
+from ..agent.config import NO_MODEL_HELP, PROTOCOLS, AgentConfig
 from ..errors import ConfigError, KernelAgentError, NotebookError
 from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job, drive
 from .render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
@@ -303,6 +303,38 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
         click.echo(tagged(loaded.run), nl=False)
         return
     show_run(console, loaded, thinking=thinking)
+
+
+@cli.command(epilog=_ENVIRONMENT)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8200, show_default=True, help="Port to listen on.")
+@click.option("--data-dir", "--workspace-root", "data_dir", default="kernel-agent-data", show_default=True, metavar="DIR", help="Where uploads, thread workspaces, notebooks and run records live.")
+@click.option("--keys-file", "--key-file", "keys_file", metavar="FILE", help="Service keys, one a line [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated].")
+@click.option("--no-auth", is_flag=True, help="Serve without keys (allowed only on a loopback address).")
+@click.option("--max-running", type=click.IntRange(min=1), default=4, show_default=True, help="Runs executing at once; more get 429.")
+@click.option("--max-live-kernels", type=click.IntRange(min=1), default=8, show_default=True, help="Thread kernels kept alive at once (the idlest is shut down).")
+@click.option("--idle-ttl", type=click.FloatRange(min=0, min_open=True), default=1800, show_default=True, metavar="S", help="Seconds before an idle thread's kernel is shut down (a follow-up rebuilds it).")
+@click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=100, show_default=True, metavar="MB", help="Largest upload accepted.")
+@_model_options
+@_kernel_options
+def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: bool, max_running: int,
+          max_live_kernels: int, idle_ttl: float, max_upload_mb: float, **options: Any) -> None:
+    """Serve the agent over HTTP: the web page at /, the native runs API and a DeepAnalyze/OpenAI-compatible
+    /v1/chat/completions, with a live kernel per thread. Clients send ``Authorization: Bearer KEY``."""
+    from ..server.config import ServerConfig, check_host, load_keys
+    from ..server.run import serve as run_server
+
+    with _edge():
+        check_host(host, auth=not no_auth)
+        arguments = _agent_arguments(options)
+        if not AgentConfig.resolve(**arguments).model:  # bad options fail now, not on every request
+            raise ConfigError(NO_MODEL_HELP)
+        config = ServerConfig(
+            Path(data_dir), keys=frozenset() if no_auth else load_keys(keys_file), auth=not no_auth,
+            agent={k: v for k, v in arguments.items() if v is not None}, max_running=max_running,
+            max_threads_live=max_live_kernels, idle_ttl=idle_ttl, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+        )
+        run_server(config, host, port)
 
 
 @cli.group()

@@ -1,0 +1,247 @@
+"""The HTTP surface of the service (FastAPI): auth, the native API, downloads and the web page.
+
+Owns routing and translation only: request bodies in (pydantic), records out
+(the owner field dropped, download URLs added), ``ServiceError`` to its HTTP
+status. What a run does lives in ``service.py``; the DeepAnalyze-compatible
+routes in ``compat.py``. The page in ``static/`` is mounted last, at ``/``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, File, Form, Header, Request, UploadFile
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._version import __version__
+from ..agent.config import PROTOCOLS
+from ..errors import NotebookError, ServiceError
+from ..notebook.export import clean_path
+from .config import ServerConfig, owner_of
+from .service import NOTEBOOK, Service
+
+__all__ = ["create_app"]
+
+_STATIC = Path(__file__).resolve().parent / "static"
+_CHUNK = 1 << 20
+
+
+class RunRequest(BaseModel):
+    """``POST /v1/runs``: the task, uploaded file ids, and a thread to continue (a follow-up)."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(min_length=1)
+    file_ids: list[str] = []
+    thread_id: str | None = None
+    model: str | None = None
+    protocol: Literal["tools", "tags", "deepanalyze"] | None = None
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """The ASGI app for ``config``; its lifespan starts and closes the ``Service``."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with Service(config) as service:
+            app.state.service = service
+            yield
+
+    app = FastAPI(title="kernel-agent", version=__version__, lifespan=lifespan)
+    app.state.config = config
+
+    @app.exception_handler(ServiceError)
+    async def refused(_request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    _native_routes(app, config)
+    from .compat import compat_routes
+
+    compat_routes(app)
+    app.mount("/", StaticFiles(directory=_STATIC, html=True), name="page")
+    return app
+
+
+def owner(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
+    """The caller's owner name from ``Authorization: Bearer KEY``. Raises ``ServiceError`` 401."""
+    config: ServerConfig = request.app.state.config
+    if not config.auth:
+        return owner_of(None)
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or key.strip() not in config.keys:
+        raise ServiceError("a valid service key is needed: send Authorization: Bearer KEY", status=401)
+    return owner_of(key.strip())
+
+
+Owner = Annotated[str, Depends(owner)]
+
+
+def service_of(request: Request) -> Service:
+    return request.app.state.service
+
+
+def public(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as clients see it: without the owner, with download URLs for runs and threads."""
+    out = {k: v for k, v in record.items() if k != "owner"}
+    kind = record.get("object")
+    if kind in ("run", "thread"):
+        thread = record["thread_id"] if kind == "run" else record["id"]
+        base = f"/v1/threads/{thread}"
+        out.update(notebook_url=f"{base}/notebook", clean_url=f"{base}/notebook/clean", html_url=f"{base}/notebook/html")
+        if kind == "run":
+            out["files"] = [{**f, "url": f"{base}/files/{f['name']}"} for f in record.get("files", [])]
+    return out
+
+
+def _native_routes(app: FastAPI, config: ServerConfig) -> None:
+    @app.get("/v1/info")
+    async def info() -> dict[str, Any]:
+        model = config.model
+        return {"auth": config.auth, "models": [model] if model else None, "default_model": model,
+                "protocols": list(PROTOCOLS), "model_choice": False, "version": __version__}
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/files")
+    async def upload(request: Request, who: Owner, file: Annotated[UploadFile, File()],
+                     purpose: Annotated[str, Form()] = "assistants") -> dict[str, Any]:
+        service = service_of(request)
+        temp, size = await _spool(file, service, config.max_upload_bytes)
+        try:
+            return public(service.add_file(who, file.filename or "", temp, size, purpose))
+        finally:
+            temp.unlink(missing_ok=True)
+
+    @app.get("/v1/files")
+    async def list_files(request: Request, who: Owner) -> dict[str, Any]:
+        return {"object": "list", "data": [public(f) for f in service_of(request).files(who)]}
+
+    @app.get("/v1/files/{file_id}")
+    async def get_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
+        return public(service_of(request).file(who, file_id))
+
+    @app.get("/v1/files/{file_id}/content")
+    async def file_content(request: Request, who: Owner, file_id: str) -> FileResponse:
+        service = service_of(request)
+        record = service.file(who, file_id)
+        return FileResponse(service.store.file_content(record), filename=record["filename"])
+
+    @app.delete("/v1/files/{file_id}")
+    async def delete_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
+        service = service_of(request)
+        service.store.delete_file(service.file(who, file_id))
+        return {"id": file_id, "object": "file", "deleted": True}
+
+    @app.post("/v1/runs", status_code=201)
+    async def start_run(request: Request, who: Owner, body: RunRequest) -> dict[str, Any]:
+        run = await service_of(request).start_run(who, body.task, body.file_ids, body.thread_id, body.protocol)
+        return public(run)
+
+    @app.get("/v1/runs/{run_id}")
+    async def get_run(request: Request, who: Owner, run_id: str) -> dict[str, Any]:
+        return public(service_of(request).run(who, run_id))
+
+    @app.post("/v1/runs/{run_id}/cancel")
+    async def cancel_run(request: Request, who: Owner, run_id: str) -> dict[str, Any]:
+        return public(await service_of(request).cancel(who, run_id))
+
+    @app.get("/v1/runs/{run_id}/events")
+    async def run_events(request: Request, who: Owner, run_id: str,
+                         last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+        after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+        service = service_of(request)
+        service.run(who, run_id)  # a 404 before the response starts
+        return StreamingResponse(_sse(service.events(who, run_id, after)), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    _thread_routes(app)
+
+
+def _thread_routes(app: FastAPI) -> None:
+    @app.get("/v1/threads")
+    async def list_threads(request: Request, who: Owner) -> dict[str, Any]:
+        threads = sorted(service_of(request).threads(who), key=lambda t: t["updated_at"], reverse=True)
+        return {"object": "list", "threads": [public(t) for t in threads]}
+
+    @app.get("/v1/threads/{thread_id}")
+    async def get_thread(request: Request, who: Owner, thread_id: str) -> dict[str, Any]:
+        service = service_of(request)
+        thread = service.thread(who, thread_id)
+        return {**public(thread), "runs": [public(r) for r in service.thread_runs(thread)]}
+
+    @app.get("/v1/threads/{thread_id}/notebook")
+    async def notebook(request: Request, who: Owner, thread_id: str) -> FileResponse:
+        path = _notebook(request, who, thread_id)
+        return FileResponse(path, filename=f"{thread_id}.ipynb", media_type="application/x-ipynb+json")
+
+    @app.get("/v1/threads/{thread_id}/notebook/clean")
+    async def clean_notebook(request: Request, who: Owner, thread_id: str) -> FileResponse:
+        path = clean_path(_notebook(request, who, thread_id))
+        if not path.exists():
+            raise ServiceError(f"thread {thread_id} has no clean notebook yet", status=404)
+        return FileResponse(path, filename=f"{thread_id}.clean.ipynb", media_type="application/x-ipynb+json")
+
+    @app.get("/v1/threads/{thread_id}/notebook/html")
+    async def notebook_html(request: Request, who: Owner, thread_id: str) -> HTMLResponse:
+        import asyncio
+
+        from ..notebook.html import render_html
+
+        path = _notebook(request, who, thread_id)
+        try:
+            body = await asyncio.to_thread(render_html, path)
+        except NotebookError as exc:
+            raise ServiceError(str(exc), status=500) from None
+        return HTMLResponse(body)
+
+    @app.get("/v1/threads/{thread_id}/files/{name:path}")
+    async def generated_file(request: Request, who: Owner, thread_id: str, name: str) -> FileResponse:
+        service = service_of(request)
+        service.thread(who, thread_id)
+        root = service.store.workspace(thread_id).resolve()
+        path = (root / name).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise ServiceError(f"thread {thread_id} has no file {name}", status=404)
+        return FileResponse(path, filename=path.name)
+
+
+def _notebook(request: Request, who: str, thread_id: str) -> Path:
+    service = service_of(request)
+    service.thread(who, thread_id)
+    path = service.store.workspace(thread_id) / NOTEBOOK
+    if not path.exists():
+        raise ServiceError(f"thread {thread_id} has no notebook yet", status=404)
+    return path
+
+
+async def _spool(file: UploadFile, service: Service, limit: int) -> tuple[Path, int]:
+    """Copy the upload to a temp file beside the store (so it can be moved in); 413 over ``limit``."""
+    folder = service.store.root / "tmp"
+    folder.mkdir(exist_ok=True)
+    handle = tempfile.NamedTemporaryFile(dir=folder, delete=False)
+    size = 0
+    try:
+        with handle:
+            while chunk := await file.read(_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise ServiceError(f"the file is larger than the {limit}-byte upload limit", status=413)
+                handle.write(chunk)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+    return Path(handle.name), size
+
+
+async def _sse(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> AsyncIterator[str]:
+    """SSE frames: ``id: N`` (for ``Last-Event-ID``) and the event's JSON; unnamed, so ``onmessage`` gets all."""
+    async for event_id, event in events:
+        yield f"id: {event_id}\ndata: {json.dumps(event, ensure_ascii=False, default=str)}\n\n"

@@ -1,0 +1,104 @@
+"""The service's settings: ``ServerConfig`` and where its keys come from.
+
+Precedence as everywhere in kernel-agent: explicit argument > environment
+variable > default. Service keys come from ``--keys-file`` (one key a line,
+``#`` comments) or ``KERNEL_AGENT_SERVER_KEYS`` (comma-separated); without
+any the server refuses to start unless auth is off, which is allowed only on
+a loopback address. Keys are never logged, echoed or stored: a client is
+known by a hash of its key (``owner_of``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["KEYS_VARIABLE", "ServerConfig", "load_keys", "owner_of"]
+
+KEYS_VARIABLE = "KERNEL_AGENT_SERVER_KEYS"
+NO_AUTH_OWNER = "local"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the service runs.
+
+    data_dir: where files, threads (workspaces, notebooks) and runs live.
+    keys: the bearer keys clients may send (empty with ``auth=False`` only).
+    auth: False serves everyone as one owner (loopback only; see ``check_host``).
+    agent: ``AsyncAgent`` keyword arguments for every thread's agent (model,
+        base_url, api_key, protocol, max_rounds, exec_timeout, sandbox, ...);
+        the CLI builds them exactly as ``kernel-agent run`` does.
+    max_running: runs executing at once; a new run over the cap gets 429.
+    max_threads_live: thread kernels kept alive at once; the idlest is shut
+        down to make room (a later follow-up rebuilds it from the notebook).
+    idle_ttl: seconds an idle thread's kernel lives before it is shut down.
+    max_upload_bytes: uploads larger than this get 413.
+    """
+
+    data_dir: Path
+    keys: frozenset[str] = field(default=frozenset(), repr=False)
+    auth: bool = True
+    agent: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    max_running: int = 4
+    max_threads_live: int = 8
+    idle_ttl: float = 1800.0
+    max_upload_bytes: int = 100 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.auth and not self.keys:
+            raise ConfigError(
+                f"the service needs at least one key: set {KEYS_VARIABLE} (comma-separated) or pass "
+                "--keys-file FILE; or pass --no-auth to serve without keys on a loopback address"
+            )
+        if self.max_running < 1 or self.max_threads_live < 1:
+            raise ConfigError("max_running and max_threads_live must be at least 1")
+        if self.idle_ttl <= 0 or self.max_upload_bytes <= 0:
+            raise ConfigError("idle_ttl and max_upload_bytes must be positive")
+
+    @property
+    def model(self) -> str | None:
+        return self.agent.get("model")
+
+    @property
+    def protocol(self) -> str | None:
+        return self.agent.get("protocol")
+
+
+def load_keys(keys_file: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The service keys from ``keys_file`` (one a line) or else the environment. Raises ``ConfigError``
+    when the file cannot be read."""
+    if keys_file is not None:
+        try:
+            lines = Path(keys_file).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the keys file {keys_file}: {exc.strerror}") from None
+        return frozenset(k for k in (line.strip() for line in lines) if k and not k.startswith("#"))
+    raw = (os.environ if environ is None else environ).get(KEYS_VARIABLE, "")
+    return frozenset(k.strip() for k in raw.split(",") if k.strip())
+
+
+def check_host(host: str, auth: bool) -> None:
+    """Raise ``ConfigError`` when auth is off on an address other machines can reach."""
+    if auth:
+        return
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigError(f"--no-auth is allowed only on a loopback address (127.0.0.1, ::1), not {host}")
+
+
+def owner_of(key: str | None) -> str:
+    """The stable, non-secret name of a key's owner (a hash prefix); ``local`` without auth."""
+    if key is None:
+        return NO_AUTH_OWNER
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]

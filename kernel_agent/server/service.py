@@ -1,0 +1,297 @@
+"""The service's engine: files, threads and runs of many owners on one ``Store``.
+
+Owns the run lifecycle (start, follow, cancel, finish), the thread runtimes
+(live kernels, idle shutdown, the live cap), the concurrency cap and recovery
+after a crash (runs that were in flight are marked ``interrupted``). Every
+run is the agent's own event stream (``AsyncAgent.stream`` for a thread's
+first run, ``stream_resume`` for a follow-up); there is no second agent loop.
+Raises ``ServiceError`` (with an HTTP status) for requests it refuses; the
+HTTP layer only translates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..agent.data import prepare_data
+from ..errors import KernelAgentError, ServiceError
+from .config import ServerConfig
+from .store import Record, Store, new_id
+from .threads import RunLog, ThreadRuntime, event_dict
+
+__all__ = ["NOTEBOOK", "Service"]
+
+log = logging.getLogger(__name__)
+
+NOTEBOOK = "analysis.ipynb"
+_OPEN = ("queued", "running")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Service:
+    """Everything the HTTP layer asks for. Use as ``async with Service(config):``."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.store = Store(config.data_dir)
+        self.runtimes: dict[str, ThreadRuntime] = {}
+        self.logs: dict[str, RunLog] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._reaper: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> "Service":
+        await asyncio.to_thread(self.recover)
+        self._reaper = asyncio.create_task(self._reap_idle())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Cancel the runs in flight (their notebooks are saved), shut every kernel down. Idempotent."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        runtimes, self.runtimes = list(self.runtimes.values()), {}
+        for runtime in runtimes:
+            await runtime.close()
+
+    def recover(self) -> None:
+        """Mark the runs a killed server left open as ``interrupted`` (their notebooks hold every
+        completed round), and close their event logs with a ``finished`` event."""
+        for run in self.store.runs():
+            if run["status"] not in _OPEN:
+                continue
+            run.update(status="interrupted", stop_reason=None, finished_at=now(),
+                       error="the server stopped while this run was in flight")
+            log_ = RunLog(self.store.events_path(run["id"]), self.store.events(run["id"]))
+            closing = _finished_event(run, log_.events)
+            _append_sync(log_, closing)
+            self.store.save_run(run)
+            self._set_thread_status(run["thread_id"], "interrupted")
+
+    # ----------------------------------------------------------------- files
+    def add_file(self, owner: str, filename: str, temp: Path, size: int, purpose: str) -> Record:
+        """Keep an upload (``temp`` is moved). Raises ``ServiceError`` for a bad name."""
+        record = {"id": new_id("file"), "object": "file", "owner": owner, "filename": safe_name(filename),
+                  "bytes": size, "purpose": purpose, "created_at": int(time.time()), "status": "processed"}
+        self.store.save_file(record, temp)
+        return record
+
+    def file(self, owner: str, file_id: str) -> Record:
+        """The owner's file record. Raises ``ServiceError`` 404 for another owner's or an unknown id."""
+        return _owned(self.store.file(file_id), owner, f"no file {file_id}")
+
+    def files(self, owner: str) -> list[Record]:
+        return [f for f in self.store.files() if f["owner"] == owner]
+
+    # ----------------------------------------------------------------- threads and runs
+    def thread(self, owner: str, thread_id: str) -> Record:
+        return _owned(self.store.thread(thread_id), owner, f"no thread {thread_id}")
+
+    def threads(self, owner: str) -> list[Record]:
+        return [t for t in self.store.threads() if t["owner"] == owner]
+
+    def run(self, owner: str, run_id: str) -> Record:
+        return _owned(self.store.run(run_id), owner, f"no run {run_id}")
+
+    def thread_runs(self, thread: Record) -> list[Record]:
+        return [r for r in (self.store.run(i) for i in thread["runs"]) if r is not None]
+
+    async def start_run(self, owner: str, task: str, file_ids: Sequence[str] = (), thread_id: str | None = None,
+                        protocol: str | None = None) -> Record:
+        """Start a run (a follow-up in ``thread_id``'s live kernel when given); return its record.
+
+        Raises ``ServiceError``: 404 unknown file or thread, 409 the thread is busy, 422 an empty
+        task, 429 the server runs as many runs as it may.
+        """
+        if not task.strip():
+            raise ServiceError("the task is empty", status=422)
+        files = [self.file(owner, f) for f in file_ids]
+        thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
+        running = sum(1 for t in self.tasks.values() if not t.done())
+        if running >= self.config.max_running:
+            raise ServiceError(f"{running} runs are running, the most this server runs at once; retry later",
+                               status=429)
+        runtime = await self._runtime(thread)
+        if runtime.busy:
+            raise ServiceError(f"thread {thread['id']} is running a run; wait for it or cancel it", status=409)
+        await runtime.lock.acquire()
+        run = {"id": new_id("run"), "object": "run", "owner": owner, "thread_id": thread["id"], "task": task,
+               "file_ids": list(file_ids), "status": "running", "stop_reason": None, "answer": None, "error": None,
+               "created_at": now(), "finished_at": None, "rounds": 0, "files": []}
+        self.store.save_run(run)
+        thread.update(runs=[*thread["runs"], run["id"]], status="running", updated_at=now())
+        self.store.save_thread(thread)
+        run_log = self.logs[run["id"]] = RunLog(self.store.events_path(run["id"]))
+        self.tasks[run["id"]] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
+        return run
+
+    async def cancel(self, owner: str, run_id: str) -> Record:
+        """Cancel a run: the running code is interrupted, the notebook saved. Returns the record once
+        the run has ended. Raises ``ServiceError`` 404 for an unknown run."""
+        self.run(owner, run_id)
+        task = self.tasks.get(run_id)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return self.run(owner, run_id)
+
+    async def events(self, owner: str, run_id: str, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """The run's events after id ``after``: the recorded ones, then live ones until ``finished``."""
+        self.run(owner, run_id)
+        run_log = self.logs.get(run_id)
+        if run_log is None:
+            past = await asyncio.to_thread(self.store.events, run_id)
+            run_log = RunLog(self.store.events_path(run_id), past, over=True)
+        async for item in run_log.follow(after):
+            yield item
+
+    # ----------------------------------------------------------------- internals
+    def _new_thread(self, owner: str, task: str, protocol: str | None) -> Record:
+        thread = {"id": new_id("thread"), "object": "thread", "owner": owner, "task": task, "protocol": protocol,
+                  "status": "queued", "runs": [], "created_at": now(), "updated_at": now()}
+        self.store.save_thread(thread)
+        return thread
+
+    async def _runtime(self, thread: Record) -> ThreadRuntime:
+        runtime = self.runtimes.get(thread["id"])
+        if runtime is None:
+            options = dict(self.config.agent)
+            if thread.get("protocol"):
+                options["protocol"] = thread["protocol"]
+            try:
+                runtime = ThreadRuntime(thread["id"], self.store.workspace(thread["id"]), options)
+            except KernelAgentError as exc:
+                raise ServiceError(str(exc), status=422) from None
+            self.runtimes[thread["id"]] = runtime
+        await self._make_room(keep=runtime)
+        return runtime
+
+    async def _make_room(self, keep: ThreadRuntime) -> None:
+        """Shut the idlest kernels down while more than ``max_threads_live`` would be alive."""
+        live = [r for r in self.runtimes.values() if r.live and r is not keep and not r.busy]
+        excess = len(live) + 1 - self.config.max_threads_live
+        for runtime in sorted(live, key=lambda r: r.last_used)[: max(excess, 0)]:
+            await runtime.stop_kernel()
+
+    async def _reap_idle(self) -> None:
+        period = min(self.config.idle_ttl / 2, 30.0)
+        while True:
+            await asyncio.sleep(period)
+            cutoff = time.monotonic() - self.config.idle_ttl
+            for runtime in list(self.runtimes.values()):
+                if runtime.live and not runtime.busy and runtime.last_used < cutoff:
+                    log.info("thread %s idle: shutting its kernel down", runtime.thread_id)
+                    await runtime.stop_kernel()
+
+    async def _execute(self, run: Record, thread: Record, runtime: ThreadRuntime, files: list[Record],
+                       run_log: RunLog) -> None:
+        try:
+            await self._drive(run, runtime, files, run_log)
+        except asyncio.CancelledError:
+            run.update(status="cancelled", stop_reason="cancelled", error="cancelled")
+        except KernelAgentError as exc:  # bad data file, kernel would not start: the machinery, not the code
+            run.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            await run_log.add({"event": "error", "message": str(exc), "error_type": type(exc).__name__,
+                               "round": None})
+        except Exception as exc:  # a bug must not leave the run open forever: record it, log it
+            log.exception("run %s failed", run["id"])
+            run.update(status="failed", error=f"internal error: {type(exc).__name__}")
+        finally:
+            runtime.lock.release()
+            runtime.touch()
+            await self._finish(run, thread, run_log)
+
+    async def _drive(self, run: Record, runtime: ThreadRuntime, files: list[Record], run_log: RunLog) -> None:
+        notebook = runtime.workspace / NOTEBOOK
+        paths = [self.store.file_content(f) for f in files]
+        agent = runtime.agent
+        if not notebook.exists():
+            stream = agent.stream(run["task"], paths, runtime.workspace, notebook)
+        else:
+            task = run["task"]
+            if paths:
+                await asyncio.to_thread(prepare_data, paths, runtime.workspace)
+                task += "\n\nNew data files in the working directory: " + ", ".join(p.name for p in paths)
+            stream = agent.stream_resume(notebook, task, workspace=runtime.workspace, restore=not runtime.live)
+        async for event in stream:
+            data = event_dict(event)
+            await run_log.add(data)
+            _track(run, data)
+            if data["event"] == "finished":
+                finished = data["run"]
+                run.update(answer=finished["answer"], stop_reason=finished["stop_reason"], error=finished["error"],
+                           status="completed" if finished["stop_reason"] != "llm_error" else "failed")
+
+    async def _finish(self, run: Record, thread: Record, run_log: RunLog) -> None:
+        run["finished_at"] = now()
+        if not run_log.events or run_log.events[-1].get("event") != "finished":
+            await run_log.add(_finished_event(run, run_log.events))
+        await asyncio.to_thread(self.store.save_run, run)
+        await run_log.end()
+        self.tasks.pop(run["id"], None)
+        self.logs.pop(run["id"], None)
+        await asyncio.to_thread(self._set_thread_status, thread["id"], run["status"])
+
+    def _set_thread_status(self, thread_id: str, status: str) -> None:
+        thread = self.store.thread(thread_id)
+        if thread is not None:
+            thread.update(status=status, updated_at=now())
+            self.store.save_thread(thread)
+
+
+def _track(run: Record, event: dict[str, Any]) -> None:
+    """Keep the run record's progress (rounds, generated files) up to date from its events."""
+    if event["event"] == "round_finished":
+        run["rounds"] += 1
+    elif event["event"] == "execution_finished":
+        known = {f["name"] for f in run["files"]}
+        for artifact in event.get("artifacts", []):
+            if artifact["path"] not in known:
+                run["files"].append({"name": artifact["path"], "size": artifact["size"]})
+
+
+def _finished_event(run: Record, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``finished`` event the agent could not send (cancelled, failed, server killed)."""
+    rounds = sum(1 for e in events if e.get("event") == "round_finished")
+    return {"event": "finished", "run": {"answer": run.get("answer"), "stop_reason": run.get("stop_reason"),
+                                         "error": run.get("error"), "rounds": rounds, "status": run["status"]}}
+
+
+def _append_sync(run_log: RunLog, event: dict[str, Any]) -> None:
+    import json
+
+    with run_log.path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(event) + "\n")
+
+
+def _owned(record: Record | None, owner: str, message: str) -> Record:
+    if record is None or record.get("owner") != owner:
+        raise ServiceError(message, status=404)
+    return record
+
+
+def safe_name(filename: str) -> str:
+    """The last path component of an upload's name, without control characters or a leading dot.
+    Raises ``ServiceError`` 422 when nothing usable is left."""
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(c for c in name if c.isprintable()).strip().lstrip(".")
+    if not name or len(name) > 200:
+        raise ServiceError(f"unusable file name {filename!r}", status=422)
+    return name

@@ -1,0 +1,142 @@
+"""A thread's live kernel and agent, and a run's event log in memory.
+
+Owns ``ThreadRuntime`` (one ``AsyncAgent`` and one live kernel session per
+thread, kept across runs so a follow-up sees every variable; the kernel is
+built by the agent's own ``new_session``, so the sandbox and limits are those
+of ``kernel-agent run``) and ``RunLog`` (the events of one run, appended to
+disk as they come and handed to any number of SSE readers). No HTTP here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from ..agent.loop import AsyncAgent
+from ..events import Event, ExecutionFinished
+from ..kernel.session import AsyncKernelSession
+
+__all__ = ["RunLog", "ThreadRuntime", "event_dict"]
+
+log = logging.getLogger(__name__)
+
+
+def event_dict(event: Event) -> dict[str, Any]:
+    """``event.to_dict()``, with an execution's nbformat outputs added (the page draws them)."""
+    out = event.to_dict()
+    if isinstance(event, ExecutionFinished):
+        out["result"]["outputs"] = [dict(o) for o in event.result.outputs]
+    return out
+
+
+class _Lease:
+    """What the agent's ``async with session_factory(workspace)`` gets: the thread's kernel,
+    started on first use and left running on exit (the thread owns it, not the run)."""
+
+    def __init__(self, runtime: "ThreadRuntime") -> None:
+        self.runtime = runtime
+
+    async def __aenter__(self) -> AsyncKernelSession:
+        return await self.runtime.session()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.runtime.touch()
+
+
+class ThreadRuntime:
+    """One thread's agent and live kernel. ``lock`` lets one run at a time use them."""
+
+    def __init__(self, thread_id: str, workspace: Path, agent_options: dict[str, Any]) -> None:
+        self.thread_id = thread_id
+        self.workspace = workspace
+        self.agent = AsyncAgent(**agent_options, session_factory=lambda _root: _Lease(self))
+        self.lock = asyncio.Lock()
+        self.last_used = time.monotonic()
+        self._session: AsyncKernelSession | None = None
+
+    def __repr__(self) -> str:
+        return f"<ThreadRuntime {self.thread_id} live={self.live}>"
+
+    @property
+    def live(self) -> bool:
+        """True while the thread holds a started kernel."""
+        return self._session is not None
+
+    @property
+    def busy(self) -> bool:
+        return self.lock.locked()
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    async def session(self) -> AsyncKernelSession:
+        """The live kernel, started now when there is none (or it died). Raises ``KernelStartError``."""
+        if self._session is not None and not await self._session.is_alive():
+            await self.stop_kernel()
+        if self._session is None:
+            session = self.agent.new_session(self.workspace)
+            await session.start()
+            self._session = session
+        self.touch()
+        return self._session
+
+    async def stop_kernel(self) -> None:
+        """Shut the kernel down (the thread lives on: a follow-up rebuilds it). Idempotent."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def close(self) -> None:
+        """Shut the kernel down and release the model client. Idempotent."""
+        await self.stop_kernel()
+        await self.agent.close()
+
+
+class RunLog:
+    """The events of one run: kept in memory, appended to ``path`` (JSONL) as they come,
+    readable from any position by any number of followers until the run is over."""
+
+    def __init__(self, path: Path, past: list[dict[str, Any]] | None = None, *, over: bool = False) -> None:
+        self.path = path
+        self.events: list[dict[str, Any]] = list(past or [])
+        self.over = over
+        self._changed = asyncio.Condition()
+
+    async def add(self, event: dict[str, Any]) -> None:
+        """Record ``event`` (to disk first, so a reader never sees what a restart would lose)."""
+        line = json.dumps(event, ensure_ascii=False, default=str)
+        await asyncio.to_thread(_append, self.path, line)
+        async with self._changed:
+            self.events.append(event)
+            self._changed.notify_all()
+
+    async def end(self) -> None:
+        async with self._changed:
+            self.over = True
+            self._changed.notify_all()
+
+    async def follow(self, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """``(id, event)`` from event ``after + 1`` on (ids count from 1), until the run is over."""
+        position = after
+        while True:
+            async with self._changed:
+                while position >= len(self.events) and not self.over:
+                    await self._changed.wait()
+                pending = self.events[position:]
+                over = self.over
+            for event in pending:
+                position += 1
+                yield position, event
+            if over and position >= len(self.events):
+                return
+
+
+def _append(path: Path, line: str) -> None:
+    with path.open("a", encoding="utf-8") as out:
+        out.write(line + "\n")
+        out.flush()

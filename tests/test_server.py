@@ -1,0 +1,160 @@
+"""The service's native API over real HTTP: a real uvicorn server, httpx as the client, the scripted
+OpenAI-compatible model behind it, real sandboxed kernels per thread."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import nbformat
+import pytest
+from openai_server import OpenAIServer, Reply, python_call
+from service_server import ServiceServer
+
+ALICE = {"Authorization": "Bearer alice-key"}
+BOB = {"Authorization": "Bearer bob-key"}
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
+    with ServiceServer(tmp_path_factory.mktemp("service"), model.base_url, keys={"alice-key", "bob-key"},
+                       max_upload_bytes=4096) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server: ServiceServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=60) as http:
+        yield http
+
+
+def events(client: httpx.Client, run_id: str, last: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """Every SSE event of the run (the stream ends after ``finished``), with their ids."""
+    headers = {} if last is None else {"Last-Event-ID": str(last)}
+    out = []
+    with client.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event_id = None
+        for line in response.iter_lines():
+            if line.startswith("id: "):
+                event_id = int(line[4:])
+            elif line.startswith("data: "):
+                out.append((event_id, json.loads(line[6:])))
+    return out
+
+
+def upload(client: httpx.Client, name: str, content: bytes) -> dict[str, Any]:
+    response = client.post("/v1/files", files={"file": (name, content, "text/csv")})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_info_is_open_and_everything_else_needs_a_key(server: ServiceServer) -> None:
+    info = httpx.get(server.url + "/v1/info").json()
+    assert info["auth"] is True and info["default_model"] == "scripted-test-model" and "tools" in info["protocols"]
+    assert httpx.get(server.url + "/v1/threads").status_code == 401
+    assert httpx.get(server.url + "/v1/threads", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    page = httpx.get(server.url + "/")
+    assert page.status_code == 200 and "<html" in page.text.lower()
+
+
+def test_a_run_streams_events_and_its_notebook_report_and_files_download(
+    client: httpx.Client, model: OpenAIServer
+) -> None:
+    uploaded = upload(client, "../../numbers.csv", b"x,y\n1,2\n3,4\n")
+    assert uploaded["filename"] == "numbers.csv" and uploaded["bytes"] == 12
+    code = "frame = pd.read_csv(data.numbers)\ntotal = int(frame.x.sum())\nframe.to_csv('out.csv')\nprint('total', total)"
+    model.add(Reply("Sum it.", tool_calls=(python_call(code),)), Reply("The total is 4."))
+    run = client.post("/v1/runs", json={"task": "Sum x", "file_ids": [uploaded["id"]]}).json()
+    assert run["status"] == "running" and run["thread_id"]
+    seen = events(client, run["id"])
+    kinds = [e["event"] for _, e in seen]
+    assert kinds[0] == "run_started" and kinds[-1] == "finished" and "answer" in kinds
+    assert [i for i, _ in seen] == list(range(1, len(seen) + 1))
+    executed = next(e for _, e in seen if e["event"] == "execution_finished")
+    assert any("total 4" in o.get("text", "") for o in executed["result"]["outputs"]), executed
+    record = client.get(f"/v1/runs/{run['id']}").json()
+    assert record["status"] == "completed" and record["answer"] == "The total is 4." and "owner" not in record
+    assert record["files"] == [{"name": "out.csv", "size": record["files"][0]["size"], "url": record["files"][0]["url"]}]
+    assert client.get(record["files"][0]["url"]).text.startswith(",x,y")
+    notebook = nbformat.reads(client.get(record["notebook_url"]).text, as_version=4)
+    assert "model-secret-key" not in json.dumps(notebook)
+    assert any("total 4" in json.dumps(cell.get("outputs", [])) for cell in notebook.cells)
+    assert client.get(record["clean_url"]).status_code == 200
+    assert "The total is 4." in client.get(record["html_url"]).text
+    # a finished run replays from any point
+    assert events(client, run["id"], last=len(seen) - 2) == seen[-2:]
+
+
+def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model: OpenAIServer) -> None:
+    model.add(Reply("Set.", tool_calls=(python_call("import os\nkept = 20 + 1\npid = os.getpid()"),)),
+              Reply("Set it."))
+    first = client.post("/v1/runs", json={"task": "Set kept"}).json()
+    events(client, first["id"])
+    model.add(Reply("Use.", tool_calls=(python_call("print(kept * 2, os.getpid() == pid)"),)), Reply("42."))
+    second = client.post("/v1/runs", json={"task": "Double kept", "thread_id": first["thread_id"]}).json()
+    assert second["thread_id"] == first["thread_id"]
+    seen = [e for _, e in events(client, second["id"]) if e["event"] == "execution_finished"]
+    assert seen[-1]["result"]["stdout"] == "42 True\n"  # same variables, same process: not a rebuilt kernel
+    thread = client.get(f"/v1/threads/{first['thread_id']}").json()
+    assert [r["id"] for r in thread["runs"]] == [first["id"], second["id"]]
+    listed = client.get("/v1/threads").json()["threads"]
+    assert listed[0]["id"] == first["thread_id"] and listed[0]["status"] == "completed"
+
+
+def test_cancel_interrupts_the_running_code_and_the_kernel_keeps_its_state(
+    client: httpx.Client, model: OpenAIServer
+) -> None:
+    model.add(Reply("Wait.", tool_calls=(python_call("before = 7\nimport time\ntime.sleep(120)"),)))
+    run = client.post("/v1/runs", json={"task": "Wait long"}).json()
+    with client.stream("GET", f"/v1/runs/{run['id']}/events") as response:
+        for line in response.iter_lines():
+            if '"execution_started"' in line:
+                break
+    started = time.monotonic()
+    cancelled = client.post(f"/v1/runs/{run['id']}/cancel").json()
+    assert time.monotonic() - started < 15
+    assert cancelled["status"] == "cancelled"
+    assert events(client, run["id"])[-1][1]["event"] == "finished"
+    model.add(Reply("Check.", tool_calls=(python_call("print(before)"),)), Reply("7."))
+    follow = client.post("/v1/runs", json={"task": "What is before?", "thread_id": run["thread_id"]}).json()
+    done = [e for _, e in events(client, follow["id"]) if e["event"] == "execution_finished"]
+    assert done[-1]["result"]["stdout"] == "7\n"
+
+
+def test_keys_see_only_their_own_files_threads_and_runs(client: httpx.Client, model: OpenAIServer) -> None:
+    uploaded = upload(client, "mine.csv", b"a\n1\n")
+    model.add(Reply("Done."))
+    run = client.post("/v1/runs", json={"task": "Nothing"}).json()
+    events(client, run["id"])
+    for path in (f"/v1/runs/{run['id']}", f"/v1/threads/{run['thread_id']}", f"/v1/files/{uploaded['id']}",
+                 f"/v1/threads/{run['thread_id']}/notebook", f"/v1/runs/{run['id']}/events"):
+        assert client.get(path, headers=BOB).status_code == 404, path
+    assert client.get("/v1/threads", headers=BOB).json()["threads"] == []
+    refused = client.post("/v1/runs", json={"task": "x", "file_ids": [uploaded["id"]]}, headers=BOB)
+    assert refused.status_code == 404
+
+
+def test_bad_requests_get_clear_errors_and_change_nothing(client: httpx.Client) -> None:
+    before = client.get("/v1/threads").json()["threads"]
+    assert client.post("/v1/runs", json={"task": "x", "file_ids": ["file-nope"]}).status_code == 404
+    assert client.post("/v1/runs", json={"task": "x", "thread_id": "thread-nope"}).status_code == 404
+    assert client.post("/v1/runs", json={"task": ""}).status_code == 422
+    assert client.post("/v1/runs", json={"task": "x", "protocol": "telepathy"}).status_code == 422
+    assert client.post("/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"}).status_code == 422
+    too_big = client.post("/v1/files", files={"file": ("big.csv", b"x" * 5000, "text/csv")})
+    assert too_big.status_code == 413
+    assert client.get("/v1/threads").json()["threads"] == before
+    assert client.get("/v1/runs/run-nope").status_code == 404
+    assert client.get(f"/v1/threads/{before[0]['id']}/files/../../../etc/passwd").status_code == 404
