@@ -214,9 +214,7 @@ class Service:
             log.exception("run %s failed", run["id"])
             run.update(status="failed", error=f"internal error: {type(exc).__name__}")
         finally:
-            runtime.lock.release()
-            runtime.touch()
-            await self._finish(run, thread, run_log)
+            await self._finish(run, thread, runtime, run_log)
 
     async def _drive(self, run: Record, runtime: ThreadRuntime, files: list[Record], run_log: RunLog) -> None:
         notebook = runtime.workspace / NOTEBOOK
@@ -233,21 +231,27 @@ class Service:
         async for event in stream:
             data = event_dict(event)
             await run_log.add(data)
-            _track(run, data)
+            if _track(run, data):
+                self.store.save_run(run)
             if data["event"] == "finished":
                 finished = data["run"]
                 run.update(answer=finished["answer"], stop_reason=finished["stop_reason"], error=finished["error"],
                            status="completed" if finished["stop_reason"] != "llm_error" else "failed")
 
-    async def _finish(self, run: Record, thread: Record, run_log: RunLog) -> None:
+    async def _finish(self, run: Record, thread: Record, runtime: ThreadRuntime, run_log: RunLog) -> None:
+        # Records first, then the thread is free, then the closing event: a client that sees
+        # ``finished`` and asks a follow-up at once finds the thread free and its records final.
+        # Record writes stay on the event loop (small, atomic), so no two of them interleave.
         run["finished_at"] = now()
+        self.store.save_run(run)
+        self._set_thread_status(thread["id"], run["status"])
+        self.tasks.pop(run["id"], None)
+        runtime.touch()
+        runtime.lock.release()
         if not run_log.events or run_log.events[-1].get("event") != "finished":
             await run_log.add(_finished_event(run, run_log.events))
-        await asyncio.to_thread(self.store.save_run, run)
         await run_log.end()
-        self.tasks.pop(run["id"], None)
         self.logs.pop(run["id"], None)
-        await asyncio.to_thread(self._set_thread_status, thread["id"], run["status"])
 
     def _set_thread_status(self, thread_id: str, status: str) -> None:
         thread = self.store.thread(thread_id)
@@ -256,15 +260,17 @@ class Service:
             self.store.save_thread(thread)
 
 
-def _track(run: Record, event: dict[str, Any]) -> None:
-    """Keep the run record's progress (rounds, generated files) up to date from its events."""
+def _track(run: Record, event: dict[str, Any]) -> bool:
+    """Keep the run record's progress (rounds, generated files) up to date; True after a round."""
     if event["event"] == "round_finished":
         run["rounds"] += 1
-    elif event["event"] == "execution_finished":
+        return True
+    if event["event"] == "execution_finished":
         known = {f["name"] for f in run["files"]}
         for artifact in event.get("artifacts", []):
             if artifact["path"] not in known:
                 run["files"].append({"name": artifact["path"], "size": artifact["size"]})
+    return False
 
 
 def _finished_event(run: Record, events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -27,10 +27,12 @@ log = logging.getLogger(__name__)
 
 
 def event_dict(event: Event) -> dict[str, Any]:
-    """``event.to_dict()``, with an execution's nbformat outputs added (the page draws them)."""
+    """``event.to_dict()``, with an execution's nbformat outputs added (the page draws them) and
+    ``text``, the output as the model was shown it (the chat transcript's ``<Execute>`` block)."""
     out = event.to_dict()
     if isinstance(event, ExecutionFinished):
         out["result"]["outputs"] = [dict(o) for o in event.result.outputs]
+        out["result"]["text"] = event.result.to_llm_text()
     return out
 
 
