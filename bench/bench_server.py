@@ -34,9 +34,9 @@ import httpx
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from leaks import kernels_of  # noqa: E402
-from openai_server import OpenAIServer, Reply, python_call  # noqa: E402
-from report import Row, median, p95  # noqa: E402
+from leaks import kernels_of
+from openai_server import OpenAIServer, Reply, python_call
+from report import Row, median, p95
 
 NAME = "server"
 KEY = "bench-key"
