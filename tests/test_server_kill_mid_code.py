@@ -1,4 +1,5 @@
-"""Durability of the service: ``kernel-agent serve`` as a real subprocess, SIGKILLed mid-run, started
+"""Durability of the service, killed while code runs in the kernel (test_server_durability.py kills it
+while the model is answering): ``kernel-agent serve`` as a real subprocess, SIGKILLed mid-run, started
 again on the same data dir. Nothing finished is lost, the killed run is listed as interrupted with its
 completed round in the notebook, a follow-up continues it, and no kernel or runtime dir outlives it."""
 
