@@ -189,7 +189,9 @@ def _thread_routes(app: FastAPI) -> None:
     async def get_thread(request: Request, who: Owner, thread_id: str) -> dict[str, Any]:
         service = service_of(request)
         thread = service.thread(who, thread_id)
-        return {**public(thread), "runs": [public(r) for r in service.thread_runs(thread)]}
+        runtime = service.runtimes.get(thread_id)
+        kernel = "live" if runtime is not None and runtime.live else "stopped"
+        return {**public(thread), "kernel": kernel, "runs": [public(r) for r in service.thread_runs(thread)]}
 
     @app.get("/v1/threads/{thread_id}/notebook")
     async def notebook(request: Request, who: Owner, thread_id: str) -> FileResponse:

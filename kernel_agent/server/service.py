@@ -125,13 +125,14 @@ class Service:
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
         running = sum(1 for t in self.tasks.values() if not t.done())
-        if running >= self.config.max_running:
+        if running >= self.config.max_running:  # before anything is saved: a refused request changes nothing
             raise ServiceError(f"{running} runs are running, the most this server runs at once; retry later",
                                status=429)
         runtime = await self._runtime(thread)
         if runtime.busy:
             raise ServiceError(f"thread {thread['id']} is running a run; wait for it or cancel it", status=409)
         await runtime.lock.acquire()
+        self.store.save_thread(thread)  # makes the workspace, before the kernel needs it
         run = {"id": new_id("run"), "object": "run", "owner": owner, "thread_id": thread["id"], "task": task,
                "file_ids": list(file_ids), "status": "running", "stop_reason": None, "answer": None, "error": None,
                "created_at": now(), "finished_at": None, "rounds": 0, "files": []}
@@ -164,10 +165,9 @@ class Service:
 
     # ----------------------------------------------------------------- internals
     def _new_thread(self, owner: str, task: str, protocol: str | None) -> Record:
-        thread = {"id": new_id("thread"), "object": "thread", "owner": owner, "task": task, "protocol": protocol,
-                  "status": "queued", "runs": [], "created_at": now(), "updated_at": now()}
-        self.store.save_thread(thread)
-        return thread
+        """A new thread's record, saved only when its first run starts."""
+        return {"id": new_id("thread"), "object": "thread", "owner": owner, "task": task, "protocol": protocol,
+                "status": "queued", "runs": [], "created_at": now(), "updated_at": now()}
 
     async def _runtime(self, thread: Record) -> ThreadRuntime:
         runtime = self.runtimes.get(thread["id"])
