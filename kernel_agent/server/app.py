@@ -16,13 +16,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, File, Form, Header, Request, UploadFile
-from fastapi.responses import (
-    FileResponse,
-    HTMLResponse,
-    JSONResponse,
-    StreamingResponse,
-)
+from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -105,6 +100,18 @@ def public(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def file_page(files: list[dict[str, Any]], after: str | None, limit: int, order: str) -> dict[str, Any]:
+    """One page of an OpenAI files list: the SDK pages with ``after`` (the last id it saw) until
+    ``has_more`` is false, so the cursor must be honoured or its iteration never ends."""
+    ordered = files[::-1] if order == "desc" else files
+    if after is not None:
+        ids = [f["id"] for f in ordered]
+        ordered = ordered[ids.index(after) + 1:] if after in ids else []
+    page = ordered[:limit]
+    return {"object": "list", "data": page, "has_more": len(ordered) > limit,
+            "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None}
+
+
 def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.get("/v1/info")
     async def info() -> dict[str, Any]:
@@ -133,9 +140,10 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
             temp.unlink(missing_ok=True)
 
     @app.get("/v1/files")
-    async def list_files(request: Request, who: Owner) -> dict[str, Any]:
-        files = [public(f) for f in service_of(request).files(who)]
-        return {"object": "list", "data": files, "has_more": False}  # the SDK pages on until has_more is false
+    async def list_files(request: Request, who: Owner, after: str | None = None,
+                         limit: Annotated[int, Query(ge=1, le=10000)] = 10000,
+                         order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
+        return file_page([public(f) for f in service_of(request).files(who)], after, limit, order)
 
     @app.get("/v1/files/{file_id}")
     async def get_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
