@@ -65,6 +65,10 @@ METADATA_KEY = "kernel_agent"
 SCHEMA = 1  # version of the layout of our metadata, bumped on incompatible changes
 RAISES_TAG = "raises-exception"
 SKIP_TAG = "skip-execution"
+# Rounds whose code must not run again as-is: it hung, killed the kernel, was stopped, or never ran.
+GUARDED_STATUSES = frozenset({"timeout", "died", "cancelled"})
+GUARD_HEADER = ("# kernel-agent: not run on Run All (recorded status: {status}); "
+                "the code is commented out below and kept as-is in this cell's metadata (kernel_agent.code)")
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 _NO_NAMES: frozenset[str] = frozenset()
@@ -195,6 +199,8 @@ def _header_text(run: Run, view: View) -> str:
 def _setup_cell(run: Run) -> NotebookNode:
     cell = _code_cell(run.info.setup_code, run.setup_result)
     cell.metadata[METADATA_KEY] = {"role": "setup", "round": 0, **_result_record(run.setup_result)}
+    if cell.source != run.info.setup_code:
+        cell.metadata[METADATA_KEY]["code"] = run.info.setup_code
     return cell
 
 
@@ -210,6 +216,8 @@ def _round_cells(rnd: Round, kept_for: frozenset[str]) -> list[NotebookNode]:
     if rnd.code is not None:
         cell = _code_cell(rnd.code, rnd.result)
         cell.metadata[METADATA_KEY] = {"role": "code", "round": rnd.index}
+        if cell.source != rnd.code:
+            cell.metadata[METADATA_KEY]["code"] = rnd.code
         cells.append(cell)
     if cells:
         cells[-1].metadata[METADATA_KEY].update(_round_record(rnd))
@@ -235,11 +243,24 @@ def _code_cell(code: str, result: ExecutionResult | None) -> NotebookNode:
         "outputs": list(result.outputs) if result else [],  # from_dict copies every container
         "source": code,
     })  # fmt: skip
-    if result is None or result.status in ("timeout", "died", "cancelled"):
+    if result is None or result.status in GUARDED_STATUSES:
         cell.metadata["tags"] = [SKIP_TAG]
+        cell.source = guard_source(code, result.status if result else "not-run")
     elif result.status == "error":
         cell.metadata["tags"] = [RAISES_TAG]
     return cell
+
+
+def guard_source(code: str, status: str) -> str:
+    """``code`` commented out, under a line saying why.
+
+    Stock JupyterLab and ``nbconvert --execute`` ignore ``skip-execution``, so
+    a cell that hung or killed the kernel would do it again on Run All. The
+    commented form shows the code and does nothing; the original is kept in
+    the cell's ``kernel_agent.code`` metadata, which loading and replay read.
+    """
+    lines = [f"# {line}" if line else "#" for line in code.splitlines()]
+    return "\n".join([GUARD_HEADER.format(status=status), *lines])
 
 
 def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
@@ -247,7 +268,8 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
     if rnd.problem:
         parts.append(f"**Protocol problem:** {_escape(rnd.problem)}")
     result = rnd.result
-    skipped = "It is kept for the record and tagged `skip-execution`, so a replay skips it."
+    skipped = ("It is kept for the record, commented out and tagged `skip-execution`, so neither a replay "
+               "nor Run All runs it; the original code is in the cell's metadata.")
     note = f" ({_escape(result.note)})" if result is not None and result.note else ""
     if rnd.code is not None and result is None:
         parts.append(f"**Not executed:** the run ended before the code below ran. {skipped}")

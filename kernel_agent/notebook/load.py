@@ -107,7 +107,7 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
             _add_cell(groups, cell, role, cell_meta)
     rounds = tuple(_round(group, number) for group, number in zip(groups, _numbers(groups)))
     setup_result = _result(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else None
-    setup_code = setup.source if setup is not None else ""
+    setup_code = _code(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else ""
     run = Run(
         info=_info(meta, nb, path, setup_code),
         rounds=rounds,
@@ -190,7 +190,7 @@ def _round(group: _Group, number: int) -> Round:
     meta = group.meta
     reasoning = "\n\n".join(part for part in group.reasoning if part.strip())
     cell = group.code_cell
-    code = cell.source if cell is not None else None
+    code = _code(cell, meta) if cell is not None else None
     reply = meta.get("reply")
     if not isinstance(reply, str):  # hand-made round: a plain markdown reply
         reply = reasoning + (f"\n\n```python\n{code}\n```" if code is not None else "")
@@ -219,12 +219,10 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
     if recorded not in _STATUSES and count is None and not outputs:
         return None
     errors = [out for out in outputs if out.get("output_type") == "error"]
-    if recorded == "cancelled":  # its KeyboardInterrupt traceback is how it ended, not an error of the code
-        status = "cancelled"
+    if recorded in ("cancelled", "timeout", "died"):  # recorded once, read back as recorded: an interrupt's
+        status = recorded  # KeyboardInterrupt traceback is how the cell ended, not an error of its code
     elif errors:
         status = "error"
-    elif recorded in ("timeout", "died"):
-        status = recorded
     elif recorded == "error" and count is None and not outputs:  # outputs stripped (nbstripout)
         status = "error"
     else:
@@ -237,11 +235,17 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
         error=_error(errors, meta.get("error")) if status == "error" else None,
         state_lost=meta.get("state_lost") is True,
         note=_str(meta.get("note")),
-        code=cell.source,
+        code=_code(cell, meta),
         dropped_chars=_int(meta.get("dropped_chars")),
         dropped_images=_int(meta.get("dropped_images")),
         rebuilt_cells=tuple(n for n in _list(meta.get("rebuilt_cells")) if _is_int(n)),
     )
+
+
+def _code(cell: NotebookNode, meta: dict[str, Any]) -> str:
+    """What the cell ran: the export keeps the original of a commented-out (guarded) cell in its metadata."""
+    original = meta.get("code")
+    return original if isinstance(original, str) else cell.source
 
 
 def _error(errors: list[dict[str, Any]], recorded: Any) -> ErrorInfo:

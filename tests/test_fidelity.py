@@ -1,0 +1,64 @@
+"""Issue 10: what a run records is read back as recorded, and its notebooks are safe to Run All.
+
+Exports are run the way stock JupyterLab's Run All runs them: nbclient with
+``allow_errors`` and no ``skip-execution`` support, on a real ipykernel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbformat.v4 import new_output
+
+from kernel_agent.kernel.result import ExecutionResult
+from kernel_agent.notebook.export import SKIP_TAG, build_notebook, export_run
+from kernel_agent.notebook.load import load_run
+from kernel_agent.run import Round, Run, RunInfo
+
+LOOP = "import time\nstep = 1\nwhile True:\n    time.sleep(0.1)"
+EXIT = "import os\nos._exit(1)"
+INTERRUPTED = new_output("error", ename="KeyboardInterrupt", evalue="", traceback=["KeyboardInterrupt"])
+
+
+def hazardous_run() -> Run:
+    """A run whose rounds hung (then were interrupted) and killed the kernel, between two good rounds."""
+    rounds = (
+        Round(1, reply="r1", code="x = 1\nprint(x)", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="1\n"),), 2, 0.1)),
+        Round(2, reply="r2", code=LOOP, result=ExecutionResult("timeout", (INTERRUPTED,), 3, 5.0, note="interrupted at the time limit")),
+        Round(3, reply="r3", code=EXIT, result=ExecutionResult("died", (), 4, 0.2, state_lost=True)),
+        Round(4, reply="r4", code="print('after')", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="after\n"),), 5, 0.1)),
+        Round(5, reply="r5", answer="done"),
+    )
+    info = RunInfo(task="t", model="m", setup_code="import sys", started_at="2025-01-02T10:00:00+00:00")
+    return Run(info, rounds, answer="done", stop_reason="answer", setup_result=ExecutionResult("ok", (), 1, 0.1))
+
+
+def test_run_all_in_stock_jupyter_neither_hangs_nor_kills_the_kernel(tmp_path: Path) -> None:
+    nb = build_notebook(hazardous_run())
+    nb.cells.append(nbformat.v4.new_code_cell("print('kernel alive')"))
+    # Stock JupyterLab ignores skip-execution: use a tag no cell has, and a per-cell timeout a hang would hit.
+    client = NotebookClient(nb, timeout=20, kernel_name="python3", allow_errors=True,
+                            skip_cells_with_tag="no-such-tag", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # a hang raises CellTimeoutError, a kernel death DeadKernelError
+    assert nb.cells[-1].outputs[0]["text"] == "kernel alive\n"
+    after = next(c for c in nb.cells if c.cell_type == "code" and c.source == "print('after')")
+    assert after.outputs[0]["text"] == "after\n"  # re-run: the cells above it did nothing
+
+
+def test_guarded_cells_keep_the_code_and_load_back_as_recorded(tmp_path: Path) -> None:
+    path = export_run(hazardous_run(), tmp_path / "run.ipynb")
+    cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    looped = cells[2]
+    assert SKIP_TAG in looped.metadata["tags"] and looped.metadata["kernel_agent"]["code"] == LOOP
+    assert "# while True:" in looped.source and "recorded status: timeout" in looped.source
+    loaded = load_run(path)
+    statuses = [r.status for r in loaded.rounds]
+    assert statuses == ["ok", "timeout", "died", "ok", "answer"]  # the KeyboardInterrupt output does not make it an error
+    assert [r.code for r in loaded.rounds[:4]] == ["x = 1\nprint(x)", LOOP, EXIT, "print('after')"]
+    assert loaded.rounds[1].result is not None and loaded.rounds[1].result.code == LOOP
+    again = export_run(loaded.run, tmp_path / "again.ipynb")  # a re-export (as resume does) stays guarded
+    cells = [c for c in nbformat.read(again, as_version=4).cells if c.cell_type == "code"]
+    assert [SKIP_TAG in c.metadata.get("tags", []) for c in cells] == [False, False, True, True, False]
+    assert cells[2].source == looped.source
