@@ -11,6 +11,9 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbformat.v4 import new_output
+from openai_server import OpenAIServer, Reply
+
+from kernel_agent import Agent
 
 from kernel_agent.kernel.result import ExecutionResult
 from kernel_agent.notebook.export import SKIP_TAG, build_notebook, export_run
@@ -62,3 +65,44 @@ def test_guarded_cells_keep_the_code_and_load_back_as_recorded(tmp_path: Path) -
     cells = [c for c in nbformat.read(again, as_version=4).cells if c.cell_type == "code"]
     assert [SKIP_TAG in c.metadata.get("tags", []) for c in cells] == [False, False, True, True, False]
     assert cells[2].source == looped.source
+
+
+def _agent(server: OpenAIServer, model: str, host: str) -> Agent:
+    base_url = server.base_url.replace("127.0.0.1", host)
+    return Agent(model=model, base_url=base_url, api_key="sk-test-not-for-the-kernel", protocol="tags",
+                 model_options={"max_retries": 2, "backoff": 0.01})
+
+
+def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    openai_server.add(Reply("<Code>total = 40 + 2\nprint(total)</Code>"))
+    openai_server.add(Reply("<Answer>first: 42</Answer>"))
+    openai_server.add(Reply("<Code>print(total * 2)</Code>"))
+    openai_server.add(Reply("<Answer>second: 84</Answer>"))
+    openai_server.add(Reply("<Code>print(total * 3)</Code>"))
+    openai_server.add(Reply("<Answer>third: 126</Answer>"))
+    with _agent(openai_server, "model-a", "127.0.0.1") as agent:
+        first = agent.run("compute", workspace=tmp_path / "ws")
+    with _agent(openai_server, "model-b", "localhost") as agent:
+        agent.resume(first.notebook_path, "double it")
+        third = agent.resume(first.notebook_path, "triple it")
+    assert third.answer == "third: 126"
+    nb = nbformat.read(third.notebook_path, as_version=4)  # type: ignore[arg-type]
+    answers = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "answer"]
+    assert answers == ["## Answer\n\nfirst: 42", "## Answer\n\nsecond: 84", "## Answer\n\nthird: 126"]
+    questions = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "question"]
+    assert questions == ["## Follow-up question 1\n\ndouble it", "## Follow-up question 2\n\ntriple it"]
+    turns = nb.metadata["kernel_agent"]["turns"]
+    assert [t["task"] for t in turns] == ["compute", "double it", "triple it"]
+    assert [t["answer"] for t in turns] == ["first: 42", "second: 84", "third: 126"]
+    assert [(t["first_round"], t["last_round"]) for t in turns] == [(1, 2), (3, 4), (5, 6)]
+    assert [t["model"] for t in turns] == ["model-a", "model-b", "model-b"]
+    assert turns[0]["endpoint"].startswith("127.0.0.1:") and turns[1]["endpoint"].startswith("localhost:")
+    assert nb.metadata["kernel_agent"]["endpoint"].startswith("localhost:")  # the run's provenance is the latest turn's
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code" and c.execution_count is not None]
+    assert counts == sorted(set(counts)), counts  # unique and increasing across the three kernels
+    loaded = load_run(third.notebook_path)  # type: ignore[arg-type]
+    assert [t.answer for t in loaded.run.all_turns()] == ["first: 42", "second: 84", "third: 126"]
+    assert [r.index for r in loaded.rounds] == [1, 2, 3, 4, 5, 6]
+    assert [r.answer for r in loaded.rounds if r.answer] == ["first: 42", "second: 84", "third: 126"]

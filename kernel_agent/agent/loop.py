@@ -222,12 +222,24 @@ class AsyncAgent:
             failed = [r for r in restored if r.status != "ok"]
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
-            info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}",
-                           confinement=session.limits.describe())
-            run = replace(loaded.run, info=info, answer=None, stop_reason=None, error=None)
+            run = self._next_turn(loaded.run, task, session)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1)
             async for event in self._drive(live):
                 yield event
+
+    def _next_turn(self, run: Run, task: str, session: AsyncKernelSession) -> Run:
+        """``run`` with its current turn closed into ``turns`` and a new one opened for ``task``.
+
+        Append-only: the earlier answers stay in ``turns``; the new turn records the model,
+        protocol and endpoint this agent uses, not the ones of the session that started the run.
+        """
+        info = replace(
+            run.info, task=f"{run.info.task}\n\nFollow-up: {task}", question=task, model=self.chat_model.name,
+            protocol=self.config.protocol, endpoint=_endpoint(self.config.base_url, self.chat_model),
+            scripted=self.chat_model.scripted, started_at=_now(), confinement=session.limits.describe(),
+        )
+        return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None,
+                       finished_at="")
 
     # ----------------------------------------------------------------- the loop
     async def _begin(

@@ -44,7 +44,7 @@ from nbformat.v4 import new_notebook
 from .._version import __version__
 from ..errors import NotebookError
 from ..kernel.result import ExecutionResult
-from ..run import Round, Run
+from ..run import Round, Run, Turn
 from .deps import needed_failures
 
 __all__ = [
@@ -104,16 +104,25 @@ def build_notebook(
     if run.info.setup_code.strip():
         cells.append(_setup_cell(run))
     chosen = [(rnd, _NO_NAMES) for rnd in run.rounds] if view == "full" else _clean_rounds(run.rounds)
-    for rnd, kept_for in chosen:
-        cells.extend(_round_cells(rnd, kept_for))
-    final = _markdown(_final_text(run), "answer")
-    last = run.rounds[-1] if run.rounds else None
-    if last is not None and last.answer is not None and not _has_cells(last):
-        final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
-    cells.append(final)
+    turns = run.all_turns()
+    for number, turn in enumerate(turns, start=1):
+        if number > 1:
+            cells.append(_markdown(f"## Follow-up question {number - 1}\n\n{turn.task}", "question", turn=number))
+        mine = [(rnd, kept) for rnd, kept in chosen
+                if rnd.index >= turn.first_round and (number == len(turns) or rnd.index <= turn.last_round)]
+        for rnd, kept_for in mine:
+            cells.extend(_round_cells(rnd, kept_for))
+        final = _markdown(_final_text(run) if number == len(turns) else _turn_answer_text(turn), "answer",
+                          turn=number)
+        last = mine[-1][0] if mine else None
+        if last is not None and last.answer is not None and not _has_cells(last):
+            final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
+        cells.append(final)
     _apply_display_updates(cells, run)
     if view == "clean":
         _renumber(cells)
+    else:
+        _keep_counts_increasing(cells)
     nb.cells = cells
     _assign_ids(cells)
     return nb
@@ -294,6 +303,13 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _turn_answer_text(turn: Turn) -> str:
+    if turn.answer is not None:
+        return f"## Answer\n\n{turn.answer}"
+    reason = _STOP_REASONS.get(turn.stop_reason, turn.stop_reason) if turn.stop_reason else "it was resumed"
+    return f"## No answer\n\nThis question stopped without an answer: {reason}."
+
+
 def _final_text(run: Run) -> str:
     if run.answer is not None:
         return f"## Answer\n\n{run.answer}"
@@ -334,6 +350,26 @@ def _renumber(cells: list[NotebookNode]) -> None:
                 out["execution_count"] = count
 
 
+def _keep_counts_increasing(cells: list[NotebookNode]) -> None:
+    """A resumed turn's new kernel counts from 1 again: shift its counts past the earlier turns'.
+
+    The shift is chosen at the first code cell after each follow-up question, so a kernel restart within a turn keeps its counts as Jupyter showed
+    them, and counts that already increase (a re-exported loaded run) are left alone.
+    """
+    last, shift, turn_open = 0, 0, False
+    for cell in cells:
+        turn_open = turn_open or cell.metadata[METADATA_KEY].get("role") == "question"
+        if cell.cell_type != "code" or cell.execution_count is None:
+            continue
+        if turn_open:
+            shift, turn_open = max(0, last + 1 - cell.execution_count), False
+        cell.execution_count += shift
+        last = max(last, cell.execution_count)
+        for out in cell.outputs:
+            if out.get("output_type") == "execute_result":
+                out["execution_count"] = cell.execution_count
+
+
 def _assign_ids(cells: list[NotebookNode]) -> None:
     """Stable ids (``round-3-code``) so that rewriting after each round does not churn them."""
     seen: set[str] = set()
@@ -342,6 +378,8 @@ def _assign_ids(cells: list[NotebookNode]) -> None:
         base = meta["role"]
         if base in ("thinking", "reasoning", "note", "code"):
             base = f"round-{meta['round']}-{base}"
+        elif base in ("question", "answer") and meta.get("turn", 1) > 1:
+            base = f"turn-{meta['turn']}-{base}"
         cell_id, n = base, 1
         while cell_id in seen:
             n += 1
@@ -373,7 +411,16 @@ def _run_metadata(run: Run, view: View, notebook_dir: str | os.PathLike[str] | N
         "usage": run.usage.to_dict(),
         "scripted": info.scripted,
         "rounds": len(run.rounds),
+        "turns": [_turn_record(turn) for turn in run.all_turns()],
         **({"confinement": info.confinement} if info.confinement else {}),
+    }
+
+
+def _turn_record(turn: Turn) -> dict[str, Any]:
+    return {
+        "task": turn.task, "first_round": turn.first_round, "last_round": turn.last_round, "answer": turn.answer,
+        "stop_reason": turn.stop_reason, "error": turn.error, "model": turn.model, "protocol": turn.protocol,
+        "endpoint": _host(turn.endpoint), "started_at": turn.started_at, "finished_at": turn.finished_at,
     }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_args
 
@@ -22,7 +22,7 @@ from nbformat import NotebookNode
 
 from ..errors import NotebookError
 from ..kernel.result import ErrorInfo, ExecutionResult, Status, strip_ansi
-from ..run import Artifact, Round, Run, RunInfo, StopReason, Usage
+from ..run import Artifact, Round, Run, RunInfo, StopReason, Turn, Usage
 from .export import METADATA_KEY
 
 __all__ = ["LoadedRun", "load_resumable", "load_run", "read_notebook"]
@@ -103,13 +103,18 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
         role = cell_meta.get("role") or ("code" if cell.get("cell_type") == "code" else "reasoning")
         if cell.get("cell_type") == "code" and role == "setup" and setup is None:
             setup = cell
-        elif cell.get("cell_type") in ("code", "markdown") and role != "header":
+        elif cell.get("cell_type") in ("code", "markdown") and role not in ("header", "question"):
             _add_cell(groups, cell, role, cell_meta)
     rounds = tuple(_round(group, number) for group, number in zip(groups, _numbers(groups)))
     setup_result = _result(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else None
     setup_code = _code(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else ""
+    turns = _turns(meta.get("turns"))
+    info = _info(meta, nb, path, setup_code)
+    if len(turns) > 1:
+        info = replace(info, question=turns[-1].task)
     run = Run(
-        info=_info(meta, nb, path, setup_code),
+        info=info,
+        turns=turns[:-1],
         rounds=rounds,
         answer=_opt_str(meta.get("answer")),
         stop_reason=meta["stop_reason"] if meta.get("stop_reason") in _STOP_REASONS else None,
@@ -274,6 +279,24 @@ def _info(meta: dict[str, Any], nb: NotebookNode, path: Path, setup_code: str) -
         confinement=_str(meta.get("confinement")),
         language_info=_plain(nb.metadata.get("language_info") or {"name": "python"}),
     )
+
+
+def _turns(value: Any) -> tuple[Turn, ...]:
+    """The recorded turns, in order; entries that are not well-formed are dropped (hand edits)."""
+    turns = []
+    for item in _list(value):
+        item = _mapping(item)
+        if not isinstance(item.get("task"), str):
+            continue
+        stop = item.get("stop_reason")
+        turns.append(Turn(
+            task=item["task"], first_round=_int(item.get("first_round")), last_round=_int(item.get("last_round")),
+            answer=_opt_str(item.get("answer")), stop_reason=stop if stop in _STOP_REASONS else None,
+            error=_opt_str(item.get("error")), model=_str(item.get("model")), protocol=_str(item.get("protocol")),
+            endpoint=_str(item.get("endpoint")), started_at=_str(item.get("started_at")),
+            finished_at=_str(item.get("finished_at")),
+        ))
+    return tuple(turns)
 
 
 def _artifacts(value: Any) -> tuple[Artifact, ...]:
