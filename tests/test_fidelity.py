@@ -7,6 +7,7 @@ Exports are run the way stock JupyterLab's Run All runs them: nbclient with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
@@ -67,10 +68,10 @@ def test_guarded_cells_keep_the_code_and_load_back_as_recorded(tmp_path: Path) -
     assert cells[2].source == looped.source
 
 
-def _agent(server: OpenAIServer, model: str, host: str) -> Agent:
+def _agent(server: OpenAIServer, model: str, host: str, **options: Any) -> Agent:
     base_url = server.base_url.replace("127.0.0.1", host)
     return Agent(model=model, base_url=base_url, api_key="sk-test-not-for-the-kernel", protocol="tags",
-                 model_options={"max_retries": 2, "backoff": 0.01})
+                 model_options={"max_retries": 2, "backoff": 0.01}, **options)
 
 
 def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
@@ -106,3 +107,27 @@ def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
     assert [t.answer for t in loaded.run.all_turns()] == ["first: 42", "second: 84", "third: 126"]
     assert [r.index for r in loaded.rounds] == [1, 2, 3, 4, 5, 6]
     assert [r.answer for r in loaded.rounds if r.answer] == ["first: 42", "second: 84", "third: 126"]
+
+
+def test_resume_after_a_timeout_reports_exactly_what_was_rebuilt_and_which_names_are_missing(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    openai_server.add(Reply("<Code>x = 1</Code>"))
+    openai_server.add(Reply("<Code>import time\ni = 0\nwhile True:\n    i += 1\n    time.sleep(0.01)</Code>"))
+    openai_server.add(Reply("<Code>print(i > 0)</Code>"))  # used the timed-out cell's name, and succeeded
+    openai_server.add(Reply("<Code>y = x + 1</Code>"))
+    openai_server.add(Reply("<Answer>looped</Answer>"))
+    briefings: list[str] = []
+
+    def follow_up(body: dict[str, Any]) -> Reply:
+        briefings.append(body["messages"][-1]["content"])
+        return Reply("<Answer>ok</Answer>")
+
+    openai_server.add(follow_up)
+    with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5) as agent:
+        first = agent.run("loop", workspace=tmp_path / "ws")
+        assert [r.status for r in first.rounds] == ["ok", "timeout", "ok", "ok", "answer"]
+        agent.resume(first.notebook_path, "and now?")
+    assert "## Round 2 (timeout)" in briefings[0]
+    assert ("state rebuilt: re-ran 2 rounds (1, 4) after the setup cell; round 3 was skipped (it reads i, now gone); "
+            "round 2 was not re-run (it timed out); names now missing: i, time") in briefings[0]

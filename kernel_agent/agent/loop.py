@@ -38,6 +38,7 @@ from ..events import (
     TextDelta,
     TextReset,
 )
+from ..kernel.rebuild import RebuildCell, RebuildPlan, RebuildReport
 from ..kernel.result import ExecutionResult
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import changed_files, default_workspace, snapshot
@@ -217,15 +218,22 @@ class AsyncAgent:
         files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
-            code = loaded.rebuild_code if restore else ()
-            restored = [await session.execute(cell, self.config.exec_timeout) for cell in code]
-            failed = [r for r in restored if r.status != "ok"]
+            report = await self._restore(session, loaded.rebuild_cells) if restore else None
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
-            messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
+            messages.append({"role": "user", "content": resume_context(loaded.rounds, task, report=report)})
             run = self._next_turn(loaded.run, task, session)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1)
             async for event in self._drive(live):
                 yield event
+
+    async def _restore(self, session: AsyncKernelSession, cells: Sequence[RebuildCell]) -> RebuildReport:
+        """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost."""
+        plan = RebuildPlan(tuple(cells))
+        for cell in cells:
+            if plan.should_run(cell):
+                result = await session.execute(cell.code, self.config.exec_timeout)
+                plan.record(cell, result.ok, str(result.error) if result.error else result.status)
+        return plan.report()
 
     def _next_turn(self, run: Run, task: str, session: AsyncKernelSession) -> Run:
         """``run`` with its current turn closed into ``turns`` and a new one opened for ``task``.

@@ -8,17 +8,14 @@ notebook. Pure: code in, cell positions out. Does not build cells
 
 from __future__ import annotations
 
-import ast
-import re
 
+from ..kernel.rebuild import names_of as _names
 from ..kernel.result import ExecutionResult
 from ..run import Round
 
 __all__ = ["needed_failures"]
 
 _SYNTAX_ERRORS = frozenset({"SyntaxError", "IndentationError", "TabError"})
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
-_MAGIC_LINE = re.compile(r"^([ \t]*)[%!].*$", re.MULTILINE)
 
 
 def needed_failures(rounds: tuple[Round, ...]) -> dict[int, set[str]]:
@@ -62,36 +59,3 @@ def _is_syntax_error(result: ExecutionResult) -> bool:
     if result.error is not None:
         return result.error.ename in _SYNTAX_ERRORS
     return any(out.get("ename") in _SYNTAX_ERRORS for out in result.outputs if out.get("output_type") == "error")
-
-
-def _names(code: str) -> tuple[set[str], set[str], set[str]]:
-    """(names read before being set in the cell, names (re)bound, names mutated in place)."""
-    try:
-        tree = ast.parse(_MAGIC_LINE.sub(r"\1pass", code))
-    except SyntaxError:
-        every = set(_IDENTIFIER.findall(code))
-        return every, set(), every  # unparsable: assume it reads and changes everything it names
-    loads: set[str] = set()
-    rebinds: set[str] = set()
-    touched: set[str] = set()
-    for statement in tree.body:
-        bound: set[str] = set()
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Load):
-                    if node.id not in rebinds:
-                        loads.add(node.id)
-                else:
-                    bound.add(node.id)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound.add(node.name)
-            elif isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
-                base = node.value
-                while isinstance(base, (ast.Attribute, ast.Subscript)):
-                    base = base.value
-                if isinstance(base, ast.Name):
-                    touched.add(base.id)
-        rebinds |= bound
-    return loads, rebinds, touched

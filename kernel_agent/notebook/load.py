@@ -21,6 +21,7 @@ import nbformat
 from nbformat import NotebookNode
 
 from ..errors import NotebookError
+from ..kernel.rebuild import RebuildCell
 from ..kernel.result import ErrorInfo, ExecutionResult, Status, strip_ansi
 from ..run import Artifact, Round, Run, RunInfo, StopReason, Turn, Usage
 from .export import METADATA_KEY
@@ -37,6 +38,8 @@ class LoadedRun:
 
     ``rebuild_code`` is the setup cell's code followed by the code of every
     cell that ran ok, in order: running it rebuilds the kernel's state.
+    ``rebuild_cells`` is every executed cell with its round (0: setup) and
+    recorded status, for a ``RebuildPlan`` that reports what is lost.
     ``view`` is ``full``, ``clean``, or ``""`` for a notebook we did not write.
     """
 
@@ -45,6 +48,7 @@ class LoadedRun:
     view: str = ""
     version: str = ""
     path: Path | None = field(default=None, compare=False)
+    rebuild_cells: tuple[RebuildCell, ...] = ()
 
     @property
     def info(self) -> RunInfo:
@@ -124,9 +128,11 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
         finished_at=_str(meta.get("finished_at")),
         setup_result=setup_result,
     )
-    ok_code = [r.code for r in rounds if r.code and r.code.strip() and r.result is not None and r.result.ok]
-    rebuild = ([setup_code] if setup_code.strip() else []) + ok_code
-    return LoadedRun(run, tuple(rebuild), view=_str(meta.get("view")), version=_str(meta.get("version")), path=path)
+    cells = [RebuildCell(setup_code, 0)] if setup_code.strip() else []
+    cells += [RebuildCell(r.code, r.index, r.result.status)
+              for r in rounds if r.code and r.code.strip() and r.result is not None and r.result.status != "cancelled"]
+    return LoadedRun(run, tuple(c.code for c in cells if c.status == "ok"), view=_str(meta.get("view")),
+                     version=_str(meta.get("version")), path=path, rebuild_cells=tuple(cells))
 
 
 def load_resumable(path: str | os.PathLike[str]) -> LoadedRun:
