@@ -124,10 +124,34 @@ def test_resume_after_a_timeout_reports_exactly_what_was_rebuilt_and_which_names
         return Reply("<Answer>ok</Answer>")
 
     openai_server.add(follow_up)
-    with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5) as agent:
+    with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5, preload=False) as agent:
         first = agent.run("loop", workspace=tmp_path / "ws")
-        assert [r.status for r in first.rounds] == ["ok", "timeout", "ok", "ok", "answer"]
+    assert [r.status for r in first.rounds] == ["ok", "timeout", "ok", "ok", "answer"]
+    with _agent(openai_server, "m", "127.0.0.1") as agent:
         agent.resume(first.notebook_path, "and now?")
     assert "## Round 2 (timeout)" in briefings[0]
     assert ("state rebuilt: re-ran 2 rounds (1, 4) after the setup cell; round 3 was skipped (it reads i, now gone); "
             "round 2 was not re-run (it timed out); names now missing: i, time") in briefings[0]
+
+
+def test_a_kernel_death_after_a_timeout_rebuilds_what_it_can_and_names_what_is_missing(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    openai_server.add(Reply("<Code>x = 1</Code>"))
+    openai_server.add(Reply("<Code>import time\ni = 0\nwhile True:\n    i += 1\n    time.sleep(0.01)</Code>"))
+    openai_server.add(Reply("<Code>run = [i]\nprint(len(run))</Code>"))  # used the timed-out cell's name
+    openai_server.add(Reply("<Code>import os\nos._exit(1)</Code>"))
+    openai_server.add(Reply("<Code>print(x)</Code>"))
+    openai_server.add(Reply("<Answer>done</Answer>"))
+    with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5, preload=False) as agent:
+        run = agent.run("crash", workspace=tmp_path / "ws")
+    died = run.rounds[3].result
+    assert died is not None and died.status == "died" and died.state_lost
+    assert ("state rebuilt: re-ran 1 round (1) after the setup cell; round 3 was skipped (it reads i, now gone); "
+            "round 2 was not re-run (it timed out); names now missing: i, run, time") in died.note
+    assert died.lost_names == ("i", "run", "time") and died.rebuilt_cells == (0, 1)
+    assert "all variables were lost" not in died.to_llm_text()
+    assert run.rounds[4].result is not None and run.rounds[4].result.stdout == "1\n"  # x came back
+    loaded = load_run(run.notebook_path)  # type: ignore[arg-type]
+    assert loaded.rounds[3].result is not None and loaded.rounds[3].result.lost_names == ("i", "run", "time")
+    assert loaded.rounds[3].status == "died"

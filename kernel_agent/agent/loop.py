@@ -91,6 +91,7 @@ class _Live:
     feedback_at: list[range] = field(default_factory=list)  # per executed round: its feedback in ``messages``
     baseline: int = 0  # bytes the workspace took when the run started (its disk quota counts growth)
     running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
+    calls: dict[int, int] = field(default_factory=dict)  # session execute() number -> round (0: setup or rebuild)
 
 
 class AsyncAgent:
@@ -218,20 +219,26 @@ class AsyncAgent:
         files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
-            report = await self._restore(session, loaded.rebuild_cells) if restore else None
+            calls: dict[int, int] = {}
+            report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, report=report)})
             run = self._next_turn(loaded.run, task, session)
-            live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1)
+            live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1,
+                         calls=calls)
             async for event in self._drive(live):
                 yield event
 
-    async def _restore(self, session: AsyncKernelSession, cells: Sequence[RebuildCell]) -> RebuildReport:
-        """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost."""
+    async def _restore(
+        self, session: AsyncKernelSession, cells: Sequence[RebuildCell], calls: dict[int, int]
+    ) -> RebuildReport:
+        """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost.
+        ``calls`` learns which session execute() ran which round."""
         plan = RebuildPlan(tuple(cells))
         for cell in cells:
             if plan.should_run(cell):
                 result = await session.execute(cell.code, self.config.exec_timeout)
+                calls[result.call] = cell.label
                 plan.record(cell, result.ok, str(result.error) if result.error else result.status)
         return plan.report()
 
@@ -267,7 +274,8 @@ class AsyncAgent:
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
         protocol, messages = await self._conversation(session, task, names, files)
-        return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root)
+        return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
+                     calls={setup.call: 0})
 
     async def _conversation(
         self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
@@ -393,6 +401,8 @@ class AsyncAgent:
             live.running = replace(base, result=getattr(cancel, "partial_result", None))
             raise
         live.running = None
+        live.calls[result.call] = index
+        result = _in_rounds(result, live.calls)
         artifacts = changed_files(before, snapshot(live.workspace, exclude))
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
@@ -458,6 +468,15 @@ async def _last_run(events: AsyncIterator[Event]) -> Run:
             final = event.run
     assert final is not None, "a run stream always ends with RunFinished"
     return final
+
+
+def _in_rounds(result: ExecutionResult, calls: dict[int, int]) -> ExecutionResult:
+    """A crash rebuild's report told in rounds (the engine counts its execute calls, setup included)."""
+    report = result.rebuild.relabel(calls) if result.rebuild is not None else None
+    if report is None:
+        return result
+    note = result.note.replace(result.rebuild.describe("cell"), report.describe("round"))  # type: ignore[union-attr]
+    return replace(result, note=note, rebuilt_cells=report.rerun, rebuild=report)
 
 
 def _endpoint(base_url: str | None, model: ChatModel) -> str:

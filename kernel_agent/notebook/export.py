@@ -455,6 +455,7 @@ def _result_record(result: ExecutionResult | None) -> dict[str, Any]:
         "dropped_chars": result.dropped_chars,
         "dropped_images": result.dropped_images,
         "rebuilt_cells": list(result.rebuilt_cells),
+        **({"lost_names": list(result.lost_names)} if result.lost_names else {}),
     }
 
 

@@ -250,6 +250,7 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
         dropped_chars=_int(meta.get("dropped_chars")),
         dropped_images=_int(meta.get("dropped_images")),
         rebuilt_cells=tuple(n for n in _list(meta.get("rebuilt_cells")) if _is_int(n)),
+        lost_names=tuple(n for n in _list(meta.get("lost_names")) if isinstance(n, str)),
     )
 
 
