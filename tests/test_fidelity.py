@@ -19,6 +19,7 @@ from kernel_agent import Agent
 from kernel_agent.kernel.result import ExecutionResult
 from kernel_agent.notebook.export import SKIP_TAG, build_notebook, export_run
 from kernel_agent.notebook.load import load_run
+from kernel_agent.notebook.replay import replay
 from kernel_agent.run import Round, Run, RunInfo
 
 LOOP = "import time\nstep = 1\nwhile True:\n    time.sleep(0.1)"
@@ -155,3 +156,35 @@ def test_a_kernel_death_after_a_timeout_rebuilds_what_it_can_and_names_what_is_m
     loaded = load_run(run.notebook_path)  # type: ignore[arg-type]
     assert loaded.rounds[3].result is not None and loaded.rounds[3].result.lost_names == ("i", "run", "time")
     assert loaded.rounds[3].status == "died"
+
+
+def timed_out_dependency_run() -> Run:
+    """Round 2 timed out after setting ``step``; round 3 used it (and succeeded live)."""
+    rounds = (
+        Round(1, reply="r1", code="x = 1\nprint(x)", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="1\n"),), 2, 0.1)),
+        Round(2, reply="r2", code=LOOP, result=ExecutionResult("timeout", (INTERRUPTED,), 3, 5.0, note="interrupted at the time limit")),
+        Round(3, reply="r3", code="print(step + x)", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="2\n"),), 4, 0.1)),
+        Round(4, reply="r4", code="print(x * 3)", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="3\n"),), 5, 0.1)),
+        Round(5, reply="r5", answer="done"),
+    )
+    info = RunInfo(task="t", model="m", setup_code="import sys", started_at="2025-01-02T10:00:00+00:00")
+    return Run(info, rounds, answer="done", stop_reason="answer", setup_result=ExecutionResult("ok", (), 1, 0.1))
+
+
+def test_replay_check_passes_on_a_timeout_run_with_the_dependency_expected_and_fails_on_a_hand_edit(
+    tmp_path: Path,
+) -> None:
+    path = export_run(timed_out_dependency_run(), tmp_path / "run.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    dependent = next(c for c in nb.cells if c.cell_type == "code" and c.source == "print(step + x)")
+    assert dependent.metadata["kernel_agent"]["unreplayed"] == ["step"]
+    report = replay(path, tmp_path, timeout=30)
+    assert report.ok, report.to_text()
+    assert report.counts() == {"match": 3, "expected": 1, "skipped": 1}, report.to_text()
+    expected = next(c for c in report.cells if c.status == "expected")
+    assert expected.round == 3 and "step" in expected.detail
+    edited = next(c for c in nb.cells if c.cell_type == "code" and c.source == "print(x * 3)")
+    edited.outputs[0]["text"] = "4\n"
+    nbformat.write(nb, path)
+    report = replay(path, tmp_path, timeout=30)
+    assert not report.ok and report.counts()["mismatch"] == 1, report.to_text()

@@ -9,11 +9,12 @@ notebook. Pure: code in, cell positions out. Does not build cells
 from __future__ import annotations
 
 
+from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.rebuild import names_of as _names
 from ..kernel.result import ExecutionResult
 from ..run import Round
 
-__all__ = ["needed_failures"]
+__all__ = ["needed_failures", "unreplayed_dependencies"]
 
 _SYNTAX_ERRORS = frozenset({"SyntaxError", "IndentationError", "TabError"})
 
@@ -59,3 +60,22 @@ def _is_syntax_error(result: ExecutionResult) -> bool:
     if result.error is not None:
         return result.error.ename in _SYNTAX_ERRORS
     return any(out.get("ename") in _SYNTAX_ERRORS for out in result.outputs if out.get("output_type") == "error")
+
+
+UNREPLAYED = frozenset({"timeout", "died", "cancelled"})  # guarded in the export: a replay does not run them
+
+
+def unreplayed_dependencies(rounds: tuple[Round, ...]) -> dict[int, tuple[str, ...]]:
+    """Rounds (by index) that read names only a cell the replay skips had set, with those names.
+
+    A replay (and Run All) skips timed-out, crashed and stopped cells, so a later cell that used
+    what such a cell left (``i`` from an interrupted loop) cannot give its recorded output; nor can
+    cells that in turn read what those cells set. Static, like ``needed_failures``.
+    """
+    cells = [RebuildCell(rnd.code, rnd.index, rnd.result.status if rnd.result.status in UNREPLAYED else "ok")
+             for rnd in rounds if rnd.code and rnd.result is not None]
+    plan = RebuildPlan(tuple(cells))
+    for cell in cells:
+        if plan.should_run(cell):
+            plan.record(cell, True)
+    return dict(plan.report().skipped)

@@ -45,7 +45,7 @@ from .._version import __version__
 from ..errors import NotebookError
 from ..kernel.result import ExecutionResult
 from ..run import Round, Run, Turn
-from .deps import needed_failures
+from .deps import needed_failures, unreplayed_dependencies
 
 __all__ = [
     "KERNELSPEC",
@@ -118,6 +118,7 @@ def build_notebook(
         if last is not None and last.answer is not None and not _has_cells(last):
             final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
         cells.append(final)
+    _mark_unreplayed_dependencies(cells, run)
     _apply_display_updates(cells, run)
     if view == "clean":
         _renumber(cells)
@@ -348,6 +349,23 @@ def _renumber(cells: list[NotebookNode]) -> None:
         for out in cell.outputs:
             if out.get("output_type") == "execute_result":
                 out["execution_count"] = count
+
+
+def _mark_unreplayed_dependencies(cells: list[NotebookNode], run: Run) -> None:
+    """Cells that read what a skipped (timed-out, crashed) cell left: marked, and allowed to raise.
+
+    ``kernel_agent.unreplayed`` names what they read and from which rounds; replay reports
+    such a cell's error as expected, and Run All goes on past it.
+    """
+    depends = unreplayed_dependencies(run.rounds)
+    for cell in cells:
+        meta = cell.metadata[METADATA_KEY]
+        if cell.cell_type != "code" or meta.get("role") != "code" or meta.get("round") not in depends:
+            continue
+        meta["unreplayed"] = list(depends[meta["round"]])
+        tags = cell.metadata.setdefault("tags", [])
+        if SKIP_TAG not in tags and RAISES_TAG not in tags:
+            tags.append(RAISES_TAG)
 
 
 def _keep_counts_increasing(cells: list[NotebookNode]) -> None:
