@@ -6,6 +6,8 @@ Exports are run the way stock JupyterLab's Run All runs them: nbclient with
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,10 @@ from openai_server import OpenAIServer, Reply
 from kernel_agent import Agent
 
 from kernel_agent.kernel.result import ExecutionResult
-from kernel_agent.notebook.export import SKIP_TAG, build_notebook, export_run
+from click.testing import CliRunner
+
+from kernel_agent.cli.app import cli
+from kernel_agent.notebook.export import RAISES_TAG, SKIP_TAG, build_notebook, export_run
 from kernel_agent.notebook.load import load_run
 from kernel_agent.notebook.replay import replay
 from kernel_agent.run import Round, Run, RunInfo
@@ -188,3 +193,35 @@ def test_replay_check_passes_on_a_timeout_run_with_the_dependency_expected_and_f
     nbformat.write(nb, path)
     report = replay(path, tmp_path, timeout=30)
     assert not report.ok and report.counts()["mismatch"] == 1, report.to_text()
+
+
+def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_nbconvert(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    openai_server.add(Reply("<Code>x = 2</Code>"))
+    openai_server.add(Reply("<Code>import time\nwhile True:\n    time.sleep(0.05)</Code>"))
+    openai_server.add(Reply("<Answer>first</Answer>"))
+    openai_server.add(Reply("<Code>print(x * 5)</Code>"))
+    openai_server.add(Reply("<Answer>second</Answer>"))
+    with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5, preload=False) as agent:
+        first = agent.run("loop", workspace=tmp_path / "ws")
+    with _agent(openai_server, "m", "127.0.0.1", preload=False) as agent:
+        second = agent.resume(first.notebook_path, "times five")
+    path = second.notebook_path
+    assert path is not None
+    shown = CliRunner().invoke(cli, ["show", str(path)], catch_exceptions=False).output
+    assert "round 2: timeout" in shown and "round 2: error" not in shown
+    assert shown.index("first") < shown.index("Follow-up question 1") < shown.index("times five") < shown.index("second")
+    looped = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"][2]
+    assert SKIP_TAG in looped.metadata["tags"] and RAISES_TAG not in looped.metadata["tags"]
+    report = replay(path, tmp_path / "ws", timeout=30)
+    assert report.ok and report.counts() == {"match": 3, "skipped": 1}, report.to_text()
+    out = tmp_path / "executed.ipynb"
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("jupyter-nbconvert")), "--to", "notebook", "--execute",
+         "--ExecutePreprocessor.timeout=60", "--output", str(out), str(path)],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path / "ws",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    executed = [c for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"]
+    assert executed[-1].outputs[0]["text"] == "10\n"
