@@ -225,3 +225,6 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
     assert done.returncode == 0, done.stderr[-2000:]
     executed = [c for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"]
     assert executed[-1].outputs[0]["text"] == "10\n"
+    note = next(c.source for c in nbformat.read(run.notebook_path, as_version=4).cells  # type: ignore[arg-type]
+                if c.metadata["kernel_agent"].get("role") == "note" and c.metadata["kernel_agent"].get("round") == 4)
+    assert "names now missing: `i`, `run`, `time`" in note and "all variables were lost" not in note.lower()

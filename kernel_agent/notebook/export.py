@@ -284,19 +284,28 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
     if rnd.code is not None and result is None:
         parts.append(f"**Not executed:** the run ended before the code below ran. {skipped}")
     elif result is not None and result.status == "timeout":
-        state = "The kernel was restarted: all variables were lost." if result.state_lost else "Variables were kept."
+        state = _lost_text(result) if result.state_lost else "Variables were kept."
         parts.append(f"**Timed out** after {result.duration_s:.1f} s{note}. {state} {skipped}")
     elif result is not None and result.status == "cancelled":
         parts.append(f"**Cancelled** after {result.duration_s:.1f} s: the run was stopped while this code ran; "
                      f"its output up to then is kept. {skipped}")
     elif result is not None and result.status == "died":
-        parts.append(f"**The kernel died** while running the code below{note}; all variables were lost. {skipped}")
+        parts.append(f"**The kernel died** while running the code below{note}. {_lost_text(result)} {skipped}")
     elif result is not None and result.status == "error" and result.note:
         parts.append(f"**Limit reached:** {_escape(result.note)}.")
     elif kept_for:
         names = ", ".join(f"`{name}`" for name in sorted(kept_for))
         parts.append(f"**Kept although it failed:** later cells use {names}, set here before the error.")
     return "\n\n".join("> " + part.replace("\n", "\n> ") for part in parts)
+
+
+def _lost_text(result: ExecutionResult) -> str:
+    """What the restart cost, never contradicting the rebuild the note reports."""
+    if not result.rebuilt_cells and not result.lost_names:
+        return "All variables were lost."
+    missing = ", ".join(f"`{name}`" for name in result.lost_names)
+    return f"Earlier cells were re-run as noted; names now missing: {missing}." if missing else \
+        "Earlier cells were re-run as noted; no names are missing."
 
 
 def _escape(text: str) -> str:
