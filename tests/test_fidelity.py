@@ -228,3 +228,14 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
     note = next(c.source for c in nbformat.read(run.notebook_path, as_version=4).cells  # type: ignore[arg-type]
                 if c.metadata["kernel_agent"].get("role") == "note" and c.metadata["kernel_agent"].get("round") == 4)
     assert "names now missing: `i`, `run`, `time`" in note and "all variables were lost" not in note.lower()
+
+
+def test_the_clean_view_keeps_a_timed_out_cell_later_cells_use_and_explains_it(tmp_path: Path) -> None:
+    export_run(timed_out_dependency_run(), tmp_path / "run.ipynb")
+    nb = nbformat.read(tmp_path / "run.clean.ipynb", as_version=4)
+    codes = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.metadata["kernel_agent"]["round"] for c in codes] == [0, 1, 2, 3, 4]
+    assert SKIP_TAG in codes[2].metadata["tags"] and codes[2].metadata["kernel_agent"]["code"] == LOOP
+    notes = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "note"]
+    assert any("Kept although it timed out" in n and "`step`" in n for n in notes)
+    assert codes[3].metadata["kernel_agent"]["unreplayed"] == ["step"]

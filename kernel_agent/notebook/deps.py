@@ -14,7 +14,7 @@ from ..kernel.rebuild import names_of as _names
 from ..kernel.result import ExecutionResult
 from ..run import Round
 
-__all__ = ["needed_failures", "unreplayed_dependencies"]
+__all__ = ["needed_failures", "unreplayed_dependencies", "unreplayed_sources"]
 
 _SYNTAX_ERRORS = frozenset({"SyntaxError", "IndentationError", "TabError"})
 
@@ -79,3 +79,21 @@ def unreplayed_dependencies(rounds: tuple[Round, ...]) -> dict[int, tuple[str, .
         if plan.should_run(cell):
             plan.record(cell, True)
     return dict(plan.report().skipped)
+
+
+def unreplayed_sources(rounds: tuple[Round, ...]) -> dict[int, set[str]]:
+    """Skipped rounds (by index) whose names ``unreplayed_dependencies`` found read later, with those names."""
+    readers = unreplayed_dependencies(rounds)
+    sources: dict[int, set[str]] = {}
+    for reader, names in readers.items():
+        for name in names:
+            setters = [rnd.index for rnd in rounds if rnd.index < reader and rnd.code and rnd.result is not None
+                       and rnd.result.status in UNREPLAYED and name in _bound(rnd.code)]
+            if setters:
+                sources.setdefault(setters[-1], set()).add(name)
+    return sources
+
+
+def _bound(code: str) -> set[str]:
+    _, rebinds, touched = _names(code)
+    return rebinds | touched

@@ -45,7 +45,7 @@ from .._version import __version__
 from ..errors import NotebookError
 from ..kernel.result import ExecutionResult
 from ..run import Round, Run, Turn
-from .deps import needed_failures, unreplayed_dependencies
+from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
 
 __all__ = [
     "KERNELSPEC",
@@ -286,6 +286,11 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
     elif result is not None and result.status == "timeout":
         state = _lost_text(result) if result.state_lost else "Variables were kept."
         parts.append(f"**Timed out** after {result.duration_s:.1f} s{note}. {state} {skipped}")
+        if kept_for:
+            names = ", ".join(f"`{name}`" for name in sorted(kept_for))
+            parts.append(f"**Kept although it timed out:** later cells use {names}, set here before the interrupt. "
+                         "Running it again would hang again, so those cells are marked (`kernel_agent.unreplayed`) "
+                         "and allowed to fail: a replay reports them as expected.")
     elif result is not None and result.status == "cancelled":
         parts.append(f"**Cancelled** after {result.duration_s:.1f} s: the run was stopped while this code ran; "
                      f"its output up to then is kept. {skipped}")
@@ -513,12 +518,15 @@ def _portable_workspace(workspace: str, notebook_dir: str | os.PathLike[str] | N
 
 def _clean_rounds(rounds: tuple[Round, ...]) -> list[tuple[Round, frozenset[str]]]:
     needed = needed_failures(rounds)
+    sources = unreplayed_sources(rounds)  # a timed-out cell whose names later cells read: kept, guarded, explained
     chosen = []
     for pos, rnd in enumerate(rounds):
         if rnd.status == "ok" and rnd.code and rnd.code.strip():
             chosen.append((rnd, _NO_NAMES))
         elif pos in needed:
             chosen.append((rnd, frozenset(needed[pos])))
+        elif rnd.index in sources:
+            chosen.append((rnd, frozenset(sources[rnd.index])))
         elif rnd.answer is not None and rnd.code is None:
             chosen.append((rnd, _NO_NAMES))
     return chosen
