@@ -161,6 +161,9 @@ def test_a_kernel_death_after_a_timeout_rebuilds_what_it_can_and_names_what_is_m
     loaded = load_run(run.notebook_path)  # type: ignore[arg-type]
     assert loaded.rounds[3].result is not None and loaded.rounds[3].result.lost_names == ("i", "run", "time")
     assert loaded.rounds[3].status == "died"
+    note = next(c.source for c in nbformat.read(run.notebook_path, as_version=4).cells  # type: ignore[arg-type]
+                if c.metadata["kernel_agent"].get("role") == "note" and c.metadata["kernel_agent"].get("round") == 4)
+    assert "names now missing: `i`, `run`, `time`" in note and "all variables were lost" not in note.lower()
 
 
 def timed_out_dependency_run() -> Run:
@@ -225,9 +228,6 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
     assert done.returncode == 0, done.stderr[-2000:]
     executed = [c for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"]
     assert executed[-1].outputs[0]["text"] == "10\n"
-    note = next(c.source for c in nbformat.read(run.notebook_path, as_version=4).cells  # type: ignore[arg-type]
-                if c.metadata["kernel_agent"].get("role") == "note" and c.metadata["kernel_agent"].get("round") == 4)
-    assert "names now missing: `i`, `run`, `time`" in note and "all variables were lost" not in note.lower()
 
 
 def test_the_clean_view_keeps_a_timed_out_cell_later_cells_use_and_explains_it(tmp_path: Path) -> None:
