@@ -41,6 +41,9 @@ BENCHMARKS = [
     "bench_agent",
     "bench_models",
     "bench_sandbox",
+    "bench_mcp",
+    "bench_plan",
+    "bench_kernels",
 ]
 
 FAILED_EXIT = 1

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         ConfigError,
         ContextLengthError,
         DataFileError,
+        WorkspaceFileError,
         ExecutionError,
         KernelAgentError,
         KernelError,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         ModelTimeoutError,
         ModelUnreachableError,
         NotebookError,
+        PlanError,
         SandboxUnavailableError,
         ServiceError,
         SessionClosedError,
@@ -78,6 +80,7 @@ _EXPORTS = {
     "KernelAgentError": "errors",
     "ConfigError": "errors",
     "DataFileError": "errors",
+    "WorkspaceFileError": "errors",
     "KernelError": "errors",
     "KernelStartError": "errors",
     "SessionClosedError": "errors",
@@ -88,6 +91,7 @@ _EXPORTS = {
     "ContextLengthError": "errors",
     "ExecutionError": "errors",
     "NotebookError": "errors",
+    "PlanError": "errors",
     "ServiceError": "errors",
 }
 

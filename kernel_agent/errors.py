@@ -6,7 +6,8 @@ that failed or for input we refuse::
 
     KernelAgentError
     ├── ConfigError (ValueError)             bad option, no model configured
-    │   └── DataFileError                    missing or unreadable data file
+    │   ├── DataFileError                    missing or unreadable data file
+    │   └── WorkspaceFileError               a workspace path a client may not use (outside, missing)
     ├── KernelError                          the kernel machinery failed
     │   ├── KernelStartError                 a kernel would not start or get ready
     │   ├── SessionClosedError               the session was used after close()
@@ -17,6 +18,7 @@ that failed or for input we refuse::
     │   └── ContextLengthError               the conversation no longer fits the model
     ├── ExecutionError                       raised only by ExecutionResult.raise_for_status()
     ├── NotebookError (ValueError)           a notebook we cannot read, replay or resume
+    ├── PlanError (ValueError)               the model's plan is not valid JSON / a DAG, even after repair
     └── ServiceError                         the service refuses a request (carries its HTTP status)
 
 Third-party errors are wrapped with ``raise ... from exc``; callers never
@@ -34,6 +36,7 @@ __all__ = [
     "KernelAgentError",
     "ConfigError",
     "DataFileError",
+    "WorkspaceFileError",
     "KernelError",
     "KernelStartError",
     "SessionClosedError",
@@ -44,6 +47,7 @@ __all__ = [
     "ContextLengthError",
     "ExecutionError",
     "NotebookError",
+    "PlanError",
     "ServiceError",
 ]
 
@@ -64,6 +68,14 @@ class ConfigError(KernelAgentError, ValueError):
 
 class DataFileError(ConfigError):
     """A data file is missing or cannot be read. ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class WorkspaceFileError(ConfigError):
+    """A path given by a client (MCP, HTTP) is outside the workspace, missing or unusable. ``path`` names it."""
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
@@ -129,6 +141,15 @@ class NotebookError(KernelAgentError, ValueError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class PlanError(KernelAgentError, ValueError):
+    """The model's plan cannot be used: invalid JSON or schema after the repair retry, an unknown
+    dependency or a cycle. ``problems`` lists what was wrong, one line each."""
+
+    def __init__(self, message: str, *, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class ServiceError(KernelAgentError):

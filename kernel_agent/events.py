@@ -18,7 +18,12 @@ __all__ = [
     "Event",
     "ExecutionFinished",
     "ExecutionStarted",
+    "NodeFinished",
+    "NodeStarted",
     "Notice",
+    "PlanEvent",
+    "PlanFinished",
+    "PlanReady",
     "ReasoningDelta",
     "RoundFinished",
     "RoundStarted",
@@ -144,6 +149,53 @@ class RunError(_EventBase):
 class RunFinished(_EventBase):
     run: Run
     kind = "finished"
+
+
+@dataclass(frozen=True)
+class PlanReady(_EventBase):
+    """Plan mode: the DAG to run. ``nodes`` are ``{"id", "title", "kind", "depends_on", "status"}``
+    in execution order; ``status`` is ``done``/``failed``/``skipped`` for nodes a resume keeps."""
+
+    directions: tuple[str, ...]
+    nodes: tuple[dict[str, Any], ...]
+    kind = "plan_ready"
+
+
+@dataclass(frozen=True)
+class NodeStarted(_EventBase):
+    """Plan mode: a node begins (``attempt`` 1), or a fix attempt after a failure (2, 3, ...)."""
+
+    node_id: str
+    title: str
+    attempt: int = 1
+    kind = "node_started"
+
+
+@dataclass(frozen=True)
+class NodeFinished(_EventBase):
+    """Plan mode: a node ended ``done``, ``failed`` or ``skipped`` (``reason`` says why not done)."""
+
+    node_id: str
+    status: str
+    attempts: int
+    figures: int
+    reason: str = ""
+    kind = "node_finished"
+
+
+@dataclass(frozen=True)
+class PlanFinished(_EventBase):
+    """Plan mode: every node has a final status; ``counts`` maps status to how many. ``html`` is the
+    notebook rendered as a page (nbconvert)."""
+
+    counts: dict[str, int]
+    notebook: str
+    report: str
+    html: str = ""
+    kind = "plan_finished"
+
+
+PlanEvent = Union[PlanReady, NodeStarted, NodeFinished, Notice, RunError, PlanFinished]
 
 
 Event = Union[

@@ -65,6 +65,8 @@ class AgentMagics(Magics):
     @argument("--sandbox", choices=("strict", "off"), help="strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: KERNEL_AGENT_SANDBOX]")
     @argument("--no-network", action="store_true", help="cut the agent's kernel off every network (needs the sandbox)")
     @argument("--memory", type=int, metavar="MB", help="memory limit of each kernel process (default 3/4 of RAM, at least 4096)")
+    @argument("--gateway", metavar="URL", help="run the agent's kernel on this Jupyter Kernel/Enterprise Gateway; the token comes from KERNEL_AGENT_GATEWAY_TOKEN only (never type it into a cell) [env: KERNEL_AGENT_GATEWAY_URL]")
+    @argument("--gateway-kernel", metavar="NAME", help="the gateway's kernelspec to start (default: the gateway's)")
     @argument("--share", action="append", default=[], metavar="NAME[,NAME]", help="copy these variables into the agent's kernel")
     @argument("--workspace", "-w", metavar="DIR", help="the run's folder (default ./agent-runs/<time>-<task>)")
     @argument("--out", "-o", metavar="RUN.ipynb", help="where the notebook goes (default WORKSPACE/analysis.ipynb)")
@@ -153,6 +155,7 @@ def _agent_options(args: Any) -> tuple[dict[str, Any], list[str]]:
         "request_timeout": args.request_timeout, "data_format": args.data_format,
         "vllm_extras": False if args.no_vllm_extras else None,
         "sandbox": args.sandbox, "network": False if args.no_network else None, "memory_mb": args.memory,
+        "gateway_url": args.gateway, "gateway_kernel": args.gateway_kernel,
     }
     data = list(args.data)
     if args.scripted_demo:

@@ -49,6 +49,9 @@ def _temp_leftovers() -> set[str]:
     me = str(os.getpid())
     ours = set()
     for folder in tmp.glob("kernel-agent-*"):
+        if folder.name.startswith("kernel-agent-replay-"):  # kernel-agent-replay-<pid>-<random>
+            ours.update([folder.name] if folder.name.split("-")[3] == me else [])
+            continue
         try:
             owner = (folder / "owner.pid").read_text()
         except OSError:

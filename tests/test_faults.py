@@ -432,3 +432,19 @@ def test_limits_off_gives_an_unconfined_kernel(tmp_path: Path) -> None:
         limits = session.execute("import resource\n[resource.getrlimit(r)[0] for r in "
                                  "(resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE)]")
         assert limits.result_text == "[-1, -1, -1]"
+
+
+def test_cpu_time_limit_counts_the_whole_process_tree(tmp_path: Path) -> None:
+    # Three children each stay under the per-process RLIMIT_CPU (2.5 s of 3 s), so only a limit on
+    # the tree together (7.5 s) can stop them; the kernel itself stays idle in a quiet sleep.
+    spin = ("import resource, time\n"
+            "while resource.getrusage(resource.RUSAGE_SELF).ru_utime < 2.5: pass\n"
+            "time.sleep(300)")
+    code = ("import subprocess, sys, time\n"
+            f"children = [subprocess.Popen([sys.executable, '-c', {spin!r}]) for _ in range(3)]\n"
+            "time.sleep(120)")
+    with KernelSession(tmp_path, limits=Limits(cpu_seconds=3)) as session:
+        result = session.execute(code, timeout=100)
+        assert result.status == "died" and result.state_lost
+        assert "CPU time limit of 3 s for the kernel and every process it started, together, reached" in result.note
+        assert session.execute("'fresh budget'").result_text == "'fresh budget'"

@@ -11,7 +11,7 @@ from pathlib import Path
 import kernel_agent
 from kernel_agent import errors
 
-FRONT_END_LIBRARIES = ("click", "rich", "IPython", "openai")
+FRONT_END_LIBRARIES = ("click", "rich", "IPython", "openai", "mcp")
 
 DOCUMENTED = {
     "__version__",

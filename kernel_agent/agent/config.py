@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from ..errors import ConfigError
+from ..kernel.gateway.settings import GatewaySettings
 from ..kernel.limits import Limits
 from ..kernel.sandbox import SandboxMode
 from .protocols.prompts import DATA_FORMATS, DataFormat
@@ -33,6 +34,9 @@ _ENV = {
     "vllm_extras": "KERNEL_AGENT_VLLM_EXTRAS",
     "request_timeout": "KERNEL_AGENT_REQUEST_TIMEOUT",
     "sandbox": "KERNEL_AGENT_SANDBOX",
+    "gateway_url": "KERNEL_AGENT_GATEWAY_URL",
+    "gateway_token": "KERNEL_AGENT_GATEWAY_TOKEN",
+    "gateway_kernel": "KERNEL_AGENT_GATEWAY_KERNEL",
 }
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -82,6 +86,12 @@ class AgentConfig:
         after every round, which then ends the run with ``disk_quota``); it also
         caps each file the code writes (``RLIMIT_FSIZE``). 0 switches both off.
         See ``quota.py`` for what it does and does not bound.
+    gateway_url: run kernels on this Jupyter Kernel/Enterprise Gateway
+        (``http://host:port``) instead of this machine; the gateway's own
+        isolation applies there (our sandbox settings do not).
+    gateway_token: the gateway's token (a secret: never logged, exported,
+        sent to a kernel or shown in a repr).
+    gateway_kernel: the gateway's kernelspec to start (None: its default).
     """
 
     model: str | None = None
@@ -107,6 +117,9 @@ class AgentConfig:
     network: bool = True
     memory_mb: int | None = None
     disk_quota_mb: int = 1024
+    gateway_url: str | None = None
+    gateway_token: str | None = field(default=None, repr=False)
+    gateway_kernel: str | None = None
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
@@ -149,7 +162,14 @@ class AgentConfig:
             raise ConfigError(f"disk_quota_mb must be 0 (off) or more, not {self.disk_quota_mb}")
         if self.request_timeout is not None and self.request_timeout <= 0:
             raise ConfigError(f"request_timeout must be positive, not {self.request_timeout}")
+        self.gateway()  # raises ConfigError for a malformed gateway URL
         self.limits()  # raises ConfigError for a bad sandbox mode, memory or no network without the sandbox
+
+    def gateway(self) -> GatewaySettings | None:
+        """Where remote kernels run (None: on this machine). Raises ``ConfigError`` for a bad URL."""
+        if not self.gateway_url:
+            return None
+        return GatewaySettings(self.gateway_url, self.gateway_token, kernel_name=self.gateway_kernel)
 
     def limits(self) -> Limits:
         """The kernel's confinement from ``sandbox``, ``network``, ``memory_mb`` (None: the default)

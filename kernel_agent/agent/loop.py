@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,8 +40,9 @@ from ..events import (
 )
 from ..kernel.rebuild import RebuildCell, RebuildPlan, RebuildReport
 from ..kernel.result import ExecutionResult
+from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import changed_files, default_workspace, snapshot
+from ..kernel.workspace import default_workspace
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, export_run
 from ..notebook.load import load_resumable
@@ -56,7 +57,7 @@ __all__ = ["AsyncAgent", "SessionFactory"]
 
 log = logging.getLogger(__name__)
 
-SessionFactory = Callable[[Path], AsyncKernelSession]
+SessionFactory = KernelFactory  # the older name
 
 _PACKAGES = ("pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels",
              "pyarrow", "openpyxl", "polars", "plotly", "sympy", "networkx")
@@ -82,7 +83,7 @@ class _Live:
     """The mutable state of one run in progress (the values it builds are frozen)."""
 
     run: Run
-    session: AsyncKernelSession
+    session: Kernel
     protocol: Protocol
     messages: list[dict[str, Any]]
     notebook: Path
@@ -99,8 +100,9 @@ class AsyncAgent:
 
     Arguments after ``vision`` are keyword-only: ``chat_model`` replaces the
     endpoint with any ``ChatModel`` (e.g. the scripted demo model);
-    ``session_factory(workspace)`` builds the kernel session (default: our
-    kernelspec, with ``session_options`` passed to ``AsyncKernelSession``);
+    ``session_factory(workspace)`` returns an async context manager yielding
+    a started ``Kernel`` (``interface.KernelFactory``; default: an
+    ``AsyncKernelSession`` with ``session_options``, local or on a gateway);
     ``model_options`` go to ``OpenAIChatModel`` (``max_retries``, ``backoff``,
     ``request_timeout``, ``extra_body`` such as vLLM's ``top_k``);
     other ``AgentConfig`` fields (``stuck_after``, ``preload``, ...) are accepted too.
@@ -148,8 +150,10 @@ class AsyncAgent:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
     def new_session(self, workspace: Path) -> AsyncKernelSession:
-        """A kernel session as this agent's runs get one by default (not started)."""
-        options = {"rebuild": self.config.rebuild, "limits": self.config.limits(), **self._session_options}
+        """A kernel session as this agent's runs get one by default (not started): local, or on the gateway."""
+        gateway = self.config.gateway()
+        where: dict[str, Any] = {"gateway": gateway} if gateway else {"limits": self.config.limits()}
+        options = {"rebuild": self.config.rebuild, **where, **self._session_options}
         return AsyncKernelSession(workspace, **options)
 
     async def close(self) -> None:
@@ -188,6 +192,7 @@ class AsyncAgent:
         files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
+            await session.files.put([root / f.name for f in files])
             live = await self._begin(session, task, files, root, notebook_path, setup)
             async for event in self._drive(live):
                 yield event
@@ -219,6 +224,7 @@ class AsyncAgent:
         files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
+            await session.files.put([root / name for name in loaded.info.data_files if (root / name).is_file()])
             calls: dict[int, int] = {}
             report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
@@ -230,7 +236,7 @@ class AsyncAgent:
                 yield event
 
     async def _restore(
-        self, session: AsyncKernelSession, cells: Sequence[RebuildCell], calls: dict[int, int]
+        self, session: Kernel, cells: Sequence[RebuildCell], calls: dict[int, int]
     ) -> RebuildReport:
         """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost.
         ``calls`` learns which session execute() ran which round."""
@@ -242,7 +248,7 @@ class AsyncAgent:
                 plan.record(cell, result.ok, str(result.error) if result.error else result.status)
         return plan.report()
 
-    def _next_turn(self, run: Run, task: str, session: AsyncKernelSession) -> Run:
+    def _next_turn(self, run: Run, task: str, session: Kernel) -> Run:
         """``run`` with its current turn closed into ``turns`` and a new one opened for ``task``.
 
         Append-only: the earlier answers stay in ``turns``; the new turn records the model,
@@ -251,14 +257,43 @@ class AsyncAgent:
         info = replace(
             run.info, task=f"{run.info.task}\n\nFollow-up: {task}", question=task, model=self.chat_model.name,
             protocol=self.config.protocol, endpoint=_endpoint(self.config.base_url, self.chat_model),
-            scripted=self.chat_model.scripted, started_at=_now(), confinement=session.limits.describe(),
+            scripted=self.chat_model.scripted, started_at=_now(), confinement=_confinement(session),
         )
         return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None,
                        finished_at="")
 
+    async def plan(
+        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None, *, options: Any = None,
+        resume: str | os.PathLike[str] | None = None,
+    ) -> Any:
+        """Run ``task`` in plan mode to its end (see ``stream_plan``); return the ``PlanFinished`` event."""
+        finished = None
+        async for event in self.stream_plan(task, data, workspace, notebook, options=options, resume=resume):
+            finished = event
+        return finished
+
+    async def stream_plan(
+        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None, *, options: Any = None,
+        resume: str | os.PathLike[str] | None = None,
+    ) -> AsyncIterator[Any]:
+        """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
+
+        ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.
+        Raises ``PlanError``, ``NotebookError``, ``DataFileError``, ``ModelError``, ``KernelError``.
+        """
+        from .plan.api import stream_plan
+        from .plan.runner import PlanOptions
+
+        options = options or PlanOptions(exec_timeout=self.config.exec_timeout)
+        async for event in stream_plan(self.chat_model, self._session_factory, task, data, workspace, notebook,
+                                       options=options, resume=resume, preload=self.config.preload):
+            yield event
+
     # ----------------------------------------------------------------- the loop
     async def _begin(
-        self, session: AsyncKernelSession, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
+        self, session: Kernel, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
         extra_setup: str,
     ) -> _Live:
         names = [f.name for f in files]
@@ -270,7 +305,7 @@ class AsyncAgent:
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
             workspace=str(root.resolve()), setup_code=setup_code, scripted=self.chat_model.scripted,
-            confinement=session.limits.describe(),
+            confinement=_confinement(session),
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
         protocol, messages = await self._conversation(session, task, names, files)
@@ -278,7 +313,7 @@ class AsyncAgent:
                      calls={setup.call: 0})
 
     async def _conversation(
-        self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+        self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> tuple[Protocol, list[dict[str, Any]]]:
         """The protocol and the opening messages that describe the task and the kernel."""
         config = self.config
@@ -289,13 +324,13 @@ class AsyncAgent:
         return protocol, protocol.initial_messages(await self._context(session, task, names, files))
 
     async def _context(
-        self, session: AsyncKernelSession, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+        self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> PromptContext:
         pairs = repr([(m, _DIST.get(m, m)) for m in _PACKAGES])
         probe = await session.evaluate({"packages": _PROBE.replace("PAIRS", pairs)})
         packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
         if files is None:
-            root = session.workspace or Path.cwd()
+            root = session.files.local
             files = prepare_data([root / n for n in names if (root / n).exists()], root)
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=packages,
@@ -308,8 +343,8 @@ class AsyncAgent:
         info = run.info
         self._save(live)
         yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted,
-                         live.session.limits.describe())
-        if live.session.limits.sandbox == "off":
+                         info.confinement)
+        if live.session.workspace is not None and live.session.limits.sandbox == "off":  # a remote kernel is the gateway's
             yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                          f"({live.session.limits.describe()})")
         guard = StuckGuard(self.config.stuck_after)
@@ -393,7 +428,7 @@ class AsyncAgent:
         yield CodeReady(index, step.code, step.reasoning)
         yield ExecutionStarted(index, self.config.exec_timeout)
         exclude = (live.notebook, clean_path(live.notebook))
-        before = snapshot(live.workspace, exclude)
+        before = await live.session.files.snapshot(exclude)
         live.running = base
         try:
             result = await live.session.execute(step.code, self.config.exec_timeout)
@@ -403,7 +438,7 @@ class AsyncAgent:
         live.running = None
         live.calls[result.call] = index
         result = _in_rounds(result, live.calls)
-        artifacts = changed_files(before, snapshot(live.workspace, exclude))
+        artifacts = await live.session.files.changes(before, exclude)
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
         live.feedback_at.append(range(len(live.messages), len(live.messages) + len(feedback)))
@@ -501,3 +536,9 @@ def _resolve_workspace(recorded: str, notebook: Path) -> Path:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _confinement(session: Kernel) -> str:
+    """What confines the kernel, in words: a session says so itself; any other Kernel by its limits."""
+    described = getattr(session, "confinement", None)
+    return described if isinstance(described, str) else session.limits.describe()  # type: ignore[attr-defined]

@@ -61,6 +61,17 @@ class Agent:
             self._async.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace)
         )
 
+    def plan(self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None, *, options: Any = None,
+             resume: Any = None) -> Any:
+        """Sync facade of ``AsyncAgent.plan``: the ``PlanFinished`` event; raises the same."""
+        return self._loop.run(self._async.plan(task, data, workspace, notebook, options=options, resume=resume))
+
+    def stream_plan(self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None, *,
+                    options: Any = None, resume: Any = None) -> Iterator[Any]:
+        """Sync facade of ``AsyncAgent.stream_plan``: its events, as they come."""
+        return self._loop.iterate(
+            self._async.stream_plan(task, data, workspace, notebook, options=options, resume=resume))
+
     def close(self) -> None:
         """Release the model client and stop the loop thread. Idempotent."""
         self._loop.close(self._async.close)

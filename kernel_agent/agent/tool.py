@@ -13,11 +13,12 @@ Exact computation (string reversal, arithmetic, parsing) without our loop::
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
+from ..kernel.interface import Kernel
 from ..kernel.result import ExecutionResult
-from ..kernel.session import AsyncKernelSession
 from ..kernel.session_sync import KernelSession
 from .protocols import EXECUTE_PYTHON_TOOL
 
@@ -27,39 +28,42 @@ __all__ = ["PythonTool"]
 class PythonTool:
     """``execute_python(code)`` backed by a live kernel; state persists between calls.
 
-    ``session`` is a started ``KernelSession`` (use ``handle``) or
-    ``AsyncKernelSession`` (use ``ahandle``). ``timeout`` bounds each call;
-    ``max_chars`` bounds the text returned.
+    ``session`` is a started ``KernelSession`` (use ``handle``) or any
+    started async ``Kernel``, local or remote (use ``ahandle``). ``timeout``
+    bounds each call; ``max_chars`` bounds the text returned.
     """
 
     name = EXECUTE_PYTHON_TOOL["function"]["name"]
     schema: dict[str, Any] = EXECUTE_PYTHON_TOOL
 
     def __init__(
-        self, session: KernelSession | AsyncKernelSession, *, timeout: float | None = 60.0, max_chars: int = 6000
+        self, session: KernelSession | Kernel, *, timeout: float | None = 60.0, max_chars: int = 6000
     ) -> None:
         self.session = session
+        self._blocking = not inspect.iscoroutinefunction(session.execute)  # which of handle/ahandle fits
         self.timeout = timeout
         self.max_chars = max_chars
         self.last_result: ExecutionResult | None = None
 
     def handle(self, arguments: str | dict[str, Any]) -> str:
-        """Run the call's code in a ``KernelSession``; return the text for the tool message."""
-        if not isinstance(self.session, KernelSession):
-            raise TypeError("handle() needs a KernelSession; use `await ahandle(...)` with an AsyncKernelSession")
+        """Run the call's code in a ``KernelSession``; return the text for the tool message.
+        Raises ``TypeError`` for an async kernel (use ``ahandle``)."""
+        if not self._blocking:
+            raise TypeError("handle() needs a KernelSession; use `await ahandle(...)` with an async Kernel")
         code, problem = _code(arguments)
         if code is None:
             return problem
-        return self._text(self.session.execute(code, self.timeout))
+        return self._text(self.session.execute(code, self.timeout))  # type: ignore[arg-type]
 
     async def ahandle(self, arguments: str | dict[str, Any]) -> str:
-        """Run the call's code in an ``AsyncKernelSession``; return the text for the tool message."""
-        if isinstance(self.session, KernelSession):
-            raise TypeError("ahandle() needs an AsyncKernelSession; use handle(...) with a KernelSession")
+        """Run the call's code in an async ``Kernel``; return the text for the tool message.
+        Raises ``TypeError`` for a ``KernelSession`` (use ``handle``)."""
+        if self._blocking:
+            raise TypeError("ahandle() needs an async Kernel; use handle(...) with a KernelSession")
         code, problem = _code(arguments)
         if code is None:
             return problem
-        return self._text(await self.session.execute(code, self.timeout))
+        return self._text(await self.session.execute(code, self.timeout))  # type: ignore[misc]
 
     def tool_message(self, tool_call_id: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
         """``handle`` wrapped as the ``{"role": "tool", ...}`` message OpenAI expects."""

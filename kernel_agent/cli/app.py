@@ -1,4 +1,4 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``kernelspec install``.
+"""The ``kernel-agent`` commands (click): ``run``, ``plan``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install``.
 
 Each command reads its options, calls the library, renders with ``render``
 or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
@@ -97,6 +97,9 @@ def _kernel_options(function: F) -> F:
     options = [
         click.option("--sandbox", type=click.Choice(["strict", "off"]), default=None, help="strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace writable, no view of other processes), and refuse to start where that is impossible; off: run it unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX]."),
         click.option("--no-network", "no_network", is_flag=True, help="Cut the kernel off every network, this machine's included (needs the sandbox)."),
+        click.option("--gateway", "gateway_url", metavar="URL", help="Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL]."),
+        click.option("--gateway-token-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE", help="Read the gateway's token from FILE (keeps it off the command line) [env: KERNEL_AGENT_GATEWAY_TOKEN holds the token itself]."),
+        click.option("--gateway-kernel", metavar="NAME", help="The gateway's kernelspec to start [default: the gateway's; env: KERNEL_AGENT_GATEWAY_KERNEL]."),
         click.option("--memory", "memory_mb", type=click.IntRange(min=1), metavar="MB", help="Memory limit of each kernel process [default: 3/4 of RAM, at least 4096]."),
     ]
     for option in reversed(options):
@@ -106,8 +109,19 @@ def _kernel_options(function: F) -> F:
 
 def _kernel_arguments(options: dict[str, Any]) -> dict[str, Any]:
     """``AgentConfig``'s sandbox fields from ``_kernel_options`` (None: environment or default)."""
+    token_file = options.pop("gateway_token_file")
     return {"sandbox": options.pop("sandbox"), "network": False if options.pop("no_network") else None,
-            "memory_mb": options.pop("memory_mb")}
+            "memory_mb": options.pop("memory_mb"), "gateway_url": options.pop("gateway_url"),
+            "gateway_token": _read_token(token_file) if token_file else None,
+            "gateway_kernel": options.pop("gateway_kernel")}
+
+
+def _read_token(path: str) -> str:
+    """The token in ``path`` (surrounding whitespace dropped). Raises ``ConfigError`` for an empty file."""
+    token = Path(path).read_text(encoding="utf-8").strip()
+    if not token:
+        raise ConfigError(f"the gateway token file {path} is empty")
+    return token
 
 
 def _output_options(function: F) -> F:
@@ -223,6 +237,44 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
 
 
 @cli.command(epilog=_ENVIRONMENT)
+@click.argument("task", required=False)
+@click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file for the analysis (repeatable).")
+@_model_options
+@_kernel_options
+@click.option("--max-depth", type=click.IntRange(min=1), default=3, show_default=True, help="Levels of sub-tasks the plan may have.")
+@click.option("--node-budget", type=click.IntRange(min=1), default=20, show_default=True, help="Most tasks the plan may have.")
+@click.option("--max-fix-attempts", type=click.IntRange(min=0), default=5, show_default=True, help="Fixes asked for a failing task.")
+@click.option("--resume", metavar="PLAN.ipynb", help="Finish an interrupted plan run: done tasks are kept (their cells re-run), the rest run.")
+@click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>; with --resume, the notebook's folder].")
+@click.option("--out", "-o", metavar="PLAN.ipynb", help="Where the notebook goes [default: WORKSPACE/plan.ipynb]; the report and state go beside it.")
+@_output_options
+def plan(task: str | None, data: tuple[str, ...], max_depth: int, node_budget: int, max_fix_attempts: int,
+         resume: str | None, workspace: str | None, out: str | None, quiet: bool, as_json: bool, **options: Any) -> None:
+    """Plan mode: the model designs the analysis as a task DAG, each task runs in one live kernel
+    (later tasks use earlier tasks' variables), failures get fixes, and a report grows as figures appear.
+
+    \b
+    Exit codes: 0 every task completed, 1 some failed or were skipped, 2 usage error.
+    """
+    if (task is None) == (resume is None):
+        raise click.UsageError("give a TASK, or --resume PLAN.ipynb (not both)")
+    if quiet and as_json:
+        raise click.UsageError("--quiet and --json cannot be used together")
+    arguments = _agent_arguments(options, task)
+    from ..agent.plan.runner import PlanOptions
+    from ..agent.sync import Agent
+    from .plan import drive_plan
+
+    with _edge():
+        budgets = PlanOptions(max_depth=max_depth, node_budget=node_budget, max_fix_attempts=max_fix_attempts,
+                              exec_timeout=arguments["exec_timeout"])
+        _make_parent(out)
+        with Agent(**arguments) as agent:
+            events = agent.stream_plan(task or "", data, workspace, out, options=budgets, resume=resume)
+            sys.exit(drive_plan(events, as_json=as_json, quiet=quiet))
+
+
+@cli.command(epilog=_ENVIRONMENT)
 @click.argument("notebook", metavar="RUN.ipynb")
 @click.argument("task")
 @_model_options
@@ -303,7 +355,10 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **
     from .show import show_replay
 
     with _edge():
-        limits = AgentConfig.resolve(**_kernel_arguments(options)).limits()
+        config = AgentConfig.resolve(**_kernel_arguments(options))
+        if config.gateway_url:
+            raise ConfigError("replay runs the notebook on this machine; --gateway is for run, resume and demo")
+        limits = config.limits()
         if limits.sandbox == "off":
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
         report = replay_notebook(notebook, workspace=workspace, check=check, timeout=timeout, limits=limits)
@@ -366,6 +421,40 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
             max_threads_live=max_live_kernels, idle_ttl=idle_ttl, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
         )
         run_server(config, host, port)
+
+
+@cli.command()
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True, help="stdio for a client that starts the server; http for streamable HTTP at http://HOST:PORT/mcp.")
+@click.option("--workspace", "-w", metavar="DIR", help="The kernel's folder [default: ./agent-runs/<time>-mcp]; HTTP sessions get a subfolder each.")
+@click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file copied into the workspace and preloaded (repeatable).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120, show_default=True, metavar="S", help="Default seconds per execution (a call may ask for another).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port.")
+@_kernel_options
+def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: float, host: str, port: int,
+        **options: Any) -> None:
+    """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
+
+    Tools: execute_python, interrupt, restart, list_variables, describe_data, list_files, read_file,
+    write_file, export_notebook. Every execution is recorded in WORKSPACE/mcp-session.ipynb as it happens.
+    """
+    import functools
+
+    from ..kernel.session import AsyncKernelSession
+    from ..kernel.workspace import default_workspace
+    from ..mcp.server import McpOptions, serve
+
+    missing = [name for name in data if not Path(name).is_file()]
+    if missing:
+        raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
+    root = Path(workspace) if workspace else default_workspace("mcp")
+    mcp_options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data), timeout=timeout,
+                         transport="http" if transport == "http" else "stdio", host=host, port=port)
+    with _edge():
+        limits = AgentConfig.resolve(**_kernel_arguments(options)).limits()
+        if limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
+            click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
+        serve(mcp_options, functools.partial(AsyncKernelSession, limits=limits))
 
 
 @cli.group()

@@ -66,6 +66,29 @@ class ProcessCgroup:
         return made
 
     @classmethod
+    def create_cpu_account(cls) -> ProcessCgroup | None:
+        """Make a cgroup that counts the CPU time of everything inside (v1 ``cpuacct``, v2 ``cpu.stat``);
+        None where none is writable. It limits nothing by itself: the session reads it (``cpu_seconds``)."""
+        made = cls._make("cpuacct", lambda path: {})
+        if made is None:
+            log.info("no writable cpu accounting cgroup here; CPU time is bounded per process only (RLIMIT_CPU)")
+        return made
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time used by every process that was ever inside, together (None: not readable here)."""
+        try:
+            return int((self.path / "cpuacct.usage").read_text()) / 1e9  # cgroup v1, in ns
+        except (OSError, ValueError):
+            pass
+        try:
+            for line in (self.path / "cpu.stat").read_text().splitlines():  # cgroup v2, in µs
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+        except (OSError, ValueError):
+            pass
+        return None
+
+    @classmethod
     def _make(cls, controller: str, settings: Callable[[Path], dict[str, str]]) -> ProcessCgroup | None:
         for parent in _cgroup_parents(controller):
             cls.sweep_stale(parent)

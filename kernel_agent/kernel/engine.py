@@ -119,18 +119,23 @@ class ExecuteEngine:
 
     async def evaluate(self, expressions: dict[str, str], timeout: float) -> dict[str, str | None]:
         """Silent ``user_expressions`` probe. Raises ``KernelError`` when the kernel does not answer."""
-        async with self.lock:
-            msg_id = self.client.execute("", silent=True, store_history=False, user_expressions=expressions)
-            collector = OutputCollector(msg_id, self.caps)
-            outcome = await self._collect(collector, time.monotonic() + timeout)
-            if outcome is not Outcome.IDLE:
-                raise KernelError(f"the kernel did not answer a silent probe ({outcome.value})")
-            reply = await self._shell_reply(msg_id)
+        reply = await self.run_silently("", expressions, timeout)
         values = reply.get("user_expressions", {})
         return {
             name: values[name]["data"].get("text/plain") if values.get(name, {}).get("status") == "ok" else None
             for name in expressions
         }
+
+    async def run_silently(self, code: str, expressions: dict[str, str], timeout: float) -> dict[str, Any]:
+        """Run ``code`` without outputs, history or execution count; the ``execute_reply`` content.
+        Raises ``KernelError`` when the kernel does not answer within ``timeout``."""
+        async with self.lock:
+            msg_id = self.client.execute(code, silent=True, store_history=False, user_expressions=expressions)
+            collector = OutputCollector(msg_id, self.caps)
+            outcome = await self._collect(collector, time.monotonic() + timeout)
+            if outcome is not Outcome.IDLE:
+                raise KernelError(f"the kernel did not answer a silent request ({outcome.value})")
+            return await self._shell_reply(msg_id)
 
     async def restart(self) -> None:
         """Restart the kernel between requests; all state (and the rebuild history) is lost."""

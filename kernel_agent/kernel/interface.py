@@ -9,6 +9,10 @@ Owns three typing protocols and the session state enum, nothing else:
   we attached to, a kernel on a Jupyter Kernel Gateway). It starts, interrupts,
   restarts and stops the kernel, says whether it is alive and, once it is dead,
   why; it hands the engine a ``ChannelClient``. It knows nothing of executes.
+* ``KernelFactory``: what front ends and the agent are given instead of a
+  class: called with the run's local folder, it returns an async context
+  manager that yields a started ``Kernel`` and closes it on exit (an
+  ``AsyncKernelSession`` is one; so is a pool's ``acquire``).
 * ``ChannelClient``: the part of jupyter_client's ``AsyncKernelClient`` the
   execute engine (``engine.py``) uses: send a request, read iopub and shell
   replies. Local kernels use jupyter_client's own client; a gateway kernel a
@@ -17,16 +21,19 @@ Owns three typing protocols and the session state enum, nothing else:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from .files import KernelFiles
     from .limits import Limits
     from .result import ExecutionResult
 
-__all__ = ["ChannelClient", "Kernel", "KernelProvider", "SessionState"]
+__all__ = ["ChannelClient", "Kernel", "KernelFactory", "KernelProvider", "SessionState"]
 
 
 class SessionState(Enum):
@@ -112,6 +119,11 @@ class Kernel(Protocol):
     @property
     def kernel_info(self) -> dict[str, Any]: ...
 
+    @property
+    def files(self) -> KernelFiles:
+        """The workspace seam (``files.KernelFiles``): data files in, changed files back out."""
+        ...
+
     async def start(self) -> Kernel: ...
 
     async def execute(self, code: str, timeout: float | None = None, *, rebuild: bool | None = None) -> ExecutionResult:
@@ -135,3 +147,6 @@ class Kernel(Protocol):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+KernelFactory = Callable[[Path], AbstractAsyncContextManager[Kernel]]

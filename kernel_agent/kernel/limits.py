@@ -184,11 +184,15 @@ class Confinement:
     """
 
     def __init__(
-        self, limits: Limits, cgroup: ProcessCgroup | None = None, memory: ProcessCgroup | None = None
+        self, limits: Limits, cgroup: ProcessCgroup | None = None, memory: ProcessCgroup | None = None,
+        cpu: ProcessCgroup | None = None,
     ) -> None:
         self.limits = limits
         self.cgroup = cgroup  # pids
         self.memory = memory
+        self.cpu = cpu  # counts the tree's CPU time when cpu_seconds is set
+        self.cpu_killed = False  # set by ``enforce_cpu``: the next death is the tree's CPU limit
+        self._cpu_base = 0.0  # the tree's CPU time when the current kernel started
         self._oom_kills = _oom_kill_count()
 
     def __repr__(self) -> str:
@@ -198,11 +202,43 @@ class Confinement:
     def prepare(cls, limits: Limits) -> Confinement:
         cgroup = ProcessCgroup.create(limits.max_processes) if limits.max_processes is not None else None
         memory = ProcessCgroup.create_memory(limits.memory_mb) if limits.memory_mb is not None else None
-        return cls(limits, cgroup, memory)
+        cpu = None
+        if limits.cpu_seconds is not None:  # cgroup v2 counts CPU in any cgroup; v1 needs a cpuacct one
+            cpu = next((c for c in (cgroup, memory) if c is not None and c.cpu_seconds() is not None), None)
+            cpu = cpu or ProcessCgroup.create_cpu_account()
+        return cls(limits, cgroup, memory, cpu)
 
     @property
     def _cgroups(self) -> list[ProcessCgroup]:
-        return [c for c in (self.cgroup, self.memory) if c is not None]
+        return list(dict.fromkeys(c for c in (self.cgroup, self.memory, self.cpu) if c is not None))
+
+    def new_kernel(self) -> None:
+        """A (re)started kernel begins with the whole CPU budget: count from here."""
+        self._cpu_base = (self.cpu.cpu_seconds() if self.cpu is not None else None) or 0.0
+
+    def tree_cpu_seconds(self) -> float | None:
+        """CPU time the current kernel and every process it started have used together
+        (None: not counted on this machine)."""
+        used = self.cpu.cpu_seconds() if self.cpu is not None else None
+        return None if used is None else used - self._cpu_base
+
+    def enforce_cpu(self) -> bool:
+        """Kill the whole process tree once its CPU time together passes ``cpu_seconds``.
+
+        ``RLIMIT_CPU`` counts each process alone (a child, or a loop left spinning
+        in a thread, gets a fresh allowance); this counts them all, whenever the
+        session looks (every death poll while code runs, and before each execution).
+        Returns True when it killed; the death is then reported as this limit.
+        """
+        used = self.tree_cpu_seconds()
+        if self.limits.cpu_seconds is None or used is None or used <= self.limits.cpu_seconds:
+            return False
+        log.warning("the kernel's process tree used %.1f s of CPU (limit %d s): killing it", used,
+                    self.limits.cpu_seconds)
+        self.cpu_killed = True
+        for cgroup in self._cgroups:
+            cgroup.kill_all()
+        return True
 
     @property
     def env(self) -> dict[str, str]:
@@ -220,6 +256,10 @@ class Confinement:
         oom_kills = _oom_kill_count()
         oom_killed = oom_kills is not None and self._oom_kills is not None and oom_kills > self._oom_kills
         self._oom_kills = oom_kills
+        if self.cpu_killed:
+            self.cpu_killed = False
+            return (f"signal SIGKILL: CPU time limit of {self.limits.cpu_seconds} s for the kernel and every "
+                    "process it started, together, reached")
         return describe_exit(returncode, self.limits, oom_killed=oom_killed)
 
     def release(self) -> None:

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from dataclasses import replace
@@ -133,6 +134,7 @@ class LocalProvider:
         self.manager, env = self.prepare()
         assert self._runtime_dir is not None and self._workspace is not None
         self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in close()
+        self.confinement.new_kernel()
         try:
             await self.manager.start_kernel(
                 cwd=str(self._workspace), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr_file
@@ -183,7 +185,13 @@ class LocalProvider:
         return reply["content"]
 
     async def is_alive(self) -> bool:
-        return self.manager is not None and await self.manager.is_alive()
+        """Whether the kernel process runs; also where the process tree's CPU limit is enforced
+        (``Confinement.enforce_cpu``), since the engine asks this while code runs."""
+        if self.manager is None:
+            return False
+        if self.confinement is not None and self.confinement.limits.cpu_seconds is not None:
+            await asyncio.to_thread(self.confinement.enforce_cpu)
+        return await self.manager.is_alive()
 
     async def interrupt(self) -> None:
         """Interrupt through the manager, which honours the kernelspec's ``interrupt_mode``."""
@@ -195,6 +203,8 @@ class LocalProvider:
         if self.manager is None:
             raise KernelError("the kernel was not started")
         try:
+            if self.confinement is not None:
+                self.confinement.new_kernel()  # a fresh CPU budget, as RLIMIT_CPU gives the new process
             await self.manager.restart_kernel(now=True)
             return await self._wait_ready()
         except Exception as exc:
@@ -202,6 +212,8 @@ class LocalProvider:
 
     def describe_exit(self) -> str:
         returncode = self._returncode()
+        if returncode is None and self.confinement is not None and self.confinement.cpu_killed:
+            returncode = -signal.SIGKILL  # killed for the tree's CPU time; the status is not reaped yet
         if returncode is None:
             return "no exit status"
         if self.limits.sandbox == "strict" and returncode > 128:  # bwrap exits 128+N for a child killed by N

@@ -18,6 +18,8 @@ from jupyter_client import AsyncKernelManager
 
 from ..errors import KernelError, SessionClosedError
 from .engine import ExecuteEngine
+from .files import CopiedFiles, KernelFiles, LocalFiles, NoFiles, RemoteFiles
+from .gateway.settings import GatewaySettings
 from .interface import KernelProvider, SessionState
 from .kernelspec import KERNEL_NAME
 from .limits import Confinement, Limits
@@ -26,6 +28,8 @@ from .outputs import OutputCaps
 from .result import ExecutionResult
 
 __all__ = ["AsyncKernelSession", "SessionState", "sweep_stale_runtime_dirs"]
+
+_FILE_TIMEOUT = 120.0  # one chunk (4 MB) of a data file or artifact through a slow gateway
 
 
 class AsyncKernelSession:
@@ -36,15 +40,20 @@ class AsyncKernelSession:
     are never passed (``allow_env`` names exceptions). ``timeout`` is the
     default per-execute deadline. ``rebuild=True`` re-runs the successful
     cells after a restart that lost state. ``limits`` confine the kernel.
-    ``provider`` replaces where the kernel lives (the arguments that describe
-    a local kernel are then unused).
+    ``gateway`` (a URL or ``GatewaySettings``; ``gateway_token`` is its
+    secret) runs the kernel on a Jupyter Kernel/Enterprise Gateway instead
+    (``gateway_kernel_id`` attaches to a running one there, never killed);
+    ``kernel_name`` then picks the gateway's kernelspec (default: the
+    gateway's default) and ``workspace`` stays the run's local folder.
+    ``provider`` replaces where the kernel lives altogether.
+    Raises ``ConfigError`` for a malformed gateway URL.
     """
 
     def __init__(
         self,
         workspace: str | os.PathLike[str] | None = None,
         *,
-        kernel_name: str = KERNEL_NAME,
+        kernel_name: str | None = None,
         env: dict[str, str] | None = None,
         allow_env: tuple[str, ...] = (),
         timeout: float | None = None,
@@ -53,17 +62,28 @@ class AsyncKernelSession:
         caps: OutputCaps | None = None,
         limits: Limits | None = None,
         rebuild: bool = False,
+        gateway: str | GatewaySettings | None = None,
+        gateway_token: str | None = None,
+        gateway_kernel_id: str | None = None,
         provider: KernelProvider | None = None,
     ) -> None:
-        self.kernel_name = kernel_name
         self.timeout = timeout
         self.caps = caps or OutputCaps()
         self.rebuild = rebuild
+        self.local_folder = Path(workspace) if workspace is not None else None
+        if provider is None and gateway is not None:
+            from .gateway.provider import GatewayProvider
+
+            settings = gateway if isinstance(gateway, GatewaySettings) else GatewaySettings(
+                gateway, gateway_token, kernel_name=kernel_name, startup_timeout=startup_timeout
+            )
+            provider = GatewayProvider(settings, kernel_id=gateway_kernel_id, env=env)
         if provider is None:
             provider = LocalProvider(
-                Path(workspace) if workspace is not None else None, kernel_name=kernel_name, env=env,
-                allow_env=allow_env, startup_timeout=startup_timeout, max_images=self.caps.max_images, limits=limits,
+                self.local_folder, kernel_name=kernel_name or KERNEL_NAME, env=env, allow_env=allow_env,
+                startup_timeout=startup_timeout, max_images=self.caps.max_images, limits=limits,
             )
+        self.kernel_name = kernel_name or getattr(provider, "kernel_name", None) or "default"
         self.provider = provider
         self.engine = ExecuteEngine(provider, self.caps, interrupt_grace=interrupt_grace)
         self.state = SessionState.NEW
@@ -76,6 +96,36 @@ class AsyncKernelSession:
     def workspace(self) -> Path | None:
         """The kernel's working directory on this machine (None where its files are not ours)."""
         return self.provider.workspace
+
+    @property
+    def files(self) -> KernelFiles:
+        """The workspace seam: data files into the kernel's cwd, changed files back into the local folder.
+
+        Before ``start()`` and after ``close()`` its methods raise ``SessionClosedError``; for a
+        remote kernel made without a local folder (``workspace=``) they raise ``KernelError``.
+        """
+        if self.state is not SessionState.READY:
+            return NoFiles(SessionClosedError(f"this kernel session is {self.state.value}: it has no files"))
+        kernel_folder = self.provider.workspace
+        if kernel_folder is not None and self.local_folder is not None and kernel_folder != self.local_folder:
+            return CopiedFiles(kernel_folder, self.local_folder)  # bound after start (a pooled kernel)
+        if kernel_folder is not None:
+            return LocalFiles(kernel_folder)
+        if self.local_folder is None:
+            return NoFiles(KernelError("a remote kernel needs a local folder (workspace=...) to bring files to"))
+        return RemoteFiles(self.local_folder, self._run_silently)
+
+    def bind(self, local_folder: str | os.PathLike[str]) -> None:
+        """Adopt a run's local folder after start (a pooled kernel): data files are copied from it into
+        the kernel's own folder and changed files copied back; the sandbox stays as it was started."""
+        self.local_folder = Path(local_folder)
+        self.local_folder.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def confinement(self) -> str:
+        """Where the kernel runs and what confines it, in words (notebook metadata, events)."""
+        describe = getattr(self.provider, "describe_confinement", None)
+        return describe() if describe is not None else self.provider.limits.describe()
 
     @property
     def owns_kernel(self) -> bool:
@@ -184,3 +234,8 @@ class AsyncKernelSession:
         """
         self._check_open()
         return await self.engine.evaluate(expressions, timeout)
+
+    async def _run_silently(self, code: str, expressions: dict[str, str]) -> dict[str, Any]:
+        """The remote workspace's way in: silent code, its ``execute_reply`` content (files.RemoteFiles)."""
+        self._check_open()
+        return await self.engine.run_silently(code, expressions, _FILE_TIMEOUT)

@@ -84,6 +84,10 @@ class KernelSession:
     def interrupt(self) -> None:
         self._loop.run(self._async.interrupt())
 
+    def bind(self, local_folder: str | os.PathLike[str]) -> None:
+        """Adopt a run's local folder after start (see ``AsyncKernelSession.bind``)."""
+        self._async.bind(local_folder)
+
     def restart(self) -> None:
         self._loop.run(self._async.restart())
 

@@ -155,7 +155,7 @@ async def async_replay(
     meta = meta if isinstance(meta, dict) else {}
     folders = _data_folders(path, meta, workspace)
     executed = copy.deepcopy(recorded)
-    with tempfile.TemporaryDirectory(prefix="kernel-agent-replay-") as cwd:
+    with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
         _stage_data(meta, folders, Path(cwd), path)
         stop = await _execute(executed, cwd, timeout, kernel_name, path, limits)
     anchors = [*_anchors(meta), datetime.now(timezone.utc)]

@@ -1,0 +1,144 @@
+"""Issue 12's benchmark: the warm pool and kernels on a gateway. ``NAME`` and ``PARTS`` for ``run.py``.
+
+* ``pool``: ``acquire()`` from a warm ``KernelPool`` to a kernel that has
+  answered ``1+1``, vs a cold session start to its first ``1+1``
+  (alternating); target: acquire ≤ 50 ms median.
+* ``gateway``: ``1+1`` round-trips on a kernel behind a real ``jupyter
+  kernelgateway`` on 127.0.0.1 (started here, twice: stock, and with our
+  server-side TCP_NODELAY connection class) vs a local session, in
+  alternating blocks of 10; target with server-side NODELAY ≤ 1.2× local.
+  Our side always sets TCP_NODELAY. The local kernel is sandboxed; the
+  gateway's is not (its isolation is the gateway's).
+* ``concurrent``: 16 sandboxed sessions started at once on this machine,
+  each running 20 small executes; all must finish with their state intact;
+  per-execute latency p50/p95 (information; ``run.py`` checks nothing leaked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from report import Row, median, p95
+
+from kernel_agent.kernel.pool import KernelPool
+from kernel_agent.kernel.session import AsyncKernelSession
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from gateway import KernelGateway
+
+NAME = "kernels"
+
+
+# ------------------------------------------------------------------ pool
+def pool(quick: bool) -> list[Row]:
+    """Warm acquire (to a first ``1+1``) vs cold start (to a first ``1+1``), alternating."""
+    return asyncio.run(_pool(2 if quick else 8))
+
+
+async def _pool(count: int) -> list[Row]:
+    warm: list[float] = []
+    cold: list[float] = []
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-pool-"))
+    try:
+        async with KernelPool(size=1) as kernels:
+            for index in range(count):
+                await kernels.wait_ready()  # the pool is full again, as between two runs
+                started = time.perf_counter()
+                async with kernels.acquire(scratch / f"warm-{index}") as kernel:
+                    await _check(kernel)
+                    warm.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                async with AsyncKernelSession(scratch / f"cold-{index}") as kernel:
+                    await _check(kernel)
+                    cold.append(time.perf_counter() - started)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return [
+        Row("pool acquire() to first 1+1 vs cold session start", median(warm), median(cold)),
+        Row("  ↳ acquire from a warm pool (median)", median(warm), max_seconds=0.050),
+    ]
+
+
+async def _check(kernel: AsyncKernelSession) -> None:
+    if (await kernel.execute("1+1")).result_text != "2":
+        raise RuntimeError("the kernel answered 1+1 wrongly")
+
+
+# ------------------------------------------------------------------ gateway
+def gateway(quick: bool) -> list[Row]:
+    """``1+1`` over a stock gateway and a NODELAY gateway vs local, alternating blocks of 10."""
+    blocks = 3 if quick else 15
+    rows = []
+    for nodelay in (False, True):
+        with KernelGateway(nodelay=nodelay) as server:
+            remote, local = asyncio.run(_roundtrips(server, blocks))
+        label = "with" if nodelay else "without"
+        rows.append(Row(f"1+1 via gateway ({label} server TCP_NODELAY) vs local, p50", median(remote), median(local),
+                        max_ratio=1.2 if nodelay else None))
+        rows.append(Row(f"  ↳ p95 ({label} server TCP_NODELAY) vs local p95", p95(remote), p95(local)))
+    return rows
+
+
+async def _roundtrips(server: KernelGateway, blocks: int) -> tuple[list[float], list[float]]:
+    samples: dict[str, list[float]] = {"remote": [], "local": []}
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-gw-"))
+    try:
+        async with (
+            AsyncKernelSession(scratch / "remote", gateway=server.url, gateway_token=server.token) as remote,
+            AsyncKernelSession(scratch / "local") as local,
+        ):
+            sides = {"remote": remote, "local": local}
+            for block in range(blocks):
+                for name in ("remote", "local") if block % 2 == 0 else ("local", "remote"):
+                    for _ in range(10):
+                        started = time.perf_counter()
+                        result = await sides[name].execute("1+1")
+                        samples[name].append(time.perf_counter() - started)
+                        if result.result_text != "2":
+                            raise RuntimeError(f"{name} answered 1+1 wrongly")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return samples["remote"], samples["local"]
+
+
+# ------------------------------------------------------------------ concurrent
+def concurrent(quick: bool) -> list[Row]:
+    """16 sessions at once (4 in ``--quick``), each 20 small executes; every one must complete."""
+    return asyncio.run(_concurrent(4 if quick else 16))
+
+
+async def _concurrent(count: int) -> list[Row]:
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-many-"))
+    latencies: list[float] = []
+
+    async def one(index: int) -> None:
+        async with AsyncKernelSession(scratch / f"s{index}") as kernel:
+            await kernel.execute(f"total = {index}")
+            for step in range(20):
+                started = time.perf_counter()
+                result = await kernel.execute(f"total += {step}; total")
+                latencies.append(time.perf_counter() - started)
+                if result.status != "ok":
+                    raise RuntimeError(f"session {index} failed: {result.status}")
+            if (await kernel.execute("total")).result_text != str(index + sum(range(20))):
+                raise RuntimeError(f"session {index} lost its state")
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(one(index) for index in range(count)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    wall = time.perf_counter() - started
+    return [
+        Row(f"{count} concurrent sessions: wall time, all complete", wall),
+        Row(f"  ↳ per-execute latency p50 ({count} at once)", median(latencies)),
+        Row(f"  ↳ per-execute latency p95 ({count} at once)", p95(latencies)),
+    ]
+
+
+PARTS = {"pool": pool, "gateway": gateway, "concurrent": concurrent}

@@ -1,0 +1,116 @@
+"""A whole plan run: design (or resume), then the nodes in topological order in one live kernel.
+
+Owns the order of a plan run and its event stream: data files into the
+workspace, the setup cell, the plan (asked for, or read back from the state
+file on resume, where the finished nodes' successful cells are re-run to
+rebuild the kernel state), each node run or skipped, the state, notebook and
+report written after every node. ``AsyncAgent.stream_plan`` is the public door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...errors import NotebookError
+from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
+from ...kernel.session import AsyncKernelSession
+from ...kernel.workspace import default_workspace
+from ...model.chat import ChatModel
+from ...notebook.html import export_html
+from ..data import data_summary, preload_code, prepare_data, recorded_data
+from .graph import PlanNode, build_dag
+from .output import counts, write_outputs
+from .runner import NodeRun, PlanOptions, design_plan
+from .schema import PlanSpec
+from .state import NodeResult, PlanState, state_path
+
+__all__ = ["stream_plan"]
+
+SessionFactory = Callable[[Path], AsyncKernelSession]
+
+
+async def stream_plan(
+    model: ChatModel, session_factory: SessionFactory, task: str, data: Sequence[str | os.PathLike[str]] = (),
+    workspace: str | os.PathLike[str] | None = None, notebook: str | os.PathLike[str] | None = None, *,
+    options: PlanOptions = PlanOptions(), resume: str | os.PathLike[str] | None = None, preload: bool = True,
+) -> AsyncIterator[PlanEvent]:
+    """Plan and run ``task`` over ``data``; with ``resume`` (a plan notebook), finish that run instead.
+
+    Raises ``PlanError`` when the model's plan stays unusable, ``NotebookError`` for a resume target
+    without a readable state file, ``DataFileError``, ``ModelError`` and ``KernelError`` from below.
+    Every finished node is on disk (state, notebook, report) before its ``NodeFinished`` is yielded.
+    """
+    if resume is not None:
+        notebook_path = Path(notebook or resume)
+        state = await asyncio.to_thread(PlanState.load, state_path(resume))
+        root = Path(workspace) if workspace is not None else Path(resume).resolve().parent
+        if not root.is_dir():
+            raise NotebookError(f"the plan's workspace {root} is not a folder", path=str(resume))
+        files = await asyncio.to_thread(prepare_data, recorded_data(root, state.data_files), root)
+    else:
+        root = Path(workspace) if workspace is not None else default_workspace(task)
+        files = await asyncio.to_thread(prepare_data, list(data), root)
+        notebook_path = Path(notebook) if notebook is not None else root / "plan.ipynb"
+        setup = preload_code(files) if preload else "%matplotlib inline\n"
+        state = PlanState(state_path(notebook_path), task, {}, {}, tuple(f.name for f in files), setup)
+    async with session_factory(root) as session:
+        setup = await session.execute(state.setup_code, options.exec_timeout)
+        if state.plan:
+            nodes = build_dag(PlanSpec.model_validate(state.plan), **state.budgets)
+            await _rebuild(session, nodes, state, options)
+        else:
+            notices: list[Notice] = []
+            spec, nodes = await design_plan(model, task, data_summary(files), options, notices)
+            for notice in notices:
+                yield notice
+            state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(setup.outputs)
+            state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
+            await asyncio.to_thread(state.save)
+        yield PlanReady(tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes))
+        async for event in _run_nodes(model, session, nodes, state, options, notebook_path, str(root.resolve())):
+            yield event
+        report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
+        await asyncio.to_thread(write_outputs, state, nodes, notebook_path, str(root.resolve()))
+        html = await asyncio.to_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
+        yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html))
+
+
+def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
+    result = state.results.get(node.id)
+    return {"id": node.id, "title": node.title, "kind": node.kind, "depends_on": list(node.depends_on),
+            "status": result.status if result else "pending"}
+
+
+async def _rebuild(session: AsyncKernelSession, nodes: Sequence[PlanNode], state: PlanState,
+                   options: PlanOptions) -> None:
+    """Re-run the finished nodes' kept cells, in order, so later nodes find their variables."""
+    for node in nodes:
+        result = state.results.get(node.id)
+        for cell in result.cells if result and result.status == "done" else ():
+            await session.execute(cell.code, options.exec_timeout)
+
+
+async def _run_nodes(model: ChatModel, session: AsyncKernelSession, nodes: Sequence[PlanNode], state: PlanState,
+                     options: PlanOptions, notebook: Path, workspace: str) -> AsyncIterator[PlanEvent]:
+    by_id = {n.id: n for n in nodes}
+    for node in nodes:
+        if node.id in state.results:
+            continue
+        blocked = [d for d in node.depends_on if state.results[d].status != "done"]
+        if blocked:
+            why = ", ".join(f"{d} {state.results[d].status}" for d in blocked)
+            result = NodeResult(node.id, "skipped", reason=f"a prerequisite did not complete: {why}")
+        else:
+            done = [(by_id[d], state.results[d]) for d in node.depends_on]
+            run = NodeRun(model, session, state.task, node, done, options)
+            async for event in run.steps():
+                yield event
+            assert run.result is not None  # steps() always sets it when it returns
+            result = run.result
+        await asyncio.to_thread(state.record, result)
+        await asyncio.to_thread(write_outputs, state, nodes, notebook, workspace)
+        yield NodeFinished(node.id, result.status, result.attempts, len(result.figures), result.reason)

@@ -1,0 +1,138 @@
+"""Asking for the plan and running one node in the live kernel, with fix retries.
+
+Owns the model conversations of plan mode: the experiment design (with one
+repair request for an invalid plan) and each node's code → execute → fix loop,
+plus the figure analysis of visualisation nodes. It does not order nodes,
+persist them or write outputs (``api.py``, ``state.py``, ``output.py`` do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ...errors import ConfigError, PlanError
+from ...events import NodeStarted, Notice
+from ...kernel.session import AsyncKernelSession
+from ...model.chat import ChatModel
+from .graph import PlanNode, build_dag
+from .prompts import (
+    MAX_PROBES, PROBE_MARK, analysis_message, code_in, design_messages, fix_message, node_messages, probe_message,
+    repair_message,
+)
+from .schema import PlanSpec, parse_plan
+from .state import CellRecord, NodeResult
+
+__all__ = ["NodeRun", "PlanOptions", "design_plan"]
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Budgets of a plan run: tree depth, node count, fix attempts per node, seconds per cell."""
+
+    max_depth: int = 3
+    node_budget: int = 20
+    max_fix_attempts: int = 5
+    exec_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        """Raises ``ConfigError`` for a budget below its minimum."""
+        for name, low in (("max_depth", 1), ("node_budget", 1), ("max_fix_attempts", 0)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"{name} must be at least {low}, not {getattr(self, name)}")
+
+
+async def design_plan(model: ChatModel, task: str, data_summary: str, options: PlanOptions,
+                      notices: list[Notice]) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
+    """The model's plan and its DAG. An unusable first plan gets one repair request (noted in ``notices``).
+
+    Raises ``PlanError`` when the second plan is unusable too, ``ModelError`` when the model fails.
+    """
+    messages = design_messages(task, data_summary, max_depth=options.max_depth, node_budget=options.node_budget)
+    problem = ""
+    for attempt in (1, 2):
+        reply = await model.complete(messages)
+        plan, problem = parse_plan(reply.text)
+        if plan is not None:
+            try:
+                return plan, build_dag(plan, max_depth=options.max_depth, node_budget=options.node_budget)
+            except PlanError as exc:
+                problem = str(exc)
+        if attempt == 1:
+            notices.append(Notice(f"the plan was unusable ({problem}); asked the model to repair it"))
+            messages += [{"role": "assistant", "content": reply.text}, repair_message(problem)]
+    raise PlanError(f"the model's plan is still unusable after a repair request: {problem}", problems=(problem,))
+
+
+class NodeRun:
+    """One node's run: iterate ``steps()`` for its events, then read ``result``."""
+
+    def __init__(self, model: ChatModel, session: AsyncKernelSession, task: str, node: PlanNode,
+                 done: Sequence[tuple[PlanNode, NodeResult]], options: PlanOptions) -> None:
+        self._model, self._session, self._node, self._options = model, session, node, options
+        self._messages: list[dict[str, Any]] = node_messages(task, node, done)
+        self.result: NodeResult | None = None
+        self._probes: list[CellRecord] = []
+        self._probed = 0
+
+    async def steps(self) -> AsyncIterator[NodeStarted]:
+        """Yields ``NodeStarted`` per attempt. Raises ``ModelError``/``KernelError`` from the machinery."""
+        node = self._node
+        if node.kind == "text":
+            yield NodeStarted(node.id, node.title)
+            reply = await self._model.complete(self._messages)
+            self.result = NodeResult(node.id, "done", attempts=1, text=reply.text.strip())
+            return
+        failures: list[str] = []
+        for attempt in range(1, self._options.max_fix_attempts + 2):
+            yield NodeStarted(node.id, node.title, attempt)
+            cell = await self._attempt(failures)
+            if cell is not None:
+                self.result = await self._finished(cell, attempt, failures)
+                return
+        self.result = NodeResult(node.id, "failed", attempts=len(failures), cells=tuple(self._probes),
+                                 failures=tuple(failures),
+                                 reason=f"still failing after {len(failures)} attempts: {failures[-1]}")
+
+    async def _reply_code(self) -> str:
+        """The model's code for the node, after any information probes it sends first (at most ``MAX_PROBES``)."""
+        while True:
+            reply = await self._model.complete(self._messages)
+            self._messages.append({"role": "assistant", "content": reply.text})
+            code = code_in(reply.text)
+            if not code.startswith(PROBE_MARK) or self._probed >= MAX_PROBES:
+                return code
+            self._probed += 1
+            result = await self._session.execute(code, self._options.exec_timeout)
+            probe = CellRecord(code, tuple(result.outputs), result.execution_count, probe=True)
+            if result.status == "ok":  # a failed probe is not kept: the notebook must replay
+                self._probes.append(probe)
+            shown = NodeResult(self._node.id, "done", cells=(probe,)).output_text(800)
+            if result.error is not None:
+                shown += f"{result.error.ename}: {result.error.evalue}"
+            self._messages.append(probe_message(shown, MAX_PROBES - self._probed))
+
+    async def _attempt(self, failures: list[str]) -> CellRecord | None:
+        code = await self._reply_code()
+        if not code:
+            failures.append("the reply had no ```python code block")
+            self._messages.append({"role": "user", "content": "Send the code in one ```python fence."})
+            return None
+        result = await self._session.execute(code, self._options.exec_timeout)
+        if result.status == "ok":
+            return CellRecord(code, tuple(result.outputs), result.execution_count)
+        error = result.error
+        ename, evalue = (error.ename, error.evalue) if error else (result.status, result.note)
+        failures.append(f"{ename}: {evalue}")
+        self._messages.append(fix_message(ename, evalue, error.traceback if error else ()))
+        return None
+
+    async def _finished(self, cell: CellRecord, attempt: int, failures: list[str]) -> NodeResult:
+        result = NodeResult(self._node.id, "done", attempts=attempt, cells=(*self._probes, cell),
+                            failures=tuple(failures))
+        if self._node.kind == "visualisation" and result.figures:
+            self._messages.append(analysis_message(self._node, result.output_text(), len(result.figures)))
+            reply = await self._model.complete(self._messages)
+            result = replace(result, analysis=reply.text.strip())
+        return result

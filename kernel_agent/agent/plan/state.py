@@ -1,0 +1,131 @@
+"""Per-node results of a plan run, persisted as each node finishes, so a killed run resumes.
+
+Owns ``NodeResult``/``CellRecord`` values and the state file: one JSON document
+(``<notebook stem>.plan.json`` beside the notebook) holding the task, the
+validated plan, the budgets and every finished node's status, cells with their
+real outputs, text, analysis and error. It is rewritten atomically (temporary
+file, fsync, rename) after every node, so a SIGKILL leaves the previous or the
+next state, never a torn one. It does not run anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ...errors import NotebookError
+
+__all__ = ["CellRecord", "NodeResult", "NodeStatus", "PlanState", "state_path"]
+
+NodeStatus = Literal["done", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """One executed cell of a node: its code and its real nbformat outputs. A ``probe`` gathered
+    information for the model before the node's code (kept: it ran in the kernel, so replay needs it)."""
+
+    code: str
+    outputs: tuple[dict[str, Any], ...] = ()
+    execution_count: int | None = None
+    probe: bool = False
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """How a node ended. ``cells`` are the kept (successful) cells; ``failures`` the tracebacks' last lines."""
+
+    node_id: str
+    status: NodeStatus
+    attempts: int = 0
+    cells: tuple[CellRecord, ...] = ()
+    text: str = ""
+    analysis: str = ""
+    failures: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def figures(self) -> tuple[str, ...]:
+        """The base64 PNGs the node's cells displayed, in order."""
+        return tuple(out["data"]["image/png"] for cell in self.cells for out in cell.outputs
+                     if "image/png" in out.get("data", {}))
+
+    def output_text(self, limit: int = 1500) -> str:
+        """The node's text outputs joined, cut to ``limit`` characters (context for later nodes)."""
+        parts = []
+        for cell in self.cells:
+            for out in cell.outputs:
+                if out.get("output_type") == "stream":
+                    parts.append(out.get("text", ""))
+                elif "text/plain" in out.get("data", {}):
+                    parts.append(str(out["data"]["text/plain"]))
+        text = "".join(p if p.endswith("\n") else p + "\n" for p in parts)
+        return text if len(text) <= limit else text[:limit] + "\n[... cut]"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "NodeResult":
+        cells = tuple(CellRecord(c["code"], tuple(c["outputs"]), c.get("execution_count"), c.get("probe", False))
+                      for c in data.get("cells", ()))
+        return cls(data["node_id"], data["status"], data.get("attempts", 0), cells, data.get("text", ""),
+                   data.get("analysis", ""), tuple(data.get("failures", ())), data.get("reason", ""))
+
+
+def state_path(notebook: str | os.PathLike[str]) -> Path:
+    """Where the plan state of ``notebook`` lives."""
+    path = Path(notebook)
+    return path.with_name(path.stem + ".plan.json")
+
+
+@dataclass
+class PlanState:
+    """The mutable record of one plan run; ``save()`` after every change that must survive a crash."""
+
+    path: Path
+    task: str
+    plan: dict[str, Any]
+    budgets: dict[str, int]
+    data_files: tuple[str, ...] = ()
+    setup_code: str = ""
+    setup_outputs: tuple[dict[str, Any], ...] = ()
+    results: dict[str, NodeResult] = field(default_factory=dict)
+
+    def record(self, result: NodeResult) -> None:
+        """Keep ``result`` and persist the whole state at once. Raises ``OSError`` when it cannot be written."""
+        self.results[result.node_id] = result
+        self.save()
+
+    def save(self) -> None:
+        """Write the state atomically. Raises ``OSError`` when it cannot be written."""
+        document = {"kernel_agent_plan": 1, "task": self.task, "plan": self.plan, "budgets": self.budgets,
+                    "data_files": list(self.data_files), "setup_code": self.setup_code,
+                    "setup_outputs": list(self.setup_outputs),
+                    "results": {k: asdict(v) for k, v in self.results.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".plan-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(document, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "PlanState":
+        """Read a state file. Raises ``NotebookError`` when it is missing or not a plan state."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise NotebookError(f"cannot read the plan state {path}: {exc}", path=str(path)) from exc
+        if not isinstance(data, dict) or data.get("kernel_agent_plan") != 1:
+            raise NotebookError(f"{path} is not a kernel-agent plan state", path=str(path))
+        results = {k: NodeResult.from_dict(v) for k, v in data.get("results", {}).items()}
+        return cls(path, data["task"], data["plan"], data["budgets"], tuple(data.get("data_files", ())),
+                   data.get("setup_code", ""), tuple(data.get("setup_outputs", ())), results)

@@ -1,0 +1,93 @@
+"""The front end of ``kernel-agent plan``: drive a plan run and render its events.
+
+Owns rendering plan events (a tree of the DAG with each node's state, redrawn
+live with rich; or one JSON event per line) and the plan command's exit code:
+0 when every node completed, 1 when some failed or were skipped. Options and
+error translation stay in ``app.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.tree import Tree
+
+from ..events import NodeFinished, NodeStarted, Notice, PlanFinished, PlanReady
+
+__all__ = ["drive_plan"]
+
+_STYLE = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red", "skipped": "magenta"}
+
+
+def _tree(ready: PlanReady, states: dict[str, str], notes: dict[str, str]) -> Tree:
+    tree = Tree(f"[bold]Plan[/bold] ({', '.join(ready.directions) or 'no directions'})")
+    for node in ready.nodes:
+        state = states[node["id"]]
+        after = f" ← {', '.join(node['depends_on'])}" if node["depends_on"] else ""
+        note = f" · {notes[node['id']]}" if node["id"] in notes else ""
+        tree.add(f"[{_STYLE[state]}]{state:8}[/] {node['id']}: {node['title']} [dim]({node['kind']}{after}){note}[/]")
+    return tree
+
+
+def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
+    """Consume the plan's events, rendering them; return the exit code."""
+    if as_json:
+        return _json(events)
+    console = Console(highlight=False, stderr=quiet)
+    states: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    live: Live | None = None
+    ready: PlanReady | None = None
+    code = 1
+    try:
+        for event in events:
+            if isinstance(event, Notice):
+                console.print(f"[yellow]note:[/] {event.message}")
+            elif isinstance(event, PlanReady):
+                ready, states = event, {n["id"]: n["status"] for n in event.nodes}
+                live = Live(_tree(ready, states, notes), console=console, auto_refresh=False)
+                live.start()
+            elif isinstance(event, (NodeStarted, NodeFinished)) and ready is not None and live is not None:
+                _update(event, states, notes)
+                live.update(_tree(ready, states, notes), refresh=True)
+            elif isinstance(event, PlanFinished):
+                code = _finish(event)
+    finally:
+        if live is not None:
+            live.stop()
+    return code
+
+
+def _update(event: NodeStarted | NodeFinished, states: dict[str, str], notes: dict[str, str]) -> None:
+    if isinstance(event, NodeStarted):
+        states[event.node_id] = "running"
+        if event.attempt > 1:
+            notes[event.node_id] = f"fix attempt {event.attempt - 1}"
+    else:
+        states[event.node_id] = event.status
+        extra = [f"{event.figures} figure(s)"] if event.figures else []
+        notes[event.node_id] = "; ".join(extra + ([event.reason] if event.reason else [])) or f"{event.attempts} attempt(s)"
+
+
+def _finish(event: PlanFinished) -> int:
+    counts = event.counts
+    sys.stdout.write(f"{counts['done']}/{counts['total']} completed, {counts['failed']} failed, "
+                     f"{counts['skipped']} skipped\nnotebook: {event.notebook}\nreport: {event.report}\n")
+    return 0 if counts["done"] == counts["total"] else 1
+
+
+def _json(events: Iterable[Any]) -> int:
+    code = 1
+    for event in events:
+        sys.stdout.write(json.dumps(event.to_dict()) + "\n")
+        sys.stdout.flush()
+        if isinstance(event, PlanFinished):
+            code = 0 if event.counts["done"] == event.counts["total"] else 1
+    return code
+
+

@@ -1,0 +1,335 @@
+"""The kernel-agent MCP server: ``McpOptions``, ``build_server``, ``serve``.
+
+Owns the MCP surface (the official SDK's ``MCPServer``): the tools, their
+descriptions and schemas, one ``Workbench`` (live kernel + notebook) per MCP
+connection, progress notifications while code runs, and the translation of
+our errors into tool errors. A connection's kernel is started on its first
+call and shut down when the connection ends (stdio: the process's stdin
+closes; HTTP: the session is deleted or expires), through the SDK's
+per-connection exit stack. Turning results into content blocks is
+``content.py``'s; workspace paths are ``files.py``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import (
+    ResourceError,
+    ResourceNotFoundError,
+    ToolError,
+)
+from mcp.types import CallToolResult, ImageContent, ToolAnnotations
+from pydantic import Field
+
+from .._version import __version__
+from ..agent.data import prepare_data
+from ..errors import KernelAgentError
+from ..notebook.export import clean_path
+from . import files
+from .content import ContentLimits, execution_content, image_block, text_result
+from .workbench import SessionFactory, Workbench, default_session
+
+__all__ = ["McpOptions", "Transport", "build_server", "serve"]
+
+log = logging.getLogger(__name__)
+
+Transport = Literal["stdio", "http"]
+Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600, description="seconds before the code is interrupted")]
+PROGRESS_S = 1.0  # how often a running execution reports progress
+_STATE_KEY = "kernel_agent.workbench"
+NOTEBOOK_URI = "kernel-agent://notebook/{view}"
+FILE_URI = "kernel-agent://files/{+path}"
+
+_INSTRUCTIONS = """A live, confined Python (IPython) kernel. Variables persist between execute_python calls.
+Figures (matplotlib) come back as images. Long output is cut in the middle and says so. A timeout interrupts
+the code and keeps the variables when it can; the result says when state was lost. Everything executed is
+recorded in a notebook in the workspace (export_notebook writes a copy)."""
+
+
+@dataclass(frozen=True)
+class McpOptions:
+    """How the server runs.
+
+    ``workspace`` is the kernel's folder (for HTTP each session gets a subfolder
+    named after its id); ``data`` are files copied into it read-only and preloaded;
+    ``timeout`` is the default seconds per execution; ``limits`` bound what goes back.
+    """
+
+    workspace: Path
+    data: tuple[str, ...] = ()
+    timeout: float = 120.0
+    limits: ContentLimits = field(default_factory=ContentLimits)
+    transport: Transport = "stdio"
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+
+class _Workbenches:
+    """Every connection's workbench, so that a server shutdown closes them all."""
+
+    def __init__(self, options: McpOptions, factory: SessionFactory) -> None:
+        self.options = options
+        self.factory = factory
+        self.open: set[Workbench] = set()
+
+    def get(self, ctx: Context) -> Workbench:
+        connection = _connection(ctx)
+        bench = connection.state.get(_STATE_KEY)
+        if bench is None:
+            bench = self._new(connection.session_id, _client_name(ctx))
+            connection.state[_STATE_KEY] = bench
+            connection.exit_stack.push_async_callback(self._close, bench)
+        return bench
+
+    def _new(self, session_id: str | None, client: str) -> Workbench:
+        workspace = self.options.workspace / f"session-{session_id[:12]}" if session_id else self.options.workspace
+        with _edge():
+            workspace.mkdir(parents=True, exist_ok=True)
+            installed = prepare_data(self.options.data, workspace)
+        bench = Workbench(workspace, files=installed, session_factory=self.factory,
+                          timeout=self.options.timeout, client=client)
+        self.open.add(bench)
+        return bench
+
+    async def _close(self, bench: Workbench) -> None:
+        self.open.discard(bench)
+        await bench.close()
+
+    async def close_all(self) -> None:
+        for bench in list(self.open):
+            await self._close(bench)
+
+
+def _connection(ctx: Context) -> Any:
+    # The SDK keeps per-connection state and teardown on ``Connection`` but MCPServer's tool
+    # Context does not expose it (the lowlevel Context does); the request's session holds it.
+    connection = getattr(ctx.request_context.session, "_connection", None)
+    if connection is None or not hasattr(connection, "exit_stack"):
+        raise ToolError("this version of the mcp SDK does not expose per-connection state")
+    return connection
+
+
+def _client_name(ctx: Context) -> str:
+    params = ctx.request_context.session.client_params
+    info = getattr(params, "client_info", None)
+    return f"{info.name} {info.version}".strip() if info is not None else "an MCP client"
+
+
+@contextmanager
+def _edge() -> Iterator[None]:
+    """Our refusals and machinery failures become tool errors the model can read."""
+    try:
+        yield
+    except KernelAgentError as exc:
+        raise ToolError(str(exc)) from exc
+
+
+def build_server(options: McpOptions, session_factory: SessionFactory = default_session) -> MCPServer:
+    """The MCP server with its tools; each connection gets its own kernel from ``session_factory``."""
+    benches = _Workbenches(options, session_factory)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield {}
+        finally:
+            with anyio.CancelScope(shield=True):
+                await benches.close_all()
+
+    server = MCPServer("kernel-agent", instructions=_INSTRUCTIONS, version=__version__, lifespan=lifespan,
+                       log_level="WARNING")
+    _add_kernel_tools(server, benches)
+    _add_file_tools(server, benches)
+    _add_resources(server, benches)
+    return server
+
+
+def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
+    limits = benches.options.limits
+    default_timeout = benches.options.timeout
+
+    @server.tool(description=(
+        "Run Python code in the live kernel; variables persist between calls. Returns the status "
+        "(ok, error, timeout, died; state_lost says whether variables are gone), the printed output and "
+        "results (long output keeps its head and tail and says what was cut; errors keep their tail), "
+        f"and each figure as an image. timeout is in seconds (default {default_timeout:g}): when it passes "
+        "the code is interrupted and the variables are kept when possible."
+    ))
+    async def execute_python(code: str, ctx: Context, timeout: Seconds | None = None) -> CallToolResult:
+        bench = benches.get(ctx)
+        with _edge():
+            result = await _with_progress(ctx, bench.execute(code, timeout), timeout or default_timeout)
+        return execution_content(result, limits)
+
+    @server.tool(description="Interrupt the code running in the kernel (like Ctrl-C); variables are kept.")
+    async def interrupt(ctx: Context) -> str:
+        with _edge():
+            sent = await benches.get(ctx).interrupt()
+        return "interrupt sent" if sent else "no kernel is running yet: nothing to interrupt"
+
+    @server.tool(
+        description="Restart the kernel. ALL variables and imports are lost; data files are loaded again.",
+        annotations=ToolAnnotations(destructive_hint=True),
+    )
+    async def restart(ctx: Context) -> CallToolResult:
+        with _edge():
+            setup = await benches.get(ctx).restart()
+        text = "kernel restarted: all variables were lost; the setup code ran again"
+        if not setup.ok:
+            text += f"\nthe setup code failed:\n{setup.to_llm_text(limits.max_chars)}"
+        return text_result(text, structured={"status": setup.status, "state_lost": True})
+
+    @server.tool(description="List the kernel's variables: name, type, shape (DataFrames, arrays) and a short repr.",
+                 annotations=ToolAnnotations(read_only_hint=True))
+    async def list_variables(ctx: Context, limit: int = 100) -> CallToolResult:
+        with _edge():
+            rows = await benches.get(ctx).variables(max(1, min(limit, 500)))
+        lines = [f"{name}: {kind}" + (f" shape={shape}" if shape else "") + (f" = {value}" if value else "")
+                 for name, kind, shape, value in rows]
+        return text_result("\n".join(lines) or "no variables defined",
+                           structured={"variables": [dict(zip(("name", "type", "shape", "repr"), row)) for row in rows]})
+
+    @server.tool(description="Describe the session's data files: types, sizes, columns and previews.",
+                 annotations=ToolAnnotations(read_only_hint=True))
+    async def describe_data(ctx: Context) -> str:
+        return benches.get(ctx).describe_data()
+
+    @server.tool(description=(
+        "Write everything executed in this session so far as an executable Jupyter notebook (python3 "
+        "kernelspec; it replays with `kernel-agent replay`). path is relative to the workspace "
+        "(default: the live session notebook). Returns the notebook's path."
+    ))
+    async def export_notebook(ctx: Context, path: str | None = None) -> str:
+        bench = benches.get(ctx)
+        with _edge():
+            target = files.resolve_inside(bench.workspace, path) if path else None
+            written = await bench.export(target)
+        return str(written)
+
+
+def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
+    max_side = benches.options.limits.max_side
+
+    @server.tool(description="List the files in the kernel's workspace (or a folder in it), with sizes.",
+                 annotations=ToolAnnotations(read_only_hint=True))
+    async def list_files(ctx: Context, folder: str = ".") -> str:
+        bench = benches.get(ctx)
+        with _edge():
+            found, total = files.list_files(bench.workspace, folder)
+        lines = [f"{entry.path}  ({entry.size} bytes)" for entry in found]
+        if total > len(found):
+            lines.append(f"[{total - len(found)} more files not listed]")
+        return "\n".join(lines) or "the folder is empty"
+
+    @server.tool(description=(
+        "Read a file in the workspace: images (png, jpeg, gif, webp) come back as images, text is cut "
+        f"after {files.MAX_READ_CHARS} characters (and says so)."
+    ), annotations=ToolAnnotations(read_only_hint=True))
+    async def read_file(ctx: Context, path: str) -> CallToolResult:
+        bench = benches.get(ctx)
+        with _edge():
+            found = files.read_file(bench.workspace, path)
+        if found.kind == "image":
+            if found.mime_type == "image/png":  # scaled down like figures
+                return CallToolResult(content=[image_block(found.data, max_side)])
+            return CallToolResult(content=[ImageContent(type="image", data=found.data, mime_type=found.mime_type)])
+        if found.kind == "binary":
+            return text_result(f"{path} is a binary file of {found.size} bytes; load it with execute_python")
+        note = f"\n[cut: the file has {found.size} bytes; only the start is shown]" if found.truncated else ""
+        return text_result(found.text + note)
+
+    @server.tool(description=(
+        "Upload a file into the workspace (folders are created). encoding is 'text' (UTF-8) or 'base64' "
+        "for binary files. The kernel sees it at the same relative path."
+    ))
+    async def write_file(ctx: Context, path: str, content: str, encoding: Literal["text", "base64"] = "text") -> str:
+        bench = benches.get(ctx)
+        with _edge():
+            entry = await bench.upload(path, content, encoding)
+        return f"wrote {entry.path} ({entry.size} bytes)"
+
+
+def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
+    @server.resource(NOTEBOOK_URI, mime_type="application/x-ipynb+json", description=(
+        "This session's notebook so far: view 'full' (every execution) or 'clean' (what worked)."))
+    async def session_notebook(view: str, ctx: Context) -> str:
+        bench = benches.get(ctx)
+        if view not in ("full", "clean"):
+            raise ResourceNotFoundError(f"unknown notebook view {view!r}; use 'full' or 'clean'")
+        await bench.flush()
+        path = bench.notebook if view == "full" else clean_path(bench.notebook)
+        if not path.is_file():
+            raise ResourceNotFoundError("no code has run in this session yet")
+        return path.read_text(encoding="utf-8")
+
+    @server.resource(FILE_URI, description="A file in the session's workspace (figures, outputs, data).")
+    async def workspace_file(path: str, ctx: Context) -> str | bytes:
+        bench = benches.get(ctx)
+        try:
+            target = files.resolve_inside(bench.workspace, path)
+        except KernelAgentError as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        if not target.is_file():
+            raise ResourceNotFoundError(f"no file {path!r} in the workspace")
+        if target.stat().st_size > files.MAX_IMAGE_BYTES:
+            raise ResourceError(f"{path!r} is larger than {files.MAX_IMAGE_BYTES} bytes; read it with execute_python")
+        data = target.read_bytes()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data
+
+
+async def _with_progress(ctx: Context, work: Any, total: float) -> Any:
+    """Await ``work`` while sending a progress notification every ``PROGRESS_S`` (if the client asked)."""
+    started = time.monotonic()
+
+    async def tick() -> None:
+        while True:
+            await anyio.sleep(PROGRESS_S)
+            elapsed = time.monotonic() - started
+            await ctx.report_progress(round(elapsed, 1), total, f"running for {elapsed:.0f} s")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(tick)
+        try:
+            return await work
+        finally:
+            group.cancel_scope.cancel()
+
+
+def serve(options: McpOptions, session_factory: SessionFactory = default_session) -> None:
+    """Run the server until the client goes away (stdio) or the process is stopped (HTTP).
+
+    SIGTERM and SIGINT end it cleanly: every connection's kernel is shut down first.
+    """
+    server = build_server(options, session_factory)
+    if options.transport == "stdio":
+        anyio.run(_until_signal, server.run_stdio_async)
+    else:  # uvicorn handles the signals: a graceful shutdown ends the sessions, then the lifespan
+        server.run("streamable-http", host=options.host, port=options.port)
+
+
+async def _until_signal(run: Any) -> None:
+    """Await ``run()``; a SIGTERM or SIGINT cancels it, so the connections' exit stacks close the kernels."""
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+                async for _ in received:
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(watch)
+        await run()
+        group.cancel_scope.cancel()

@@ -1,0 +1,279 @@
+"""One MCP client's live kernel and the record of what it ran: ``Workbench``.
+
+Owns, for one MCP connection, the kernel session (built lazily by the same
+``SessionFactory`` the agent uses, so the same sandbox, limits and secret
+rules apply), the ``Run`` that records every execution as a round, and the
+notebook written after each one (``export_run``, the exporter of agent runs),
+so a killed server loses nothing. A restart is recorded too: the setup code
+runs again as its own cell, so the notebook replays. It knows nothing of MCP:
+the server turns its values into content blocks.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from ..agent.data import DataFile, data_summary, preload_code
+from ..errors import KernelError, SessionClosedError
+from ..kernel.result import ExecutionResult
+from ..kernel.session import AsyncKernelSession
+from ..notebook.export import export_run
+from ..run import Round, Run, RunInfo
+from .files import FileEntry, write_file
+
+__all__ = ["SessionFactory", "Workbench", "default_session"]
+
+log = logging.getLogger(__name__)
+
+SessionFactory = Callable[[Path], AsyncKernelSession]
+
+NOTEBOOK_NAME = "mcp-session.ipynb"
+_RESTART_NOTE = (
+    "> **Kernel restarted** by the MCP client: the variables defined above are gone. "
+    "The setup code runs again below."
+)
+_LOST_NOTE = "> **The kernel was restarted** after the cell above: its variables are gone. The setup code runs again below."
+# Evaluated silently in the kernel: a JSON list of the user's variables, bounded, never raising.
+_VARIABLES = """__import__('json').dumps([
+    [n, type(v).__name__, str(getattr(v, 'shape', '')), (repr(v) if not hasattr(v, 'shape') else '')[:80]]
+    for n, v in sorted(globals().items())
+    if not n.startswith('_') and n not in ('In', 'Out', 'exit', 'quit', 'get_ipython')
+    and type(v).__name__ not in ('module', 'function', 'type', 'builtin_function_or_method')
+][:LIMIT])"""
+
+
+def default_session(workspace: Path) -> AsyncKernelSession:
+    """The agent's default kernel session for ``workspace`` (our kernelspec, default limits)."""
+    return AsyncKernelSession(workspace)
+
+
+class Workbench:
+    """A live kernel for one MCP client, with every execution recorded in a notebook.
+
+    ``files`` are data files already installed in ``workspace`` (``prepare_data``);
+    the setup cell preloads them as the agent does. ``timeout`` is the default
+    per-execution deadline in seconds. ``client`` names the MCP client in the
+    notebook's header.
+    """
+
+    def __init__(
+        self, workspace: Path, *, files: Sequence[DataFile] = (), session_factory: SessionFactory = default_session,
+        timeout: float = 120.0, client: str = "an MCP client", notebook: Path | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.files = tuple(files)
+        self.timeout = timeout
+        self.notebook = notebook or workspace / NOTEBOOK_NAME
+        self._factory = session_factory
+        self._client = client
+        self._session: AsyncKernelSession | None = None
+        self._starting = asyncio.Lock()
+        self._closed = False
+        self._settling: asyncio.Future[None] | None = None
+        self._uploads: list[str] = []
+        self._dirty = False
+        self._writer: asyncio.Future[None] | None = None
+        self.run = Run(info=RunInfo(task=""))
+
+    def __repr__(self) -> str:
+        return f"<Workbench {self.workspace} {len(self.run.rounds)} rounds>"
+
+    @property
+    def setup_code(self) -> str:
+        return preload_code(self.files) if self.files else "%matplotlib inline\n"
+
+    async def session(self) -> AsyncKernelSession:
+        """The live kernel session, started on first use. Raises ``KernelStartError``, or
+        ``SessionClosedError`` once the workbench is closed."""
+        async with self._starting:
+            if self._closed:
+                raise SessionClosedError("this MCP session has ended")
+            if self._session is None:
+                session = self._factory(self.workspace)
+                await session.start()
+                self._session = session
+                setup = await session.execute(self.setup_code, self.timeout)
+                self.run = Run(info=self._info(session), setup_result=setup)
+                await self._save()
+            session = self._session
+        if self._settling is not None:
+            settling, self._settling = self._settling, None
+            await settling
+        return session
+
+    async def execute(self, code: str, timeout: float | None = None) -> ExecutionResult:
+        """Run ``code`` in the live kernel and record it. Errors in the code are data.
+        Raises ``KernelError`` when the kernel cannot be started or restarted."""
+        session = await self.session()
+        started, clock = _now(), time.monotonic()
+        try:
+            result = await session.execute(code, timeout or self.timeout)
+        except asyncio.CancelledError:
+            # The client cancelled: the engine interrupted the code. Keep the record honest
+            # without a cell that a replay would run.
+            self._record(Round(index=len(self.run.rounds) + 1, reply="", started_at=started,
+                               reasoning=_stopped_note("Cancelled by the MCP client", code, time.monotonic() - clock)))
+            self._settling = asyncio.ensure_future(self._settle(session))
+            self._schedule_save()
+            raise
+        if result.error is not None and result.error.ename == "KeyboardInterrupt":
+            # Stopped by the interrupt tool: as a cell, a replay would run it again, endlessly.
+            note = _stopped_note("Interrupted by the MCP client", code, result.duration_s)
+            self._record(Round(index=len(self.run.rounds) + 1, reply="", reasoning=note, started_at=started))
+        else:
+            self._record(Round(index=len(self.run.rounds) + 1, reply="", code=code, result=result,
+                               exec_s=result.duration_s, started_at=started))
+        if result.state_lost:  # a fresh kernel: plotting and data files as the client had them
+            await self._setup_again(session, _LOST_NOTE)
+        self._schedule_save()
+        return result
+
+    async def interrupt(self) -> bool:
+        """Interrupt whatever runs now; False when no kernel was started yet."""
+        if self._session is None:
+            return False
+        await self._session.interrupt()
+        return True
+
+    async def restart(self) -> ExecutionResult:
+        """Restart the kernel (all state lost), run the setup code again and record both.
+        Raises ``KernelError`` for a kernel that cannot be restarted."""
+        session = await self.session()
+        await session.restart()
+        setup = await self._setup_again(session, _RESTART_NOTE)
+        self._schedule_save()
+        return setup
+
+    async def _setup_again(self, session: AsyncKernelSession, note: str) -> ExecutionResult:
+        # ``%reset -f`` does nothing in the fresh kernel, but in a replay (one kernel for the
+        # whole notebook) it drops the variables here as the restart did.
+        code = "%reset -f\n" + self.setup_code
+        setup = await session.execute(code, self.timeout)
+        self._record(Round(index=len(self.run.rounds) + 1, reply="", reasoning=note,
+                           code=code, result=setup, started_at=_now()))
+        return setup
+
+    async def upload(self, relative: str, content: str, encoding: Literal["text", "base64"] = "text") -> FileEntry:
+        """Write a file into the workspace for the client and list it among the run's data files,
+        so a replay stages it. Raises ``WorkspaceFileError`` as ``files.write_file`` does."""
+        entry = write_file(self.workspace, relative, content, encoding)
+        if entry.path not in self._uploads:
+            self._uploads.append(entry.path)
+        if self.run.info.task:  # the kernel has started: the record exists
+            self.run = replace(self.run, info=replace(self.run.info, data_files=self._data_names()))
+            self._schedule_save()
+        return entry
+
+    def _data_names(self) -> tuple[str, ...]:
+        names = [f.name for f in self.files]
+        return (*names, *(path for path in self._uploads if path not in names))
+
+    async def variables(self, limit: int = 100) -> list[list[str]]:
+        """The user's variables: ``[name, type, shape, short repr]`` rows, at most ``limit``.
+        Raises ``KernelError`` when the kernel does not answer."""
+        session = await self.session()
+        found = await session.evaluate({"v": _VARIABLES.replace("LIMIT", str(int(limit)))})
+        if found["v"] is None:
+            raise KernelError("the kernel could not list its variables")
+        return json.loads(ast.literal_eval(found["v"]))
+
+    def describe_data(self) -> str:
+        """The data summary our own model gets (types, sizes, columns, previews)."""
+        return data_summary(self.files) if self.files else "No data files were given to this session."
+
+    async def export(self, path: Path | None = None) -> Path:
+        """Write the notebook of everything run so far to ``path`` (default: the live one); return it.
+        Raises ``NotebookError`` when it cannot be written."""
+        await self.session()
+        target = path or self.notebook
+        run = replace(self.run, notebook_path=target)
+        return await asyncio.to_thread(export_run, run, target)
+
+    async def close(self) -> None:
+        """Shut the kernel down and write the final notebook. Idempotent."""
+        async with self._starting:
+            if self._closed:
+                return
+            self._closed = True
+            session, self._session = self._session, None
+            if self._settling is not None:
+                self._settling.cancel()
+        if session is None:
+            return
+        try:
+            # The client's own cells: setup re-runs after restarts carry a note, cancelled code has no cell.
+            count = sum(1 for rnd in self.run.rounds if rnd.code is not None and not rnd.reasoning)
+            self.run = replace(self.run, answer=f"The MCP session ended after {count} code execution(s).",
+                               finished_at=_now())
+            await self._save()
+        finally:
+            await session.close()
+
+    async def _settle(self, session: AsyncKernelSession) -> None:
+        """Wait until a cancelled cell has ended (the engine interrupted it). A request sent while
+        it still runs would be queued behind it and aborted by its error; a probe that comes back
+        aborted means that error has now happened."""
+        for _attempt in range(3):
+            try:
+                if (await session.evaluate({"settled": "1"}, self.timeout))["settled"] == "1":
+                    return
+            except KernelError:
+                log.warning("the kernel did not settle after a cancelled execution", exc_info=True)
+                return
+
+    def _record(self, rnd: Round) -> None:
+        self.run = replace(self.run, rounds=(*self.run.rounds, rnd))
+
+    def _schedule_save(self) -> None:
+        """Write the notebook soon, off the call's path: rebuilding it grows with the session,
+        and the client should not wait for it. Saves requested while one runs coalesce."""
+        if not self.run.info.task:  # the kernel has not started: nothing is recorded yet
+            return
+        self._dirty = True
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_while_dirty())
+
+    async def _write_while_dirty(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            run = replace(self.run, notebook_path=self.notebook)
+            try:
+                await asyncio.to_thread(export_run, run, self.notebook)
+            except Exception:  # the kernel result still reached the client; the next save retries
+                log.exception("could not write the MCP session notebook %s", self.notebook)
+
+    async def flush(self) -> None:
+        """Wait until the notebook on disk holds everything recorded so far."""
+        self._schedule_save()
+        if self._writer is not None:
+            await asyncio.shield(self._writer)
+
+    async def _save(self) -> None:
+        await self.flush()
+
+    def _info(self, session: AsyncKernelSession) -> RunInfo:
+        return RunInfo(
+            task=f"Code run through the kernel-agent MCP server by {self._client}.",
+            model=self._client, protocol="mcp", data_files=self._data_names(),
+            workspace=str(self.workspace.resolve()), setup_code=self.setup_code, started_at=_now(),
+            language_info=dict(session.kernel_info.get("language_info", {})),
+        )
+
+
+def _stopped_note(what: str, code: str, seconds: float) -> str:
+    fence = "````" if "```" in code else "```"
+    return (f"> **{what}** after {seconds:.1f} s: the code did not finish, so it is not kept as a "
+            f"cell.\n\n{fence}python\n{code.rstrip()}\n{fence}")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

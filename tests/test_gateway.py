@@ -1,0 +1,252 @@
+"""Kernels on a real Jupyter Kernel Gateway, held to the same behaviour as local kernels."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from gateway import KernelGateway, free_port
+from openai_server import OpenAIServer, Reply, python_call
+
+from kernel_agent.cli import cli
+from kernel_agent.errors import ConfigError, KernelStartError
+from kernel_agent.kernel.gateway.channels import parse_frame
+from kernel_agent.kernel.gateway.settings import GatewaySettings
+from kernel_agent.kernel.outputs import OutputCaps
+from kernel_agent.kernel.session import AsyncKernelSession
+from kernel_agent.kernel.session_sync import KernelSession
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[KernelGateway]:
+    with KernelGateway() as running:
+        yield running
+
+
+@pytest.fixture(params=["local", "gateway"])
+def where(request: pytest.FixtureRequest, gateway: KernelGateway) -> dict[str, object]:
+    """Session options for a local kernel or one on the gateway."""
+    if request.param == "local":
+        return {}
+    return {"gateway": gateway.url, "gateway_token": gateway.token}
+
+
+def test_state_images_input_and_errors_behave_alike(tmp_path: Path, where: dict[str, object]) -> None:
+    with KernelSession(tmp_path, **where) as session:
+        assert session.execute("kept = 21").status == "ok"
+        assert session.execute("kept * 2").result_text == "42"
+        figure = session.execute("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]);")
+        assert figure.status == "ok" and len(figure.images) == 1
+        asked = session.execute("input('name? ')", timeout=20)
+        assert asked.status == "error" and asked.error is not None
+        failed = session.execute("1/0")
+        assert failed.error is not None and failed.error.ename == "ZeroDivisionError"
+        assert "\x1b[" not in failed.to_llm_text()
+
+
+def test_output_cap_applies(tmp_path: Path, where: dict[str, object]) -> None:
+    with KernelSession(tmp_path, caps=OutputCaps(max_text_chars=20_000), **where) as session:
+        result = session.execute("print('x' * 50_000)")
+        assert result.status == "ok" and result.dropped_chars > 20_000
+
+
+def test_timeout_interrupts_and_keeps_state(tmp_path: Path, where: dict[str, object]) -> None:
+    with KernelSession(tmp_path, **where) as session:
+        session.execute("survivor = 'yes'")
+        result = session.execute("while True: pass", timeout=1.5)
+        assert result.status == "timeout" and not result.state_lost
+        assert session.execute("survivor").result_text == "'yes'"
+
+
+def test_death_is_reported_and_the_kernel_is_rebuilt(tmp_path: Path, where: dict[str, object]) -> None:
+    with KernelSession(tmp_path, rebuild=True, **where) as session:
+        session.execute("base = 5")
+        result = session.execute("import os\nos._exit(1)", timeout=30)
+        assert result.status == "died" and result.state_lost
+        assert session.execute("base + 1").result_text == "6"  # rebuilt from the successful cells
+
+
+def test_restart_waits_until_the_kernel_answers(tmp_path: Path, where: dict[str, object]) -> None:
+    with KernelSession(tmp_path, **where) as session:
+        session.execute("gone_after = 1")
+        session.restart()
+        after = session.execute("'gone_after' in dir()")
+        assert after.status == "ok" and after.result_text == "False"
+
+
+def test_files_go_in_and_artifacts_come_back(tmp_path: Path, gateway: KernelGateway) -> None:
+    (tmp_path / "data.csv").write_text("a,b\n1,2\n3,4\n")
+
+    async def run() -> tuple[object, ...]:
+        async with AsyncKernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as session:
+            await session.files.put([tmp_path / "data.csv"])
+            before = await session.files.snapshot()
+            result = await session.execute(
+                "import pandas as pd\ndf = pd.read_csv('data.csv')\ndf.a.sum(), __import__('os').getcwd()"
+            )
+            (tmp_path / "data.csv").unlink()  # what comes back must come from the kernel's side
+            await session.execute("df.to_csv('out.csv', index=False)\nopen('big.bin', 'wb').write(bytes(range(256)) * 40000)")
+            artifacts = await session.files.changes(before)
+            return result, artifacts
+
+    result, artifacts = asyncio.run(run())
+    assert result.status == "ok" and str(tmp_path) not in result.result_text  # the kernel's own folder
+    assert sorted(a.path for a in artifacts) == ["big.bin", "out.csv"]
+    assert (tmp_path / "out.csv").read_text() == "a,b\n1,2\n3,4\n"
+    assert (tmp_path / "big.bin").read_bytes() == bytes(range(256)) * 40000
+
+
+def test_close_deletes_the_remote_kernel_and_attach_never_kills(tmp_path: Path, gateway: KernelGateway) -> None:
+    with KernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as owner:
+        kernel_id = owner._async.provider.kernel_id
+        assert kernel_id in gateway.kernels()
+        with KernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token, gateway_kernel_id=kernel_id) as guest:
+            assert guest.execute("40 + 2").result_text == "42"
+        assert kernel_id in gateway.kernels()  # the attached session left it running
+    assert kernel_id not in gateway.kernels()
+
+
+def test_a_dropped_websocket_reconnects_without_losing_the_execution(tmp_path: Path, gateway: KernelGateway) -> None:
+    async def run() -> tuple[object, object, int]:
+        async with AsyncKernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as session:
+            channels = session.provider.client
+            first_line = asyncio.Event()
+            dispatch = channels._dispatch
+
+            def watch(frame: str | bytes) -> None:
+                dispatch(frame)
+                if '"0\\n"' in str(frame):
+                    first_line.set()
+
+            channels._dispatch = watch
+            task = asyncio.ensure_future(session.execute("import time\nfor i in range(3):\n    print(i); time.sleep(0.4)"))
+            await asyncio.wait_for(first_line.wait(), 30)  # cut the wire mid-execution, after the first line
+            channels.drop()
+            result = await task
+            after = await session.execute("1 + 1")
+            return result, after, channels.reconnects
+
+    result, after, reconnects = asyncio.run(run())
+    assert reconnects == 1
+    assert result.status == "ok" and result.stdout == "0\n1\n2\n"  # nothing lost, nothing twice
+    assert after.result_text == "2"
+
+
+def test_secrets_are_not_sent_to_the_gateway_kernel(
+    tmp_path: Path, gateway: KernelGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-travel")
+    monkeypatch.setenv("KERNEL_AGENT_GATEWAY_TOKEN", gateway.token)
+    monkeypatch.setenv("KERNEL_AGENT_GATEWAY_URL", gateway.url)
+    env = {"KERNEL_VISIBLE": "1", "KERNEL_API_TOKEN": "nope"}
+    settings = GatewaySettings.resolve()
+    assert settings is not None and settings.token == gateway.token and gateway.token not in repr(settings)
+    with KernelSession(tmp_path, gateway=settings, env=env) as session:
+        seen = session.execute("import os\nsorted(os.environ.items())").result_text
+    assert "KERNEL_VISIBLE" in seen
+    for secret in ("sk-should-not-travel", gateway.token, "KERNEL_API_TOKEN"):
+        assert secret not in seen
+
+
+def test_a_wrong_token_or_a_down_gateway_is_a_clear_start_error(tmp_path: Path, gateway: KernelGateway) -> None:
+    with pytest.raises(KernelStartError, match="refused.*token") as refused:
+        KernelSession(tmp_path, gateway=gateway.url, gateway_token="wrong").start()
+    assert gateway.url in str(refused.value) and "wrong" not in str(refused.value)
+    down = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(KernelStartError, match="cannot reach") as unreachable:
+        KernelSession(tmp_path, gateway=down, gateway_token="t").start()
+    assert down in str(unreachable.value)
+    with pytest.raises(ConfigError):
+        GatewaySettings("ftp://example.org")
+
+
+def test_tcp_nodelay_is_set_on_our_socket(tmp_path: Path, gateway: KernelGateway) -> None:
+    import socket
+
+    async def run() -> int:
+        async with AsyncKernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as session:
+            sock = session.provider.client._ws.transport.get_extra_info("socket")
+            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+    assert asyncio.run(run()) != 0
+
+
+def test_binary_frames_with_buffers_parse() -> None:
+    header = json.dumps({"header": {"msg_id": "m"}, "content": {}}).encode()
+    offsets = [12, 12 + len(header)]
+    frame = (2).to_bytes(4, "big") + b"".join(o.to_bytes(4, "big") for o in offsets) + header + b"BUF"
+    message = parse_frame(frame)
+    assert message["header"]["msg_id"] == "m" and message["buffers"] == [b"BUF"]
+    assert parse_frame('{"a": 1}') == {"a": 1}
+    with pytest.raises(ValueError):
+        parse_frame(b"\x00")
+
+
+def test_the_gateway_refuses_without_a_token(gateway: KernelGateway) -> None:
+    assert httpx.get(f"{gateway.url}/api/kernels", trust_env=False).status_code in (401, 403)
+
+
+def test_cli_runs_on_the_gateway_with_a_token_file_and_keeps_the_token_out(
+    tmp_path: Path, gateway: KernelGateway, openai_server: OpenAIServer
+) -> None:
+    (tmp_path / "numbers.csv").write_text("x\n1\n2\n3\n")
+    token_file = tmp_path / "token"
+    token_file.write_text(gateway.token + "\n")
+    code = "import pandas as pd\nprint(pd.read_csv('numbers.csv').x.sum())\npd.DataFrame({'y': [1]}).to_csv('made.csv')"
+    openai_server.add(Reply("Sum.", tool_calls=(python_call(code),)), Reply("Six."))
+    notebook = tmp_path / "run.ipynb"
+    result = CliRunner().invoke(cli, [
+        "run", "Sum x", "--model", "m", "--base-url", openai_server.base_url, "--data", str(tmp_path / "numbers.csv"),
+        "--gateway", gateway.url, "--gateway-token-file", str(token_file), "--workspace", str(tmp_path / "ws"),
+        "--out", str(notebook), "--json",
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    started = next(e for e in events if e["event"] == "run_started")
+    assert started["confinement"].startswith(f"remote: Jupyter gateway at {gateway.url}")
+    finished = next(e for e in events if e["event"] == "execution_finished")
+    assert finished["result"]["stdout"] == "6\n"
+    assert (tmp_path / "ws" / "made.csv").is_file()  # the artifact came back into the local run folder
+    for text in (result.output, notebook.read_text(), json.dumps(openai_server.requests)):
+        assert gateway.token not in text
+
+
+def test_a_pool_of_gateway_kernels(tmp_path: Path, gateway: KernelGateway) -> None:
+    from kernel_agent.kernel.pool import KernelPool
+
+    async def run() -> tuple[str, list[str]]:
+        async with KernelPool(size=1, gateway=gateway.url, gateway_token=gateway.token) as pool:
+            await pool.wait_ready()
+            async with pool.acquire(tmp_path / "run") as kernel:
+                before = await kernel.files.snapshot()
+                await kernel.execute("open('made.txt', 'w').write('remote')")
+                made = [a.path for a in await kernel.files.changes(before)]
+                modules = (await kernel.evaluate({"m": "'pandas' in __import__('sys').modules"}))["m"]
+        return str(modules), made
+
+    modules, made = asyncio.run(run())
+    assert modules == "True" and made == ["made.txt"]
+    assert (tmp_path / "run" / "made.txt").read_text() == "remote"
+
+
+def test_the_magic_runs_on_the_gateway(
+    tmp_path: Path, gateway: KernelGateway, openai_server: OpenAIServer, shell: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNEL_AGENT_GATEWAY_TOKEN", gateway.token)
+    openai_server.add(Reply("Where?", tool_calls=(python_call("import os\nprint('KERNEL_GATEWAY' in os.environ)"),)),
+                      Reply("On the gateway."))
+    shell.run_cell_magic(
+        "agent", f"--model m --base-url {openai_server.base_url} --gateway {gateway.url} --workspace {tmp_path / 'ws'}",
+        "Where do you run?",
+    )
+    run = shell.user_ns["_agent_run"]
+    assert run.answer == "On the gateway." and run.rounds[0].result.stdout == "True\n"
+    assert gateway.token not in (tmp_path / "ws" / "analysis.ipynb").read_text()

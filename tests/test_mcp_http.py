@@ -1,0 +1,122 @@
+"""The MCP server over streamable HTTP, through the official SDK client: a kernel per session.
+
+One ``kernel-agent mcp --transport http`` subprocess serves the module; each
+test opens its own client sessions. Kernels are found by their working
+directory: each HTTP session has its own subfolder of the workspace.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+from mcp_client import HeldClient
+from test_mcp import CLI, kernels_in, text_of, wait_until_gone
+
+pytestmark = pytest.mark.kernel
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], seconds: float = 60) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert process.poll() is None, "the server exited before listening"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+def session_kernels(root: Path) -> dict[Path, list[int]]:
+    return {folder: kernels_in(folder) for folder in root.glob("session-*") if kernels_in(folder)}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    root = tmp_path_factory.mktemp("mcp-http") / "ws"
+    port = free_port()
+    with (root.parent / "server.log").open("wb") as log:
+        process = subprocess.Popen([CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root),
+                                    "--timeout", "60"], stdout=log, stderr=log)
+        try:
+            wait_for_port(port, process)
+            yield f"http://127.0.0.1:{port}/mcp", root, process
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
+    assert session_kernels(root) == {}
+
+
+def connect(url: str) -> HeldClient:
+    return HeldClient(lambda: streamable_http_client(url))
+
+
+def run(client: HeldClient, code: str, **arguments: object):  # type: ignore[no-untyped-def]
+    return client.call("execute_python", {"code": code, **arguments})
+
+
+def test_each_session_has_its_own_kernel_and_state(server: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
+    url, root, _ = server
+    with connect(url) as first, connect(url) as second:
+        run(first, "mine = 'first'")
+        assert "first" in text_of(run(first, "mine"))
+        assert "NameError" in text_of(run(second, "mine"))
+        folders = {Path(text_of(run(c, "import os; os.getcwd()")).split("'")[1]) for c in (first, second)}
+        assert len(folders) == 2 and all(f.parent == root and f.name.startswith("session-") for f in folders)
+
+
+def test_figures_timeouts_and_deaths_over_http(server: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
+    url, _, _ = server
+    with connect(url) as client:
+        figure = run(client, "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()")
+        assert [block.type for block in figure.content] == ["text", "image"]
+        run(client, "kept = 5")
+        started = time.monotonic()
+        stopped = run(client, "while True:\n    pass", timeout=2)
+        assert time.monotonic() - started < 15 and stopped.structured_content["status"] == "timeout"
+        assert "5" in text_of(run(client, "kept"))
+        died = run(client, "import os\nos._exit(1)")
+        assert died.structured_content["status"] == "died"
+        assert "ok" in text_of(run(client, "print('ok')"))
+
+
+def test_closing_a_session_shuts_its_kernel_down(server: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
+    url, _, process = server
+    with connect(url) as client:
+        folder = Path(text_of(run(client, "import os; os.getcwd()")).split("'")[1])
+        assert kernels_in(folder)
+    assert wait_until_gone(folder) == []  # the client's DELETE ended the session, the server runs on
+    assert process.poll() is None
+    assert "os.getcwd()" in (folder / "mcp-session.ipynb").read_text()
+
+
+def test_sigterm_shuts_every_kernel_down(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    port = free_port()
+    with (tmp_path / "server.log").open("wb") as log:
+        process = subprocess.Popen([CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root)],
+                                   stdout=log, stderr=log)
+        wait_for_port(port, process)
+        client = connect(f"http://127.0.0.1:{port}/mcp").__enter__()
+        try:
+            run(client, "x = 1")
+            assert session_kernels(root)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) is not None
+        finally:
+            client.close()
+    assert all(wait_until_gone(folder) == [] for folder in root.glob("session-*"))

@@ -1,0 +1,88 @@
+"""The warm kernel pool: ready kernels, one run each, never reused, nothing leaked."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from leaks import our_kernel_pids
+from openai_server import OpenAIServer, Reply, python_call
+
+from kernel_agent.agent.loop import AsyncAgent
+from kernel_agent.errors import ConfigError, KernelError
+from kernel_agent.kernel.pool import KernelPool
+
+pytestmark = pytest.mark.kernel
+
+
+def test_acquire_gives_a_warm_kernel_bound_to_the_run_folder_and_never_reuses_it(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("a\n1\n2\n")
+
+    async def run() -> None:
+        async with KernelPool(size=1) as pool:
+            await pool.wait_ready()
+            async with pool.acquire(tmp_path / "run1") as first:
+                assert (await first.evaluate({"m": "'pandas' in __import__('sys').modules"}))["m"] == "True"
+                await first.files.put([tmp_path / "data.csv"])
+                before = await first.files.snapshot()
+                result = await first.execute("import pandas as pd\nsecret = 7\nint(pd.read_csv('data.csv').a.sum())")
+                assert result.result_text == "3"
+                await first.execute("open('out.txt', 'w').write('hi')")
+                assert [a.path for a in await first.files.changes(before)] == ["out.txt"]
+                first_id = id(first)
+            assert (tmp_path / "run1" / "out.txt").read_text() == "hi"  # copied back into the run's folder
+            async with pool.acquire(tmp_path / "run2") as second:
+                assert id(second) != first_id
+                assert (await second.execute("'secret' in dir()")).result_text == "False"
+            await pool.wait_ready()
+            assert pool.ready == 1  # refilled in the background
+        assert not our_kernel_pids()
+
+    asyncio.run(run())
+
+
+def test_cap_close_and_cancellation_leave_no_kernel(tmp_path: Path) -> None:
+    async def run() -> None:
+        pool = KernelPool(size=2, max_kernels=2)
+        await pool.start()
+        await pool.wait_ready()
+        async with pool.acquire(tmp_path / "r") as kernel:
+            assert (await kernel.execute("1 + 1")).result_text == "2"
+            assert len(pool._alive) <= 2  # the cap holds while one is in use and one refills
+        filling = asyncio.ensure_future(pool.wait_ready())
+        await asyncio.sleep(0)
+        await pool.close()  # mid-refill, as on Ctrl-C
+        with pytest.raises(KernelError):
+            await filling
+        with pytest.raises(KernelError):
+            async with pool.acquire(tmp_path / "late"):
+                pass
+        assert not our_kernel_pids()
+
+    asyncio.run(run())
+    with pytest.raises(ConfigError):
+        KernelPool(size=-1)
+
+
+def test_the_agent_runs_on_a_pooled_kernel(tmp_path: Path, openai_server: OpenAIServer) -> None:
+    (tmp_path / "numbers.csv").write_text("x\n1\n2\n3\n")
+    openai_server.add(
+        Reply("Sum.", tool_calls=(python_call("print(int(pd.read_csv('numbers.csv').x.sum()))\nplt.plot([1, 2]);"),)),
+        Reply("Six."),
+    )
+
+    async def run() -> Any:
+        async with KernelPool(size=1) as pool:
+            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool.acquire)
+            try:
+                return await agent.run("Sum x", [tmp_path / "numbers.csv"], tmp_path / "run")
+            finally:
+                await agent.close()
+
+    run_ = asyncio.run(run())
+    assert run_.answer == "Six."
+    assert run_.rounds[0].result.stdout == "6\n" and len(run_.rounds[0].result.images) == 1
+    assert (tmp_path / "run" / "analysis.ipynb").is_file()
+    assert not our_kernel_pids()
