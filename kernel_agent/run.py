@@ -12,7 +12,7 @@ from typing import Literal
 
 from .kernel.result import Artifact, ExecutionResult
 
-__all__ = ["Artifact", "Round", "Run", "RunInfo", "StopReason", "Usage"]
+__all__ = ["Artifact", "Round", "Run", "RunInfo", "StopReason", "Turn", "Usage"]
 
 StopReason = Literal["answer", "max_rounds", "stuck", "llm_error", "cancelled", "disk_quota"]
 
@@ -101,12 +101,40 @@ class RunInfo:
     scripted: bool = False
     started_at: str = ""
     confinement: str = ""
+    question: str = ""  # this turn's own question when it is a follow-up (``task`` then holds them all)
     language_info: dict[str, object] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One question and what answered it: a run is an append-only list of turns.
+
+    The first turn is the run's task; each ``resume`` appends one. Rounds
+    ``first_round``..``last_round`` (inclusive) belong to it; ``model``,
+    ``protocol`` and ``endpoint`` (a host, never a key) are what this turn used.
+    """
+
+    task: str
+    first_round: int = 1
+    last_round: int = 0
+    answer: str | None = None
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    model: str = ""
+    protocol: str = ""
+    endpoint: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+
+
+@dataclass(frozen=True)
 class Run:
-    """A whole run: its rounds, how it ended, and where its notebook is."""
+    """A whole run: its rounds, how it ended, and where its notebook is.
+
+    ``turns`` holds the earlier, finished turns of a resumed run (empty for a
+    run of one question); the current turn is described by ``info`` and the
+    run's own ``answer``/``stop_reason``: ``all_turns()`` gives them all.
+    """
 
     info: RunInfo
     rounds: tuple[Round, ...] = ()
@@ -117,10 +145,26 @@ class Run:
     notebook_path: Path | None = None
     finished_at: str = ""
     setup_result: ExecutionResult | None = None
+    turns: tuple[Turn, ...] = ()
 
     @property
     def task(self) -> str:
         return self.info.task
+
+    def current_turn(self) -> Turn:
+        """The turn in progress (or last finished): its question, rounds, answer and provenance."""
+        info = self.info
+        first = self.turns[-1].last_round + 1 if self.turns else 1
+        last = self.rounds[-1].index if self.rounds else first - 1
+        return Turn(
+            task=info.question or info.task if self.turns else info.task, first_round=first, last_round=last,
+            answer=self.answer, stop_reason=self.stop_reason, error=self.error, model=info.model,
+            protocol=info.protocol, endpoint=info.endpoint, started_at=info.started_at, finished_at=self.finished_at,
+        )
+
+    def all_turns(self) -> tuple[Turn, ...]:
+        """Every turn in order, the current one last."""
+        return (*self.turns, self.current_turn())
 
     def __repr__(self) -> str:
         return f"<Run [{self.stop_reason}] {len(self.rounds)} rounds answer={self.answer is not None}>"

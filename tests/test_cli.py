@@ -272,4 +272,5 @@ def test_signal_interrupts_saves_the_notebook_and_leaves_no_kernel(
     assert running.code == waiting and running.result is not None and running.result.status == "cancelled"
     assert "partial output" in running.result.stdout
     cell = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"][-1]
-    assert cell.source == waiting and "skip-execution" in cell.metadata["tags"]
+    assert cell.metadata["kernel_agent"]["code"] == waiting and "skip-execution" in cell.metadata["tags"]
+    assert all(line.startswith("#") for line in cell.source.splitlines())  # Run All cannot hang on it again

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kernel_agent.kernel.rebuild import RebuildReport
 from kernel_agent.agent.history import StuckGuard, clip_old_feedback, resume_context
 from kernel_agent.kernel.outputs import output_node
 from kernel_agent.kernel.result import ErrorInfo, ExecutionResult
@@ -51,6 +52,9 @@ def test_resume_briefing_lists_code_and_output_then_the_question() -> None:
     ok = Round(1, reply="r", code="total = 42", result=ExecutionResult(
         "ok", (output_node("stream", {"name": "stdout", "text": "42\n"}),)))
     answer = Round(2, reply="r", answer="It is 42.")
-    text = resume_context([ok, answer], "Double it", failed=1)
+    report = RebuildReport(rerun=(0,), failed=((1, "NameError: name 'x' is not defined"),), missing=("total",))
+    text = resume_context([ok, answer], "Double it", report=report)
     assert text.index("total = 42") < text.index("42\n") < text.index("It is 42.") < text.index("Double it")
-    assert "1 of them failed on re-run" in text
+    assert ("re-ran 0 rounds after the setup cell; round 1 failed on re-run (NameError: name 'x' is not defined); "
+            "names now missing: total") in text
+    assert "still holds the state" in resume_context([ok], "Double it")

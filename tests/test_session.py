@@ -150,9 +150,10 @@ def test_rebuild_reruns_successful_cells_after_death(tmp_path: Path) -> None:
         session.execute("derived = base * 2")
         result = session.execute("import os\nos._exit(3)", timeout=30)
         assert result.status == "died"
-        assert result.rebuilt_cells == (1, 2)
-        assert "re-running 2 of 2" in result.note
-        assert "were rebuilt" in result.to_llm_text() and "were lost" not in result.to_llm_text()
+        assert result.rebuilt_cells == (1, 3)  # labels are the session's execute calls
+        assert ("state rebuilt: re-ran 2 cells (1, 3); cell 2 was not re-run (it raised an error); "
+                "no names are missing") in result.note
+        assert "names missing: none" in result.to_llm_text() and "were lost" not in result.to_llm_text()
         assert session.execute("derived").result_text == "10"
 
 

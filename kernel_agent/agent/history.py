@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..kernel.rebuild import RebuildReport
 from ..kernel.result import clip_middle
 from ..run import Round
 
@@ -40,8 +41,11 @@ class StuckGuard:
         return False
 
 
-def resume_context(rounds: Sequence[Round], task: str, *, failed: int = 0) -> str:
-    """The message that brings a model up to date before a follow-up question."""
+def resume_context(rounds: Sequence[Round], task: str, *, report: RebuildReport | None = None) -> str:
+    """The message that brings a model up to date before a follow-up question.
+
+    ``report`` is what re-running the earlier cells restored (None: the kernel kept its state).
+    """
     parts = ["# Earlier in this session", "You already worked on this data in the same live kernel:"]
     for round_ in rounds:
         if round_.code is None:
@@ -50,8 +54,8 @@ def resume_context(rounds: Sequence[Round], task: str, *, failed: int = 0) -> st
             continue
         output = round_.result.to_llm_text(max_chars=1500) if round_.result else "[no result recorded]\n"
         parts.append(f"## Round {round_.index} ({round_.status})\n```python\n{round_.code}\n```\nOutput:\n{output}")
-    restored = "The kernel state was restored by re-running the setup cell and every successful cell"
-    restored += f"; {failed} of them failed on re-run, so some variables may be missing." if failed else "."
+    restored = ("The kernel still holds the state of the rounds above." if report is None
+                else f"The kernel was started afresh and its state rebuilt: {report.describe()}.")
     body = clip_middle("\n\n".join(parts), _RESUME_CHARS, tail_share=0.7)
     return f"{body}\n\n{restored}\n\n# New question\n{task}"
 

@@ -38,6 +38,7 @@ from ..events import (
     TextDelta,
     TextReset,
 )
+from ..kernel.rebuild import RebuildCell, RebuildPlan, RebuildReport
 from ..kernel.result import ExecutionResult
 from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.session import AsyncKernelSession
@@ -91,6 +92,7 @@ class _Live:
     feedback_at: list[range] = field(default_factory=list)  # per executed round: its feedback in ``messages``
     baseline: int = 0  # bytes the workspace took when the run started (its disk quota counts growth)
     running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
+    calls: dict[int, int] = field(default_factory=dict)  # session execute() number -> round (0: setup or rebuild)
 
 
 class AsyncAgent:
@@ -223,17 +225,42 @@ class AsyncAgent:
         target = Path(notebook) if notebook is not None else source
         async with self._session_factory(root) as session:
             await session.files.put([root / name for name in loaded.info.data_files if (root / name).is_file()])
-            code = loaded.rebuild_code if restore else ()
-            restored = [await session.execute(cell, self.config.exec_timeout) for cell in code]
-            failed = [r for r in restored if r.status != "ok"]
+            calls: dict[int, int] = {}
+            report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
             protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
-            messages.append({"role": "user", "content": resume_context(loaded.rounds, task, failed=len(failed))})
-            info = replace(loaded.info, task=f"{loaded.info.task}\n\nFollow-up: {task}",
-                           confinement=_confinement(session))
-            run = replace(loaded.run, info=info, answer=None, stop_reason=None, error=None)
-            live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1)
+            messages.append({"role": "user", "content": resume_context(loaded.rounds, task, report=report)})
+            run = self._next_turn(loaded.run, task, session)
+            live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1,
+                         calls=calls)
             async for event in self._drive(live):
                 yield event
+
+    async def _restore(
+        self, session: Kernel, cells: Sequence[RebuildCell], calls: dict[int, int]
+    ) -> RebuildReport:
+        """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost.
+        ``calls`` learns which session execute() ran which round."""
+        plan = RebuildPlan(tuple(cells))
+        for cell in cells:
+            if plan.should_run(cell):
+                result = await session.execute(cell.code, self.config.exec_timeout)
+                calls[result.call] = cell.label
+                plan.record(cell, result.ok, str(result.error) if result.error else result.status)
+        return plan.report()
+
+    def _next_turn(self, run: Run, task: str, session: Kernel) -> Run:
+        """``run`` with its current turn closed into ``turns`` and a new one opened for ``task``.
+
+        Append-only: the earlier answers stay in ``turns``; the new turn records the model,
+        protocol and endpoint this agent uses, not the ones of the session that started the run.
+        """
+        info = replace(
+            run.info, task=f"{run.info.task}\n\nFollow-up: {task}", question=task, model=self.chat_model.name,
+            protocol=self.config.protocol, endpoint=_endpoint(self.config.base_url, self.chat_model),
+            scripted=self.chat_model.scripted, started_at=_now(), confinement=_confinement(session),
+        )
+        return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None,
+                       finished_at="")
 
     async def plan(
         self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
@@ -282,7 +309,8 @@ class AsyncAgent:
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
         protocol, messages = await self._conversation(session, task, names, files)
-        return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root)
+        return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
+                     calls={setup.call: 0})
 
     async def _conversation(
         self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
@@ -408,6 +436,8 @@ class AsyncAgent:
             live.running = replace(base, result=getattr(cancel, "partial_result", None))
             raise
         live.running = None
+        live.calls[result.call] = index
+        result = _in_rounds(result, live.calls)
         artifacts = await live.session.files.changes(before, exclude)
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
@@ -473,6 +503,15 @@ async def _last_run(events: AsyncIterator[Event]) -> Run:
             final = event.run
     assert final is not None, "a run stream always ends with RunFinished"
     return final
+
+
+def _in_rounds(result: ExecutionResult, calls: dict[int, int]) -> ExecutionResult:
+    """A crash rebuild's report told in rounds (the engine counts its execute calls, setup included)."""
+    report = result.rebuild.relabel(calls) if result.rebuild is not None else None
+    if report is None:
+        return result
+    note = result.note.replace(result.rebuild.describe("cell"), report.describe("round"))  # type: ignore[union-attr]
+    return replace(result, note=note, rebuilt_cells=report.rerun, rebuild=report)
 
 
 def _endpoint(base_url: str | None, model: ChatModel) -> str:

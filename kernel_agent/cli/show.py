@@ -19,12 +19,14 @@ from rich.text import Text
 from ..notebook.html import export_html
 from ..notebook.load import LoadedRun
 from ..notebook.replay import ReplayReport
-from ..run import Round
+from ..run import Round, Turn
 from .render import artifacts_text, code_block, output_renderables, round_status, thinking_text, usage_text
 
 __all__ = ["export_html", "show_replay", "show_run"]
 
-_CHECK_STYLE = {"match": "green", "executed": "green", "mismatch": "red", "error": "bold red", "skipped": "dim"}
+_CHECK_STYLE = {
+    "match": "green", "executed": "green", "expected": "yellow", "mismatch": "red", "error": "bold red", "skipped": "dim",
+}
 
 
 def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinking: bool = False) -> None:
@@ -34,8 +36,18 @@ def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinki
     """
     run = loaded.run
     _header(console, loaded)
+    for number, turn in enumerate(run.turns, start=1):  # earlier turns of a resumed run: each with its answer
+        _turn_question(console, number, turn)
+        for round_ in run.rounds:
+            if turn.first_round <= round_.index <= turn.last_round:
+                _round(console, round_, max_lines, thinking)
+        _turn_answer(console, turn)
+    current = run.current_turn()
+    if run.turns:
+        _turn_question(console, len(run.turns) + 1, current)
     for round_ in run.rounds:
-        _round(console, round_, max_lines, thinking)
+        if round_.index >= current.first_round:
+            _round(console, round_, max_lines, thinking)
     console.print(Rule(style="green" if run.answer is not None else "yellow"))
     if run.answer is not None:
         console.print(Panel(Markdown(run.answer), title="Answer", border_style="green"))
@@ -45,10 +57,25 @@ def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinki
     console.print(Text(f"{len(run.rounds)} round(s) · {usage_text(run.usage)}", style="dim"))
 
 
+def _turn_question(console: Console, number: int, turn: Turn) -> None:
+    if number > 1:
+        console.print(Rule(f"Follow-up question {number - 1}", style="magenta"))
+        console.print(Markdown(turn.task))
+        console.print(Text(f"model {turn.model or 'unknown'} · endpoint {turn.endpoint or 'unknown'}", style="dim"))
+
+
+def _turn_answer(console: Console, turn: Turn) -> None:
+    if turn.answer is not None:
+        console.print(Panel(Markdown(turn.answer), title="Answer", border_style="green"))
+    else:
+        console.print(Text(f"No answer ({turn.stop_reason or 'not finished'})", style="yellow"))
+
+
 def _header(console: Console, loaded: LoadedRun) -> None:
     info = loaded.info
     console.print(Rule(Text(str(loaded.path or "run"), style="bold"), style="blue"))
-    console.print(Markdown(f"**Task:** {info.task.strip() or '(not recorded)'}"))
+    task = loaded.run.all_turns()[0].task  # follow-up questions are shown where their turn starts
+    console.print(Markdown(f"**Task:** {task.strip() or '(not recorded)'}"))
     details = [
         f"model {info.model or 'unknown'}",
         f"protocol {info.protocol or 'unknown'}",

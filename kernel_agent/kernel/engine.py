@@ -26,6 +26,7 @@ from .interface import ChannelClient, KernelProvider
 from .limit_notes import limit_note
 from .limits import Limits
 from .outputs import OutputCaps, OutputCollector
+from .rebuild import RebuildCell, RebuildPlan
 from .result import ErrorInfo, ExecutionResult, Status
 
 __all__ = ["ExecuteEngine", "Outcome", "Verdict", "classify"]
@@ -91,8 +92,10 @@ class ExecuteEngine:
         self.caps = caps
         self.interrupt_grace = interrupt_grace
         self.lock = asyncio.Lock()
-        self._history: list[str] = []  # successful code since the last state loss
-        self._history_before_loss: list[str] = []
+        self._history: list[RebuildCell] = []  # executed cells since the last state loss, labelled by call number
+        self._history_before_loss: list[RebuildCell] = []
+        self._calls = 0  # public execute() calls: the labels of the rebuild report
+        self._label = 0
 
     @property
     def client(self) -> ChannelClient:
@@ -107,7 +110,9 @@ class ExecuteEngine:
         """Run ``code``; on state loss with ``rebuild``, re-run the earlier successful cells (each
         bounded by ``rebuild_timeout``). Raises ``KernelStartError`` when a needed restart fails."""
         async with self.lock:
-            result = await self._execute(code, timeout)
+            self._calls += 1
+            self._label = self._calls
+            result = replace(await self._execute(code, timeout), call=self._calls)
         if result.state_lost and rebuild and self._history_before_loss:
             result = await self._rebuild(result, rebuild_timeout)
         return result
@@ -241,8 +246,8 @@ class ExecuteEngine:
         if verdict.state_lost:
             self._history_before_loss = self._history[:]
             self._history.clear()
-        elif verdict.status == "ok":
-            self._history.append(code)
+        elif verdict.status != "cancelled":  # a timed-out or failed cell may have set names too
+            self._history.append(RebuildCell(code, self._label, verdict.status))
         return ExecutionResult(
             status=verdict.status,
             outputs=tuple(collector.finish()),
@@ -259,14 +264,24 @@ class ExecuteEngine:
         )
 
     async def _rebuild(self, result: ExecutionResult, timeout: float | None) -> ExecutionResult:
-        """Re-run the cells that succeeded before the state loss, in order."""
-        cells = self._history_before_loss
-        ran: list[int] = []
-        for number, code in enumerate(cells, start=1):
+        """Re-run, in order, the earlier cells whose names are still obtainable (``RebuildPlan``).
+
+        Labels in the report are execute() call numbers; a caller that knows what the
+        calls were (the agent: setup, rounds) relabels it.
+        """
+        cells = tuple(self._history_before_loss)
+        plan = RebuildPlan(cells)
+        for cell in cells:
+            if not plan.should_run(cell):
+                continue
             async with self.lock:
-                again = await self._execute(code, timeout)
-            if again.status != "ok":
+                self._label = cell.label
+                again = await self._execute(cell.code, timeout)
+            if again.state_lost:  # the re-run itself killed the kernel: stop, and say so
+                plan.record(cell, False, again.note or "the kernel died on re-run")
                 break
-            ran.append(number)
-        note = f"{result.note}; state rebuilt by re-running {len(ran)} of {len(cells)} earlier successful cells"
-        return replace(result, note=note, rebuilt_cells=tuple(ran))
+            plan.record(cell, again.ok, str(again.error) if again.error else again.status)
+        self._history = list(cells)  # the record of what ran stays; a later loss plans from it again
+        report = plan.report()
+        note = f"{result.note}; state rebuilt: {report.describe('cell')}".lstrip("; ")
+        return replace(result, note=note, rebuilt_cells=report.rerun, lost_names=report.missing, rebuild=report)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ExecutionError
+from .rebuild import RebuildReport
 
 __all__ = ["Artifact", "DisplayUpdate", "ErrorInfo", "ExecutionResult", "Status", "compact_traceback", "png_size", "strip_ansi"]
 
@@ -128,6 +129,9 @@ class ExecutionResult:
     dropped_chars: int = 0
     dropped_images: int = 0
     rebuilt_cells: tuple[int, ...] = field(default=(), repr=False)
+    lost_names: tuple[str, ...] = field(default=(), repr=False)  # gone after a state loss, even after the rebuild
+    rebuild: RebuildReport | None = field(default=None, repr=False, compare=False)
+    call: int = field(default=0, repr=False, compare=False)  # which execute() of its session this was (1, 2, ...)
     display_ids: tuple[tuple[str, int], ...] = field(default=(), repr=False)
     display_updates: tuple[DisplayUpdate, ...] = field(default=(), repr=False)
 
@@ -222,8 +226,9 @@ class ExecutionResult:
             return f"{line}\n[limit] {self.note}" if self.note else line
         if not self.state_lost:
             state = "variables from earlier cells are still defined"
-        elif self.rebuilt_cells:
-            state = "the kernel restarted: variables were rebuilt by re-running earlier successful cells"
+        elif self.rebuild is not None or self.rebuilt_cells:
+            missing = ", ".join(self.lost_names) or "none"
+            state = f"the kernel restarted and earlier cells were re-run as noted; names missing: {missing}"
         else:
             state = "all variables were lost"
         label = {"timeout": "timeout", "cancelled": "cancelled"}.get(self.status, "kernel died")

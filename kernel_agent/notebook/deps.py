@@ -8,17 +8,15 @@ notebook. Pure: code in, cell positions out. Does not build cells
 
 from __future__ import annotations
 
-import ast
-import re
 
+from ..kernel.rebuild import RebuildCell, RebuildPlan
+from ..kernel.rebuild import names_of as _names
 from ..kernel.result import ExecutionResult
 from ..run import Round
 
-__all__ = ["needed_failures"]
+__all__ = ["needed_failures", "unreplayed_dependencies", "unreplayed_sources"]
 
 _SYNTAX_ERRORS = frozenset({"SyntaxError", "IndentationError", "TabError"})
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
-_MAGIC_LINE = re.compile(r"^([ \t]*)[%!].*$", re.MULTILINE)
 
 
 def needed_failures(rounds: tuple[Round, ...]) -> dict[int, set[str]]:
@@ -64,34 +62,38 @@ def _is_syntax_error(result: ExecutionResult) -> bool:
     return any(out.get("ename") in _SYNTAX_ERRORS for out in result.outputs if out.get("output_type") == "error")
 
 
-def _names(code: str) -> tuple[set[str], set[str], set[str]]:
-    """(names read before being set in the cell, names (re)bound, names mutated in place)."""
-    try:
-        tree = ast.parse(_MAGIC_LINE.sub(r"\1pass", code))
-    except SyntaxError:
-        every = set(_IDENTIFIER.findall(code))
-        return every, set(), every  # unparsable: assume it reads and changes everything it names
-    loads: set[str] = set()
-    rebinds: set[str] = set()
-    touched: set[str] = set()
-    for statement in tree.body:
-        bound: set[str] = set()
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Load):
-                    if node.id not in rebinds:
-                        loads.add(node.id)
-                else:
-                    bound.add(node.id)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound.add(node.name)
-            elif isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
-                base = node.value
-                while isinstance(base, (ast.Attribute, ast.Subscript)):
-                    base = base.value
-                if isinstance(base, ast.Name):
-                    touched.add(base.id)
-        rebinds |= bound
-    return loads, rebinds, touched
+UNREPLAYED = frozenset({"timeout", "died", "cancelled"})  # guarded in the export: a replay does not run them
+
+
+def unreplayed_dependencies(rounds: tuple[Round, ...]) -> dict[int, tuple[str, ...]]:
+    """Rounds (by index) that read names only a cell the replay skips had set, with those names.
+
+    A replay (and Run All) skips timed-out, crashed and stopped cells, so a later cell that used
+    what such a cell left (``i`` from an interrupted loop) cannot give its recorded output; nor can
+    cells that in turn read what those cells set. Static, like ``needed_failures``.
+    """
+    cells = [RebuildCell(rnd.code, rnd.index, rnd.result.status if rnd.result.status in UNREPLAYED else "ok")
+             for rnd in rounds if rnd.code and rnd.result is not None]
+    plan = RebuildPlan(tuple(cells))
+    for cell in cells:
+        if plan.should_run(cell):
+            plan.record(cell, True)
+    return dict(plan.report().skipped)
+
+
+def unreplayed_sources(rounds: tuple[Round, ...]) -> dict[int, set[str]]:
+    """Skipped rounds (by index) whose names ``unreplayed_dependencies`` found read later, with those names."""
+    readers = unreplayed_dependencies(rounds)
+    sources: dict[int, set[str]] = {}
+    for reader, names in readers.items():
+        for name in names:
+            setters = [rnd.index for rnd in rounds if rnd.index < reader and rnd.code and rnd.result is not None
+                       and rnd.result.status in UNREPLAYED and name in _bound(rnd.code)]
+            if setters:
+                sources.setdefault(setters[-1], set()).add(name)
+    return sources
+
+
+def _bound(code: str) -> set[str]:
+    _, rebinds, touched = _names(code)
+    return rebinds | touched

@@ -44,8 +44,8 @@ from nbformat.v4 import new_notebook
 from .._version import __version__
 from ..errors import NotebookError
 from ..kernel.result import ExecutionResult
-from ..run import Round, Run
-from .deps import needed_failures
+from ..run import Round, Run, Turn
+from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
 
 __all__ = [
     "KERNELSPEC",
@@ -65,6 +65,10 @@ METADATA_KEY = "kernel_agent"
 SCHEMA = 1  # version of the layout of our metadata, bumped on incompatible changes
 RAISES_TAG = "raises-exception"
 SKIP_TAG = "skip-execution"
+# Rounds whose code must not run again as-is: it hung, killed the kernel, was stopped, or never ran.
+GUARDED_STATUSES = frozenset({"timeout", "died", "cancelled"})
+GUARD_HEADER = ("# kernel-agent: not run on Run All (recorded status: {status}); "
+                "the code is commented out below and kept as-is in this cell's metadata (kernel_agent.code)")
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 _NO_NAMES: frozenset[str] = frozenset()
@@ -100,16 +104,26 @@ def build_notebook(
     if run.info.setup_code.strip():
         cells.append(_setup_cell(run))
     chosen = [(rnd, _NO_NAMES) for rnd in run.rounds] if view == "full" else _clean_rounds(run.rounds)
-    for rnd, kept_for in chosen:
-        cells.extend(_round_cells(rnd, kept_for))
-    final = _markdown(_final_text(run), "answer")
-    last = run.rounds[-1] if run.rounds else None
-    if last is not None and last.answer is not None and not _has_cells(last):
-        final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
-    cells.append(final)
+    turns = run.all_turns()
+    for number, turn in enumerate(turns, start=1):
+        if number > 1:
+            cells.append(_markdown(f"## Follow-up question {number - 1}\n\n{turn.task}", "question", turn=number))
+        mine = [(rnd, kept) for rnd, kept in chosen
+                if rnd.index >= turn.first_round and (number == len(turns) or rnd.index <= turn.last_round)]
+        for rnd, kept_for in mine:
+            cells.extend(_round_cells(rnd, kept_for))
+        final = _markdown(_final_text(run) if number == len(turns) else _turn_answer_text(turn), "answer",
+                          turn=number)
+        last = mine[-1][0] if mine else None
+        if last is not None and last.answer is not None and not _has_cells(last):
+            final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
+        cells.append(final)
+    _mark_unreplayed_dependencies(cells, run)
     _apply_display_updates(cells, run)
     if view == "clean":
         _renumber(cells)
+    else:
+        _keep_counts_increasing(cells)
     nb.cells = cells
     _assign_ids(cells)
     return nb
@@ -195,6 +209,8 @@ def _header_text(run: Run, view: View) -> str:
 def _setup_cell(run: Run) -> NotebookNode:
     cell = _code_cell(run.info.setup_code, run.setup_result)
     cell.metadata[METADATA_KEY] = {"role": "setup", "round": 0, **_result_record(run.setup_result)}
+    if cell.source != run.info.setup_code:
+        cell.metadata[METADATA_KEY]["code"] = run.info.setup_code
     return cell
 
 
@@ -210,6 +226,8 @@ def _round_cells(rnd: Round, kept_for: frozenset[str]) -> list[NotebookNode]:
     if rnd.code is not None:
         cell = _code_cell(rnd.code, rnd.result)
         cell.metadata[METADATA_KEY] = {"role": "code", "round": rnd.index}
+        if cell.source != rnd.code:
+            cell.metadata[METADATA_KEY]["code"] = rnd.code
         cells.append(cell)
     if cells:
         cells[-1].metadata[METADATA_KEY].update(_round_record(rnd))
@@ -235,11 +253,24 @@ def _code_cell(code: str, result: ExecutionResult | None) -> NotebookNode:
         "outputs": list(result.outputs) if result else [],  # from_dict copies every container
         "source": code,
     })  # fmt: skip
-    if result is None or result.status in ("timeout", "died", "cancelled"):
+    if result is None or result.status in GUARDED_STATUSES:
         cell.metadata["tags"] = [SKIP_TAG]
+        cell.source = guard_source(code, result.status if result else "not-run")
     elif result.status == "error":
         cell.metadata["tags"] = [RAISES_TAG]
     return cell
+
+
+def guard_source(code: str, status: str) -> str:
+    """``code`` commented out, under a line saying why.
+
+    Stock JupyterLab and ``nbconvert --execute`` ignore ``skip-execution``, so
+    a cell that hung or killed the kernel would do it again on Run All. The
+    commented form shows the code and does nothing; the original is kept in
+    the cell's ``kernel_agent.code`` metadata, which loading and replay read.
+    """
+    lines = [f"# {line}" if line else "#" for line in code.splitlines()]
+    return "\n".join([GUARD_HEADER.format(status=status), *lines])
 
 
 def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
@@ -247,18 +278,24 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
     if rnd.problem:
         parts.append(f"**Protocol problem:** {_escape(rnd.problem)}")
     result = rnd.result
-    skipped = "It is kept for the record and tagged `skip-execution`, so a replay skips it."
+    skipped = ("It is kept for the record, commented out and tagged `skip-execution`, so neither a replay "
+               "nor Run All runs it; the original code is in the cell's metadata.")
     note = f" ({_escape(result.note)})" if result is not None and result.note else ""
     if rnd.code is not None and result is None:
         parts.append(f"**Not executed:** the run ended before the code below ran. {skipped}")
     elif result is not None and result.status == "timeout":
-        state = "The kernel was restarted: all variables were lost." if result.state_lost else "Variables were kept."
+        state = _lost_text(result) if result.state_lost else "Variables were kept."
         parts.append(f"**Timed out** after {result.duration_s:.1f} s{note}. {state} {skipped}")
+        if kept_for:
+            names = ", ".join(f"`{name}`" for name in sorted(kept_for))
+            parts.append(f"**Kept although it timed out:** later cells use {names}, set here before the interrupt. "
+                         "Running it again would hang again, so those cells are marked (`kernel_agent.unreplayed`) "
+                         "and allowed to fail: a replay reports them as expected.")
     elif result is not None and result.status == "cancelled":
         parts.append(f"**Cancelled** after {result.duration_s:.1f} s: the run was stopped while this code ran; "
                      f"its output up to then is kept. {skipped}")
     elif result is not None and result.status == "died":
-        parts.append(f"**The kernel died** while running the code below{note}; all variables were lost. {skipped}")
+        parts.append(f"**The kernel died** while running the code below{note}. {_lost_text(result)} {skipped}")
     elif result is not None and result.status == "error" and result.note:
         parts.append(f"**Limit reached:** {_escape(result.note)}.")
     elif kept_for:
@@ -267,9 +304,25 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
     return "\n\n".join("> " + part.replace("\n", "\n> ") for part in parts)
 
 
+def _lost_text(result: ExecutionResult) -> str:
+    """What the restart cost, never contradicting the rebuild the note reports."""
+    if not result.rebuilt_cells and not result.lost_names:
+        return "All variables were lost."
+    missing = ", ".join(f"`{name}`" for name in result.lost_names)
+    return f"Earlier cells were re-run as noted; names now missing: {missing}." if missing else \
+        "Earlier cells were re-run as noted; no names are missing."
+
+
 def _escape(text: str) -> str:
     """Plain text in markdown: ``<Code>`` in a protocol message must show, not vanish as an HTML tag."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _turn_answer_text(turn: Turn) -> str:
+    if turn.answer is not None:
+        return f"## Answer\n\n{turn.answer}"
+    reason = _STOP_REASONS.get(turn.stop_reason, turn.stop_reason) if turn.stop_reason else "it was resumed"
+    return f"## No answer\n\nThis question stopped without an answer: {reason}."
 
 
 def _final_text(run: Run) -> str:
@@ -312,6 +365,43 @@ def _renumber(cells: list[NotebookNode]) -> None:
                 out["execution_count"] = count
 
 
+def _mark_unreplayed_dependencies(cells: list[NotebookNode], run: Run) -> None:
+    """Cells that read what a skipped (timed-out, crashed) cell left: marked, and allowed to raise.
+
+    ``kernel_agent.unreplayed`` names what they read and from which rounds; replay reports
+    such a cell's error as expected, and Run All goes on past it.
+    """
+    depends = unreplayed_dependencies(run.rounds)
+    for cell in cells:
+        meta = cell.metadata[METADATA_KEY]
+        if cell.cell_type != "code" or meta.get("role") != "code" or meta.get("round") not in depends:
+            continue
+        meta["unreplayed"] = list(depends[meta["round"]])
+        tags = cell.metadata.setdefault("tags", [])
+        if SKIP_TAG not in tags and RAISES_TAG not in tags:
+            tags.append(RAISES_TAG)
+
+
+def _keep_counts_increasing(cells: list[NotebookNode]) -> None:
+    """A resumed turn's new kernel counts from 1 again: shift its counts past the earlier turns'.
+
+    The shift is chosen at the first code cell after each follow-up question, so a kernel restart within a turn keeps its counts as Jupyter showed
+    them, and counts that already increase (a re-exported loaded run) are left alone.
+    """
+    last, shift, turn_open = 0, 0, False
+    for cell in cells:
+        turn_open = turn_open or cell.metadata[METADATA_KEY].get("role") == "question"
+        if cell.cell_type != "code" or cell.execution_count is None:
+            continue
+        if turn_open:
+            shift, turn_open = max(0, last + 1 - cell.execution_count), False
+        cell.execution_count += shift
+        last = max(last, cell.execution_count)
+        for out in cell.outputs:
+            if out.get("output_type") == "execute_result":
+                out["execution_count"] = cell.execution_count
+
+
 def _assign_ids(cells: list[NotebookNode]) -> None:
     """Stable ids (``round-3-code``) so that rewriting after each round does not churn them."""
     seen: set[str] = set()
@@ -320,6 +410,8 @@ def _assign_ids(cells: list[NotebookNode]) -> None:
         base = meta["role"]
         if base in ("thinking", "reasoning", "note", "code"):
             base = f"round-{meta['round']}-{base}"
+        elif base in ("question", "answer") and meta.get("turn", 1) > 1:
+            base = f"turn-{meta['turn']}-{base}"
         cell_id, n = base, 1
         while cell_id in seen:
             n += 1
@@ -351,7 +443,16 @@ def _run_metadata(run: Run, view: View, notebook_dir: str | os.PathLike[str] | N
         "usage": run.usage.to_dict(),
         "scripted": info.scripted,
         "rounds": len(run.rounds),
+        "turns": [_turn_record(turn) for turn in run.all_turns()],
         **({"confinement": info.confinement} if info.confinement else {}),
+    }
+
+
+def _turn_record(turn: Turn) -> dict[str, Any]:
+    return {
+        "task": turn.task, "first_round": turn.first_round, "last_round": turn.last_round, "answer": turn.answer,
+        "stop_reason": turn.stop_reason, "error": turn.error, "model": turn.model, "protocol": turn.protocol,
+        "endpoint": _host(turn.endpoint), "started_at": turn.started_at, "finished_at": turn.finished_at,
     }
 
 
@@ -386,6 +487,7 @@ def _result_record(result: ExecutionResult | None) -> dict[str, Any]:
         "dropped_chars": result.dropped_chars,
         "dropped_images": result.dropped_images,
         "rebuilt_cells": list(result.rebuilt_cells),
+        **({"lost_names": list(result.lost_names)} if result.lost_names else {}),
     }
 
 
@@ -416,12 +518,15 @@ def _portable_workspace(workspace: str, notebook_dir: str | os.PathLike[str] | N
 
 def _clean_rounds(rounds: tuple[Round, ...]) -> list[tuple[Round, frozenset[str]]]:
     needed = needed_failures(rounds)
+    sources = unreplayed_sources(rounds)  # a timed-out cell whose names later cells read: kept, guarded, explained
     chosen = []
     for pos, rnd in enumerate(rounds):
         if rnd.status == "ok" and rnd.code and rnd.code.strip():
             chosen.append((rnd, _NO_NAMES))
         elif pos in needed:
             chosen.append((rnd, frozenset(needed[pos])))
+        elif rnd.index in sources:
+            chosen.append((rnd, frozenset(sources[rnd.index])))
         elif rnd.answer is not None and rnd.code is None:
             chosen.append((rnd, _NO_NAMES))
     return chosen

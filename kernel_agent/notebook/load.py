@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_args
 
@@ -21,8 +21,9 @@ import nbformat
 from nbformat import NotebookNode
 
 from ..errors import NotebookError
+from ..kernel.rebuild import RebuildCell
 from ..kernel.result import ErrorInfo, ExecutionResult, Status, strip_ansi
-from ..run import Artifact, Round, Run, RunInfo, StopReason, Usage
+from ..run import Artifact, Round, Run, RunInfo, StopReason, Turn, Usage
 from .export import METADATA_KEY
 
 __all__ = ["LoadedRun", "load_resumable", "load_run", "read_notebook"]
@@ -37,6 +38,8 @@ class LoadedRun:
 
     ``rebuild_code`` is the setup cell's code followed by the code of every
     cell that ran ok, in order: running it rebuilds the kernel's state.
+    ``rebuild_cells`` is every executed cell with its round (0: setup) and
+    recorded status, for a ``RebuildPlan`` that reports what is lost.
     ``view`` is ``full``, ``clean``, or ``""`` for a notebook we did not write.
     """
 
@@ -45,6 +48,7 @@ class LoadedRun:
     view: str = ""
     version: str = ""
     path: Path | None = field(default=None, compare=False)
+    rebuild_cells: tuple[RebuildCell, ...] = ()
 
     @property
     def info(self) -> RunInfo:
@@ -103,13 +107,18 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
         role = cell_meta.get("role") or ("code" if cell.get("cell_type") == "code" else "reasoning")
         if cell.get("cell_type") == "code" and role == "setup" and setup is None:
             setup = cell
-        elif cell.get("cell_type") in ("code", "markdown") and role != "header":
+        elif cell.get("cell_type") in ("code", "markdown") and role not in ("header", "question"):
             _add_cell(groups, cell, role, cell_meta)
     rounds = tuple(_round(group, number) for group, number in zip(groups, _numbers(groups)))
     setup_result = _result(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else None
-    setup_code = setup.source if setup is not None else ""
+    setup_code = _code(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else ""
+    turns = _turns(meta.get("turns"))
+    info = _info(meta, nb, path, setup_code)
+    if len(turns) > 1:
+        info = replace(info, question=turns[-1].task)
     run = Run(
-        info=_info(meta, nb, path, setup_code),
+        info=info,
+        turns=turns[:-1],
         rounds=rounds,
         answer=_opt_str(meta.get("answer")),
         stop_reason=meta["stop_reason"] if meta.get("stop_reason") in _STOP_REASONS else None,
@@ -119,9 +128,11 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
         finished_at=_str(meta.get("finished_at")),
         setup_result=setup_result,
     )
-    ok_code = [r.code for r in rounds if r.code and r.code.strip() and r.result is not None and r.result.ok]
-    rebuild = ([setup_code] if setup_code.strip() else []) + ok_code
-    return LoadedRun(run, tuple(rebuild), view=_str(meta.get("view")), version=_str(meta.get("version")), path=path)
+    cells = [RebuildCell(setup_code, 0)] if setup_code.strip() else []
+    cells += [RebuildCell(r.code, r.index, r.result.status)
+              for r in rounds if r.code and r.code.strip() and r.result is not None and r.result.status != "cancelled"]
+    return LoadedRun(run, tuple(c.code for c in cells if c.status == "ok"), view=_str(meta.get("view")),
+                     version=_str(meta.get("version")), path=path, rebuild_cells=tuple(cells))
 
 
 def load_resumable(path: str | os.PathLike[str]) -> LoadedRun:
@@ -190,7 +201,7 @@ def _round(group: _Group, number: int) -> Round:
     meta = group.meta
     reasoning = "\n\n".join(part for part in group.reasoning if part.strip())
     cell = group.code_cell
-    code = cell.source if cell is not None else None
+    code = _code(cell, meta) if cell is not None else None
     reply = meta.get("reply")
     if not isinstance(reply, str):  # hand-made round: a plain markdown reply
         reply = reasoning + (f"\n\n```python\n{code}\n```" if code is not None else "")
@@ -219,12 +230,10 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
     if recorded not in _STATUSES and count is None and not outputs:
         return None
     errors = [out for out in outputs if out.get("output_type") == "error"]
-    if recorded == "cancelled":  # its KeyboardInterrupt traceback is how it ended, not an error of the code
-        status = "cancelled"
+    if recorded in ("cancelled", "timeout", "died"):  # recorded once, read back as recorded: an interrupt's
+        status = recorded  # KeyboardInterrupt traceback is how the cell ended, not an error of its code
     elif errors:
         status = "error"
-    elif recorded in ("timeout", "died"):
-        status = recorded
     elif recorded == "error" and count is None and not outputs:  # outputs stripped (nbstripout)
         status = "error"
     else:
@@ -237,11 +246,18 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
         error=_error(errors, meta.get("error")) if status == "error" else None,
         state_lost=meta.get("state_lost") is True,
         note=_str(meta.get("note")),
-        code=cell.source,
+        code=_code(cell, meta),
         dropped_chars=_int(meta.get("dropped_chars")),
         dropped_images=_int(meta.get("dropped_images")),
         rebuilt_cells=tuple(n for n in _list(meta.get("rebuilt_cells")) if _is_int(n)),
+        lost_names=tuple(n for n in _list(meta.get("lost_names")) if isinstance(n, str)),
     )
+
+
+def _code(cell: NotebookNode, meta: dict[str, Any]) -> str:
+    """What the cell ran: the export keeps the original of a commented-out (guarded) cell in its metadata."""
+    original = meta.get("code")
+    return original if isinstance(original, str) else cell.source
 
 
 def _error(errors: list[dict[str, Any]], recorded: Any) -> ErrorInfo:
@@ -270,6 +286,24 @@ def _info(meta: dict[str, Any], nb: NotebookNode, path: Path, setup_code: str) -
         confinement=_str(meta.get("confinement")),
         language_info=_plain(nb.metadata.get("language_info") or {"name": "python"}),
     )
+
+
+def _turns(value: Any) -> tuple[Turn, ...]:
+    """The recorded turns, in order; entries that are not well-formed are dropped (hand edits)."""
+    turns = []
+    for item in _list(value):
+        item = _mapping(item)
+        if not isinstance(item.get("task"), str):
+            continue
+        stop = item.get("stop_reason")
+        turns.append(Turn(
+            task=item["task"], first_round=_int(item.get("first_round")), last_round=_int(item.get("last_round")),
+            answer=_opt_str(item.get("answer")), stop_reason=stop if stop in _STOP_REASONS else None,
+            error=_opt_str(item.get("error")), model=_str(item.get("model")), protocol=_str(item.get("protocol")),
+            endpoint=_str(item.get("endpoint")), started_at=_str(item.get("started_at")),
+            finished_at=_str(item.get("finished_at")),
+        ))
+    return tuple(turns)
 
 
 def _artifacts(value: Any) -> tuple[Artifact, ...]:

@@ -41,7 +41,7 @@ from .load import read_notebook
 
 __all__ = ["CellCheck", "CheckStatus", "ReplayReport", "async_replay", "compare_outputs", "normalise_text", "replay"]
 
-CheckStatus = Literal["match", "mismatch", "skipped", "error", "executed"]
+CheckStatus = Literal["match", "mismatch", "skipped", "error", "executed", "expected"]
 
 _TOKEN = re.compile(
     r"(?P<datetime>\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b)"
@@ -84,7 +84,7 @@ class ReplayReport:
 
     def counts(self) -> dict[str, int]:
         """How many cells had each status, in a fixed order, zeros left out."""
-        order: tuple[CheckStatus, ...] = ("match", "executed", "mismatch", "error", "skipped")
+        order: tuple[CheckStatus, ...] = ("match", "executed", "expected", "mismatch", "error", "skipped")
         found = {status: sum(cell.status == status for cell in self.cells) for status in order}
         return {status: n for status, n in found.items() if n}
 
@@ -298,8 +298,23 @@ def _check_cells(
         else:
             difference = compare_outputs(old.get("outputs", []), new.get("outputs", []), anchors=anchors, paths=paths)
             status, detail = ("match", "") if difference is None else ("mismatch", difference)
+            status, detail = _expected(status, detail, meta, new)
         checks.append(CellCheck(index, number, status, detail))
     return tuple(checks)
+
+
+def _expected(status: CheckStatus, detail: str, meta: dict[str, Any], new: NotebookNode) -> tuple[CheckStatus, str]:
+    """A cell the export marked as reading what a skipped cell left, failing on exactly that, is expected.
+
+    Only a ``NameError`` on one of the recorded names qualifies: any other difference stays a mismatch.
+    """
+    names = [n for n in meta.get("unreplayed", []) if isinstance(n, str)] if isinstance(meta.get("unreplayed"), list) else []
+    if status != "mismatch" or not names:
+        return status, detail
+    errors = [out for out in new.get("outputs", []) if out.get("output_type") == "error"]
+    if errors and errors[-1].get("ename") == "NameError" and any(f"'{n}'" in str(errors[-1].get("evalue")) for n in names):
+        return "expected", f"reads {', '.join(names)}, left by a cell the replay skips (timed out or crashed)"
+    return status, detail
 
 
 def compare_outputs(
