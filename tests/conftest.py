@@ -21,6 +21,13 @@ def openai_server() -> Iterator[OpenAIServer]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def model() -> Iterator[OpenAIServer]:
+    """One scripted model server for a whole module (a service's model behind a module-scoped server)."""
+    with OpenAIServer() as server:
+        yield server
+
+
 @pytest.fixture
 def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
     """A fresh IPython shell with the extension loaded, working in ``tmp_path``."""

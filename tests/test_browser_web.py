@@ -39,12 +39,6 @@ TIMEOUT = 60_000  # ms: a round with a cold kernel on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def service(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
     with ServiceServer(tmp_path_factory.mktemp("web-service"), model.base_url, keys={KEY}) as running:
         yield running

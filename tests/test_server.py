@@ -20,12 +20,6 @@ BOB = {"Authorization": "Bearer bob-key"}
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def server(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
     with ServiceServer(tmp_path_factory.mktemp("service"), model.base_url, keys={"alice-key", "bob-key"},
                        max_upload_bytes=4096) as running:

@@ -15,12 +15,6 @@ KEY = "compat-key"
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def server(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
     with ServiceServer(tmp_path_factory.mktemp("compat"), model.base_url, keys={KEY}) as running:
         yield running

@@ -13,13 +13,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import nbformat
-import pytest
 from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
 
@@ -99,12 +97,6 @@ def until_second_execution(client: httpx.Client, run_id: str) -> None:
                 if started == 2:
                     return
     raise AssertionError("the run ended before its second execution started")
-
-
-@pytest.fixture(scope="module")
-def model() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
 
 
 def test_a_killed_server_loses_nothing_finished_and_a_follow_up_continues(

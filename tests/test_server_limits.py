@@ -13,12 +13,6 @@ from service_server import ServiceServer
 
 
 @pytest.fixture(scope="module")
-def model() -> Iterator[OpenAIServer]:
-    with OpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def client(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     data = tmp_path_factory.mktemp("limits")
     with ServiceServer(data, model.base_url, max_running=1, idle_ttl=1.0) as server, \
