@@ -4,6 +4,9 @@
 kernel, never rendered) vs a cap above 300 (every figure rendered to PNG, as before the cap moved
 into the kernel). ``exit``: a script that starts a session, runs a cell and exits without closing
 it: seconds from its last line to the process's end (jupyter_client's default grace was ~2.7 s).
+``parse``: replies built to trip a quadratic scan (a megabyte of unclosed ``<Code>``, backticks,
+``<``), parsed by the deepanalyze and tags protocols: one 1 MB reply vs ten 100 kB ones. A linear
+parser takes about the same for both; a quadratic one ten times longer.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from report import Row, median
 
+from kernel_agent.agent.protocols import DeepAnalyzeProtocol, ModelReply, TagsProtocol
 from kernel_agent.kernel.outputs import OutputCaps
 from kernel_agent.kernel.session_sync import KernelSession
 
@@ -67,4 +71,26 @@ def exit_time(quick: bool) -> list[Row]:
     return [Row(f"interpreter exit with a session never closed, median of {runs}", median(samples), max_seconds=1.0)]
 
 
-PARTS = {"figures": figures, "exit": exit_time}
+_HOSTILE = ("<Code>", "</Code>", "```\n", "`", "<", "<Analyze>a<Understand>", "words ")
+
+
+def _parse_all(size: int, copies: int) -> float:
+    replies = [ModelReply(unit * (size // len(unit))) for unit in _HOSTILE]
+    started = time.perf_counter()
+    for _ in range(copies):
+        for reply in replies:
+            for protocol in (DeepAnalyzeProtocol(), TagsProtocol()):
+                protocol.parse(reply)
+    return time.perf_counter() - started
+
+
+def parse(quick: bool) -> list[Row]:
+    """Hostile replies: 1 MB each once vs 100 kB each ten times (the same bytes in total)."""
+    runs = 1 if quick else 3
+    big = median([_parse_all(1_000_000, 1) for _ in range(runs)])
+    small = median([_parse_all(100_000, 10) for _ in range(runs)])
+    return [Row(f"parse {len(_HOSTILE)} hostile replies × 2 protocols: 1 MB once vs 100 kB ten times, median of {runs}",
+                big, small, max_ratio=1.5)]
+
+
+PARTS = {"figures": figures, "exit": exit_time, "parse": parse}

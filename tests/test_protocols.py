@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import time
 
 import pytest
 from PIL import Image
@@ -416,7 +415,8 @@ def test_tags_vision_feedback_carries_images() -> None:
     assert image_size(image) == (768, 384)
 
 
-def test_one_megabyte_replies_parse_quickly() -> None:
+def test_one_megabyte_hostile_replies_parse() -> None:
+    """A quadratic scan would take minutes here and hit the suite's timeout; its speed is in bench/ (models.parse)."""
     mb = 1_000_000
     code = "x = 1\n" * (mb // 6)
     replies = [
@@ -431,12 +431,10 @@ def test_one_megabyte_replies_parse_quickly() -> None:
         "<Answer>" + "a" * mb,
         f"<Code>\n```python\n{code}```\n</Code>",
     ]
-    start = time.perf_counter()
-    for text in replies:
-        for protocol in (DeepAnalyzeProtocol(), TagsProtocol()):
-            protocol.parse(ModelReply(text))
-    assert time.perf_counter() - start < 10  # a quadratic scan would take minutes
-    assert tags(replies[-1]).code == code.rstrip()
+    for protocol in (DeepAnalyzeProtocol(), TagsProtocol()):
+        steps = [protocol.parse(ModelReply(text)) for text in replies]
+        assert steps[-2].answer == "a" * mb
+        assert steps[-1].code == code.rstrip()
 
 
 # -- tools -----------------------------------------------------------------------

@@ -75,6 +75,8 @@ class GatewayChannels:
         self._seen_set: set[str] = set()
         self._ws: ClientConnection | None = None
         self._connected = asyncio.Event()
+        self._probes: set[str] = set()  # kernel_info requests whose iopub status shows iopub is live
+        self._iopub_live = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
     def __repr__(self) -> str:
@@ -159,23 +161,43 @@ class GatewayChannels:
         return await _get(self._queues["shell"], timeout)
 
     async def kernel_info(self, timeout: float) -> dict[str, Any]:
-        """Ask until the kernel answers (requests sent while it restarts get lost); its reply content.
+        """Ask until the kernel answers on shell *and* iopub; its reply content.
 
+        Requests sent while a kernel restarts get lost, and the server's iopub
+        subscription to a restarted kernel reconnects on its own schedule: a
+        shell reply alone does not mean the next execution's output will reach
+        us (it once hung a run forever waiting for an ``idle`` that was
+        published before the server listened again). So, as Jupyter's own
+        ``nudge`` does, ask again every second until a ``kernel_info_reply``
+        has come back and iopub has carried a status for one of our requests.
         Clears ``lost``. Raises ``KernelStartError`` after ``timeout`` seconds.
         """
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
-        while loop.time() < end and not self.gone:
-            msg_id = self.send("shell", "kernel_info_request", {})
-            ask_again = loop.time() + 1.0
-            while loop.time() < min(ask_again, end):
-                try:
-                    msg = await self.get_shell_msg(timeout=min(ask_again, end) - loop.time())
-                except queue.Empty:
-                    break
-                if msg.get("parent_header", {}).get("msg_id") == msg_id:
+        self._probes.clear()
+        self._iopub_live.clear()
+        info: dict[str, Any] | None = None
+        try:
+            while loop.time() < end and not self.gone:
+                self._probes.add(self.send("shell", "kernel_info_request", {}))
+                ask_again = min(loop.time() + 1.0, end)
+                while info is None and loop.time() < ask_again:
+                    try:
+                        msg = await self.get_shell_msg(timeout=ask_again - loop.time())
+                    except queue.Empty:
+                        break
+                    if msg.get("parent_header", {}).get("msg_id") in self._probes:
+                        info = msg.get("content", {})
+                if info is not None:
+                    try:
+                        async with asyncio.timeout(max(ask_again - loop.time(), 0.0)):
+                            await self._iopub_live.wait()
+                    except TimeoutError:
+                        continue
                     self.lost, self.lost_reason = False, ""
-                    return msg.get("content", {})
+                    return info
+        finally:
+            self._probes.clear()
         raise KernelStartError(f"the kernel on the gateway at {self.settings.url} did not answer within {timeout:g}s")
 
     # ----------------------------------------------------------------- tasks
@@ -243,6 +265,8 @@ class GatewayChannels:
             state = msg.get("content", {}).get("execution_state")
             if state in ("restarting", "dead"):
                 self.lost, self.lost_reason = True, state
+            elif msg.get("parent_header", {}).get("msg_id") in self._probes:
+                self._iopub_live.set()
         self._queues.get(channel, self._queues["iopub"]).put_nowait(msg)
 
 
