@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from gateway import KernelGateway
 from leaks import our_kernel_pids
 from openai_server import OpenAIServer, Reply, python_call
 from service_server import ServiceServer
@@ -68,3 +69,26 @@ def test_serve_refuses_a_pool_larger_than_the_live_kernel_cap(tmp_path: Path) ->
     arguments = ["serve", "--data-dir", str(tmp_path), "--no-auth", "--model", "m", "--pool", "3", "--max-live-kernels", "2"]
     result = CliRunner().invoke(cli, arguments)
     assert result.exit_code == 2 and "the pool size must be between 0 and max_threads_live (2)" in result.output
+
+
+def test_threads_kernels_run_on_the_gateway_pooled_or_not_and_none_is_left(tmp_path: Path) -> None:
+    """``serve --gateway URL``: a thread's kernel (from the pool, or started for it) is the gateway's."""
+    with KernelGateway() as gateway, OpenAIServer() as model:
+        where = {"gateway_url": gateway.url, "gateway_token": gateway.token}
+        for pool_size in (1, 0):
+            with ServiceServer(tmp_path / f"data{pool_size}", model.base_url, keys={"pool-key"}, agent=where,
+                               pool_size=pool_size) as server, \
+                    httpx.Client(base_url=server.url, headers=KEY, timeout=90) as client:
+                model.add(Reply("Set.", tool_calls=(python_call("kept = 21"),)), Reply("Set it."))
+                first = client.post("/v1/runs", json={"task": "Set kept"}).json()
+                assert finished(client, first["id"])[-1]["run"]["stop_reason"] != "llm_error"
+                deadline = time.monotonic() + 60  # the pool's refill starts in the background
+                while len(gateway.kernels()) < 1 + pool_size:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+                assert len(gateway.kernels()) == 1 + pool_size  # the thread's kernel, and the pool's refill
+                model.add(Reply("Use.", tool_calls=(python_call("print(kept * 2)"),)), Reply("42."))
+                second = client.post("/v1/runs", json={"task": "Double", "thread_id": first["thread_id"]}).json()
+                assert stdout(finished(client, second["id"])) == "42\n"
+                assert not our_kernel_pids()  # nothing ran on this machine
+            assert gateway.kernels() == []
