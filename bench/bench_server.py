@@ -110,11 +110,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=32)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--pool", type=int, default=0, help="warm kernels (0: none)")
+    parser.add_argument("--max-live-kernels", type=int, default=None, help="the live cap [default: --concurrent]")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-server-") as data, OpenAIServer() as model:
         model.add(*([scripted] * (3 * args.runs)))
         with ServiceServer(Path(data), model.base_url, max_running=args.concurrent,
-                           max_threads_live=args.concurrent, pool_size=args.pool) as server:
+                           max_threads_live=args.max_live_kernels or args.concurrent, pool_size=args.pool) as server:
             asyncio.run(warm(server, args.pool))
             with PeakMemory() as memory:
                 started = time.monotonic()
