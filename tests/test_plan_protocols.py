@@ -1,6 +1,7 @@
 """Plan mode in each chat protocol, through the real openai SDK to the scripted server: nodes send
 code as ``execute_python`` calls (tools) or ``<Code>`` blocks (tags); fix requests, results and the
-figure-analysis ask go back as tool messages or ``<Execute>`` blocks; the plan stays plain JSON."""
+figure-analysis ask go back as tool messages or ``<Execute>`` blocks; the plan stays plain JSON.
+The task has three data files (CSV, NPY, MAT): all are summarised for the design and read by a node."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import scipy.io
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent import Agent
@@ -48,10 +51,28 @@ def result_of_last_call(protocol: str, body: dict[str, Any]) -> str:
     return last["content"]
 
 
+LOAD = ("import scipy.io\nx = list(pd.read_csv(data.counts)['n'])\nx[2] += int(np.load(data.extra).sum())\n"
+        "x[0] += int(scipy.io.loadmat(data.offsets)['offset'][0, 0])\nprint('total', sum(x))")
+
+
+def data_files(folder: Path) -> list[Path]:
+    """Three formats for one task: a CSV, an NPY and a MAT file."""
+    folder.mkdir()
+    (folder / "counts.csv").write_text("n\n1\n2\n3\n")
+    np.save(folder / "extra.npy", np.array([1, 1]))
+    scipy.io.savemat(folder / "offsets.mat", {"offset": np.array([[10.0]])})
+    return [folder / "counts.csv", folder / "extra.npy", folder / "offsets.mat"]
+
+
 def script(protocol: str) -> list[Any]:
+    def design(body: dict[str, Any]) -> Reply:
+        prompt = body["messages"][-1]["content"]
+        assert "3 rows" in prompt and "shape (2,)" in prompt and "`offset`: double 1 x 1" in prompt
+        return Reply("```json\n" + json.dumps(PLAN) + "\n```")
+
     def fix(body: dict[str, Any]) -> Reply:
         assert "NameError" in result_of_last_call(protocol, body)
-        return code_reply(protocol, "x = [1, 2, 3]\nprint('total', sum(x))")
+        return code_reply(protocol, LOAD)
 
     def analysis(body: dict[str, Any]) -> Reply:
         assert "drew 1 figure(s)" in result_of_last_call(protocol, body)
@@ -62,8 +83,8 @@ def script(protocol: str) -> list[Any]:
         return prose_reply(protocol, "The total is 6 and the trend is up.")
 
     return [
-        Reply("```json\n" + json.dumps(PLAN) + "\n```"),
-        code_reply(protocol, "x = [1, 2, 3]\nprint(undefined_total)"),
+        design,
+        code_reply(protocol, "print(undefined_total)"),
         fix,
         code_reply(protocol, "import matplotlib.pyplot as plt\nplt.plot(x)\nplt.show()"),
         analysis,
@@ -77,7 +98,7 @@ def test_plan_nodes_speak_the_protocol(protocol: str, openai_server: OpenAIServe
     notebook = tmp_path / "plan.ipynb"
     with Agent(model="m", base_url=openai_server.base_url, api_key="sk-test", protocol=protocol,
                model_options={"max_retries": 0}) as agent:
-        events = list(agent.stream_plan("Sum and plot", workspace=tmp_path, notebook=notebook,
+        events = list(agent.stream_plan("Sum and plot", data_files(tmp_path / "in"), tmp_path / "run", notebook,
                                         options=PlanOptions(max_fix_attempts=1)))
     assert openai_server.remaining == 0
     finished = {e.node_id: (e.status, e.attempts, e.figures) for e in events if isinstance(e, NodeFinished)}
@@ -91,5 +112,6 @@ def test_plan_nodes_speak_the_protocol(protocol: str, openai_server: OpenAIServe
         assert "stop" not in request
     state = PlanState.load(state_path(notebook))
     assert state.results["load"].failures == ("NameError: name 'undefined_total' is not defined",)
+    assert state.results["load"].output_text() == "total 18\n"  # 6 from the CSV, 2 from the NPY, 10 from the MAT
     assert state.results["plot"].analysis == "The line rises steadily."
     assert state.results["wrap"].text == "The total is 6 and the trend is up."
