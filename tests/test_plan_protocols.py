@@ -1,6 +1,7 @@
 """Plan mode in each chat protocol, through the real openai SDK to the scripted server: nodes send
-code as ``execute_python`` calls (tools) or ``<Code>`` blocks (tags); fix requests, results and the
-figure-analysis ask go back as tool messages or ``<Execute>`` blocks; the plan stays plain JSON.
+code as ``execute_python`` calls (tools) or ``<Code>`` blocks (tags, deepanalyze); fix requests, results
+and the figure-analysis ask go back as tool messages, ``<Execute>`` blocks or ``execute`` messages; the
+plan stays plain JSON.
 The task has three data files (CSV, NPY, MAT): all are summarised for the design and read by a node."""
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ PLAN = {"directions": ["descriptive", "visualisation"], "nodes": [
 def code_reply(protocol: str, code: str) -> Reply:
     if protocol == "tools":
         return Reply("Running it.", tool_calls=(python_call(code),))
+    if protocol == "deepanalyze":  # vLLM stops on </Code> and drops it
+        return Reply(f"<Analyze>Running it.</Analyze>\n<Code>\n```python\n{code}\n```\n", stop_reason="</Code>")
     return Reply(f"<Analyze>Running it.</Analyze>\n<Code>\n```python\n{code}\n```\n</Code>")
 
 
@@ -46,6 +49,9 @@ def result_of_last_call(protocol: str, body: dict[str, Any]) -> str:
         call = messages[-2]["tool_calls"][0]
         assert last["role"] == "tool" and last["tool_call_id"] == call["id"]
         assert call["function"]["name"] == "execute_python"
+        return last["content"]
+    if protocol == "deepanalyze":  # raw output in DeepAnalyze's own role, no system message
+        assert last["role"] == "execute" and messages[0]["role"] == "user"
         return last["content"]
     assert last["role"] == "user" and last["content"].startswith("<Execute>")
     return last["content"]
@@ -92,7 +98,7 @@ def script(protocol: str) -> list[Any]:
     ]
 
 
-@pytest.mark.parametrize("protocol", ["tools", "tags"])
+@pytest.mark.parametrize("protocol", ["tools", "tags", "deepanalyze"])
 def test_plan_nodes_speak_the_protocol(protocol: str, openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(*script(protocol))
     notebook = tmp_path / "plan.ipynb"
@@ -109,7 +115,7 @@ def test_plan_nodes_speak_the_protocol(protocol: str, openai_server: OpenAIServe
     assert "tools" not in design and "stop" not in design  # the plan is plain JSON chat in every protocol
     for request in nodes:
         assert ("tools" in request) == (protocol == "tools")
-        assert "stop" not in request
+        assert ("stop" in request) == (protocol == "deepanalyze")
     state = PlanState.load(state_path(notebook))
     assert state.results["load"].failures == ("NameError: name 'undefined_total' is not defined",)
     assert state.results["load"].output_text() == "total 18\n"  # 6 from the CSV, 2 from the NPY, 10 from the MAT
