@@ -250,7 +250,7 @@ def _mat(path: Path, size: int) -> str:
         import scipy.io
         from scipy.io.matlab import MatReadError
     except ImportError:
-        return "\n".join([*lines, "Variables not listed: scipy is not installed (it reads .mat with scipy.io.loadmat)."])
+        return "\n".join([*lines, "Variables not listed: scipy is not installed (scipy.io.loadmat reads .mat)."])
     try:
         variables = scipy.io.whosmat(str(path))
         names = [name for name, _, _ in variables[:MAX_MAT_VARIABLES]]

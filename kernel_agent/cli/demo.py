@@ -3,7 +3,8 @@
 Owns one decision: a configured model (flags or environment) runs the demo;
 without one, or with ``--scripted``, the bundled ``ScriptedChatModel`` plays
 the replies written for the bundled dataset, with the ``tags`` protocol they
-are written in. The same holds for ``plan --demo`` and its plan replies. The data, task and replies themselves are ``kernel_agent.demo``'s.
+are written in. The same holds for ``plan --demo`` and its plan replies.
+The data, task and replies themselves are ``kernel_agent.demo``'s.
 """
 
 from __future__ import annotations

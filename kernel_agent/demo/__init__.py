@@ -59,7 +59,7 @@ def demo_plan_task() -> str:
 
 
 def demo_plan_model(**options: Any) -> ScriptedChatModel:
-    """A ``ScriptedChatModel`` playing the plan demo's replies (``tags`` protocol); ``options`` go to its constructor."""
+    """A ``ScriptedChatModel`` playing the plan demo's replies (``tags`` protocol); ``options`` go to it."""
     return ScriptedChatModel(("\n".join(lines) for lines in _script(PLAN_SCRIPT)["replies"]), **options)
 
 

@@ -101,7 +101,8 @@ async def _rebuild(session: AsyncKernelSession, nodes: Sequence[PlanNode], state
 
 
 async def _run_nodes(model: ChatModel, session: AsyncKernelSession, protocol: Protocol, nodes: Sequence[PlanNode],
-                     state: PlanState, options: PlanOptions, notebook: Path, workspace: str) -> AsyncIterator[PlanEvent]:
+                     state: PlanState, options: PlanOptions, notebook: Path,
+                     workspace: str) -> AsyncIterator[PlanEvent]:
     by_id = {n.id: n for n in nodes}
     for node in nodes:
         if node.id in state.results:
