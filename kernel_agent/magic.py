@@ -126,7 +126,6 @@ class AgentMagics(Magics):
                         final = event.run  # type: ignore[union-attr]
                     view.handle(event)
             except KeyboardInterrupt:
-                self.warm.close()  # Ctrl-C stops everything, the warm kernel too; the next cell starts afresh
                 notebook = started[0] if started else None
                 view.interrupted(notebook)
                 return _partial_run(notebook)

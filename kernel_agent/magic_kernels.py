@@ -18,7 +18,7 @@ Does not render anything and does not parse flags: ``magic.py`` does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,20 +56,30 @@ class WarmKernels:
     def agent(self, options: dict[str, Any]) -> Iterator[CellStream]:
         """An ``AsyncAgent(**options)`` on the long-lived loop, as a blocking ``stream`` function.
 
-        Raises what ``AsyncAgent`` raises (``ConfigError``) before any kernel is started.
+        A ``KeyboardInterrupt`` while streaming (Jupyter's ■) stops everything, the warm kernel
+        too, once the agent is closed: the next cell starts afresh. Raises what ``AsyncAgent``
+        raises (``ConfigError``) before any kernel is started.
         """
         loop = self._started_loop()
         agent = loop.run(_build(options, self._acquire))
+        interrupted = False
 
         def stream(task: str, data: list[str], workspace: Path, notebook: str | None, *,
                    setup: str = "") -> Iterator[Event]:
-            return loop.iterate(agent.stream(task, data, workspace, notebook, setup=setup))
+            nonlocal interrupted
+            try:
+                yield from loop.iterate(agent.stream(task, data, workspace, notebook, setup=setup))
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
 
         try:
             yield stream
         finally:
             if loop.running:
                 loop.run(agent.close())
+            if interrupted:
+                self.close()
 
     def wait_ready(self) -> None:
         """Block until the warm kernel is started and set up (no-op before the first cell)."""
@@ -103,7 +113,7 @@ class WarmKernels:
             await pool.close()
 
 
-async def _build(options: dict[str, Any], acquire: Any) -> Any:
+async def _build(options: dict[str, Any], acquire: Callable[[dict[str, Any], Path], Any]) -> Any:
     from .agent.loop import AsyncAgent
 
     # The factory reads the agent's own resolved config (flags > environment > defaults) when the run
