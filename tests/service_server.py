@@ -39,7 +39,7 @@ class ServiceServer:
         self.server = uvicorn.Server(server_config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
-    def __enter__(self) -> "ServiceServer":
+    def __enter__(self) -> ServiceServer:
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:

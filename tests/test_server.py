@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import nbformat
 import pytest
-from openai_server import OpenAIServer, Reply, python_call
+from openai_server import OpenAIServer, Reply, context_length_error, python_call
 from service_server import ServiceServer
 
 ALICE = {"Authorization": "Bearer alice-key"}
@@ -116,12 +116,13 @@ def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model
 def test_cancel_interrupts_the_running_code_and_the_kernel_keeps_its_state(
     client: httpx.Client, model: OpenAIServer
 ) -> None:
-    model.add(Reply("Wait.", tool_calls=(python_call("before = 7\nimport time\ntime.sleep(120)"),)))
+    code = "before = 7\nopen('started', 'w').close()\nimport time\ntime.sleep(120)"
+    model.add(Reply("Wait.", tool_calls=(python_call(code),)))
     run = client.post("/v1/runs", json={"task": "Wait long"}).json()
-    with client.stream("GET", f"/v1/runs/{run['id']}/events") as response:
-        for line in response.iter_lines():
-            if '"execution_started"' in line:
-                break
+    deadline = time.monotonic() + 60
+    while client.get(f"/v1/threads/{run['thread_id']}/files/started").status_code == 404:  # the code is running
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     started = time.monotonic()
     cancelled = client.post(f"/v1/runs/{run['id']}/cancel").json()
     assert time.monotonic() - started < 15
@@ -158,3 +159,33 @@ def test_bad_requests_get_clear_errors_and_change_nothing(client: httpx.Client) 
     assert client.get("/v1/threads").json()["threads"] == before
     assert client.get("/v1/runs/run-nope").status_code == 404
     assert client.get(f"/v1/threads/{before[0]['id']}/files/../../../etc/passwd").status_code == 404
+
+
+def test_deleting_a_thread_removes_its_kernel_workspace_and_runs(client: httpx.Client, model: OpenAIServer) -> None:
+    model.add(Reply("Write.", tool_calls=(python_call("open('x.txt', 'w').write('x')"),)), Reply("Wrote."))
+    run = client.post("/v1/runs", json={"task": "Write x"}).json()
+    events(client, run["id"])
+    thread_id = run["thread_id"]
+    assert client.delete(f"/v1/threads/{thread_id}", headers=BOB).status_code == 404
+    assert client.delete(f"/v1/threads/{thread_id}").json()["deleted"] is True
+    for path in (f"/v1/threads/{thread_id}", f"/v1/runs/{run['id']}", f"/v1/threads/{thread_id}/files/x.txt"):
+        assert client.get(path).status_code == 404, path
+    assert thread_id not in [t["id"] for t in client.get("/v1/threads").json()["threads"]]
+
+
+def test_a_model_failure_ends_the_run_as_failed_with_its_notebook_kept(client: httpx.Client, model: OpenAIServer) -> None:
+    model.add(Reply("Set.", tool_calls=(python_call("x = 1"),)), context_length_error())
+    run = client.post("/v1/runs", json={"task": "Overflow"}).json()
+    assert events(client, run["id"])[-1][1]["run"]["stop_reason"] == "llm_error"
+    record = client.get(f"/v1/runs/{run['id']}").json()
+    assert record["status"] == "failed" and record["stop_reason"] == "llm_error" and record["rounds"] == 1
+    assert "x = 1" in client.get(record["notebook_url"]).text
+
+
+def test_no_secret_reaches_the_data_dir(client: httpx.Client, server: ServiceServer) -> None:
+    """Neither the model's key nor a service key is in any record, event log or notebook on disk."""
+    assert client.get("/v1/threads").json()["threads"]  # earlier tests ran
+    for path in Path(server.config.data_dir).rglob("*"):
+        if path.is_file():
+            content = path.read_bytes()
+            assert b"model-secret-key" not in content and b"alice-key" not in content, path

@@ -76,6 +76,10 @@ OWNER_ENV = "KERNEL_AGENT_OWNER"
 CONFINEMENT_FAILED = 97  # the launcher's exit code when a confinement cannot be set up
 MB = 1024 * 1024
 CPU_HARD_GRACE_S = 5  # SIGKILL this long after SIGXCPU, should the code ignore SIGXCPU
+# The tree's CPU budget is enforced this much past the limit, so that one process using it all
+# alone meets its own RLIMIT_CPU first (SIGXCPU, the more precise words); bwrap and the shell that
+# start the kernel count in the tree too.
+TREE_CPU_TOLERANCE_S = 1.0
 
 
 def default_memory_mb() -> int:
@@ -231,13 +235,12 @@ class Confinement:
         Returns True when it killed; the death is then reported as this limit.
         """
         used = self.tree_cpu_seconds()
-        if self.limits.cpu_seconds is None or used is None or used <= self.limits.cpu_seconds:
+        if self.limits.cpu_seconds is None or used is None or used <= self.limits.cpu_seconds + TREE_CPU_TOLERANCE_S:
             return False
         log.warning("the kernel's process tree used %.1f s of CPU (limit %d s): killing it", used,
                     self.limits.cpu_seconds)
         self.cpu_killed = True
-        for cgroup in self._cgroups:
-            cgroup.kill_all()
+        self.kill_tree()
         return True
 
     @property
@@ -261,6 +264,11 @@ class Confinement:
             return (f"signal SIGKILL: CPU time limit of {self.limits.cpu_seconds} s for the kernel and every "
                     "process it started, together, reached")
         return describe_exit(returncode, self.limits, oom_killed=oom_killed)
+
+    def kill_tree(self) -> None:
+        """Kill every process in the kernel's cgroups and wait until they are gone (the cgroups stay)."""
+        for cgroup in self._cgroups:
+            cgroup.kill_all()
 
     def release(self) -> None:
         """Kill whatever the kernel left in its cgroups and remove them. Idempotent."""

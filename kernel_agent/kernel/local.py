@@ -56,7 +56,7 @@ def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
         except (OSError, ValueError):
             continue
         if owner != os.getpid() and not pid_alive(owner):
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove_runtime_dir(folder)
             removed.append(folder)
     return removed
 
@@ -73,6 +73,17 @@ def _make_runtime_dir() -> Path:
     final = staging.with_name(staging.name.removeprefix(".staging-"))
     os.rename(staging, final)  # mkdtemp's random suffix: the final name is free in practice
     return final
+
+
+def _remove_runtime_dir(folder: Path) -> None:
+    """Remove a runtime dir as one step for observers: renamed away first, then deleted, so no
+    ``kernel-agent-*`` dir is ever seen without its owner file (``_make_runtime_dir``'s other half)."""
+    doomed = folder.with_name(".removing-" + folder.name)
+    try:
+        os.rename(folder, doomed)
+    except OSError:  # already gone, or another sweeper took it
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 class LocalProvider:
@@ -204,6 +215,9 @@ class LocalProvider:
             raise KernelError("the kernel was not started")
         try:
             if self.confinement is not None:
+                # The old tree goes first, and is waited for: its children hold pids (and memory) in the
+                # cgroups the new kernel joins, so a full process table would refuse the new sandbox.
+                await asyncio.to_thread(self.confinement.kill_tree)
                 self.confinement.new_kernel()  # a fresh CPU budget, as RLIMIT_CPU gives the new process
             await self.manager.restart_kernel(now=True)
             return await self._wait_ready()
@@ -254,7 +268,7 @@ class LocalProvider:
         if self._stderr_file is not None:
             self._stderr_file.close()
         if self._runtime_dir is not None:
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            _remove_runtime_dir(self._runtime_dir)
 
     async def _kill(self) -> None:
         assert self.manager is not None

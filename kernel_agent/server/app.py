@@ -8,6 +8,7 @@ routes in ``compat.py``. The page in ``static/`` is mounted last, at ``/``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, File, Form, Header, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -99,6 +100,18 @@ def public(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def file_page(files: list[dict[str, Any]], after: str | None, limit: int, order: str) -> dict[str, Any]:
+    """One page of an OpenAI files list: the SDK pages with ``after`` (the last id it saw) until
+    ``has_more`` is false, so the cursor must be honoured or its iteration never ends."""
+    ordered = files[::-1] if order == "desc" else files
+    if after is not None:
+        ids = [f["id"] for f in ordered]
+        ordered = ordered[ids.index(after) + 1:] if after in ids else []
+    page = ordered[:limit]
+    return {"object": "list", "data": page, "has_more": len(ordered) > limit,
+            "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None}
+
+
 def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.get("/v1/info")
     async def info() -> dict[str, Any]:
@@ -110,6 +123,12 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    _file_routes(app, config)
+    _run_routes(app)
+    _thread_routes(app)
+
+
+def _file_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.post("/v1/files")
     async def upload(request: Request, who: Owner, file: Annotated[UploadFile, File()],
                      purpose: Annotated[str, Form()] = "assistants") -> dict[str, Any]:
@@ -121,8 +140,10 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
             temp.unlink(missing_ok=True)
 
     @app.get("/v1/files")
-    async def list_files(request: Request, who: Owner) -> dict[str, Any]:
-        return {"object": "list", "data": [public(f) for f in service_of(request).files(who)]}
+    async def list_files(request: Request, who: Owner, after: str | None = None,
+                         limit: Annotated[int, Query(ge=1, le=10000)] = 10000,
+                         order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
+        return file_page([public(f) for f in service_of(request).files(who)], after, limit, order)
 
     @app.get("/v1/files/{file_id}")
     async def get_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
@@ -140,6 +161,8 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
         service.store.delete_file(service.file(who, file_id))
         return {"id": file_id, "object": "file", "deleted": True}
 
+
+def _run_routes(app: FastAPI) -> None:
     @app.post("/v1/runs", status_code=201)
     async def start_run(request: Request, who: Owner, body: RunRequest) -> dict[str, Any]:
         run = await service_of(request).start_run(who, body.task, body.file_ids, body.thread_id, body.protocol)
@@ -162,8 +185,6 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
         return StreamingResponse(_sse(service.events(who, run_id, after)), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    _thread_routes(app)
-
 
 def _thread_routes(app: FastAPI) -> None:
     @app.get("/v1/threads")
@@ -175,7 +196,14 @@ def _thread_routes(app: FastAPI) -> None:
     async def get_thread(request: Request, who: Owner, thread_id: str) -> dict[str, Any]:
         service = service_of(request)
         thread = service.thread(who, thread_id)
-        return {**public(thread), "runs": [public(r) for r in service.thread_runs(thread)]}
+        runtime = service.runtimes.get(thread_id)
+        kernel = "live" if runtime is not None and runtime.live else "stopped"
+        return {**public(thread), "kernel": kernel, "runs": [public(r) for r in service.thread_runs(thread)]}
+
+    @app.delete("/v1/threads/{thread_id}")
+    async def delete_thread(request: Request, who: Owner, thread_id: str) -> dict[str, Any]:
+        await service_of(request).delete_thread(who, thread_id)
+        return {"id": thread_id, "object": "thread", "deleted": True}
 
     @app.get("/v1/threads/{thread_id}/notebook")
     async def notebook(request: Request, who: Owner, thread_id: str) -> FileResponse:
@@ -191,9 +219,9 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.get("/v1/threads/{thread_id}/notebook/html")
     async def notebook_html(request: Request, who: Owner, thread_id: str) -> HTMLResponse:
-        import asyncio
-
-        from ..notebook.html import render_html
+        from ..notebook.html import (
+            render_html,  # nbconvert is heavy: only when a report is asked for
+        )
 
         path = _notebook(request, who, thread_id)
         try:

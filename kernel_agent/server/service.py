@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ _OPEN = ("queued", "running")
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 class Service:
@@ -48,8 +49,9 @@ class Service:
         self.logs: dict[str, RunLog] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Future[None]] = set()
 
-    async def __aenter__(self) -> "Service":
+    async def __aenter__(self) -> Service:
         await asyncio.to_thread(self.recover)
         self._reaper = asyncio.create_task(self._reap_idle())
         return self
@@ -67,6 +69,7 @@ class Service:
         for task in list(self.tasks.values()):
             task.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await asyncio.gather(*self._closing, return_exceptions=True)
         runtimes, self.runtimes = list(self.runtimes.values()), {}
         for runtime in runtimes:
             await runtime.close()
@@ -125,13 +128,14 @@ class Service:
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
         running = sum(1 for t in self.tasks.values() if not t.done())
-        if running >= self.config.max_running:
+        if running >= self.config.max_running:  # before anything is saved: a refused request changes nothing
             raise ServiceError(f"{running} runs are running, the most this server runs at once; retry later",
                                status=429)
         runtime = await self._runtime(thread)
         if runtime.busy:
             raise ServiceError(f"thread {thread['id']} is running a run; wait for it or cancel it", status=409)
         await runtime.lock.acquire()
+        self.store.save_thread(thread)  # makes the workspace, before the kernel needs it
         run = {"id": new_id("run"), "object": "run", "owner": owner, "thread_id": thread["id"], "task": task,
                "file_ids": list(file_ids), "status": "running", "stop_reason": None, "answer": None, "error": None,
                "created_at": now(), "finished_at": None, "rounds": 0, "files": []}
@@ -139,8 +143,21 @@ class Service:
         thread.update(runs=[*thread["runs"], run["id"]], status="running", updated_at=now())
         self.store.save_thread(thread)
         run_log = self.logs[run["id"]] = RunLog(self.store.events_path(run["id"]))
-        self.tasks[run["id"]] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
+        task = self.tasks[run["id"]] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
+        task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
         return run
+
+    async def delete_thread(self, owner: str, thread_id: str) -> None:
+        """Remove a thread: its kernel, workspace, notebook, runs and their events. Raises ``ServiceError``
+        404 for an unknown thread, 409 while it runs."""
+        thread = self.thread(owner, thread_id)
+        runtime = self.runtimes.get(thread_id)
+        if runtime is not None:
+            if runtime.busy:
+                raise ServiceError(f"thread {thread_id} is running a run; cancel it first", status=409)
+            del self.runtimes[thread_id]
+            await runtime.close()
+        await asyncio.to_thread(self.store.delete_thread, thread)
 
     async def cancel(self, owner: str, run_id: str) -> Record:
         """Cancel a run: the running code is interrupted, the notebook saved. Returns the record once
@@ -164,10 +181,9 @@ class Service:
 
     # ----------------------------------------------------------------- internals
     def _new_thread(self, owner: str, task: str, protocol: str | None) -> Record:
-        thread = {"id": new_id("thread"), "object": "thread", "owner": owner, "task": task, "protocol": protocol,
-                  "status": "queued", "runs": [], "created_at": now(), "updated_at": now()}
-        self.store.save_thread(thread)
-        return thread
+        """A new thread's record, saved only when its first run starts."""
+        return {"id": new_id("thread"), "object": "thread", "owner": owner, "task": task, "protocol": protocol,
+                "status": "queued", "runs": [], "created_at": now(), "updated_at": now()}
 
     async def _runtime(self, thread: Record) -> ThreadRuntime:
         runtime = self.runtimes.get(thread["id"])
@@ -206,6 +222,7 @@ class Service:
             await self._drive(run, runtime, files, run_log)
         except asyncio.CancelledError:
             run.update(status="cancelled", stop_reason="cancelled", error="cancelled")
+            await runtime.settle()
         except KernelAgentError as exc:  # bad data file, kernel would not start: the machinery, not the code
             run.update(status="failed", error=f"{type(exc).__name__}: {exc}")
             await run_log.add({"event": "error", "message": str(exc), "error_type": type(exc).__name__,
@@ -214,9 +231,7 @@ class Service:
             log.exception("run %s failed", run["id"])
             run.update(status="failed", error=f"internal error: {type(exc).__name__}")
         finally:
-            runtime.lock.release()
-            runtime.touch()
-            await self._finish(run, thread, run_log)
+            await self._finish(run, thread, runtime, run_log)
 
     async def _drive(self, run: Record, runtime: ThreadRuntime, files: list[Record], run_log: RunLog) -> None:
         notebook = runtime.workspace / NOTEBOOK
@@ -233,21 +248,35 @@ class Service:
         async for event in stream:
             data = event_dict(event)
             await run_log.add(data)
-            _track(run, data)
+            if _track(run, data):
+                self.store.save_run(run)
             if data["event"] == "finished":
                 finished = data["run"]
                 run.update(answer=finished["answer"], stop_reason=finished["stop_reason"], error=finished["error"],
                            status="completed" if finished["stop_reason"] != "llm_error" else "failed")
 
-    async def _finish(self, run: Record, thread: Record, run_log: RunLog) -> None:
+    async def _finish(self, run: Record, thread: Record, runtime: ThreadRuntime, run_log: RunLog) -> None:
+        # Records first, then the thread is free, then the closing event: a client that sees
+        # ``finished`` and asks a follow-up at once finds the thread free and its records final.
+        # Record writes stay on the event loop (small, atomic), so no two of them interleave.
         run["finished_at"] = now()
+        self.store.save_run(run)
+        self._set_thread_status(thread["id"], run["status"])
+        self.tasks.pop(run["id"], None)
+        runtime.touch()
+        runtime.lock.release()
         if not run_log.events or run_log.events[-1].get("event") != "finished":
             await run_log.add(_finished_event(run, run_log.events))
-        await asyncio.to_thread(self.store.save_run, run)
         await run_log.end()
-        self.tasks.pop(run["id"], None)
         self.logs.pop(run["id"], None)
-        await asyncio.to_thread(self._set_thread_status, thread["id"], run["status"])
+
+    def _never_started(self, run: Record, thread: Record, runtime: ThreadRuntime, run_log: RunLog) -> None:
+        """A task cancelled before its first step never runs its ``finally``: close the run here."""
+        if run["id"] in self.tasks:  # ``_finish`` removes it
+            run.update(status="cancelled", stop_reason="cancelled", error="cancelled before it started")
+            closing = asyncio.ensure_future(self._finish(run, thread, runtime, run_log))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     def _set_thread_status(self, thread_id: str, status: str) -> None:
         thread = self.store.thread(thread_id)
@@ -256,15 +285,17 @@ class Service:
             self.store.save_thread(thread)
 
 
-def _track(run: Record, event: dict[str, Any]) -> None:
-    """Keep the run record's progress (rounds, generated files) up to date from its events."""
+def _track(run: Record, event: dict[str, Any]) -> bool:
+    """Keep the run record's progress (rounds, generated files) up to date; True after a round."""
     if event["event"] == "round_finished":
         run["rounds"] += 1
-    elif event["event"] == "execution_finished":
+        return True
+    if event["event"] == "execution_finished":
         known = {f["name"] for f in run["files"]}
         for artifact in event.get("artifacts", []):
             if artifact["path"] not in known:
                 run["files"].append({"name": artifact["path"], "size": artifact["size"]})
+    return False
 
 
 def _finished_event(run: Record, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -275,8 +306,6 @@ def _finished_event(run: Record, events: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def _append_sync(run_log: RunLog, event: dict[str, Any]) -> None:
-    import json
-
     with run_log.path.open("a", encoding="utf-8") as out:
         out.write(json.dumps(event) + "\n")
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,13 @@ class Store:
 
     def threads(self) -> list[Record]:
         return _all(self.root / "threads", "thread.json")
+
+    def delete_thread(self, record: Record) -> None:
+        """Remove the thread's record first (then it is gone for every reader), then its runs and files."""
+        (self.thread_dir(record["id"]) / "thread.json").unlink(missing_ok=True)
+        for run_id in record.get("runs", []):
+            shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
+        shutil.rmtree(self.thread_dir(record["id"]), ignore_errors=True)
 
     def save_run(self, record: Record) -> None:
         folder = self.run_dir(record["id"])

@@ -10,6 +10,7 @@ disk as they come and handed to any number of SSE readers). No HTTP here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.loop import AsyncAgent
+from ..errors import KernelError
 from ..events import Event, ExecutionFinished
 from ..kernel.session import AsyncKernelSession
 
@@ -27,10 +29,12 @@ log = logging.getLogger(__name__)
 
 
 def event_dict(event: Event) -> dict[str, Any]:
-    """``event.to_dict()``, with an execution's nbformat outputs added (the page draws them)."""
+    """``event.to_dict()``, with an execution's nbformat outputs added (the page draws them) and
+    ``text``, the output as the model was shown it (the chat transcript's ``<Execute>`` block)."""
     out = event.to_dict()
     if isinstance(event, ExecutionFinished):
         out["result"]["outputs"] = [dict(o) for o in event.result.outputs]
+        out["result"]["text"] = event.result.to_llm_text()
     return out
 
 
@@ -38,7 +42,7 @@ class _Lease:
     """What the agent's ``async with session_factory(workspace)`` gets: the thread's kernel,
     started on first use and left running on exit (the thread owns it, not the run)."""
 
-    def __init__(self, runtime: "ThreadRuntime") -> None:
+    def __init__(self, runtime: ThreadRuntime) -> None:
         self.runtime = runtime
 
     async def __aenter__(self) -> AsyncKernelSession:
@@ -84,6 +88,22 @@ class ThreadRuntime:
             self._session = session
         self.touch()
         return self._session
+
+    async def settle(self, attempts: int = 3, wait: float = 1.0) -> None:
+        """After a cancel: make sure the kernel is idle. An interrupt that lands before the cell has
+        started is lost (the code would run on unseen), so probe, interrupt again while the probe
+        waits, and shut the kernel down when it never answers (a follow-up rebuilds it)."""
+        if self._session is None:
+            return
+        for _attempt in range(attempts):
+            try:
+                await self._session.evaluate({}, timeout=wait)
+                return
+            except KernelError:
+                with contextlib.suppress(KernelError):
+                    await self._session.interrupt()
+        log.warning("thread %s: the kernel ignored interrupts after a cancel; shutting it down", self.thread_id)
+        await self.stop_kernel()
 
     async def stop_kernel(self) -> None:
         """Shut the kernel down (the thread lives on: a follow-up rebuilds it). Idempotent."""

@@ -1,0 +1,99 @@
+"""The DeepAnalyze-compatible surface through the real ``openai`` SDK: files, chat completions (plain and
+streamed), a two-turn thread whose second turn uses a variable of the first, generated files to download."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from openai_server import OpenAIServer, Reply, python_call
+from service_server import ServiceServer
+
+KEY = "compat-key"
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
+    with ServiceServer(tmp_path_factory.mktemp("compat"), model.base_url, keys={KEY}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(server: ServiceServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120) as sdk:
+        yield sdk
+
+
+def test_files_api_works_with_the_sdk(client: openai.OpenAI) -> None:
+    created = client.files.create(file=("sales.csv", b"region,amount\nnorth,3\nsouth,5\n"), purpose="assistants")
+    assert created.filename == "sales.csv" and created.bytes == 30 and created.id.startswith("file-")
+    assert client.files.retrieve(created.id).filename == "sales.csv"
+    assert created.id in [f.id for f in client.files.list()]
+    assert client.files.content(created.id).read() == b"region,amount\nnorth,3\nsouth,5\n"
+    assert client.files.delete(created.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(created.id)
+
+
+def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
+    client: openai.OpenAI, model: OpenAIServer, server: ServiceServer
+) -> None:
+    data = client.files.create(file=("sales.csv", b"region,amount\nnorth,3\nsouth,5\n"), purpose="assistants")
+    code = "frame = pd.read_csv(data.sales)\ntotal = int(frame.amount.sum())\nframe.to_csv('summary.csv')\nprint(total)"
+    model.add(Reply("Read and sum.", tool_calls=(python_call(code),)), Reply("The total is 8."))
+    first = client.chat.completions.create(
+        model="DeepAnalyze-8B", messages=[{"role": "user", "content": "Total amount?", "file_ids": [data.id]}],
+    )
+    message = first.choices[0].message
+    assert message.content.index("<Code>") < message.content.index("<Execute>\n8") < message.content.index("<Answer>")
+    assert "The total is 8." in message.content
+    extra = first.model_extra or {}
+    thread_id = extra["thread_id"]
+    assert (message.model_extra or {})["thread_id"] == thread_id
+    [generated] = extra["generated_files"]
+    assert generated["name"] == "summary.csv"
+    download = httpx.get(generated["url"], headers={"Authorization": f"Bearer {KEY}"})
+    assert download.status_code == 200 and "north" in download.text
+
+    model.add(Reply("Double.", tool_calls=(python_call("print(total * 2)"),)), Reply("Doubled: 16."))
+    stream = client.chat.completions.create(
+        model="DeepAnalyze-8B", stream=True,
+        messages=[{"role": "user", "content": "Total amount?"}, {"role": "assistant", "content": message.content},
+                  {"role": "user", "content": "Double it", "thread_id": thread_id}],
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "<Execute>\n16" in text and "Doubled: 16." in text
+    assert (chunks[0].choices[0].delta.model_extra or {})["thread_id"] == thread_id
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert (chunks[-1].model_extra or {})["generated_files"] == []
+    execute = [c for c in chunks if c.choices and "<Execute>" in (c.choices[0].delta.content or "")]
+    assert len(execute) == 1 and "</Execute>" in execute[0].choices[0].delta.content  # one whole block
+
+
+def test_deepanalyze_protocol_streams_the_models_own_tags(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> None:
+    with ServiceServer(tmp_path_factory.mktemp("da"), model.base_url, keys={KEY}, agent={"protocol": "deepanalyze"}) as running:
+        model.add(Reply("<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n", stop_reason="</Code>"),
+                  Reply("<Answer>It is 42.</Answer>"))
+        with openai.OpenAI(base_url=running.url + "/v1", api_key=KEY, max_retries=0) as sdk:
+            reply = sdk.chat.completions.create(model="DeepAnalyze-8B", messages=[{"role": "user", "content": "6*7?"}])
+    assert reply.choices[0].message.content == (
+        "<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n</Code>\n<Execute>\n42\n</Execute>\n<Answer>It is 42.</Answer>"
+    )
+
+
+def test_bad_chat_requests_get_clear_errors(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x", "thread_id": "thread-nope"}])
+    with pytest.raises(openai.UnprocessableEntityError):
+        client.chat.completions.create(model="m", messages=[{"role": "system", "content": "only a system message"}])
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0).models.list()

@@ -1,0 +1,60 @@
+"""The service's limits over real HTTP: the cap on runs at once (429, said plainly), and an idle thread's
+kernel shut down after its TTL, the thread going on afterwards from its notebook."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from openai_server import OpenAIServer, Reply, python_call
+from service_server import ServiceServer
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def client(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    data = tmp_path_factory.mktemp("limits")
+    with ServiceServer(data, model.base_url, max_running=1, idle_ttl=1.0) as server, \
+            httpx.Client(base_url=server.url, timeout=60) as http:  # keys=None: auth off, one owner
+        yield http
+
+
+def finish(client: httpx.Client, run_id: str) -> None:
+    with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
+        for _line in response.iter_lines():
+            pass
+
+
+def test_runs_over_the_cap_get_429_and_nothing_changes(client: httpx.Client, model: OpenAIServer) -> None:
+    model.add(Reply("slow", pause=60))
+    first = client.post("/v1/runs", json={"task": "Slow one"}).json()
+    threads = client.get("/v1/threads").json()["threads"]
+    refused = client.post("/v1/runs", json={"task": "One too many"})
+    assert refused.status_code == 429 and "1 runs are running" in refused.json()["detail"]
+    assert len(client.get("/v1/threads").json()["threads"]) == len(threads)  # no thread made for it
+    deadline = time.monotonic() + 30
+    while model.remaining and time.monotonic() < deadline:  # cancel while it waits on the model
+        time.sleep(0.05)
+    assert client.post(f"/v1/runs/{first['id']}/cancel").json()["status"] == "cancelled"
+
+
+def test_an_idle_kernel_is_shut_down_and_the_thread_goes_on(client: httpx.Client, model: OpenAIServer) -> None:
+    model.add(Reply("Set.", tool_calls=(python_call("kept = 5"),)), Reply("Set."))
+    run = client.post("/v1/runs", json={"task": "Set kept"}).json()
+    finish(client, run["id"])
+    deadline = time.monotonic() + 30
+    while client.get(f"/v1/threads/{run['thread_id']}").json()["kernel"] == "live":
+        assert time.monotonic() < deadline, "the idle kernel was never shut down"
+        time.sleep(0.2)
+    model.add(Reply("Use.", tool_calls=(python_call("print(kept * 2)"),)), Reply("10."))
+    more = client.post("/v1/runs", json={"task": "Double", "thread_id": run["thread_id"]}).json()
+    finish(client, more["id"])
+    record = client.get(f"/v1/runs/{more['id']}").json()
+    assert record["status"] == "completed" and record["answer"] == "10."
