@@ -151,10 +151,7 @@ class AsyncAgent:
 
     def new_session(self, workspace: Path) -> AsyncKernelSession:
         """A kernel session as this agent's runs get one by default (not started): local, or on the gateway."""
-        gateway = self.config.gateway()
-        where: dict[str, Any] = {"gateway": gateway} if gateway else {"limits": self.config.limits()}
-        options = {"rebuild": self.config.rebuild, **where, **self._session_options}
-        return AsyncKernelSession(workspace, **options)
+        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options})
 
     async def close(self) -> None:
         """Release the model client. Idempotent."""

@@ -461,10 +461,12 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
     mcp_options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data), timeout=timeout,
                          transport="http" if transport == "http" else "stdio", host=host, port=port)
     with _edge():
-        limits = AgentConfig.resolve(**_kernel_arguments(options)).limits()
-        if limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
+        # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
+        kernel_options = AgentConfig.resolve(**_kernel_arguments(options)).kernel_options()
+        limits = kernel_options.get("limits")
+        if limits is not None and limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
-        serve(mcp_options, functools.partial(AsyncKernelSession, limits=limits))
+        serve(mcp_options, functools.partial(AsyncKernelSession, **kernel_options))
 
 
 @cli.group()
