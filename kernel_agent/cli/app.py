@@ -411,10 +411,11 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 @click.option("--max-live-kernels", type=click.IntRange(min=1), default=8, show_default=True, help="Thread kernels kept alive at once (the idlest is shut down).")
 @click.option("--idle-ttl", type=click.FloatRange(min=0, min_open=True), default=1800, show_default=True, metavar="S", help="Seconds before an idle thread's kernel is shut down (a follow-up rebuilds it).")
 @click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=100, show_default=True, metavar="MB", help="Largest upload accepted.")
+@click.option("--pool", "pool_size", type=click.IntRange(min=0), default=0, show_default=True, metavar="N", help="Keep N warm kernels for new threads (0: off); they count toward --max-live-kernels.")
 @_model_options
 @_kernel_options
 def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: bool, max_running: int,
-          max_live_kernels: int, idle_ttl: float, max_upload_mb: float, **options: Any) -> None:
+          max_live_kernels: int, idle_ttl: float, max_upload_mb: float, pool_size: int, **options: Any) -> None:
     """Serve the agent over HTTP: the web page at /, the native runs API and a DeepAnalyze/OpenAI-compatible
     /v1/chat/completions, with a live kernel per thread. Clients send ``Authorization: Bearer KEY``."""
     from ..server.config import ServerConfig, check_host, load_keys
@@ -429,6 +430,7 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
             Path(data_dir), keys=frozenset() if no_auth else load_keys(keys_file), auth=not no_auth,
             agent={k: v for k, v in arguments.items() if v is not None}, max_running=max_running,
             max_threads_live=max_live_kernels, idle_ttl=idle_ttl, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+            pool_size=pool_size,
         )
         run_server(config, host, port)
 
