@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
 
-.PHONY: demo test bench install clean chromium bubblewrap
+.PHONY: demo demo-plan test bench install clean chromium bubblewrap
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ bubblewrap:
 
 demo: $(STAMP) bubblewrap
 	$(BIN)/kernel-agent demo
+
+# Plan mode on the same data: the task as a DAG of nodes, notebook + report in notebooks/demo-plan*.
+demo-plan: $(STAMP) bubblewrap
+	$(BIN)/kernel-agent plan --demo
 
 # Debian's chromium for the browser tests: installed with apt-get when we are root, else a clear failure.
 chromium:

@@ -28,7 +28,7 @@ import pandas as pd
 from deepanalyze import execute as run_in_subprocess
 from report import Row
 
-from kernel_agent.agent.loop import AsyncAgent
+from kernel_agent.agent.loop import AsyncAgent, SessionFactory
 from kernel_agent.events import ExecutionFinished, RunFinished
 from kernel_agent.model.scripted import ScriptedChatModel
 
@@ -84,9 +84,14 @@ def _make_csv(path: Path, rows: int) -> None:
     frame.to_csv(path, index=False)
 
 
-async def _through_agent(csv: Path, workspace: Path) -> tuple[float, list[float], list[str]]:
+async def _through_agent(
+    csv: Path, workspace: Path, session_factory: SessionFactory | None = None
+) -> tuple[float, list[float], list[str]]:
+    """The scripted run (its kernel from ``session_factory``, default a fresh one): wall time,
+    each execution's own duration, what each printed."""
     replies = [f"<Code>\n{code}\n</Code>" for code in _rounds()] + ["<Answer>done</Answer>"]
-    agent = AsyncAgent(protocol="tags", chat_model=ScriptedChatModel(replies), exec_timeout=600, max_rounds=20)
+    agent = AsyncAgent(protocol="tags", chat_model=ScriptedChatModel(replies), exec_timeout=600, max_rounds=20,
+                       session_factory=session_factory)
     started = time.perf_counter()
     per_round, outputs = [], []
     async with agent:

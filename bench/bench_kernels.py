@@ -12,6 +12,12 @@
 * ``concurrent``: 16 sandboxed sessions started at once on this machine,
   each running 20 small executes; all must finish with their state intact;
   per-execute latency p50/p95 (information; ``run.py`` checks nothing leaked).
+* ``analysis``: ``bench_agent``'s scripted 10-round analysis of a ~50 MB CSV
+  on a kernel from a warm ``KernelPool`` (full before the run starts, as
+  between two runs): the whole run (acquire, data file in, setup cell, ten
+  rounds, notebook) vs the sum of its ten executions (target ≤ 1.1×), and vs
+  a fresh ``python file.py`` per round (``deepanalyze.py``), both sides'
+  printed results checked against each other.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_agent import _make_csv, _same, _through_agent, _through_subprocesses
 from report import Row, median, p95
 
 from kernel_agent.kernel.pool import KernelPool
@@ -141,4 +148,33 @@ async def _concurrent(count: int) -> list[Row]:
     ]
 
 
-PARTS = {"pool": pool, "gateway": gateway, "concurrent": concurrent}
+# ------------------------------------------------------------------ analysis
+def analysis(quick: bool) -> list[Row]:
+    """The 10-round analysis from a warm pool vs its executions alone and vs a process per round."""
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-warm-"))
+    try:
+        csv = scratch / "big.csv"
+        _make_csv(csv, 60_000 if quick else 930_000)  # ~50 MB in full
+        size_mb = csv.stat().st_size / 1e6
+        (scratch / "sub").mkdir()
+        shutil.copy(csv, scratch / "sub" / "big.csv")
+        total, rounds, outputs = asyncio.run(_warm_run(csv, scratch / "agent"))
+        theirs_total, _, theirs_outputs = _through_subprocesses(scratch / "sub")
+        _same(outputs, theirs_outputs)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    n = len(rounds)
+    return [
+        Row(f"{n}-round analysis of a {size_mb:.0f} MB CSV from a warm pool: whole run vs its {n} executions",
+            total, sum(rounds), max_ratio=1.1),
+        Row("  ↳ whole run from a warm pool vs a fresh process per round", total, theirs_total),
+    ]
+
+
+async def _warm_run(csv: Path, workspace: Path) -> tuple[float, list[float], list[str]]:
+    async with KernelPool(size=1) as kernels:
+        await kernels.wait_ready()
+        return await _through_agent(csv, workspace, kernels.acquire)
+
+
+PARTS = {"pool": pool, "gateway": gateway, "concurrent": concurrent, "analysis": analysis}

@@ -116,3 +116,10 @@ def load_ipython_extension(ipython: Any) -> None:
     from .magic import load_ipython_extension as load
 
     load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext kernel_agent``: shut the magic's warm kernel down."""
+    from .magic import unload_ipython_extension as unload
+
+    unload(ipython)

@@ -31,12 +31,13 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .errors import KernelAgentError
+from .magic_kernels import WarmKernels
 from .magic_share import check_names, share_variables
 from .magic_view import CellView
 from .redact import read_secret
 from .run import Run
 
-__all__ = ["AgentMagics", "load_ipython_extension"]
+__all__ = ["AgentMagics", "load_ipython_extension", "unload_ipython_extension"]
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -44,9 +45,23 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(AgentMagics)
 
 
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext kernel_agent``: shut the warm kernel down (the magic stays registered, as IPython's do)."""
+    magics = ipython.magics_manager.registry.get(AgentMagics.__name__)
+    if magics is not None:
+        magics.warm.close()
+
+
 @magics_class
 class AgentMagics(Magics):
-    """``%%agent``: the cell body is the task; the rounds render live in the cell's output."""
+    """``%%agent``: the cell body is the task; the rounds render live in the cell's output.
+
+    ``warm`` keeps one kernel started ahead for the next cell (``magic_kernels``).
+    """
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell, **kwargs)
+        self.warm = WarmKernels()
 
     @magic_arguments()
     @argument("--model", "-m", help="model name [env: KERNEL_AGENT_MODEL]")
@@ -91,21 +106,20 @@ class AgentMagics(Magics):
         self.shell.user_ns["_agent_run"] = run
 
     def _run(self, args: Any, task: str, view: CellView) -> Run | None:
-        from .agent.sync import Agent
         from .kernel.workspace import default_workspace
 
         options, data = _agent_options(args)
         names = [name.strip() for group in args.share for name in group.split(",") if name.strip()]
         check_names(self.shell.user_ns, names)
         workspace = Path(args.workspace) if args.workspace else default_workspace(task)
-        with Agent(**options) as agent, _kept_only_if_started(workspace, args.out) as started:
+        with self.warm.agent(options) as stream, _kept_only_if_started(workspace, args.out) as started:
             shared = share_variables(self.shell.user_ns, names, workspace) if names else None
             if shared is not None:
                 data, task = [*data, *shared.files], f"{task}\n\n{shared.note}"
-            view.starting_kernel()
+            view.starting_kernel(warm=self.warm.pool is not None and self.warm.pool.ready > 0)
             final = None
             try:
-                for event in agent.stream(task, data, workspace, args.out, setup=shared.code if shared else ""):
+                for event in stream(task, data, workspace, args.out, setup=shared.code if shared else ""):
                     if event.kind == "run_started":
                         started.append(event.notebook_path)  # type: ignore[union-attr]
                     elif event.kind == "finished":

@@ -59,8 +59,10 @@ class CellView:
         """Say at once that something happens (imports and the kernel start take seconds)."""
         self._header = display(_markdown("*kernel-agent: starting…*"), raw=True, display_id=True)
 
-    def starting_kernel(self) -> None:
-        self._header.update(_markdown("*kernel-agent: starting the agent's own kernel…*"), raw=True)
+    def starting_kernel(self, warm: bool = False) -> None:
+        """Say whether the agent's own kernel starts now or was started ahead (``warm``)."""
+        text = "taking the warm kernel started ahead…" if warm else "starting the agent's own kernel…"
+        self._header.update(_markdown(f"*kernel-agent: {text}*"), raw=True)
 
     def failed(self) -> None:
         """The invocation failed before the run started: drop the "starting…" line."""

@@ -38,4 +38,5 @@ def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Interacti
     ipython = InteractiveShell.instance(config=config)
     ipython.run_line_magic("load_ext", "kernel_agent")
     yield ipython
+    ipython.run_line_magic("unload_ext", "kernel_agent")  # shuts the magic's warm kernel down
     InteractiveShell.clear_instance()

@@ -247,6 +247,25 @@ def test_npy_summary(tmp_path: Path) -> None:
     assert "shape (0,)" in summarize(tmp_path / "e.npy")
 
 
+def test_mat_summary_lists_variables_with_scipy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import scipy.io
+
+    scipy.io.savemat(tmp_path / "m.mat", {"signal": np.arange(6.0).reshape(2, 3), "label": "run one",
+                                          **{f"v{i:02d}": np.array([i]) for i in range(22)}})
+    text = summarize(tmp_path / "m.mat")
+    assert text.startswith("MATLAB file") and "Header: MATLAB 5.0 MAT-file" in text
+    assert "24 variables" in text and "- `signal`: double 2 x 3 · min 0 · max 5 · mean 2.5" in text
+    assert "- `label`: char 1\n" in text and "- ... and 4 more" in text  # 20 listed of 24
+    hdf5 = tmp_path / "new.mat"  # a v7.3 header: version 0x0200, then HDF5 (which scipy cannot read)
+    hdf5.write_bytes(b"MATLAB 7.3 MAT-file".ljust(116) + b"\0" * 8 + b"\x00\x02IM" + b"\0" * 512)
+    assert "v7.3 (HDF5)" in summarize(hdf5)
+    broken = write(tmp_path / "broken.mat", "MATLAB 5.0 MAT-file but then nothing sensible at all")
+    with pytest.raises(DataFileError, match="broken.mat as mat"):
+        summarize(broken)
+    monkeypatch.setitem(sys.modules, "scipy.io", None)  # as if scipy were not installed
+    assert "scipy is not installed" in summarize(tmp_path / "m.mat")
+
+
 def test_text_binary_and_other_files(tmp_path: Path) -> None:
     text = summarize(write(tmp_path / "notes.txt", "".join(f"line {n}\n" for n in range(50))))
     assert "50 line(s)" in text and "line 7" in text and "line 8" not in text

@@ -15,6 +15,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
+from leaks import our_kernel_pids
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent.notebook.replay import replay
@@ -157,3 +158,28 @@ def test_key_file_and_disk_quota_flags_reach_the_agent_options(tmp_path: Path) -
     assert (options["api_key"], options["disk_quota_mb"]) == ("sk-magic-key-123456", 64)
     with pytest.raises(UsageError, match="one way"):
         _agent_options(parse_argstring(AgentMagics.agent, f"--api-key x --api-key-file {key_file}"))
+
+
+@pytest.mark.kernel
+def test_the_second_cell_takes_the_warm_kernel_and_unload_leaves_no_kernel(
+    shell: InteractiveShell, openai_server: OpenAIServer
+) -> None:
+    for answer in ("first", "second"):
+        openai_server.add(Reply("Set.", tool_calls=(python_call(f"value = {answer!r}\nprint(value)"),)))
+        openai_server.add(Reply(f"The {answer} answer."))
+    line = f"--model m --base-url {openai_server.base_url}"
+    shell.run_cell_magic("agent", f"{line} -w one", "First task.")
+    warm = shell.magics_manager.registry["AgentMagics"].warm
+    assert (warm.pool.served_cold, warm.pool.served_warm) == (1, 0)
+    warm.wait_ready()  # the spare started in the background after the first cell took its kernel
+    assert warm.pool.ready == 1 and len(our_kernel_pids()) >= 1
+
+    with capture_output() as captured:
+        shell.run_cell_magic("agent", f"{line} -w two", "Second task.")
+
+    assert (warm.pool.served_cold, warm.pool.served_warm) == (1, 1)
+    assert "taking the warm kernel started ahead" in rendered(captured.outputs, "text/markdown")
+    run = shell.user_ns["_agent_run"]
+    assert run.answer == "The second answer." and "second" in run.rounds[0].result.stdout
+    shell.run_line_magic("unload_ext", "kernel_agent")
+    assert our_kernel_pids() == [] and warm.pool is None

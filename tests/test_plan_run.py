@@ -75,7 +75,7 @@ def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Pa
     state = PlanState.load(state_path(notebook))
     assert state.results["stats"].failures == ("NameError: name 'undefined_name' is not defined",
                                                "ZeroDivisionError: division by zero")
-    assert state.results["broken"].failures[-1] == "the reply had no ```python code block"
+    assert state.results["broken"].failures[-1] == "the reply had no code"
     probe, load = state.results["load"].cells
     assert probe.probe and probe.outputs[0]["text"] == "42\n" and not load.probe
     assert state.results["plot"].analysis.startswith("The line wanders")

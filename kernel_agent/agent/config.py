@@ -171,6 +171,12 @@ class AgentConfig:
             return None
         return GatewaySettings(self.gateway_url, self.gateway_token, kernel_name=self.gateway_kernel)
 
+    def kernel_options(self) -> dict[str, Any]:
+        """``AsyncKernelSession`` keyword arguments (besides its folder) for this config's kernels:
+        on the gateway, or local with ``limits()``. Raises ``ConfigError`` as ``gateway``/``limits`` do."""
+        gateway = self.gateway()
+        return {"rebuild": self.rebuild, **({"gateway": gateway} if gateway else {"limits": self.limits()})}
+
     def limits(self) -> Limits:
         """The kernel's confinement from ``sandbox``, ``network``, ``memory_mb`` (None: the default)
         and ``disk_quota_mb`` (which caps each file, ``max_file_mb``)."""

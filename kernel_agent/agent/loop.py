@@ -151,10 +151,7 @@ class AsyncAgent:
 
     def new_session(self, workspace: Path) -> AsyncKernelSession:
         """A kernel session as this agent's runs get one by default (not started): local, or on the gateway."""
-        gateway = self.config.gateway()
-        where: dict[str, Any] = {"gateway": gateway} if gateway else {"limits": self.config.limits()}
-        options = {"rebuild": self.config.rebuild, **where, **self._session_options}
-        return AsyncKernelSession(workspace, **options)
+        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options})
 
     async def close(self) -> None:
         """Release the model client. Idempotent."""
@@ -288,7 +285,8 @@ class AsyncAgent:
 
         options = options or PlanOptions(exec_timeout=self.config.exec_timeout)
         async for event in stream_plan(self.chat_model, self._session_factory, task, data, workspace, notebook,
-                                       options=options, resume=resume, preload=self.config.preload):
+                                       options=options, resume=resume, preload=self.config.preload,
+                                       protocol=self._protocol()):
             yield event
 
     # ----------------------------------------------------------------- the loop
@@ -316,12 +314,15 @@ class AsyncAgent:
         self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> tuple[Protocol, list[dict[str, Any]]]:
         """The protocol and the opening messages that describe the task and the kernel."""
+        protocol = self._protocol()
+        return protocol, protocol.initial_messages(await self._context(session, task, names, files))
+
+    def _protocol(self) -> Protocol:
         config = self.config
-        protocol = get_protocol(
+        return get_protocol(
             config.protocol, vision=config.vision, data_format=config.data_format,
             vllm_extras=config.vllm_extras, max_new_tokens=config.max_new_tokens,
         )
-        return protocol, protocol.initial_messages(await self._context(session, task, names, files))
 
     async def _context(
         self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None

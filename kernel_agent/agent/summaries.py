@@ -3,7 +3,8 @@
 Owns knowing the formats (the ``Kind`` a suffix names) and turning one file
 into bounded markdown for the prompt: a table's shape, dtypes, date columns
 stored as text (with their day/month order, ``dates.py``), missing values
-and first rows, a JSON outline, an array's shape, a text's first lines. Cheap
+and first rows, a JSON outline, an array's shape, a MATLAB file's variables
+(via scipy when installed), a text's first lines. Cheap
 even for big files: they are sampled and their rows counted by streaming.
 Does not own checking input paths, copying them into the workspace or the
 prompt's ``# Data`` section: see ``data.py``, whose ``summarize`` checks a
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # imported where used: importing this module stays cheap for 
 
 __all__ = ["MAX_COLUMNS", "MAX_SUMMARY_CHARS", "Kind", "describe", "file_kind", "human_size"]
 
-Kind = Literal["csv", "tsv", "excel", "parquet", "json", "npy", "text", "other"]
+Kind = Literal["csv", "tsv", "excel", "parquet", "json", "npy", "mat", "text", "other"]
 
 MAX_SUMMARY_CHARS = 3_000  # per file
 MAX_COLUMNS = 30  # columns listed with their dtypes
@@ -47,13 +48,14 @@ MAX_PARSED_COLUMNS = 1_000  # a 100k-column header is read this far (pandas is s
 MAX_UNPACKED_BYTES = 100_000_000  # an xlsx that unpacks to more is a bomb, or too big to sample cheaply
 MAX_SHEETS = 3
 TEXT_LINES = 8
+MAX_MAT_VARIABLES = 20
 
 _SUFFIX_KINDS: dict[str, Kind] = {
     ".csv": "csv", ".tsv": "tsv", ".tab": "tsv",
     ".xlsx": "excel", ".xlsm": "excel", ".xls": "excel",
     ".parquet": "parquet", ".pq": "parquet",
     ".json": "json", ".jsonl": "json", ".ndjson": "json", ".geojson": "json",
-    ".npy": "npy",
+    ".npy": "npy", ".mat": "mat",
     ".txt": "text", ".md": "text", ".log": "text", ".rst": "text", ".yaml": "text",
     ".yml": "text", ".xml": "text", ".html": "text", ".toml": "text", ".ini": "text",
 }  # fmt: skip
@@ -238,6 +240,43 @@ def _npy(path: Path, size: int) -> str:
     return "\n".join(lines)
 
 
+def _mat(path: Path, size: int) -> str:
+    lines = [f"MATLAB file · {human_size(size)}"]
+    # v5 and v7.3 files open with a 116-byte text header; v4 files have none.
+    header = head(path, 116).split(b"\x00")[0].decode("latin-1").strip()
+    if header.startswith("MATLAB"):
+        lines.append(f"Header: {_one_line(header)}")
+    try:
+        import scipy.io
+        from scipy.io.matlab import MatReadError
+    except ImportError:
+        return "\n".join([*lines, "Variables not listed: scipy is not installed (scipy.io.loadmat reads .mat)."])
+    try:
+        variables = scipy.io.whosmat(str(path))
+        names = [name for name, _, _ in variables[:MAX_MAT_VARIABLES]]
+        # Small files are read for their numbers; big ones are only listed (whosmat reads headers).
+        values = scipy.io.loadmat(str(path), variable_names=names) if size <= FULL_READ_BYTES and names else {}
+    except NotImplementedError:  # scipy reads up to v7.2; v7.3 files are HDF5
+        return "\n".join([*lines, "MATLAB v7.3 (HDF5) file: read it with h5py; scipy.io.loadmat cannot."])
+    except MatReadError as exc:
+        raise ValueError(str(exc)) from exc
+    lines.append(f"{len(variables)} {_plural(len(variables), 'variable')}; load with `scipy.io.loadmat(path)`:")
+    for name, shape, kind in variables[:MAX_MAT_VARIABLES]:
+        lines.append(f"- `{name}`: {kind} {' x '.join(map(str, shape))}{_mat_stats(values.get(name))}")
+    if len(variables) > MAX_MAT_VARIABLES:
+        lines.append(f"- ... and {len(variables) - MAX_MAT_VARIABLES} more")
+    return "\n".join(lines)
+
+
+def _mat_stats(value: Any) -> str:
+    import numpy as np
+
+    if not isinstance(value, np.ndarray) or not np.issubdtype(value.dtype, np.number):
+        return ""
+    stats = _array_stats(value.astype(float, copy=False)) if not np.iscomplexobj(value) else []
+    return f" · {stats[0]}" if stats else ""
+
+
 def _array_stats(array: np.ndarray) -> list[str]:
     import numpy as np
 
@@ -276,7 +315,7 @@ def _preview(path: Path) -> str:
 
 _SUMMARIZERS: dict[Kind, Callable[[Path, int], str]] = {
     "csv": _csv, "tsv": _tsv, "excel": _excel, "parquet": _parquet,
-    "json": _json, "npy": _npy, "text": _plain, "other": _plain,
+    "json": _json, "npy": _npy, "mat": _mat, "text": _plain, "other": _plain,
 }  # fmt: skip
 
 

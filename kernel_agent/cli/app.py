@@ -247,20 +247,30 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
 @click.option("--resume", metavar="PLAN.ipynb", help="Finish an interrupted plan run: done tasks are kept (their cells re-run), the rest run.")
 @click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>; with --resume, the notebook's folder].")
 @click.option("--out", "-o", metavar="PLAN.ipynb", help="Where the notebook goes [default: WORKSPACE/plan.ipynb]; the report and state go beside it.")
+@click.option("--demo", is_flag=True, help="Plan the bundled task on the bundled sales data (scripted replies when no model is configured) into notebooks/demo-plan*.")
 @_output_options
 def plan(task: str | None, data: tuple[str, ...], max_depth: int, node_budget: int, max_fix_attempts: int,
-         resume: str | None, workspace: str | None, out: str | None, quiet: bool, as_json: bool, **options: Any) -> None:
+         resume: str | None, workspace: str | None, out: str | None, demo: bool, quiet: bool, as_json: bool,
+         **options: Any) -> None:
     """Plan mode: the model designs the analysis as a task DAG, each task runs in one live kernel
     (later tasks use earlier tasks' variables), failures get fixes, and a report grows as figures appear.
 
     \b
     Exit codes: 0 every task completed, 1 some failed or were skipped, 2 usage error.
     """
-    if (task is None) == (resume is None):
+    if demo and (task is not None or resume is not None or data):
+        raise click.UsageError("--demo plans the bundled task on the bundled data: give no TASK, --data or --resume")
+    if not demo and (task is None) == (resume is None):
         raise click.UsageError("give a TASK, or --resume PLAN.ipynb (not both)")
     if quiet and as_json:
         raise click.UsageError("--quiet and --json cannot be used together")
     arguments = _agent_arguments(options, task)
+    if demo:
+        from .demo import demo_plan
+
+        with _edge():
+            arguments, task, data = demo_plan(arguments)
+        workspace, out = workspace or "notebooks/demo-plan", out or "notebooks/demo-plan.ipynb"
     from ..agent.plan.runner import PlanOptions
     from ..agent.sync import Agent
     from .plan import drive_plan
@@ -401,10 +411,11 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 @click.option("--max-live-kernels", type=click.IntRange(min=1), default=8, show_default=True, help="Thread kernels kept alive at once (the idlest is shut down).")
 @click.option("--idle-ttl", type=click.FloatRange(min=0, min_open=True), default=1800, show_default=True, metavar="S", help="Seconds before an idle thread's kernel is shut down (a follow-up rebuilds it).")
 @click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=100, show_default=True, metavar="MB", help="Largest upload accepted.")
+@click.option("--pool", "pool_size", type=click.IntRange(min=0), default=0, show_default=True, metavar="N", help="Keep N warm kernels for new threads (0: off); they count toward --max-live-kernels.")
 @_model_options
 @_kernel_options
 def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: bool, max_running: int,
-          max_live_kernels: int, idle_ttl: float, max_upload_mb: float, **options: Any) -> None:
+          max_live_kernels: int, idle_ttl: float, max_upload_mb: float, pool_size: int, **options: Any) -> None:
     """Serve the agent over HTTP: the web page at /, the native runs API and a DeepAnalyze/OpenAI-compatible
     /v1/chat/completions, with a live kernel per thread. Clients send ``Authorization: Bearer KEY``."""
     from ..server.config import ServerConfig, check_host, load_keys
@@ -419,6 +430,7 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
             Path(data_dir), keys=frozenset() if no_auth else load_keys(keys_file), auth=not no_auth,
             agent={k: v for k, v in arguments.items() if v is not None}, max_running=max_running,
             max_threads_live=max_live_kernels, idle_ttl=idle_ttl, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+            pool_size=pool_size,
         )
         run_server(config, host, port)
 
@@ -451,10 +463,12 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
     mcp_options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data), timeout=timeout,
                          transport="http" if transport == "http" else "stdio", host=host, port=port)
     with _edge():
-        limits = AgentConfig.resolve(**_kernel_arguments(options)).limits()
-        if limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
+        # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
+        kernel_options = AgentConfig.resolve(**_kernel_arguments(options)).kernel_options()
+        limits = kernel_options.get("limits")
+        if limits is not None and limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
-        serve(mcp_options, functools.partial(AsyncKernelSession, limits=limits))
+        serve(mcp_options, functools.partial(AsyncKernelSession, **kernel_options))
 
 
 @cli.group()

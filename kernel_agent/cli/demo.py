@@ -3,7 +3,8 @@
 Owns one decision: a configured model (flags or environment) runs the demo;
 without one, or with ``--scripted``, the bundled ``ScriptedChatModel`` plays
 the replies written for the bundled dataset, with the ``tags`` protocol they
-are written in. The data, task and replies themselves are ``kernel_agent.demo``'s.
+are written in. The same holds for ``plan --demo`` and its plan replies.
+The data, task and replies themselves are ``kernel_agent.demo``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..agent.loop import AsyncAgent
 from ..errors import ConfigError
 from .drive import Job
 
-__all__ = ["TYPING_DELAY_S", "demo_agent", "demo_job", "epilogue"]
+__all__ = ["TYPING_DELAY_S", "demo_agent", "demo_job", "demo_plan", "epilogue"]
 
 TYPING_DELAY_S = 0.004  # between 16-character chunks of a scripted reply, so a terminal shows it being written
 
@@ -39,6 +40,25 @@ def demo_agent(arguments: dict[str, Any], *, scripted: bool = False, typing: boo
     settings = {key: value for key, value in arguments.items() if key in ("max_rounds", "exec_timeout", "vision")}
     model = demo_model(delay=TYPING_DELAY_S if typing else 0.0)
     return AsyncAgent(protocol="tags", chat_model=model, **settings)
+
+
+def demo_plan(arguments: dict[str, Any]) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+    """``Agent`` arguments, task and data files for ``plan --demo``: the configured model, else the scripted plan.
+
+    The scripted replies keep the kernel settings (sandbox, limits, timeout) of ``arguments``.
+    Raises ``ConfigError`` for ``--protocol`` other than ``tags`` with the scripted replies.
+    """
+    from ..demo import dataset_path, demo_plan_model, demo_plan_task
+
+    task, data = demo_plan_task(), (str(dataset_path()),)
+    if AgentConfig.resolve(model=arguments.get("model")).model:
+        return arguments, task, data
+    if arguments.get("protocol") not in (None, "tags"):
+        raise ConfigError("the scripted plan demo replies use the tags protocol; drop --protocol or configure a model")
+    model_settings = ("model", "base_url", "api_key", "protocol", "request_timeout", "data_format", "vllm_extras",
+                      "max_new_tokens")
+    kept = {key: value for key, value in arguments.items() if key not in model_settings}
+    return {**kept, "protocol": "tags", "chat_model": demo_plan_model()}, task, data
 
 
 def demo_job(workspace: str, notebook: str) -> Job:

@@ -1,9 +1,11 @@
 """The bundled demo: a sales table of our own making and a scripted analysis of it.
 
 Owns the package data next to this file: ``sales.csv`` (made by
-``make_dataset.py``, committed) and ``script.json`` (the task and the model
+``make_dataset.py``, committed), ``script.json`` (the task and the model
 replies, each stored as a list of lines so the file stays readable and
-diffable). It runs nothing itself: the CLI's ``demo`` command hands
+diffable) and ``plan_script.json`` (the same for plan mode: the plan as JSON,
+then each node's replies in execution order, one of them a mistake that the
+next reply fixes). It runs nothing itself: the CLI's ``demo`` command hands
 ``dataset_path()``, ``demo_task()`` and ``demo_model()`` to the agent.
 
 The replies use the ``tags`` format (``<Analyze>``, ``<Understand>``,
@@ -21,10 +23,14 @@ from typing import Any
 
 from ..model.scripted import ScriptedChatModel
 
-__all__ = ["DATASET", "SCRIPT", "dataset_path", "demo_model", "demo_replies", "demo_task"]
+__all__ = [
+    "DATASET", "PLAN_SCRIPT", "SCRIPT", "dataset_path", "demo_model", "demo_plan_model", "demo_plan_task",
+    "demo_replies", "demo_task",
+]
 
 DATASET = Path(__file__).with_name("sales.csv")
 SCRIPT = Path(__file__).with_name("script.json")
+PLAN_SCRIPT = Path(__file__).with_name("plan_script.json")
 
 
 def dataset_path() -> Path:
@@ -47,6 +53,16 @@ def demo_model(**options: Any) -> ScriptedChatModel:
     return ScriptedChatModel(demo_replies(), **options)
 
 
+def demo_plan_task() -> str:
+    """The task of ``kernel-agent plan --demo``. Raises ``OSError``/``ValueError`` only for a broken install."""
+    return str(_script(PLAN_SCRIPT)["task"])
+
+
+def demo_plan_model(**options: Any) -> ScriptedChatModel:
+    """A ``ScriptedChatModel`` playing the plan demo's replies (``tags`` protocol); ``options`` go to it."""
+    return ScriptedChatModel(("\n".join(lines) for lines in _script(PLAN_SCRIPT)["replies"]), **options)
+
+
 @cache
-def _script() -> dict[str, Any]:
-    return json.loads(SCRIPT.read_text(encoding="utf-8"))
+def _script(path: Path = SCRIPT) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -59,6 +59,8 @@ class KernelPool:
         self._starting = 0
         self._fillers: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.served_warm = 0  # acquires that found a ready kernel (observable by front ends and tests)
+        self.served_cold = 0
 
     def __repr__(self) -> str:
         return f"<KernelPool ready={self._ready.qsize()} alive={len(self._alive)} size={self.size}>"
@@ -91,7 +93,12 @@ class KernelPool:
         """
         if self._closed:
             raise KernelError("the kernel pool is closed")
-        session = self._take_ready() or await self._start_one()
+        session = self._take_ready()
+        if session is None:
+            self.served_cold += 1
+            session = await self._start_one()
+        else:
+            self.served_warm += 1
         self._refill()
         try:
             session.bind(folder)

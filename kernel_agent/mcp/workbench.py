@@ -101,6 +101,8 @@ class Workbench:
                 session = self._factory(self.workspace)
                 await session.start()
                 self._session = session
+                # A kernel elsewhere (a gateway) gets the data files through the files seam; locally a no-op.
+                await session.files.put([self.workspace / name for name in self._data_names()])
                 setup = await session.execute(self.setup_code, self.timeout)
                 self.run = Run(info=self._info(session), setup_result=setup)
                 await self._save()
@@ -115,6 +117,7 @@ class Workbench:
         Raises ``KernelError`` when the kernel cannot be started or restarted."""
         session = await self.session()
         started, clock = _now(), time.monotonic()
+        before = await session.files.snapshot() if _elsewhere(session, self.workspace) else None
         try:
             result = await session.execute(code, timeout or self.timeout)
         except asyncio.CancelledError:
@@ -132,6 +135,8 @@ class Workbench:
         else:
             self._record(Round(index=len(self.run.rounds) + 1, reply="", code=code, result=result,
                                exec_s=result.duration_s, started_at=started))
+        if before is not None and not result.state_lost:  # what the kernel wrote, back where list/read_file look
+            await session.files.changes(before)
         if result.state_lost:  # a fresh kernel: plotting and data files as the client had them
             await self._setup_again(session, _LOST_NOTE)
         self._schedule_save()
@@ -166,6 +171,8 @@ class Workbench:
         """Write a file into the workspace for the client and list it among the run's data files,
         so a replay stages it. Raises ``WorkspaceFileError`` as ``files.write_file`` does."""
         entry = write_file(self.workspace, relative, content, encoding)
+        if self._session is not None and _elsewhere(self._session, self.workspace):
+            await self._session.files.put([self.workspace / entry.path])  # the kernel works on a copy
         if entry.path not in self._uploads:
             self._uploads.append(entry.path)
         if self.run.info.task:  # the kernel has started: the record exists
@@ -277,3 +284,9 @@ def _stopped_note(what: str, code: str, seconds: float) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _elsewhere(session: AsyncKernelSession, workspace: Path) -> bool:
+    """True when the kernel does not work in ``workspace`` itself (it runs on a gateway):
+    files then travel through ``session.files``."""
+    return session.workspace is None or session.workspace.resolve() != workspace.resolve()

@@ -41,6 +41,8 @@ class ServerConfig:
         down to make room (a later follow-up rebuilds it from the notebook).
     idle_ttl: seconds an idle thread's kernel lives before it is shut down.
     max_upload_bytes: uploads larger than this get 413.
+    pool_size: warm kernels kept ready for new threads (0: none, each thread starts its own);
+        the pool's kernels count toward ``max_threads_live``, which caps its refills.
     """
 
     data_dir: Path
@@ -51,6 +53,7 @@ class ServerConfig:
     max_threads_live: int = 8
     idle_ttl: float = 1800.0
     max_upload_bytes: int = 100 * 1024 * 1024
+    pool_size: int = 0
 
     def __post_init__(self) -> None:
         if self.auth and not self.keys:
@@ -60,6 +63,9 @@ class ServerConfig:
             )
         if self.max_running < 1 or self.max_threads_live < 1:
             raise ConfigError("max_running and max_threads_live must be at least 1")
+        if not 0 <= self.pool_size <= self.max_threads_live:
+            raise ConfigError(f"the pool size must be between 0 and max_threads_live ({self.max_threads_live}), "
+                              f"not {self.pool_size}")
         if self.idle_ttl <= 0 or self.max_upload_bytes <= 0:
             raise ConfigError("idle_ttl and max_upload_bytes must be positive")
 

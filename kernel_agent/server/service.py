@@ -2,7 +2,8 @@
 
 Owns the run lifecycle (start, follow, cancel, finish), the thread runtimes
 (live kernels, idle shutdown, the live cap), the concurrency cap and recovery
-after a crash (runs that were in flight are marked ``interrupted``). Every
+after a crash (runs that were in flight are marked ``interrupted``), and the
+warm ``KernelPool`` new threads take their kernels from when ``pool_size`` is set. Every
 run is the agent's own event stream (``AsyncAgent.stream`` for a thread's
 first run, ``stream_resume`` for a follow-up); there is no second agent loop.
 Raises ``ServiceError`` (with an HTTP status) for requests it refuses; the
@@ -21,8 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..agent.config import AgentConfig
 from ..agent.data import prepare_data
 from ..errors import KernelAgentError, ServiceError
+from ..kernel.pool import KernelPool
 from .config import ServerConfig
 from .store import Record, Store, new_id
 from .threads import RunLog, ThreadRuntime, event_dict
@@ -50,9 +53,12 @@ class Service:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Future[None]] = set()
+        self.pool: KernelPool | None = None
 
     async def __aenter__(self) -> Service:
         await asyncio.to_thread(self.recover)
+        if self.config.pool_size:
+            self.pool = await pool_for(self.config).start()
         self._reaper = asyncio.create_task(self._reap_idle())
         return self
 
@@ -73,6 +79,8 @@ class Service:
         runtimes, self.runtimes = list(self.runtimes.values()), {}
         for runtime in runtimes:
             await runtime.close()
+        if self.pool is not None:
+            await self.pool.close()
 
     def recover(self) -> None:
         """Mark the runs a killed server left open as ``interrupted`` (their notebooks hold every
@@ -192,7 +200,7 @@ class Service:
             if thread.get("protocol"):
                 options["protocol"] = thread["protocol"]
             try:
-                runtime = ThreadRuntime(thread["id"], self.store.workspace(thread["id"]), options)
+                runtime = ThreadRuntime(thread["id"], self.store.workspace(thread["id"]), options, self.pool)
             except KernelAgentError as exc:
                 raise ServiceError(str(exc), status=422) from None
             self.runtimes[thread["id"]] = runtime
@@ -283,6 +291,16 @@ class Service:
         if thread is not None:
             thread.update(status=status, updated_at=now())
             self.store.save_thread(thread)
+
+
+def pool_for(config: ServerConfig) -> KernelPool:
+    """The warm pool for ``config`` (not started): kernels started as ``AsyncAgent.new_session`` starts
+    them (the same sandbox and limits, or the same gateway), at most ``max_threads_live`` alive at once.
+    Raises ``ConfigError`` for bad agent options."""
+    seams = ("chat_model", "session_factory", "session_options", "model_options")
+    agent = AgentConfig.resolve(**{k: v for k, v in config.agent.items() if k not in seams})
+    options = {**agent.kernel_options(), **config.agent.get("session_options", {})}
+    return KernelPool(config.pool_size, max_kernels=config.max_threads_live, **options)
 
 
 def _track(run: Record, event: dict[str, Any]) -> bool:

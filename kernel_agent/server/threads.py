@@ -3,7 +3,8 @@
 Owns ``ThreadRuntime`` (one ``AsyncAgent`` and one live kernel session per
 thread, kept across runs so a follow-up sees every variable; the kernel is
 built by the agent's own ``new_session``, so the sandbox and limits are those
-of ``kernel-agent run``) and ``RunLog`` (the events of one run, appended to
+of ``kernel-agent run``, or taken from the service's warm ``KernelPool``,
+whose kernels are started with the same options) and ``RunLog`` (the events of one run, appended to
 disk as they come and handed to any number of SSE readers). No HTTP here.
 """
 
@@ -21,6 +22,7 @@ from typing import Any
 from ..agent.loop import AsyncAgent
 from ..errors import KernelError
 from ..events import Event, ExecutionFinished
+from ..kernel.pool import KernelPool
 from ..kernel.session import AsyncKernelSession
 
 __all__ = ["RunLog", "ThreadRuntime", "event_dict"]
@@ -53,11 +55,15 @@ class _Lease:
 
 
 class ThreadRuntime:
-    """One thread's agent and live kernel. ``lock`` lets one run at a time use them."""
+    """One thread's agent and live kernel. ``lock`` lets one run at a time use them.
+    With a ``pool``, the kernel is a pooled one bound to the workspace, held until ``stop_kernel``."""
 
-    def __init__(self, thread_id: str, workspace: Path, agent_options: dict[str, Any]) -> None:
+    def __init__(self, thread_id: str, workspace: Path, agent_options: dict[str, Any],
+                 pool: KernelPool | None = None) -> None:
         self.thread_id = thread_id
         self.workspace = workspace
+        self.pool = pool
+        self._lease = contextlib.AsyncExitStack()
         self.agent = AsyncAgent(**agent_options, session_factory=lambda _root: _Lease(self))
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
@@ -83,11 +89,17 @@ class ThreadRuntime:
         if self._session is not None and not await self._session.is_alive():
             await self.stop_kernel()
         if self._session is None:
-            session = self.agent.new_session(self.workspace)
-            await session.start()
-            self._session = session
+            self._session = await self._start()
         self.touch()
         return self._session
+
+    async def _start(self) -> AsyncKernelSession:
+        if self.pool is not None:
+            # The pool's lease closes the kernel when it ends; the thread ends it in ``stop_kernel``.
+            return await self._lease.enter_async_context(self.pool.acquire(self.workspace))
+        session = self.agent.new_session(self.workspace)
+        await session.start()
+        return session
 
     async def settle(self, attempts: int = 3, wait: float = 1.0) -> None:
         """After a cancel: make sure the kernel is idle. An interrupt that lands before the cell has
@@ -108,6 +120,8 @@ class ThreadRuntime:
     async def stop_kernel(self) -> None:
         """Shut the kernel down (the thread lives on: a follow-up rebuilds it). Idempotent."""
         session, self._session = self._session, None
+        lease, self._lease = self._lease, contextlib.AsyncExitStack()
+        await lease.aclose()
         if session is not None:
             await session.close()
 

@@ -22,6 +22,7 @@ from ...kernel.workspace import default_workspace
 from ...model.chat import ChatModel
 from ...notebook.html import export_html
 from ..data import data_summary, preload_code, prepare_data, recorded_data
+from ..protocols import Protocol, get_protocol
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
 from .runner import NodeRun, PlanOptions, design_plan
@@ -37,8 +38,11 @@ async def stream_plan(
     model: ChatModel, session_factory: SessionFactory, task: str, data: Sequence[str | os.PathLike[str]] = (),
     workspace: str | os.PathLike[str] | None = None, notebook: str | os.PathLike[str] | None = None, *,
     options: PlanOptions = PlanOptions(), resume: str | os.PathLike[str] | None = None, preload: bool = True,
+    protocol: Protocol | None = None,
 ) -> AsyncIterator[PlanEvent]:
     """Plan and run ``task`` over ``data``; with ``resume`` (a plan notebook), finish that run instead.
+
+    Nodes talk to the model in ``protocol`` (default ``tools``); the plan itself is JSON in plain chat.
 
     Raises ``PlanError`` when the model's plan stays unusable, ``NotebookError`` for a resume target
     without a readable state file, ``DataFileError``, ``ModelError`` and ``KernelError`` from below.
@@ -71,7 +75,9 @@ async def stream_plan(
             state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
             await asyncio.to_thread(state.save)
         yield PlanReady(tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes))
-        async for event in _run_nodes(model, session, nodes, state, options, notebook_path, str(root.resolve())):
+        protocol = protocol or get_protocol("tools")
+        async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path,
+                                      str(root.resolve())):
             yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
         await asyncio.to_thread(write_outputs, state, nodes, notebook_path, str(root.resolve()))
@@ -94,8 +100,9 @@ async def _rebuild(session: AsyncKernelSession, nodes: Sequence[PlanNode], state
             await session.execute(cell.code, options.exec_timeout)
 
 
-async def _run_nodes(model: ChatModel, session: AsyncKernelSession, nodes: Sequence[PlanNode], state: PlanState,
-                     options: PlanOptions, notebook: Path, workspace: str) -> AsyncIterator[PlanEvent]:
+async def _run_nodes(model: ChatModel, session: AsyncKernelSession, protocol: Protocol, nodes: Sequence[PlanNode],
+                     state: PlanState, options: PlanOptions, notebook: Path,
+                     workspace: str) -> AsyncIterator[PlanEvent]:
     by_id = {n.id: n for n in nodes}
     for node in nodes:
         if node.id in state.results:
@@ -106,7 +113,7 @@ async def _run_nodes(model: ChatModel, session: AsyncKernelSession, nodes: Seque
             result = NodeResult(node.id, "skipped", reason=f"a prerequisite did not complete: {why}")
         else:
             done = [(by_id[d], state.results[d]) for d in node.depends_on]
-            run = NodeRun(model, session, state.task, node, done, options)
+            run = NodeRun(model, session, state.task, node, done, options, protocol)
             async for event in run.steps():
                 yield event
             assert run.result is not None  # steps() always sets it when it returns

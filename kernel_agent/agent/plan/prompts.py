@@ -1,7 +1,10 @@
 """The messages plan mode sends the model, and reading code out of its replies. Pure.
 
 Owns the wording of the experiment-design, repair, node, fix and figure-analysis
-prompts. It does not call the model or read replies beyond the code fence.
+prompts, phrased for the run's protocol (``tools``: call ``execute_python``;
+``tags``/``deepanalyze``: a ``<Code>`` block). The message *shapes* that carry
+execution results back (tool messages, ``<Execute>`` blocks) belong to
+``agent.protocols``. It does not call the model or parse replies beyond a code fence.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from .graph import PlanNode
 from .schema import PLAN_JSON_HELP
 from .state import NodeResult
 
-__all__ = ["MAX_PROBES", "PROBE_MARK", "analysis_message", "code_in", "design_messages", "fix_message", "node_messages", "probe_message", "repair_message"]
+__all__ = ["MAX_PROBES", "PROBE_MARK", "analysis_text", "code_in", "design_messages", "fix_text", "no_code_text",
+           "node_messages", "probe_text", "repair_message"]
 
 Message = dict[str, Any]
 
@@ -47,38 +51,61 @@ def repair_message(problem: str) -> Message:
             f"{PLAN_JSON_HELP}"}
 
 
-def node_messages(task: str, node: PlanNode, done: Sequence[tuple[PlanNode, NodeResult]]) -> list[Message]:
-    """The conversation for one node: the overall task, what its prerequisites found, and the ask."""
+def _how(protocol: str) -> str:
+    """How a reply carries code under ``protocol``."""
+    if protocol == "tools":
+        return "call the execute_python tool with the code"
+    return "reply with the code in one <Code>```python ...```</Code> block"
+
+
+def node_messages(task: str, node: PlanNode, done: Sequence[tuple[PlanNode, NodeResult]],
+                  protocol: str = "tools") -> list[Message]:
+    """The conversation for one node: the overall task, what its prerequisites found, and the ask.
+
+    ``deepanalyze`` gets no system message (DeepAnalyze-8B is trained without one).
+    """
     context = "\n\n".join(_context(n, r) for n, r in done) or "(this task has no prerequisites)"
     if node.kind == "text":
-        ask = "Answer in prose (no code): this task needs no computation."
+        ask = ("Answer in prose without calling any tool: this task needs no computation." if protocol == "tools"
+               else "Answer in one <Answer>...</Answer> block, in prose: this task needs no computation.")
     else:
-        ask = ("Reply with the Python code for this task in one ```python fence. Print the numbers you find; "
-               "reuse the kernel's existing variables instead of reloading. To look at something first, "
-               f"send a short fence whose first line is `{PROBE_MARK}` (at most {MAX_PROBES}); you get its output back." +
+        how = _how(protocol)
+        ask = (f"To run this task, {how}. Print the numbers you find; reuse the kernel's existing variables instead "
+               f"of reloading. To look at something first, {how} whose first line is `{PROBE_MARK}` (at most "
+               f"{MAX_PROBES} probes); you get its output back." +
                (" Draw the figure with matplotlib and show it." if node.kind == "visualisation" else ""))
     user = (f"Overall task: {task}\n\nResults of the tasks this one depends on:\n{context}\n\n"
             f"Current task [{node.id}]: {node.title}\nPurpose: {node.purpose or '-'}\n\n{ask}")
+    if protocol == "deepanalyze":
+        return [{"role": "user", "content": f"{_SYSTEM}\n\n{user}"}]
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
 
 
 def _context(node: PlanNode, result: NodeResult) -> str:
     body = result.text or result.output_text() or "(no printed output)"
+    if result.analysis:
+        body += f"\nFigure analysis: {result.analysis}"
     return f"[{node.id}] {node.title}:\n{body}"
 
 
-def fix_message(ename: str, evalue: str, traceback: Sequence[str]) -> Message:
-    """Asks for a corrected version after the code raised."""
+def fix_text(ename: str, evalue: str, traceback: Sequence[str], protocol: str = "tools") -> str:
+    """Asks for a corrected version after the code raised (sent as the execution's result)."""
     tail = strip_ansi("\n".join(traceback))[-2000:]
-    return {"role": "user", "content": f"The code failed with {ename}: {evalue}\n\n{tail}\n\n"
-            "Send the corrected code in one ```python fence (the kernel keeps what already ran)."}
+    return (f"The code failed with {ename}: {evalue}\n\n{tail}\n\n"
+            f"To send the corrected code, {_how(protocol)} (the kernel keeps what already ran).")
 
 
-def analysis_message(node: PlanNode, output_text: str, figures: int) -> Message:
-    """Asks for the analysis of a visualisation node's figures."""
-    return {"role": "user", "content": f"The code for [{node.id}] drew {figures} figure(s) and printed:\n"
-            f"{output_text or '(nothing)'}\n\nIn 2-4 sentences, state what the figure shows with respect to "
-            f"its purpose ({node.purpose or node.title}). Prose only, no code."}
+def no_code_text(protocol: str = "tools") -> str:
+    """Answers a reply to a code task that carried no code."""
+    return f"This task needs code: {_how(protocol)}."
+
+
+def analysis_text(node: PlanNode, output_text: str, figures: int, protocol: str = "tools") -> str:
+    """Asks for the analysis of a visualisation node's figures (sent as the execution's result)."""
+    answer = "Prose only, no tool call." if protocol == "tools" else "Prose only, in one <Answer>...</Answer> block."
+    return (f"The code for [{node.id}] drew {figures} figure(s) and printed:\n{output_text or '(nothing)'}\n\n"
+            f"In 2-4 sentences, state what the figure shows with respect to its purpose "
+            f"({node.purpose or node.title}). {answer}")
 
 
 def code_in(reply: str) -> str:
@@ -87,7 +114,7 @@ def code_in(reply: str) -> str:
     return match.group(1).strip() if match else ""
 
 
-def probe_message(output_text: str, left: int) -> Message:
+def probe_text(output_text: str, left: int) -> str:
     """Gives a probe's output back; ``left`` probes remain."""
-    return {"role": "user", "content": f"Probe output:\n{output_text or '(nothing printed)'}\n\n"
-            f"{left} probe(s) left. Now send the code for the task (or another probe)."}
+    return (f"Probe output:\n{output_text or '(nothing printed)'}\n\n"
+            f"{left} probe(s) left. Now send the code for the task (or another probe).")

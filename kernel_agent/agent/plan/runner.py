@@ -1,8 +1,12 @@
 """Asking for the plan and running one node in the live kernel, with fix retries.
 
-Owns the model conversations of plan mode: the experiment design (with one
-repair request for an invalid plan) and each node's code → execute → fix loop,
-plus the figure analysis of visualisation nodes. It does not order nodes,
+Owns the model conversations of plan mode: the experiment design (plain chat
+whose JSON is schema-validated, with one repair request for an invalid plan)
+and each node's code → execute → fix loop, plus the figure analysis of
+visualisation nodes. Nodes speak the run's ``Protocol`` (``tools``: function
+calls; ``tags``/``deepanalyze``: ``<Code>`` blocks), so results and fix requests
+go back as tool messages or ``<Execute>`` blocks; a bare ```python fence is
+accepted from any protocol. It does not order nodes,
 persist them or write outputs (``api.py``, ``state.py``, ``output.py`` do).
 """
 
@@ -15,10 +19,12 @@ from typing import Any
 from ...errors import ConfigError, PlanError
 from ...events import NodeStarted, Notice
 from ...kernel.session import AsyncKernelSession
-from ...model.chat import ChatModel
+from ...kernel.result import ExecutionResult
+from ...model.chat import ChatModel, ModelReply
+from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
 from .graph import PlanNode, build_dag
 from .prompts import (
-    MAX_PROBES, PROBE_MARK, analysis_message, code_in, design_messages, fix_message, node_messages, probe_message,
+    MAX_PROBES, PROBE_MARK, analysis_text, code_in, design_messages, fix_text, no_code_text, node_messages, probe_text,
     repair_message,
 )
 from .schema import PlanSpec, parse_plan
@@ -66,12 +72,13 @@ async def design_plan(model: ChatModel, task: str, data_summary: str, options: P
 
 
 class NodeRun:
-    """One node's run: iterate ``steps()`` for its events, then read ``result``."""
+    """One node's run in ``protocol``: iterate ``steps()`` for its events, then read ``result``."""
 
     def __init__(self, model: ChatModel, session: AsyncKernelSession, task: str, node: PlanNode,
-                 done: Sequence[tuple[PlanNode, NodeResult]], options: PlanOptions) -> None:
+                 done: Sequence[tuple[PlanNode, NodeResult]], options: PlanOptions, protocol: Protocol) -> None:
         self._model, self._session, self._node, self._options = model, session, node, options
-        self._messages: list[dict[str, Any]] = node_messages(task, node, done)
+        self._protocol = protocol
+        self._messages: list[dict[str, Any]] = node_messages(task, node, done, protocol.name)
         self.result: NodeResult | None = None
         self._probes: list[CellRecord] = []
         self._probed = 0
@@ -81,28 +88,37 @@ class NodeRun:
         node = self._node
         if node.kind == "text":
             yield NodeStarted(node.id, node.title)
-            reply = await self._model.complete(self._messages)
-            self.result = NodeResult(node.id, "done", attempts=1, text=reply.text.strip())
+            reply, step = await self._ask()
+            self.result = NodeResult(node.id, "done", attempts=1, text=_prose(reply, step))
             return
         failures: list[str] = []
         for attempt in range(1, self._options.max_fix_attempts + 2):
             yield NodeStarted(node.id, node.title, attempt)
-            cell = await self._attempt(failures)
-            if cell is not None:
-                self.result = await self._finished(cell, attempt, failures)
+            success = await self._attempt(failures)
+            if success is not None:
+                self.result = await self._finished(*success, attempt, failures)
                 return
         self.result = NodeResult(node.id, "failed", attempts=len(failures), cells=tuple(self._probes),
                                  failures=tuple(failures),
                                  reason=f"still failing after {len(failures)} attempts: {failures[-1]}")
 
-    async def _reply_code(self) -> str:
+    async def _ask(self) -> tuple[ModelReply, Step]:
+        reply = await self._model.complete(self._messages, options=self._protocol.request_options())
+        step = self._protocol.parse(reply)
+        self._messages.append(self._protocol.assistant_message(reply, step))
+        return reply, step
+
+    def _tell(self, step: Step, text: str, images: Sequence[str] = ()) -> None:
+        """Gives ``text`` back as the result of ``step``'s code (a tool message, an ``<Execute>`` block...)."""
+        self._messages += self._protocol.feedback_messages(step, Feedback(text, tuple(images)[:MAX_IMAGES]))
+
+    async def _reply_code(self) -> tuple[Step, str]:
         """The model's code for the node, after any information probes it sends first (at most ``MAX_PROBES``)."""
         while True:
-            reply = await self._model.complete(self._messages)
-            self._messages.append({"role": "assistant", "content": reply.text})
-            code = code_in(reply.text)
+            reply, step = await self._ask()
+            code = step.code or code_in(reply.text or "")
             if not code.startswith(PROBE_MARK) or self._probed >= MAX_PROBES:
-                return code
+                return step, code
             self._probed += 1
             result = await self._session.execute(code, self._options.exec_timeout)
             probe = CellRecord(code, tuple(result.outputs), result.execution_count, probe=True)
@@ -111,28 +127,37 @@ class NodeRun:
             shown = NodeResult(self._node.id, "done", cells=(probe,)).output_text(800)
             if result.error is not None:
                 shown += f"{result.error.ename}: {result.error.evalue}"
-            self._messages.append(probe_message(shown, MAX_PROBES - self._probed))
+            self._tell(step, probe_text(shown, MAX_PROBES - self._probed))
 
-    async def _attempt(self, failures: list[str]) -> CellRecord | None:
-        code = await self._reply_code()
+    async def _attempt(self, failures: list[str]) -> tuple[CellRecord, Step, ExecutionResult] | None:
+        step, code = await self._reply_code()
         if not code:
-            failures.append("the reply had no ```python code block")
-            self._messages.append({"role": "user", "content": "Send the code in one ```python fence."})
+            failures.append("the reply had no code")
+            # A reply with neither code nor answer gets the protocol's own nudge (it answers tool calls too).
+            self._messages += (self._protocol.nudge_messages(step) if step.answer is None
+                               else [{"role": "user", "content": no_code_text(self._protocol.name)}])
             return None
         result = await self._session.execute(code, self._options.exec_timeout)
         if result.status == "ok":
-            return CellRecord(code, tuple(result.outputs), result.execution_count)
+            return CellRecord(code, tuple(result.outputs), result.execution_count), step, result
         error = result.error
         ename, evalue = (error.ename, error.evalue) if error else (result.status, result.note)
         failures.append(f"{ename}: {evalue}")
-        self._messages.append(fix_message(ename, evalue, error.traceback if error else ()))
+        self._tell(step, fix_text(ename, evalue, error.traceback if error else (), self._protocol.name))
         return None
 
-    async def _finished(self, cell: CellRecord, attempt: int, failures: list[str]) -> NodeResult:
+    async def _finished(self, cell: CellRecord, step: Step, executed: ExecutionResult, attempt: int,
+                        failures: list[str]) -> NodeResult:
         result = NodeResult(self._node.id, "done", attempts=attempt, cells=(*self._probes, cell),
                             failures=tuple(failures))
         if self._node.kind == "visualisation" and result.figures:
-            self._messages.append(analysis_message(self._node, result.output_text(), len(result.figures)))
-            reply = await self._model.complete(self._messages)
-            result = replace(result, analysis=reply.text.strip())
+            ask = analysis_text(self._node, result.output_text(), len(result.figures), self._protocol.name)
+            self._tell(step, ask, executed.images)
+            reply, answer = await self._ask()
+            result = replace(result, analysis=_prose(reply, answer))
         return result
+
+
+def _prose(reply: ModelReply, step: Step) -> str:
+    """The prose of a reply that should have no code: its answer, else its reasoning, else its text."""
+    return (step.answer or step.reasoning or reply.text or "").strip()

@@ -31,7 +31,8 @@ __all__ = ["GatewayProvider"]
 
 log = logging.getLogger(__name__)
 
-_MAKE_CWD = "__import__('os').chdir(__import__('tempfile').mkdtemp(prefix='kernel-agent-'))"
+# Not "kernel-agent-*": that name belongs to local runtime dirs, which carry an owner file.
+_MAKE_CWD = "__import__('os').chdir(__import__('tempfile').mkdtemp(prefix='kernel-agent.remote-'))"
 _CWD = "__import__('os').getcwd()"
 
 
