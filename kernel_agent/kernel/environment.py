@@ -5,8 +5,9 @@ environment: the locale, ``PATH``, the interpreter's and the numeric
 libraries' settings, and whatever the caller names in ``allow``. Everything
 else (``OPENAI_API_KEY``, ``MYSQL_PWD``, ``GITHUB_PAT``, ``HTTPS_PROXY``
 with a password, ``REDIS_URL``, ``SENTRY_DSN``, ...) stays out, whatever it
-is called. ``is_secret_name`` remains for front ends that must warn before
-handing a secret-looking name over. Pure functions.
+is called. ``gateway_environment`` is the same rule for a kernel on a Jupyter
+gateway: what the start request carries. ``is_secret_name`` remains for
+front ends that must warn before handing a secret-looking name over. Pure functions.
 """
 
 from __future__ import annotations
