@@ -54,7 +54,7 @@ chromium:
 test: $(STAMP) $(EG_STAMP) bubblewrap chromium
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) $(EG_STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
