@@ -239,35 +239,35 @@ def test_the_gateway_refuses_without_a_token(remote: KernelGateway) -> None:
 
 
 def test_cli_runs_on_the_gateway_with_a_token_file_and_keeps_the_token_out(
-    tmp_path: Path, gateway: KernelGateway, openai_server: OpenAIServer
+    tmp_path: Path, remote: KernelGateway, openai_server: OpenAIServer
 ) -> None:
     (tmp_path / "numbers.csv").write_text("x\n1\n2\n3\n")
     token_file = tmp_path / "token"
-    token_file.write_text(gateway.token + "\n")
+    token_file.write_text(remote.token + "\n")
     code = "import pandas as pd\nprint(pd.read_csv('numbers.csv').x.sum())\npd.DataFrame({'y': [1]}).to_csv('made.csv')"
     openai_server.add(Reply("Sum.", tool_calls=(python_call(code),)), Reply("Six."))
     notebook = tmp_path / "run.ipynb"
     result = CliRunner().invoke(cli, [
         "run", "Sum x", "--model", "m", "--base-url", openai_server.base_url, "--data", str(tmp_path / "numbers.csv"),
-        "--gateway", gateway.url, "--gateway-token-file", str(token_file), "--workspace", str(tmp_path / "ws"),
+        "--gateway", remote.url, "--gateway-token-file", str(token_file), "--workspace", str(tmp_path / "ws"),
         "--out", str(notebook), "--json",
     ], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     events = [json.loads(line) for line in result.stdout.splitlines()]
     started = next(e for e in events if e["event"] == "run_started")
-    assert started["confinement"].startswith(f"remote: Jupyter gateway at {gateway.url}")
+    assert started["confinement"].startswith(f"remote: Jupyter gateway at {remote.url}")
     finished = next(e for e in events if e["event"] == "execution_finished")
     assert finished["result"]["stdout"] == "6\n"
     assert (tmp_path / "ws" / "made.csv").is_file()  # the artifact came back into the local run folder
     for text in (result.output, notebook.read_text(), json.dumps(openai_server.requests)):
-        assert gateway.token not in text
+        assert remote.token not in text
 
 
-def test_a_pool_of_gateway_kernels(tmp_path: Path, gateway: KernelGateway) -> None:
+def test_a_pool_of_gateway_kernels(tmp_path: Path, remote: KernelGateway) -> None:
     from kernel_agent.kernel.pool import KernelPool
 
     async def run() -> tuple[str, list[str]]:
-        async with KernelPool(size=1, gateway=gateway.url, gateway_token=gateway.token) as pool:
+        async with KernelPool(size=1, gateway=remote.url, gateway_token=remote.token) as pool:
             await pool.wait_ready()
             async with pool.acquire(tmp_path / "run") as kernel:
                 before = await kernel.files.snapshot()
