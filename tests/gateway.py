@@ -4,8 +4,8 @@ Started from this venv (``python -m kernel_gateway``) on a free port with a
 token, in a clean environment (no model keys, no gateway token: a kernel it
 starts could only learn our secrets from what we send it), with its own
 runtime and temp folders. On exit it checks that no kernel was left on the
-gateway, stops the gateway and removes its folders; a kernel left behind
-fails the test run.
+gateway and no kernel's private working folder, stops the gateway and
+removes its folders; a kernel or folder left behind fails the test run.
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ class KernelGateway:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
             left = self.kernels() if self.process is not None and self.process.poll() is None else []
+            folders = sorted(p.name for p in self.folder.glob("kernel-agent.remote-*"))  # kernels' TMPDIR is ours
         finally:
             self._stop()
         assert not left, f"kernels left running on the gateway: {left}"
+        assert not folders, f"kernel working folders left on the gateway: {folders}"
 
     def kernels(self) -> list[str]:
         """The ids of the kernels the gateway runs now."""

@@ -71,6 +71,19 @@ def no_leftovers() -> Iterator[None]:
     assert not new_files, f"temp files/dirs left behind by the suite: {sorted(new_files)}"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_leftovers_per_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The same check at the end of each module (after its own fixtures are torn down), so a leak
+    names the module that made it rather than whichever test happened to run last."""
+    kernels_before = set(our_kernel_pids())
+    files_before = _temp_leftovers()
+    yield
+    leaked = set(our_kernel_pids()) - kernels_before
+    assert not leaked, f"{request.module.__name__} left kernel processes running: {sorted(leaked)}"
+    new_files = _temp_leftovers() - files_before
+    assert not new_files, f"{request.module.__name__} left temp files/dirs behind: {sorted(new_files)}"
+
+
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):

@@ -159,8 +159,10 @@ def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, m
 def test_a_wrong_key_asks_again_without_console_errors(page: Any, service: ServiceServer) -> None:
     page.goto(service.url + "/")
     page.locator("#key-input").fill("not-the-key")
+    assert page.locator("#key-refused").is_hidden()  # nothing was refused yet
     page.locator("#key-input").press("Enter")
-    page.locator("#key-form").wait_for(state="visible")
+    page.locator("#key-refused").wait_for(state="visible")  # the form was up all along: wait for the verdict
+    assert page.locator("#key-form").is_visible()
     assert page.evaluate("sessionStorage.getItem('kernel-agent-key')") is None
     info = json.loads(page.evaluate("fetch('/v1/info').then(r => r.text())"))
     assert info["auth"] is True

@@ -8,6 +8,7 @@ shared per module where the cases allow: ``steady`` never restarts,
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ import pytest
 from leaks import kernels_of, process_gone
 
 from kernel_agent.kernel.limits import Limits
+from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 
 pytestmark = pytest.mark.kernel
@@ -448,3 +450,26 @@ def test_cpu_time_limit_counts_the_whole_process_tree(tmp_path: Path) -> None:
         assert result.status == "died" and result.state_lost
         assert "CPU time limit of 3 s for the kernel and every process it started, together, reached" in result.note
         assert session.execute("'fresh budget'").result_text == "'fresh budget'"
+
+
+def test_a_close_cancelled_midway_still_cleans_up(tmp_path: Path) -> None:
+    """A server's reaper cancelled while it shut a kernel down once left the kernel unreaped, its
+    log open and its runtime dir behind: the cancel now waits for the clean-up, then goes on."""
+
+    async def run() -> tuple[list[int], Path]:
+        session = await AsyncKernelSession(tmp_path).start()
+        provider = session.provider
+        runtime = provider._runtime_dir  # type: ignore[attr-defined]
+        tree = [provider.manager.provisioner.process.pid]  # type: ignore[attr-defined]
+        closing = asyncio.ensure_future(session.close())
+        await asyncio.sleep(0)  # one turn of the loop: the shutdown has begun
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await session.close()  # idempotent afterwards
+        return tree, runtime
+
+    others = set(kernels_of(os.getpid()))  # the module's shared sessions
+    tree, runtime = asyncio.run(run())
+    assert runtime is not None and not runtime.exists()
+    assert all(process_gone(pid) for pid in tree) and set(kernels_of(os.getpid())) <= others

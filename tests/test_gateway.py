@@ -294,3 +294,11 @@ def test_the_magic_runs_on_the_gateway(
     run = shell.user_ns["_agent_run"]
     assert run.answer == "On the gateway." and run.rounds[0].result.stdout == "True\n"
     assert gateway.token not in (tmp_path / "ws" / "analysis.ipynb").read_text()
+
+
+def test_a_dead_kernels_folder_is_removed_on_close(tmp_path: Path, gateway: KernelGateway) -> None:
+    with KernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token, rebuild=False) as session:
+        folder = Path(session.execute("__import__('os').getcwd()").result_text.strip("'"))
+        assert folder.name.startswith("kernel-agent.remote-") and folder.is_dir()
+        assert session.execute("import os\nos._exit(1)", timeout=30).status == "died"
+    assert not folder.exists()

@@ -4,6 +4,7 @@ OpenAI-compatible model behind it, real sandboxed kernels per thread."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +154,34 @@ def test_bad_requests_get_clear_errors_and_change_nothing(client: httpx.Client) 
     assert client.get("/v1/threads").json()["threads"] == before
     assert client.get("/v1/runs/run-nope").status_code == 404
     assert client.get(f"/v1/threads/{before[0]['id']}/files/../../../etc/passwd").status_code == 404
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(server: ServiceServer, client: httpx.Client) -> None:
+    # Declares 10 GB and sends none of it: only a check on the declared length can answer at all.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as raw:
+        raw.sendall(b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n"
+                    b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 10000000000\r\n\r\n")
+        answer = raw.makefile("rb").read().decode()  # the server closes after its answer
+    assert answer.startswith("HTTP/1.1 413") and "byte limit" in answer
+    # No length, chunked: cut off once it passes the limit (4096 + 1 MiB of slack), not read to the end.
+    sent = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal sent
+        yield b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.csv\"\r\n\r\n"
+        while sent < 64 << 20:
+            sent += 1 << 16
+            yield b"x" * (1 << 16)
+
+    try:
+        refused = client.post("/v1/files", content=chunks(), headers={"Content-Type": "multipart/form-data; boundary=b"})
+    except httpx.TransportError:
+        pass  # the 413 was sent, but closing on an unread body resets the connection before some clients read it
+    else:
+        assert refused.status_code == 413 and "byte limit" in refused.json()["detail"]
+    assert sent < 32 << 20  # the server stopped reading: the client could not send its 64 MiB
+    assert not any((server.config.data_dir / "tmp").glob("*"))  # nothing spooled is left
+    assert client.get("/health").status_code == 200
 
 
 def test_deleting_a_thread_removes_its_kernel_workspace_and_runs(client: httpx.Client, model: OpenAIServer) -> None:

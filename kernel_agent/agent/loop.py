@@ -458,6 +458,7 @@ class AsyncAgent:
                 on_reasoning=lambda text: queue.put_nowait(_Thought(text)),
             )
         )
+        getter: asyncio.Future[str | _Retry | _Thought] | None = None
         try:
             while not task.done() or not queue.empty():
                 getter = asyncio.ensure_future(queue.get())
@@ -468,8 +469,9 @@ class AsyncAgent:
                     getter.cancel()
             out.append(task.result())
         finally:
-            if not task.done():
-                task.cancel()
+            for pending in (task, getter):
+                if pending is not None and not pending.done():
+                    pending.cancel()
 
     def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any]) -> Feedback:
         text = result.to_llm_text(max_chars=self.config.feedback_chars)

@@ -10,6 +10,7 @@ we shut down; one we attached to we never kill.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,7 @@ class AsyncKernelSession:
         self.provider = provider
         self.engine = ExecuteEngine(provider, self.caps, interrupt_grace=interrupt_grace)
         self.state = SessionState.NEW
+        self._closing: asyncio.Future[None] | None = None
         self.kernel_info: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -170,11 +172,23 @@ class AsyncKernelSession:
         return self
 
     async def close(self) -> None:
-        """Shut the kernel down (if we own it) and remove every file we made. Idempotent."""
-        if self.state is SessionState.CLOSED:
+        """Shut the kernel down (if we own it) and remove every file we made. Idempotent.
+
+        A cancel that arrives meanwhile (a reaper or a server shutting down) waits until the
+        clean-up is done, then goes on: cut short, it would leave a kernel unreaped, its files open
+        and its runtime dir behind, with nothing left holding them to clean up later.
+        """
+        if self.state is SessionState.CLOSED and self._closing is None:
             return
         self.state = SessionState.CLOSED
-        await self.provider.close()
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self.provider.close())
+        try:
+            await asyncio.shield(self._closing)
+        except asyncio.CancelledError:
+            if not self._closing.done():
+                await asyncio.wait({self._closing})
+            raise
 
     shutdown = close
 

@@ -26,6 +26,7 @@ from ..agent.config import PROTOCOLS
 from ..errors import NotebookError, ServiceError
 from ..notebook.export import clean_path
 from .config import ServerConfig, owner_of
+from .limits import MULTIPART_SLACK, BodyLimit
 from .service import NOTEBOOK, Service
 
 __all__ = ["create_app"]
@@ -56,6 +57,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     app = FastAPI(title="kernel-agent", version=__version__, lifespan=lifespan)
     app.state.config = config
+    app.add_middleware(BodyLimit, limit=config.max_upload_bytes + MULTIPART_SLACK)
 
     @app.exception_handler(ServiceError)
     async def refused(_request: Request, exc: ServiceError) -> JSONResponse:

@@ -40,7 +40,8 @@ class ServerConfig:
     max_threads_live: thread kernels kept alive at once; the idlest is shut
         down to make room (a later follow-up rebuilds it from the notebook).
     idle_ttl: seconds an idle thread's kernel lives before it is shut down.
-    max_upload_bytes: uploads larger than this get 413.
+    max_upload_bytes: uploads larger than this get 413; a request body more than 1 MiB over it
+        is refused before it is read (limits.BodyLimit).
     pool_size: warm kernels kept ready for new threads (0: none, each thread starts its own);
         the pool's kernels count toward ``max_threads_live``, which caps its refills.
     """

@@ -121,9 +121,11 @@ class ThreadRuntime:
         """Shut the kernel down (the thread lives on: a follow-up rebuilds it). Idempotent."""
         session, self._session = self._session, None
         lease, self._lease = self._lease, contextlib.AsyncExitStack()
-        await lease.aclose()
-        if session is not None:
-            await session.close()
+        try:
+            await lease.aclose()
+        finally:
+            if session is not None:  # the only reference to it: close it even when cancelled
+                await session.close()
 
     async def close(self) -> None:
         """Shut the kernel down and release the model client. Idempotent."""

@@ -21,6 +21,7 @@
       return await work();
     } catch (error) {
       if (error instanceof api.AuthError) {
+        $("key-refused").hidden = !api.key.get();  // a key was sent and refused (not merely missing)
         api.key.clear();
         show("key");
         banner("");
@@ -237,6 +238,7 @@
     $("forget-key").addEventListener("click", () => { api.key.clear(); show("key"); });
     $("key-form").addEventListener("submit", (event) => {
       event.preventDefault();
+      $("key-refused").hidden = true;
       api.key.set($("key-input").value.trim());
       $("key-input").value = "";
       start();

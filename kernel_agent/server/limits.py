@@ -1,0 +1,85 @@
+"""A request body limit enforced before anything reads the body: ``BodyLimit``, a pure ASGI middleware.
+
+FastAPI parses a multipart upload (spooling it to disk) before the route runs,
+so a limit checked in the route comes after the whole body has been received.
+This middleware refuses a body whose ``Content-Length`` is over the limit with
+413 before reading a byte of it, and cuts off a body sent without a length
+(chunked) as soon as it passes the limit: the app then sees a disconnect and
+the client gets the 413.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["BodyLimit", "MULTIPART_SLACK"]
+
+MULTIPART_SLACK = 1 << 20  # room for the multipart boundaries and the other form fields around a file
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with 413 (the limit is named in ``detail``)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.limit:
+            await self._refuse(send)
+            return
+        received = 0
+        refused = False
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    refused = True
+                    if not started:
+                        await self._refuse(send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return  # we answered 413 already; what the app says after the cut-off is dropped
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, guarded_send)
+        except ClientDisconnect:
+            if not refused:
+                raise
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps({"detail": f"the request body is larger than the {self.limit}-byte limit"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _content_length(scope: dict[str, Any]) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
