@@ -44,8 +44,9 @@ from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import default_workspace
 from ..model.chat import ChatModel, ModelReply
-from ..notebook.export import clean_path, export_run
+from ..notebook.export import clean_path, warm_up
 from ..notebook.load import load_resumable
+from ..notebook.writer import RunWriter
 from ..run import Round, Run, RunInfo, Usage
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
@@ -93,6 +94,10 @@ class _Live:
     baseline: int = 0  # bytes the workspace took when the run started (its disk quota counts growth)
     running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
     calls: dict[int, int] = field(default_factory=dict)  # session execute() number -> round (0: setup or rebuild)
+    writer: RunWriter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writer = RunWriter(self.notebook)
 
 
 class AsyncAgent:
@@ -186,7 +191,8 @@ class AsyncAgent:
         variables shared from a notebook); it is recorded there, so the notebook replays.
         """
         root = Path(workspace) if workspace is not None else default_workspace(task)
-        files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
+        # Summaries read files: off the loop, alongside the notebook writer's one-time warm-up.
+        files, _ = await asyncio.gather(asyncio.to_thread(prepare_data, list(data), root), asyncio.to_thread(warm_up))
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
             await session.files.put([root / f.name for f in files])
@@ -496,7 +502,7 @@ class AsyncAgent:
 
     def _save(self, live: _Live) -> None:
         live.run = replace(live.run, notebook_path=live.notebook)
-        export_run(live.run, live.notebook)
+        live.writer.save(live.run)  # the full view now; the clean view alongside the next round
 
 
 async def _last_run(events: AsyncIterator[Event]) -> Run:

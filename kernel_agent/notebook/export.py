@@ -57,6 +57,7 @@ __all__ = [
     "build_notebook",
     "clean_path",
     "export_run",
+    "warm_up",
     "write_notebook",
 ]
 
@@ -131,6 +132,12 @@ def build_notebook(
     return nb
 
 
+def warm_up() -> None:
+    """Compile nbformat's validator now (~50 ms, once per process), e.g. in a thread while a run
+    prepares, rather than in its first save. Raises nothing."""
+    nbformat.validator.get_validator(NBFORMAT, NBFORMAT_MINOR)
+
+
 def write_notebook(nb: NotebookNode, path: str | os.PathLike[str]) -> Path:
     """Validate ``nb`` and write it to ``path`` atomically; return the path.
 
@@ -165,7 +172,8 @@ def _write(nb: NotebookNode, path: Path) -> None:
     """Validate, serialise and atomically replace ``path`` (the folder is not fsynced here)."""
     try:
         nbformat.validate(nb)
-        text = nbformat.writes(nb) + "\n"  # as nbformat.write ends the file
+        # The v4 writer itself: nbformat.writes would validate the notebook a second time.
+        text = nbformat.v4.writes_json(nb) + "\n"  # as nbformat.write ends the file
     except nbformat.ValidationError as exc:
         raise NotebookError(f"refusing to write an invalid notebook to {path}: {exc.message}", path=str(path)) from exc
     except (TypeError, ValueError) as exc:
