@@ -191,8 +191,7 @@ class AsyncAgent:
         variables shared from a notebook); it is recorded there, so the notebook replays.
         """
         root = Path(workspace) if workspace is not None else default_workspace(task)
-        # Summaries read files: off the loop, alongside the notebook writer's one-time warm-up.
-        files, _ = await asyncio.gather(asyncio.to_thread(prepare_data, list(data), root), asyncio.to_thread(warm_up))
+        files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
             await session.files.put([root / f.name for f in files])
@@ -304,7 +303,9 @@ class AsyncAgent:
         setup_code = preload_code(files) if self.config.preload else "%matplotlib inline\n"
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
-        setup = await session.execute(setup_code, self.config.exec_timeout)
+        # While the kernel runs the setup cell, this process is idle: compile the notebook validator then.
+        setup, _ = await asyncio.gather(session.execute(setup_code, self.config.exec_timeout),
+                                        asyncio.to_thread(warm_up))
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
