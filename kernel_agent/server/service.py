@@ -253,15 +253,18 @@ class Service:
                 await asyncio.to_thread(prepare_data, paths, runtime.workspace)
                 task += "\n\nNew data files in the working directory: " + ", ".join(p.name for p in paths)
             stream = agent.stream_resume(notebook, task, workspace=runtime.workspace, restore=not runtime.live)
-        async for event in stream:
-            data = event_dict(event)
-            await run_log.add(data)
-            if _track(run, data):
-                self.store.save_run(run)
-            if data["event"] == "finished":
-                finished = data["run"]
-                run.update(answer=finished["answer"], stop_reason=finished["stop_reason"], error=finished["error"],
-                           status="completed" if finished["stop_reason"] != "llm_error" else "failed")
+        # A cancel can land here between two events (while one is written): closing the stream then
+        # stops the running code and saves the notebook, as a cancel inside the agent does.
+        async with contextlib.aclosing(stream) as events:
+            async for event in events:
+                data = event_dict(event)
+                await run_log.add(data)
+                if _track(run, data):
+                    self.store.save_run(run)
+                if data["event"] == "finished":
+                    finished = data["run"]
+                    run.update(answer=finished["answer"], stop_reason=finished["stop_reason"], error=finished["error"],
+                               status="completed" if finished["stop_reason"] != "llm_error" else "failed")
 
     async def _finish(self, run: Record, thread: Record, runtime: ThreadRuntime, run_log: RunLog) -> None:
         # Records first, then the thread is free, then the closing event: a client that sees
