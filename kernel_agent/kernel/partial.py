@@ -66,7 +66,8 @@ class PartialOutput:
         self.interval_s = interval_s
         self.max_chars = max_chars
         self._text: list[str] = []
-        self._chars = 0
+        self._chars = 0  # arrived since the last chunk
+        self._held = 0  # of those, still in ``_text``
         self._figures = 0
         self._last_sent: float | None = None
         self._failures = 0
@@ -100,14 +101,15 @@ class PartialOutput:
     def _add_text(self, text: str) -> None:
         self._text.append(text)
         self._chars += len(text)
-        if self._chars > 2 * self.max_chars:  # keep memory bounded between chunks: only the tail is sent
-            joined = "".join(self._text)
-            self._text = [joined[-self.max_chars:]]
+        self._held += len(text)
+        if self._held > 2 * self.max_chars:  # keep memory bounded between chunks: only the tail is sent
+            self._text = ["".join(self._text)[-self.max_chars:]]
+            self._held = self.max_chars
 
     def _send(self, now: float) -> None:
         text = "".join(self._text)[-self.max_chars:]
         chunk = OutputChunk(text, round(now - self.started, 3), self._chars - len(text), self._figures)
-        self._text, self._chars, self._figures = [], 0, 0
+        self._text, self._chars, self._held, self._figures = [], 0, 0, 0
         self._last_sent = now
         try:
             self.callback(chunk)
