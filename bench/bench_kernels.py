@@ -5,10 +5,11 @@
   (alternating); target: acquire ≤ 50 ms median.
 * ``gateway``: ``1+1`` round-trips on a kernel behind a real ``jupyter
   kernelgateway`` on 127.0.0.1 (started here, twice: stock, and with our
-  server-side TCP_NODELAY connection class) vs a local session, in
+  server-side TCP_NODELAY connection class), and behind a real Jupyter
+  Enterprise Gateway (stock: it has no such option), vs a local session, in
   alternating blocks of 10; target with server-side NODELAY ≤ 1.2× local.
-  Our side always sets TCP_NODELAY. The local kernel is sandboxed; the
-  gateway's is not (its isolation is the gateway's).
+  Our side always sets TCP_NODELAY and quick ACKs. The local kernel is
+  sandboxed; the gateways' are not (their isolation is the gateway's).
 * ``concurrent``: 16 sandboxed sessions started at once on this machine,
   each running 20 small executes; all must finish with their state intact;
   per-execute latency p50/p95 (information; ``run.py`` checks nothing leaked).
@@ -36,6 +37,7 @@ from kernel_agent.kernel.pool import KernelPool
 from kernel_agent.kernel.session import AsyncKernelSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from enterprise_gateway import EnterpriseGateway
 from gateway import KernelGateway
 
 NAME = "kernels"
@@ -78,16 +80,19 @@ async def _check(kernel: AsyncKernelSession) -> None:
 
 # ------------------------------------------------------------------ gateway
 def gateway(quick: bool) -> list[Row]:
-    """``1+1`` over a stock gateway and a NODELAY gateway vs local, alternating blocks of 10."""
+    """``1+1`` over a stock and a NODELAY Kernel Gateway and a stock Enterprise Gateway vs local, blocks of 10."""
     blocks = 3 if quick else 15
     rows = []
-    for nodelay in (False, True):
-        with KernelGateway(nodelay=nodelay) as server:
+    servers = (("gateway (without server TCP_NODELAY)", lambda: KernelGateway()),
+               ("gateway (with server TCP_NODELAY)", lambda: KernelGateway(nodelay=True)),
+               ("Enterprise Gateway (stock)", EnterpriseGateway))
+    for label, make in servers:
+        with make() as server:
             remote, local = asyncio.run(_roundtrips(server, blocks))
-        label = "with" if nodelay else "without"
-        rows.append(Row(f"1+1 via gateway ({label} server TCP_NODELAY) vs local, p50", median(remote), median(local),
+        nodelay = "with server" in label
+        rows.append(Row(f"1+1 via {label} vs local, p50", median(remote), median(local),
                         max_ratio=1.2 if nodelay else None))
-        rows.append(Row(f"  ↳ p95 ({label} server TCP_NODELAY) vs local p95", p95(remote), p95(local)))
+        rows.append(Row(f"  ↳ p95 ({label}) vs local p95", p95(remote), p95(local)))
     return rows
 
 
@@ -95,8 +100,9 @@ async def _roundtrips(server: KernelGateway, blocks: int) -> tuple[list[float], 
     samples: dict[str, list[float]] = {"remote": [], "local": []}
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-gw-"))
     try:
+        env = {"KERNEL_USERNAME": EnterpriseGateway.username}  # the one user the test Enterprise Gateway admits
         async with (
-            AsyncKernelSession(scratch / "remote", gateway=server.url, gateway_token=server.token) as remote,
+            AsyncKernelSession(scratch / "remote", gateway=server.url, gateway_token=server.token, env=env) as remote,
             AsyncKernelSession(scratch / "local") as local,
         ):
             sides = {"remote": remote, "local": local}

@@ -76,7 +76,7 @@ class KernelGateway:
         """The gateway's kernel processes (jupyter_client marks each with the gateway's pid)."""
         return kernels_of(self.process.pid) if self.process is not None else []
 
-    def _start(self) -> None:
+    def _command(self) -> list[str]:
         command = [
             sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1",
             f"--KernelGatewayApp.port={self.port}", "--KernelGatewayApp.port_retries=0",
@@ -88,13 +88,20 @@ class KernelGateway:
                 "--KernelGatewayApp.kernel_websocket_connection_class="
                 "kernel_agent.kernel.gateway.nodelay.NoDelayWebsocketConnection"
             )
+        return command
+
+    def _environment(self) -> dict[str, str]:
+        """A clean environment: nothing of ours but PATH, with its own home, temp and runtime folders."""
         runtime = self.folder / "runtime"
         runtime.mkdir()
-        env = {
+        return {
             "PATH": os.environ.get("PATH", ""), "HOME": str(self.folder), "TMPDIR": str(self.folder),
             "JUPYTER_RUNTIME_DIR": str(runtime), "KG_AUTH_TOKEN": self.token, "LANG": "C.UTF-8",
             "MPLBACKEND": "module://matplotlib_inline.backend_inline",
         }
+
+    def _start(self) -> None:
+        command, env = self._command(), self._environment()
         with open(self.folder / "log", "wb") as log:  # the child keeps its own descriptor
             self.process = subprocess.Popen(
                 command, env=env, cwd=self.folder, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,

@@ -1,4 +1,5 @@
-"""Kernels on a real Jupyter Kernel Gateway, held to the same behaviour as local kernels."""
+"""Kernels on a real Jupyter Kernel Gateway and a real Enterprise Gateway, held to the same behaviour as local
+kernels. Enterprise Gateway runs its default local process proxy on loopback (tests/enterprise_gateway.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+from enterprise_gateway import EnterpriseGateway
 from gateway import KernelGateway, free_port
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent.cli import cli
 from kernel_agent.errors import ConfigError, KernelStartError
+from kernel_agent.kernel.environment import gateway_environment
 from kernel_agent.kernel.gateway.channels import parse_frame
 from kernel_agent.kernel.gateway.settings import GatewaySettings
 from kernel_agent.kernel.outputs import OutputCaps
@@ -31,12 +34,33 @@ def gateway() -> Iterator[KernelGateway]:
         yield running
 
 
-@pytest.fixture(params=["local", "gateway"])
-def where(request: pytest.FixtureRequest, gateway: KernelGateway) -> dict[str, object]:
-    """Session options for a local kernel or one on the gateway."""
+@pytest.fixture(scope="module")
+def enterprise() -> Iterator[EnterpriseGateway]:
+    with EnterpriseGateway() as running:
+        yield running
+
+
+def _running(request: pytest.FixtureRequest, which: str, monkeypatch: pytest.MonkeyPatch) -> KernelGateway:
+    """The module's gateway of that kind; for Enterprise Gateway, the user it authorizes, set as its users set it."""
+    running = request.getfixturevalue(which)
+    if isinstance(running, EnterpriseGateway):
+        monkeypatch.setenv("KERNEL_USERNAME", running.username)
+    return running
+
+
+@pytest.fixture(params=["gateway", "enterprise"])
+def remote(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> KernelGateway:
+    """A Jupyter Kernel Gateway or an Enterprise Gateway (started only when a test asks for it)."""
+    return _running(request, request.param, monkeypatch)
+
+
+@pytest.fixture(params=["local", "gateway", "enterprise"])
+def where(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """Session options for a local kernel or one on either gateway."""
     if request.param == "local":
         return {}
-    return {"gateway": gateway.url, "gateway_token": gateway.token}
+    running = _running(request, request.param, monkeypatch)
+    return {"gateway": running.url, "gateway_token": running.token}
 
 
 def test_state_images_input_and_errors_behave_alike(tmp_path: Path, where: dict[str, object]) -> None:
@@ -82,11 +106,11 @@ def test_restart_waits_until_the_kernel_answers(tmp_path: Path, where: dict[str,
         assert after.status == "ok" and after.result_text == "False"
 
 
-def test_files_go_in_and_artifacts_come_back(tmp_path: Path, gateway: KernelGateway) -> None:
+def test_files_go_in_and_artifacts_come_back(tmp_path: Path, remote: KernelGateway) -> None:
     (tmp_path / "data.csv").write_text("a,b\n1,2\n3,4\n")
 
     async def run() -> tuple[object, ...]:
-        async with AsyncKernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as session:
+        async with AsyncKernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token) as session:
             await session.files.put([tmp_path / "data.csv"])
             before = await session.files.snapshot()
             result = await session.execute(
@@ -104,19 +128,19 @@ def test_files_go_in_and_artifacts_come_back(tmp_path: Path, gateway: KernelGate
     assert (tmp_path / "big.bin").read_bytes() == bytes(range(256)) * 40000
 
 
-def test_close_deletes_the_remote_kernel_and_attach_never_kills(tmp_path: Path, gateway: KernelGateway) -> None:
-    with KernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as owner:
+def test_close_deletes_the_remote_kernel_and_attach_never_kills(tmp_path: Path, remote: KernelGateway) -> None:
+    with KernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token) as owner:
         kernel_id = owner._async.provider.kernel_id
-        assert kernel_id in gateway.kernels()
-        with KernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token, gateway_kernel_id=kernel_id) as guest:
+        assert kernel_id in remote.kernels()
+        with KernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token, gateway_kernel_id=kernel_id) as guest:
             assert guest.execute("40 + 2").result_text == "42"
-        assert kernel_id in gateway.kernels()  # the attached session left it running
-    assert kernel_id not in gateway.kernels()
+        assert kernel_id in remote.kernels()  # the attached session left it running
+    assert kernel_id not in remote.kernels()
 
 
-def test_a_dropped_websocket_reconnects_without_losing_the_execution(tmp_path: Path, gateway: KernelGateway) -> None:
+def test_a_dropped_websocket_reconnects_without_losing_the_execution(tmp_path: Path, remote: KernelGateway) -> None:
     async def run() -> tuple[object, object, int]:
-        async with AsyncKernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as session:
+        async with AsyncKernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token) as session:
             channels = session.provider.client
             first_line = asyncio.Event()
             dispatch = channels._dispatch
@@ -141,31 +165,42 @@ def test_a_dropped_websocket_reconnects_without_losing_the_execution(tmp_path: P
 
 
 def test_secrets_are_not_sent_to_the_gateway_kernel(
-    tmp_path: Path, gateway: KernelGateway, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, remote: KernelGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-travel")
-    monkeypatch.setenv("KERNEL_AGENT_GATEWAY_TOKEN", gateway.token)
-    monkeypatch.setenv("KERNEL_AGENT_GATEWAY_URL", gateway.url)
+    monkeypatch.setenv("KERNEL_AGENT_GATEWAY_TOKEN", remote.token)
+    monkeypatch.setenv("KERNEL_AGENT_GATEWAY_URL", remote.url)
+    monkeypatch.setenv("KERNEL_FROM_SHELL", "forwarded")  # the gateway convention: KERNEL_* names travel
     env = {"KERNEL_VISIBLE": "1", "KERNEL_API_TOKEN": "nope"}
     settings = GatewaySettings.resolve()
-    assert settings is not None and settings.token == gateway.token and gateway.token not in repr(settings)
+    assert settings is not None and settings.token == remote.token and remote.token not in repr(settings)
     with KernelSession(tmp_path, gateway=settings, env=env) as session:
         seen = session.execute("import os\nsorted(os.environ.items())").result_text
-    assert "KERNEL_VISIBLE" in seen
-    for secret in ("sk-should-not-travel", gateway.token, "KERNEL_API_TOKEN"):
+    assert "KERNEL_VISIBLE" in seen and "('KERNEL_FROM_SHELL', 'forwarded')" in seen
+    for secret in ("sk-should-not-travel", remote.token, "KERNEL_API_TOKEN", "KERNEL_AGENT_"):
         assert secret not in seen
 
 
-def test_a_wrong_token_or_a_down_gateway_is_a_clear_start_error(tmp_path: Path, gateway: KernelGateway) -> None:
+def test_a_wrong_token_or_a_down_gateway_is_a_clear_start_error(tmp_path: Path, remote: KernelGateway) -> None:
     with pytest.raises(KernelStartError, match="refused.*token") as refused:
-        KernelSession(tmp_path, gateway=gateway.url, gateway_token="wrong").start()
-    assert gateway.url in str(refused.value) and "wrong" not in str(refused.value)
+        KernelSession(tmp_path, gateway=remote.url, gateway_token="wrong").start()
+    assert remote.url in str(refused.value) and "wrong" not in str(refused.value)
     down = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(KernelStartError, match="cannot reach") as unreachable:
         KernelSession(tmp_path, gateway=down, gateway_token="t").start()
     assert down in str(unreachable.value)
     with pytest.raises(ConfigError):
         GatewaySettings("ftp://example.org")
+
+
+def test_enterprise_gateway_refusing_the_user_is_said_as_it_said_it(
+    tmp_path: Path, enterprise: EnterpriseGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNEL_USERNAME", "mallory")
+    with pytest.raises(KernelStartError, match="did not start a kernel: 403 User 'mallory' .*KERNEL_USERNAME") as refused:
+        KernelSession(tmp_path, gateway=enterprise.url, gateway_token=enterprise.token).start()
+    assert enterprise.url in str(refused.value) and "token" not in str(refused.value)
+    assert enterprise.kernels() == []
 
 
 def test_tcp_nodelay_is_set_on_our_socket(tmp_path: Path, gateway: KernelGateway) -> None:
@@ -179,6 +214,15 @@ def test_tcp_nodelay_is_set_on_our_socket(tmp_path: Path, gateway: KernelGateway
     assert asyncio.run(run()) != 0
 
 
+def test_the_start_request_carries_our_kernel_names_but_not_our_settings_or_secrets() -> None:
+    base = {
+        "KERNEL_USERNAME": "alice", "KERNEL_NAMESPACE": "shell", "KERNEL_AGENT_GATEWAY_URL": "http://gw",
+        "KERNEL_AGENT_GATEWAY_TOKEN": "t", "KERNEL_DB_PASSWORD": "p", "HOME": "/home/alice",
+    }
+    env = gateway_environment({"KERNEL_NAMESPACE": "explicit", "KERNEL_API_KEY": "k", "EXTRA": "1"}, base)
+    assert env == {"KERNEL_USERNAME": "alice", "KERNEL_NAMESPACE": "explicit", "EXTRA": "1"}
+
+
 def test_binary_frames_with_buffers_parse() -> None:
     header = json.dumps({"header": {"msg_id": "m"}, "content": {}}).encode()
     offsets = [12, 12 + len(header)]
@@ -190,40 +234,40 @@ def test_binary_frames_with_buffers_parse() -> None:
         parse_frame(b"\x00")
 
 
-def test_the_gateway_refuses_without_a_token(gateway: KernelGateway) -> None:
-    assert httpx.get(f"{gateway.url}/api/kernels", trust_env=False).status_code in (401, 403)
+def test_the_gateway_refuses_without_a_token(remote: KernelGateway) -> None:
+    assert httpx.get(f"{remote.url}/api/kernels", trust_env=False).status_code in (401, 403)
 
 
 def test_cli_runs_on_the_gateway_with_a_token_file_and_keeps_the_token_out(
-    tmp_path: Path, gateway: KernelGateway, openai_server: OpenAIServer
+    tmp_path: Path, remote: KernelGateway, openai_server: OpenAIServer
 ) -> None:
     (tmp_path / "numbers.csv").write_text("x\n1\n2\n3\n")
     token_file = tmp_path / "token"
-    token_file.write_text(gateway.token + "\n")
+    token_file.write_text(remote.token + "\n")
     code = "import pandas as pd\nprint(pd.read_csv('numbers.csv').x.sum())\npd.DataFrame({'y': [1]}).to_csv('made.csv')"
     openai_server.add(Reply("Sum.", tool_calls=(python_call(code),)), Reply("Six."))
     notebook = tmp_path / "run.ipynb"
     result = CliRunner().invoke(cli, [
         "run", "Sum x", "--model", "m", "--base-url", openai_server.base_url, "--data", str(tmp_path / "numbers.csv"),
-        "--gateway", gateway.url, "--gateway-token-file", str(token_file), "--workspace", str(tmp_path / "ws"),
+        "--gateway", remote.url, "--gateway-token-file", str(token_file), "--workspace", str(tmp_path / "ws"),
         "--out", str(notebook), "--json",
     ], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     events = [json.loads(line) for line in result.stdout.splitlines()]
     started = next(e for e in events if e["event"] == "run_started")
-    assert started["confinement"].startswith(f"remote: Jupyter gateway at {gateway.url}")
+    assert started["confinement"].startswith(f"remote: Jupyter gateway at {remote.url}")
     finished = next(e for e in events if e["event"] == "execution_finished")
     assert finished["result"]["stdout"] == "6\n"
     assert (tmp_path / "ws" / "made.csv").is_file()  # the artifact came back into the local run folder
     for text in (result.output, notebook.read_text(), json.dumps(openai_server.requests)):
-        assert gateway.token not in text
+        assert remote.token not in text
 
 
-def test_a_pool_of_gateway_kernels(tmp_path: Path, gateway: KernelGateway) -> None:
+def test_a_pool_of_gateway_kernels(tmp_path: Path, remote: KernelGateway) -> None:
     from kernel_agent.kernel.pool import KernelPool
 
     async def run() -> tuple[str, list[str]]:
-        async with KernelPool(size=1, gateway=gateway.url, gateway_token=gateway.token) as pool:
+        async with KernelPool(size=1, gateway=remote.url, gateway_token=remote.token) as pool:
             await pool.wait_ready()
             async with pool.acquire(tmp_path / "run") as kernel:
                 before = await kernel.files.snapshot()

@@ -5,8 +5,9 @@ environment: the locale, ``PATH``, the interpreter's and the numeric
 libraries' settings, and whatever the caller names in ``allow``. Everything
 else (``OPENAI_API_KEY``, ``MYSQL_PWD``, ``GITHUB_PAT``, ``HTTPS_PROXY``
 with a password, ``REDIS_URL``, ``SENTRY_DSN``, ...) stays out, whatever it
-is called. ``is_secret_name`` remains for front ends that must warn before
-handing a secret-looking name over. Pure functions.
+is called. ``gateway_environment`` is the same rule for a kernel on a Jupyter
+gateway: what the start request carries. ``is_secret_name`` remains for
+front ends that must warn before handing a secret-looking name over. Pure functions.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-__all__ = ["ALLOWED_NAMES", "SECRET_MARKERS", "is_secret_name", "kernel_environment"]
+__all__ = ["ALLOWED_NAMES", "SECRET_MARKERS", "gateway_environment", "is_secret_name", "kernel_environment"]
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _SECRET_NAMES = frozenset({"OPENAI_BASE_URL", "AWS_SESSION_TOKEN", "DATABASE_URL", "NETRC"})
@@ -27,6 +28,10 @@ ALLOWED_NAMES = frozenset({
     "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
 })
 _ALLOWED_PREFIXES = ("LC_",)
+# The Jupyter gateway convention: KERNEL_* names in the client's environment are meant for the gateway
+# (Enterprise Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, ...). Ours (KERNEL_AGENT_*) are not.
+_GATEWAY_PREFIX = "KERNEL_"
+_OWN_PREFIX = "KERNEL_AGENT_"
 
 
 def is_secret_name(name: str) -> bool:
@@ -55,3 +60,20 @@ def kernel_environment(
     }
     env.update(extra or {})
     return env
+
+
+def gateway_environment(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``env`` a gateway kernel's start request carries.
+
+    The ``KERNEL_*`` names of ``base`` (default ``os.environ``), as Jupyter
+    Server's own gateway client sends them (Enterprise Gateway authorizes by
+    ``KERNEL_USERNAME``), except our ``KERNEL_AGENT_*`` settings; then
+    ``extra`` on top. Secret-looking names are dropped from both.
+    """
+    source = os.environ if base is None else base
+    env = {
+        name: value for name, value in source.items()
+        if name.startswith(_GATEWAY_PREFIX) and not name.startswith(_OWN_PREFIX)
+    }
+    env.update(extra or {})
+    return {name: value for name, value in env.items() if not is_secret_name(name)}

@@ -2,7 +2,7 @@
 
 Owns the ``/api/kernels/<id>/channels`` websocket (the ``websockets``
 library; Jupyter's JSON wire format, binary frames for messages with
-buffers), TCP_NODELAY on our side, a reader task that sorts incoming
+buffers), TCP_NODELAY and quick ACKs on our side, a reader task that sorts incoming
 messages into iopub/shell/control queues, a writer task that sends in
 order, and reconnection: a dropped socket is reopened with the same
 ``session_id``, so the server replays what it buffered meanwhile; messages
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 _RECONNECT_S = (0.05, 0.2, 0.5, 1.0, 2.0, 3.0)  # back-off between reconnection attempts
 _SEEN = 10_000  # message ids remembered to drop what a reconnect replays twice
 _MAX_FRAME = 512 * 1024 * 1024
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only; elsewhere ACKs stay as the OS does them
 
 
 def parse_frame(frame: str | bytes) -> dict[str, Any]:
@@ -74,6 +75,7 @@ class GatewayChannels:
         self._seen: deque[str] = deque(maxlen=_SEEN)
         self._seen_set: set[str] = set()
         self._ws: ClientConnection | None = None
+        self._tcp: Any = None  # the transport's TCP socket (asyncio's wrapper: setsockopt only), None on a UNIX socket
         self._connected = asyncio.Event()
         self._probes: set[str] = set()  # kernel_info requests whose iopub status shows iopub is live
         self._iopub_live = asyncio.Event()
@@ -102,10 +104,23 @@ class GatewayChannels:
                 f"cannot open the kernel's websocket on the gateway at {self.settings.url}{hint} ({exc})"
             ) from exc
         sock = self._ws.transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        self._tcp = sock if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6) else None
+        if self._tcp is not None:
             # Small request/reply frames otherwise wait on Nagle + delayed ACK (~40 ms each).
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._connected.set()
+
+    def _ack_now(self) -> None:
+        """Leave Linux's delayed-ACK mode (it re-arms on traffic, so after every frame each way).
+
+        A gateway without TCP_NODELAY on its end (Enterprise Gateway 3.3 has no way to set it) holds each
+        reply frame until the previous one is ACKed; a delayed ACK makes that ~40 ms per small reply.
+        """
+        if self._tcp is not None and _QUICKACK is not None:
+            try:
+                self._tcp.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            except OSError:
+                self._tcp = None  # the socket is closing; the reader reconnects
 
     def drop(self) -> None:
         """Abort the socket as a network failure would (the reader then reconnects). For tests and benches."""
@@ -206,6 +221,7 @@ class GatewayChannels:
             assert self._ws is not None
             try:
                 async for frame in self._ws:
+                    self._ack_now()
                     self._dispatch(frame)
             except ConnectionClosed:
                 pass
@@ -239,6 +255,7 @@ class GatewayChannels:
             ws = self._ws
             try:
                 await ws.send(pending)
+                self._ack_now()
             except ConnectionClosed:
                 if self._ws is ws:
                     self._connected.clear()  # the reader reconnects; send it again then

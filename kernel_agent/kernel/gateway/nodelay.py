@@ -8,8 +8,8 @@ own end; this class sets it on the gateway's end. Run the gateway with::
     jupyter kernelgateway \\
       --KernelGatewayApp.kernel_websocket_connection_class=kernel_agent.kernel.gateway.nodelay.NoDelayWebsocketConnection
 
-(Enterprise Gateway: ``--EnterpriseGatewayApp.kernel_websocket_connection_class=...``;
-Jupyter Server: ``--ServerApp.kernel_websocket_connection_class=...``). It
+(Jupyter Server 2: ``--ServerApp.kernel_websocket_connection_class=...``; Enterprise
+Gateway 3.3 runs on Jupyter Server 1.x, which has no such option). It
 needs kernel-agent importable in the gateway's environment; the class is
 three lines, so an operator may equally copy it. This module imports
 jupyter_server, which only the gateway's process has: nothing in

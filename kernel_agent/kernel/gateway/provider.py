@@ -8,8 +8,9 @@ interrupt and restart over REST (a restart returns before the kernel is
 ready, so it waits for a ``kernel_info_reply``), tell a death from the
 ``restarting``/``dead`` status the gateway sends, and delete the kernel on
 close. The token never reaches the kernel: the environment sent with the
-start request is what ``kernel_environment`` lets through, and the gateway
-itself passes a kernel only ``KERNEL_*`` names and its own allow-list.
+start request is what ``gateway_environment`` lets through (``env`` and our
+``KERNEL_*`` names, e.g. Enterprise Gateway's ``KERNEL_USERNAME``), and the
+gateway itself passes a kernel only ``KERNEL_*`` names and its own allow-list.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import KernelError, KernelStartError
-from ..environment import is_secret_name
+from ..environment import gateway_environment
 from ..limits import Limits
 from .channels import GatewayChannels
 from .rest import GatewayREST
@@ -49,7 +50,7 @@ class GatewayProvider:
         self.limits = Limits.off()  # the gateway's operator confines its kernels, not us
         self.client: GatewayChannels | None = None
         self.remote_cwd: str | None = None
-        self._env = {name: value for name, value in (env or {}).items() if not is_secret_name(name)}
+        self._env = gateway_environment(env)
         self._private_cwd = private_cwd and self.owns_kernel
         self._rest: GatewayREST | None = None
 

@@ -3,7 +3,7 @@
 Owns ``/api/kernels`` (create, read, interrupt, restart, delete) over one
 ``httpx.AsyncClient`` and the translation of what can go wrong into
 ``KernelStartError``/``KernelError`` naming the gateway's URL (down,
-token rejected, kernelspec unknown). The token rides in the header only.
+token rejected, user not authorized, kernelspec unknown). The token rides in the header only.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class GatewayREST:
             response = await self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise KernelStartError(f"cannot reach the gateway at {self.settings.url}: {exc!r}") from exc
-        if response.status_code in (401, 403) and "Resource Limit" not in response.text:
+        if response.status_code == 401 or (response.status_code == 403 and _says_nothing_more(response)):
             raise KernelStartError(
                 f"the gateway at {self.settings.url} refused the request ({response.status_code}): "
                 "check the token (KERNEL_AGENT_GATEWAY_TOKEN or --gateway-token)"
@@ -80,6 +80,13 @@ class GatewayREST:
     def _check(self, response: httpx.Response, what: str) -> None:
         if response.status_code >= 400:
             raise KernelError(f"the gateway at {self.settings.url} could not {what}: {_reason(response)}")
+
+
+def _says_nothing_more(response: httpx.Response) -> bool:
+    """A bare refusal (a bad token). Enterprise Gateway's 403s say why (a user it does not authorize, a kernel
+    limit): those reach the caller's error as the gateway worded them, not as a token problem."""
+    standard = httpx.codes.get_reason_phrase(response.status_code)  # tornado puts a custom reason in the status line
+    return _reason(response) in (f"{response.status_code} {standard}", f"{response.status_code} ")
 
 
 def _reason(response: httpx.Response) -> str:
