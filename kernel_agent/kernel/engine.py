@@ -6,11 +6,10 @@ the timeout ladder (interrupt, a grace, a second interrupt, then a restart
 that loses state), tell a death from a normal end, and rebuild lost state by
 re-running the cells that succeeded. While a request runs, its output so far
 goes to an optional ``on_output`` callback, throttled (``partial.PartialOutput``).
-Each pipeline step ends in an
-``Outcome``; ``classify`` turns an outcome into a status and words (pure) and
-``ExecuteEngine._finish`` acts on it in one place. Where the kernel lives, how
-it is interrupted or restarted and why it died are the provider's
-(``interface.KernelProvider``).
+Each pipeline step ends in an ``Outcome``; ``classify`` turns an outcome into a
+status and words (pure) and ``ExecuteEngine._finish`` acts on it in one place.
+Where the kernel lives, how it is interrupted or restarted and why it died
+are the provider's (``interface.KernelProvider``).
 """
 
 from __future__ import annotations
