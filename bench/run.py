@@ -44,6 +44,7 @@ BENCHMARKS = [
     "bench_mcp",
     "bench_plan",
     "bench_kernels",
+    "bench_stream",
 ]
 
 FAILED_EXIT = 1

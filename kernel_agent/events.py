@@ -17,6 +17,7 @@ __all__ = [
     "CodeReady",
     "Event",
     "ExecutionFinished",
+    "ExecutionOutput",
     "ExecutionStarted",
     "NodeFinished",
     "NodeStarted",
@@ -103,6 +104,20 @@ class ExecutionStarted(_EventBase):
     round: int
     timeout: float | None
     kind = "execution_started"
+
+
+@dataclass(frozen=True)
+class ExecutionOutput(_EventBase):
+    """What the round's code printed since the previous such event, while it runs (throttled and
+    bounded: ``kernel.partial.OutputChunk``). ``text`` is raw stdout/stderr text (carriage returns
+    unresolved); the whole output still comes with ``ExecutionFinished``."""
+
+    round: int
+    text: str
+    elapsed_s: float
+    skipped_chars: int = 0
+    figures: int = 0
+    kind = "execution_output"
 
 
 @dataclass(frozen=True)
@@ -206,6 +221,7 @@ Event = Union[
     TextReset,
     CodeReady,
     ExecutionStarted,
+    ExecutionOutput,
     ExecutionFinished,
     RoundFinished,
     AnswerReady,

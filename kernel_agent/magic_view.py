@@ -21,6 +21,7 @@ from typing import Any
 from IPython.display import Code, display
 
 from .events import Event
+from .kernel.partial import OutputChunk, OutputTail
 from .kernel.result import ExecutionResult, strip_ansi
 from .run import Run
 
@@ -50,6 +51,7 @@ class CellView:
     def __init__(self) -> None:
         self._reply: Any = None
         self._status: Any = None
+        self._running = OutputTail(1500)  # the running code's output so far, shown under *running…*
         self._header: Any = None
         self._text = ""
         self._thinking = ""
@@ -134,6 +136,12 @@ class CellView:
 
     def _on_execution_started(self, event: Any) -> None:
         self._status = display(_markdown("*running…*"), raw=True, display_id=True)
+        self._running = OutputTail(1500)
+
+    def _on_execution_output(self, event: Any) -> None:
+        self._running(OutputChunk(event.text, event.elapsed_s, event.skipped_chars, event.figures))
+        if self._status is not None:
+            self._status.update(_plain(f"running… output so far:\n{self._running.text}"), raw=True)
 
     def _on_execution_finished(self, event: Any) -> None:
         result: ExecutionResult = event.result

@@ -88,11 +88,16 @@ def test_run_view_draws_rounds_answer_and_problems(page: Any, static_site: str, 
                                                    tmp_path: Path) -> None:
     events = run_events(openai_server, tmp_path / "ws")
     page.goto(static_site)
-    split = next(i for i, e in enumerate(events) if e["event"] == "execution_started") + 1
+    split = next(i for i, e in enumerate(events) if e["event"] == "execution_finished")  # the code still runs
+    assert events[split - 1]["event"] == "execution_output"
     page.evaluate("events => events.forEach(e => window.view.handle(e))", events[:split])
 
     run = page.locator(".run")
     assert run.locator(".exec.running").inner_text().startswith("running…")  # the clock while code runs
+    live = run.locator("pre.live-output")  # the output so far, as it streams
+    assert "line 79" in live.inner_text() and "a warning" in live.inner_text()
+    assert "[1 figure so far]" in live.inner_text()
+    screenshot(page, "web-run-view-live")
     assert run.locator(".status.running").count() == 1
     run.get_by_role("button", name="Cancel").click()
     assert page.evaluate("window.cancelled") == ["r1"]
@@ -100,6 +105,7 @@ def test_run_view_draws_rounds_answer_and_problems(page: Any, static_site: str, 
 
     rounds = run.locator(".round")
     assert rounds.count() == 3
+    assert live.count() == 0  # replaced by the whole outputs
     first = rounds.nth(0)
     assert first.locator(".markdown strong", has_text="Loading").count() == 1
     assert first.locator("pre.code .hljs-keyword").count() >= 1

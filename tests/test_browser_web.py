@@ -132,7 +132,8 @@ def test_analysis_from_upload_to_downloads(page: Any, service: ServiceServer, mo
 
 
 def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, model: OpenAIServer) -> None:
-    model.add(Reply("This will take a while.", tool_calls=(python_call("import time\ntime.sleep(120)"),)))
+    code = "import time\nprint('still working', flush=True)\ntime.sleep(120)"
+    model.add(Reply("This will take a while.", tool_calls=(python_call(code),)))
     page.goto(service.url + "/")
     page.locator("#key-input").fill(KEY)
     page.locator("#key-form button[type=submit]").click()
@@ -148,6 +149,7 @@ def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, m
     running = run.locator(".exec.running")
     running.wait_for(timeout=TIMEOUT)
     assert running.inner_text().startswith("running…")  # the clock while code runs
+    run.locator("pre.live-output", has_text="still working").wait_for(timeout=TIMEOUT)  # its output so far
     run.get_by_role("button", name="Cancel").click()
     run.locator(".status.cancelled").wait_for(timeout=30_000)
     assert run.get_by_role("button", name="Cancel").is_hidden()

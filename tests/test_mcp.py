@@ -263,3 +263,28 @@ def test_the_notebook_and_workspace_files_are_resources(served: tuple[HeldClient
     run(client, "os.symlink('/etc/hostname', 'escape')")
     with pytest.raises(MCPError, match="outside the workspace"):  # ours, past a symlink
         client.submit(lambda s: s.read_resource("kernel-agent://files/escape"))[0].result(60)
+
+
+def test_progress_messages_carry_the_output_while_the_code_runs(tmp_path: Path) -> None:
+    # Its own server: the cell waits for a marker file, which would stall a replay of the shared notebook.
+    workspace = tmp_path / "ws"
+    messages: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+        if "early output" in (message or ""):
+            (workspace / "progress-seen").touch()  # lets the cell go on: the output arrived while it ran
+
+    code = ("import pathlib, time\nprint('x' * 50_000)\nprint('early output', flush=True)\n"
+            "deadline = time.monotonic() + 60\n"
+            "while not pathlib.Path('progress-seen').exists() and time.monotonic() < deadline:\n"
+            "    time.sleep(0.02)\n"
+            "print('late output' if pathlib.Path('progress-seen').exists() else 'no marker came')")
+    with open_stdio(stdio_params(workspace), tmp_path / "server.log") as client:
+        result = client.call("execute_python", {"code": code}, progress_callback=on_progress)
+    body = text_of(result)
+    assert "late output" in body and "no marker came" not in body
+    early = next(message for message in messages if "early output" in message)
+    assert early.startswith("running for ") and "late output" not in early
+    assert len(early) < 2200 and "…" in early  # the tail of 50 kB, bounded, the cut shown
+    assert wait_until_gone(workspace) == []

@@ -12,9 +12,11 @@ import pytest
 from PIL import Image
 
 from kernel_agent.errors import WorkspaceFileError
+from kernel_agent.kernel.partial import OutputChunk, OutputTail
 from kernel_agent.kernel.result import ErrorInfo, ExecutionResult, png_size
 from kernel_agent.mcp import files
 from kernel_agent.mcp.content import ContentLimits, execution_content, image_block
+from kernel_agent.mcp.progress import progress_message
 
 
 def png(width: int, height: int) -> str:
@@ -86,3 +88,10 @@ def test_the_cli_refuses_a_missing_data_file(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and "missing.csv" in done.stderr
     assert not (tmp_path / "ws").exists()
+
+
+def test_progress_messages_show_time_figures_and_the_output_tail() -> None:
+    tail = OutputTail(max_chars=10)
+    assert progress_message(3.2, tail) == "running for 3 s"
+    tail(OutputChunk("0123456789abc\n", elapsed_s=1.0, figures=2))
+    assert progress_message(4.0, tail) == "running for 4 s, 2 figures so far; output so far:\n…456789abc\n"

@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,6 +51,7 @@ from ..notebook.writer import RunWriter
 from ..run import Round, Run, RunInfo, Usage
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
+from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
 from .quota import over_quota, workspace_usage
@@ -196,8 +198,9 @@ class AsyncAgent:
         async with self._session_factory(root) as session:
             await session.files.put([root / f.name for f in files])
             live = await self._begin(session, task, files, root, notebook_path, setup)
-            async for event in self._drive(live):
-                yield event
+            async with aclosing(self._drive(live)) as events:  # closing this stream stops the code too
+                async for event in events:
+                    yield event
 
     async def resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
@@ -234,8 +237,9 @@ class AsyncAgent:
             run = self._next_turn(loaded.run, task, session)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1,
                          calls=calls)
-            async for event in self._drive(live):
-                yield event
+            async with aclosing(self._drive(live)) as events:
+                async for event in events:
+                    yield event
 
     async def _restore(
         self, session: Kernel, cells: Sequence[RebuildCell], calls: dict[int, int]
@@ -363,8 +367,9 @@ class AsyncAgent:
             for index in range(live.first_round, last + 1):
                 yield RoundStarted(index, last)
                 holder: list[Round] = []
-                async for event in self._round(live, index, holder):
-                    yield event
+                async with aclosing(self._round(live, index, holder)) as events:
+                    async for event in events:
+                        yield event
                 round_ = holder[0]
                 live.run = replace(live.run, rounds=(*live.run.rounds, round_), usage=live.run.usage + round_.usage)
                 self._save(live)
@@ -390,7 +395,7 @@ class AsyncAgent:
             stop = "llm_error"
             live.run = replace(live.run, error=str(exc))
             yield RunError(str(exc), type(exc).__name__)
-        except (asyncio.CancelledError, KeyboardInterrupt):
+        except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):  # GeneratorExit: the stream was closed
             kept = (live.running,) if live.running is not None else ()
             live.run = replace(live.run, rounds=(*live.run.rounds, *kept), stop_reason="cancelled",
                                error="cancelled by the user", finished_at=_now())
@@ -438,11 +443,16 @@ class AsyncAgent:
         exclude = (live.notebook, clean_path(live.notebook))
         before = await live.session.files.snapshot(exclude)
         live.running = base
+        execution = StreamedExecution(live.session, step.code, self.config.exec_timeout, index)
         try:
-            result = await live.session.execute(step.code, self.config.exec_timeout)
-        except asyncio.CancelledError as cancel:
-            live.running = replace(base, result=getattr(cancel, "partial_result", None))
+            async with aclosing(execution.events()) as outputs:
+                async for output in outputs:
+                    yield output
+        except (asyncio.CancelledError, GeneratorExit):
+            live.running = replace(base, result=execution.partial)
             raise
+        assert execution.result is not None  # events() ran to its end
+        result = execution.result
         live.running = None
         live.calls[result.call] = index
         result = _in_rounds(result, live.calls)

@@ -55,6 +55,7 @@ _STOP_WORDS = {
     "disk_quota": "stopped: the workspace went over its disk quota",
 }
 _TAIL_LINES = 8  # of the model's streamed text, in the live area
+_LIVE_OUTPUT_CHARS = 4000  # of a running cell's output kept for the live area (it shows the last lines)
 
 
 class Renderer(Protocol):
@@ -257,6 +258,10 @@ class LiveRenderer:
     def _on_execution_started(self, event: Any) -> None:
         limit = f" (limit {event.timeout:g} s)" if event.timeout else ""
         self._activity.begin(f"running code{limit}")
+
+    def _on_execution_output(self, event: Any) -> None:
+        # The spinner shows the tail of what the code prints while it runs; the whole output follows.
+        self._activity.text = (self._activity.text + event.text)[-_LIVE_OUTPUT_CHARS:]
 
     def _on_execution_finished(self, event: Any) -> None:
         self._activity.end()

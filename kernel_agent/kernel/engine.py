@@ -4,11 +4,12 @@ Owns the execute pipeline, written once for every place a kernel can live:
 send the request, fold its iopub messages with ``OutputCollector``, enforce
 the timeout ladder (interrupt, a grace, a second interrupt, then a restart
 that loses state), tell a death from a normal end, and rebuild lost state by
-re-running the cells that succeeded. Each pipeline step ends in an
-``Outcome``; ``classify`` turns an outcome into a status and words (pure) and
-``ExecuteEngine._finish`` acts on it in one place. Where the kernel lives, how
-it is interrupted or restarted and why it died are the provider's
-(``interface.KernelProvider``).
+re-running the cells that succeeded. While a request runs, its output so far
+goes to an optional ``on_output`` callback, throttled (``partial.PartialOutput``).
+Each pipeline step ends in an ``Outcome``; ``classify`` turns an outcome into a
+status and words (pure) and ``ExecuteEngine._finish`` acts on it in one place.
+Where the kernel lives, how it is interrupted or restarted and why it died
+are the provider's (``interface.KernelProvider``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .interface import ChannelClient, KernelProvider
 from .limit_notes import limit_note
 from .limits import Limits
 from .outputs import OutputCaps, OutputCollector
+from .partial import OutputCallback, PartialOutput
 from .rebuild import RebuildCell, RebuildPlan
 from .result import ErrorInfo, ExecutionResult, Status
 
@@ -105,14 +107,16 @@ class ExecuteEngine:
 
     # ----------------------------------------------------------------- public
     async def execute(
-        self, code: str, timeout: float | None, *, rebuild: bool, rebuild_timeout: float | None = None
+        self, code: str, timeout: float | None, *, rebuild: bool, rebuild_timeout: float | None = None,
+        on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run ``code``; on state loss with ``rebuild``, re-run the earlier successful cells (each
-        bounded by ``rebuild_timeout``). Raises ``KernelStartError`` when a needed restart fails."""
+        bounded by ``rebuild_timeout``). ``on_output`` gets the output so far while ``code`` runs
+        (not while cells are rebuilt). Raises ``KernelStartError`` when a needed restart fails."""
         async with self.lock:
             self._calls += 1
             self._label = self._calls
-            result = replace(await self._execute(code, timeout), call=self._calls)
+            result = replace(await self._execute(code, timeout, on_output), call=self._calls)
         if result.state_lost and rebuild and self._history_before_loss:
             result = await self._rebuild(result, rebuild_timeout)
         return result
@@ -150,21 +154,24 @@ class ExecuteEngine:
             log.debug("interrupt failed", exc_info=True)
 
     # ----------------------------------------------------------------- pipeline
-    async def _execute(self, code: str, timeout: float | None) -> ExecutionResult:
+    async def _execute(
+        self, code: str, timeout: float | None, on_output: OutputCallback | None = None
+    ) -> ExecutionResult:
         self._history_before_loss = []
         started = time.monotonic()
         msg_id = self.client.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=True)
         collector = OutputCollector(msg_id, self.caps)
+        partial = PartialOutput(on_output, started) if on_output is not None else None
         deadline = None if timeout is None else started + timeout
         reply: dict[str, Any] = {}
         try:
-            outcome = await self._collect(collector, deadline)
+            outcome = await self._collect(collector, deadline, partial)
             if outcome is Outcome.IDLE:
                 reply = await self._shell_reply(msg_id)
                 if any(p.get("source") == "ask_exit" for p in reply.get("payload", []) or []):
                     outcome = Outcome.EXITED
             elif outcome is Outcome.DEADLINE:
-                outcome = await self._stop_runaway(collector)
+                outcome = await self._stop_runaway(collector, partial)
         except asyncio.CancelledError as cancel:
             # Our owner was cancelled (Ctrl-C): stop the code so nothing runs on unseen, and hand the
             # output so far (plus the KeyboardInterrupt, if it comes within the grace) to whoever records it.
@@ -172,13 +179,19 @@ class ExecuteEngine:
             await asyncio.shield(self._collect(collector, time.monotonic() + self.interrupt_grace))
             cancel.partial_result = self._cancelled(code, collector, time.monotonic() - started)  # type: ignore[attr-defined]
             raise
+        if partial is not None:
+            partial.flush(time.monotonic())
         return await self._finish(code, collector, outcome, reply, time.monotonic() - started, timeout)
 
-    async def _collect(self, collector: OutputCollector, deadline: float | None) -> Outcome:
-        """Feed iopub messages until idle; ``IDLE``, ``DEADLINE`` or ``DIED``."""
+    async def _collect(
+        self, collector: OutputCollector, deadline: float | None, partial: PartialOutput | None = None
+    ) -> Outcome:
+        """Feed iopub messages until idle (and ``partial``, if any); ``IDLE``, ``DEADLINE`` or ``DIED``."""
         client = self.client
         while not collector.idle:
             now = time.monotonic()
+            if partial is not None:
+                partial.tick(now)  # output held back by the throttle goes out even when the kernel falls silent
             if deadline is not None and now >= deadline:
                 return Outcome.DEADLINE
             wait = POLL_S if deadline is None else max(min(POLL_S, deadline - now), 0.001)
@@ -188,7 +201,8 @@ class ExecuteEngine:
                 if not await self.provider.is_alive():
                     return Outcome.DIED
                 continue
-            collector.feed(msg)
+            if collector.feed(msg) and partial is not None:
+                partial.feed(msg, time.monotonic())
         return Outcome.IDLE
 
     async def _shell_reply(self, msg_id: str) -> dict[str, Any]:
@@ -205,16 +219,16 @@ class ExecuteEngine:
         log.warning("no execute_reply for %s within %.0fs", msg_id, _REPLY_WAIT_S)
         return {}
 
-    async def _stop_runaway(self, collector: OutputCollector) -> Outcome:
+    async def _stop_runaway(self, collector: OutputCollector, partial: PartialOutput | None = None) -> Outcome:
         """The timeout ladder: ``INTERRUPTED`` (state kept), ``DIED``, ``RESTARTED`` or ``STUCK``."""
         grace = self.interrupt_grace / 2
         if not collector.started:  # SIGINT before the cell starts is lost: wait to see it start
-            await self._collect(collector, time.monotonic() + grace)
+            await self._collect(collector, time.monotonic() + grace, partial)
         for _attempt in range(2):
             if collector.idle:
                 break
             await self.interrupt_quietly()
-            if await self._collect(collector, time.monotonic() + grace) is Outcome.DIED:
+            if await self._collect(collector, time.monotonic() + grace, partial) is Outcome.DIED:
                 return Outcome.DIED
         if collector.idle:
             await self._shell_reply(collector.msg_id)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from .files import KernelFiles
     from .limits import Limits
+    from .partial import OutputCallback
     from .result import ExecutionResult
 
 __all__ = ["ChannelClient", "Kernel", "KernelFactory", "KernelProvider", "SessionState"]
@@ -126,8 +127,12 @@ class Kernel(Protocol):
 
     async def start(self) -> Kernel: ...
 
-    async def execute(self, code: str, timeout: float | None = None, *, rebuild: bool | None = None) -> ExecutionResult:
-        """Run ``code``; a timeout interrupts (then restarts if need be). Raises ``SessionClosedError``."""
+    async def execute(
+        self, code: str, timeout: float | None = None, *, rebuild: bool | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run ``code``; a timeout interrupts (then restarts if need be). ``on_output`` gets the
+        output so far while it runs (``partial.OutputChunk``, throttled). Raises ``SessionClosedError``."""
         ...
 
     async def evaluate(self, expressions: dict[str, str], timeout: float = 30.0) -> dict[str, str | None]:

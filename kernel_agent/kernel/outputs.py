@@ -20,7 +20,7 @@ from nbformat import NotebookNode
 
 from .result import DisplayUpdate, ErrorInfo, strip_ansi
 
-__all__ = ["OutputCaps", "OutputCollector", "output_node"]
+__all__ = ["OutputCaps", "OutputCollector", "output_node", "resolve_carriage_returns"]
 
 _TAIL_KEEP = 4096
 _FIELDS = {
@@ -99,7 +99,7 @@ class OutputCollector:
         """The final outputs: carriage returns resolved, drops stated."""
         for out in self.outputs:
             if out["output_type"] == "stream":
-                out["text"] = _resolve_carriage_returns(out["text"])
+                out["text"] = resolve_carriage_returns(out["text"])
         if self.dropped_chars:
             marker = (
                 f"\n[kernel-agent: output cap of {self.caps.max_text_chars} characters reached; "
@@ -205,7 +205,7 @@ def _stream(name: str, text: str) -> dict[str, Any]:
 _CR_LINE = re.compile(r"[^\n]*\r(?!\n)")
 
 
-def _resolve_carriage_returns(text: str) -> str:
+def resolve_carriage_returns(text: str) -> str:
     r"""Keep what a terminal would show: text before a bare ``\r`` on a line is overwritten."""
     if "\r" not in text:
         return text

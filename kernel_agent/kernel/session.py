@@ -26,6 +26,7 @@ from .kernelspec import KERNEL_NAME
 from .limits import Confinement, Limits
 from .local import AttachedProvider, LocalProvider, sweep_stale_runtime_dirs
 from .outputs import OutputCaps
+from .partial import OutputCallback
 from .result import ExecutionResult
 
 __all__ = ["AsyncKernelSession", "SessionState", "sweep_stale_runtime_dirs"]
@@ -225,18 +226,25 @@ class AsyncKernelSession:
             raise SessionClosedError("this kernel session was not started (use it as a context manager or call start())")
 
     # ----------------------------------------------------------------- execute
-    async def execute(self, code: str, timeout: float | None = None, *, rebuild: bool | None = None) -> ExecutionResult:
+    async def execute(
+        self, code: str, timeout: float | None = None, *, rebuild: bool | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
         """Run ``code``; return what happened. Errors in the code are data, not exceptions.
 
         ``timeout`` (seconds, default the session's) triggers the ladder:
         interrupt, a short grace, a second interrupt, then a restart that loses
-        state. Raises ``SessionClosedError`` when closed and ``KernelStartError``
-        when a needed restart fails.
+        state. ``on_output`` is called on this session's event loop with the
+        output so far while the code runs (``partial.OutputChunk``: new text and
+        figures, bounded, at most one chunk per 0.5 s, the rest when it ends); it
+        must not block, and when it raises the error is logged and the code runs
+        on. It never changes the result. Raises ``SessionClosedError`` when
+        closed and ``KernelStartError`` when a needed restart fails.
         """
         self._check_open()
         return await self.engine.execute(
             code, self.timeout if timeout is None else timeout,
-            rebuild=self.rebuild if rebuild is None else rebuild, rebuild_timeout=self.timeout,
+            rebuild=self.rebuild if rebuild is None else rebuild, rebuild_timeout=self.timeout, on_output=on_output,
         )
 
     async def evaluate(self, expressions: dict[str, str], timeout: float = 30.0) -> dict[str, str | None]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import LoopThread
+from .partial import OutputCallback
 from .result import ExecutionResult
 from .session import AsyncKernelSession, SessionState
 
@@ -73,9 +74,15 @@ class KernelSession:
             raise
         return self
 
-    def execute(self, code: str, timeout: float | None = None, *, rebuild: bool | None = None) -> ExecutionResult:
-        """Run ``code`` and return its ``ExecutionResult`` (see ``AsyncKernelSession.execute``)."""
-        return self._loop.run(self._async.execute(code, timeout, rebuild=rebuild))
+    def execute(
+        self, code: str, timeout: float | None = None, *, rebuild: bool | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run ``code`` and return its ``ExecutionResult`` (see ``AsyncKernelSession.execute``).
+
+        ``on_output`` is called on this facade's private loop thread, not the caller's.
+        """
+        return self._loop.run(self._async.execute(code, timeout, rebuild=rebuild, on_output=on_output))
 
     def evaluate(self, expressions: dict[str, str], timeout: float = 30.0) -> dict[str, str | None]:
         """Evaluate expressions silently (see ``AsyncKernelSession.evaluate``)."""

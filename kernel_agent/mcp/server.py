@@ -7,14 +7,14 @@ our errors into tool errors. A connection's kernel is started on its first
 call and shut down when the connection ends (stdio: the process's stdin
 closes; HTTP: the session is deleted or expires), through the SDK's
 per-connection exit stack. Turning results into content blocks is
-``content.py``'s; workspace paths are ``files.py``'s.
+``content.py``'s; progress notifications (with the output so far) are
+``progress.py``'s; workspace paths are ``files.py``'s.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +37,7 @@ from ..errors import KernelAgentError
 from ..notebook.export import clean_path
 from . import files
 from .content import ContentLimits, execution_content, image_block, text_result
+from .progress import with_progress
 from .workbench import SessionFactory, Workbench, default_session
 
 __all__ = ["McpOptions", "Transport", "build_server", "serve"]
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 
 Transport = Literal["stdio", "http"]
 Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600, description="seconds before the code is interrupted")]
-PROGRESS_S = 1.0  # how often a running execution reports progress
 _STATE_KEY = "kernel_agent.workbench"
 NOTEBOOK_URI = "kernel-agent://notebook/{view}"
 FILE_URI = "kernel-agent://files/{+path}"
@@ -168,7 +168,9 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
     async def execute_python(code: str, ctx: Context, timeout: Seconds | None = None) -> CallToolResult:
         bench = benches.get(ctx)
         with _edge():
-            result = await _with_progress(ctx, bench.execute(code, timeout), timeout or default_timeout)
+            result = await with_progress(
+                ctx, lambda on_output: bench.execute(code, timeout, on_output=on_output), timeout or default_timeout
+            )
         return execution_content(result, limits)
 
     @server.tool(description="Interrupt the code running in the kernel (like Ctrl-C); variables are kept.")
@@ -288,24 +290,6 @@ def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             return data
-
-
-async def _with_progress(ctx: Context, work: Any, total: float) -> Any:
-    """Await ``work`` while sending a progress notification every ``PROGRESS_S`` (if the client asked)."""
-    started = time.monotonic()
-
-    async def tick() -> None:
-        while True:
-            await anyio.sleep(PROGRESS_S)
-            elapsed = time.monotonic() - started
-            await ctx.report_progress(round(elapsed, 1), total, f"running for {elapsed:.0f} s")
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(tick)
-        try:
-            return await work
-        finally:
-            group.cancel_scope.cancel()
 
 
 def serve(options: McpOptions, session_factory: SessionFactory = default_session) -> None:

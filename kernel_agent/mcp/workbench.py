@@ -24,6 +24,7 @@ from typing import Literal
 
 from ..agent.data import DataFile, data_summary, preload_code
 from ..errors import KernelError, SessionClosedError
+from ..kernel.partial import OutputCallback
 from ..kernel.result import ExecutionResult
 from ..kernel.session import AsyncKernelSession
 from ..notebook.export import export_run
@@ -112,14 +113,16 @@ class Workbench:
             await settling
         return session
 
-    async def execute(self, code: str, timeout: float | None = None) -> ExecutionResult:
-        """Run ``code`` in the live kernel and record it. Errors in the code are data.
-        Raises ``KernelError`` when the kernel cannot be started or restarted."""
+    async def execute(
+        self, code: str, timeout: float | None = None, *, on_output: OutputCallback | None = None
+    ) -> ExecutionResult:
+        """Run ``code`` in the live kernel and record it; ``on_output`` gets its output while it runs.
+        Errors in the code are data. Raises ``KernelError`` when the kernel cannot be started or restarted."""
         session = await self.session()
         started, clock = _now(), time.monotonic()
         before = await session.files.snapshot() if _elsewhere(session, self.workspace) else None
         try:
-            result = await session.execute(code, timeout or self.timeout)
+            result = await session.execute(code, timeout or self.timeout, on_output=on_output)
         except asyncio.CancelledError:
             # The client cancelled: the engine interrupted the code. Keep the record honest
             # without a cell that a replay would run.

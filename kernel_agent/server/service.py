@@ -222,7 +222,13 @@ class Service:
             for runtime in list(self.runtimes.values()):
                 if runtime.live and not runtime.busy and runtime.last_used < cutoff:
                     log.info("thread %s idle: shutting its kernel down", runtime.thread_id)
-                    await runtime.stop_kernel()
+                    # A server shutdown cancels the reaper; it must not cut a kernel's shutdown short (the
+                    # runtime has already let go of the session, so nothing else would close it): close()
+                    # waits for what is in ``_closing``.
+                    stopping = asyncio.ensure_future(runtime.stop_kernel())
+                    self._closing.add(stopping)
+                    stopping.add_done_callback(self._closing.discard)
+                    await asyncio.shield(stopping)
 
     async def _execute(self, run: Record, thread: Record, runtime: ThreadRuntime, files: list[Record],
                        run_log: RunLog) -> None:
@@ -253,15 +259,18 @@ class Service:
                 await asyncio.to_thread(prepare_data, paths, runtime.workspace)
                 task += "\n\nNew data files in the working directory: " + ", ".join(p.name for p in paths)
             stream = agent.stream_resume(notebook, task, workspace=runtime.workspace, restore=not runtime.live)
-        async for event in stream:
-            data = event_dict(event)
-            await run_log.add(data)
-            if _track(run, data):
-                self.store.save_run(run)
-            if data["event"] == "finished":
-                finished = data["run"]
-                run.update(answer=finished["answer"], stop_reason=finished["stop_reason"], error=finished["error"],
-                           status="completed" if finished["stop_reason"] != "llm_error" else "failed")
+        # A cancel can land here between two events (while one is written): closing the stream then
+        # stops the running code and saves the notebook, as a cancel inside the agent does.
+        async with contextlib.aclosing(stream) as events:
+            async for event in events:
+                data = event_dict(event)
+                await run_log.add(data)
+                if _track(run, data):
+                    self.store.save_run(run)
+                if data["event"] == "finished":
+                    finished = data["run"]
+                    run.update(answer=finished["answer"], stop_reason=finished["stop_reason"], error=finished["error"],
+                               status="completed" if finished["stop_reason"] != "llm_error" else "failed")
 
     async def _finish(self, run: Record, thread: Record, runtime: ThreadRuntime, run_log: RunLog) -> None:
         # Records first, then the thread is free, then the closing event: a client that sees

@@ -7,6 +7,7 @@ window.KA = window.KA || {};
 
 KA.render = (() => {
   const LONG_LINES = 30;  // outputs longer than this start collapsed
+  const LIVE_CHARS = 4000;  // of a running round's output shown while it runs (the tail)
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -90,6 +91,9 @@ KA.render = (() => {
     return outs;
   }
 
+  /* What a terminal shows of text with carriage returns (progress bars): the last part of each line. */
+  const resolveReturns = (text) => text.split("\n").map((line) => line.replace(/\r+$/, "").split("\r").pop()).join("\n");
+
   /* The answer is shown under our own "Answer" heading: drop the model's, if it wrote one. */
   const withoutAnswerHeading = (text) => text.replace(/^\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n/i, "");
   const seconds = (s) => (s < 60 ? `${s.toFixed(s < 10 ? 1 : 0)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`);
@@ -133,8 +137,24 @@ KA.render = (() => {
       this.timer = setInterval(tick, 1000);
       this.body.append(this.exec);
     }
+    /* The running code's output so far (execution_output events): one live block holding the tail,
+       replaced by the whole outputs when the execution finishes. */
+    liveOutput(event) {
+      this.liveText = (this.liveText || "") + stripAnsi(event.text || "");
+      if (this.liveText.length > LIVE_CHARS) { this.liveText = this.liveText.slice(-LIVE_CHARS); this.liveCut = true; }
+      this.liveFigures = (this.liveFigures || 0) + (event.figures || 0);
+      if (!this.live) {
+        this.live = el("pre", { class: "stream stdout live-output", "aria-label": "Output so far" });
+        this.body.append(this.live);
+      }
+      const text = (this.liveCut ? "…" : "") + resolveReturns(this.liveText);
+      const figures = this.liveFigures ? `[${this.liveFigures} figure${this.liveFigures === 1 ? "" : "s"} so far]` : "";
+      this.live.textContent = text + (figures && text && !text.endsWith("\n") ? "\n" : "") + figures;
+      this.live.scrollTop = this.live.scrollHeight;
+    }
     finished(event) {
       this.stop();
+      if (this.live) { this.live.remove(); this.live = null; this.liveText = ""; this.liveCut = false; this.liveFigures = 0; }
       const result = event.result || {};
       const ok = result.status === "ok";
       let line = `${result.status} · ${seconds(result.duration_s || 0)}`;

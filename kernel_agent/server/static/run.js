@@ -93,6 +93,7 @@ KA.RunView = (() => {
     on_text_reset(event) { this.round(event.round)?.reset(event.reason); }
     on_code_ready(event) { this.round(event.round)?.codeReady(event); }
     on_execution_started(event) { this.round(event.round)?.started(event); }
+    on_execution_output(event) { this.round(event.round)?.liveOutput(event); }
     on_execution_finished(event) { this.round(event.round)?.finished(event); }
     on_round_finished(event) {
       const round = event.round || {};

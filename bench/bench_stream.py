@@ -1,0 +1,58 @@
+"""Issue 16's benchmark of partial output: what ``execute(on_output=...)`` costs. ``NAME`` and ``PARTS``.
+
+* ``chatty``: a cell printing 200,000 short lines, through one
+  ``KernelSession``, with an ``on_output`` callback against without one,
+  alternating on the same kernel. The callback only keeps the chunks, so
+  the row measures the throttle, not what a front end does with the text.
+  The metric names how many chunks one execution produced (the throttle:
+  the first at once, then at most one per 0.5 s, plus the rest at the end).
+
+Both sides must print every line: a fast wrong answer raises.
+"""
+
+from __future__ import annotations
+
+import time
+
+from report import Row, median
+
+from kernel_agent.kernel.partial import OutputChunk
+from kernel_agent.kernel.session_sync import KernelSession
+
+NAME = "stream"
+
+CHATTY = "for i in range(200_000):\n    print('line', i)"
+LAST_LINE = "line 199999\n"
+
+
+def chatty(quick: bool) -> list[Row]:
+    """Median seconds of the chatty cell with and without ``on_output``, alternating."""
+    rounds = 3 if quick else 9
+    with_callback: list[float] = []
+    without: list[float] = []
+    chunk_counts: list[int] = []
+    with KernelSession() as session:
+        session.execute(CHATTY)  # warm-up, discarded
+        for index in range(rounds):
+            for streamed in ((True, False) if index % 2 == 0 else (False, True)):
+                chunks: list[OutputChunk] = []
+                started = time.perf_counter()
+                result = session.execute(CHATTY, on_output=chunks.append if streamed else None)
+                elapsed = time.perf_counter() - started
+                if not (result.ok and result.stdout.endswith(LAST_LINE)):
+                    raise AssertionError(f"the chatty cell went wrong: {result!r}")
+                if streamed:
+                    if not chunks or not "".join(c.text for c in chunks[-1:]).endswith(LAST_LINE):
+                        raise AssertionError("the last chunk does not end with the last line")
+                    with_callback.append(elapsed)
+                    chunk_counts.append(len(chunks))
+                else:
+                    without.append(elapsed)
+    chunks_seen = f"{min(chunk_counts)}–{max(chunk_counts)}"
+    return [
+        Row(f"200,000-line cell, median of {rounds}: execute with on_output ({chunks_seen} chunks) vs without",
+            median(with_callback), median(without), max_ratio=1.05),
+    ]
+
+
+PARTS = {"chatty": chatty}
