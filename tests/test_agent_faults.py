@@ -19,6 +19,7 @@ from openai_server import OpenAIServer, Reply
 from kernel_agent import Agent
 from kernel_agent.events import TextDelta
 from kernel_agent.kernel.session import sweep_stale_runtime_dirs
+from kernel_agent.notebook.export import clean_path
 
 pytestmark = pytest.mark.kernel
 
@@ -101,6 +102,7 @@ def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAI
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: len(openai_server.requests) == 3 and bool(kernels_of(agent.pid)), "round 3 to start")
+        wait_for(lambda: "second = 2" in _text(clean_path(notebook)), "round 2's clean view (written alongside round 3)")
         kernels = kernels_of(agent.pid)
         runtime_dirs = _runtime_dirs_of(agent.pid)
         assert len(runtime_dirs) == 1
@@ -114,10 +116,17 @@ def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAI
     nb = nbformat.read(notebook, as_version=4)
     nbformat.validate(nb)
     assert [c.source for c in nb.cells if c.cell_type == "code"][1:] == ["first = 1", "second = 2"]
+    clean = nbformat.read(clean_path(notebook), as_version=4)  # the kill left it complete, as every write does
+    nbformat.validate(clean)
+    assert [c.source for c in clean.cells if c.cell_type == "code"][1:] == ["first = 1", "second = 2"]
     wait_for(lambda: all(process_gone(k) for k in kernels), "the orphaned kernel to exit")
     sweep_stale_runtime_dirs()  # a SIGKILLed owner cannot clean up; the next session start sweeps
     assert not runtime_dirs[0].exists()
     assert not our_kernel_pids()
+
+
+def _text(path: Path) -> str:
+    return path.read_text() if path.is_file() else ""
 
 
 def _runtime_dirs_of(pid: int) -> list[Path]:

@@ -13,6 +13,7 @@ from openai_server import OpenAIServer, Reply, python_call
 from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.errors import ConfigError, KernelError
 from kernel_agent.kernel.pool import KernelPool
+from kernel_agent.kernel.session import SessionState
 
 pytestmark = pytest.mark.kernel
 
@@ -86,3 +87,63 @@ def test_the_agent_runs_on_a_pooled_kernel(tmp_path: Path, openai_server: OpenAI
     assert run_.rounds[0].result.stdout == "6\n" and len(run_.rounds[0].result.images) == 1
     assert (tmp_path / "run" / "analysis.ipynb").is_file()
     assert not our_kernel_pids()
+
+
+def test_a_used_kernel_shuts_down_in_the_background_and_close_waits_for_it(tmp_path: Path) -> None:
+    async def run() -> None:
+        async with KernelPool(size=1) as pool:
+            await pool.wait_ready()
+            async with pool.acquire(tmp_path / "run") as kernel:
+                assert (await kernel.execute("1 + 1")).result_text == "2"
+                private = kernel.workspace
+                assert private is not None and private.is_dir()
+            # The run is over without waiting for the shutdown: it has not even begun yet.
+            assert kernel.state is not SessionState.CLOSED and len(pool._discards) == 1
+            assert private.is_dir()
+        assert kernel.state is SessionState.CLOSED and not pool._discards
+        assert not private.exists()  # the kernel's private folder (inside its runtime dir) went with it
+        assert not our_kernel_pids()
+
+    asyncio.run(run())
+
+
+def test_a_kernel_shutting_down_counts_under_the_cap_and_its_end_refills_the_pool(tmp_path: Path) -> None:
+    async def run() -> None:
+        async with KernelPool(size=1, max_kernels=1) as pool:
+            await pool.wait_ready()
+            async with pool.acquire(tmp_path / "run") as used:
+                assert pool.ready == 0 and pool._starting == 0  # the cap holds the refill back
+                assert (await used.execute("mark = 1")).ok
+            assert pool._starting == 0  # still: the used kernel is alive until its shutdown ends
+            await pool.wait_ready()  # the shutdown's end frees the place and refills
+            assert used.state is SessionState.CLOSED and pool.ready == 1 and len(pool._alive) == 1
+            async with pool.acquire(tmp_path / "again") as fresh:
+                assert fresh is not used and (await fresh.execute("'mark' in dir()")).result_text == "False"
+            assert pool.served_warm == 2 and pool.served_cold == 0
+        assert not our_kernel_pids()
+
+    asyncio.run(run())
+
+
+def test_a_cancelled_run_hands_its_kernel_back_and_close_leaves_nothing(tmp_path: Path) -> None:
+    async def run() -> None:
+        pool = await KernelPool(size=1).start()
+        inside = asyncio.Event()
+
+        async def one_run() -> None:
+            async with pool.acquire(tmp_path / "run") as kernel:
+                assert (await kernel.execute("x = 1")).ok
+                inside.set()
+                await asyncio.Event().wait()  # a run that only ends by cancellation
+
+        task = asyncio.ensure_future(one_run())
+        await inside.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert pool._discards  # its kernel is shutting down, owned by the pool
+        await pool.close()
+        assert not pool._discards and not pool._alive
+        assert not our_kernel_pids()
+
+    asyncio.run(run())

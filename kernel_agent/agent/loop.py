@@ -45,8 +45,9 @@ from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import default_workspace
 from ..model.chat import ChatModel, ModelReply
-from ..notebook.export import clean_path, export_run
+from ..notebook.export import clean_path, warm_up
 from ..notebook.load import load_resumable
+from ..notebook.writer import RunWriter
 from ..run import Round, Run, RunInfo, Usage
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
@@ -95,6 +96,10 @@ class _Live:
     baseline: int = 0  # bytes the workspace took when the run started (its disk quota counts growth)
     running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
     calls: dict[int, int] = field(default_factory=dict)  # session execute() number -> round (0: setup or rebuild)
+    writer: RunWriter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writer = RunWriter(self.notebook)
 
 
 class AsyncAgent:
@@ -302,7 +307,9 @@ class AsyncAgent:
         setup_code = preload_code(files) if self.config.preload else "%matplotlib inline\n"
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
-        setup = await session.execute(setup_code, self.config.exec_timeout)
+        # While the kernel runs the setup cell, this process is idle: compile the notebook validator then.
+        setup, _ = await asyncio.gather(session.execute(setup_code, self.config.exec_timeout),
+                                        asyncio.to_thread(warm_up))
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
@@ -506,7 +513,7 @@ class AsyncAgent:
 
     def _save(self, live: _Live) -> None:
         live.run = replace(live.run, notebook_path=live.notebook)
-        export_run(live.run, live.notebook)
+        live.writer.save(live.run)  # the full view now; the clean view alongside the next round
 
 
 async def _last_run(events: AsyncIterator[Event]) -> Run:

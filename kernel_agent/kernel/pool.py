@@ -5,9 +5,14 @@ session options say) with the set-up already run (pandas, numpy,
 matplotlib imported, inline PNG figures), handed out one per run by
 ``acquire(folder)`` and closed when that run ends: a kernel is never
 reused, so no run sees another's state. Taking a kernel starts a refill in
-the background; ``max_kernels`` caps the kernels alive at once (ready and
-in use); ``close()`` (and cancellation, e.g. Ctrl-C) shuts every kernel the
-pool started down.
+the background; ``max_kernels`` caps the kernels alive at once (ready, in
+use and shutting down); ``close()`` (and cancellation, e.g. Ctrl-C) shuts
+every kernel the pool started down.
+
+A used kernel is shut down in the background: its run has ended and nothing
+can reach it any more, so the run need not wait the ~0.5 s a graceful
+shutdown takes. The pool tracks each such shutdown, refills when one frees a
+place under the cap, and ``close()`` waits for them all.
 
 Binding after start: a pooled kernel was started before its run had a
 folder, so it works in its own private folder (inside its sandbox, the only
@@ -33,8 +38,14 @@ __all__ = ["PRELOAD", "KernelPool"]
 log = logging.getLogger(__name__)
 
 # Imports only warm the module cache (no names are left behind: the run's own setup cell binds pd, np,
-# plt); ANSI is stripped from tracebacks on our side, for any kernel.
-PRELOAD = "import pandas, numpy, matplotlib.pyplot\nget_ipython().run_line_magic('matplotlib', 'inline')\ndel pandas, numpy, matplotlib"
+# plt); ANSI is stripped from tracebacks on our side, for any kernel. The PNG format is the inline
+# default, set here too because its first setting costs ~30 ms the run's setup cell would pay.
+PRELOAD = (
+    "import pandas, numpy, matplotlib.pyplot\n"
+    "get_ipython().run_line_magic('matplotlib', 'inline')\n"
+    "get_ipython().run_line_magic('config', 'InlineBackend.figure_formats = [\"png\"]')\n"
+    "del pandas, numpy, matplotlib"
+)
 
 
 class KernelPool:
@@ -58,6 +69,8 @@ class KernelPool:
         self._alive: set[AsyncKernelSession] = set()  # every kernel started and not yet closed
         self._starting = 0
         self._fillers: set[asyncio.Task[None]] = set()
+        self._discards: set[asyncio.Task[None]] = set()  # used kernels shutting down in the background
+        self._changed = asyncio.Event()  # set when a start or a shutdown ends, and on close
         self._closed = False
         self.served_warm = 0  # acquires that found a ready kernel (observable by front ends and tests)
         self.served_cold = 0
@@ -81,15 +94,19 @@ class KernelPool:
         while self._ready.qsize() < self.size:
             if self._closed:
                 raise KernelError("the kernel pool is closed")
-            await asyncio.gather(*self._fillers, return_exceptions=True)
+            self._changed.clear()
             self._refill()
+            # A start, a shutdown or close() changes what the pool can do; with the cap full of kernels
+            # in use there may be nothing to wait for yet but the shutdown their runs' end begins.
+            await self._changed.wait()
 
     @asynccontextmanager
     async def acquire(self, folder: str | os.PathLike[str]) -> AsyncIterator[AsyncKernelSession]:
         """A ready kernel bound to the run's ``folder``, closed (never reused) on exit.
 
-        Starts one cold when none is ready. Raises ``KernelError`` once the pool is closed,
-        ``KernelStartError`` when a kernel cannot be started.
+        The exit does not wait for the shutdown: the pool finishes it in the background
+        (``close()`` waits for it). Starts one cold when none is ready. Raises ``KernelError``
+        once the pool is closed, ``KernelStartError`` when a kernel cannot be started.
         """
         if self._closed:
             raise KernelError("the kernel pool is closed")
@@ -104,16 +121,20 @@ class KernelPool:
             session.bind(folder)
             yield session
         finally:
-            await self._discard(session)
+            self._discard_later(session)  # no await: a cancelled run still hands its kernel back
 
     async def close(self) -> None:
-        """Stop refilling and shut every kernel of the pool down (in use ones too). Idempotent."""
+        """Stop refilling and shut every kernel of the pool down (in use ones, and those still
+        shutting down after their run, too); return when all are gone. Idempotent."""
         self._closed = True
+        self._changed.set()
         fillers, self._fillers = list(self._fillers), set()
         for task in fillers:
             task.cancel()
         await asyncio.gather(*fillers, return_exceptions=True)
         await asyncio.gather(*(session.close() for session in list(self._alive)), return_exceptions=True)
+        # Shutdowns begun after a run share each session's one close; wait for their tasks to end too.
+        await asyncio.gather(*list(self._discards), return_exceptions=True)
         self._alive.clear()
         while not self._ready.empty():
             self._ready.get_nowait()
@@ -145,16 +166,19 @@ class KernelPool:
 
     async def _fill_one(self) -> None:
         try:
-            session = await self._start_one()
-        except KernelError:
-            log.warning("the pool could not start a kernel", exc_info=True)
-            return
+            try:
+                session = await self._start_one()
+            except KernelError:
+                log.warning("the pool could not start a kernel", exc_info=True)
+                return
+            finally:
+                self._starting -= 1
+            if self._closed:
+                await self._discard(session)
+            else:
+                self._ready.put_nowait(session)
         finally:
-            self._starting -= 1
-        if self._closed:
-            await self._discard(session)
-        else:
-            self._ready.put_nowait(session)
+            self._changed.set()
 
     async def _start_one(self) -> AsyncKernelSession:
         session = AsyncKernelSession(**self._options)
@@ -173,3 +197,19 @@ class KernelPool:
     async def _discard(self, session: AsyncKernelSession) -> None:
         self._alive.discard(session)
         await session.close()
+
+    def _discard_later(self, session: AsyncKernelSession) -> None:
+        """Shut a used kernel down in a task of the pool's; it counts as alive (under the cap) until gone."""
+        task = asyncio.ensure_future(self._shut_down(session))
+        self._discards.add(task)
+        task.add_done_callback(self._discards.discard)
+
+    async def _shut_down(self, session: AsyncKernelSession) -> None:
+        try:
+            await session.close()  # cancelled (e.g. the loop ends), it still finishes its clean-up first
+        except Exception:  # a task nobody awaits: log, never "exception was never retrieved"
+            log.warning("the pool could not shut a used kernel down", exc_info=True)
+        finally:
+            self._alive.discard(session)
+            self._changed.set()
+        self._refill()  # the cap may have held a refill back while this kernel was alive

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Set
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 __all__ = ["RebuildCell", "RebuildPlan", "RebuildReport", "names_of"]
 
@@ -119,18 +121,22 @@ class RebuildPlan:
         return RebuildReport(tuple(self._rerun), tuple(self._failed), tuple(self._skipped), tuple(self._not_rerun),
                              tuple(sorted(self._lost)))
 
-    def _lose(self, names: set[str], label: int) -> None:
+    def _lose(self, names: Set[str], label: int) -> None:
         for name in names:
             self._lost.setdefault(name, label)
 
 
-def names_of(code: str) -> tuple[set[str], set[str], set[str]]:
-    """(names read before being set in the cell, names (re)bound, names mutated in place)."""
+@lru_cache(maxsize=1024)
+def names_of(code: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(names read before being set in the cell, names (re)bound, names mutated in place).
+
+    Cached by code text: the notebook export asks again for every earlier cell after each round,
+    which re-parsing made quadratic over a run; frozen, so no caller can spoil the cache."""
     try:
         tree = ast.parse(_MAGIC_LINE.sub(r"\1pass", code))
     except SyntaxError:
-        every = set(_IDENTIFIER.findall(code))
-        return every, set(), every  # unparsable: assume it reads and changes everything it names
+        every = frozenset(_IDENTIFIER.findall(code))
+        return every, frozenset(), every  # unparsable: assume it reads and changes everything it names
     loads: set[str] = set()
     rebinds: set[str] = set()
     touched: set[str] = set()
@@ -154,4 +160,4 @@ def names_of(code: str) -> tuple[set[str], set[str], set[str]]:
                 if isinstance(base, ast.Name):
                     touched.add(base.id)
         rebinds |= bound
-    return loads, rebinds, touched
+    return frozenset(loads), frozenset(rebinds), frozenset(touched)

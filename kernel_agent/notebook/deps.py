@@ -94,6 +94,6 @@ def unreplayed_sources(rounds: tuple[Round, ...]) -> dict[int, set[str]]:
     return sources
 
 
-def _bound(code: str) -> set[str]:
+def _bound(code: str) -> frozenset[str]:
     _, rebinds, touched = _names(code)
     return rebinds | touched

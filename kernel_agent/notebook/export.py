@@ -39,7 +39,8 @@ from urllib.parse import urlsplit
 
 import nbformat
 from nbformat import NotebookNode
-from nbformat.v4 import new_notebook
+from nbformat.v4 import nbformat as NBFORMAT
+from nbformat.v4 import nbformat_minor as NBFORMAT_MINOR
 
 from .._version import __version__
 from ..errors import NotebookError
@@ -56,6 +57,7 @@ __all__ = [
     "build_notebook",
     "clean_path",
     "export_run",
+    "warm_up",
     "write_notebook",
 ]
 
@@ -96,7 +98,8 @@ def build_notebook(
         raise ValueError(f"unknown notebook view {view!r}; expected 'full' or 'clean'")
     if notebook_dir is None and run.notebook_path is not None:
         notebook_dir = Path(run.notebook_path).parent
-    nb = new_notebook()
+    # Not new_notebook(): it validates the empty notebook; the whole one is validated once, when written.
+    nb = nbformat.from_dict({"nbformat": NBFORMAT, "nbformat_minor": NBFORMAT_MINOR, "metadata": {}, "cells": []})
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
     nb.metadata["language_info"] = {"name": "python", **copy.deepcopy(run.info.language_info)}
     nb.metadata[METADATA_KEY] = _run_metadata(run, view, notebook_dir)
@@ -129,6 +132,12 @@ def build_notebook(
     return nb
 
 
+def warm_up() -> None:
+    """Compile nbformat's validator now (~50 ms, once per process), e.g. in a thread while a run
+    prepares, rather than in its first save. Raises nothing."""
+    nbformat.validator.get_validator(NBFORMAT, NBFORMAT_MINOR)
+
+
 def write_notebook(nb: NotebookNode, path: str | os.PathLike[str]) -> Path:
     """Validate ``nb`` and write it to ``path`` atomically; return the path.
 
@@ -139,9 +148,32 @@ def write_notebook(nb: NotebookNode, path: str | os.PathLike[str]) -> Path:
     file is untouched) or the file cannot be written.
     """
     path = Path(path)
+    _write(nb, path)
+    _fsync_folder(path.parent)
+    return path
+
+
+def export_run(run: Run, path: str | os.PathLike[str]) -> Path:
+    """Write the full view to ``path`` and the clean view to ``clean_path(path)``; return ``path``.
+
+    Called after every round: both files are complete and durable when it returns. Raises
+    ``NotebookError`` as ``write_notebook`` does (for the clean view, after the full one is written).
+    """
+    path = Path(path)
+    _write(build_notebook(run, view="full", notebook_dir=path.parent), path)
+    try:
+        _write(build_notebook(run, view="clean", notebook_dir=path.parent), clean_path(path))
+    finally:
+        _fsync_folder(path.parent)  # one fsync makes both renames durable
+    return path
+
+
+def _write(nb: NotebookNode, path: Path) -> None:
+    """Validate, serialise and atomically replace ``path`` (the folder is not fsynced here)."""
     try:
         nbformat.validate(nb)
-        text = nbformat.writes(nb) + "\n"  # as nbformat.write ends the file
+        # The v4 writer itself: nbformat.writes would validate the notebook a second time.
+        text = nbformat.v4.writes_json(nb) + "\n"  # as nbformat.write ends the file
     except nbformat.ValidationError as exc:
         raise NotebookError(f"refusing to write an invalid notebook to {path}: {exc.message}", path=str(path)) from exc
     except (TypeError, ValueError) as exc:
@@ -151,18 +183,6 @@ def write_notebook(nb: NotebookNode, path: str | os.PathLike[str]) -> Path:
         _atomic_write(path, text)
     except OSError as exc:
         raise NotebookError(f"cannot write notebook {path}: {exc}", path=str(path)) from exc
-    return path
-
-
-def export_run(run: Run, path: str | os.PathLike[str]) -> Path:
-    """Write the full view to ``path`` and the clean view to ``clean_path(path)``; return ``path``.
-
-    Called after every round. Raises ``NotebookError`` as ``write_notebook`` does.
-    """
-    path = Path(path)
-    write_notebook(build_notebook(run, view="full", notebook_dir=path.parent), path)
-    write_notebook(build_notebook(run, view="clean", notebook_dir=path.parent), clean_path(path))
-    return path
 
 
 def clean_path(path: str | os.PathLike[str]) -> Path:
@@ -547,7 +567,6 @@ def _atomic_write(path: Path, text: str) -> None:
     except BaseException:  # Ctrl-C included: never leave the temporary file behind
         temporary.unlink(missing_ok=True)
         raise
-    _fsync_folder(path.parent)
 
 
 def _fsync_folder(folder: Path) -> None:

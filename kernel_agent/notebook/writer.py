@@ -1,0 +1,71 @@
+"""Writing a run's notebooks while it grows: ``RunWriter``.
+
+Owns *when* each view of a run in progress reaches the disk; ``export.py``
+owns what the views contain and the atomic, validated write.
+
+The full view is written before ``save`` returns, so every completed round
+is on disk when the agent goes on. The clean view is written after every
+round too, but in a worker thread while the next round starts (it would
+otherwise sit on the run's critical path each round, and only a finished
+run needs it). A finished run's save (``run.finished_at`` set: answered,
+stopped, cancelled or failed) waits for that thread and writes both views
+before it returns. A kill between rounds leaves both files complete (the
+writes are atomic); the clean one is behind by a round only if the kill
+lands during the few milliseconds its write takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from ..run import Run
+from .export import build_notebook, clean_path, export_run, write_notebook
+
+__all__ = ["RunWriter"]
+
+log = logging.getLogger(__name__)
+
+
+class RunWriter:
+    """Saves one run's ``RUN.ipynb`` and ``RUN.clean.ipynb`` at ``path`` after each round (see the module)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._thread: threading.Thread | None = None
+        self._failure: Exception | None = None
+
+    def __repr__(self) -> str:
+        return f"<RunWriter {self.path} writing={self._thread is not None}>"
+
+    def save(self, run: Run) -> None:
+        """Write ``run``: the full view now; the clean view now for a finished run, else in the background.
+
+        Raises ``NotebookError`` when a view cannot be written, including the previous save's clean
+        view (reported here, the first chance after it failed)."""
+        self.flush()
+        if run.finished_at:
+            export_run(run, self.path)
+            return
+        write_notebook(build_notebook(run, view="full", notebook_dir=self.path.parent), self.path)
+        # Not a daemon: an interpreter that exits meanwhile lets the write finish rather than cut it short.
+        self._thread = threading.Thread(target=self._write_clean, args=(run,), name="kernel-agent-clean-view")
+        self._thread.start()
+
+    def flush(self) -> None:
+        """Wait for a clean view being written. Raises what that write raised (``NotebookError``)."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _write_clean(self, run: Run) -> None:
+        try:
+            write_notebook(build_notebook(run, view="clean", notebook_dir=self.path.parent), clean_path(self.path))
+        except Exception as exc:  # raised by the next save, as a save in the foreground would have
+            log.warning("could not write the clean notebook: %s", exc)
+            self._failure = exc

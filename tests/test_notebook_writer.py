@@ -1,0 +1,73 @@
+"""Writing a growing run's notebooks (``RunWriter``): the full view is on disk when a save returns,
+the clean view follows in the background and is exact when the run finishes; a failed background write
+is raised, not lost. The agent end to end: the clean notebook on disk is the clean view of the final run."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_notebook import make_run
+
+from kernel_agent.agent.loop import AsyncAgent
+from kernel_agent.errors import NotebookError
+from kernel_agent.model.scripted import ScriptedChatModel
+from kernel_agent.notebook.export import build_notebook, clean_path
+from kernel_agent.notebook.writer import RunWriter
+from kernel_agent.run import Run
+
+
+def _written(nb: nbformat.NotebookNode) -> str:
+    return nbformat.v4.writes_json(nb) + "\n"
+
+
+def _views_match(run: Run, path: Path) -> bool:
+    run = replace(run, notebook_path=path)
+    return path.read_text() == _written(build_notebook(run, view="full")) and \
+        clean_path(path).read_text() == _written(build_notebook(run, view="clean"))
+
+
+def test_each_save_writes_the_full_view_at_once_and_the_clean_view_by_the_next(tmp_path: Path) -> None:
+    finished = make_run()
+    path = tmp_path / "run.ipynb"
+    writer = RunWriter(path)
+    for count in range(1, len(finished.rounds) + 1):
+        growing = replace(finished, rounds=finished.rounds[:count], answer=None, stop_reason=None, finished_at="",
+                          notebook_path=path)
+        writer.save(growing)
+        assert path.read_text() == _written(build_notebook(growing, view="full"))  # before anything else runs
+        writer.flush()
+        assert clean_path(path).read_text() == _written(build_notebook(growing, view="clean"))
+    writer.save(replace(finished, notebook_path=path))
+    assert writer._thread is None  # a finished run's save writes both views itself
+    assert _views_match(finished, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.clean.ipynb", "run.ipynb"]  # no temporary file
+
+
+def test_a_failed_background_write_is_raised_by_the_next_save(tmp_path: Path) -> None:
+    path = tmp_path / "run.ipynb"
+    clean_path(path).mkdir()  # the clean view cannot replace a folder
+    growing = replace(make_run(), answer=None, stop_reason=None, finished_at="", notebook_path=path)
+    writer = RunWriter(path)
+    writer.save(growing)
+    assert nbformat.read(path, as_version=4).metadata.kernel_agent["rounds"] == len(growing.rounds)
+    with pytest.raises(NotebookError, match="clean"):
+        writer.save(growing)
+    writer.flush()  # reported once
+
+
+@pytest.mark.kernel
+def test_the_agent_leaves_the_exact_clean_view_of_its_run(tmp_path: Path) -> None:
+    replies = ["<Code>x = 1\nprint(x)</Code>", "<Code>y = x + missing</Code>", "<Code>z = x * 2\nz</Code>",
+               "<Answer>z is 2</Answer>"]
+    agent = AsyncAgent(protocol="tags", chat_model=ScriptedChatModel(replies), max_rounds=6)
+    run = asyncio.run(agent.run("count", workspace=tmp_path / "ws"))
+    assert run.answer == "z is 2" and [r.status for r in run.rounds][:3] == ["ok", "error", "ok"]
+    assert not [t for t in threading.enumerate() if t.name == "kernel-agent-clean-view"]
+    assert _views_match(run, run.notebook_path)  # type: ignore[arg-type]
+    clean = nbformat.read(clean_path(run.notebook_path), as_version=4)  # type: ignore[arg-type]
+    assert [c.source for c in clean.cells if c.cell_type == "code"][1:] == ["x = 1\nprint(x)", "z = x * 2\nz"]
