@@ -67,12 +67,22 @@ def outputs_json(page: Any) -> list[list[dict[str, Any]]]:
 
 
 def watch_for(page: Any, texts: list[str]) -> None:
-    """Record, in order, the first moment each of ``texts`` appears anywhere on the page."""
+    """Record, in order, the first moment each of ``texts`` appears anywhere on the page.
+
+    Reads every mutation record, not only the page as it stands when the observer runs: mutations
+    are delivered in batches, and a status that is replaced within one batch (the agent's kernel
+    can start that fast) would otherwise never be seen although it was shown.
+    """
     page.evaluate("""texts => {
       window.__seen = [];
-      new MutationObserver(() => {
-        const shown = document.body.textContent;
+      const note = (shown) => {
         for (const text of texts) if (shown.includes(text) && !window.__seen.includes(text)) window.__seen.push(text);
+      };
+      new MutationObserver((records) => {
+        for (const record of records) {
+          if (record.type === 'characterData') note(record.target.textContent || '');
+          for (const node of record.addedNodes) note(node.textContent || '');
+        }
       }).observe(document.body, {subtree: true, childList: true, characterData: true});
     }""", texts)
 
