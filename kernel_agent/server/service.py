@@ -222,13 +222,9 @@ class Service:
             for runtime in list(self.runtimes.values()):
                 if runtime.live and not runtime.busy and runtime.last_used < cutoff:
                     log.info("thread %s idle: shutting its kernel down", runtime.thread_id)
-                    # A server shutdown cancels the reaper; it must not cut a kernel's shutdown short (the
-                    # runtime has already let go of the session, so nothing else would close it): close()
-                    # waits for what is in ``_closing``.
-                    stopping = asyncio.ensure_future(runtime.stop_kernel())
-                    self._closing.add(stopping)
-                    stopping.add_done_callback(self._closing.discard)
-                    await asyncio.shield(stopping)
+                    # A shutdown may cancel this mid-stop: the session's close finishes its clean-up
+                    # first (AsyncKernelSession.close), and close() awaits this task.
+                    await runtime.stop_kernel()
 
     async def _execute(self, run: Record, thread: Record, runtime: ThreadRuntime, files: list[Record],
                        run_log: RunLog) -> None:
