@@ -21,6 +21,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
@@ -122,20 +123,29 @@ def _same(ours: list[str], theirs: list[str]) -> None:
             raise RuntimeError(f"round {index + 1} printed different results: {last_a} vs {last_b}")
 
 
-def analysis(quick: bool) -> list[Row]:
-    rows = 60_000 if quick else 930_000  # ~50 MB
-    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-agent-"))
+def side_by_side(
+    quick: bool, prefix: str, ours: Callable[[Path, Path], Awaitable[tuple[float, list[float], list[str]]]]
+) -> tuple[float, tuple[float, list[float], list[str]], tuple[float, list[float], list[str]]]:
+    """The CSV's size in MB, then ``ours(csv, workspace)`` and the process-per-round baseline on the
+    same data (answers checked equal), each as (wall time, per-round times, outputs). Cleans up."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         csv = scratch / "big.csv"
-        _make_csv(csv, rows)
+        _make_csv(csv, 60_000 if quick else 930_000)  # ~50 MB in full
         size_mb = csv.stat().st_size / 1e6
         (scratch / "sub").mkdir()
         shutil.copy(csv, scratch / "sub" / "big.csv")
-        ours_total, ours_rounds, ours_out = asyncio.run(_through_agent(csv, scratch / "agent"))
-        theirs_total, theirs_rounds, theirs_out = _through_subprocesses(scratch / "sub")
-        _same(ours_out, theirs_out)
+        mine = asyncio.run(ours(csv, scratch / "agent"))
+        theirs = _through_subprocesses(scratch / "sub")
+        _same(mine[2], theirs[2])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return size_mb, mine, theirs
+
+
+def analysis(quick: bool) -> list[Row]:
+    size_mb, (ours_total, ours_rounds, _), (theirs_total, theirs_rounds, _) = side_by_side(
+        quick, "ka-bench-agent-", _through_agent)
     n = len(ours_rounds)
     return [
         Row(f"{n}-round analysis of a {size_mb:.0f} MB CSV, whole run incl. kernel start: agent vs process per round",

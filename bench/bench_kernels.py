@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_agent import _make_csv, _same, _through_agent, _through_subprocesses
+from bench_agent import _through_agent, side_by_side
 from report import Row, median, p95
 
 from kernel_agent.kernel.pool import KernelPool
@@ -157,18 +157,7 @@ async def _concurrent(count: int) -> list[Row]:
 # ------------------------------------------------------------------ analysis
 def analysis(quick: bool) -> list[Row]:
     """The 10-round analysis from a warm pool vs its executions alone and vs a process per round."""
-    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-warm-"))
-    try:
-        csv = scratch / "big.csv"
-        _make_csv(csv, 60_000 if quick else 930_000)  # ~50 MB in full
-        size_mb = csv.stat().st_size / 1e6
-        (scratch / "sub").mkdir()
-        shutil.copy(csv, scratch / "sub" / "big.csv")
-        total, rounds, outputs = asyncio.run(_warm_run(csv, scratch / "agent"))
-        theirs_total, _, theirs_outputs = _through_subprocesses(scratch / "sub")
-        _same(outputs, theirs_outputs)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    size_mb, (total, rounds, _), (theirs_total, _, _) = side_by_side(quick, "ka-bench-warm-", _warm_run)
     n = len(rounds)
     return [
         Row(f"{n}-round analysis of a {size_mb:.0f} MB CSV from a warm pool: whole run vs its {n} executions",
