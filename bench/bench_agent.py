@@ -29,8 +29,9 @@ import pandas as pd
 from deepanalyze import execute as run_in_subprocess
 from report import Row
 
-from kernel_agent.agent.loop import AsyncAgent, SessionFactory
+from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.events import ExecutionFinished, RunFinished
+from kernel_agent.kernel.interface import KernelFactory
 from kernel_agent.model.scripted import ScriptedChatModel
 
 NAME = "agent"
@@ -86,7 +87,7 @@ def _make_csv(path: Path, rows: int) -> None:
 
 
 async def _through_agent(
-    csv: Path, workspace: Path, session_factory: SessionFactory | None = None
+    csv: Path, workspace: Path, session_factory: KernelFactory | None = None
 ) -> tuple[float, list[float], list[str]]:
     """The scripted run (its kernel from ``session_factory``, default a fresh one): wall time,
     each execution's own duration, what each printed."""

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from report import Row, median
 
-from kernel_agent.agent.protocols import DeepAnalyzeProtocol, ModelReply, TagsProtocol
+from kernel_agent.agent.protocols import DeepAnalyzeProtocol, TagsProtocol
 from kernel_agent.kernel.outputs import OutputCaps
 from kernel_agent.kernel.session_sync import KernelSession
+from kernel_agent.model.chat import ModelReply
 
 NAME = "models"
 

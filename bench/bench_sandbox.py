@@ -26,8 +26,8 @@ from bench_agent import _CLEAN, _LOAD, _make_csv
 from jupyter_client import AsyncKernelManager
 from report import Row, median, p95
 
-from kernel_agent.kernel.limits import Limits
-from kernel_agent.kernel.sandbox import find_bwrap
+from kernel_agent.kernel.sandbox.bwrap import find_bwrap
+from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session_sync import KernelSession
 
 NAME = "sandbox"

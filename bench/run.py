@@ -153,7 +153,7 @@ def _leaks(scratch: Path) -> list[str]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if me in environ and (b"ipykernel" in cmdline or b"kernel_agent.kernel.launcher" in cmdline):
+        if me in environ and (b"ipykernel" in cmdline or b"kernel_agent.kernel.inside.launcher" in cmdline):
             found.append(f"kernel pid {entry.name}")
     found += [f"file {path}" for path in sorted(scratch.rglob("*"))]
     return found

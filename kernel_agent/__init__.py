@@ -32,7 +32,6 @@ if TYPE_CHECKING:
         ConfigError,
         ContextLengthError,
         DataFileError,
-        WorkspaceFileError,
         ExecutionError,
         KernelAgentError,
         KernelError,
@@ -45,29 +44,30 @@ if TYPE_CHECKING:
         SandboxUnavailableError,
         ServiceError,
         SessionClosedError,
+        WorkspaceFileError,
     )
     from .events import Event
-    from .kernel.limits import Limits
     from .kernel.outputs import OutputCaps
-    from .kernel.result import ErrorInfo, ExecutionResult
+    from .kernel.sandbox.limits import Limits
     from .kernel.session import AsyncKernelSession, SessionState
     from .kernel.session_sync import KernelSession
     from .model.chat import ChatModel, ModelReply
     from .notebook.replay import ReplayReport, replay
-    from .run import Artifact, Round, Run, Usage
+    from .records import Artifact, Round, Run, Usage
+    from .result import ErrorInfo, ExecutionResult
 
 _EXPORTS = {
     "AsyncKernelSession": "kernel.session",
     "KernelSession": "kernel.session_sync",
-    "ExecutionResult": "kernel.result",
-    "ErrorInfo": "kernel.result",
+    "ExecutionResult": "result",
+    "ErrorInfo": "result",
     "AsyncAgent": "agent.loop",
     "Agent": "agent.sync",
     "AgentConfig": "agent.config",
-    "Run": "run",
-    "Round": "run",
-    "Usage": "run",
-    "Artifact": "run",
+    "Run": "records",
+    "Round": "records",
+    "Usage": "records",
+    "Artifact": "records",
     "Event": "events",
     "ChatModel": "model.chat",
     "ModelReply": "model.chat",
@@ -75,7 +75,7 @@ _EXPORTS = {
     "PythonTool": "agent.tool",
     "replay": "notebook.replay",
     "ReplayReport": "notebook.replay",
-    "Limits": "kernel.limits",
+    "Limits": "kernel.sandbox.limits",
     "OutputCaps": "kernel.outputs",
     "KernelAgentError": "errors",
     "ConfigError": "errors",
@@ -113,13 +113,13 @@ def __dir__() -> list[str]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext kernel_agent``: register the ``%%agent`` magic."""
-    from .magic import load_ipython_extension as load
+    from .magic.cell import load_ipython_extension as load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext kernel_agent``: shut the magic's warm kernel down."""
-    from .magic import unload_ipython_extension as unload
+    from .magic.cell import unload_ipython_extension as unload
 
     unload(ipython)

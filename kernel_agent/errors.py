@@ -27,10 +27,7 @@ need to match on message text.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .kernel.result import ExecutionResult
+from typing import Any
 
 __all__ = [
     "KernelAgentError",
@@ -130,9 +127,9 @@ class ContextLengthError(ModelError):
 class ExecutionError(KernelAgentError):
     """Raised by ``ExecutionResult.raise_for_status()`` for a result that is not ok."""
 
-    def __init__(self, message: str, *, result: "ExecutionResult") -> None:
+    def __init__(self, message: str, *, result: Any) -> None:
         super().__init__(message)
-        self.result = result
+        self.result = result  # the ``ExecutionResult``; not imported, so errors.py stays the bottom of the tree
 
 
 class NotebookError(KernelAgentError, ValueError):

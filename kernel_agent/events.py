@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Union
 
-from .kernel.result import ExecutionResult
-from .run import Artifact, Round, Run
+from .records import Artifact, Round, Run
+from .result import ExecutionResult
 
 __all__ = [
     "AnswerReady",

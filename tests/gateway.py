@@ -88,7 +88,7 @@ class KernelGateway:
         if self.nodelay:
             command.append(
                 "--KernelGatewayApp.kernel_websocket_connection_class="
-                "kernel_agent.kernel.gateway.nodelay.NoDelayWebsocketConnection"
+                "kernel_agent.kernel.providers.gateway.nodelay.NoDelayWebsocketConnection"
             )
         return command
 

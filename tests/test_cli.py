@@ -230,7 +230,7 @@ def test_kernelspec_install_into_a_prefix(tmp_path: Path) -> None:
 
     assert result.exit_code == 0
     spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "kernel-agent" / "kernel.json").read_text())
-    assert spec["argv"][1:3] == ["-m", "kernel_agent.kernel.launcher"]
+    assert spec["argv"][1:3] == ["-m", "kernel_agent.kernel.inside.launcher"]
 
 
 # -- signals ------------------------------------------------------------------------------------------

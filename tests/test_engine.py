@@ -7,11 +7,12 @@ import inspect
 import pytest
 
 from kernel_agent.kernel.engine import Outcome, Verdict, classify
-from kernel_agent.kernel.interface import Kernel, KernelProvider
-from kernel_agent.kernel.limits import Limits
-from kernel_agent.kernel.local import AttachedProvider, LocalProvider
-from kernel_agent.kernel.result import ErrorInfo
+from kernel_agent.kernel.interface import Kernel
+from kernel_agent.kernel.providers.base import KernelProvider
+from kernel_agent.kernel.providers.local import AttachedProvider, LocalProvider
+from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session import AsyncKernelSession
+from kernel_agent.result import ErrorInfo
 
 LIMITS = Limits(memory_mb=4096)
 

@@ -25,7 +25,7 @@ import psutil
 import pytest
 from leaks import kernels_of, process_gone
 
-from kernel_agent.kernel.limits import Limits
+from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 
@@ -46,7 +46,7 @@ def kernel_pid(session: KernelSession) -> int:
     """The host pid of the ipykernel process itself (inside the sandbox: below bwrap and its init)."""
     for pid in kernel_tree(session):
         try:
-            if "kernel_agent.kernel.launcher" in psutil.Process(pid).cmdline() and psutil.Process(pid).name() != "bwrap":
+            if "kernel_agent.kernel.inside.launcher" in psutil.Process(pid).cmdline() and psutil.Process(pid).name() != "bwrap":
                 return pid
         except psutil.NoSuchProcess:
             continue
@@ -360,7 +360,7 @@ def test_no_network_when_the_machine_cannot_isolate_is_an_error(tmp_path: Path) 
                 fh.write("0")
         from dataclasses import replace
         from kernel_agent.errors import SandboxUnavailableError
-        from kernel_agent.kernel.limits import Limits
+        from kernel_agent.kernel.sandbox.limits import Limits
         from kernel_agent.kernel.session_sync import KernelSession
         try:
             KernelSession(sys.argv[1]).start()

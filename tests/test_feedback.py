@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kernel_agent.kernel.limit_notes import limit_note
-from kernel_agent.kernel.limits import Limits
-from kernel_agent.kernel.result import ErrorInfo, compact_traceback
+from kernel_agent.kernel.sandbox.limit_notes import limit_note
+from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session_sync import KernelSession
+from kernel_agent.result import ErrorInfo, compact_traceback
 
 pytestmark = pytest.mark.kernel
 

@@ -12,20 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+from click.testing import CliRunner
 from nbclient import NotebookClient
 from nbformat.v4 import new_output
 from openai_server import OpenAIServer, Reply
 
 from kernel_agent import Agent
-
-from kernel_agent.kernel.result import ExecutionResult
-from click.testing import CliRunner
-
 from kernel_agent.cli.app import cli
 from kernel_agent.notebook.export import RAISES_TAG, SKIP_TAG, build_notebook, export_run
 from kernel_agent.notebook.load import load_run
 from kernel_agent.notebook.replay import replay
-from kernel_agent.run import Round, Run, RunInfo
+from kernel_agent.records import Round, Run, RunInfo
+from kernel_agent.result import ExecutionResult
 
 LOOP = "import time\nstep = 1\nwhile True:\n    time.sleep(0.1)"
 EXIT = "import os\nos._exit(1)"

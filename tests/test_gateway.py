@@ -18,10 +18,10 @@ from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent.cli import cli
 from kernel_agent.errors import ConfigError, KernelStartError
-from kernel_agent.kernel.environment import gateway_environment
-from kernel_agent.kernel.gateway.channels import parse_frame
-from kernel_agent.kernel.gateway.settings import GatewaySettings
 from kernel_agent.kernel.outputs import OutputCaps
+from kernel_agent.kernel.providers.gateway.channels import parse_frame
+from kernel_agent.kernel.providers.gateway.settings import GatewaySettings
+from kernel_agent.kernel.sandbox.environment import gateway_environment
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 

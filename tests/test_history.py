@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from kernel_agent.kernel.rebuild import RebuildReport
 from kernel_agent.agent.history import StuckGuard, clip_old_feedback, resume_context
 from kernel_agent.kernel.outputs import output_node
-from kernel_agent.kernel.result import ErrorInfo, ExecutionResult
-from kernel_agent.run import Round
+from kernel_agent.records import Round
+from kernel_agent.result import ErrorInfo, ExecutionResult, RebuildReport
 
 
 def failing(index: int, code: str, reply: str | None = None) -> Round:

@@ -33,7 +33,7 @@ from leaks import process_gone
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent.agent.data import prepare_data
-from kernel_agent.kernel.limits import Limits
+from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session_sync import KernelSession
 
 pytestmark = pytest.mark.kernel

@@ -56,47 +56,133 @@ def test_every_error_is_a_kernel_agent_error() -> None:
 
 
 PACKAGE = Path(kernel_agent.__file__).parent
-# What each layer may not import: a lower layer never imports a higher one.
-FORBIDDEN = {
-    "kernel": ("model", "agent", "notebook", "plan", "cli", "magic", "server", "mcp", "web"),
-    "model": ("kernel", "agent", "notebook", "plan", "cli", "magic", "server", "mcp", "web"),
-    "notebook": ("agent", "plan", "cli", "magic", "server", "mcp", "web"),
-    "agent": ("cli", "magic", "server", "mcp", "web"),
+SHARED = {"errors", "result", "records", "events", "redact", "_loop", "_version"}
+BELOW_FRONT_ENDS = SHARED | {"kernel", "model", "notebook", "agent", "demo"}
+# What each top-level module or subpackage may import of kernel_agent besides itself, bottom up:
+# shared values, then the kernel and the model seam (apart), notebooks, the agent, then front ends,
+# which never import one another (the CLI starts the service and the MCP server: it may import those).
+ALLOWED = {
+    "_version": set(),
+    "_loop": set(),
+    "errors": set(),
+    "result": {"errors"},
+    "records": {"errors", "result"},
+    "events": {"errors", "result", "records"},
+    "redact": {"errors"},
+    "kernel": SHARED,
+    "model": SHARED,
+    "notebook": SHARED | {"kernel"},
+    "agent": SHARED | {"kernel", "model", "notebook"},
+    "demo": SHARED | {"model"},
+    "magic": BELOW_FRONT_ENDS,
+    "server": BELOW_FRONT_ENDS,
+    "mcp": BELOW_FRONT_ENDS,
+    "cli": BELOW_FRONT_ENDS | {"server", "mcp"},
 }
+INSIDE = "kernel_agent.kernel.inside"  # runs in the kernel process: imports nothing of ours from outside it
 
 
-def internal_imports(path: Path) -> set[str]:
-    """The kernel_agent subpackages/modules (first component) a file imports, relative or absolute."""
-    module = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    package = module[:-1] if module[-1] != "__init__" else module[:-1]
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports_of(module: str) -> set[str]:
+    """The kernel_agent modules ``module`` imports anywhere in it (top level, in functions, under
+    TYPE_CHECKING), relative or absolute, each resolved to the module that holds the name."""
+    path = MODULES[module]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - node.level + 1]
-                target = [*base, *(node.module.split(".") if node.module else [])]
-                names = [target] if node.module else [[*target, alias.name] for alias in node.names]
+                target = ".".join([*base, *([node.module] if node.module else [])])
             else:
-                names = [(node.module or "").split(".")]
+                target = node.module or ""
+            names = [f"{target}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
-            names = [alias.name.split(".") for alias in node.names]
+            names = [alias.name for alias in node.names]
         else:
             continue
-        for parts in names:
-            if len(parts) > 1 and parts[0] == "kernel_agent":
-                found.add(parts[1])
+        for name in names:
+            while name and name not in MODULES:
+                name = name.rpartition(".")[0]
+            if name.startswith("kernel_agent.") and name != module:
+                found.add(name)
     return found
 
 
-def test_layers_never_import_upwards() -> None:
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "kernel_agent"
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    unplaced = sorted(m for m in MODULES if layer(m) not in ALLOWED and layer(m) != "kernel_agent")
+    assert unplaced == []
+
+
+def test_layers_never_import_upwards_or_across() -> None:
     broken = []
-    for layer, forbidden in FORBIDDEN.items():
-        for path in sorted((PACKAGE / layer).rglob("*.py")):
-            for name in sorted(internal_imports(path) & set(forbidden)):
-                broken.append(f"{path.relative_to(PACKAGE)} imports kernel_agent.{name}")
+    for module in sorted(MODULES):
+        if layer(module) == "kernel_agent":  # the package root re-exports the public API, lazily
+            continue
+        allowed = ALLOWED[layer(module)] | {layer(module)}
+        broken += [f"{module} imports {name}" for name in sorted(imports_of(module)) if layer(name) not in allowed]
     assert broken == []
 
 
-def test_the_layer_check_sees_relative_imports() -> None:
-    agent_loop = internal_imports(PACKAGE / "agent" / "loop.py")
-    assert {"kernel", "model", "notebook"} <= agent_loop
+def test_code_inside_the_kernel_imports_nothing_from_outside_it() -> None:
+    inside = [m for m in MODULES if m == INSIDE or m.startswith(INSIDE + ".")]
+    assert {f"{INSIDE}.launcher", f"{INSIDE}.figure_cap"} <= set(inside)
+    leaks = [f"{m} imports {name}" for m in sorted(inside) for name in sorted(imports_of(m))
+             if not name.startswith(INSIDE)]
+    assert leaks == []
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    assert find_cycles({module: imports_of(module) for module in MODULES}) == []
+
+
+def test_the_checks_see_what_they_must() -> None:
+    # relative imports, names that are modules (``from . import files``), and a cycle when there is one
+    assert {"kernel_agent.kernel.session", "kernel_agent.model.chat", "kernel_agent.notebook.export"} <= imports_of(
+        "kernel_agent.agent.loop")
+    assert "kernel_agent.mcp.files" in imports_of("kernel_agent.mcp.server")
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

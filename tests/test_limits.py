@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from kernel_agent.errors import ConfigError
-from kernel_agent.kernel.cgroup import ProcessCgroup, _cgroup_parents, join_prefix
-from kernel_agent.kernel.launcher import read_env
-from kernel_agent.kernel.limits import (
+from kernel_agent.kernel.inside.handover import Rlimits
+from kernel_agent.kernel.inside.launcher import read_env
+from kernel_agent.kernel.sandbox.cgroup import ProcessCgroup, _cgroup_parents, join_prefix
+from kernel_agent.kernel.sandbox.limits import (
     CGROUP_ENV,
     LIMITS_ENV,
     OWNER_ENV,
@@ -81,9 +82,16 @@ def test_bad_values_are_refused(kwargs: dict[str, object]) -> None:
 def test_launcher_takes_the_hand_over_variables_out_of_the_environment() -> None:
     limits = Limits(memory_mb=3000, network=False)
     environ = {LIMITS_ENV: limits.to_env(), CGROUP_ENV: "kernel-agent-1-abc", "HOME": "/root"}
-    assert read_env(environ) == (limits, True)
+    rlimits = Rlimits(memory_mb=3000, max_processes=limits.max_processes, max_file_mb=limits.max_file_mb)
+    assert read_env(environ) == (rlimits, True)
     assert environ == {"HOME": "/root"}  # the analysed code never sees them
-    assert read_env({LIMITS_ENV: limits.to_env()}) == (limits, False)
+    assert read_env({LIMITS_ENV: limits.to_env()}) == (rlimits, False)
+
+
+@pytest.mark.parametrize("text", ["not json", '["a"]', '{"memory_mb": 0}', '{"cpu_seconds": true}'])
+def test_launcher_refuses_bad_hand_over(text: str) -> None:
+    with pytest.raises(ValueError):
+        read_env({LIMITS_ENV: text})
 
 
 def test_sandbox_setting_is_checked() -> None:
@@ -169,10 +177,10 @@ def test_exit_status_in_words(returncode: int, limits: Limits, oom: bool, words:
 
 CONFINE = """\
 import json, resource, signal
-from kernel_agent.kernel.launcher import _user_task_count, confine
-from kernel_agent.kernel.limits import Limits
+from kernel_agent.kernel.inside.launcher import _user_task_count, confine
+from kernel_agent.kernel.inside.handover import Rlimits
 before = _user_task_count()
-confine(Limits(memory_mb=3000, cpu_seconds=50, max_processes=7, max_file_mb=5), in_cgroup=False)
+confine(Rlimits(memory_mb=3000, cpu_seconds=50, max_processes=7, max_file_mb=5), in_cgroup=False)
 print(json.dumps({"before": before, "sigxfsz_ignored": signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN,
                   **{name: resource.getrlimit(getattr(resource, name))
                      for name in ("RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")}}))

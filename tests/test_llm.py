@@ -24,7 +24,7 @@ from kernel_agent.errors import (
 )
 from kernel_agent.model.chat import ChatModel, ModelReply, ToolCall
 from kernel_agent.model.llm import OpenAIChatModel, endpoint_host
-from kernel_agent.run import Usage
+from kernel_agent.records import Usage
 
 MESSAGES = [{"role": "user", "content": "Which region sells most?"}]
 

@@ -13,13 +13,12 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
+from leaks import our_kernel_pids
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
-from leaks import our_kernel_pids
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent.notebook.replay import replay
-
 
 
 def rendered(outputs: list[Any], mime: str) -> str:
@@ -138,7 +137,7 @@ def test_magic_inside_a_kernel_renders_the_answer_and_an_image(openai_server: Op
 def test_model_flags_reach_the_agent_options() -> None:
     from IPython.core.magic_arguments import parse_argstring
 
-    from kernel_agent.magic import AgentMagics, _agent_options
+    from kernel_agent.magic.cell import AgentMagics, _agent_options
 
     line = "--protocol deepanalyze --request-timeout 900 --data-format rich --no-vllm-extras"
     options, _ = _agent_options(parse_argstring(AgentMagics.agent, line))
@@ -150,7 +149,7 @@ def test_model_flags_reach_the_agent_options() -> None:
 def test_key_file_and_disk_quota_flags_reach_the_agent_options(tmp_path: Path) -> None:
     from IPython.core.magic_arguments import parse_argstring
 
-    from kernel_agent.magic import AgentMagics, _agent_options
+    from kernel_agent.magic.cell import AgentMagics, _agent_options
 
     key_file = tmp_path / "key"
     key_file.write_text("sk-magic-key-123456\n")

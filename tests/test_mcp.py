@@ -21,7 +21,7 @@ from mcp import MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_client import HeldClient
 
-from kernel_agent.kernel.result import png_size
+from kernel_agent.result import png_size
 
 pytestmark = pytest.mark.kernel
 

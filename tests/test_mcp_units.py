@@ -13,10 +13,10 @@ from PIL import Image
 
 from kernel_agent.errors import WorkspaceFileError
 from kernel_agent.kernel.partial import OutputChunk, OutputTail
-from kernel_agent.kernel.result import ErrorInfo, ExecutionResult, png_size
 from kernel_agent.mcp import files
 from kernel_agent.mcp.content import ContentLimits, execution_content, image_block
 from kernel_agent.mcp.progress import progress_message
+from kernel_agent.result import ErrorInfo, ExecutionResult, png_size
 
 
 def png(width: int, height: int) -> str:

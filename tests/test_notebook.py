@@ -26,10 +26,10 @@ from matplotlib.figure import Figure
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from kernel_agent.errors import NotebookError
-from kernel_agent.kernel.result import ErrorInfo, ExecutionResult, png_size
 from kernel_agent.notebook.export import build_notebook, clean_path, export_run, write_notebook
 from kernel_agent.notebook.load import load_run
-from kernel_agent.run import Artifact, Round, Run, RunInfo, Usage
+from kernel_agent.records import Artifact, Round, Run, RunInfo, Usage
+from kernel_agent.result import ErrorInfo, ExecutionResult, png_size
 
 GOLDEN = Path(__file__).parent / "golden"
 SETUP = "import matplotlib\nmatplotlib.rcParams['figure.dpi'] = 50\nimport pandas as pd"

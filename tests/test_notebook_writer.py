@@ -18,7 +18,7 @@ from kernel_agent.errors import NotebookError
 from kernel_agent.model.scripted import ScriptedChatModel
 from kernel_agent.notebook.export import build_notebook, clean_path
 from kernel_agent.notebook.writer import RunWriter
-from kernel_agent.run import Run
+from kernel_agent.records import Run
 
 
 def _written(nb: nbformat.NotebookNode) -> str:

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from nbformat.v4 import output_from_msg
 
 from kernel_agent.kernel.outputs import OutputCaps, OutputCollector, output_node
-from kernel_agent.kernel.result import ExecutionResult, clip_middle, png_size
+from kernel_agent.result import ExecutionResult, clip_middle, png_size
 
 MSG_ID = "request-1"
 

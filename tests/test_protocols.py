@@ -23,8 +23,8 @@ from kernel_agent.agent.protocols import (
     get_protocol,
 )
 from kernel_agent.errors import ConfigError
-from kernel_agent.kernel.result import png_size
 from kernel_agent.model.chat import ModelReply, ToolCall
+from kernel_agent.result import png_size
 
 CTX = PromptContext(
     task="Which region sells most?",

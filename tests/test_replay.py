@@ -26,10 +26,10 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from kernel_agent.errors import NotebookError
-from kernel_agent.kernel.result import ErrorInfo, ExecutionResult, strip_ansi
 from kernel_agent.notebook.export import clean_path, export_run
 from kernel_agent.notebook.replay import CellCheck, ReplayReport, compare_outputs, normalise_text, replay
-from kernel_agent.run import Round, Run, RunInfo
+from kernel_agent.records import Round, Run, RunInfo
+from kernel_agent.result import ErrorInfo, ExecutionResult, strip_ansi
 
 SALES = "a,b\n1,2\n3,4\n5,10\n7,7\n"
 SETUP = "import matplotlib\nmatplotlib.rcParams['figure.dpi'] = 50\nimport matplotlib.pyplot as plt\nimport pandas as pd"

@@ -14,9 +14,9 @@ from jupyter_client.manager import start_new_kernel
 
 from kernel_agent.errors import KernelStartError, SessionClosedError
 from kernel_agent.kernel.outputs import OutputCaps
-from kernel_agent.kernel.result import png_size
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
+from kernel_agent.result import png_size
 
 pytestmark = pytest.mark.kernel
 
@@ -269,7 +269,7 @@ def test_kernel_cannot_read_the_agents_process_environment(tmp_path: Path) -> No
     """/proc/<agent>/environ holds the API key the agent was started with: the kernel must not read it."""
     from dataclasses import replace
 
-    from kernel_agent.kernel.limits import Limits
+    from kernel_agent.kernel.sandbox.limits import Limits
 
     code = f"import os\nlen(open('/proc/{os.getpid()}/environ', 'rb').read())"
     with KernelSession(tmp_path) as session:

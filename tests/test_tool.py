@@ -96,4 +96,4 @@ def test_kernelspec_install_names_this_interpreter(tmp_path: Path) -> None:
     where = install_kernelspec(prefix=str(tmp_path))
     manifest = json.loads((where / "kernel.json").read_text())
     assert manifest["argv"][0] == sys.executable and Path(sys.executable).is_absolute()
-    assert manifest["argv"][1:3] == ["-m", "kernel_agent.kernel.launcher"]
+    assert manifest["argv"][1:3] == ["-m", "kernel_agent.kernel.inside.launcher"]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from ..errors import ConfigError
-from ..kernel.gateway.settings import GatewaySettings
-from ..kernel.limits import Limits
-from ..kernel.sandbox import SandboxMode
+from ..kernel.providers.gateway.settings import GatewaySettings
+from ..kernel.sandbox.bwrap import SandboxMode
+from ..kernel.sandbox.limits import Limits
 from .protocols.prompts import DATA_FORMATS, DataFormat
 
 __all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]

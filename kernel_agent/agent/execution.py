@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from ..events import ExecutionOutput
 from ..kernel.interface import Kernel
 from ..kernel.partial import OutputCallback, OutputChunk
-from ..kernel.result import ExecutionResult
+from ..result import ExecutionResult
 
 __all__ = ["StreamedExecution"]
 

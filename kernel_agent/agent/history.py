@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..kernel.rebuild import RebuildReport
-from ..kernel.result import clip_middle
-from ..run import Round
+from ..records import Round
+from ..result import RebuildReport, clip_middle
 
 __all__ = ["StuckGuard", "clip_old_feedback", "resume_context"]
 

@@ -39,16 +39,16 @@ from ..events import (
     TextDelta,
     TextReset,
 )
-from ..kernel.rebuild import RebuildCell, RebuildPlan, RebuildReport
-from ..kernel.result import ExecutionResult
 from ..kernel.interface import Kernel, KernelFactory
+from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import default_workspace
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, warm_up
 from ..notebook.load import load_resumable
 from ..notebook.writer import RunWriter
-from ..run import Round, Run, RunInfo, Usage
+from ..records import Round, Run, RunInfo, Usage
+from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
 from .execution import StreamedExecution
@@ -56,11 +56,10 @@ from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
 from .quota import over_quota, workspace_usage
 
-__all__ = ["AsyncAgent", "SessionFactory"]
+__all__ = ["AsyncAgent"]
 
 log = logging.getLogger(__name__)
 
-SessionFactory = KernelFactory  # the older name
 
 _PACKAGES = ("pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels",
              "pyarrow", "openpyxl", "polars", "plotly", "sympy", "networkx")
@@ -128,7 +127,7 @@ class AsyncAgent:
         vision: bool | None = None,
         *,
         chat_model: ChatModel | None = None,
-        session_factory: SessionFactory | None = None,
+        session_factory: KernelFactory | None = None,
         session_options: dict[str, Any] | None = None,
         model_options: dict[str, Any] | None = None,
         **options: Any,

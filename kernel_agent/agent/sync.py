@@ -14,7 +14,7 @@ from typing import Any
 
 from .._loop import LoopThread
 from ..events import Event
-from ..run import Run
+from ..records import Run
 from .loop import AsyncAgent
 
 __all__ = ["Agent"]

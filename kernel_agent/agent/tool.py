@@ -18,8 +18,8 @@ import json
 from typing import Any
 
 from ..kernel.interface import Kernel
-from ..kernel.result import ExecutionResult
 from ..kernel.session_sync import KernelSession
+from ..result import ExecutionResult
 from .protocols import EXECUTE_PYTHON_TOOL
 
 __all__ = ["PythonTool"]

@@ -24,8 +24,8 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from ..events import Event
-from ..kernel.result import ExecutionResult, png_size, strip_ansi
-from ..run import Artifact, Round, Run, Usage
+from ..records import Artifact, Round, Run, Usage
+from ..result import ExecutionResult, png_size, strip_ansi
 
 __all__ = [
     "JsonRenderer",

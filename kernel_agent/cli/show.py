@@ -9,7 +9,6 @@ library's job (``notebook_load``, ``replay``); this module only draws.
 
 from __future__ import annotations
 
-
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.panel import Panel
@@ -19,7 +18,7 @@ from rich.text import Text
 from ..notebook.html import export_html
 from ..notebook.load import LoadedRun
 from ..notebook.replay import ReplayReport
-from ..run import Round, Turn
+from ..records import Round, Turn
 from .render import artifacts_text, code_block, output_renderables, round_status, thinking_text, usage_text
 
 __all__ = ["export_html", "show_replay", "show_run"]

@@ -23,13 +23,13 @@ from enum import Enum
 from typing import Any
 
 from ..errors import KernelError
-from .interface import ChannelClient, KernelProvider
-from .limit_notes import limit_note
-from .limits import Limits
+from ..result import ErrorInfo, ExecutionResult, Status
 from .outputs import OutputCaps, OutputCollector
 from .partial import OutputCallback, PartialOutput
+from .providers.base import ChannelClient, KernelProvider
 from .rebuild import RebuildCell, RebuildPlan
-from .result import ErrorInfo, ExecutionResult, Status
+from .sandbox.limit_notes import limit_note
+from .sandbox.limits import Limits
 
 __all__ = ["ExecuteEngine", "Outcome", "Verdict", "classify"]
 

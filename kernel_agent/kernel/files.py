@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import KernelError
-from .result import Artifact
+from ..result import Artifact
 from .workspace import Snapshot, changed_files, snapshot
 
 __all__ = ["CopiedFiles", "KernelFiles", "LocalFiles", "NoFiles", "RemoteFiles", "put_code", "read_expression"]

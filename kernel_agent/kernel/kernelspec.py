@@ -21,10 +21,10 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.paths import jupyter_path
 
 from ..errors import ConfigError, KernelStartError
-from .sandbox import SandboxView, bwrap_argv, require_bwrap
+from .sandbox.bwrap import SandboxView, bwrap_argv, require_bwrap
 
 if TYPE_CHECKING:
-    from .limits import Confinement
+    from .sandbox.limits import Confinement
 
 __all__ = ["KERNEL_NAME", "install_kernelspec", "kernel_spec_manager", "kernelspec_dir", "launch_spec"]
 

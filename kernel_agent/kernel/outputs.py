@@ -18,7 +18,7 @@ from typing import Any
 
 from nbformat import NotebookNode
 
-from .result import DisplayUpdate, ErrorInfo, strip_ansi
+from ..result import DisplayUpdate, ErrorInfo, strip_ansi
 
 __all__ = ["OutputCaps", "OutputCollector", "output_node", "resolve_carriage_returns"]
 

@@ -1,4 +1,4 @@
-"""What a rebuild re-runs and what it loses: ``names_of``, ``RebuildCell``, ``RebuildPlan``, ``RebuildReport``.
+"""What a rebuild re-runs and what it loses: ``names_of``, ``RebuildCell``, ``RebuildPlan`` (its report is ``result.RebuildReport``).
 
 Owns the bookkeeping of restoring a kernel's state by re-running earlier
 cells (after a crash, and when a run is resumed): which cells run again,
@@ -17,7 +17,9 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-__all__ = ["RebuildCell", "RebuildPlan", "RebuildReport", "names_of"]
+from ..result import RebuildReport
+
+__all__ = ["RebuildCell", "RebuildPlan", "names_of"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _MAGIC_LINE = re.compile(r"^([ \t]*)[%!].*$", re.MULTILINE)
@@ -30,55 +32,6 @@ class RebuildCell:
     code: str
     label: int
     status: str = "ok"  # ok / error / timeout / died / cancelled, as recorded
-
-
-@dataclass(frozen=True)
-class RebuildReport:
-    """What a rebuild did, exactly. Labels are round numbers (0: the setup cell)."""
-
-    rerun: tuple[int, ...] = ()
-    failed: tuple[tuple[int, str], ...] = ()  # (label, "NameError: name 'i' is not defined")
-    skipped: tuple[tuple[int, tuple[str, ...]], ...] = ()  # not re-run: it reads names that are gone
-    not_rerun: tuple[tuple[int, str], ...] = ()  # (label, recorded status): timed out, died or errored
-    missing: tuple[str, ...] = ()
-
-    def relabel(self, labels: dict[int, int]) -> RebuildReport | None:
-        """The report with every label mapped through ``labels``; None when one is not in it."""
-        every = [*self.rerun, *(n for n, _ in self.failed), *(n for n, _ in self.skipped),
-                 *(n for n, _ in self.not_rerun)]
-        if any(n not in labels for n in every):
-            return None
-        return RebuildReport(
-            tuple(labels[n] for n in self.rerun), tuple((labels[n], e) for n, e in self.failed),
-            tuple((labels[n], g) for n, g in self.skipped), tuple((labels[n], s) for n, s in self.not_rerun),
-            self.missing,
-        )
-
-    def describe(self, unit: str = "round") -> str:
-        """One paragraph for the model and the user; never claims more than happened."""
-        rounds = [n for n in self.rerun if n]
-        parts = [f"re-ran {_count(len(rounds), unit)}" + (f" ({_labels(rounds)})" if rounds else "")
-                 + (" after the setup cell" if 0 in self.rerun else "")]
-        parts += [f"{_name(label, unit)} failed on re-run ({error})" for label, error in self.failed]
-        parts += [f"{unit} {label} was skipped (it reads {', '.join(names)}, now gone)" for label, names in self.skipped]
-        parts += [f"{unit} {label} was not re-run (it {_ENDED.get(status, status)})" for label, status in self.not_rerun]
-        parts.append(f"names now missing: {', '.join(self.missing)}" if self.missing else "no names are missing")
-        return "; ".join(parts)
-
-
-_ENDED = {"timeout": "timed out", "died": "killed the kernel", "error": "raised an error", "cancelled": "was stopped"}
-
-
-def _name(label: int, unit: str) -> str:
-    return "the setup cell" if label == 0 and unit == "round" else f"{unit} {label}"
-
-
-def _count(n: int, unit: str) -> str:
-    return f"{n} {unit}" + ("" if n == 1 else "s")
-
-
-def _labels(labels: list[int]) -> str:
-    return ", ".join(str(n) for n in labels)
 
 
 @dataclass

@@ -18,16 +18,17 @@ from typing import Any
 from jupyter_client import AsyncKernelManager
 
 from ..errors import KernelError, SessionClosedError
+from ..result import ExecutionResult
 from .engine import ExecuteEngine
 from .files import CopiedFiles, KernelFiles, LocalFiles, NoFiles, RemoteFiles
-from .gateway.settings import GatewaySettings
-from .interface import KernelProvider, SessionState
+from .interface import SessionState
 from .kernelspec import KERNEL_NAME
-from .limits import Confinement, Limits
-from .local import AttachedProvider, LocalProvider, sweep_stale_runtime_dirs
 from .outputs import OutputCaps
 from .partial import OutputCallback
-from .result import ExecutionResult
+from .providers.base import KernelProvider
+from .providers.gateway.settings import GatewaySettings
+from .providers.local import AttachedProvider, LocalProvider, sweep_stale_runtime_dirs
+from .sandbox.limits import Confinement, Limits
 
 __all__ = ["AsyncKernelSession", "SessionState", "sweep_stale_runtime_dirs"]
 
@@ -74,7 +75,7 @@ class AsyncKernelSession:
         self.rebuild = rebuild
         self.local_folder = Path(workspace) if workspace is not None else None
         if provider is None and gateway is not None:
-            from .gateway.provider import GatewayProvider
+            from .providers.gateway.provider import GatewayProvider
 
             settings = gateway if isinstance(gateway, GatewaySettings) else GatewaySettings(
                 gateway, gateway_token, kernel_name=kernel_name, startup_timeout=startup_timeout

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import LoopThread
+from ..result import ExecutionResult
 from .partial import OutputCallback
-from .result import ExecutionResult
 from .session import AsyncKernelSession, SessionState
 
 __all__ = ["KernelSession"]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from .result import Artifact
+from ..result import Artifact
 
 __all__ = ["Snapshot", "changed_files", "default_workspace", "snapshot"]
 

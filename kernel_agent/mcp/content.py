@@ -17,7 +17,7 @@ from typing import Any
 
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
 
-from ..kernel.result import ExecutionResult, png_size
+from ..result import ExecutionResult, png_size
 
 __all__ = ["ContentLimits", "execution_content", "image_block", "text_block", "text_result"]
 

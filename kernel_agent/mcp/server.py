@@ -38,7 +38,7 @@ from ..notebook.export import clean_path
 from . import files
 from .content import ContentLimits, execution_content, image_block, text_result
 from .progress import with_progress
-from .workbench import SessionFactory, Workbench, default_session
+from .workbench import SessionBuilder, Workbench, default_session
 
 __all__ = ["McpOptions", "Transport", "build_server", "serve"]
 
@@ -77,7 +77,7 @@ class McpOptions:
 class _Workbenches:
     """Every connection's workbench, so that a server shutdown closes them all."""
 
-    def __init__(self, options: McpOptions, factory: SessionFactory) -> None:
+    def __init__(self, options: McpOptions, factory: SessionBuilder) -> None:
         self.options = options
         self.factory = factory
         self.open: set[Workbench] = set()
@@ -134,7 +134,7 @@ def _edge() -> Iterator[None]:
         raise ToolError(str(exc)) from exc
 
 
-def build_server(options: McpOptions, session_factory: SessionFactory = default_session) -> MCPServer:
+def build_server(options: McpOptions, session_factory: SessionBuilder = default_session) -> MCPServer:
     """The MCP server with its tools; each connection gets its own kernel from ``session_factory``."""
     benches = _Workbenches(options, session_factory)
 
@@ -292,7 +292,7 @@ def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
             return data
 
 
-def serve(options: McpOptions, session_factory: SessionFactory = default_session) -> None:
+def serve(options: McpOptions, session_factory: SessionBuilder = default_session) -> None:
     """Run the server until the client goes away (stdio) or the process is stopped (HTTP).
 
     SIGTERM and SIGINT end it cleanly: every connection's kernel is shut down first.

@@ -1,7 +1,7 @@
 """One MCP client's live kernel and the record of what it ran: ``Workbench``.
 
 Owns, for one MCP connection, the kernel session (built lazily by the same
-``SessionFactory`` the agent uses, so the same sandbox, limits and secret
+``new_session`` the agent uses, so the same sandbox, limits and secret
 rules apply), the ``Run`` that records every execution as a round, and the
 notebook written after each one (``export_run``, the exporter of agent runs),
 so a killed server loses nothing. A restart is recorded too: the setup code
@@ -25,17 +25,17 @@ from typing import Literal
 from ..agent.data import DataFile, data_summary, preload_code
 from ..errors import KernelError, SessionClosedError
 from ..kernel.partial import OutputCallback
-from ..kernel.result import ExecutionResult
 from ..kernel.session import AsyncKernelSession
 from ..notebook.export import export_run
-from ..run import Round, Run, RunInfo
+from ..records import Round, Run, RunInfo
+from ..result import ExecutionResult
 from .files import FileEntry, write_file
 
-__all__ = ["SessionFactory", "Workbench", "default_session"]
+__all__ = ["SessionBuilder", "Workbench", "default_session"]
 
 log = logging.getLogger(__name__)
 
-SessionFactory = Callable[[Path], AsyncKernelSession]
+SessionBuilder = Callable[[Path], AsyncKernelSession]
 
 NOTEBOOK_NAME = "mcp-session.ipynb"
 _RESTART_NOTE = (
@@ -67,7 +67,7 @@ class Workbench:
     """
 
     def __init__(
-        self, workspace: Path, *, files: Sequence[DataFile] = (), session_factory: SessionFactory = default_session,
+        self, workspace: Path, *, files: Sequence[DataFile] = (), session_factory: SessionBuilder = default_session,
         timeout: float = 120.0, client: str = "an MCP client", notebook: Path | None = None,
     ) -> None:
         self.workspace = workspace

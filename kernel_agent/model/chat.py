@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..run import Usage
+from ..records import Usage
 
 __all__ = ["ChatModel", "DeltaCallback", "ModelReply", "RetryCallback", "ToolCall"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..run import Usage
+from ..records import Usage
 from .chat import ModelReply, ToolCall
 
 __all__ = ["StreamAccumulator", "completion_reply"]

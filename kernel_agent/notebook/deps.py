@@ -8,11 +8,10 @@ notebook. Pure: code in, cell positions out. Does not build cells
 
 from __future__ import annotations
 
-
 from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.rebuild import names_of as _names
-from ..kernel.result import ExecutionResult
-from ..run import Round
+from ..records import Round
+from ..result import ExecutionResult
 
 __all__ = ["needed_failures", "unreplayed_dependencies", "unreplayed_sources"]
 

@@ -44,8 +44,8 @@ from nbformat.v4 import nbformat_minor as NBFORMAT_MINOR
 
 from .._version import __version__
 from ..errors import NotebookError
-from ..kernel.result import ExecutionResult
-from ..run import Round, Run, Turn
+from ..records import Round, Run, Turn
+from ..result import ExecutionResult
 from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
 
 __all__ = [

@@ -22,8 +22,8 @@ from nbformat import NotebookNode
 
 from ..errors import NotebookError
 from ..kernel.rebuild import RebuildCell
-from ..kernel.result import ErrorInfo, ExecutionResult, Status, strip_ansi
-from ..run import Artifact, Round, Run, RunInfo, StopReason, Turn, Usage
+from ..records import Artifact, Round, Run, RunInfo, StopReason, Turn, Usage
+from ..result import ErrorInfo, ExecutionResult, Status, strip_ansi
 from .export import METADATA_KEY
 
 __all__ = ["LoadedRun", "load_resumable", "load_run", "read_notebook"]

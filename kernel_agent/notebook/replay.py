@@ -33,9 +33,9 @@ from nbformat import NotebookNode
 
 from .._loop import LoopThread
 from ..errors import NotebookError, SandboxUnavailableError
-from ..kernel.limits import Limits
-from ..kernel.local import LocalProvider
-from ..kernel.result import png_size, strip_ansi
+from ..kernel.providers.local import LocalProvider
+from ..kernel.sandbox.limits import Limits
+from ..result import png_size, strip_ansi
 from .export import METADATA_KEY, SKIP_TAG
 from .load import read_notebook
 

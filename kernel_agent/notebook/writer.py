@@ -21,7 +21,7 @@ import os
 import threading
 from pathlib import Path
 
-from ..run import Run
+from ..records import Run
 from .export import build_notebook, clean_path, export_run, write_notebook
 
 __all__ = ["RunWriter"]

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
+from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,7 +25,9 @@ from .._version import __version__
 from ..agent.config import PROTOCOLS
 from ..errors import NotebookError, ServiceError
 from ..notebook.export import clean_path
-from .config import ServerConfig, owner_of
+from .compat import compat_routes
+from .config import ServerConfig
+from .deps import Owner, public, service_of
 from .limits import MULTIPART_SLACK, BodyLimit
 from .service import NOTEBOOK, Service
 
@@ -64,42 +66,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
     _native_routes(app, config)
-    from .compat import compat_routes
-
     compat_routes(app)
     app.mount("/", StaticFiles(directory=_STATIC, html=True), name="page")
     return app
-
-
-def owner(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    """The caller's owner name from ``Authorization: Bearer KEY``. Raises ``ServiceError`` 401."""
-    config: ServerConfig = request.app.state.config
-    if not config.auth:
-        return owner_of(None)
-    scheme, _, key = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or key.strip() not in config.keys:
-        raise ServiceError("a valid service key is needed: send Authorization: Bearer KEY", status=401)
-    return owner_of(key.strip())
-
-
-Owner = Annotated[str, Depends(owner)]
-
-
-def service_of(request: Request) -> Service:
-    return request.app.state.service
-
-
-def public(record: dict[str, Any]) -> dict[str, Any]:
-    """A record as clients see it: without the owner, with download URLs for runs and threads."""
-    out = {k: v for k, v in record.items() if k != "owner"}
-    kind = record.get("object")
-    if kind in ("run", "thread"):
-        thread = record["thread_id"] if kind == "run" else record["id"]
-        base = f"/v1/threads/{thread}"
-        out.update(notebook_url=f"{base}/notebook", clean_url=f"{base}/notebook/clean", html_url=f"{base}/notebook/html")
-        if kind == "run":
-            out["files"] = [{**f, "url": f"{base}/files/{f['name']}"} for f in record.get("files", [])]
-    return out
 
 
 def file_page(files: list[dict[str, Any]], after: str | None, limit: int, order: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ServiceError
-from .app import Owner, public, service_of
+from .deps import Owner, public, service_of
 from .service import Service
 from .transcript import TagWriter
 

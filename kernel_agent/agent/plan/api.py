@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ...errors import NotebookError
 from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
-from ...kernel.session import AsyncKernelSession
+from ...kernel.interface import Kernel, KernelFactory
 from ...kernel.workspace import default_workspace
 from ...model.chat import ChatModel
 from ...notebook.html import export_html
@@ -31,11 +31,9 @@ from .state import NodeResult, PlanState, state_path
 
 __all__ = ["stream_plan"]
 
-SessionFactory = Callable[[Path], AsyncKernelSession]
-
 
 async def stream_plan(
-    model: ChatModel, session_factory: SessionFactory, task: str, data: Sequence[str | os.PathLike[str]] = (),
+    model: ChatModel, session_factory: KernelFactory, task: str, data: Sequence[str | os.PathLike[str]] = (),
     workspace: str | os.PathLike[str] | None = None, notebook: str | os.PathLike[str] | None = None, *,
     options: PlanOptions = PlanOptions(), resume: str | os.PathLike[str] | None = None, preload: bool = True,
     protocol: Protocol | None = None,
@@ -91,7 +89,7 @@ def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
             "status": result.status if result else "pending"}
 
 
-async def _rebuild(session: AsyncKernelSession, nodes: Sequence[PlanNode], state: PlanState,
+async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState,
                    options: PlanOptions) -> None:
     """Re-run the finished nodes' kept cells, in order, so later nodes find their variables."""
     for node in nodes:
@@ -100,7 +98,7 @@ async def _rebuild(session: AsyncKernelSession, nodes: Sequence[PlanNode], state
             await session.execute(cell.code, options.exec_timeout)
 
 
-async def _run_nodes(model: ChatModel, session: AsyncKernelSession, protocol: Protocol, nodes: Sequence[PlanNode],
+async def _run_nodes(model: ChatModel, session: Kernel, protocol: Protocol, nodes: Sequence[PlanNode],
                      state: PlanState, options: PlanOptions, notebook: Path,
                      workspace: str) -> AsyncIterator[PlanEvent]:
     by_id = {n.id: n for n in nodes}

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ...kernel.result import strip_ansi
+from ...result import strip_ansi
 from .graph import PlanNode
 from .schema import PLAN_JSON_HELP
 from .state import NodeResult

@@ -19,12 +19,20 @@ from typing import Any
 from ...errors import ConfigError, PlanError
 from ...events import NodeStarted, Notice
 from ...kernel.session import AsyncKernelSession
-from ...kernel.result import ExecutionResult
 from ...model.chat import ChatModel, ModelReply
+from ...result import ExecutionResult
 from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
 from .graph import PlanNode, build_dag
 from .prompts import (
-    MAX_PROBES, PROBE_MARK, analysis_text, code_in, design_messages, fix_text, no_code_text, node_messages, probe_text,
+    MAX_PROBES,
+    PROBE_MARK,
+    analysis_text,
+    code_in,
+    design_messages,
+    fix_text,
+    no_code_text,
+    node_messages,
+    probe_text,
     repair_message,
 )
 from .schema import PlanSpec, parse_plan

@@ -11,7 +11,8 @@ Pure: a run in, text out.
 from __future__ import annotations
 
 from ...model.chat import ModelReply
-from ...run import Run
+from ...records import Run
+from .deepanalyze import DeepAnalyzeProtocol
 from .prompts import execute_block
 
 __all__ = ["transcript"]
@@ -19,8 +20,6 @@ __all__ = ["transcript"]
 
 def transcript(run: Run, *, max_chars: int = 6000) -> str:
     """The run as DeepAnalyze's tagged transcript; each output bounded to about ``max_chars``. Raises nothing."""
-    from . import DeepAnalyzeProtocol  # the package imports this module's names; import at call time
-
     protocol = DeepAnalyzeProtocol()
     parts = []
     for rnd in run.rounds:

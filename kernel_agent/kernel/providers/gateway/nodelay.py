@@ -6,7 +6,7 @@ on, and small request/reply frames then wait for the client's delayed ACK:
 own end; this class sets it on the gateway's end. Run the gateway with::
 
     jupyter kernelgateway \\
-      --KernelGatewayApp.kernel_websocket_connection_class=kernel_agent.kernel.gateway.nodelay.NoDelayWebsocketConnection
+      --KernelGatewayApp.kernel_websocket_connection_class=kernel_agent.kernel.providers.gateway.nodelay.NoDelayWebsocketConnection
 
 (Jupyter Server 2: ``--ServerApp.kernel_websocket_connection_class=...``; Enterprise
 Gateway 3.3 runs on Jupyter Server 1.x, which has no such option). It

@@ -21,9 +21,9 @@ import queue
 from pathlib import Path
 from typing import Any
 
-from ...errors import KernelError, KernelStartError
-from ..environment import gateway_environment
-from ..limits import Limits
+from ....errors import KernelError, KernelStartError
+from ...sandbox.environment import gateway_environment
+from ...sandbox.limits import Limits
 from .channels import GatewayChannels
 from .rest import GatewayREST
 from .settings import GatewaySettings

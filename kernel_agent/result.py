@@ -15,10 +15,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ExecutionError
-from .rebuild import RebuildReport
+from .errors import ExecutionError
 
-__all__ = ["Artifact", "DisplayUpdate", "ErrorInfo", "ExecutionResult", "Status", "compact_traceback", "png_size", "strip_ansi"]
+__all__ = ["Artifact", "DisplayUpdate", "ErrorInfo", "ExecutionResult", "RebuildReport", "Status", "compact_traceback", "png_size", "strip_ansi"]
 
 Status = Literal["ok", "error", "timeout", "died", "cancelled"]
 
@@ -265,3 +264,52 @@ class Artifact:
 
     def to_dict(self) -> dict[str, object]:
         return {"path": self.path, "size": self.size, "change": self.change}
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    """What a rebuild did, exactly. Labels are round numbers (0: the setup cell)."""
+
+    rerun: tuple[int, ...] = ()
+    failed: tuple[tuple[int, str], ...] = ()  # (label, "NameError: name 'i' is not defined")
+    skipped: tuple[tuple[int, tuple[str, ...]], ...] = ()  # not re-run: it reads names that are gone
+    not_rerun: tuple[tuple[int, str], ...] = ()  # (label, recorded status): timed out, died or errored
+    missing: tuple[str, ...] = ()
+
+    def relabel(self, labels: dict[int, int]) -> RebuildReport | None:
+        """The report with every label mapped through ``labels``; None when one is not in it."""
+        every = [*self.rerun, *(n for n, _ in self.failed), *(n for n, _ in self.skipped),
+                 *(n for n, _ in self.not_rerun)]
+        if any(n not in labels for n in every):
+            return None
+        return RebuildReport(
+            tuple(labels[n] for n in self.rerun), tuple((labels[n], e) for n, e in self.failed),
+            tuple((labels[n], g) for n, g in self.skipped), tuple((labels[n], s) for n, s in self.not_rerun),
+            self.missing,
+        )
+
+    def describe(self, unit: str = "round") -> str:
+        """One paragraph for the model and the user; never claims more than happened."""
+        rounds = [n for n in self.rerun if n]
+        parts = [f"re-ran {_count(len(rounds), unit)}" + (f" ({_labels(rounds)})" if rounds else "")
+                 + (" after the setup cell" if 0 in self.rerun else "")]
+        parts += [f"{_name(label, unit)} failed on re-run ({error})" for label, error in self.failed]
+        parts += [f"{unit} {label} was skipped (it reads {', '.join(names)}, now gone)" for label, names in self.skipped]
+        parts += [f"{unit} {label} was not re-run (it {_ENDED.get(status, status)})" for label, status in self.not_rerun]
+        parts.append(f"names now missing: {', '.join(self.missing)}" if self.missing else "no names are missing")
+        return "; ".join(parts)
+
+
+_ENDED = {"timeout": "timed out", "died": "killed the kernel", "error": "raised an error", "cancelled": "was stopped"}
+
+
+def _name(label: int, unit: str) -> str:
+    return "the setup cell" if label == 0 and unit == "round" else f"{unit} {label}"
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}" + ("" if n == 1 else "s")
+
+
+def _labels(labels: list[int]) -> str:
+    return ", ".join(str(n) for n in labels)

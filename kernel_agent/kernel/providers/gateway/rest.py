@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from ...errors import KernelError, KernelStartError
+from ....errors import KernelError, KernelStartError
 from .settings import GatewaySettings
 
 __all__ = ["GatewayREST"]

@@ -13,7 +13,7 @@ Pool kernels are started on the loop's thread, which outlives them: bwrap's
 ``--die-with-parent`` ties a sandboxed kernel to the thread that launched it.
 ``close()`` (``%unload_ext kernel_agent``) and interpreter exit (IPython's or
 ipykernel's shutdown, through ``LoopThread.on_exit``) shut the pool down.
-Does not render anything and does not parse flags: ``magic.py`` does.
+Does not render anything and does not parse flags: ``cell.py`` does.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._loop import LoopThread
-from .events import Event
-from .kernel.interface import Kernel
-from .kernel.pool import KernelPool
+from .._loop import LoopThread
+from ..events import Event
+from ..kernel.interface import Kernel
+from ..kernel.pool import KernelPool
 
 __all__ = ["WarmKernels"]
 
@@ -114,7 +114,7 @@ class WarmKernels:
 
 
 async def _build(options: dict[str, Any], acquire: Callable[[dict[str, Any], Path], Any]) -> Any:
-    from .agent.loop import AsyncAgent
+    from ..agent.loop import AsyncAgent
 
     # The factory reads the agent's own resolved config (flags > environment > defaults) when the run
     # starts, so the pool's kernels get the very options a kernel of this agent would get.

@@ -5,7 +5,7 @@ Owns making a cgroup for one kernel under the session's own cgroup (pids:
 the whole process tree), the launch-command prefix that moves the kernel's
 process tree in before anything runs, killing what is left inside and
 removing it, and sweeping leftovers of owners that were killed. Which limits
-exist is ``limits.py``'s; starting kernels is ``local.py``'s.
+exist is ``limits.py``'s; starting kernels is ``providers/local.py``'s.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 __all__ = ["CGROUP_PREFIX", "ProcessCgroup", "join_prefix", "pid_alive"]
 

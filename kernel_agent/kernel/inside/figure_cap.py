@@ -6,7 +6,7 @@ cap's ``display_formatter.format`` wrapper closes a figure past
 figures take ~39 s to render on a 2-core machine, enough for a timeout to
 kill a cell that would otherwise succeed), and says after the cell how many
 were not rendered. Runs *in the kernel process*: the session points
-``PYTHONSTARTUP`` at ``_kernel_startup.py``, which calls ``install()`` with the
+``PYTHONSTARTUP`` at ``startup.py``, which calls ``install()`` with the
 cap from ``FIGURE_CAP_ENV``. The count of figures not rendered goes out as a
 ``display_data`` whose metadata ``outputs.py`` reads into ``dropped_images``.
 Does not own the session's own output caps (``outputs.py``, which still
@@ -26,7 +26,7 @@ __all__ = ["FIGURE_CAP_ENV", "NOT_RENDERED_KEY", "STARTUP_FILE", "FigureCap", "f
 FIGURE_CAP_ENV = "KERNEL_AGENT_FIGURE_CAP"
 USER_STARTUP_ENV = "KERNEL_AGENT_USER_STARTUP"  # the user's own PYTHONSTARTUP, run after ours
 NOT_RENDERED_KEY = "kernel_agent"  # display metadata key of the "not rendered" count
-STARTUP_FILE = Path(__file__).with_name("_kernel_startup.py")
+STARTUP_FILE = Path(__file__).with_name("startup.py")
 
 
 class FigureCap:

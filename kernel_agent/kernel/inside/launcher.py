@@ -1,13 +1,13 @@
 """The kernel process entry point named by our kernelspec, and the rlimits it applies.
 
-``python -m kernel_agent.kernel.launcher -f CONNECTION_FILE [ipykernel options]``:
+``python -m kernel_agent.kernel.inside.launcher -f CONNECTION_FILE [ipykernel options]``:
 take the session's limits (``KERNEL_AGENT_LIMITS``) out of the environment,
 lower this process's rlimits to them (``confine``), then become an ordinary
 ipykernel in the same process. It already runs inside the sandbox and its
-cgroup (``sandbox.py``, ``limits.Confinement.launch_prefix``): namespaces
+cgroup (``sandbox/bwrap.py``, ``sandbox/limits.Confinement.launch_prefix``): namespaces
 are bwrap's job, not ours. Exit code 97 means a requested limit could not be
 set; the reason is on stderr (the session's ``kernel.log``). What each limit
-means is ``limits.py``'s docstring.
+means is ``sandbox/limits.py``'s docstring; what is handed over, ``handover.py``.
 """
 
 from __future__ import annotations
@@ -19,25 +19,17 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
-from kernel_agent.kernel.limits import (
-    CGROUP_ENV,
-    CONFINEMENT_FAILED,
-    CPU_HARD_GRACE_S,
-    LIMITS_ENV,
-    MB,
-    OWNER_ENV,
-    Limits,
-)
+from .handover import CGROUP_ENV, CONFINEMENT_FAILED, CPU_HARD_GRACE_S, LIMITS_ENV, MB, OWNER_ENV, Rlimits
 
 __all__ = ["CONFINEMENT_FAILED", "confine", "main", "read_env"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    limits: Limits | None = None
+    limits: Rlimits | None = None
     try:
         limits, in_cgroup = read_env(os.environ)
         confine(limits, in_cgroup)
-    except (OSError, ValueError) as exc:  # ConfigError is a ValueError
+    except (OSError, ValueError) as exc:
         sys.stderr.write(f"kernel-agent launcher: cannot confine the kernel as asked ({limits}): {exc}\n")
         sys.exit(CONFINEMENT_FAILED)
     from ipykernel.kernelapp import launch_new_instance
@@ -45,14 +37,14 @@ def main(argv: list[str] | None = None) -> None:
     launch_new_instance(argv=sys.argv[1:] if argv is None else argv)
 
 
-def read_env(environ: MutableMapping[str, str]) -> tuple[Limits, bool]:
+def read_env(environ: MutableMapping[str, str]) -> tuple[Rlimits, bool]:
     """Take (and remove) the hand-over variables: the limits, and whether a pids cgroup holds us.
-    Raises ``ConfigError``."""
+    Raises ``ValueError``."""
     environ.pop(OWNER_ENV, None)  # still in /proc/<pid>/environ, where leftover sweeps look; not in os.environ
-    return Limits.from_env(environ.pop(LIMITS_ENV, None)), bool(environ.pop(CGROUP_ENV, ""))
+    return Rlimits.from_env(environ.pop(LIMITS_ENV, None)), bool(environ.pop(CGROUP_ENV, ""))
 
 
-def confine(limits: Limits, in_cgroup: bool = False) -> None:
+def confine(limits: Rlimits, in_cgroup: bool = False) -> None:
     """Lower this process's rlimits to ``limits``, before ipykernel starts.
 
     The process limit is the pids cgroup's job when the kernel runs in one

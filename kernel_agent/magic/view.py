@@ -6,7 +6,7 @@ reasoning, the code highlighted, a status line, the real outputs; the answer;
 the link to the notebook). Problems look like problems: failed code, stderr,
 model errors and interruptions use Jupyter's stderr rendering, which
 notebook front ends draw on a red background. It does not run anything
-(``magic``) or share variables (``magic_share``).
+(``cell.py``) or share variables (``share.py``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 
 from IPython.display import Code, display
 
-from .events import Event
-from .kernel.partial import OutputChunk, OutputTail
-from .kernel.result import ExecutionResult, strip_ansi
-from .run import Run
+from ..events import Event
+from ..kernel.partial import OutputChunk, OutputTail
+from ..records import Run
+from ..result import ExecutionResult, strip_ansi
 
 __all__ = ["CellView"]
 

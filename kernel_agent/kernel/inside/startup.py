@@ -1,3 +1,3 @@
 # Run by IPython in the kernel's namespace at start (PYTHONSTARTUP, set by the session): one
 # expression, so no name is left behind for the analysed code to see.
-__import__("kernel_agent.kernel.figure_cap", fromlist=["install"]).install()
+__import__("kernel_agent.kernel.inside.figure_cap", fromlist=["install"]).install()

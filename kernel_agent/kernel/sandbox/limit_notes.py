@@ -6,13 +6,13 @@ limit, ``Resource temporarily unavailable`` or "can't start new thread"
 under the process limit) and the words that say so, with the limit's value,
 so the model and the user see a policy of the session rather than a bug in
 the code. Does not own the limits themselves or applying them
-(``limits.py``, ``launcher.py``). Pure: an error and a ``Limits`` in, words out.
+(``limits.py``, ``inside/launcher.py``). Pure: an error and a ``Limits`` in, words out.
 """
 
 from __future__ import annotations
 
+from ...result import ErrorInfo
 from .limits import Limits
-from .result import ErrorInfo
 
 __all__ = ["limit_note"]
 

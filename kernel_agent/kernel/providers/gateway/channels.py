@@ -27,7 +27,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from ...errors import KernelError, KernelStartError
+from ....errors import KernelError, KernelStartError
 from .settings import GatewaySettings
 
 __all__ = ["GatewayChannels", "parse_frame"]

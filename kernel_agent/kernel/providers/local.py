@@ -7,7 +7,7 @@ confinement (``limits.Confinement``). It says why the process ended, in
 words, from its exit status. ``AttachedProvider`` talks to a kernel someone
 else started, by its connection file, and never restarts or kills it.
 Executing code is the engine's job (``engine.py``); the launch argv,
-environment and confinement rules are ``launcher.py``/``environment.py``/``limits.py``'s.
+environment and confinement rules are ``inside/launcher.py``/``sandbox/environment.py``/``sandbox/limits.py``'s.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from typing import IO, Any
 from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-from ..errors import KernelError, KernelStartError, SandboxUnavailableError
-from .cgroup import pid_alive
-from .environment import kernel_environment
-from .figure_cap import USER_STARTUP_ENV, figure_cap_env
-from .kernelspec import KERNEL_NAME, launch_spec
-from .limits import CONFINEMENT_FAILED, Confinement, Limits
-from .sandbox import SandboxView, protected_files
+from ...errors import KernelError, KernelStartError, SandboxUnavailableError
+from ..inside.figure_cap import USER_STARTUP_ENV, figure_cap_env
+from ..kernelspec import KERNEL_NAME, launch_spec
+from ..sandbox.bwrap import SandboxView, protected_files
+from ..sandbox.cgroup import pid_alive
+from ..sandbox.environment import kernel_environment
+from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
 
 __all__ = ["AttachedProvider", "LocalProvider", "sweep_stale_runtime_dirs"]
 

@@ -4,8 +4,8 @@ Owns the resource limits, the sandbox mode and the no-network switch as a
 value (``Limits``) and what a session holds for one kernel (``Confinement``:
 the environment that hands the limits to the launcher, the kernel's cgroups,
 how an exit status is told). The cgroups themselves are ``cgroup.py``'s,
-the sandbox ``sandbox.py``'s; applying the rlimits inside the kernel process
-is ``launcher.py``'s job; starting kernels is ``local.py``'s.
+the sandbox ``bwrap.py``'s; applying the rlimits inside the kernel process
+is ``inside/launcher.py``'s job; starting kernels is ``providers/local.py``'s.
 
 How each limit is enforced (Linux):
 
@@ -27,11 +27,11 @@ How each limit is enforced (Linux):
   the limit) and which Linux does not enforce for root.
 * ``max_file_mb``: ``RLIMIT_FSIZE`` with ``SIGXFSZ`` ignored, so writing past
   it is an ``OSError`` (EFBIG), not a dead kernel.
-* ``network=False``: the sandbox (``sandbox.py``) gets a network namespace of
+* ``network=False``: the sandbox (``bwrap.py``) gets a network namespace of
   its own (only its loopback). It needs the sandbox: with ``sandbox="off"``
   it is a ``ConfigError``.
 * ``sandbox``: ``"strict"`` (default) runs the kernel inside bubblewrap
-  (``sandbox.py`` says what it sees); when that is impossible here the
+  (``bwrap.py`` says what it sees); when that is impossible here the
   session raises ``SandboxUnavailableError``, never runs unconfined in
   silence. ``"off"`` runs it unconfined, on purpose.
 * Core dumps are always off: a crashing kernel must not drop its memory,
@@ -51,9 +51,10 @@ import signal
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..errors import ConfigError
+from ...errors import ConfigError
+from ..inside.handover import CGROUP_ENV, CONFINEMENT_FAILED, CPU_HARD_GRACE_S, LIMITS_ENV, MB, OWNER_ENV
+from .bwrap import SandboxMode, check_mode
 from .cgroup import ProcessCgroup, join_prefix
-from .sandbox import SandboxMode, check_mode
 
 __all__ = [
     "CGROUP_ENV",
@@ -68,14 +69,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-LIMITS_ENV = "KERNEL_AGENT_LIMITS"
-CGROUP_ENV = "KERNEL_AGENT_CGROUP"  # set when the kernel's command joins a pids cgroup
-# The pid of the kernel's owner, kept in the kernel's /proc/<pid>/environ so that leftovers can be
-# told by owner even inside a sandbox (where jupyter_client's JPY_PARENT_PID must be unset).
-OWNER_ENV = "KERNEL_AGENT_OWNER"
-CONFINEMENT_FAILED = 97  # the launcher's exit code when a confinement cannot be set up
-MB = 1024 * 1024
-CPU_HARD_GRACE_S = 5  # SIGKILL this long after SIGXCPU, should the code ignore SIGXCPU
 # The tree's CPU budget is enforced this much past the limit, so that one process using it all
 # alone meets its own RLIMIT_CPU first (SIGXCPU, the more precise words); bwrap and the shell that
 # start the kernel count in the tree too.
@@ -112,7 +105,7 @@ class Limits:
     ``max_processes``: processes and threads of the kernel and its children
     (1024). ``max_file_mb``: largest file the code may write (2048).
     ``network=False``: no network at all, not even to this machine (needs the sandbox).
-    ``sandbox``: ``"strict"`` or ``"off"`` (``sandbox.py``).
+    ``sandbox``: ``"strict"`` or ``"off"`` (``bwrap.py``).
     Raises ``ConfigError`` for a value that is not a positive int (or None),
     an unknown sandbox mode, or ``network=False`` without the sandbox.
     """

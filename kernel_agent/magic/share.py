@@ -6,7 +6,7 @@ Owns writing each variable into the run's workspace as a file (a DataFrame as
 ``NAME.pkl``), read-only like every input, and the setup code that loads
 them under their names. Every name is checked before anything is written, so
 a bad name leaves no files. Pickles are only ever read back from files this
-module wrote. It does not run the agent (``magic``) or draw (``magic_view``).
+module wrote. It does not run the agent (``cell.py``) or draw (``view.py``).
 """
 
 from __future__ import annotations

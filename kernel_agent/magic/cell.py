@@ -2,13 +2,13 @@
 
 Owns the ``%%agent`` cell magic: parse its flags, run the sync ``Agent`` (its
 private loop thread works inside ipykernel's running loop), hand the event
-stream to ``CellView`` (``magic_view``) and leave the ``Run`` in the user's
+stream to ``CellView`` (``view.py``) and leave the ``Run`` in the user's
 namespace as ``_agent_run``. The agent works in a kernel of its own, so a
 crash or a timeout there never touches the user's session. The magic modules
 are the only ones that import IPython.
 
 ``--share NAME[,NAME]`` copies variables from the user's namespace into the
-agent's kernel (``magic_share``): each is written into the run's workspace and
+agent's kernel (``share.py``): each is written into the run's workspace and
 passed as a data file (so the prompt describes it and replays find it), and
 the setup cell loads them under their names, so they exist from round 1 and
 ``kernel-agent replay`` rebuilds them. The task gets one line naming them.
@@ -30,12 +30,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .errors import KernelAgentError
-from .magic_kernels import WarmKernels
-from .magic_share import check_names, share_variables
-from .magic_view import CellView
-from .redact import read_secret
-from .run import Run
+from ..errors import KernelAgentError
+from ..records import Run
+from ..redact import read_secret
+from .kernels import WarmKernels
+from .share import check_names, share_variables
+from .view import CellView
 
 __all__ = ["AgentMagics", "load_ipython_extension", "unload_ipython_extension"]
 
@@ -56,7 +56,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 class AgentMagics(Magics):
     """``%%agent``: the cell body is the task; the rounds render live in the cell's output.
 
-    ``warm`` keeps one kernel started ahead for the next cell (``magic_kernels``).
+    ``warm`` keeps one kernel started ahead for the next cell (``kernels.py``).
     """
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
@@ -106,7 +106,7 @@ class AgentMagics(Magics):
         self.shell.user_ns["_agent_run"] = run
 
     def _run(self, args: Any, task: str, view: CellView) -> Run | None:
-        from .kernel.workspace import default_workspace
+        from ..kernel.workspace import default_workspace
 
         options, data = _agent_options(args)
         names = [name.strip() for group in args.share for name in group.split(",") if name.strip()]
@@ -173,7 +173,7 @@ def _agent_options(args: Any) -> tuple[dict[str, Any], list[str]]:
     }
     data = list(args.data)
     if args.scripted_demo:
-        from .demo import dataset_path, demo_model
+        from ..demo import dataset_path, demo_model
 
         if args.protocol not in (None, "tags"):
             raise UsageError("--scripted-demo plays replies written for the tags protocol; drop --protocol")
@@ -186,6 +186,6 @@ def _partial_run(notebook: str | None) -> Run | None:
     """The run as saved when it was interrupted (None if it had not started)."""
     if notebook is None or not Path(notebook).exists():
         return None
-    from .notebook.load import load_run
+    from ..notebook.load import load_run
 
     return load_run(notebook).run

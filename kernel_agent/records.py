@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from .kernel.result import Artifact, ExecutionResult
+from .result import Artifact, ExecutionResult
 
 __all__ = ["Artifact", "Round", "Run", "RunInfo", "StopReason", "Turn", "Usage"]
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from ...errors import ConfigError
+from ....errors import ConfigError
 
 __all__ = ["GATEWAY_TOKEN_ENV", "GATEWAY_URL_ENV", "GatewaySettings"]
 

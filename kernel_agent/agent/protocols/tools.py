@@ -1,0 +1,122 @@
+"""OpenAI function calling: ``ToolsProtocol`` and its one tool, ``execute_python(code)``.
+
+A reply without a tool call is the answer. Every tool call of a reply is
+answered (the first by ``feedback_messages`` or ``nudge_messages``, the others
+as "not run"), so the history stays valid for the API. Pure.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ...model.chat import ModelReply
+from .base import Feedback, Protocol, Step
+from .base import join_problems as _join
+from .prompts import NOT_RUN, TOOLS_EMPTY_NUDGE, TOOLS_SYSTEM, PromptContext, opening_messages, tools_nudge
+from .tagparse import extract_code
+
+__all__ = ["EXECUTE_PYTHON_TOOL", "ToolsProtocol"]
+
+EXECUTE_PYTHON_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "execute_python",
+        "description": (
+            "Run Python code in a persistent Jupyter (IPython) kernel and return its output: printed text, "
+            "the value of the last expression, tracebacks, and placeholders for captured figures. "
+            "Variables, imports and loaded data stay defined between calls."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The Python code to run."}},
+            "required": ["code"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class ToolsProtocol(Protocol):
+    """OpenAI function calling with ``execute_python``; text without a call is the answer."""
+
+    name: ClassVar[str] = "tools"
+    vision: bool = False
+
+    def request_options(self) -> dict[str, Any]:
+        return {"tools": [copy.deepcopy(EXECUTE_PYTHON_TOOL)], "tool_choice": "auto"}
+
+    def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
+        return opening_messages(ctx, system=TOOLS_SYSTEM, vision=self.vision)
+
+    def parse(self, reply: ModelReply) -> Step:
+        text = reply.text or ""
+        problems = ["reply cut off at the token limit"] if reply.finish_reason == "length" else []
+        if not reply.tool_calls:
+            if not text.strip():
+                problems.append("empty reply")
+                return Step(text, "", None, None, problem=_join(problems))
+            return Step(text, "", None, text.strip(), problem=_join(problems))
+        ids = _call_ids(reply)
+        first = reply.tool_calls[0]
+        code, trouble = _tool_code(first.name, first.arguments)
+        if trouble:
+            problems.append(trouble)
+        if len(ids) > 1:
+            problems.append(f"{len(ids) - 1} more tool call(s) not run (one per turn)")
+        return Step(text, text.strip(), code, None, ids[0], _join(problems), tuple(ids[1:]))
+
+    def assistant_message(self, reply: ModelReply, step: Step) -> dict[str, Any]:
+        if not reply.tool_calls:
+            return super().assistant_message(reply, step)
+        calls = [
+            {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call_id, call in zip(_call_ids(reply), reply.tool_calls)
+        ]
+        return {"role": "assistant", "content": step.reply_text or None, "tool_calls": calls}
+
+    def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
+        if step.tool_call_id is None:
+            return [{"role": "user", "content": feedback.with_files}]
+        messages = [{"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.with_files}]
+        messages += _skipped(step)
+        parts = self._image_parts(feedback)
+        if parts:
+            # Tool messages cannot carry images in the OpenAI API, so they follow as a user turn.
+            intro = {"type": "text", "text": "The figures from the execute_python call above:"}
+            messages.append({"role": "user", "content": [intro, *parts]})
+        return messages
+
+    def nudge_messages(self, step: Step) -> list[dict[str, Any]]:
+        if step.tool_call_id is None:
+            return [{"role": "user", "content": TOOLS_EMPTY_NUDGE}]
+        text = tools_nudge(step.problem)
+        return [{"role": "tool", "tool_call_id": step.tool_call_id, "content": text}, *_skipped(step)]
+
+
+def _call_ids(reply: ModelReply) -> list[str]:
+    # Some servers omit ids; the history needs one to pair each call with its tool message.
+    return [call.id or f"call_{i}" for i, call in enumerate(reply.tool_calls)]
+
+
+def _skipped(step: Step) -> list[dict[str, Any]]:
+    return [
+        {"role": "tool", "tool_call_id": call_id, "content": NOT_RUN} for call_id in step.skipped_tool_call_ids
+    ]
+
+
+def _tool_code(name: str, arguments: str) -> tuple[str | None, str | None]:
+    """The code of an ``execute_python`` call, or None and what was wrong."""
+    if name != "execute_python":
+        return None, f"unknown tool {name!r}"
+    try:
+        args = json.loads(arguments or "")
+    except ValueError as exc:
+        return None, f"malformed tool arguments ({getattr(exc, 'msg', exc)})"
+    if not isinstance(args, dict) or not isinstance(args.get("code"), str):
+        return None, 'malformed tool arguments (expected {"code": "..."})'
+    code = extract_code(args["code"])  # fenced or bare, as in a <Code> block
+    return (code, None) if code else (None, "empty code")

@@ -1,0 +1,7 @@
+"""Where a kernel lives: the provider seam (``base.py``) and its implementations.
+
+``local.py`` a process we start on this machine (inside the sandbox) or one we
+attach to; ``gateway/`` a kernel on a Jupyter Kernel Gateway or Enterprise
+Gateway. Each is a ``KernelProvider``; the engine and session above never
+ask which. Host side: nothing here runs in the kernel process.
+"""
