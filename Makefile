@@ -9,7 +9,7 @@ EG_STAMP := $(VENV)/enterprise-gateway/.installed
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
 
-.PHONY: demo demo-plan test bench install clean chromium bubblewrap
+.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ chromium:
 
 test: $(STAMP) $(EG_STAMP) bubblewrap chromium
 	$(BIN)/python -m pytest -q
+
+# The fast tier while you work: no kernel, no browser (tests/tiers.py keeps the markers honest), < 1 min.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not kernel and not browser"
 
 bench: $(STAMP) $(EG_STAMP)
 	$(BIN)/python bench/run.py

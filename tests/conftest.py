@@ -9,7 +9,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-pytest_plugins = ["leaks", "browser"]
+pytest_plugins = ["leaks", "tiers", "browser"]
 
 from openai_server import OpenAIServer
 

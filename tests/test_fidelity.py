@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import pytest
 from click.testing import CliRunner
 from nbclient import NotebookClient
 from nbformat.v4 import new_output
@@ -24,6 +25,8 @@ from kernel_agent.notebook.load import load_run
 from kernel_agent.notebook.replay import replay
 from kernel_agent.records import Round, Run, RunInfo
 from kernel_agent.result import ExecutionResult
+
+pytestmark = pytest.mark.kernel
 
 LOOP = "import time\nstep = 1\nwhile True:\n    time.sleep(0.1)"
 EXIT = "import os\nos._exit(1)"

@@ -79,6 +79,7 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
     assert run.info.scripted and run.stop_reason == "answer"
 
 
+@pytest.mark.kernel
 def test_sandbox_off_says_so_in_the_cell_and_the_run(shell: InteractiveShell) -> None:
     with capture_output() as captured:
         shell.run_cell_magic("agent", "--scripted-demo -w loose --sandbox off --memory 6000", "Analyse sales.csv.")

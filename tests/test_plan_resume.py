@@ -12,12 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
+import pytest
 from leaks import kernels_of, our_kernel_pids, process_gone
 from openai_server import OpenAIServer, Reply
 
 from kernel_agent.agent.plan.state import PlanState, state_path
 from kernel_agent.kernel.session import sweep_stale_runtime_dirs
 from kernel_agent.notebook.replay import replay
+
+pytestmark = pytest.mark.kernel
 
 PLAN = {"directions": ["descriptive"], "nodes": [
     {"id": "load", "title": "Load"},

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from kernel_agent import Agent
 from kernel_agent.agent.plan.runner import PlanOptions
@@ -15,6 +16,8 @@ from kernel_agent.agent.plan.state import PlanState, state_path
 from kernel_agent.events import NodeFinished, NodeStarted, Notice, PlanFinished, PlanReady
 from kernel_agent.model.scripted import ScriptedChatModel
 from kernel_agent.notebook.replay import replay
+
+pytestmark = pytest.mark.kernel
 
 PLAN = {
     "directions": ["descriptive", "visualisation"],

@@ -64,6 +64,7 @@ def test_info_is_open_and_everything_else_needs_a_key(server: ServiceServer) -> 
     assert page.status_code == 200 and "<html" in page.text.lower()
 
 
+@pytest.mark.kernel
 def test_a_run_streams_events_and_its_notebook_report_and_files_download(
     client: httpx.Client, model: OpenAIServer
 ) -> None:
@@ -92,6 +93,7 @@ def test_a_run_streams_events_and_its_notebook_report_and_files_download(
     assert events(client, run["id"], last=len(seen) - 2) == seen[-2:]
 
 
+@pytest.mark.kernel
 def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model: OpenAIServer) -> None:
     model.add(Reply("Set.", tool_calls=(python_call("import os\nkept = 20 + 1\npid = os.getpid()"),)),
               Reply("Set it."))
@@ -108,6 +110,7 @@ def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model
     assert listed[0]["id"] == first["thread_id"] and listed[0]["status"] == "completed"
 
 
+@pytest.mark.kernel
 def test_cancel_interrupts_the_running_code_and_the_kernel_keeps_its_state(
     client: httpx.Client, model: OpenAIServer
 ) -> None:
@@ -196,6 +199,7 @@ def test_deleting_a_thread_removes_its_kernel_workspace_and_runs(client: httpx.C
     assert thread_id not in [t["id"] for t in client.get("/v1/threads").json()["threads"]]
 
 
+@pytest.mark.kernel
 def test_a_model_failure_ends_the_run_as_failed_with_its_notebook_kept(client: httpx.Client, model: OpenAIServer) -> None:
     model.add(Reply("Set.", tool_calls=(python_call("x = 1"),)), context_length_error())
     run = client.post("/v1/runs", json={"task": "Overflow"}).json()

@@ -37,6 +37,7 @@ def test_files_api_works_with_the_sdk(client: openai.OpenAI) -> None:
         client.files.retrieve(created.id)
 
 
+@pytest.mark.kernel
 def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
     client: openai.OpenAI, model: OpenAIServer, server: ServiceServer
 ) -> None:
@@ -73,6 +74,7 @@ def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
     assert len(execute) == 1 and "</Execute>" in execute[0].choices[0].delta.content  # one whole block
 
 
+@pytest.mark.kernel
 def test_deepanalyze_protocol_streams_the_models_own_tags(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> None:
     with ServiceServer(tmp_path_factory.mktemp("da"), model.base_url, keys={KEY}, agent={"protocol": "deepanalyze"}) as running:
         model.add(Reply("<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n", stop_reason="</Code>"),

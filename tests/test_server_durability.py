@@ -15,8 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
+
+pytestmark = pytest.mark.kernel
 
 AUTH = {"Authorization": "Bearer durable-key"}
 

@@ -18,8 +18,11 @@ from typing import Any
 
 import httpx
 import nbformat
+import pytest
 from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
+
+pytestmark = pytest.mark.kernel
 
 KEY = "durable-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

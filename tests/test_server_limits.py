@@ -11,6 +11,8 @@ import pytest
 from openai_server import OpenAIServer, Reply, python_call
 from service_server import ServiceServer
 
+pytestmark = pytest.mark.kernel
+
 
 @pytest.fixture(scope="module")
 def client(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
