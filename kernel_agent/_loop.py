@@ -1,23 +1,30 @@
-"""A private event loop in a daemon thread: what the sync facades run on.
+"""A private event loop in a daemon thread (what the sync facades run on), and ``in_thread``.
 
 The sync classes must work where an event loop already runs (an IPython
 kernel, a Jupyter notebook), so they never call ``asyncio.run`` on the
 caller's thread. Every async object they own is created and used on this
 loop only; zmq sockets never cross loops.
+
+``in_thread`` is how async code does blocking work (disk, a subprocess)
+without pausing the loop: in a worker thread, finished even when the caller
+is cancelled meanwhile, so what it wrote or made is whole for the clean-up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import atexit
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "in_thread"]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 _UNWIND_S = 30.0  # how long an interrupted call may take to save its work and stop its kernel
 
@@ -121,3 +128,24 @@ def _close_open_loops() -> None:  # pragma: no cover - exercised by subprocess t
             except BaseException:
                 pass
         loop_thread.stop()
+
+
+async def in_thread(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``function(*args, **kwargs)`` in a worker thread, off the event loop.
+
+    A cancel while it runs waits for it to finish, then propagates: a file
+    write is never left half done and a resource it creates is there for the
+    caller's clean-up to remove. Raises what ``function`` raises.
+    """
+    task = asyncio.ensure_future(asyncio.to_thread(function, *args, **kwargs))
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})  # a cancel of this wait leaves the task running
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if task.exception() is not None:
+            log.warning("work finished after a cancel failed: %r", task.exception())
+        raise asyncio.CancelledError
+    return task.result()

@@ -132,6 +132,7 @@ def test_cancel_interrupts_the_running_code_and_the_kernel_keeps_its_state(
     assert done[-1]["result"]["stdout"] == "7\n"
 
 
+@pytest.mark.kernel
 def test_keys_see_only_their_own_files_threads_and_runs(client: httpx.Client, model: OpenAIServer) -> None:
     uploaded = upload(client, "mine.csv", b"a\n1\n")
     model.add(Reply("Done."))
@@ -145,6 +146,7 @@ def test_keys_see_only_their_own_files_threads_and_runs(client: httpx.Client, mo
     assert refused.status_code == 404
 
 
+@pytest.mark.kernel  # reads the threads the runs above made
 def test_bad_requests_get_clear_errors_and_change_nothing(client: httpx.Client) -> None:
     before = client.get("/v1/threads").json()["threads"]
     assert client.post("/v1/runs", json={"task": "x", "file_ids": ["file-nope"]}).status_code == 404
@@ -187,6 +189,7 @@ def test_an_oversized_body_is_refused_before_it_is_read(server: ServiceServer, c
     assert client.get("/health").status_code == 200
 
 
+@pytest.mark.kernel
 def test_deleting_a_thread_removes_its_kernel_workspace_and_runs(client: httpx.Client, model: OpenAIServer) -> None:
     model.add(Reply("Write.", tool_calls=(python_call("open('x.txt', 'w').write('x')"),)), Reply("Wrote."))
     run = client.post("/v1/runs", json={"task": "Write x"}).json()
@@ -209,6 +212,7 @@ def test_a_model_failure_ends_the_run_as_failed_with_its_notebook_kept(client: h
     assert "x = 1" in client.get(record["notebook_url"]).text
 
 
+@pytest.mark.kernel  # reads the threads the runs above made
 def test_no_secret_reaches_the_data_dir(client: httpx.Client, server: ServiceServer) -> None:
     """Neither the model's key nor a service key is in any record, event log or notebook on disk."""
     assert client.get("/v1/threads").json()["threads"]  # earlier tests ran

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .._loop import in_thread
 from ..errors import ConfigError, KernelError, ModelError, NotebookError
 from ..events import (
     AnswerReady,
@@ -78,6 +79,20 @@ class _Retry:
 @dataclass(frozen=True)
 class _Thought:
     text: str
+
+
+@dataclass(frozen=True)
+class _Replied:
+    """The model's whole reply: the last thing ``_ask`` yields."""
+
+    reply: ModelReply
+
+
+@dataclass(frozen=True)
+class _RoundDone:
+    """The finished round: the last thing ``_round`` yields (the driver records it; nobody sees it)."""
+
+    round: Round
 
 
 @dataclass
@@ -219,7 +234,7 @@ class AsyncAgent:
         live thread kernels). Raises ``NotebookError``, before any kernel starts, for a notebook
         that is not a kernel-agent run, whose workspace is not a folder, or whose data files lead
         outside it (``load_resumable``, ``recorded_data``)."""
-        loaded = load_resumable(notebook_path)
+        loaded = await in_thread(load_resumable, notebook_path)
         source = Path(notebook_path)
         root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
         if not root.is_dir():
@@ -342,7 +357,7 @@ class AsyncAgent:
         packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
         if files is None:
             root = session.files.local
-            files = prepare_data([root / n for n in names if (root / n).exists()], root)
+            files = await in_thread(prepare_data, [root / n for n in names if (root / n).exists()], root)
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=packages,
             preloaded=preload_description(files) if self.config.preload else "",
@@ -352,7 +367,7 @@ class AsyncAgent:
     async def _drive(self, live: _Live) -> AsyncIterator[Event]:
         run = live.run
         info = run.info
-        self._save(live)
+        await self._save(live)
         yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted,
                          info.confinement)
         if live.session.workspace is not None and live.session.limits.sandbox == "off":  # a remote kernel is the gateway's
@@ -365,13 +380,16 @@ class AsyncAgent:
         try:
             for index in range(live.first_round, last + 1):
                 yield RoundStarted(index, last)
-                holder: list[Round] = []
-                async with aclosing(self._round(live, index, holder)) as events:
+                round_: Round | None = None
+                async with aclosing(self._round(live, index)) as events:
                     async for event in events:
-                        yield event
-                round_ = holder[0]
+                        if isinstance(event, _RoundDone):
+                            round_ = event.round
+                        else:
+                            yield event
+                assert round_ is not None  # _round ends with _RoundDone
                 live.run = replace(live.run, rounds=(*live.run.rounds, round_), usage=live.run.usage + round_.usage)
-                self._save(live)
+                await self._save(live)
                 yield RoundFinished(round_)
                 if round_.answer is not None:
                     live.run = replace(live.run, answer=round_.answer)
@@ -398,31 +416,33 @@ class AsyncAgent:
             kept = (live.running,) if live.running is not None else ()
             live.run = replace(live.run, rounds=(*live.run.rounds, *kept), stop_reason="cancelled",
                                error="cancelled by the user", finished_at=_now())
-            self._save(live)
+            await self._save(live)
             raise
         except KernelError as exc:  # the machinery, not the analysed code: raise, carrying the saved run
             live.run = replace(live.run, error=f"{type(exc).__name__}: {exc}", finished_at=_now())
-            self._save(live)
+            await self._save(live)
             exc.run = live.run
             raise
         live.run = replace(live.run, stop_reason=stop, finished_at=_now())  # type: ignore[arg-type]
-        self._save(live)
+        await self._save(live)
         yield RunFinished(live.run)
 
-    async def _round(self, live: _Live, index: int, holder: list[Round]) -> AsyncIterator[Event]:
+    async def _round(self, live: _Live, index: int) -> AsyncIterator[Event | _RoundDone]:
         started_at = _now()
         t0 = time.monotonic()
-        replies: list[ModelReply] = []
+        reply: ModelReply | None = None
         sent = clip_old_feedback(live.messages, live.feedback_at, keep=self.config.full_feedback_rounds,
                                  clip_chars=self.config.old_feedback_chars)
-        async for piece in self._ask(sent, live.protocol, replies):
+        async for piece in self._ask(sent, live.protocol):
             if isinstance(piece, str):
                 yield TextDelta(index, piece)
             elif isinstance(piece, _Thought):
                 yield ReasoningDelta(index, piece.text)
+            elif isinstance(piece, _Replied):
+                reply = piece.reply
             else:
                 yield TextReset(index, piece.reason)
-        reply = replies[0]
+        assert reply is not None  # _ask ends with _Replied or raises
         model_s = time.monotonic() - t0
         step = live.protocol.parse(reply)
         live.messages.append(live.protocol.assistant_message(reply, step))
@@ -435,7 +455,7 @@ class AsyncAgent:
         if step.code is None:
             if step.answer is None:
                 live.messages.extend(live.protocol.nudge_messages(step))
-            holder.append(replace(base, answer=step.answer))
+            yield _RoundDone(replace(base, answer=step.answer))
             return
         yield CodeReady(index, step.code, step.reasoning)
         yield ExecutionStarted(index, self.config.exec_timeout)
@@ -460,12 +480,12 @@ class AsyncAgent:
         feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
         live.feedback_at.append(range(len(live.messages), len(live.messages) + len(feedback)))
         live.messages.extend(feedback)
-        holder.append(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
+        yield _RoundDone(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
 
     async def _ask(
-        self, messages: list[dict[str, Any]], protocol: Protocol, out: list[ModelReply]
-    ) -> AsyncIterator[str | _Retry | _Thought]:
-        """Call the model; yield text and reasoning deltas as they stream (and retries); put the reply in ``out``."""
+        self, messages: list[dict[str, Any]], protocol: Protocol
+    ) -> AsyncIterator[str | _Retry | _Thought | _Replied]:
+        """Call the model; yield text and reasoning deltas as they stream (and retries), then the whole reply."""
         queue: asyncio.Queue[str | _Retry | _Thought] = asyncio.Queue()
         task = asyncio.ensure_future(
             self.chat_model.complete(
@@ -483,7 +503,7 @@ class AsyncAgent:
                     yield getter.result()
                 else:
                     getter.cancel()
-            out.append(task.result())
+            yield _Replied(task.result())
         finally:
             for pending in (task, getter):
                 if pending is not None and not pending.done():
@@ -510,9 +530,10 @@ class AsyncAgent:
             return None
         return over_quota(await self._disk_usage(live) - live.baseline, self.config.disk_quota_mb)
 
-    def _save(self, live: _Live) -> None:
+    async def _save(self, live: _Live) -> None:
         live.run = replace(live.run, notebook_path=live.notebook)
-        live.writer.save(live.run)  # the full view now; the clean view alongside the next round
+        # The full view now (off the loop: a service runs many threads on it); the clean view alongside the next round.
+        await in_thread(live.writer.save, live.run)
 
 
 async def _last_run(events: AsyncIterator[Event]) -> Run:

@@ -34,6 +34,7 @@ import random
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .._loop import in_thread
 from ..errors import ConfigError, ContextLengthError, ModelError, ModelTimeoutError, ModelUnreachableError
 from ..redact import redact
 from .chat import DeltaCallback, ModelReply, RetryCallback
@@ -183,6 +184,8 @@ class OpenAIChatModel:
         ``ModelUnreachableError``, ``ModelTimeoutError``, ``ContextLengthError``
         or ``ModelError`` as the module docstring says, each ``from`` the SDK error.
         """
+        if self._client is None:  # the SDK's import and its TLS set-up read many files: not on the loop
+            await in_thread(self._ready_client)
         sdk = _sdk()
         request = self._request(messages, options)
         for attempt in range(self.max_retries + 1):
@@ -241,6 +244,9 @@ class OpenAIChatModel:
         if extra:
             request["extra_body"] = extra
         return request
+
+    def _ready_client(self) -> None:
+        self._sdk_client().chat.completions  # noqa: B018 - the SDK imports its resources on first access
 
     def _sdk_client(self) -> "openai.AsyncOpenAI":
         if self._client is None:

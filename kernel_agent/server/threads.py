@@ -24,6 +24,7 @@ from ..errors import KernelError
 from ..events import Event, ExecutionFinished
 from ..kernel.pool import KernelPool
 from ..kernel.session import AsyncKernelSession
+from ..model import llm as _llm  # noqa: F401 - imported with the app, not on the loop by the first thread
 
 __all__ = ["RunLog", "ThreadRuntime", "event_dict"]
 

@@ -26,6 +26,7 @@ from typing import IO, Any
 from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
+from ..._loop import in_thread
 from ...errors import KernelError, KernelStartError, SandboxUnavailableError
 from ..inside.figure_cap import USER_STARTUP_ENV, figure_cap_env
 from ..kernelspec import KERNEL_NAME, launch_spec
@@ -141,11 +142,17 @@ class LocalProvider:
         env = kernel_environment(extra={**self._env_extra, **self.confinement.env}, allow=self._allow_env)
         return self.manager, env
 
-    async def _start(self) -> dict[str, Any]:
+    def _prepare_start(self) -> dict[str, str]:
+        """``prepare``, the kernel's log and the CPU count's base: disk and cgroup work, run off the loop."""
         self.manager, env = self.prepare()
-        assert self._runtime_dir is not None and self._workspace is not None
+        assert self._runtime_dir is not None
         self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in close()
         self.confinement.new_kernel()
+        return env
+
+    async def _start(self) -> dict[str, Any]:
+        env = await in_thread(self._prepare_start)
+        assert self.manager is not None and self._workspace is not None
         try:
             await self.manager.start_kernel(
                 cwd=str(self._workspace), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr_file
