@@ -1,0 +1,373 @@
+"""The one door between the host and a folder the kernel can write: ``Door``.
+
+The kernel lives on between rounds and turns, runs as the user who started it, and can plant a link or
+swap a file for one at any moment, also while the host is looking. So every host-side read or write of
+a path inside a workspace goes through here, and nothing here trusts a check made before an open:
+
+* a path is relative to the folder and plain (no ``..``, no absolute path, no NUL);
+* it is opened from the folder's directory fd without following a symlink at any component:
+  ``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`` where the kernel has it, else a walk of
+  ``O_NOFOLLOW | O_DIRECTORY`` opens, one component at a time (``_WALK_ONLY`` forces the walk);
+* the opened fd is checked with ``fstat`` (a regular file; a FIFO or device is refused, and
+  ``O_NONBLOCK`` keeps a FIFO from hanging the open), and read, streamed or written through that fd;
+* a write goes to a temp file with a random name, created with ``O_EXCL``, then renamed over the
+  entry in the same directory fd (a planted link is replaced, never written through);
+* listings (artifacts, quota) walk directory fds with ``scandir`` and never descend through a link.
+
+Owns that and nothing else: what a caller does with the bytes is its business. Sync and blocking (call
+it from a worker thread in async code). Raises ``WorkspaceFileError`` for a path that is refused or not
+a regular file, ``FileNotFoundError`` for one that is not there, and ``OSError`` for the rest.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import secrets
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath
+
+from ..errors import WorkspaceFileError
+
+__all__ = ["CHUNK", "Door", "Listing"]
+
+CHUNK = 1024 * 1024
+Listing = dict[str, tuple[int, int]]  # relative path -> (size, mtime_ns), the shape of workspace snapshots
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437}.get(platform.machine())
+_WALK_ONLY = False  # tests set it to exercise the component walk where openat2 exists
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _libc_syscall() -> Callable[..., int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_long
+    return function
+
+
+_syscall = _libc_syscall() if _SYS_OPENAT2 is not None else None
+_openat2_works: bool | None = None  # probed on first use
+
+
+def _openat2(dir_fd: int, path: str, flags: int) -> int:
+    how = _OpenHow(flags, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    assert _syscall is not None
+    fd = _syscall(_SYS_OPENAT2, dir_fd, path.encode(), ctypes.byref(how), ctypes.sizeof(how))
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return int(fd)
+
+
+def _have_openat2(dir_fd: int) -> bool:
+    global _openat2_works
+    if _WALK_ONLY or _syscall is None:
+        return False
+    if _openat2_works is None:
+        try:
+            os.close(_openat2(dir_fd, ".", _DIR))
+            _openat2_works = True
+        except OSError as exc:  # ENOSYS: an older kernel; EPERM: a seccomp filter that refuses it
+            _openat2_works = exc.errno not in (errno.ENOSYS, errno.EPERM)
+    return _openat2_works
+
+
+def plain_parts(relative: str) -> list[str]:
+    """The components of a relative path. Raises ``WorkspaceFileError`` for one that is not plain."""
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        raise WorkspaceFileError(f"not a usable path: {relative!r}", path=str(relative))
+    pure = PurePosixPath(relative)
+    parts = [part for part in pure.parts if part not in ("", ".")]
+    if pure.is_absolute() or ".." in parts:
+        raise WorkspaceFileError(f"{relative!r} is outside the workspace", path=relative)
+    return parts
+
+
+class Door:
+    """Reads and writes under ``root`` (a folder the kernel may write), never following a link in it.
+
+    ``root`` itself is the host's choice (a run's workspace, a thread's folder) and is opened without
+    following a link; every path handed to a method is relative to it.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"<Door {self.root}>"
+
+    # ------------------------------------------------------------------ opening
+    @contextmanager
+    def _root_fd(self) -> Iterator[int]:
+        fd = os.open(self.root, _DIR)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _open_at(self, root_fd: int, parts: list[str], flags: int, relative: str) -> int:
+        """``parts`` under ``root_fd``, no link followed at any component."""
+        try:
+            if not parts:
+                return os.dup(root_fd) if flags & os.O_DIRECTORY else os.open(".", flags, dir_fd=root_fd)
+            if _have_openat2(root_fd):
+                return _openat2(root_fd, "/".join(parts), flags)
+            fd = os.dup(root_fd)
+            try:
+                for part in parts[:-1]:
+                    next_fd = os.open(part, _DIR, dir_fd=fd)
+                    os.close(fd)
+                    fd = next_fd
+                return os.open(parts[-1], flags, dir_fd=fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _refusal(exc, relative) from exc
+
+    @contextmanager
+    def _parent(self, relative: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """The directory fd holding ``relative``'s last component, and that component's name."""
+        parts = plain_parts(relative)
+        if not parts:
+            raise WorkspaceFileError(f"{relative!r} names the workspace itself, not a file in it", path=relative)
+        with self._root_fd() as root_fd:
+            fd = os.dup(root_fd)
+            try:
+                for index, part in enumerate(parts[:-1]):
+                    if create:
+                        try:
+                            os.mkdir(part, 0o777, dir_fd=fd)
+                        except FileExistsError:
+                            pass
+                    next_fd = self._open_at(fd, [part], _DIR, "/".join(parts[: index + 1]))
+                    os.close(fd)
+                    fd = next_fd
+                yield fd, parts[-1]
+            finally:
+                os.close(fd)
+
+    @contextmanager
+    def open_file(self, relative: str) -> Iterator[tuple[int, os.stat_result]]:
+        """An fd of the regular file at ``relative`` (read-only) and its ``fstat``."""
+        parts = plain_parts(relative)
+        with self._root_fd() as root_fd:
+            fd = self._open_at(root_fd, parts, _READ, relative)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
+            yield fd, info
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ reading
+    def stat(self, relative: str) -> os.stat_result:
+        """The ``fstat`` of the regular file at ``relative``."""
+        with self.open_file(relative) as (_fd, info):
+            return info
+
+    def is_file(self, relative: str) -> bool:
+        """Whether ``relative`` is a regular file reached without a link (False for anything refused)."""
+        try:
+            self.stat(relative)
+        except (OSError, WorkspaceFileError):
+            return False
+        return True
+
+    def read_bytes(self, relative: str, limit: int | None = None) -> bytes:
+        """The file's bytes (at most ``limit``). Raises ``WorkspaceFileError`` past ``limit`` when the
+        file is larger and ``limit`` was meant as a refusal: use ``read_head`` to keep a head instead."""
+        data, size = self.read_head(relative, limit)
+        if limit is not None and size > limit:
+            raise WorkspaceFileError(f"{relative!r} is {size} bytes, over the {limit}-byte limit", path=relative)
+        return data
+
+    def read_head(self, relative: str, limit: int | None = None) -> tuple[bytes, int]:
+        """Up to ``limit`` bytes from the start of the file (all when None), and its size as opened."""
+        with self.open_file(relative) as (fd, info):
+            wanted = info.st_size if limit is None else min(limit, info.st_size)
+            return _read_exactly(fd, wanted), info.st_size
+
+    def stream(self, relative: str, chunk: int = CHUNK) -> tuple[int, Iterator[bytes]]:
+        """The file's size and an iterator of its bytes, read from the fd opened now (closed at the end).
+
+        The size is ``fstat``'s when opened; the iterator stops there even if the file grows."""
+        parts = plain_parts(relative)
+        with self._root_fd() as root_fd:
+            fd = self._open_at(root_fd, parts, _READ, relative)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
+        except BaseException:
+            os.close(fd)
+            raise
+        return info.st_size, _chunks(fd, info.st_size, chunk)
+
+    # ------------------------------------------------------------------ writing
+    def write_bytes(self, relative: str, data: bytes, *, mode: int = 0o644, make_dirs: bool = True) -> int:
+        """Write ``data`` as the file at ``relative`` (replacing whatever entry is there, a link included);
+        return its size. Folders on the way are made (``make_dirs``) but never followed through a link."""
+        return self.write_from(relative, iter([data]), mode=mode, make_dirs=make_dirs)
+
+    def copy_in(self, source: str | os.PathLike[str], relative: str, *, mode: int = 0o644) -> int:
+        """Copy the host file ``source`` (the caller's own, trusted path) to ``relative``; return its size."""
+        with open(source, "rb") as handle:
+            return self.write_from(relative, iter(lambda: handle.read(CHUNK), b""), mode=mode)
+
+    def write_from(self, relative: str, chunks: Iterator[bytes], *, mode: int = 0o644, make_dirs: bool = True) -> int:
+        """Write ``chunks`` to a new temp file (random name, ``O_EXCL``) beside ``relative``, then rename it
+        over the entry: never through a planted link, never a half-written file. Returns the size."""
+        with self._parent(relative, create=make_dirs) as (dir_fd, name):
+            temp = f".{name[:80]}.{secrets.token_hex(8)}.kernel-agent-partial"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dir_fd)
+            size = 0
+            try:
+                try:
+                    for chunk in chunks:
+                        size += _write_all(fd, chunk)
+                    os.fchmod(fd, mode)
+                finally:
+                    os.close(fd)
+                os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                try:
+                    os.unlink(temp, dir_fd=dir_fd)
+                except OSError:
+                    pass
+                raise
+            return size
+
+    def same_file(self, relative: str, other: os.stat_result) -> bool:
+        """Whether ``relative`` is (not links to) the file ``other`` describes."""
+        try:
+            info = self.stat(relative)
+        except (OSError, WorkspaceFileError):
+            return False
+        return (info.st_dev, info.st_ino) == (other.st_dev, other.st_ino)
+
+    def entry_kind(self, relative: str) -> str | None:
+        """What the entry at ``relative`` is without following it: "file", "dir", "link", "other", None."""
+        try:
+            with self._parent(relative) as (dir_fd, name):
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if stat.S_ISLNK(info.st_mode):
+            return "link"
+        return "file" if stat.S_ISREG(info.st_mode) else "dir" if stat.S_ISDIR(info.st_mode) else "other"
+
+    # ------------------------------------------------------------------ listing
+    def listing(self, folder: str = ".", *, hidden: bool = False, limit: int = 100_000) -> tuple[Listing, int]:
+        """Regular files under ``folder`` (recursive; links and what they lead to are not listed, hidden
+        names skipped unless ``hidden``): relative path (to the root) -> (size, mtime_ns), at most
+        ``limit`` of them; and how many there were in all."""
+        found: Listing = {}
+        total = 0
+        for path, info in self._walk(folder, hidden=hidden):
+            if stat.S_ISREG(info.st_mode):
+                total += 1
+                if len(found) < limit:
+                    found[path] = (info.st_size, info.st_mtime_ns)
+        return found, total
+
+    def usage(self, limit: int) -> tuple[int, bool]:
+        """Bytes every entry under the root takes on disk (links counted, never followed), and whether
+        the walk stopped at ``limit`` entries."""
+        total = count = 0
+        for _path, info in self._walk(".", hidden=True):
+            total += info.st_blocks * 512
+            count += 1
+            if count >= limit:
+                return total, True
+        return total, False
+
+    def _walk(self, folder: str, *, hidden: bool) -> Iterator[tuple[str, os.stat_result]]:
+        parts = [] if folder in ("", ".") else plain_parts(folder)
+        with self._root_fd() as root_fd:
+            start = self._open_at(root_fd, parts, _DIR, folder)
+        stack = [(start, "/".join(parts))]
+        try:
+            while stack:
+                fd, prefix = stack.pop()
+                try:
+                    with os.scandir(fd) as entries:
+                        listed = sorted(entries, key=lambda entry: entry.name)
+                    for entry in listed:
+                        if not hidden and entry.name.startswith("."):
+                            continue
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        path = f"{prefix}/{entry.name}" if prefix else entry.name
+                        yield path, info
+                        if stat.S_ISDIR(info.st_mode):
+                            try:
+                                stack.append((os.open(entry.name, _DIR, dir_fd=fd), path))
+                            except OSError:  # swapped for a link or removed meanwhile: not followed
+                                continue
+                finally:
+                    os.close(fd)
+        finally:
+            for fd, _ in stack:
+                os.close(fd)
+
+
+def _refusal(exc: OSError, relative: str) -> BaseException:
+    """The words for an open the door refused (a link on the way, a way out), else ``exc`` itself."""
+    if exc.errno == errno.ELOOP:
+        return WorkspaceFileError(f"{relative!r} leads through a link; links in the workspace are not followed",
+                                  path=relative)
+    if exc.errno == errno.EXDEV:
+        return WorkspaceFileError(f"{relative!r} is outside the workspace", path=relative)
+    if exc.errno == errno.ENOTDIR:  # O_DIRECTORY | O_NOFOLLOW on a link, or a file where a folder should be
+        return WorkspaceFileError(f"{relative!r} leads through a link or through a file that is not a folder",
+                                  path=relative)
+    return exc
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    parts, left = [], size
+    while left > 0:
+        chunk = os.read(fd, min(left, CHUNK))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _chunks(fd: int, size: int, chunk: int) -> Iterator[bytes]:
+    try:
+        left = size
+        while left > 0:
+            data = os.read(fd, min(left, chunk))
+            if not data:
+                return
+            left -= len(data)
+            yield data
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> int:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    return len(data)

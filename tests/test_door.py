@@ -1,0 +1,177 @@
+"""The door between the host and a workspace: no link is followed at any component, writes never go
+through a planted name, and a folder swapped for a link mid-read (renameat2 RENAME_EXCHANGE in a loop)
+never leads the host outside. Pure host-side tests: real files, real syscalls, no kernel."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernel_agent.errors import WorkspaceFileError
+from kernel_agent.kernel import door as door_module
+from kernel_agent.kernel.door import Door
+
+
+@pytest.fixture(params=["openat2", "walk"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs both ways: openat2 (where this kernel has it) and the component walk."""
+    monkeypatch.setattr(door_module, "_WALK_ONLY", request.param == "walk")
+    return str(request.param)
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace and, beside it, a host secret the kernel would like the host to read or overwrite."""
+    workspace = tmp_path / "workspace"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "sub" / "data.txt").write_text("inside\n")
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("HOST SECRET\n")
+    (outside / "data.txt").write_text("HOST SECRET\n")
+    return workspace, outside
+
+
+def test_reads_a_file_and_refuses_links_and_ways_out(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, outside = place
+    gate = Door(workspace)
+    assert gate.read_bytes("sub/data.txt") == b"inside\n"
+    assert gate.read_head("sub/data.txt", 3) == (b"ins", 7)
+    (workspace / "link.txt").symlink_to(outside / "secret.txt")
+    (workspace / "linkdir").symlink_to(outside)
+    for path in ("link.txt", "linkdir/secret.txt", "../host/secret.txt", "/etc/passwd", "sub/../../host/secret.txt"):
+        with pytest.raises(WorkspaceFileError):
+            gate.read_bytes(path)
+    with pytest.raises(FileNotFoundError):
+        gate.read_bytes("sub/missing.txt")
+    assert not gate.is_file("link.txt") and gate.is_file("sub/data.txt")
+
+
+def test_a_fifo_or_a_folder_is_refused_without_hanging(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, _ = place
+    os.mkfifo(workspace / "pipe")
+    gate = Door(workspace)
+    with pytest.raises(WorkspaceFileError, match="not a regular file"):
+        gate.read_bytes("pipe")  # a plain open() would wait for a writer forever
+    with pytest.raises(WorkspaceFileError, match="not a regular file"):
+        gate.read_bytes("sub")
+
+
+def test_a_write_replaces_a_planted_link_and_never_writes_through_it(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, outside = place
+    (workspace / "out.csv").symlink_to(outside / "secret.txt")
+    (workspace / "sub" / "deep").symlink_to(outside)
+    gate = Door(workspace)
+    assert gate.write_bytes("out.csv", b"ours", mode=0o444) == 4
+    assert (outside / "secret.txt").read_text() == "HOST SECRET\n"
+    assert not (workspace / "out.csv").is_symlink() and (workspace / "out.csv").read_bytes() == b"ours"
+    assert (workspace / "out.csv").stat().st_mode & 0o777 == 0o444
+    with pytest.raises(WorkspaceFileError):
+        gate.write_bytes("sub/deep/data.txt", b"x")  # a folder on the way is a link: refused
+    assert (outside / "data.txt").read_text() == "HOST SECRET\n"
+    assert gate.write_bytes("new/folder/file.txt", b"made") == 4 and (workspace / "new/folder/file.txt").is_file()
+    assert not [p for p in workspace.rglob("*partial*")]
+
+
+def test_planted_temp_names_cannot_catch_a_write(mode: str, place: tuple[Path, Path]) -> None:
+    # The old copy wrote to a predictable ".<name>.kernel-agent-partial": the kernel planted it as a link.
+    workspace, outside = place
+    (workspace / ".sales.csv.kernel-agent-partial").symlink_to(outside / "secret.txt")
+    source = workspace.parent / "sales.csv"
+    source.write_text("a,b\n1,2\n")
+    Door(workspace).copy_in(source, "sales.csv", mode=0o444)
+    assert (outside / "secret.txt").read_text() == "HOST SECRET\n"
+    assert (outside / "secret.txt").stat().st_mode & 0o777 != 0o444
+    assert (workspace / "sales.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_listing_and_usage_never_follow_links(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, outside = place
+    (workspace / "linkdir").symlink_to(outside)
+    (workspace / "link.txt").symlink_to(outside / "secret.txt")
+    (workspace / ".hidden").write_text("h")
+    gate = Door(workspace)
+    listing, total = gate.listing()
+    assert set(listing) == {"sub/data.txt"} and total == 1
+    assert set(gate.listing(hidden=True)[0]) == {"sub/data.txt", ".hidden"}
+    assert gate.listing("sub")[0] == listing
+    with pytest.raises(WorkspaceFileError):
+        gate.listing("linkdir")
+    used, stopped = gate.usage(limit=1000)
+    assert used > 0 and not stopped
+    assert gate.entry_kind("link.txt") == "link" and gate.entry_kind("sub") == "dir"
+    assert gate.entry_kind("sub/data.txt") == "file" and gate.entry_kind("nope") is None
+
+
+def test_a_stream_reads_what_was_opened(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, outside = place
+    size, chunks = Door(workspace).stream("sub/data.txt", chunk=2)
+    os.replace(workspace / "sub" / "data.txt", workspace / "sub" / "moved.txt")  # swapped after the open
+    (workspace / "sub" / "data.txt").symlink_to(outside / "secret.txt")
+    assert size == 7 and b"".join(chunks) == b"inside\n"
+
+
+RENAME_EXCHANGE = 2
+
+
+def exchange(a: Path, b: Path) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    if libc.renameat2(at_fdcwd, str(a).encode(), at_fdcwd, str(b).encode(), RENAME_EXCHANGE) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+
+
+@pytest.fixture
+def swapping(place: tuple[Path, Path]) -> Iterator[tuple[Path, Path]]:
+    """A thread swaps ``workspace/sub`` (a real folder) and ``workspace/evil`` (a link to the host's
+    folder) with RENAME_EXCHANGE as fast as it can, while the test reads and writes ``sub/...``."""
+    workspace, outside = place
+    (workspace / "evil").symlink_to(outside)
+    stop = threading.Event()
+    swaps = [0]
+
+    def swap() -> None:
+        while not stop.is_set():
+            exchange(workspace / "sub", workspace / "evil")
+            swaps[0] += 1
+
+    thread = threading.Thread(target=swap, daemon=True)
+    thread.start()
+    try:
+        yield workspace, outside
+    finally:
+        stop.set()
+        thread.join(10)
+    assert swaps[0] > 100  # the race really ran
+
+
+def test_a_folder_swapped_for_a_link_mid_read_never_leads_outside(mode: str, swapping: tuple[Path, Path]) -> None:
+    workspace, outside = swapping
+    gate = Door(workspace)
+    read = refused = 0
+    for _ in range(2000):
+        try:
+            data = gate.read_bytes("sub/data.txt")
+        except (WorkspaceFileError, FileNotFoundError):
+            refused += 1
+            continue
+        assert data == b"inside\n"
+        read += 1
+    assert read > 0 and refused > 0  # both outcomes happened: the swap raced every read
+
+
+def test_a_folder_swapped_for_a_link_mid_write_never_writes_outside(mode: str, swapping: tuple[Path, Path]) -> None:
+    workspace, outside = swapping
+    gate = Door(workspace)
+    for n in range(1000):
+        try:
+            gate.write_bytes("sub/data.txt", f"write {n}\n".encode(), make_dirs=False)
+        except (WorkspaceFileError, FileNotFoundError):
+            continue
+    assert (outside / "data.txt").read_text() == "HOST SECRET\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["data.txt", "secret.txt"]
