@@ -4,6 +4,7 @@ never leads the host outside. Pure host-side tests: real files, real syscalls, n
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import os
 import threading
@@ -40,16 +41,16 @@ def place(tmp_path: Path) -> tuple[Path, Path]:
 def test_reads_a_file_and_refuses_links_and_ways_out(mode: str, place: tuple[Path, Path]) -> None:
     workspace, outside = place
     gate = Door(workspace)
-    assert gate.read_bytes("sub/data.txt") == b"inside\n"
+    assert gate.read("sub/data.txt") == b"inside\n"
     assert gate.read_head("sub/data.txt", 3) == (b"ins", 7)
     (workspace / "link.txt").symlink_to(outside / "secret.txt")
     (workspace / "linkdir").symlink_to(outside)
     for path in ("link.txt", "linkdir/secret.txt", "../host/secret.txt", "/etc/passwd", "sub/../../host/secret.txt"):
         with pytest.raises(WorkspaceFileError):
-            gate.read_bytes(path)
+            gate.read(path)
     with pytest.raises(FileNotFoundError):
-        gate.read_bytes("sub/missing.txt")
-    assert not gate.is_file("link.txt") and gate.is_file("sub/data.txt")
+        gate.read("sub/missing.txt")
+    assert not gate.has_file("link.txt") and gate.has_file("sub/data.txt")
 
 
 def test_a_fifo_or_a_folder_is_refused_without_hanging(mode: str, place: tuple[Path, Path]) -> None:
@@ -57,9 +58,9 @@ def test_a_fifo_or_a_folder_is_refused_without_hanging(mode: str, place: tuple[P
     os.mkfifo(workspace / "pipe")
     gate = Door(workspace)
     with pytest.raises(WorkspaceFileError, match="not a regular file"):
-        gate.read_bytes("pipe")  # a plain open() would wait for a writer forever
+        gate.read("pipe")  # a plain open() would wait for a writer forever
     with pytest.raises(WorkspaceFileError, match="not a regular file"):
-        gate.read_bytes("sub")
+        gate.read("sub")
 
 
 def test_a_write_replaces_a_planted_link_and_never_writes_through_it(mode: str, place: tuple[Path, Path]) -> None:
@@ -67,14 +68,14 @@ def test_a_write_replaces_a_planted_link_and_never_writes_through_it(mode: str, 
     (workspace / "out.csv").symlink_to(outside / "secret.txt")
     (workspace / "sub" / "deep").symlink_to(outside)
     gate = Door(workspace)
-    assert gate.write_bytes("out.csv", b"ours", mode=0o444) == 4
+    assert gate.write("out.csv", b"ours", mode=0o444) == 4
     assert (outside / "secret.txt").read_text() == "HOST SECRET\n"
     assert not (workspace / "out.csv").is_symlink() and (workspace / "out.csv").read_bytes() == b"ours"
     assert (workspace / "out.csv").stat().st_mode & 0o777 == 0o444
     with pytest.raises(WorkspaceFileError):
-        gate.write_bytes("sub/deep/data.txt", b"x")  # a folder on the way is a link: refused
+        gate.write("sub/deep/data.txt", b"x")  # a folder on the way is a link: refused
     assert (outside / "data.txt").read_text() == "HOST SECRET\n"
-    assert gate.write_bytes("new/folder/file.txt", b"made") == 4 and (workspace / "new/folder/file.txt").is_file()
+    assert gate.write("new/folder/file.txt", b"made") == 4 and (workspace / "new/folder/file.txt").is_file()
     assert not [p for p in workspace.rglob("*partial*")]
 
 
@@ -156,7 +157,7 @@ def test_a_folder_swapped_for_a_link_mid_read_never_leads_outside(mode: str, swa
     read = refused = 0
     for _ in range(2000):
         try:
-            data = gate.read_bytes("sub/data.txt")
+            data = gate.read("sub/data.txt")
         except (WorkspaceFileError, FileNotFoundError):
             refused += 1
             continue
@@ -170,8 +171,91 @@ def test_a_folder_swapped_for_a_link_mid_write_never_writes_outside(mode: str, s
     gate = Door(workspace)
     for n in range(1000):
         try:
-            gate.write_bytes("sub/data.txt", f"write {n}\n".encode(), make_dirs=False)
+            gate.write("sub/data.txt", f"write {n}\n".encode(), make_dirs=False)
         except (WorkspaceFileError, FileNotFoundError):
             continue
     assert (outside / "data.txt").read_text() == "HOST SECRET\n"
     assert sorted(p.name for p in outside.iterdir()) == ["data.txt", "secret.txt"]
+
+
+# --- the rule: modules that handle workspace paths do file I/O only through the door -------------------
+
+PACKAGE = Path(door_module.__file__).parents[1]
+# Every module that reads, writes or lists inside a workspace, and the functions in it that may do plain
+# file I/O on something else (with why). Anything else in these modules must go through ``Door``.
+THROUGH_THE_DOOR = {
+    "kernel/files.py": {},
+    "kernel/workspace.py": {"default_workspace": "picks a new folder under the user's agent-runs/"},
+    "agent/quota.py": {},
+    "agent/data.py": {
+        "_checked_source": "the user's own input file, named on the command line",
+        "_install": "stats the user's own input file; the copy goes through the door",
+        "prepare_data": "makes the workspace folder itself, the host's choice, before the copies",
+        "recorded_data": "resume re-reads a run's data files by name: issue 21's 'metadata is a claim' part",
+    },
+    "mcp/files.py": {},
+    "mcp/server.py": {"_new": "makes a client's workspace folder itself"},
+    "server/app.py": {
+        "<module>": "the web page's own static folder",
+        "_spool": "spools an upload into the store's own tmp folder, which no kernel sees",
+        "upload": "removes that spooled file",
+        "file_content": "serves an upload from the store, which no kernel sees",
+    },
+}
+PATH_METHODS = {"read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "rglob", "glob", "open", "stat",
+                "lstat", "exists", "is_file", "is_dir", "is_symlink", "mkdir", "unlink", "rmdir", "touch", "chmod",
+                "samefile", "resolve"}
+OS_PATH_CHECKS = {"exists", "lexists", "isfile", "isdir", "islink", "realpath", "getsize", "samefile"}
+OS_CALLS = {"open", "walk", "scandir", "listdir", "remove", "unlink", "rename", "replace", "chmod", "mkdir",
+            "makedirs", "rmdir", "symlink", "link", "stat", "lstat", "readlink"}
+
+
+def plain_file_io(path: Path) -> list[tuple[str, str, int]]:
+    """(function, call, line) for every plain file-system call in ``path``."""
+    found: list[tuple[str, str, int]] = []
+
+    class Visitor(ast.NodeVisitor):
+        def __init__(self) -> None:
+            self.function = ["<module>"]
+
+        def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+            self.function.append(node.name)
+            self.generic_visit(node)
+            self.function.pop()
+
+        visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+        def visit_Call(self, node: ast.Call) -> None:
+            call, func = None, node.func
+            if isinstance(func, ast.Name) and func.id in ("open", "FileResponse"):
+                call = func.id
+            elif isinstance(func, ast.Attribute):
+                owner = func.value.id if isinstance(func.value, ast.Name) else None
+                if owner == "shutil" or (owner == "os" and func.attr in OS_CALLS):
+                    call = f"{owner}.{func.attr}"
+                elif (isinstance(func.value, ast.Attribute) and func.value.attr == "path"
+                      and isinstance(func.value.value, ast.Name) and func.value.value.id == "os"):
+                    call = f"os.path.{func.attr}" if func.attr in OS_PATH_CHECKS else None
+                elif func.attr in PATH_METHODS:
+                    call = f".{func.attr}()"
+            if call is not None:
+                found.append((self.function[-1], call, node.lineno))
+            self.generic_visit(node)
+
+    Visitor().visit(ast.parse(path.read_text()))
+    return found
+
+
+def test_workspace_paths_are_touched_only_through_the_door() -> None:
+    strays = [f"{module}:{line} {function} calls {call}"
+              for module, allowed in THROUGH_THE_DOOR.items()
+              for function, call, line in plain_file_io(PACKAGE / module) if function not in allowed]
+    assert strays == []
+
+
+def test_the_rule_sees_plain_file_io(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os, shutil\ndef f(p):\n    p.read_text(); open(p); os.scandir(p); shutil.copy(p, p)\n"
+                      "    os.path.exists(p); p.parent.mkdir(); 'a'.replace('a', 'b')\n")
+    assert [call for _, call, _ in plain_file_io(sample)] == [
+        ".read_text()", "open", "os.scandir", "shutil.copy", "os.path.exists", ".mkdir()"]

@@ -16,13 +16,13 @@ import json
 import keyword
 import os
 import re
-import shutil
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, DataFileError, NotebookError
+from ..errors import ConfigError, DataFileError, NotebookError, WorkspaceFileError
+from ..kernel.door import Door
 from .summaries import MAX_COLUMNS, MAX_SUMMARY_CHARS, Kind, describe, file_kind, human_size
 
 __all__ = [
@@ -82,8 +82,9 @@ def prepare_data(
     sources = [_checked_source(path) for path in paths]
     _check_unique_names(sources)
     target = Path(workspace).expanduser()
+    door = Door(target)
     for source in sources:
-        if (target / source.name).is_dir():
+        if target.is_dir() and door.entry_kind(source.name) == "dir":
             raise DataFileError(
                 f"cannot copy {source.name} into the workspace: {target / source.name} is a directory",
                 path=str(source),
@@ -152,20 +153,16 @@ def _check_unique_names(sources: Sequence[Path]) -> None:
 
 
 def _install(source: Path, workspace: Path, summary: str) -> DataFile:
-    destination = workspace / source.name
-    size = source.stat().st_size
-    done = DataFile(source.name, str(source), file_kind(source), size, summary)
-    if destination.exists() and os.path.samefile(source, destination):
+    info = source.stat()
+    done = DataFile(source.name, str(source), file_kind(source), info.st_size, summary)
+    door = Door(workspace)  # the kernel may have planted a link at the name, or at any temp name
+    if door.same_file(source.name, info):
         return done
-    partial = workspace / f".{source.name}.kernel-agent-partial"
     try:
-        shutil.copy2(source, partial)
-        os.chmod(partial, 0o444)
-        os.replace(partial, destination)  # also replaces an earlier read-only copy
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
+        door.copy_in(source, source.name, mode=0o444)  # also replaces an earlier read-only copy
+    except (OSError, WorkspaceFileError) as exc:
         raise DataFileError(
-            f"cannot copy {source} into {workspace}: {exc.strerror or exc}", path=str(source)
+            f"cannot copy {source} into {workspace}: {getattr(exc, 'strerror', None) or exc}", path=str(source)
         ) from exc
     return done
 

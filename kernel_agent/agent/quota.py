@@ -23,6 +23,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import KernelAgentError
+from ..kernel.door import Door
+
 __all__ = ["MAX_ENTRIES", "over_quota", "workspace_usage"]
 
 MB = 1 << 20
@@ -30,27 +33,21 @@ MAX_ENTRIES = 1_000_000  # a workspace with more entries counts as full: walking
 
 
 def workspace_usage(root: Path, exclude: Iterable[Path] = ()) -> int:
-    """Bytes allocated on disk under ``root`` (not following symlinks), ``exclude`` left out. Never raises."""
-    skip = {os.path.abspath(p) for p in exclude}
-    total, seen, stack = 0, 0, [str(root)]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            seen += 1
-            if seen > MAX_ENTRIES:
-                return max(total, 1 << 62)
-            try:
-                stat = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            elif os.path.abspath(entry.path) not in skip:
-                total += stat.st_blocks * 512
-    return total
+    """Bytes allocated on disk under ``root`` (through the door: no link followed), ``exclude`` left out.
+    Never raises: a workspace that cannot be walked counts as empty, one with too many entries as full."""
+    names = frozenset(_relative(root, path) for path in exclude)
+    try:
+        total, stopped = Door(root).usage(MAX_ENTRIES, names)
+    except (OSError, KernelAgentError):
+        return 0
+    return max(total, 1 << 62) if stopped else total
+
+
+def _relative(root: Path, path: Path) -> str:
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+    except ValueError:
+        return ""
 
 
 def over_quota(grown: int, quota_mb: int) -> str | None:

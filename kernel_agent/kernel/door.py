@@ -174,22 +174,22 @@ class Door:
             os.close(fd)
 
     # ------------------------------------------------------------------ reading
-    def stat(self, relative: str) -> os.stat_result:
+    def file_stat(self, relative: str) -> os.stat_result:
         """The ``fstat`` of the regular file at ``relative``."""
         with self.open_file(relative) as (_fd, info):
             return info
 
-    def is_file(self, relative: str) -> bool:
+    def has_file(self, relative: str) -> bool:
         """Whether ``relative`` is a regular file reached without a link (False for anything refused)."""
         try:
-            self.stat(relative)
+            self.file_stat(relative)
         except (OSError, WorkspaceFileError):
             return False
         return True
 
-    def read_bytes(self, relative: str, limit: int | None = None) -> bytes:
-        """The file's bytes (at most ``limit``). Raises ``WorkspaceFileError`` past ``limit`` when the
-        file is larger and ``limit`` was meant as a refusal: use ``read_head`` to keep a head instead."""
+    def read(self, relative: str, limit: int | None = None) -> bytes:
+        """The file's bytes. Raises ``WorkspaceFileError`` when it is larger than ``limit``
+        (``read_head`` keeps a head instead)."""
         data, size = self.read_head(relative, limit)
         if limit is not None and size > limit:
             raise WorkspaceFileError(f"{relative!r} is {size} bytes, over the {limit}-byte limit", path=relative)
@@ -218,7 +218,7 @@ class Door:
         return info.st_size, _chunks(fd, info.st_size, chunk)
 
     # ------------------------------------------------------------------ writing
-    def write_bytes(self, relative: str, data: bytes, *, mode: int = 0o644, make_dirs: bool = True) -> int:
+    def write(self, relative: str, data: bytes, *, mode: int = 0o644, make_dirs: bool = True) -> int:
         """Write ``data`` as the file at ``relative`` (replacing whatever entry is there, a link included);
         return its size. Folders on the way are made (``make_dirs``) but never followed through a link."""
         return self.write_from(relative, iter([data]), mode=mode, make_dirs=make_dirs)
@@ -255,7 +255,7 @@ class Door:
     def same_file(self, relative: str, other: os.stat_result) -> bool:
         """Whether ``relative`` is (not links to) the file ``other`` describes."""
         try:
-            info = self.stat(relative)
+            info = self.file_stat(relative)
         except (OSError, WorkspaceFileError):
             return False
         return (info.st_dev, info.st_ino) == (other.st_dev, other.st_ino)
@@ -285,15 +285,16 @@ class Door:
                     found[path] = (info.st_size, info.st_mtime_ns)
         return found, total
 
-    def usage(self, limit: int) -> tuple[int, bool]:
-        """Bytes every entry under the root takes on disk (links counted, never followed), and whether
-        the walk stopped at ``limit`` entries."""
+    def usage(self, limit: int, exclude: frozenset[str] = frozenset()) -> tuple[int, bool]:
+        """Bytes the entries under the root take on disk (folders themselves and ``exclude``, relative
+        paths, left out; links counted, never followed), and whether the walk stopped at ``limit`` entries."""
         total = count = 0
-        for _path, info in self._walk(".", hidden=True):
-            total += info.st_blocks * 512
+        for path, info in self._walk(".", hidden=True):
             count += 1
             if count >= limit:
                 return total, True
+            if not stat.S_ISDIR(info.st_mode) and path not in exclude:
+                total += info.st_blocks * 512
         return total, False
 
     def _walk(self, folder: str, *, hidden: bool) -> Iterator[tuple[str, os.stat_result]]:

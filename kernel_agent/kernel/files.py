@@ -18,13 +18,13 @@ import asyncio
 import base64
 import json
 import logging
-import shutil
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import KernelError
+from ..errors import KernelError, WorkspaceFileError
 from ..result import Artifact
+from .door import Door
 from .workspace import Snapshot, changed_files, snapshot
 
 __all__ = ["CopiedFiles", "KernelFiles", "LocalFiles", "NoFiles", "RemoteFiles", "put_code", "read_expression"]
@@ -84,15 +84,14 @@ class CopiedFiles:
         self.local = local
 
     async def put(self, paths: Sequence[Path]) -> None:
-        await asyncio.to_thread(_copy_all, [(path, self.kernel_folder / path.name) for path in paths])
+        await asyncio.to_thread(_copy_in, paths, Door(self.kernel_folder))
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
         return await asyncio.to_thread(snapshot, self.kernel_folder, ())
 
     async def changes(self, before: Snapshot, exclude: Iterable[Path] = ()) -> tuple[Artifact, ...]:
         artifacts = changed_files(before, await self.snapshot())
-        pairs = [(self.kernel_folder / a.path, self.local / a.path) for a in artifacts]
-        await asyncio.to_thread(_copy_all, pairs)
+        await asyncio.to_thread(_copy_back, [a.path for a in artifacts], Door(self.kernel_folder), Door(self.local))
         return artifacts
 
 
@@ -143,7 +142,6 @@ class RemoteFiles:
         return artifacts
 
     async def _pull(self, artifact: Artifact) -> None:
-        target = self.local / artifact.path
         parts = []
         for offset in range(0, max(artifact.size, 1), CHUNK):
             chunk = await self._evaluate(read_expression(artifact.path, offset, CHUNK))
@@ -151,7 +149,10 @@ class RemoteFiles:
                 log.warning("could not read %s back from the kernel", artifact.path)
                 return
             parts.append(base64.b64decode(chunk))
-        await asyncio.to_thread(_write, target, b"".join(parts))
+        try:
+            await asyncio.to_thread(Door(self.local).write, artifact.path, b"".join(parts))
+        except (OSError, WorkspaceFileError) as exc:  # the kernel names these paths: "../x" is refused here
+            log.warning("%s from the kernel was not copied back: %s", artifact.path, exc)
 
     async def _evaluate(self, expression: str) -> Any:
         reply = await self._run("", {"value": expression})
@@ -176,12 +177,18 @@ def read_expression(path: str, offset: int, size: int) -> str:
     )
 
 
-def _write(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
+def _copy_in(paths: Sequence[Path], kernel: Door) -> None:
+    """The run's data files (the host's own copies) into a pooled kernel's folder, by name."""
+    for path in paths:
+        kernel.copy_in(path, path.name)
 
 
-def _copy_all(pairs: Sequence[tuple[Path, Path]]) -> None:
-    for source, target in pairs:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+def _copy_back(paths: Sequence[str], kernel: Door, local: Door) -> None:
+    """What a round changed in a pooled kernel's folder, into the run's folder: each file read from the
+    fd the door opened, so a link the kernel planted is never followed to a host file."""
+    for path in paths:
+        try:
+            _size, chunks = kernel.stream(path)
+            local.write_from(path, chunks)
+        except (OSError, WorkspaceFileError) as exc:
+            log.warning("%s was not copied back from the kernel's folder: %s", path, exc)

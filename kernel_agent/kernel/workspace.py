@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..result import Artifact
+from .door import Door
 
 __all__ = ["Snapshot", "changed_files", "default_workspace", "snapshot"]
 
@@ -35,24 +36,16 @@ def default_workspace(task: str, root: Path | None = None) -> Path:
 
 
 def snapshot(root: Path, exclude: Iterable[Path] = ()) -> Snapshot:
-    """Size and mtime of every file under ``root`` (hidden folders skipped, bounded in count)."""
-    skip = {p.resolve() for p in exclude}
-    skip_names = {p.name for p in skip}  # resolve() only the few files that could be excluded
-    found: Snapshot = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            path = Path(folder, name)
-            if name.startswith(".") or (name in skip_names and path.resolve() in skip):
-                continue
-            try:
-                stat = path.stat()
-            except OSError:
-                continue
-            found[path.relative_to(root).as_posix()] = (stat.st_size, stat.st_mtime_ns)
-            if len(found) >= _MAX_FILES:
-                return found
-    return found
+    """Size and mtime of every regular file under ``root`` (hidden names skipped, links neither listed
+    nor followed, bounded in count), read through the door. ``exclude``: files the host itself writes."""
+    skip = {os.path.abspath(path) for path in exclude}
+    names = {Path(path).relative_to(os.path.abspath(root)).as_posix() for path in skip
+             if Path(path).is_relative_to(os.path.abspath(root))}
+    try:
+        listing, _ = Door(root).listing(limit=_MAX_FILES + len(names))
+    except FileNotFoundError:
+        return {}
+    return {path: found for path, found in listing.items() if path not in names}
 
 
 def changed_files(before: Snapshot, after: Snapshot) -> tuple[Artifact, ...]:

@@ -1,23 +1,25 @@
 """The workspace's files as MCP tools see them: ``list_files``, ``read_file``, ``write_file``.
 
-Owns path confinement (every path is resolved and must stay inside the
-workspace; symlinks out of it are refused) and the bounds on what one call
-reads or lists. Knows nothing of MCP or kernels: it returns plain values and
-raises ``WorkspaceFileError`` for a path the client may not use.
+Owns the bounds on what one call reads or lists. Every path goes through the
+door (``kernel/door.py``): relative to the workspace, opened from its directory
+fd without following a link at any component, so a kernel that swaps a folder
+for a link while a tool runs gains nothing. Knows nothing of MCP or kernels:
+it returns plain values and raises ``WorkspaceFileError`` for a path the client
+may not use. Blocking: the server calls these in a worker thread.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..errors import WorkspaceFileError
+from ..kernel.door import Door, plain_parts
 
-__all__ = ["FileEntry", "FileRead", "list_files", "read_file", "resolve_inside", "write_file"]
+__all__ = ["FileEntry", "FileRead", "list_files", "read_file", "read_head", "write_file"]
 
 MAX_LIST = 500
 MAX_READ_CHARS = 20_000
@@ -48,56 +50,41 @@ class FileRead:
     truncated: bool = False
 
 
-def resolve_inside(workspace: Path, relative: str) -> Path:
-    """``relative`` resolved under ``workspace``. Raises ``WorkspaceFileError`` when it leaves it."""
-    root = workspace.resolve()
-    if not relative or "\x00" in relative:
-        raise WorkspaceFileError(f"not a usable path: {relative!r}", path=relative)
-    target = (root / relative).resolve()
-    if target != root and root not in target.parents:
-        raise WorkspaceFileError(f"{relative!r} is outside the workspace", path=relative)
-    return target
-
-
 def list_files(workspace: Path, folder: str = ".", limit: int = MAX_LIST) -> tuple[list[FileEntry], int]:
     """Files under ``folder`` (recursive, sorted), at most ``limit``; and how many there were in all.
+    Links are not listed nor followed. Raises ``WorkspaceFileError`` for a folder outside the workspace,
+    reached through a link, or not a folder."""
+    try:
+        listing, _ = Door(workspace).listing(folder, hidden=True)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise WorkspaceFileError(f"{folder!r} is not a folder in the workspace", path=folder) from exc
+    paths = sorted(p for p in listing if not set(p.split("/")[:-1]) & _SKIP_DIRS)
+    return [FileEntry(p, listing[p][0]) for p in paths[:limit]], len(paths)
 
-    Raises ``WorkspaceFileError`` for a folder outside the workspace or not a folder.
-    """
-    base = resolve_inside(workspace, folder)
-    if not base.is_dir():
-        raise WorkspaceFileError(f"{folder!r} is not a folder in the workspace", path=folder)
-    root = workspace.resolve()
-    found: list[FileEntry] = []
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            total += 1
-            if len(found) < limit:
-                path = Path(dirpath) / name
-                found.append(FileEntry(path.relative_to(root).as_posix(), _size(path)))
-    return found, total
+
+def read_head(workspace: Path, relative: str, limit: int) -> tuple[bytes, int]:
+    """Up to ``limit`` bytes of a workspace file and its whole size. Raises ``WorkspaceFileError`` for a
+    path that is refused (outside, through a link), missing or not a regular file."""
+    try:
+        return Door(workspace).read_head(relative, limit)
+    except FileNotFoundError as exc:
+        raise WorkspaceFileError(f"no file {relative!r} in the workspace", path=relative) from exc
+    except OSError as exc:
+        raise WorkspaceFileError(f"cannot read {relative!r}: {exc.strerror or exc}", path=relative) from exc
 
 
 def read_file(workspace: Path, relative: str, max_chars: int = MAX_READ_CHARS) -> FileRead:
     """Read one workspace file: images as base64, text bounded to ``max_chars`` (head kept).
 
-    Raises ``WorkspaceFileError`` for a path outside the workspace, a missing
+    Raises ``WorkspaceFileError`` for a path outside the workspace or through a link, a missing
     file, a folder, or an image too large to send.
     """
-    path = resolve_inside(workspace, relative)
-    if not path.is_file():
-        raise WorkspaceFileError(f"no file {relative!r} in the workspace", path=relative)
-    size = path.stat().st_size
-    mime = _IMAGE_TYPES.get(path.suffix.lower())
+    mime = _IMAGE_TYPES.get(Path(relative).suffix.lower())
+    head, size = read_head(workspace, relative, MAX_IMAGE_BYTES if mime else max_chars * 4 + 4)
     if mime is not None:
         if size > MAX_IMAGE_BYTES:
             raise WorkspaceFileError(f"{relative!r} is {size} bytes, over the {MAX_IMAGE_BYTES}-byte image limit", path=relative)
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
-        return FileRead(relative, "image", data=data, mime_type=mime, size=size)
-    with path.open("rb") as handle:
-        head = handle.read(max_chars * 4 + 4)
+        return FileRead(relative, "image", data=base64.b64encode(head).decode("ascii"), mime_type=mime, size=size)
     if b"\x00" in head[:8192]:
         return FileRead(relative, "binary", size=size)
     text = head.decode("utf-8", errors="replace")
@@ -108,10 +95,10 @@ def read_file(workspace: Path, relative: str, max_chars: int = MAX_READ_CHARS) -
 def write_file(workspace: Path, relative: str, content: str, encoding: Literal["text", "base64"] = "text") -> FileEntry:
     """Write ``content`` to a workspace file (folders created); return its entry.
 
-    Raises ``WorkspaceFileError`` for a path outside the workspace, bad base64,
+    Raises ``WorkspaceFileError`` for a path outside the workspace or through a link, bad base64,
     content over ``MAX_WRITE_BYTES``, or a file that cannot be written.
     """
-    path = resolve_inside(workspace, relative)
+    parts = plain_parts(relative)
     try:
         data = base64.b64decode(content, validate=True) if encoding == "base64" else content.encode("utf-8")
     except (binascii.Error, ValueError) as exc:
@@ -119,15 +106,7 @@ def write_file(workspace: Path, relative: str, content: str, encoding: Literal["
     if len(data) > MAX_WRITE_BYTES:
         raise WorkspaceFileError(f"{len(data)} bytes is over the {MAX_WRITE_BYTES}-byte upload limit", path=relative)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        Door(workspace).write(relative, data)
     except OSError as exc:
-        raise WorkspaceFileError(f"cannot write {relative!r}: {exc}", path=relative) from exc
-    return FileEntry(path.relative_to(workspace.resolve()).as_posix(), len(data))
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+        raise WorkspaceFileError(f"cannot write {relative!r}: {exc.strerror or exc}", path=relative) from exc
+    return FileEntry("/".join(parts), len(data))

@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import (
 from mcp.types import CallToolResult, ImageContent, ToolAnnotations
 from pydantic import Field
 
+from .._loop import in_thread
 from .._version import __version__
 from ..agent.data import prepare_data
 from ..errors import KernelAgentError
@@ -49,6 +50,7 @@ Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600, description="seconds be
 _STATE_KEY = "kernel_agent.workbench"
 NOTEBOOK_URI = "kernel-agent://notebook/{view}"
 FILE_URI = "kernel-agent://files/{+path}"
+MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024  # a resource read whole into memory
 
 _INSTRUCTIONS = """A live, confined Python (IPython) kernel. Variables persist between execute_python calls.
 Figures (matplotlib) come back as images. Long output is cut in the middle and says so. A timeout interrupts
@@ -214,8 +216,7 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
     async def export_notebook(ctx: Context, path: str | None = None) -> str:
         bench = benches.get(ctx)
         with _edge():
-            target = files.resolve_inside(bench.workspace, path) if path else None
-            written = await bench.export(target)
+            written = await bench.export(path or None)
         return str(written)
 
 
@@ -227,7 +228,7 @@ def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
     async def list_files(ctx: Context, folder: str = ".") -> str:
         bench = benches.get(ctx)
         with _edge():
-            found, total = files.list_files(bench.workspace, folder)
+            found, total = await in_thread(files.list_files, bench.workspace, folder)
         lines = [f"{entry.path}  ({entry.size} bytes)" for entry in found]
         if total > len(found):
             lines.append(f"[{total - len(found)} more files not listed]")
@@ -240,7 +241,7 @@ def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
     async def read_file(ctx: Context, path: str) -> CallToolResult:
         bench = benches.get(ctx)
         with _edge():
-            found = files.read_file(bench.workspace, path)
+            found = await in_thread(files.read_file, bench.workspace, path)
         if found.kind == "image":
             if found.mime_type == "image/png":  # scaled down like figures
                 return CallToolResult(content=[image_block(found.data, max_side)])
@@ -270,22 +271,23 @@ def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
             raise ResourceNotFoundError(f"unknown notebook view {view!r}; use 'full' or 'clean'")
         await bench.flush()
         path = bench.notebook if view == "full" else clean_path(bench.notebook)
-        if not path.is_file():
-            raise ResourceNotFoundError("no code has run in this session yet")
-        return path.read_text(encoding="utf-8")
+        try:  # the notebook sits in the workspace: read it through the door, as any file there
+            data, size = await in_thread(files.read_head, path.parent, path.name, MAX_NOTEBOOK_BYTES)
+        except KernelAgentError as exc:
+            raise ResourceNotFoundError(f"no notebook to show yet ({exc})") from exc
+        if size > MAX_NOTEBOOK_BYTES:
+            raise ResourceError(f"the notebook is {size} bytes, over {MAX_NOTEBOOK_BYTES}; export it and read the file")
+        return data.decode("utf-8", errors="replace")
 
     @server.resource(FILE_URI, description="A file in the session's workspace (figures, outputs, data).")
     async def workspace_file(path: str, ctx: Context) -> str | bytes:
         bench = benches.get(ctx)
         try:
-            target = files.resolve_inside(bench.workspace, path)
+            data, size = await in_thread(files.read_head, bench.workspace, path, files.MAX_IMAGE_BYTES)
         except KernelAgentError as exc:
             raise ResourceNotFoundError(str(exc)) from exc
-        if not target.is_file():
-            raise ResourceNotFoundError(f"no file {path!r} in the workspace")
-        if target.stat().st_size > files.MAX_IMAGE_BYTES:
+        if size > files.MAX_IMAGE_BYTES:
             raise ResourceError(f"{path!r} is larger than {files.MAX_IMAGE_BYTES} bytes; read it with execute_python")
-        data = target.read_bytes()
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:

@@ -22,11 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from .._loop import in_thread
 from ..agent.data import DataFile, data_summary, preload_code
 from ..errors import KernelError, SessionClosedError
+from ..kernel.door import Door, plain_parts
 from ..kernel.partial import OutputCallback
 from ..kernel.session import AsyncKernelSession
-from ..notebook.export import export_run
+from ..notebook.export import build_notebook, clean_path, export_run, notebook_text
 from ..records import Round, Run, RunInfo
 from ..result import ExecutionResult
 from .files import FileEntry, write_file
@@ -173,7 +175,7 @@ class Workbench:
     async def upload(self, relative: str, content: str, encoding: Literal["text", "base64"] = "text") -> FileEntry:
         """Write a file into the workspace for the client and list it among the run's data files,
         so a replay stages it. Raises ``WorkspaceFileError`` as ``files.write_file`` does."""
-        entry = write_file(self.workspace, relative, content, encoding)
+        entry = await in_thread(write_file, self.workspace, relative, content, encoding)
         if self._session is not None and _elsewhere(self._session, self.workspace):
             await self._session.files.put([self.workspace / entry.path])  # the kernel works on a copy
         if entry.path not in self._uploads:
@@ -200,13 +202,18 @@ class Workbench:
         """The data summary our own model gets (types, sizes, columns, previews)."""
         return data_summary(self.files) if self.files else "No data files were given to this session."
 
-    async def export(self, path: Path | None = None) -> Path:
-        """Write the notebook of everything run so far to ``path`` (default: the live one); return it.
-        Raises ``NotebookError`` when it cannot be written."""
+    async def export(self, relative: str | None = None) -> Path:
+        """Write the notebook of everything run so far to ``relative`` in the workspace (through the door:
+        the kernel may have made any folder on the way a link) or to the live one; return its path.
+        Raises ``NotebookError`` when it cannot be written, ``WorkspaceFileError`` for a refused path."""
         await self.session()
-        target = path or self.notebook
+        if relative is None:
+            run = replace(self.run, notebook_path=self.notebook)
+            return await asyncio.to_thread(export_run, run, self.notebook)
+        target = self.workspace / "/".join(plain_parts(relative))
         run = replace(self.run, notebook_path=target)
-        return await asyncio.to_thread(export_run, run, target)
+        await in_thread(_export_through_door, run, Door(self.workspace), target.relative_to(self.workspace))
+        return target
 
     async def close(self) -> None:
         """Shut the kernel down and write the final notebook. Idempotent."""
@@ -293,3 +300,11 @@ def _elsewhere(session: AsyncKernelSession, workspace: Path) -> bool:
     """True when the kernel does not work in ``workspace`` itself (it runs on a gateway):
     files then travel through ``session.files``."""
     return session.workspace is None or session.workspace.resolve() != workspace.resolve()
+
+
+def _export_through_door(run: Run, door: Door, relative: Path) -> None:
+    """Both views of ``run`` written at ``relative`` under the door's folder (the full one first)."""
+    folder = door.root / relative.parent
+    for view, name in (("full", relative), ("clean", clean_path(relative))):
+        nb = build_notebook(run, view=view, notebook_dir=folder)  # type: ignore[arg-type]
+        door.write(name.as_posix(), notebook_text(nb, door.root / name).encode("utf-8"))

@@ -57,6 +57,7 @@ __all__ = [
     "build_notebook",
     "clean_path",
     "export_run",
+    "notebook_text",
     "warm_up",
     "write_notebook",
 ]
@@ -168,16 +169,22 @@ def export_run(run: Run, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _write(nb: NotebookNode, path: Path) -> None:
-    """Validate, serialise and atomically replace ``path`` (the folder is not fsynced here)."""
+def notebook_text(nb: NotebookNode, path: str | os.PathLike[str]) -> str:
+    """``nb`` validated and serialised, as it would be written to ``path`` (named in errors).
+    Raises ``NotebookError`` for an invalid notebook or one that cannot be serialised."""
     try:
         nbformat.validate(nb)
         # The v4 writer itself: nbformat.writes would validate the notebook a second time.
-        text = nbformat.v4.writes_json(nb) + "\n"  # as nbformat.write ends the file
+        return nbformat.v4.writes_json(nb) + "\n"  # as nbformat.write ends the file
     except nbformat.ValidationError as exc:
         raise NotebookError(f"refusing to write an invalid notebook to {path}: {exc.message}", path=str(path)) from exc
     except (TypeError, ValueError) as exc:
         raise NotebookError(f"cannot serialise the notebook for {path}: {exc}", path=str(path)) from exc
+
+
+def _write(nb: NotebookNode, path: Path) -> None:
+    """Validate, serialise and atomically replace ``path`` (the folder is not fsynced here)."""
+    text = notebook_text(nb, path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, text)

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import NotebookError
 from .load import read_notebook
 
-__all__ = ["export_html", "render_html"]
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
+
+__all__ = ["export_html", "render_html", "render_node"]
 
 _TEMPLATES = Path(__file__).resolve().parent / "templates"
 _TITLE_CHARS = 80
@@ -23,9 +27,14 @@ _TITLE_CHARS = 80
 
 def render_html(notebook: str | os.PathLike[str]) -> str:
     """The page for ``notebook``. Raises ``NotebookError`` when it cannot be read or rendered."""
+    return render_node(read_notebook(notebook), str(notebook))
+
+
+def render_node(nb: NotebookNode, label: str) -> str:
+    """The page for a notebook already read (``label`` names it in errors). Raises ``NotebookError``."""
     from nbconvert import HTMLExporter  # heavy: only when a page is asked for
 
-    nb = read_notebook(notebook)
+    notebook = label
     exporter = HTMLExporter(extra_template_basedirs=[str(_TEMPLATES)], template_name="kernel_agent_html")
     try:
         body, _resources = exporter.from_notebook_node(nb, resources={"metadata": {"name": page_title(nb)}})

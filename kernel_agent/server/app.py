@@ -8,28 +8,34 @@ routes in ``compat.py``. The page in ``static/`` is mounted last, at ``/``.
 
 from __future__ import annotations
 
-import asyncio
 import json
+import mimetypes
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._loop import in_thread
 from .._version import __version__
 from ..agent.config import PROTOCOLS
-from ..errors import NotebookError, ServiceError
+from ..errors import KernelAgentError, NotebookError, ServiceError
+from ..kernel.door import Door
 from ..notebook.export import clean_path
 from .compat import compat_routes
 from .config import ServerConfig
 from .deps import Owner, public, service_of
 from .limits import MULTIPART_SLACK, BodyLimit
 from .service import NOTEBOOK, Service
+
+MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024  # a notebook read whole to render its page
+mimetypes.init()  # reads the system's type tables now, not on the event loop at the first download
 
 __all__ = ["create_app"]
 
@@ -177,48 +183,74 @@ def _thread_routes(app: FastAPI) -> None:
         return {"id": thread_id, "object": "thread", "deleted": True}
 
     @app.get("/v1/threads/{thread_id}/notebook")
-    async def notebook(request: Request, who: Owner, thread_id: str) -> FileResponse:
-        path = _notebook(request, who, thread_id)
-        return FileResponse(path, filename=f"{thread_id}.ipynb", media_type="application/x-ipynb+json")
+    async def notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
+        door = _workspace_door(request, who, thread_id)
+        return await _download(door, NOTEBOOK, f"{thread_id}.ipynb", f"thread {thread_id} has no notebook yet",
+                               media_type="application/x-ipynb+json")
 
     @app.get("/v1/threads/{thread_id}/notebook/clean")
-    async def clean_notebook(request: Request, who: Owner, thread_id: str) -> FileResponse:
-        path = clean_path(_notebook(request, who, thread_id))
-        if not path.exists():
-            raise ServiceError(f"thread {thread_id} has no clean notebook yet", status=404)
-        return FileResponse(path, filename=f"{thread_id}.clean.ipynb", media_type="application/x-ipynb+json")
+    async def clean_notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
+        door = _workspace_door(request, who, thread_id)
+        return await _download(door, clean_path(Path(NOTEBOOK)).name, f"{thread_id}.clean.ipynb",
+                               f"thread {thread_id} has no clean notebook yet", media_type="application/x-ipynb+json")
 
     @app.get("/v1/threads/{thread_id}/notebook/html")
     async def notebook_html(request: Request, who: Owner, thread_id: str) -> HTMLResponse:
-        from ..notebook.html import (
-            render_html,  # nbconvert is heavy: only when a report is asked for
-        )
-
-        path = _notebook(request, who, thread_id)
+        door = _workspace_door(request, who, thread_id)
         try:
-            body = await asyncio.to_thread(render_html, path)
+            text = await in_thread(door.read, NOTEBOOK, MAX_NOTEBOOK_BYTES)
+        except (OSError, KernelAgentError):
+            raise ServiceError(f"thread {thread_id} has no notebook to show", status=404) from None
+        try:
+            body = await in_thread(_render, text, f"thread {thread_id}")
         except NotebookError as exc:
             raise ServiceError(str(exc), status=500) from None
         return HTMLResponse(body)
 
     @app.get("/v1/threads/{thread_id}/files/{name:path}")
-    async def generated_file(request: Request, who: Owner, thread_id: str, name: str) -> FileResponse:
-        service = service_of(request)
-        service.thread(who, thread_id)
-        root = service.store.workspace(thread_id).resolve()
-        path = (root / name).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
-            raise ServiceError(f"thread {thread_id} has no file {name}", status=404)
-        return FileResponse(path, filename=path.name)
+    async def generated_file(request: Request, who: Owner, thread_id: str, name: str) -> StreamingResponse:
+        door = _workspace_door(request, who, thread_id)
+        return await _download(door, name, PurePosixPath(name).name, f"thread {thread_id} has no file {name}")
 
 
-def _notebook(request: Request, who: str, thread_id: str) -> Path:
+def _workspace_door(request: Request, who: str, thread_id: str) -> Door:
+    """The door to a thread's workspace (404 for a thread the caller does not own)."""
     service = service_of(request)
     service.thread(who, thread_id)
-    path = service.store.workspace(thread_id) / NOTEBOOK
-    if not path.exists():
-        raise ServiceError(f"thread {thread_id} has no notebook yet", status=404)
-    return path
+    return Door(service.store.workspace(thread_id))
+
+
+async def _download(door: Door, relative: str, filename: str, missing: str, media_type: str | None = None,
+                    ) -> StreamingResponse:
+    """A file in a workspace, streamed from the fd the door opened: never a path the kernel could swap,
+    never through a link. 404 with ``missing`` when it is not there or not a regular file reached plainly."""
+    try:
+        size, chunks = await in_thread(door.stream, relative)
+    except (OSError, KernelAgentError):
+        raise ServiceError(missing, status=404) from None
+    media = media_type or mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    headers = {"Content-Length": str(size), "Content-Disposition": _attachment(filename)}
+    return StreamingResponse(chunks, media_type=media, headers=headers)
+
+
+def _attachment(filename: str) -> str:
+    """A Content-Disposition for ``filename`` (RFC 6266 / 5987, as Starlette's FileResponse writes it)."""
+    quoted = quote(filename)
+    if quoted != filename:
+        return f"attachment; filename*=utf-8''{quoted}"
+    return f'attachment; filename="{filename}"'
+
+
+def _render(text: bytes, label: str) -> str:
+    import nbformat
+
+    from ..notebook.html import render_node  # nbconvert is heavy: only when a report is asked for
+
+    try:
+        nb = nbformat.reads(text.decode("utf-8", errors="replace"), as_version=4)
+    except Exception as exc:  # nbformat raises assorted JSON and schema errors
+        raise NotebookError(f"cannot read the notebook of {label}: {exc}") from exc
+    return render_node(nb, label)
 
 
 async def _spool(file: UploadFile, service: Service, limit: int) -> tuple[Path, int]:
