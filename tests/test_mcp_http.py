@@ -7,19 +7,27 @@ directory: each HTTP session has its own subfolder of the workspace.
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_client import HeldClient
 from test_mcp import CLI, kernels_in, text_of, wait_until_gone
 
 pytestmark = pytest.mark.kernel
+
+KEY = "mcp-test-key-never-logged"
 
 
 def free_port() -> int:
@@ -50,7 +58,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     port = free_port()
     with (root.parent / "server.log").open("wb") as log:
         process = subprocess.Popen([CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root),
-                                    "--timeout", "60"], stdout=log, stderr=log)
+                                    "--timeout", "60"], stdout=log, stderr=log,
+                                   env={**os.environ, "KERNEL_AGENT_MCP_KEY": KEY})
         try:
             wait_for_port(port, process)
             yield f"http://127.0.0.1:{port}/mcp", root, process
@@ -59,10 +68,39 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
                 process.send_signal(signal.SIGTERM)
                 process.wait(timeout=30)
     assert session_kernels(root) == {}
+    assert KEY not in (root.parent / "server.log").read_text()
 
 
-def connect(url: str) -> HeldClient:
-    return HeldClient(lambda: streamable_http_client(url))
+@asynccontextmanager
+async def keyed(url: str, key: str) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP transport over a client that sends the key (and is closed with it)."""
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http:
+        async with streamable_http_client(url, http_client=http) as streams:
+            yield streams
+
+
+def connect(url: str, key: str = KEY) -> HeldClient:
+    return HeldClient(lambda: keyed(url, key))
+
+
+def test_a_request_without_the_key_is_refused_before_the_mcp_app(server: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
+    url, root, _ = server
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for extra in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": f"bearer {KEY}x"}):
+        refused = httpx.post(url, json=hello, headers={**headers, **extra}, timeout=30)
+        assert refused.status_code == 401 and "Bearer" in refused.json()["error"]
+    assert not list(root.glob("session-*"))  # no session, no kernel
+    accepted = httpx.post(url, json=hello, headers={**headers, "Authorization": f"Bearer {KEY}"}, timeout=30)
+    assert accepted.status_code == 200
+
+
+def test_http_refuses_a_non_loopback_address_without_allow_remote(tmp_path: Path) -> None:
+    done = subprocess.run([CLI, "mcp", "--transport", "http", "--host", "0.0.0.0", "--port", str(free_port()),
+                           "--workspace", str(tmp_path / "ws")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "KERNEL_AGENT_MCP_KEY": KEY})
+    assert done.returncode == 2 and "without TLS in front" in done.stderr and KEY not in done.stderr
 
 
 def run(client: HeldClient, code: str, **arguments: object):  # type: ignore[no-untyped-def]
@@ -109,9 +147,12 @@ def test_sigterm_shuts_every_kernel_down(tmp_path: Path) -> None:
     port = free_port()
     with (tmp_path / "server.log").open("wb") as log:
         process = subprocess.Popen([CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root)],
-                                   stdout=log, stderr=log)
+                                   stdout=log, stderr=log, env={k: v for k, v in os.environ.items()
+                                                                if k != "KERNEL_AGENT_MCP_KEY"})
         wait_for_port(port, process)
-        client = connect(f"http://127.0.0.1:{port}/mcp").__enter__()
+        printed = re.findall(r"Bearer KEY\): (\S+)", (tmp_path / "server.log").read_text())
+        assert len(printed) == 1  # no key given: one is made and printed once
+        client = connect(f"http://127.0.0.1:{port}/mcp", printed[0]).__enter__()
         try:
             run(client, "x = 1")
             assert session_kernels(root)

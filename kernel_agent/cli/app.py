@@ -442,9 +442,11 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120, show_default=True, metavar="S", help="Default seconds per execution (a call may ask for another).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port.")
+@click.option("--key-file", metavar="FILE", help="HTTP: the bearer key clients must send (else $KERNEL_AGENT_MCP_KEY; else one is made and printed once on stderr).")
+@click.option("--allow-remote", is_flag=True, help="HTTP: listen on an address other than loopback (only with TLS and access control in front).")
 @_kernel_options
 def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: float, host: str, port: int,
-        **options: Any) -> None:
+        key_file: str | None, allow_remote: bool, **options: Any) -> None:
     """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
 
     Tools: execute_python, interrupt, restart, list_variables, describe_data, list_files, read_file,
@@ -460,15 +462,32 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
     if missing:
         raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
     root = Path(workspace) if workspace else default_workspace("mcp")
-    mcp_options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data), timeout=timeout,
-                         transport="http" if transport == "http" else "stdio", host=host, port=port)
     with _edge():
+        key = _mcp_key(key_file) if transport == "http" else None
+        mcp_options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data),
+                                 timeout=timeout, transport="http" if transport == "http" else "stdio", host=host,
+                                 port=port, key=key, allow_remote=allow_remote)
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
         kernel_options = AgentConfig.resolve(**_kernel_arguments(options)).kernel_options()
         limits = kernel_options.get("limits")
         if limits is not None and limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
         serve(mcp_options, functools.partial(AsyncKernelSession, **kernel_options))
+
+
+def _mcp_key(key_file: str | None) -> str:
+    """The MCP server's HTTP key: from ``key_file``, else the environment, else a new one printed once."""
+    import secrets
+
+    from ..mcp.auth import KEY_VARIABLE
+
+    if key_file:
+        return read_secret(key_file)
+    if os.environ.get(KEY_VARIABLE, "").strip():
+        return os.environ[KEY_VARIABLE].strip()
+    key = secrets.token_urlsafe(32)
+    click.echo(f"MCP key for this server (clients send Authorization: Bearer KEY): {key}", err=True)
+    return key
 
 
 @cli.group()

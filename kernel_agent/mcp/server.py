@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
+import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import (
     ResourceError,
@@ -34,9 +35,10 @@ from pydantic import Field
 from .._loop import in_thread
 from .._version import __version__
 from ..agent.data import prepare_data
-from ..errors import KernelAgentError
+from ..errors import ConfigError, KernelAgentError
 from ..notebook.export import clean_path
 from . import files
+from .auth import BearerKey, check_listen
 from .content import ContentLimits, execution_content, image_block, text_result
 from .progress import with_progress
 from .workbench import SessionBuilder, Workbench, default_session
@@ -65,6 +67,8 @@ class McpOptions:
     ``workspace`` is the kernel's folder (for HTTP each session gets a subfolder
     named after its id); ``data`` are files copied into it read-only and preloaded;
     ``timeout`` is the default seconds per execution; ``limits`` bound what goes back.
+    Over HTTP every request must carry ``key`` (``auth.py``), and ``host`` must be loopback
+    unless ``allow_remote``.
     """
 
     workspace: Path
@@ -74,6 +78,8 @@ class McpOptions:
     transport: Transport = "stdio"
     host: str = "127.0.0.1"
     port: int = 8000
+    key: str | None = field(default=None, repr=False)  # HTTP: the bearer key every request must carry
+    allow_remote: bool = False  # HTTP: listen on an address other than loopback (TLS must be in front)
 
 
 class _Workbenches:
@@ -297,13 +303,22 @@ def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
 def serve(options: McpOptions, session_factory: SessionBuilder = default_session) -> None:
     """Run the server until the client goes away (stdio) or the process is stopped (HTTP).
 
+    Raises ``ConfigError`` for HTTP without a key, or on an address other than loopback without
+    ``allow_remote``.
+
     SIGTERM and SIGINT end it cleanly: every connection's kernel is shut down first.
     """
+    if options.transport == "http":  # before any kernel or socket: a refusal changes nothing
+        if not options.key:
+            raise ConfigError("the MCP server over HTTP needs a key (--key-file or KERNEL_AGENT_MCP_KEY)")
+        check_listen(options.host, options.allow_remote)
     server = build_server(options, session_factory)
     if options.transport == "stdio":
         anyio.run(_until_signal, server.run_stdio_async)
     else:  # uvicorn handles the signals: a graceful shutdown ends the sessions, then the lifespan
-        server.run("streamable-http", host=options.host, port=options.port)
+        app = BearerKey(server.streamable_http_app(host=options.host), options.key or "")
+        config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
+        anyio.run(uvicorn.Server(config).serve)
 
 
 async def _until_signal(run: Any) -> None:
