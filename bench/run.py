@@ -45,6 +45,7 @@ BENCHMARKS = [
     "bench_plan",
     "bench_kernels",
     "bench_stream",
+    "bench_door",
 ]
 
 FAILED_EXIT = 1
