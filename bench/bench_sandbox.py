@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import raw
@@ -49,7 +48,7 @@ _ROUNDS = [
 
 
 def _limits(mode: str) -> Limits:
-    return replace(Limits(), sandbox=mode)  # type: ignore[arg-type]
+    return Limits(sandbox=mode)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ start

@@ -305,9 +305,18 @@ def test_no_cgroup_is_left_after_close(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ network and secrets
-def test_network_call_works_in_a_normal_session(steady: KernelSession, listener: int) -> None:
+def test_a_default_kernel_cannot_reach_this_machine(steady: KernelSession, listener: int) -> None:
+    # The network is off unless asked for: model code cannot drive this machine's own services.
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener}), timeout=5)"
+    result = steady.execute(code, timeout=30)
+    assert result.error is not None and result.error.ename == "ConnectionRefusedError"
+    assert steady.execute("[name for _, name in socket.if_nameindex()]").result_text == "['lo']"
+
+
+def test_network_call_works_when_asked_for(tmp_path: Path, listener: int) -> None:
     code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener}), timeout=5).close()\n'connected'"
-    assert steady.execute(code, timeout=30).result_text == "'connected'"
+    with KernelSession(tmp_path, limits=Limits(network=True)) as session:
+        assert session.execute(code, timeout=30).result_text == "'connected'"
 
 
 def test_network_call_fails_without_network(offline: KernelSession, listener: int) -> None:

@@ -33,8 +33,10 @@ def test_defaults_are_on_and_sensible() -> None:
     assert limits.cpu_seconds is None  # the per-execute timeout bounds each cell
     assert limits.max_processes == 1024
     assert limits.max_file_mb == 2048
-    assert limits.network is True
+    assert limits.network is False  # off in the sandbox unless asked for
     assert limits.active
+    assert Limits(sandbox="off").network is True  # unconfined, nothing could cut it
+    assert Limits(network=True).network is True and "network: on" in Limits(network=True).describe()
 
 
 def test_default_memory_is_three_quarters_of_physical_memory() -> None:

@@ -267,7 +267,6 @@ def test_default_workspace_is_private_and_removed(tmp_path: Path) -> None:
 
 def test_kernel_cannot_read_the_agents_process_environment(tmp_path: Path) -> None:
     """/proc/<agent>/environ holds the API key the agent was started with: the kernel must not read it."""
-    from dataclasses import replace
 
     from kernel_agent.kernel.sandbox.limits import Limits
 
@@ -275,5 +274,5 @@ def test_kernel_cannot_read_the_agents_process_environment(tmp_path: Path) -> No
     with KernelSession(tmp_path) as session:
         blocked = session.execute(code)
     assert blocked.status == "error" and blocked.error is not None and blocked.error.ename == "FileNotFoundError"
-    with KernelSession(tmp_path, limits=replace(Limits(), sandbox="off")) as session:
+    with KernelSession(tmp_path, limits=Limits(sandbox="off")) as session:
         assert session.execute(code).status == "ok"  # the hole the sandbox's PID namespace closes

@@ -80,7 +80,8 @@ class AgentConfig:
         between two streamed pieces of it (None: the model's default, 600).
     sandbox: ``strict`` runs the kernel in bubblewrap (``SandboxUnavailableError``
         where that is impossible); ``off`` runs it unconfined, on purpose.
-    network: False cuts the kernel off every network (needs the sandbox).
+    network: None (default): off in the sandbox, so model code reaches no network, this
+        machine's services included; True: the host's network; False: off (needs the sandbox).
     memory_mb: the kernel's memory limit per process (None: the default).
     disk_quota_mb: how much the workspace may grow during the run (checked
         after every round, which then ends the run with ``disk_quota``); it also
@@ -114,7 +115,7 @@ class AgentConfig:
     max_new_tokens: int = 32768
     request_timeout: float | None = None
     sandbox: SandboxMode = "strict"
-    network: bool = True
+    network: bool | None = None
     memory_mb: int | None = None
     disk_quota_mb: int = 1024
     gateway_url: str | None = None

@@ -27,9 +27,13 @@ How each limit is enforced (Linux):
   the limit) and which Linux does not enforce for root.
 * ``max_file_mb``: ``RLIMIT_FSIZE`` with ``SIGXFSZ`` ignored, so writing past
   it is an ``OSError`` (EFBIG), not a dead kernel.
-* ``network=False``: the sandbox (``bwrap.py``) gets a network namespace of
-  its own (only its loopback). It needs the sandbox: with ``sandbox="off"``
-  it is a ``ConfigError``.
+* ``network``: off by default (``None`` resolves to False in the sandbox):
+  the sandbox (``bwrap.py``) gets a network namespace of its own (only its
+  loopback), so model code reaches neither the world nor this machine's
+  services (the MCP server, the service, a database on 127.0.0.1). ``True``
+  shares the host's network (``--network``). An explicit ``False`` needs the
+  sandbox: with ``sandbox="off"`` it is a ``ConfigError``; unconfined
+  (``sandbox="off"``) the default resolves to on, as nothing could cut it.
 * ``sandbox``: ``"strict"`` (default) runs the kernel inside bubblewrap
   (``bwrap.py`` says what it sees); when that is impossible here the
   session raises ``SandboxUnavailableError``, never runs unconfined in
@@ -104,7 +108,8 @@ class Limits:
     restarted; default off, as the per-execute timeout already bounds each cell.
     ``max_processes``: processes and threads of the kernel and its children
     (1024). ``max_file_mb``: largest file the code may write (2048).
-    ``network=False``: no network at all, not even to this machine (needs the sandbox).
+    ``network``: None (default) is off in the sandbox and on unconfined; False: no network at all,
+    not even to this machine (needs the sandbox); True: the host's network.
     ``sandbox``: ``"strict"`` or ``"off"`` (``bwrap.py``).
     Raises ``ConfigError`` for a value that is not a positive int (or None),
     an unknown sandbox mode, or ``network=False`` without the sandbox.
@@ -114,7 +119,7 @@ class Limits:
     cpu_seconds: int | None = None
     max_processes: int | None = 1024
     max_file_mb: int | None = 2048
-    network: bool = True
+    network: bool | None = None
     sandbox: SandboxMode = "strict"
 
     def __post_init__(self) -> None:
@@ -122,9 +127,11 @@ class Limits:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ConfigError(f"Limits.{name} must be a positive whole number or None, not {value!r}")
+        check_mode(self.sandbox)
+        if self.network is None:  # off wherever the sandbox can cut it
+            object.__setattr__(self, "network", self.sandbox == "off")
         if not isinstance(self.network, bool):
             raise ConfigError(f"Limits.network must be True or False, not {self.network!r}")
-        check_mode(self.sandbox)
         if not self.network and self.sandbox == "off":
             raise ConfigError("Limits(network=False) needs the sandbox: it cannot be combined with sandbox='off'")
 
