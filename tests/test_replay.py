@@ -152,11 +152,34 @@ def test_a_missing_data_file_is_named_with_where_it_was_looked_for(tmp_path: Pat
     path = write_plain_run(tmp_path / "runs", tmp_path / "ws", ("sales.csv",))
     with pytest.raises(NotebookError, match="sales.csv") as caught:
         replay(path)
-    assert str(tmp_path / "runs") in str(caught.value) and "ws" in str(caught.value)
+    assert str(tmp_path / "runs") in str(caught.value)
+    assert "pass --workspace" in str(caught.value) and "ws" in str(caught.value)  # named, not used
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "sales.csv").write_text("a\n1\n")
+    with pytest.raises(NotebookError, match="sales.csv"):
+        replay(path)  # the recorded workspace holds the file, but a notebook's claim is not followed
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     with pytest.raises(NotebookError, match=f"sales.csv.*{elsewhere}"):
         replay(path, workspace=elsewhere)
+
+
+def test_a_forged_notebooks_paths_never_reach_the_kernel(tmp_path: Path, private_tmp: Path) -> None:
+    # Someone else's notebook names a host secret by absolute path, by '..', and through a link beside it.
+    secret = tmp_path / "host" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("HOST-SECRET\n")
+    folder = tmp_path / "shared"
+    for data_files, workspace in (((str(secret),), "/"), (("../host/secret.txt",), ".."), (("secret.txt",), "..")):
+        path = write_plain_run(folder, tmp_path, data_files)
+        nb = nbformat.read(path, as_version=4)
+        nb.metadata["kernel_agent"]["workspace"] = workspace
+        nbformat.write(nb, path)
+        with pytest.raises(NotebookError, match="secret.txt"):
+            replay(path)
+    (folder / "secret.txt").symlink_to(secret)  # beside the notebook, by its plain name: a link is not read
+    with pytest.raises(NotebookError, match="secret.txt"):
+        replay(path)
 
 
 def test_the_sync_facade_works_inside_a_running_event_loop(tmp_path: Path, private_tmp: Path) -> None:
@@ -219,7 +242,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.mark.kernel
 def test_an_export_replays_and_matches(exported: tuple[Path, Path], private_tmp: Path) -> None:
-    report = replay(exported[0], timeout=60)  # the data is found through the recorded workspace
+    with pytest.raises(NotebookError, match="pass --workspace"):
+        replay(exported[0], timeout=60)  # the recorded workspace is a claim: named, not followed
+    report = replay(exported[0], workspace=exported[1], timeout=60)
     assert report.ok, report.to_text()
     assert [(c.round, c.status) for c in report.cells] == [
         (0, "match"), (1, "match"), (2, "match"), (3, "skipped"), (4, "skipped"), (5, "match"),

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -31,8 +30,9 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
-from .._loop import LoopThread
-from ..errors import NotebookError, SandboxUnavailableError
+from .._loop import LoopThread, in_thread
+from ..errors import KernelAgentError, NotebookError, SandboxUnavailableError
+from ..kernel.door import Door
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
 from ..result import png_size, strip_ansi
@@ -134,8 +134,11 @@ async def async_replay(
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
     The data files named in its metadata are copied from ``workspace`` (or
-    else from the recorded workspace, then the notebook's folder) into a
-    temporary folder that is the kernel's cwd and is removed afterwards.
+    else from the notebook's folder, and a recorded workspace only when it is
+    a folder under it) into a temporary folder that is the kernel's cwd and is
+    removed afterwards. The metadata is a claim, not an order: an absolute or
+    ``..`` path is never read (only its file name is looked for), and each
+    file is read through the door, so a link leads nowhere.
     Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
     may raise. ``timeout`` is per cell, in seconds. ``kernel_name`` defaults to
     the notebook's kernelspec, else ``python3``. The kernel is confined like a
@@ -156,7 +159,7 @@ async def async_replay(
     folders = _data_folders(path, meta, workspace)
     executed = copy.deepcopy(recorded)
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
-        _stage_data(meta, folders, Path(cwd), path)
+        await in_thread(_stage_data, meta, folders, Path(cwd), path)
         stop = await _execute(executed, cwd, timeout, kernel_name, path, limits)
     anchors = [*_anchors(meta), datetime.now(timezone.utc)]
     paths = [variant for folder in (*folders, cwd) for variant in (os.path.abspath(folder), os.path.realpath(folder))]
@@ -173,9 +176,9 @@ def _data_folders(path: Path, meta: dict[str, Any], workspace: str | os.PathLike
             raise NotebookError(f"workspace {workspace} for replaying {path} is not a folder", path=str(path))
         return [Path(workspace)]
     folders = []
-    recorded = meta.get("workspace")
-    if isinstance(recorded, str) and recorded:
-        folders.append(path.parent / recorded)  # an absolute recorded path stays absolute
+    recorded = meta.get("workspace")  # a claim, not an order: only a folder under the notebook's own
+    if isinstance(recorded, str) and recorded and _plain(recorded):
+        folders.append(path.parent / recorded)
     folders.append(path.parent)
     unique: dict[str, Path] = {}
     for folder in folders:
@@ -183,25 +186,38 @@ def _data_folders(path: Path, meta: dict[str, Any], workspace: str | os.PathLike
     return list(unique.values())
 
 
+def _plain(name: str) -> bool:
+    relative = PurePath(name)
+    return not relative.is_absolute() and ".." not in relative.parts
+
+
 def _stage_data(meta: dict[str, Any], folders: list[Path], cwd: Path, path: Path) -> None:
+    """Copy the data files the notebook names into the kernel's fresh folder.
+
+    The names are a claim of whoever wrote the notebook: an absolute path or one with ``..`` is never
+    read (only its file name is looked for, beside the notebook or in the workspace given), and every
+    file is read through the door, so a link beside the notebook leads nowhere."""
     names = meta.get("data_files")
+    target = Door(cwd)
     for name in names if isinstance(names, list) else []:
-        relative = PurePath(str(name))
-        inside = not relative.is_absolute() and ".." not in relative.parts
-        target = cwd / (relative if inside else relative.name)
-        candidates = [folder / (relative if inside else relative.name) for folder in folders]
-        if relative.is_absolute():
-            candidates.insert(0, Path(relative))
-        source = next((c for c in candidates if c.exists()), None)
-        if source is None:
-            looked = ", ".join(str(c) for c in candidates)
-            message = f"data file {name!r} for replaying {path} not found; looked in: {looked}"
-            raise NotebookError(message, path=str(path))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, dirs_exist_ok=True)
+        relative = PurePath(str(name)).as_posix() if _plain(str(name)) else PurePath(str(name)).name
+        for folder in folders:
+            try:
+                _size, chunks = Door(folder).stream(relative)
+            except (OSError, KernelAgentError):
+                continue
+            target.write_from(relative, chunks, mode=0o444)
+            break
         else:
-            shutil.copy2(source, target)
+            looked = ", ".join(str(folder / relative) for folder in folders)
+            shown = f"{name!r} (read only as {relative!r}: a notebook's paths are never used as given)" \
+                if relative != str(name) else repr(name)
+            message = f"data file {shown} for replaying {path} not found (as a plain file); looked in: {looked}"
+            claimed = meta.get("workspace")
+            if isinstance(claimed, str) and claimed and not any(folder == path.parent / claimed for folder in folders):
+                message += (f". The notebook says its workspace was {claimed}; a notebook's paths are never used "
+                            "as given: pass --workspace (workspace=) to read the data files from there")
+            raise NotebookError(message, path=str(path))
 
 
 async def _execute(
