@@ -159,9 +159,8 @@ class Door:
             finally:
                 os.close(fd)
 
-    @contextmanager
-    def open_file(self, relative: str) -> Iterator[tuple[int, os.stat_result]]:
-        """An fd of the regular file at ``relative`` (read-only) and its ``fstat``."""
+    def _open_regular(self, relative: str) -> tuple[int, os.stat_result]:
+        """A read-only fd of the regular file at ``relative`` and its ``fstat``; the caller closes it."""
         parts = plain_parts(relative)
         with self._root_fd() as root_fd:
             fd = self._open_at(root_fd, parts, _READ, relative)
@@ -169,6 +168,16 @@ class Door:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, info
+
+    @contextmanager
+    def open_file(self, relative: str) -> Iterator[tuple[int, os.stat_result]]:
+        """An fd of the regular file at ``relative`` (read-only) and its ``fstat``, closed on exit."""
+        fd, info = self._open_regular(relative)
+        try:
             yield fd, info
         finally:
             os.close(fd)
@@ -205,16 +214,7 @@ class Door:
         """The file's size and an iterator of its bytes, read from the fd opened now (closed at the end).
 
         The size is ``fstat``'s when opened; the iterator stops there even if the file grows."""
-        parts = plain_parts(relative)
-        with self._root_fd() as root_fd:
-            fd = self._open_at(root_fd, parts, _READ, relative)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
-        except BaseException:
-            os.close(fd)
-            raise
+        fd, info = self._open_regular(relative)
         return info.st_size, _chunks(fd, info.st_size, chunk)
 
     # ------------------------------------------------------------------ writing

@@ -9,11 +9,11 @@ listen on an address other than loopback unless told that TLS and access control
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from .._net import is_loopback
 from ..errors import ConfigError
 
 __all__ = ["KEY_VARIABLE", "BearerKey", "check_listen"]
@@ -56,12 +56,6 @@ class BearerKey:
 def check_listen(host: str, allow_remote: bool) -> None:
     """Raises ``ConfigError`` for an address other than loopback, unless ``allow_remote`` says TLS and
     access control are in front."""
-    if allow_remote:
-        return
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not allow_remote and not is_loopback(host):
         raise ConfigError(f"refusing to serve live kernels on {host} without TLS in front: listen on 127.0.0.1 "
                           "behind a TLS proxy, or pass --allow-remote if one already stands in front")

@@ -11,13 +11,13 @@ known by a hash of its key (``owner_of``).
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._net import is_loopback
 from ..errors import ConfigError
 
 __all__ = ["KEYS_VARIABLE", "ServerConfig", "load_keys", "owner_of"]
@@ -94,13 +94,7 @@ def load_keys(keys_file: str | os.PathLike[str] | None = None, environ: Mapping[
 
 def check_host(host: str, auth: bool) -> None:
     """Raise ``ConfigError`` when auth is off on an address other machines can reach."""
-    if auth:
-        return
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not auth and not is_loopback(host):
         raise ConfigError(f"--no-auth is allowed only on a loopback address (127.0.0.1, ::1), not {host}")
 
 
