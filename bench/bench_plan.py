@@ -52,7 +52,7 @@ def _plan_replies() -> list[str]:
 async def _through_plan(csv: Path, workspace: Path) -> tuple[float, dict[str, str]]:
     shutil.copy(csv, workspace / csv.name)
     agent = AsyncAgent(chat_model=ScriptedChatModel(_plan_replies()), preload=False)
-    notebook = workspace / "plan.ipynb"
+    notebook = workspace.with_name(f"{workspace.name}.plan.ipynb")
     started = time.perf_counter()
     async with agent:
         async for _ in agent.stream_plan("bench", (), workspace, notebook,

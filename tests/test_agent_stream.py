@@ -41,7 +41,7 @@ def test_closing_the_stream_while_code_runs_stops_it_and_keeps_what_it_printed(
         stream.close()  # between two events, as a consumer that stops reading does
     assert "early output" in first.text
     assert our_kernel_pids() == []
-    saved = nbformat.read(tmp_path / "ws" / "analysis.ipynb", as_version=4)
+    saved = nbformat.read(tmp_path / "ws.ipynb", as_version=4)
     assert saved.metadata["kernel_agent"]["stop_reason"] == "cancelled"
     looped = [cell for cell in saved.cells if "while True" in cell.source]
     assert looped and "early output" in json.dumps(looped[-1].get("outputs", []))

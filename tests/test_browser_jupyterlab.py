@@ -111,14 +111,14 @@ def test_agent_cell_shows_the_run_and_its_notebook_replays(page: Any, lab: Jupyt
     assert agent.locator("h3", has_text="Answer").count() == 1 and agent.locator("h2", has_text="Answer").count() == 0
     assert agent.get_by_text("The mean of y is").count() == 1
     assert agent.locator(STDERR).count() == 0  # a clean run shows nothing as a problem
-    link = agent.locator("a", has_text="run1/analysis.ipynb")
-    assert "/files/run1/analysis.ipynb" in link.get_attribute("href")  # JupyterLab resolved it in its root
+    link = agent.locator("a", has_text="run1.ipynb")
+    assert "/files/run1.ipynb" in link.get_attribute("href")  # JupyterLab resolved it in its root
     assert "Run answer The mean of y is **5.0**." in cells.nth(2).inner_text()  # _agent_run in the next cell
     assert page.log.external() == []
     screenshot(page, "jupyterlab-agent-cell")
 
     link.click()  # JupyterLab opens the run's notebook in a new tab
-    page.wait_for_function(f"() => {_CURRENT}.context.path === 'run1/analysis.ipynb'", timeout=LAB_TIMEOUT_MS)
+    page.wait_for_function(f"() => {_CURRENT}.context.path === 'run1.ipynb'", timeout=LAB_TIMEOUT_MS)
     page.wait_for_function(_READY, timeout=LAB_TIMEOUT_MS)
     assert page.evaluate(f"{_CURRENT}.sessionContext.session.kernel.name") == "python3"
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")

@@ -185,13 +185,21 @@ PACKAGE = Path(door_module.__file__).parents[1]
 # file I/O on something else (with why). Anything else in these modules must go through ``Door``.
 THROUGH_THE_DOOR = {
     "kernel/files.py": {},
-    "kernel/workspace.py": {"default_workspace": "picks a new folder under the user's agent-runs/"},
+    "kernel/workspace.py": {"_fresh": "picks a new folder name under the user's agent-runs/ or beside a notebook"},
     "agent/quota.py": {},
     "agent/data.py": {
         "_checked_source": "the user's own input file, named on the command line",
         "_install": "stats the user's own input file; the copy goes through the door",
         "prepare_data": "makes the workspace folder itself, the host's choice, before the copies",
-        "recorded_data": "resume re-reads a run's data files by name: issue 21's 'metadata is a claim' part",
+        "stage_recorded": "makes the workspace folder itself, the host's choice, before the copies",
+    },
+    "notebook/claims.py": {},
+    "server/store.py": {
+        # Each of these touches the data dir's own records (thread.json, run.json, uploads), which no kernel
+        # sees; the only workspace access (move_records_out) goes through the door.
+        name: "the service's own records beside the workspaces" for name in (
+            "__init__", "save_file", "delete_file", "save_thread", "delete_thread", "save_run", "events",
+            "_write_json", "_read_json", "_all")
     },
     "mcp/files.py": {},
     "mcp/server.py": {"_new": "makes a client's workspace folder itself"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +26,8 @@ import psutil
 import pytest
 from leaks import kernels_of, process_gone
 
+from kernel_agent.errors import SandboxUnavailableError
+from kernel_agent.kernel.sandbox.bwrap import find_bwrap
 from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
@@ -313,10 +316,36 @@ def test_a_default_kernel_cannot_reach_this_machine(steady: KernelSession, liste
     assert steady.execute("[name for _, name in socket.if_nameindex()]").result_text == "['lo']"
 
 
-def test_network_call_works_when_asked_for(tmp_path: Path, listener: int) -> None:
-    code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener}), timeout=5).close()\n'connected'"
-    with KernelSession(tmp_path, limits=Limits(network=True)) as session:
-        assert session.execute(code, timeout=30).result_text == "'connected'"
+def test_with_the_network_on_the_kernel_has_its_own_and_still_not_this_machine(tmp_path: Path, listener: int) -> None:
+    """--network: a namespace of its own behind pasta, with an interface besides loopback; its 127.0.0.1
+    is its own (a server of its own answers there), never the host's (the host's listener is refused)."""
+    with socket.create_server(("127.0.0.1", 0)) as host_server:
+        host_port = host_server.getsockname()[1]
+        with KernelSession(tmp_path, limits=Limits(network=True)) as session:
+            host = session.execute(f"import socket\nsocket.create_connection(('127.0.0.1', {host_port}), timeout=5)",
+                                   timeout=30)
+            assert host.error is not None and host.error.ename == "ConnectionRefusedError"
+            host = session.execute(f"socket.create_connection(('127.0.0.1', {listener}), timeout=5)", timeout=30)
+            assert host.error is not None and host.error.ename == "ConnectionRefusedError"
+            own = session.execute("own = socket.create_server(('127.0.0.1', 0))\n"
+                                  "socket.create_connection(own.getsockname(), timeout=5).close()\n'own'", timeout=30)
+            assert own.result_text == "'own'"
+            names = session.execute("[name for _, name in socket.if_nameindex()]").result_text
+            assert names != "['lo']" and "'lo'" in names  # a route out, through pasta
+        host_server.settimeout(0)
+        with pytest.raises(BlockingIOError):
+            host_server.accept()  # nothing ever arrived
+
+
+def test_the_network_without_pasta_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine with bwrap but no pasta: --network refuses to start, naming the package, rather than share
+    the host's network."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "bwrap").symlink_to(shutil.which("bwrap") or find_bwrap())
+    monkeypatch.setenv("PATH", str(tools))
+    with pytest.raises(SandboxUnavailableError, match="passt"):
+        KernelSession(tmp_path / "ws", limits=Limits(network=True)).start()
 
 
 def test_network_call_fails_without_network(offline: KernelSession, listener: int) -> None:

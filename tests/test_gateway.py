@@ -293,7 +293,7 @@ def test_the_magic_runs_on_the_gateway(
     )
     run = shell.user_ns["_agent_run"]
     assert run.answer == "On the gateway." and run.rounds[0].result.stdout == "True\n"
-    assert gateway.token not in (tmp_path / "ws" / "analysis.ipynb").read_text()
+    assert gateway.token not in (tmp_path / "ws.ipynb").read_text()
 
 
 def test_a_dead_kernels_folder_is_removed_on_close(tmp_path: Path, gateway: KernelGateway) -> None:

@@ -481,7 +481,7 @@ def test_sandbox_off_is_loud_and_recorded(tmp_path: Path) -> None:
     notices = [e.message for e in events if e.kind == "notice"]  # type: ignore[attr-defined]
     assert "OFF" in started.confinement  # type: ignore[attr-defined]
     assert any("unconfined" in message for message in notices)
-    meta = nbformat.read(tmp_path / "ws" / "analysis.ipynb", as_version=4).metadata["kernel_agent"]
+    meta = nbformat.read(tmp_path / "ws.ipynb", as_version=4).metadata["kernel_agent"]
     assert meta["confinement"].startswith("sandbox: OFF")
 
 

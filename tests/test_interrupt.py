@@ -50,7 +50,7 @@ def test_keyboard_interrupt_unwinds_the_run_before_it_propagates(openai_server: 
                     interrupt_soon()
 
     assert our_kernel_pids() == [] and runtime_dirs() == []
-    saved = nbformat.read(tmp_path / "ws" / "analysis.ipynb", as_version=4)
+    saved = nbformat.read(tmp_path / "ws.ipynb", as_version=4)
     assert saved.metadata["kernel_agent"]["stop_reason"] == "cancelled"
 
 
@@ -70,5 +70,5 @@ def test_interrupted_magic_says_so_and_keeps_the_partial_run(
     shown = "\n".join(str(out.data.get("text/markdown", "")) for out in captured.outputs)
     assert "**Interrupted:** the notebook is saved" in shown
     run = shell.user_ns["_agent_run"]
-    assert run.stop_reason == "cancelled" and Path(run.notebook_path).resolve() == tmp_path / "ws" / "analysis.ipynb"
+    assert run.stop_reason == "cancelled" and Path(run.notebook_path).resolve() == tmp_path / "ws.ipynb"
     assert our_kernel_pids() == [] and runtime_dirs() == []

@@ -74,7 +74,7 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
     assert "### Answer" in markdown and "Sales 2023–2024" in markdown
     assert 'class="highlight' in rendered(captured.outputs, "text/html")  # code, syntax-highlighted
     assert rendered(captured.outputs, "image/png")
-    assert 'href="demo/analysis.ipynb"' in rendered(captured.outputs, "text/html")
+    assert 'href="demo.ipynb"' in rendered(captured.outputs, "text/html")  # beside the workspace
     run = shell.user_ns["_agent_run"]
     assert run.info.scripted and run.stop_reason == "answer"
 
@@ -130,9 +130,9 @@ def test_magic_inside_a_kernel_renders_the_answer_and_an_image(openai_server: Op
     markdown = rendered(outputs, "text/markdown")
     assert "Plotting." in markdown  # the streamed reply, updated in place into its reasoning
     assert "The line rises from 1 to 3." in markdown
-    assert "ws/analysis.ipynb" in rendered(outputs, "text/html")
+    assert "ws.ipynb" in rendered(outputs, "text/html")
     assert nb.cells[2].outputs[0]["text"] == "The line rises from 1 to 3.\n"
-    assert (tmp_path / "ws" / "analysis.ipynb").is_file()
+    assert (tmp_path / "ws.ipynb").is_file() and not (tmp_path / "ws" / "ws.ipynb").exists()
 
 
 def test_model_flags_reach_the_agent_options() -> None:

@@ -203,7 +203,7 @@ def test_files_upload_list_read_and_confinement(served: tuple[HeldClient, Path])
     assert "notes/a.txt" in text_of(client.call("write_file", {"path": "notes/a.txt", "content": "hello"}))
     client.call("write_file", {"path": "dot.png", "content": png, "encoding": "base64"})
     listing = text_of(client.call("list_files"))
-    assert "notes/a.txt" in listing and "sales.csv" in listing and "mcp-session.ipynb" in listing
+    assert "notes/a.txt" in listing and "sales.csv" in listing and ".ipynb" not in listing  # the record is beside
     assert "hello" in text_of(run(client, "open('notes/a.txt').read()"))
     image = client.call("read_file", {"path": "dot.png"})
     assert image.content[0].type == "image" and image.content[0].data == png
@@ -219,9 +219,13 @@ def test_the_exported_notebook_replays(served: tuple[HeldClient, Path]) -> None:
     run(client, "squares = [n * n for n in range(5)]\nprint(squares)")
     path = Path(text_of(client.call("export_notebook", {"path": "export/session.ipynb"})))
     assert path == workspace / "export" / "session.ipynb" and path.exists()
-    assert (workspace / "mcp-session.ipynb").exists()  # the live record, written as it goes
-    replay = subprocess.run([CLI, "replay", str(path), "--check", "--timeout", "60"], check=False, capture_output=True,
-                            text=True, timeout=300, cwd=workspace)
+    assert workspace.with_name("ws.ipynb").exists()  # the live record, written as it goes, beside the workspace
+    # It claims '..' as its workspace, which replay never follows by itself: the user names the folder.
+    refused = subprocess.run([CLI, "replay", str(path), "--timeout", "60"], check=False, capture_output=True,
+                             text=True, timeout=300, cwd=workspace)
+    assert refused.returncode == 2 and "pass --workspace" in refused.stderr
+    replay = subprocess.run([CLI, "replay", str(path), "--check", "--timeout", "60", "--workspace", str(workspace)],
+                            check=False, capture_output=True, text=True, timeout=300, cwd=workspace)
     assert replay.returncode == 0, replay.stdout + replay.stderr
 
 
@@ -231,7 +235,7 @@ def test_disconnect_leaves_no_kernel_and_keeps_the_notebook(tmp_path: Path) -> N
         assert "ok" in text_of(run(client, "value = 1"))
         assert kernels_in(workspace)
     assert wait_until_gone(workspace) == []
-    notebook = (workspace / "mcp-session.ipynb").read_text()
+    notebook = (tmp_path / "ws.ipynb").read_text()
     assert "value = 1" in notebook and "The MCP session ended after 1 code execution" in notebook
 
 

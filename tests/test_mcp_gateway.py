@@ -36,7 +36,7 @@ def test_mcp_runs_its_kernel_on_the_gateway(tmp_path: Path) -> None:
             assert "remote" in text_of(client.call("read_file", {"path": "made.txt"}))
             assert (workspace / "made.txt").read_text() == "remote"
         assert _remote_kernels_gone(gateway) == []
-    notebook = (workspace / "mcp-session.ipynb").read_text()
+    notebook = workspace.with_name(f"{workspace.name}.ipynb").read_text()
     assert "made.txt" in notebook and gateway.token not in notebook
     assert gateway.token not in (tmp_path / "server.log").read_text()
 

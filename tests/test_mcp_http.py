@@ -139,7 +139,7 @@ def test_closing_a_session_shuts_its_kernel_down(server: tuple[str, Path, subpro
         assert kernels_in(folder)
     assert wait_until_gone(folder) == []  # the client's DELETE ended the session, the server runs on
     assert process.poll() is None
-    assert "os.getcwd()" in (folder / "mcp-session.ipynb").read_text()
+    assert "os.getcwd()" in folder.with_name(f"{folder.name}.ipynb").read_text()
 
 
 def test_sigterm_shuts_every_kernel_down(tmp_path: Path) -> None:

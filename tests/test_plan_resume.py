@@ -43,7 +43,7 @@ def plan_cli(server: OpenAIServer, *args: str) -> list[str]:
 
 
 def test_plan_killed_mid_run_resumes_from_its_state(openai_server: OpenAIServer, tmp_path: Path) -> None:
-    workspace, notebook = tmp_path / "ws", tmp_path / "ws" / "plan.ipynb"
+    workspace, notebook = tmp_path / "ws", tmp_path / "plan.ipynb"
     openai_server.add(Reply(json.dumps(PLAN)))
     openai_server.add(Reply("```python\na = 21\nprint('a is', a)\n```"))
     openai_server.add(Reply("```python\nimport time\ntime.sleep(120)\n```"))

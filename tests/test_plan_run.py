@@ -57,7 +57,7 @@ REPLIES = [
 def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Path) -> None:
     notebook = tmp_path / "plan.ipynb"
     with Agent(chat_model=ScriptedChatModel(REPLIES)) as agent:
-        events = list(agent.stream_plan("Describe the numbers", workspace=tmp_path, notebook=notebook,
+        events = list(agent.stream_plan("Describe the numbers", workspace=tmp_path / "ws", notebook=notebook,
                                         options=PlanOptions(max_fix_attempts=2)))
     notices = [e for e in events if isinstance(e, Notice)]
     assert len(notices) == 1 and "not valid JSON" in notices[0].message

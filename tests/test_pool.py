@@ -85,7 +85,7 @@ def test_the_agent_runs_on_a_pooled_kernel(tmp_path: Path, openai_server: OpenAI
     run_ = asyncio.run(run())
     assert run_.answer == "Six."
     assert run_.rounds[0].result.stdout == "6\n" and len(run_.rounds[0].result.images) == 1
-    assert (tmp_path / "run" / "analysis.ipynb").is_file()
+    assert (tmp_path / "run.ipynb").is_file()
     assert not our_kernel_pids()
 
 

@@ -21,8 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, DataFileError, NotebookError, WorkspaceFileError
+from ..errors import ConfigError, DataFileError, WorkspaceFileError
 from ..kernel.door import Door
+from ..notebook.claims import DataSources
 from .summaries import MAX_COLUMNS, MAX_SUMMARY_CHARS, Kind, describe, file_kind, human_size
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "preload_code",
     "preload_description",
     "prepare_data",
+    "stage_recorded",
     "summarize",
 ]
 
@@ -97,29 +99,21 @@ def prepare_data(
     return tuple(_install(source, target, summary) for source, summary in zip(sources, summaries))
 
 
-def recorded_data(workspace: str | os.PathLike[str], names: Iterable[str]) -> list[Path]:
-    """The paths of a resumed run's data files that are present in ``workspace``.
+def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) -> tuple[DataFile, ...]:
+    """Copy a notebook's recorded data files into ``workspace`` from where its claims allow
+    (``notebook/claims.py``: through the door, never a path as given) and describe them.
 
-    Names come from a notebook (checked to be plain file names by
-    ``load_resumable``). A present file must really live in the workspace: a
-    symlink (or a name whose real path is) outside it raises ``NotebookError``,
-    so a notebook, or code of the earlier run that swapped a data file for a
-    link, cannot make us read, summarise for the model, or copy a file from
-    elsewhere. Missing files are left out (the rebuild code reports them).
+    Missing files are left out (the rebuild's code reports them). The summaries read the copies in
+    ``workspace``, which the caller makes sure no kernel has seen yet (a new folder) or is the user's
+    own. Raises ``ConfigError`` when the workspace cannot be created, ``DataFileError`` for a copy that
+    cannot be read as its kind says.
     """
-    root = Path(workspace).resolve()
-    found = []
-    for name in names:
-        path = Path(workspace) / name
-        if not os.path.lexists(path):
-            continue
-        if path.is_symlink() or path.resolve().parent != root:
-            raise NotebookError(
-                f"the data file {name} in {workspace} leads outside the workspace (to {os.path.realpath(path)}); "
-                "refusing to read it: replace it with the file itself", path=str(path),
-            )
-        found.append(path)
-    return found
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the workspace {workspace}: {exc.strerror or exc}") from exc
+    staged = [name for name in names if sources.copy(name, workspace)]
+    return prepare_data([workspace / name for name in staged], workspace) if staged else ()
 
 
 def _checked_source(path: str | os.PathLike[str]) -> Path:

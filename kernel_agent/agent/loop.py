@@ -43,15 +43,16 @@ from ..events import (
 from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import default_workspace
+from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, warm_up
+from ..notebook.claims import DataSources
 from ..notebook.load import load_resumable
 from ..notebook.writer import RunWriter
 from ..records import Round, Run, RunInfo, Usage
 from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, recorded_data
+from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, stage_recorded
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
@@ -207,8 +208,9 @@ class AsyncAgent:
         variables shared from a notebook); it is recorded there, so the notebook replays.
         """
         root = Path(workspace) if workspace is not None else default_workspace(task)
+        notebook_path = Path(notebook) if notebook is not None else records_beside(root)
+        check_outside(notebook_path, root)
         files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
-        notebook_path = Path(notebook) if notebook is not None else root / "analysis.ipynb"
         async with self._session_factory(root) as session:
             await session.files.put([root / f.name for f in files])
             live = await self._begin(session, task, files, root, notebook_path, setup)
@@ -218,37 +220,48 @@ class AsyncAgent:
 
     async def resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
-        workspace: str | os.PathLike[str] | None = None,
+        workspace: str | os.PathLike[str] | None = None, data: Sequence[str | os.PathLike[str]] = (),
     ) -> Run:
         """Continue an earlier run with a new question (see ``stream_resume``)."""
-        return await _last_run(self.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace))
+        return await _last_run(self.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace,
+                                                  data=data))
 
     async def stream_resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
-        workspace: str | os.PathLike[str] | None = None, restore: bool = True,
+        workspace: str | os.PathLike[str] | None = None, data: Sequence[str | os.PathLike[str]] = (),
+        restore: bool = True,
     ) -> AsyncIterator[Event]:
         """Rebuild the kernel state from ``notebook_path``'s successful cells, tell the model
         what was done, continue with ``task``, and append the new rounds to the same
-        notebook (or to ``notebook`` when given). ``restore=False`` skips the rebuild, for a
-        session factory that hands back the very kernel that ran the notebook (the service's
-        live thread kernels). Raises ``NotebookError``, before any kernel starts, for a notebook
-        that is not a kernel-agent run, whose workspace is not a folder, or whose data files lead
-        outside it (``load_resumable``, ``recorded_data``)."""
+        notebook (or to ``notebook`` when given).
+
+        The notebook's metadata is a claim, never an order (``notebook/claims.py``): the kernel works
+        in ``workspace`` when given, else in a new folder beside the notebook, never in a folder the
+        notebook names. Its data files are ``data`` (paths the user passes) and, for the names it
+        records that ``data`` does not supply, files read through the door from ``workspace``, else
+        beside the notebook (or in its recorded workspace when that is a plain folder under it).
+        ``restore=False`` skips the rebuild, for a session factory that hands back the very kernel
+        that ran the notebook (the service's live thread kernels). Raises ``NotebookError``, before
+        any kernel starts, for a notebook that is not a kernel-agent run or a ``workspace`` that is
+        not a folder; ``DataFileError`` for a bad ``data`` path."""
         loaded = await in_thread(load_resumable, notebook_path)
         source = Path(notebook_path)
-        root = Path(workspace) if workspace is not None else _resolve_workspace(loaded.info.workspace, source)
-        if not root.is_dir():
-            raise NotebookError(f"the run's workspace {root} is not a folder; pass the workspace where its data "
-                                "files are", path=str(source))
-        files = await asyncio.to_thread(prepare_data, recorded_data(root, loaded.info.data_files), root)
         target = Path(notebook) if notebook is not None else source
+        given = Path(workspace) if workspace is not None else None
+        if given is not None and not given.is_dir():
+            raise NotebookError(f"the workspace {given} is not a folder; pass the folder to continue in "
+                                "(or none: a new one beside the notebook)", path=str(source))
+        root = given if given is not None else fresh_beside(source)
+        check_outside(target, root)
+        files = await in_thread(_resume_data, loaded.info, source, given, root, list(data))
+        names = tuple(dict.fromkeys([*loaded.info.data_files, *(f.name for f in files.prepared)]))
         async with self._session_factory(root) as session:
-            await session.files.put([root / name for name in loaded.info.data_files if (root / name).is_file()])
+            await session.files.put([root / name for name in names if name in files.names])
             calls: dict[int, int] = {}
             report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
-            protocol, messages = await self._conversation(session, loaded.info.task, loaded.info.data_files, files)
+            protocol, messages = await self._conversation(session, loaded.info.task, names, files.prepared)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, report=report)})
-            run = self._next_turn(loaded.run, task, session)
+            run = self._next_turn(loaded.run, task, session, str(root.resolve()), names)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1,
                          calls=calls)
             async with aclosing(self._drive(live)) as events:
@@ -268,7 +281,7 @@ class AsyncAgent:
                 plan.record(cell, result.ok, str(result.error) if result.error else result.status)
         return plan.report()
 
-    def _next_turn(self, run: Run, task: str, session: Kernel) -> Run:
+    def _next_turn(self, run: Run, task: str, session: Kernel, workspace: str, data_files: tuple[str, ...]) -> Run:
         """``run`` with its current turn closed into ``turns`` and a new one opened for ``task``.
 
         Append-only: the earlier answers stay in ``turns``; the new turn records the model,
@@ -278,6 +291,7 @@ class AsyncAgent:
             run.info, task=f"{run.info.task}\n\nFollow-up: {task}", question=task, model=self.chat_model.name,
             protocol=self.config.protocol, endpoint=_endpoint(self.config.base_url, self.chat_model),
             scripted=self.chat_model.scripted, started_at=_now(), confinement=_confinement(session),
+            workspace=workspace, data_files=data_files,
         )
         return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None,
                        finished_at="")
@@ -569,9 +583,20 @@ def _merged_setup(preload: str, extra: str) -> str:
     return f"{preload.rstrip()}\n\n" + "\n".join(kept) + "\n"
 
 
-def _resolve_workspace(recorded: str, notebook: Path) -> Path:
-    candidate = Path(recorded)
-    return candidate if candidate.is_absolute() else (notebook.parent / candidate).resolve()
+@dataclass(frozen=True)
+class _ResumeData:
+    prepared: tuple[DataFile, ...]  # what the prompt describes
+    names: frozenset[str]  # the data files now in the kernel's folder
+
+
+def _resume_data(info: RunInfo, notebook: Path, given: Path | None, root: Path, data: list[Any]) -> _ResumeData:
+    """The data files of a resumed run in ``root``: ``data`` copied in as for a new run, then each
+    recorded name ``data`` does not supply, staged from where the notebook's claims allow."""
+    given_files = prepare_data(data, root) if data else ()
+    supplied = {f.name for f in given_files}
+    sources = DataSources.for_notebook(notebook, info.workspace, given)
+    recorded = stage_recorded(sources, [name for name in info.data_files if name not in supplied], root)
+    return _ResumeData((*recorded, *given_files), frozenset({*supplied, *(f.name for f in recorded)}))
 
 
 def _now() -> str:

@@ -49,16 +49,18 @@ class Agent:
         """The run as an iterator of events; see ``AsyncAgent.stream``."""
         return self._loop.iterate(self._async.stream(task, data, workspace, notebook, setup=setup))
 
-    def resume(self, notebook_path: Any, task: str, *, notebook: Any = None, workspace: Any = None) -> Run:
+    def resume(self, notebook_path: Any, task: str, *, notebook: Any = None, workspace: Any = None,
+               data: Any = ()) -> Run:
         """Continue an earlier run; see ``AsyncAgent.resume``."""
-        return self._loop.run(self._async.resume(notebook_path, task, notebook=notebook, workspace=workspace))
+        return self._loop.run(self._async.resume(notebook_path, task, notebook=notebook, workspace=workspace,
+                                                 data=data))
 
     def stream_resume(
-        self, notebook_path: Any, task: str, *, notebook: Any = None, workspace: Any = None
+        self, notebook_path: Any, task: str, *, notebook: Any = None, workspace: Any = None, data: Any = ()
     ) -> Iterator[Event]:
         """``resume`` as an iterator of events."""
         return self._loop.iterate(
-            self._async.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace)
+            self._async.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace, data=data)
         )
 
     def plan(self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None, *, options: Any = None,

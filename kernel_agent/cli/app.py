@@ -200,7 +200,7 @@ def cli() -> None:
     Quick start:
       kernel-agent demo                                   bundled data, no model needed
       kernel-agent run "What drives sales?" --data sales.csv --model gpt-4o-mini
-      kernel-agent show agent-runs/<run>/analysis.ipynb   review a run in the terminal
+      kernel-agent show agent-runs/<run>.ipynb            review a run in the terminal
       kernel-agent resume RUN.ipynb "And by month?"       continue it with a follow-up question
       kernel-agent replay RUN.ipynb --check               re-execute it and compare outputs
     """
@@ -212,7 +212,7 @@ def cli() -> None:
 @_model_options
 @_kernel_options
 @click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>].")
-@click.option("--out", "-o", metavar="RUN.ipynb", help="Where the notebook goes [default: WORKSPACE/analysis.ipynb].")
+@click.option("--out", "-o", metavar="RUN.ipynb", help="Where the notebook goes, outside the workspace [default: WORKSPACE.ipynb, beside it].")
 @_output_options
 def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None, quiet: bool, as_json: bool, **options: Any) -> None:
     """Analyse data: the model writes code, a live kernel runs it, round after round, until an answer.
@@ -246,7 +246,7 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
 @click.option("--max-fix-attempts", type=click.IntRange(min=0), default=5, show_default=True, help="Fixes asked for a failing task.")
 @click.option("--resume", metavar="PLAN.ipynb", help="Finish an interrupted plan run: done tasks are kept (their cells re-run), the rest run.")
 @click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>; with --resume, the notebook's folder].")
-@click.option("--out", "-o", metavar="PLAN.ipynb", help="Where the notebook goes [default: WORKSPACE/plan.ipynb]; the report and state go beside it.")
+@click.option("--out", "-o", metavar="PLAN.ipynb", help="Where the notebook goes, outside the workspace [default: WORKSPACE.ipynb]; the report and state go beside it.")
 @click.option("--demo", is_flag=True, help="Plan the bundled task on the bundled sales data (scripted replies when no model is configured) into notebooks/demo-plan*.")
 @_output_options
 def plan(task: str | None, data: tuple[str, ...], max_depth: int, node_budget: int, max_fix_attempts: int,
@@ -289,16 +289,23 @@ def plan(task: str | None, data: tuple[str, ...], max_depth: int, node_budget: i
 @click.argument("task")
 @_model_options
 @_kernel_options
-@click.option("--workspace", "-w", metavar="DIR", help="Where the data files are [default: the run's recorded workspace].")
+@click.option("--data", "-d", "data", multiple=True, metavar="FILE",
+              help="A data file for the run (repeatable); replaces a recorded one of the same name.")
+@click.option("--workspace", "-w", metavar="DIR",
+              help="The folder to continue in, with the data files [default: a new folder beside RUN.ipynb].")
 @click.option("--out", "-o", metavar="NEW.ipynb", help="Write the continued run here [default: append to RUN.ipynb].")
 @_output_options
-def resume(notebook: str, task: str, workspace: str | None, out: str | None, quiet: bool, as_json: bool,
-           **options: Any) -> None:
+def resume(notebook: str, task: str, data: tuple[str, ...], workspace: str | None, out: str | None, quiet: bool,
+           as_json: bool, **options: Any) -> None:
     """Continue an earlier run with a follow-up question.
 
     A fresh kernel re-runs the notebook's setup cell and every cell that succeeded, so the earlier
     variables are back; the model is told what was done, answers TASK, and the new rounds are
     appended to the notebook. The protocol and model default to the run's own. Exit codes as for run.
+
+    The notebook's paths are a claim, never an order: the kernel works in --workspace or a new folder
+    beside the notebook, and the recorded data files are read from there, from beside the notebook or
+    from its recorded workspace when that is a folder under the notebook's own (never an absolute path).
     """
     from ..agent.loop import AsyncAgent
     from ..notebook.load import load_resumable
@@ -310,7 +317,7 @@ def resume(notebook: str, task: str, workspace: str | None, out: str | None, qui
     arguments["protocol"] = arguments["protocol"] or recorded.protocol or None
     if not arguments["model"] and not os.environ.get("KERNEL_AGENT_MODEL") and not recorded.scripted:
         arguments["model"] = recorded.model or None
-    job = Job(task, (), workspace, out, resume_from=notebook)
+    job = Job(task, data, workspace, out, resume_from=notebook)
     sys.exit(_run(lambda: AsyncAgent(**arguments), job, renderer))
 
 
@@ -349,7 +356,7 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
 
 @cli.command()
 @click.argument("notebook", metavar="RUN.ipynb")
-@click.option("--workspace", "-w", metavar="DIR", help="Where the data files are [default: the recorded workspace, then the notebook's folder].")
+@click.option("--workspace", "-w", metavar="DIR", help="Where the data files are [default: beside the notebook, or in its recorded workspace when that is a folder under the notebook's].")
 @click.option("--check/--no-check", default=True, show_default=True, help="Compare the new outputs with the recorded ones.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600, show_default=True, metavar="S", help="Seconds per cell.")
 @_kernel_options
@@ -450,7 +457,7 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
     """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
 
     Tools: execute_python, interrupt, restart, list_variables, describe_data, list_files, read_file,
-    write_file, export_notebook. Every execution is recorded in WORKSPACE/mcp-session.ipynb as it happens.
+    write_file, export_notebook. Every execution is recorded in WORKSPACE.ipynb (beside the workspace) as it happens.
     """
     import functools
 

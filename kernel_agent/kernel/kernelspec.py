@@ -22,6 +22,7 @@ from jupyter_core.paths import jupyter_path
 
 from ..errors import ConfigError, KernelStartError
 from .sandbox.bwrap import SandboxView, bwrap_argv, require_bwrap
+from .sandbox.network import network_prefix, require_pasta
 
 if TYPE_CHECKING:
     from .sandbox.limits import Confinement
@@ -71,7 +72,8 @@ def install_kernelspec(*, user: bool = False, prefix: str | None = None) -> Path
 def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: SandboxView) -> Path:
     """Write ``folder/<kernel_name>/kernel.json``: the named spec, launched confined; return ``folder``.
 
-    The command becomes ``[cgroup join] [bwrap ... --] <the spec's argv>``;
+    The command becomes ``[cgroup join] [pasta_launch ... --] [bwrap ... --] <the spec's argv>``
+    (``pasta_launch`` when the network is on);
     a sandboxed kernel is interrupted by message (a SIGINT to bwrap would not
     reach it). Raises ``SandboxUnavailableError`` (strict mode, no working
     bwrap) and ``KernelStartError`` for an unknown kernel name.
@@ -85,7 +87,10 @@ def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: 
         argv[0] = sys.executable  # what jupyter_client would do, were python still first
     manifest = spec.to_dict()
     if confinement.limits.sandbox == "strict":
-        argv = [*bwrap_argv(require_bwrap(), view), *argv]
+        bwrap = require_bwrap()
+        argv = [*bwrap_argv(bwrap, view), *argv]
+        if view.network:  # a namespace of its own behind pasta, never the host's
+            argv = [*network_prefix(require_pasta(bwrap)), *argv]
         manifest["interrupt_mode"] = "message"
     manifest["argv"] = [*confinement.launch_prefix(), *argv]
     target = folder / kernel_name

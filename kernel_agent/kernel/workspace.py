@@ -1,8 +1,9 @@
-"""The run's workspace on disk: where it goes by default and what each round changed.
+"""The run's workspace on disk: where it goes by default, where its records go, what each round changed.
 
-Owns the default location of a run (``./agent-runs/<time>-<slug>``) and the
-before/after snapshots that turn into a round's ``Artifact`` list. Files
-the agent itself writes (the notebooks) are excluded by the caller.
+Owns the default location of a run (``./agent-runs/<time>-<slug>``), the rule that the host's records of
+a run (its notebooks, a plan's state and report) live *beside* the workspace and never in it (the kernel
+can rewrite anything in its workspace, at any moment), and the before/after snapshots that turn into a
+round's ``Artifact`` list.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..result import Artifact
 from .door import Door
 
-__all__ = ["Snapshot", "changed_files", "default_workspace", "snapshot"]
+__all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "recorded_workspace",
+           "records_beside",
+           "snapshot"]
 
 Snapshot = dict[str, tuple[int, int]]
 _MAX_FILES = 20_000
@@ -25,14 +29,47 @@ _MAX_FILES = 20_000
 def default_workspace(task: str, root: Path | None = None) -> Path:
     """A fresh folder for a run: ``<root or cwd>/agent-runs/<YYYYmmdd-HHMMSS>-<slug>``."""
     slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")[:40] or "run"
-    base = (root or Path.cwd()) / "agent-runs"
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    candidate = base / f"{stamp}-{slug}"
-    n = 2
-    while candidate.exists():
-        candidate = base / f"{stamp}-{slug}-{n}"
+    return _fresh((root or Path.cwd()) / "agent-runs", f"{time.strftime('%Y%m%d-%H%M%S')}-{slug}")
+
+
+def _fresh(base: Path, name: str) -> Path:
+    candidate, n = base / name, 2
+    while os.path.lexists(candidate):
+        candidate = base / f"{name}-{n}"
         n += 1
     return candidate
+
+
+def fresh_beside(notebook: Path) -> Path:
+    """A new folder beside ``notebook`` for continuing its run: ``<stem>-<YYYYmmdd-HHMMSS>``."""
+    stem = notebook.stem if notebook.suffix == ".ipynb" else notebook.name
+    return _fresh(Path(os.path.abspath(notebook)).parent, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def records_beside(workspace: Path, suffix: str = ".ipynb") -> Path:
+    """Where the host's record of a run in ``workspace`` goes by default: beside it, named after it
+    (``agent-runs/<run>`` → ``agent-runs/<run>.ipynb``), out of the kernel's reach."""
+    folder = Path(os.path.abspath(workspace))
+    return folder.parent / f"{folder.name or 'workspace'}{suffix}"
+
+
+def recorded_workspace(workspace: Path, notebook: Path) -> str:
+    """The workspace as a notebook records it: relative to the notebook's folder when under it (a claim
+    ``resume`` and ``replay`` may follow there, never further), else absolute (shown, never used)."""
+    folder, beside = Path(os.path.abspath(workspace)), Path(os.path.abspath(notebook)).parent
+    return folder.relative_to(beside).as_posix() if folder.is_relative_to(beside) else str(folder)
+
+
+def check_outside(record: Path, workspace: Path) -> None:
+    """Raise ``ConfigError`` when ``record`` (a notebook, a plan's state) would be inside ``workspace``,
+    where the analysed code can rewrite it and so rewrite the run's history."""
+    for resolve in (os.path.abspath, os.path.realpath):
+        inner, outer = Path(resolve(record)), Path(resolve(workspace))
+        if inner.is_relative_to(outer):
+            raise ConfigError(
+                f"the notebook {record} would be inside the workspace {workspace}, where the analysed code can "
+                f"rewrite it; write it beside the workspace (the default: {records_beside(workspace)})"
+            )
 
 
 def snapshot(root: Path, exclude: Iterable[Path] = ()) -> Snapshot:

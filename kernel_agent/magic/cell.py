@@ -85,7 +85,7 @@ class AgentMagics(Magics):
     @argument("--gateway-kernel", metavar="NAME", help="the gateway's kernelspec to start (default: the gateway's)")
     @argument("--share", action="append", default=[], metavar="NAME[,NAME]", help="copy these variables into the agent's kernel")
     @argument("--workspace", "-w", metavar="DIR", help="the run's folder (default ./agent-runs/<time>-<task>)")
-    @argument("--out", "-o", metavar="RUN.ipynb", help="where the notebook goes (default WORKSPACE/analysis.ipynb)")
+    @argument("--out", "-o", metavar="RUN.ipynb", help="where the notebook goes, outside the workspace (default WORKSPACE.ipynb, beside it)")
     @argument("--scripted-demo", action="store_true", help="play the bundled demo replies (no model needed)")
     @cell_magic
     def agent(self, line: str, cell: str) -> None:

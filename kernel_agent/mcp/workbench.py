@@ -28,6 +28,7 @@ from ..errors import KernelError, SessionClosedError
 from ..kernel.door import Door, plain_parts
 from ..kernel.partial import OutputCallback
 from ..kernel.session import AsyncKernelSession
+from ..kernel.workspace import check_outside, records_beside
 from ..notebook.export import build_notebook, clean_path, export_run, notebook_text
 from ..records import Round, Run, RunInfo
 from ..result import ExecutionResult
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 
 SessionBuilder = Callable[[Path], AsyncKernelSession]
 
-NOTEBOOK_NAME = "mcp-session.ipynb"
 _RESTART_NOTE = (
     "> **Kernel restarted** by the MCP client: the variables defined above are gone. "
     "The setup code runs again below."
@@ -75,7 +75,8 @@ class Workbench:
         self.workspace = workspace
         self.files = tuple(files)
         self.timeout = timeout
-        self.notebook = notebook or workspace / NOTEBOOK_NAME
+        self.notebook = notebook or records_beside(workspace)  # out of the kernel's reach
+        check_outside(self.notebook, workspace)
         self._factory = session_factory
         self._client = client
         self._session: AsyncKernelSession | None = None

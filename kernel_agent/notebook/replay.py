@@ -31,11 +31,11 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from nbformat import NotebookNode
 
 from .._loop import LoopThread, in_thread
-from ..errors import KernelAgentError, NotebookError, SandboxUnavailableError
-from ..kernel.door import Door
+from ..errors import NotebookError, SandboxUnavailableError
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
 from ..result import png_size, strip_ansi
+from .claims import DataSources, plain, recorded_name
 from .export import METADATA_KEY, SKIP_TAG
 from .load import read_notebook
 
@@ -156,12 +156,13 @@ async def async_replay(
     recorded = read_notebook(path)
     meta = recorded.metadata.get(METADATA_KEY)
     meta = meta if isinstance(meta, dict) else {}
-    folders = _data_folders(path, meta, workspace)
+    sources = _data_sources(path, meta, workspace)
     executed = copy.deepcopy(recorded)
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
-        await in_thread(_stage_data, meta, folders, Path(cwd), path)
+        await in_thread(_stage_data, meta, sources, Path(cwd), path)
         stop = await _execute(executed, cwd, timeout, kernel_name, path, limits)
     anchors = [*_anchors(meta), datetime.now(timezone.utc)]
+    folders = [folder / prefix for folder, prefix in sources.places]
     paths = [variant for folder in (*folders, cwd) for variant in (os.path.abspath(folder), os.path.realpath(folder))]
     cells = _check_cells(recorded, executed, stop, check, anchors, paths)
     return ReplayReport(path, cells, checked=check, duration_s=time.monotonic() - started, notebook=executed)
@@ -170,54 +171,29 @@ async def async_replay(
 # -- data and execution ----------------------------------------------------------------------------
 
 
-def _data_folders(path: Path, meta: dict[str, Any], workspace: str | os.PathLike[str] | None) -> list[Path]:
-    if workspace is not None:
-        if not Path(workspace).is_dir():
-            raise NotebookError(f"workspace {workspace} for replaying {path} is not a folder", path=str(path))
-        return [Path(workspace)]
-    folders = []
-    recorded = meta.get("workspace")  # a claim, not an order: only a folder under the notebook's own
-    if isinstance(recorded, str) and recorded and _plain(recorded):
-        folders.append(path.parent / recorded)
-    folders.append(path.parent)
-    unique: dict[str, Path] = {}
-    for folder in folders:
-        unique.setdefault(os.path.realpath(folder), folder)
-    return list(unique.values())
+def _data_sources(path: Path, meta: dict[str, Any], workspace: str | os.PathLike[str] | None) -> DataSources:
+    if workspace is not None and not Path(workspace).is_dir():
+        raise NotebookError(f"workspace {workspace} for replaying {path} is not a folder", path=str(path))
+    return DataSources.for_notebook(path, meta.get("workspace"), Path(workspace) if workspace is not None else None)
 
 
-def _plain(name: str) -> bool:
-    relative = PurePath(name)
-    return not relative.is_absolute() and ".." not in relative.parts
-
-
-def _stage_data(meta: dict[str, Any], folders: list[Path], cwd: Path, path: Path) -> None:
-    """Copy the data files the notebook names into the kernel's fresh folder.
-
-    The names are a claim of whoever wrote the notebook: an absolute path or one with ``..`` is never
-    read (only its file name is looked for, beside the notebook or in the workspace given), and every
-    file is read through the door, so a link beside the notebook leads nowhere."""
+def _stage_data(meta: dict[str, Any], sources: DataSources, cwd: Path, path: Path) -> None:
+    """Copy the data files the notebook names into the kernel's fresh folder (``claims``: an absolute
+    path or one with ``..`` is never read, only its file name looked for; never through a link)."""
     names = meta.get("data_files")
-    target = Door(cwd)
     for name in names if isinstance(names, list) else []:
-        relative = PurePath(str(name)).as_posix() if _plain(str(name)) else PurePath(str(name)).name
-        for folder in folders:
-            try:
-                _size, chunks = Door(folder).stream(relative)
-            except (OSError, KernelAgentError):
-                continue
-            target.write_from(relative, chunks, mode=0o444)
-            break
-        else:
-            looked = ", ".join(str(folder / relative) for folder in folders)
-            shown = f"{name!r} (read only as {relative!r}: a notebook's paths are never used as given)" \
-                if relative != str(name) else repr(name)
-            message = f"data file {shown} for replaying {path} not found (as a plain file); looked in: {looked}"
-            claimed = meta.get("workspace")
-            if isinstance(claimed, str) and claimed and not any(folder == path.parent / claimed for folder in folders):
-                message += (f". The notebook says its workspace was {claimed}; a notebook's paths are never used "
-                            "as given: pass --workspace (workspace=) to read the data files from there")
-            raise NotebookError(message, path=str(path))
+        relative = recorded_name(str(name))
+        if sources.copy(relative, cwd):
+            continue
+        looked = ", ".join(sources.looked_in(relative))
+        shown = f"{name!r} (read only as {relative!r}: a notebook's paths are never used as given)" \
+            if relative != str(name) else repr(name)
+        message = f"data file {shown} for replaying {path} not found (as a plain file); looked in: {looked}"
+        claimed = meta.get("workspace")
+        if isinstance(claimed, str) and claimed and not plain(claimed):
+            message += (f". The notebook says its workspace was {claimed}; a notebook's paths are never used "
+                        "as given: pass --workspace (workspace=) to read the data files from there")
+        raise NotebookError(message, path=str(path))
 
 
 async def _execute(

@@ -32,7 +32,8 @@ from .compat import compat_routes
 from .config import ServerConfig
 from .deps import Owner, public, service_of
 from .limits import MULTIPART_SLACK, BodyLimit
-from .service import NOTEBOOK, Service
+from .service import Service
+from .store import NOTEBOOK
 
 MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024  # a notebook read whole to render its page
 mimetypes.init()  # reads the system's type tables now, not on the event loop at the first download
@@ -184,19 +185,19 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.get("/v1/threads/{thread_id}/notebook")
     async def notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
-        door = _workspace_door(request, who, thread_id)
+        door = _records_door(request, who, thread_id)
         return await _download(door, NOTEBOOK, f"{thread_id}.ipynb", f"thread {thread_id} has no notebook yet",
                                media_type="application/x-ipynb+json")
 
     @app.get("/v1/threads/{thread_id}/notebook/clean")
     async def clean_notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
-        door = _workspace_door(request, who, thread_id)
+        door = _records_door(request, who, thread_id)
         return await _download(door, clean_path(Path(NOTEBOOK)).name, f"{thread_id}.clean.ipynb",
                                f"thread {thread_id} has no clean notebook yet", media_type="application/x-ipynb+json")
 
     @app.get("/v1/threads/{thread_id}/notebook/html")
     async def notebook_html(request: Request, who: Owner, thread_id: str) -> HTMLResponse:
-        door = _workspace_door(request, who, thread_id)
+        door = _records_door(request, who, thread_id)
         try:
             text = await in_thread(door.read, NOTEBOOK, MAX_NOTEBOOK_BYTES)
         except (OSError, KernelAgentError):
@@ -211,6 +212,14 @@ def _thread_routes(app: FastAPI) -> None:
     async def generated_file(request: Request, who: Owner, thread_id: str, name: str) -> StreamingResponse:
         door = _workspace_door(request, who, thread_id)
         return await _download(door, name, PurePosixPath(name).name, f"thread {thread_id} has no file {name}")
+
+
+def _records_door(request: Request, who: str, thread_id: str) -> Door:
+    """The door to a thread's records (its notebooks, beside the workspace; 404 for a thread the caller
+    does not own)."""
+    service = service_of(request)
+    service.thread(who, thread_id)
+    return Door(service.store.thread_dir(thread_id))
 
 
 def _workspace_door(request: Request, who: str, thread_id: str) -> Door:

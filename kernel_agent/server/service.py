@@ -23,18 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.config import AgentConfig
-from ..agent.data import prepare_data
 from ..errors import KernelAgentError, ServiceError
 from ..kernel.pool import KernelPool
 from .config import ServerConfig
 from .store import Record, Store, new_id
 from .threads import RunLog, ThreadRuntime, event_dict
 
-__all__ = ["NOTEBOOK", "Service"]
+__all__ = ["Service"]
 
 log = logging.getLogger(__name__)
 
-NOTEBOOK = "analysis.ipynb"
 _OPEN = ("queued", "running")
 
 
@@ -84,7 +82,10 @@ class Service:
 
     def recover(self) -> None:
         """Mark the runs a killed server left open as ``interrupted`` (their notebooks hold every
-        completed round), and close their event logs with a ``finished`` event."""
+        completed round), and close their event logs with a ``finished`` event. Notebooks an older
+        server kept in a workspace move beside it first."""
+        if moved := self.store.move_records_out():
+            log.info("moved %d notebooks out of thread workspaces", moved)
         for run in self.store.runs():
             if run["status"] not in _OPEN:
                 continue
@@ -229,7 +230,7 @@ class Service:
     async def _execute(self, run: Record, thread: Record, runtime: ThreadRuntime, files: list[Record],
                        run_log: RunLog) -> None:
         try:
-            await self._drive(run, runtime, files, run_log)
+            await self._drive(run, thread, runtime, files, run_log)
         except asyncio.CancelledError:
             run.update(status="cancelled", stop_reason="cancelled", error="cancelled")
             await runtime.settle()
@@ -243,18 +244,31 @@ class Service:
         finally:
             await self._finish(run, thread, runtime, run_log)
 
-    async def _drive(self, run: Record, runtime: ThreadRuntime, files: list[Record], run_log: RunLog) -> None:
-        notebook = runtime.workspace / NOTEBOOK
+    def _thread_files(self, thread: Record, latest: list[Path]) -> list[Path]:
+        """The uploads of every run of ``thread`` still on the server, one per file name (the latest wins)."""
+        by_name: dict[str, Path] = {}
+        for run in self.thread_runs(thread):
+            for file_id in run.get("file_ids", ()):
+                record = self.store.file(file_id)
+                if record is not None:
+                    by_name[record["filename"]] = self.store.file_content(record)
+        by_name.update({path.name: path for path in latest})
+        return list(by_name.values())
+
+    async def _drive(self, run: Record, thread: Record, runtime: ThreadRuntime, files: list[Record],
+                     run_log: RunLog) -> None:
+        notebook = self.store.notebook(runtime.thread_id)  # beside the workspace: out of the kernel's reach
         paths = [self.store.file_content(f) for f in files]
         agent = runtime.agent
-        if not notebook.exists():
+        if not await asyncio.to_thread(notebook.exists):
             stream = agent.stream(run["task"], paths, runtime.workspace, notebook)
         else:
             task = run["task"]
             if paths:
-                await asyncio.to_thread(prepare_data, paths, runtime.workspace)
                 task += "\n\nNew data files in the working directory: " + ", ".join(p.name for p in paths)
-            stream = agent.stream_resume(notebook, task, workspace=runtime.workspace, restore=not runtime.live)
+            # Every file of the thread from our own uploads, never read back from the live kernel's folder.
+            stream = agent.stream_resume(notebook, task, workspace=runtime.workspace, restore=not runtime.live,
+                                         data=self._thread_files(thread, paths))
         # A cancel can land here between two events (while one is written): closing the stream then
         # stops the running code and saves the notebook, as a cancel inside the agent does.
         async with contextlib.aclosing(stream) as events:

@@ -4,7 +4,8 @@ Owns the layout under the data dir and nothing else (no kernels, no HTTP)::
 
     DATA/files/<file-id>/meta.json + <name>      an upload under its (sanitised) file name
     DATA/threads/<thread-id>/thread.json         who owns it, its runs in order
-    DATA/threads/<thread-id>/workspace/          the kernel's cwd, its notebook, generated files
+    DATA/threads/<thread-id>/analysis.ipynb      its notebook (+ .clean.ipynb), out of the kernel's reach
+    DATA/threads/<thread-id>/workspace/          the kernel's cwd: data files, generated files
     DATA/runs/<run-id>/run.json                  a run's record (status, answer, files)
     DATA/runs/<run-id>/events.jsonl              every event of the run, one JSON line each
 
@@ -23,7 +24,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Store", "new_id"]
+from ..errors import KernelAgentError
+from ..kernel.door import Door
+
+__all__ = ["NOTEBOOK", "Store", "new_id"]
+
+NOTEBOOK = "analysis.ipynb"  # a thread's notebook, in its folder beside the workspace
 
 Record = dict[str, Any]
 
@@ -57,6 +63,26 @@ class Store:
 
     def workspace(self, thread_id: str) -> Path:
         return self.thread_dir(thread_id) / "workspace"
+
+    def notebook(self, thread_id: str) -> Path:
+        return self.thread_dir(thread_id) / NOTEBOOK
+
+    def move_records_out(self) -> int:
+        """Copy each thread's notebooks out of its workspace (where earlier servers kept them) to beside
+        it; return how many. Read through the door: a link there leads nowhere."""
+        moved = 0
+        for record in self.threads():
+            folder = Door(self.thread_dir(record["id"]))
+            for name in (NOTEBOOK, NOTEBOOK.replace(".ipynb", ".clean.ipynb")):
+                if folder.entry_kind(name) is not None:
+                    continue
+                try:
+                    _size, chunks = Door(folder.root / "workspace").stream(name)
+                    folder.write_from(name, chunks)
+                except (OSError, KernelAgentError):
+                    continue
+                moved += 1
+        return moved
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id

@@ -18,10 +18,11 @@ from typing import Any
 from ...errors import NotebookError
 from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
 from ...kernel.interface import Kernel, KernelFactory
-from ...kernel.workspace import default_workspace
+from ...kernel.workspace import check_outside, default_workspace, fresh_beside, recorded_workspace, records_beside
 from ...model.chat import ChatModel
+from ...notebook.claims import DataSources
 from ...notebook.html import export_html
-from ..data import data_summary, preload_code, prepare_data, recorded_data
+from ..data import data_summary, preload_code, prepare_data, stage_recorded
 from ..protocols import Protocol, get_protocol
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
@@ -46,19 +47,25 @@ async def stream_plan(
     without a readable state file, ``DataFileError``, ``ModelError`` and ``KernelError`` from below.
     Every finished node is on disk (state, notebook, report) before its ``NodeFinished`` is yielded.
     """
-    if resume is not None:
+    if resume is not None:  # the state is a claim too: its workspace is looked in only under its own folder
         notebook_path = Path(notebook or resume)
         state = await asyncio.to_thread(PlanState.load, state_path(resume))
-        root = Path(workspace) if workspace is not None else Path(resume).resolve().parent
-        if not root.is_dir():
-            raise NotebookError(f"the plan's workspace {root} is not a folder", path=str(resume))
-        files = await asyncio.to_thread(prepare_data, recorded_data(root, state.data_files), root)
+        given = Path(workspace) if workspace is not None else None
+        if given is not None and not given.is_dir():
+            raise NotebookError(f"the plan's workspace {given} is not a folder", path=str(resume))
+        root = given if given is not None else fresh_beside(Path(resume))
+        check_outside(notebook_path, root)
+        sources = DataSources.for_notebook(Path(resume), state.workspace, given)
+        files = await asyncio.to_thread(stage_recorded, sources, state.data_files, root)
+        state.workspace = recorded_workspace(root, notebook_path)
     else:
         root = Path(workspace) if workspace is not None else default_workspace(task)
+        notebook_path = Path(notebook) if notebook is not None else records_beside(root)
+        check_outside(notebook_path, root)
         files = await asyncio.to_thread(prepare_data, list(data), root)
-        notebook_path = Path(notebook) if notebook is not None else root / "plan.ipynb"
         setup = preload_code(files) if preload else "%matplotlib inline\n"
-        state = PlanState(state_path(notebook_path), task, {}, {}, tuple(f.name for f in files), setup)
+        state = PlanState(state_path(notebook_path), task, {}, {}, tuple(f.name for f in files), setup,
+                          workspace=recorded_workspace(root, notebook_path))
     async with session_factory(root) as session:
         setup = await session.execute(state.setup_code, options.exec_timeout)
         if state.plan:
@@ -75,10 +82,10 @@ async def stream_plan(
         yield PlanReady(tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes))
         protocol = protocol or get_protocol("tools")
         async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path,
-                                      str(root.resolve())):
+                                      state.workspace):
             yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
-        await asyncio.to_thread(write_outputs, state, nodes, notebook_path, str(root.resolve()))
+        await asyncio.to_thread(write_outputs, state, nodes, notebook_path, state.workspace)
         html = await asyncio.to_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
         yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html))
 

@@ -92,6 +92,7 @@ class PlanState:
     setup_code: str = ""
     setup_outputs: tuple[dict[str, Any], ...] = ()
     results: dict[str, NodeResult] = field(default_factory=dict)
+    workspace: str = ""  # as the notebook records it (``recorded_workspace``): a claim, never an order
 
     def record(self, result: NodeResult) -> None:
         """Keep ``result`` and persist the whole state at once. Raises ``OSError`` when it cannot be written."""
@@ -103,7 +104,7 @@ class PlanState:
         document = {"kernel_agent_plan": 1, "task": self.task, "plan": self.plan, "budgets": self.budgets,
                     "data_files": list(self.data_files), "setup_code": self.setup_code,
                     "setup_outputs": list(self.setup_outputs),
-                    "results": {k: asdict(v) for k, v in self.results.items()}}
+                    "results": {k: asdict(v) for k, v in self.results.items()}, "workspace": self.workspace}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".plan-", suffix=".tmp")
         try:
@@ -128,4 +129,5 @@ class PlanState:
             raise NotebookError(f"{path} is not a kernel-agent plan state", path=str(path))
         results = {k: NodeResult.from_dict(v) for k, v in data.get("results", {}).items()}
         return cls(path, data["task"], data["plan"], data["budgets"], tuple(data.get("data_files", ())),
-                   data.get("setup_code", ""), tuple(data.get("setup_outputs", ())), results)
+                   data.get("setup_code", ""), tuple(data.get("setup_outputs", ())), results,
+                   str(data.get("workspace") or ""))

@@ -9,8 +9,8 @@ applied inside by ``inside/launcher.py``), the kernel's environment
 
 The view, in the order bwrap builds it (later mounts cover earlier ones):
 
-* new user, PID, IPC, UTS and cgroup namespaces, plus a network namespace
-  (only its own loopback) when the network is off; uid/gid 1000 inside, no
+* new user, PID, IPC, UTS, cgroup and network namespaces (the network: only
+  its own loopback, unless ``network.py``'s pasta serves it); uid/gid 1000 inside, no
   capabilities, ``--new-session`` (no terminal injection), and
   ``--die-with-parent``: when the agent dies, bwrap dies, and with it PID 1
   of the namespace, which takes every process inside along;
@@ -158,7 +158,7 @@ def protected_files(workspace: Path) -> tuple[Path, ...]:
 
 def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
     """The ``bwrap ... --`` prefix that runs a command inside ``view`` (the command goes after it)."""
-    argv = [str(binary), "--unshare-all", *(() if not view.network else ("--share-net",)),
+    argv = [str(binary), "--unshare-all",  # the network too: with it on, pasta serves this namespace
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--cap-drop", "ALL",
             "--die-with-parent", "--new-session", "--hostname", "kernel"]
     argv += _system_mounts()

@@ -1,0 +1,83 @@
+"""Start a bubblewrap sandbox, give its network namespace user-mode networking, then let it run.
+
+Run by the kernel's launch command when the network is on (``network.py`` builds the command); host
+side, standard library only, started as ``python -I -S pasta_launch.py PASTA -- BWRAP-ARGV...``:
+
+1. start bwrap with ``--info-fd`` (it reports its sandbox's pid) and ``--block-fd`` (the sandboxed
+   command waits until we say go), so the kernel never runs without its network set up;
+2. attach ``pasta`` to that sandbox's network namespace only (``--netns-only``: pasta joins no user
+   namespace; pasta 2023's own spawn mode cannot map users when run as root), with no port forwarded
+   either way and the gateway not mapped to the host, so the namespace's 127.0.0.1 is its own;
+3. unblock the sandbox, forward SIGTERM/SIGINT/SIGHUP to bwrap, and exit with bwrap's status.
+
+pasta runs in the background until the namespace is gone (when the sandbox ends). If this process is
+killed, bwrap's ``--die-with-parent`` ends the sandbox, and with it pasta. Exit status 125 with a
+message on stderr when the network cannot be set up: the kernel then never starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+SETUP_FAILED = 125
+
+
+def pasta_options(binary: str) -> list[str]:
+    """pasta's options around a namespace path: a network of its own, nothing forwarded, no way back."""
+    return [binary, "--config-net", "--quiet", "--runas", str(os.getuid()), "-t", "none", "-u", "none",
+            "-T", "none", "-U", "none", "--no-map-gw", "--netns-only", "--netns"]
+
+
+def _info(fd: int) -> dict[str, object]:
+    data = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        data += chunk
+        try:
+            return json.loads(data)
+        except ValueError:
+            if not chunk:
+                raise RuntimeError("bubblewrap ended before it reported its sandbox") from None
+
+
+def main(argv: list[str]) -> int:
+    pasta, separator, *bwrap = argv
+    if separator != "--" or not bwrap:
+        sys.stderr.write("usage: pasta_launch.py PASTA -- BWRAP [OPTIONS] -- COMMAND\n")
+        return SETUP_FAILED
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    sandbox = subprocess.Popen([bwrap[0], "--info-fd", str(info_w), "--block-fd", str(block_r), *bwrap[1:]],
+                               pass_fds=(info_w, block_r))
+    os.close(info_w)
+    os.close(block_r)
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, lambda signum, _frame: sandbox.send_signal(signum))
+    try:
+        pid = _info(info_r)["child-pid"]
+        done = subprocess.run([*pasta_options(pasta), f"/proc/{pid}/ns/net"], capture_output=True, check=False)
+        if done.returncode != 0:
+            said = [line for line in done.stderr.decode(errors="replace").splitlines() if "syslog" not in line]
+            raise RuntimeError(f"pasta could not set up the sandbox's network: {'; '.join(said) or done.returncode}")
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        sys.stderr.write(f"{exc}\n")
+        sandbox.kill()
+        sandbox.wait()
+        return SETUP_FAILED
+    finally:
+        os.close(info_r)
+    os.write(block_w, b"go")
+    os.close(block_w)
+    status = sandbox.wait()
+    if status < 0:  # ended by a signal: end the same way, so whoever waits on us sees what happened
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    return status if status >= 0 else 128 - status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
