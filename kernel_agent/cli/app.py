@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from .._version import __version__
-from ..agent.config import PROTOCOLS
+from ..agent.names import DATA_FORMATS, PROTOCOLS
 from ..errors import ConfigError, KernelAgentError, NotebookError
 from ..redact import read_secret
 from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job
@@ -87,7 +87,7 @@ def _model_options(function: F) -> F:
         click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds each code execution may take [default: 120]."),
         click.option("--vision", is_flag=True, help="Send figures back to the model as images (tools protocol)."),
         click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."),
-        click.option("--data-format", type=click.Choice(["files", "rich"]), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
+        click.option("--data-format", type=click.Choice(DATA_FORMATS), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
         click.option("--vllm-extras/--no-vllm-extras", default=None, help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS]."),
         click.option("--disk-quota", type=click.IntRange(min=0), metavar="MB", help="How much the workspace may grow during the run; each file the code writes is capped at it too; 0: off [default: 1024]."),
         click.option("--max-new-tokens", type=click.IntRange(min=1), metavar="N", help="deepanalyze protocol: the max_new_tokens vLLM extra [default: 32768]."),
