@@ -46,6 +46,7 @@ BENCHMARKS = [
     "bench_kernels",
     "bench_stream",
     "bench_door",
+    "bench_startup",
 ]
 
 FAILED_EXIT = 1

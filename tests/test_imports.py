@@ -39,7 +39,8 @@ def test_import_kernel_agent_loads_no_front_end_or_sdk() -> None:
 
 
 def test_the_cli_loads_neither_ipython_nor_the_sdk() -> None:
-    assert imported_by("import kernel_agent.cli") == ["click", "rich"]
+    # rich too waits for a command that renders (tests/test_startup_imports.py holds the rest).
+    assert imported_by("import kernel_agent.cli") == ["click"]
 
 
 def test_all_is_the_documented_api_and_every_name_resolves() -> None:

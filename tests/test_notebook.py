@@ -382,9 +382,27 @@ def test_write_keeps_the_old_file_when_the_rename_fails(tmp_path: Path, monkeypa
 def test_write_refuses_an_invalid_notebook(tmp_path: Path) -> None:
     nb = build_notebook(make_run())
     nb.cells[1].execution_count = "1"
-    with pytest.raises(NotebookError, match="invalid notebook"):
+    with pytest.raises(NotebookError, match="invalid notebook") as raised:
         write_notebook(nb, tmp_path / "run.ipynb")
     assert list(tmp_path.iterdir()) == []
+    assert "'1' is not of type 'integer'" in str(raised.value)  # jsonschema's message, naming the field
+
+
+def test_saves_validate_on_the_fast_backend_whatever_the_environment_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NBFORMAT_VALIDATOR", "jsonschema")
+    nb = build_notebook(make_run())  # the test's own outputs (new_output) validate as the environment says
+    used: list[str] = []
+    real = nbformat.validator.get_validator
+
+    def spy(*args: object, **kwargs: object) -> object:
+        validator = real(*args, **kwargs)
+        used.append(validator.name)
+        return validator
+
+    monkeypatch.setattr(nbformat.validator, "get_validator", spy)
+    write_notebook(nb, tmp_path / "run.ipynb")
+    assert used == ["fastjsonschema"]
 
 
 # -- goldens ---------------------------------------------------------------------------------------

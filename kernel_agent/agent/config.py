@@ -13,18 +13,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Any
 
 from ..errors import ConfigError
 from ..kernel.providers.gateway.settings import GatewaySettings
 from ..kernel.sandbox.bwrap import SandboxMode
 from ..kernel.sandbox.limits import Limits
-from .protocols.prompts import DATA_FORMATS, DataFormat
+from .names import DATA_FORMATS, PROTOCOLS, DataFormat, ProtocolName
 
 __all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]
 
-ProtocolName = Literal["tools", "tags", "deepanalyze"]
-PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
 
 _ENV = {
     "model": "KERNEL_AGENT_MODEL",

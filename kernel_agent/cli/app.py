@@ -6,6 +6,11 @@ or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
 ``ModelError`` or ``KernelError`` exits 1, never with a traceback. Exit
 codes of runs come from ``drive``: 0 answer, 1 no answer, 130 Ctrl-C,
 143 SIGTERM. No analysis logic lives here.
+
+Start-up stays light: at import this module loads click and the option
+definitions only; the agent, kernels, notebooks, rich and the servers are
+imported inside the command that uses them, so ``--help``, ``--version`` and
+every ``COMMAND --help`` answer at once (``tests/test_startup_imports.py``).
 """
 
 from __future__ import annotations
@@ -15,19 +20,19 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from .._version import __version__
-from ..agent.config import NO_MODEL_HELP, PROTOCOLS, AgentConfig
+from ..agent.names import DATA_FORMATS, PROTOCOLS
 from ..errors import ConfigError, KernelAgentError, NotebookError
 from ..redact import read_secret
-from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job, drive
+from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job
 from .logs import hide_in_logs, install_log_handler
-from .render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
+
+if TYPE_CHECKING:
+    from .render import Renderer
 
 __all__ = ["cli", "main"]
 
@@ -82,7 +87,7 @@ def _model_options(function: F) -> F:
         click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds each code execution may take [default: 120]."),
         click.option("--vision", is_flag=True, help="Send figures back to the model as images (tools protocol)."),
         click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."),
-        click.option("--data-format", type=click.Choice(["files", "rich"]), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
+        click.option("--data-format", type=click.Choice(DATA_FORMATS), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
         click.option("--vllm-extras/--no-vllm-extras", default=None, help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS]."),
         click.option("--disk-quota", type=click.IntRange(min=0), metavar="MB", help="How much the workspace may grow during the run; each file the code writes is capped at it too; 0: off [default: 1024]."),
         click.option("--max-new-tokens", type=click.IntRange(min=1), metavar="N", help="deepanalyze protocol: the max_new_tokens vLLM extra [default: 32768]."),
@@ -161,6 +166,10 @@ def _agent_arguments(options: dict[str, Any], task: str | None = None) -> dict[s
 
 
 def _renderer(quiet: bool, as_json: bool) -> Renderer:
+    from rich.console import Console
+
+    from .render import JsonRenderer, LiveRenderer, QuietRenderer
+
     if quiet and as_json:
         raise click.UsageError("--quiet and --json cannot be used together")
     if as_json:
@@ -171,6 +180,8 @@ def _renderer(quiet: bool, as_json: bool) -> Renderer:
 
 
 def _run(make_agent: Callable[[], Any], job: Job, renderer: Renderer) -> int:
+    from .drive import drive
+
     try:
         with _edge():
             agent = make_agent()
@@ -335,7 +346,10 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
     written for this dataset and shipped with kernel-agent, and says so on screen and in the notebook:
     the code still really runs in a live kernel, so every number and figure is real.
     """
+    from rich.text import Text
+
     from .demo import demo_agent, demo_job, epilogue
+    from .render import LiveRenderer
 
     renderer = _renderer(quiet, as_json)
     live = renderer if isinstance(renderer, LiveRenderer) else None
@@ -368,6 +382,9 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **
     Exits 1 when a cell's outputs differ from the recorded ones (with --check) or a cell fails,
     2 when the notebook or its data files cannot be found.
     """
+    from rich.console import Console
+
+    from ..agent.config import AgentConfig
     from ..notebook.replay import replay as replay_notebook
     from .show import show_replay
 
@@ -390,6 +407,9 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **
 @click.option("--transcript", is_flag=True, help="Print the run as DeepAnalyze's tagged transcript (<Analyze>, <Code>, <Execute>, <Answer>) instead.")
 def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> None:
     """Review a run in the terminal: reasoning, code, outputs, status and timing per round, the answer."""
+    from rich.console import Console
+    from rich.text import Text
+
     from ..notebook.load import load_run
     from .show import export_html, show_run
 
@@ -425,6 +445,7 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
           max_live_kernels: int, idle_ttl: float, max_upload_mb: float, pool_size: int, **options: Any) -> None:
     """Serve the agent over HTTP: the web page at /, the native runs API and a DeepAnalyze/OpenAI-compatible
     /v1/chat/completions, with a live kernel per thread. Clients send ``Authorization: Bearer KEY``."""
+    from ..agent.config import NO_MODEL_HELP, AgentConfig
     from ..server.config import ServerConfig, check_host, load_keys
     from ..server.run import serve as run_server
 
@@ -461,6 +482,7 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
     """
     import functools
 
+    from ..agent.config import AgentConfig
     from ..kernel.session import AsyncKernelSession
     from ..kernel.workspace import default_workspace
     from ..mcp.server import McpOptions, serve

@@ -16,10 +16,11 @@ import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..agent.loop import AsyncAgent
-from .render import Renderer
+if TYPE_CHECKING:
+    from ..agent.loop import AsyncAgent
+    from .render import Renderer
 
 __all__ = ["EXIT_ANSWER", "EXIT_INTERRUPTED", "EXIT_NO_ANSWER", "EXIT_TERMINATED", "EXIT_USAGE", "Job", "drive"]
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
+
+from ..names import DATA_FORMATS, DataFormat
 
 __all__ = [
     "DATA_FORMATS",
@@ -35,8 +37,6 @@ __all__ = [
 ]
 
 
-DataFormat = Literal["files", "rich"]
-DATA_FORMATS: tuple[str, ...] = ("files", "rich")
 
 
 @dataclass(frozen=True)
