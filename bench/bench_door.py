@@ -1,4 +1,4 @@
-"""Issue 21's benchmark: what the door costs (``kernel/door.py``). ``NAME`` and ``PARTS`` for ``run.py``.
+"""Issue 21's benchmark: what the door and the network of its own cost. ``NAME`` and ``PARTS`` for ``run.py``.
 
 * ``download``: a generated file read whole in 1 MB chunks, as the service streams a download:
   through ``Door.stream`` (open the workspace fd, ``openat2`` without links, ``fstat``, read the fd)
@@ -7,6 +7,10 @@
 * ``artifacts``: what a round's artifact collection does, listing a workspace of 2,000 files in 40
   folders through ``Door.listing`` (directory fds, no link followed) against the ``os.walk`` + ``stat``
   the agent used before the door.
+
+* ``network``: a sandboxed session's start to its first ``1`` answered, with the network on (its own
+  namespace behind pasta, ``kernel/sandbox/network.py``) against off (bubblewrap's empty namespace).
+  Information: the price of asking for ``--network``.
 
 Each side runs alternately on the same files after a warm-up (page cache warm on both).
 """
@@ -103,4 +107,19 @@ def artifacts(quick: bool) -> list[Row]:
                 max_ratio=1.05)]
 
 
-PARTS = {"download": download, "artifacts": artifacts}
+def network(quick: bool) -> list[Row]:
+    from kernel_agent.kernel.sandbox.limits import Limits
+    from kernel_agent.kernel.session_sync import KernelSession
+
+    def start(on: bool) -> Callable[[], object]:
+        def run() -> object:
+            with tempfile.TemporaryDirectory(prefix="kernel-agent-bench-net-") as folder:
+                with KernelSession(Path(folder), limits=Limits(network=on)) as session:
+                    return session.execute("1").result_text
+        return run
+
+    ours, theirs = _alternate(start(True), start(False), 3 if quick else 7, 1)
+    return [Row("session start to first result, network on (pasta) vs off", ours, theirs)]
+
+
+PARTS = {"download": download, "artifacts": artifacts, "network": network}

@@ -10,6 +10,7 @@ import pytest
 from openai_server import OpenAIServer, Reply
 
 from kernel_agent import Agent
+from kernel_agent.notebook.export import clean_path
 
 pytestmark = pytest.mark.kernel
 
@@ -25,7 +26,7 @@ def test_a_later_cell_updates_an_earlier_cells_display(openai_server: OpenAIServ
     assert first is not None and second is not None
     assert [update.display_id for update in second.display_updates] == ["progress"]
     assert second.stdout == "updated\n" and len(second.outputs) == 1  # the update is not an output of its own
-    for path in (run.notebook_path, run.notebook_path.with_name("analysis.clean.ipynb")):  # type: ignore[union-attr]
+    for path in (run.notebook_path, clean_path(run.notebook_path)):  # type: ignore[arg-type]
         nb = nbformat.read(path, as_version=4)
         cell = next(c for c in nb.cells if c.id == "round-1-code")
         assert [o["data"]["text/plain"] for o in cell.outputs] == ["'step 3 of 3'", "'untouched'"]

@@ -9,6 +9,7 @@ shared per module where the cases allow: ``steady`` never restarts,
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -197,6 +198,37 @@ def test_sys_exit_is_an_error_and_the_kernel_lives(steady: KernelSession) -> Non
     assert steady.execute("exit_state").result_text == "5"
 
 
+FLOOD_RSS = """
+import json, resource, sys, tempfile
+from pathlib import Path
+from kernel_agent.kernel.session_sync import KernelSession
+with KernelSession(Path(tempfile.mkdtemp(prefix="flood-"))) as session:
+    session.execute("x = 1")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = session.execute(sys.argv[1], 300)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    kept = sum(len(json.dumps(o)) for o in result.outputs)
+    print(json.dumps({"grew_mb": (after - before) / 1024, "status": result.status, "dropped": result.dropped_chars,
+                      "kept": kept, "llm": result.to_llm_text()[-400:]}))
+"""
+
+
+@pytest.mark.parametrize("code", [
+    "print('x' * 400_000_000)",
+    "import sys\nfor _ in range(400):\n    sys.stdout.write('y' * 1_000_000)",
+    "from IPython.display import HTML, display\nfor _ in range(300):\n    display(HTML('<p>' + 'z' * 1_000_000 + '</p>'))",
+], ids=["one-400MB-print", "400x1MB-writes", "300x1MB-HTML"])
+def test_a_flood_raises_the_hosts_peak_memory_by_little(code: str, tmp_path: Path) -> None:
+    """One byte budget per execution, all outputs together: the peak resident memory of the process holding
+    the session (a fresh one, so ru_maxrss is this execution's) grows by well under 100 MB, not by the flood."""
+    done = subprocess.run([sys.executable, "-c", FLOOD_RSS, code], capture_output=True, text=True, timeout=600,
+                          check=True, cwd=tmp_path)
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["status"] == "ok" and report["dropped"] > 250_000_000
+    assert report["kept"] < 11_000_000 and "not" in report["llm"]  # what was dropped is said
+    assert report["grew_mb"] < 100, report
+
+
 def test_input_is_an_error_not_a_hang(steady: KernelSession) -> None:
     result = steady.execute("input('name? ')", timeout=30)
     assert result.status == "error"
@@ -208,9 +240,10 @@ def test_hundred_megabytes_printed_are_capped(steady: KernelSession) -> None:
     result = steady.execute("for _ in range(100):\n    print('x' * 10**6)\nprint('the end')", timeout=60)
     assert result.status == "ok"
     assert result.dropped_chars > 89_000_000
-    assert len(result.stdout) < steady.async_session.caps.max_text_chars + 10_000
-    assert result.stdout.rstrip().endswith("the end")
-    assert len(result.to_llm_text()) < 7000
+    assert len(result.stdout) < steady.async_session.caps.max_output_bytes + 10_000
+    note = result.outputs[-1]["data"]["text/plain"]  # the kernel's own cap says what it did not send
+    assert "were not sent" in note and note.rstrip(" ]\n").endswith("the end")
+    assert len(result.to_llm_text()) < 7000 and "the end" in result.to_llm_text()
     assert steady.execute("'fine'").result_text == "'fine'"
 
 

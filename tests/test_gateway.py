@@ -77,7 +77,7 @@ def test_state_images_input_and_errors_behave_alike(tmp_path: Path, where: dict[
 
 
 def test_output_cap_applies(tmp_path: Path, where: dict[str, object]) -> None:
-    with KernelSession(tmp_path, caps=OutputCaps(max_text_chars=20_000), **where) as session:
+    with KernelSession(tmp_path, caps=OutputCaps(max_output_bytes=20_000), **where) as session:
         result = session.execute("print('x' * 50_000)")
         assert result.status == "ok" and result.dropped_chars > 20_000
 

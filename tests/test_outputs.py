@@ -94,11 +94,28 @@ def test_carriage_returns_resolve_like_a_terminal() -> None:
 
 
 def test_text_cap_keeps_head_and_tail_and_counts() -> None:
-    collector = collect([stream("h" * 60), stream("m" * 10_000), stream("the end\n")], OutputCaps(max_text_chars=100))
+    collector = collect([stream("h" * 60), stream("m" * 10_000), stream("the end\n")], OutputCaps(max_output_bytes=100))
     text = "".join(o["text"] for o in collector.outputs)
     assert text.startswith("h" * 60) and text.endswith("the end\n")
     assert collector.dropped_chars == 60 + 10_000 + 8 - 100
     assert "output cap of 100 characters reached" in text
+
+
+def test_one_budget_for_text_and_every_display() -> None:
+    """Displays and streams share the budget: a display past it is not kept (counted, said), an update that
+    would grow past it is not applied, and the kernel's own note of what it did not send is always kept."""
+    big = {"text/html": "<p>" + "z" * 60 + "</p>"}
+    not_sent = msg("display_data", {"data": {"text/plain": "[kernel-agent: ... were not sent]"},
+                                    "metadata": {"kernel_agent": {"output_not_sent": 5000}}, "transient": {}})
+    update = msg("update_display_data", {"data": {"text/plain": "u" * 500}, "metadata": {},
+                                         "transient": {"display_id": "d1"}})
+    collector = collect([stream("a" * 40), display({"text/plain": "small"}, "d1"), display(big), display(big),
+                         update, not_sent], OutputCaps(max_output_bytes=120))
+    kinds = [o["output_type"] for o in collector.outputs]
+    assert kinds == ["stream", "display_data", "display_data", "display_data", "stream"]
+    assert collector.outputs[1]["data"]["text/plain"] == "small"  # the update past the budget was not applied
+    assert collector.dropped_displays == 2 and collector.dropped_chars == 67 + 500 + 5000
+    assert "2 displays among them" in collector.outputs[-1]["text"]
 
 
 def test_image_cap_counts_what_it_drops() -> None:

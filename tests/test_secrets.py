@@ -143,7 +143,7 @@ def test_a_run_leaves_the_key_in_no_artifact(openai_server: OpenAIServer, tmp_pa
     openai_server.add(HTTPError(401, f"Incorrect API key provided: {KEY}.", type="invalid_request_error"))
     key_file = tmp_path / "key.txt"
     key_file.write_text(KEY + "\n")
-    workspace, notebook = tmp_path / "ws", tmp_path / "ws" / "run.ipynb"
+    workspace, notebook = tmp_path / "ws", tmp_path / "run.ipynb"
     command = [sys.executable, "-m", "kernel_agent.cli", "run", "Find the key", "--model", "m",
                "--base-url", openai_server.base_url, "--api-key-file", str(key_file),
                "--workspace", str(workspace), "--out", str(notebook), "--json"]

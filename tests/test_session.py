@@ -158,7 +158,7 @@ def test_rebuild_reruns_successful_cells_after_death(tmp_path: Path) -> None:
 
 
 def test_huge_print_is_capped(tmp_path: Path) -> None:
-    caps = OutputCaps(max_text_chars=1_000_000)
+    caps = OutputCaps(max_output_bytes=1_000_000)
     with KernelSession(tmp_path, caps=caps) as session:
         result = session.execute("print('x' * 50_000_000)\nprint('the end')", timeout=60)
     assert result.status == "ok"

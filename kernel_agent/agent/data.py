@@ -38,6 +38,7 @@ __all__ = [
     "identifier",
     "preload_code",
     "preload_description",
+    "opened_beside",
     "prepare_data",
     "stage_recorded",
     "summarize",
@@ -286,6 +287,22 @@ def preload_code(files: Sequence[DataFile | str], *, seaborn: bool = True) -> st
     if len(pairs) > 1 or len(arguments) > 60:
         arguments = "\n" + "".join(f"    {pair},\n" for pair in pairs)
     return _SETUP.format(seaborn=_SEABORN if seaborn else "", seed=SEED, arguments=arguments)
+
+
+def opened_beside(setup: str, workspace: str | None) -> str:
+    """``setup`` with a first step for the notebook opened in Jupyter, where the kernel starts in the
+    notebook's folder, beside the run's workspace: go into the workspace, where the data files and the
+    files the code wrote are. A no-op in the agent's own kernel (already there) and in ``replay``
+    (the data is staged where it starts). After the leading magics; unchanged when ``workspace`` is None."""
+    if not workspace:
+        return setup
+    lines = setup.splitlines(keepends=True)
+    magics = 0
+    while magics < len(lines) and lines[magics].startswith("%"):
+        magics += 1
+    step = (f"import os\nif os.path.isdir({json.dumps(workspace)}):  # opened in Jupyter beside the run's workspace: "
+            f"work there\n    os.chdir({json.dumps(workspace)})\n")
+    return "".join(lines[:magics]) + step + "".join(lines[magics:])
 
 
 def preload_description(files: Sequence[DataFile | str], *, seaborn: bool = True) -> str:

@@ -43,7 +43,7 @@ from ..events import (
 from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside
+from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside, workspace_from
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.export import clean_path, warm_up
 from ..notebook.claims import DataSources
@@ -52,7 +52,15 @@ from ..notebook.writer import RunWriter
 from ..records import Round, Run, RunInfo, Usage
 from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, preload_code, preload_description, prepare_data, stage_recorded
+from .data import (
+    DataFile,
+    data_summary,
+    opened_beside,
+    preload_code,
+    preload_description,
+    prepare_data,
+    stage_recorded,
+)
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
@@ -335,6 +343,7 @@ class AsyncAgent:
         setup_code = preload_code(files) if self.config.preload else "%matplotlib inline\n"
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
+        setup_code = opened_beside(setup_code, workspace_from(notebook, root))
         # While the kernel runs the setup cell, this process is idle: compile the notebook validator then.
         setup, _ = await asyncio.gather(session.execute(setup_code, self.config.exec_timeout),
                                         asyncio.to_thread(warm_up))

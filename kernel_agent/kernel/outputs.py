@@ -12,6 +12,7 @@ notebook is validated whole when it is written.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from nbformat import NotebookNode
 
 from ..result import DisplayUpdate, ErrorInfo, strip_ansi
 
-__all__ = ["OutputCaps", "OutputCollector", "output_node", "resolve_carriage_returns"]
+__all__ = ["OutputCaps", "OutputCollector", "data_size", "output_node", "resolve_carriage_returns"]
 
 _TAIL_KEEP = 4096
 _FIELDS = {
@@ -43,12 +44,16 @@ def output_node(msg_type: str, content: dict[str, Any]) -> NotebookNode:
 class OutputCaps:
     """How much of one execution's output is kept in memory.
 
-    ``max_text_chars`` bounds stream text (what a runaway ``print`` sends);
-    beyond it only the last few KB are kept, after a marker that says how much
-    was dropped. ``max_images`` bounds figures kept per execution.
+    ``max_output_bytes`` is one budget for everything an execution shows: stream
+    text and every display/result's data, all mime types (counted in characters
+    of their JSON strings). The kernel itself sends no more than that per cell
+    (``inside/output_cap.py``); here, whatever arrives past it is dropped as it
+    is read: stream text keeps its last few KB after a marker, a display past
+    the budget is not kept, and the result says how much was dropped.
+    ``max_images`` bounds figures kept per execution.
     """
 
-    max_text_chars: int = 10_000_000
+    max_output_bytes: int = 10_000_000
     max_images: int = 50
 
 
@@ -63,8 +68,10 @@ class OutputCollector:
         self.error: ErrorInfo | None = None
         self.started = False  # busy/execute_input seen: the code is running
         self.idle = False
-        self.dropped_chars = 0
+        self.dropped_chars = 0  # characters of output not kept: stream text and display data
         self.dropped_images = 0
+        self.dropped_displays = 0
+        self._not_sent = 0  # of dropped_chars, what the kernel's own cap did not send
         self._kept_chars = 0
         self._dropped_tail = ""
         self._clear_pending = False
@@ -100,10 +107,12 @@ class OutputCollector:
         for out in self.outputs:
             if out["output_type"] == "stream":
                 out["text"] = resolve_carriage_returns(out["text"])
-        if self.dropped_chars:
+        if self.dropped_chars > self._not_sent:  # we dropped some ourselves (the kernel's note says its own part)
+            displays = f" ({self.dropped_displays} displays among them)" if self.dropped_displays else ""
+            tail = f"; the last {len(self._dropped_tail)} of the text follow" if self._dropped_tail else ""
             marker = (
-                f"\n[kernel-agent: output cap of {self.caps.max_text_chars} characters reached; "
-                f"{self.dropped_chars} characters not kept; the last {len(self._dropped_tail)} follow]\n"
+                f"\n[kernel-agent: output cap of {self.caps.max_output_bytes} characters reached; "
+                f"{self.dropped_chars - self._not_sent} characters not kept{displays}{tail}]\n"
             )
             self.outputs.append(_stream("stdout", marker + self._dropped_tail))
         if self.dropped_images:
@@ -138,7 +147,7 @@ class OutputCollector:
         if kind == "stream":
             self._on_stream(content.get("name", "stdout"), content.get("text", ""))
             return
-        not_rendered = _figures_not_rendered(content)
+        not_rendered = _marker(content, "figures_not_rendered")
         if not_rendered:
             self.dropped_images += not_rendered  # the kernel's figure cap closed them unrendered
             return
@@ -147,6 +156,15 @@ class OutputCollector:
             if sum("image/png" in o.get("data", {}) for o in self.outputs) >= self.caps.max_images:
                 self.dropped_images += 1
                 return
+        size = data_size(data)
+        not_sent = _marker(content, "output_not_sent")  # the kernel's own cap says what it did not send
+        self.dropped_chars += not_sent
+        self._not_sent += not_sent
+        if kind != "error" and not not_sent and self._kept_chars + size > self.caps.max_output_bytes:
+            self.dropped_chars += size
+            self.dropped_displays += 1
+            return
+        self._kept_chars += size
         output = output_node(kind, content)
         display_id = content.get("transient", {}).get("display_id")
         if display_id:
@@ -154,7 +172,7 @@ class OutputCollector:
         self.outputs.append(output)
 
     def _on_stream(self, name: str, text: str) -> None:
-        room = self.caps.max_text_chars - self._kept_chars
+        room = self.caps.max_output_bytes - self._kept_chars
         if room <= 0:
             self._drop(text)
             return
@@ -186,15 +204,39 @@ class OutputCollector:
             # Shown by an earlier execution: the notebook export updates that cell, as Jupyter does.
             self.display_updates.append(DisplayUpdate(display_id, content.get("data", {}), content.get("metadata", {})))
             return
+        data = content.get("data", {})
         for index in self._display_index[display_id]:
             out = self.outputs[index]
-            out["data"] = content.get("data", {})
+            grown = data_size(data) - data_size(out["data"])
+            if self._kept_chars + grown > self.caps.max_output_bytes:
+                self.dropped_chars += data_size(data)
+                self.dropped_displays += 1
+                continue
+            self._kept_chars += grown
+            out["data"] = data
             out["metadata"] = content.get("metadata", {})
 
 
-def _figures_not_rendered(content: dict[str, Any]) -> int:
+def data_size(data: Any) -> int:
+    """What a display's data weighs against the output budget: the characters of its values (a JSON
+    value by its compact encoding)."""
+    if not isinstance(data, dict):
+        return 0
+    total = 0
+    for value in data.values():
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, list):  # nbformat's multi-line strings
+            total += sum(len(part) for part in value if isinstance(part, str))
+        else:
+            total += len(json.dumps(value, default=str, separators=(",", ":")))
+    return total
+
+
+def _marker(content: dict[str, Any], key: str) -> int:
+    """A count the kernel's caps (``inside/``) put in a display's metadata; 0 when there is none."""
     marker = (content.get("metadata") or {}).get("kernel_agent")
-    count = marker.get("figures_not_rendered") if isinstance(marker, dict) else None
+    count = marker.get(key) if isinstance(marker, dict) else None
     return count if isinstance(count, int) and count > 0 else 0
 
 

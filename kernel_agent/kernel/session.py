@@ -84,7 +84,8 @@ class AsyncKernelSession:
         if provider is None:
             provider = LocalProvider(
                 self.local_folder, kernel_name=kernel_name or KERNEL_NAME, env=env, allow_env=allow_env,
-                startup_timeout=startup_timeout, max_images=self.caps.max_images, limits=limits,
+                startup_timeout=startup_timeout, max_images=self.caps.max_images,
+                max_output_bytes=self.caps.max_output_bytes, limits=limits,
             )
         self.kernel_name = kernel_name or getattr(provider, "kernel_name", None) or "default"
         self.provider = provider

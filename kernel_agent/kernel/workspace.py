@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..result import Artifact
 from .door import Door
 
-__all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "recorded_workspace",
+__all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "workspace_from", "recorded_workspace",
            "records_beside",
            "snapshot"]
 
@@ -58,6 +58,15 @@ def recorded_workspace(workspace: Path, notebook: Path) -> str:
     ``resume`` and ``replay`` may follow there, never further), else absolute (shown, never used)."""
     folder, beside = Path(os.path.abspath(workspace)), Path(os.path.abspath(notebook)).parent
     return folder.relative_to(beside).as_posix() if folder.is_relative_to(beside) else str(folder)
+
+
+def workspace_from(notebook: Path, workspace: Path) -> str | None:
+    """The workspace as a plain relative path from the notebook's folder, when it is under it (a run's
+    default layout); None otherwise."""
+    folder, beside = Path(os.path.abspath(workspace)), Path(os.path.abspath(notebook)).parent
+    if folder == beside or not folder.is_relative_to(beside):
+        return None
+    return folder.relative_to(beside).as_posix()
 
 
 def check_outside(record: Path, workspace: Path) -> None:

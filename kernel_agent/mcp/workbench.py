@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Literal
 
 from .._loop import in_thread
-from ..agent.data import DataFile, data_summary, preload_code
+from ..agent.data import DataFile, data_summary, opened_beside, preload_code
 from ..errors import KernelError, SessionClosedError
 from ..kernel.door import Door, plain_parts
 from ..kernel.partial import OutputCallback
 from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import check_outside, records_beside
+from ..kernel.workspace import check_outside, records_beside, workspace_from
 from ..notebook.export import build_notebook, clean_path, export_run, notebook_text
 from ..records import Round, Run, RunInfo
 from ..result import ExecutionResult
@@ -93,7 +93,8 @@ class Workbench:
 
     @property
     def setup_code(self) -> str:
-        return preload_code(self.files) if self.files else "%matplotlib inline\n"
+        setup = preload_code(self.files) if self.files else "%matplotlib inline\n"
+        return opened_beside(setup, workspace_from(self.notebook, self.workspace))
 
     async def session(self) -> AsyncKernelSession:
         """The live kernel session, started on first use. Raises ``KernelStartError``, or

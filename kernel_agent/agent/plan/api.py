@@ -18,11 +18,18 @@ from typing import Any
 from ...errors import NotebookError
 from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
 from ...kernel.interface import Kernel, KernelFactory
-from ...kernel.workspace import check_outside, default_workspace, fresh_beside, recorded_workspace, records_beside
+from ...kernel.workspace import (
+    check_outside,
+    default_workspace,
+    fresh_beside,
+    recorded_workspace,
+    records_beside,
+    workspace_from,
+)
 from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
-from ..data import data_summary, preload_code, prepare_data, stage_recorded
+from ..data import data_summary, opened_beside, preload_code, prepare_data, stage_recorded
 from ..protocols import Protocol, get_protocol
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
@@ -63,7 +70,8 @@ async def stream_plan(
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
         files = await asyncio.to_thread(prepare_data, list(data), root)
-        setup = preload_code(files) if preload else "%matplotlib inline\n"
+        setup = opened_beside(preload_code(files) if preload else "%matplotlib inline\n",
+                              workspace_from(notebook_path, root))
         state = PlanState(state_path(notebook_path), task, {}, {}, tuple(f.name for f in files), setup,
                           workspace=recorded_workspace(root, notebook_path))
     async with session_factory(root) as session:

@@ -29,6 +29,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from ..._loop import in_thread
 from ...errors import KernelError, KernelStartError, SandboxUnavailableError
 from ..inside.figure_cap import USER_STARTUP_ENV, figure_cap_env
+from ..inside.output_cap import OUTPUT_CAP_ENV
 from ..kernelspec import KERNEL_NAME, launch_spec
 from ..sandbox.bwrap import SandboxView, protected_files
 from ..sandbox.cgroup import pid_alive
@@ -98,13 +99,13 @@ class LocalProvider:
     def __init__(
         self, workspace: Path | None, *, kernel_name: str = KERNEL_NAME, env: dict[str, str] | None = None,
         allow_env: tuple[str, ...] = (), startup_timeout: float = 60.0, max_images: int = 50,
-        limits: Limits | None = None,
+        max_output_bytes: int = 10_000_000, limits: Limits | None = None,
     ) -> None:
         self._workspace = workspace
         self.kernel_name = kernel_name
         self.startup_timeout = startup_timeout
         self.limits = limits or Limits()
-        self._env_extra = {**figure_cap_env(max_images), **(env or {})}
+        self._env_extra = {**figure_cap_env(max_images), OUTPUT_CAP_ENV: str(max_output_bytes), **(env or {})}
         self._allow_env = allow_env
         self.manager: AsyncKernelManager | None = None
         self.client: AsyncKernelClient | None = None

@@ -10,9 +10,10 @@ side, standard library only, started as ``python -I -S pasta_launch.py PASTA -- 
    either way and the gateway not mapped to the host, so the namespace's 127.0.0.1 is its own;
 3. unblock the sandbox, forward SIGTERM/SIGINT/SIGHUP to bwrap, and exit with bwrap's status.
 
-pasta runs in the background until the namespace is gone (when the sandbox ends). If this process is
-killed, bwrap's ``--die-with-parent`` ends the sandbox, and with it pasta. Exit status 125 with a
-message on stderr when the network cannot be set up: the kernel then never starts.
+pasta runs in the foreground as our child (its network is up once the namespace shows an interface
+besides ``lo``) and is ended when the sandbox ends. If this process is killed, bwrap's
+``--die-with-parent`` ends the sandbox and pasta's parent-death signal ends pasta. Exit status 125 with
+a message on stderr when the network cannot be set up: the kernel then never starts.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 SETUP_FAILED = 125
 
 
 def pasta_options(binary: str) -> list[str]:
     """pasta's options around a namespace path: a network of its own, nothing forwarded, no way back."""
-    return [binary, "--config-net", "--quiet", "--runas", str(os.getuid()), "-t", "none", "-u", "none",
+    return [binary, "--config-net", "--quiet", "--foreground", "--runas", str(os.getuid()), "-t", "none", "-u", "none",
             "-T", "none", "-U", "none", "--no-map-gw", "--netns-only", "--netns"]
 
 
@@ -44,6 +46,52 @@ def _info(fd: int) -> dict[str, object]:
                 raise RuntimeError("bubblewrap ended before it reported its sandbox") from None
 
 
+def _die_with_us() -> None:
+    """In pasta's process before it starts: SIGKILL when this launcher dies, however it dies."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _wait_for_network(pid: int, relay: subprocess.Popen[bytes], seconds: float = 20.0) -> None:
+    """Return once pasta has configured the sandbox's namespace: a default route there, or an interface
+    besides ``lo`` for half a second (a host with no default route has none to copy)."""
+    deadline = time.monotonic() + seconds
+    since = None
+    while time.monotonic() < deadline:
+        if relay.poll() is not None:
+            said = [line for line in (relay.stderr.read() if relay.stderr else b"").decode(errors="replace").splitlines()
+                    if "syslog" not in line]
+            raise RuntimeError(f"pasta could not set up the sandbox's network: {'; '.join(said) or relay.returncode}")
+        if _default_route(pid):
+            return
+        with open(f"/proc/{pid}/net/dev", encoding="ascii") as table:
+            names = [line.split(":", 1)[0].strip() for line in table.readlines()[2:]]
+        if any(name != "lo" for name in names):
+            since = since or time.monotonic()
+            if time.monotonic() - since > 0.5:
+                return
+        time.sleep(0.005)
+    raise RuntimeError(f"pasta did not set up the sandbox's network within {seconds:.0f} s")
+
+
+def _default_route(pid: int) -> bool:
+    with open(f"/proc/{pid}/net/route", encoding="ascii") as table:
+        if any(line.split()[1] == "00000000" for line in table.readlines()[1:] if len(line.split()) > 1):
+            return True
+    try:
+        with open(f"/proc/{pid}/net/ipv6_route", encoding="ascii") as table:
+            return any(line.split()[:2] == ["0" * 32, "00"] and line.split()[-1] != "lo" for line in table)
+    except OSError:  # no IPv6 here
+        return False
+
+
+def _end(relay: subprocess.Popen[bytes] | None) -> None:
+    if relay is not None and relay.poll() is None:
+        relay.kill()
+        relay.wait()
+
+
 def main(argv: list[str]) -> int:
     pasta, separator, *bwrap = argv
     if separator != "--" or not bwrap:
@@ -57,22 +105,24 @@ def main(argv: list[str]) -> int:
     os.close(block_r)
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, lambda signum, _frame: sandbox.send_signal(signum))
+    relay = None
     try:
         pid = _info(info_r)["child-pid"]
-        done = subprocess.run([*pasta_options(pasta), f"/proc/{pid}/ns/net"], capture_output=True, check=False)
-        if done.returncode != 0:
-            said = [line for line in done.stderr.decode(errors="replace").splitlines() if "syslog" not in line]
-            raise RuntimeError(f"pasta could not set up the sandbox's network: {'; '.join(said) or done.returncode}")
+        relay = subprocess.Popen([*pasta_options(pasta), f"/proc/{pid}/ns/net"], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_us)
+        _wait_for_network(pid, relay)
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         sys.stderr.write(f"{exc}\n")
         sandbox.kill()
         sandbox.wait()
+        _end(relay)
         return SETUP_FAILED
     finally:
         os.close(info_r)
     os.write(block_w, b"go")
     os.close(block_w)
     status = sandbox.wait()
+    _end(relay)
     if status < 0:  # ended by a signal: end the same way, so whoever waits on us sees what happened
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
