@@ -56,6 +56,7 @@ class RunStarted(_EventBase):
     notebook_path: str | None
     scripted: bool = False
     confinement: str = ""
+    protocol_reason: str = ""  # why this protocol: "asked for", "the default", "the model … is DeepAnalyze's"
     kind = "run_started"
 
 

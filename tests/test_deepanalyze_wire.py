@@ -118,3 +118,20 @@ def test_people_read_the_tagged_transcript(openai_server: OpenAIServer, sales: P
     shown = CliRunner().invoke(cli, ["show", "--transcript", str(run.notebook_path)])
     assert shown.exit_code == 0, shown.output
     assert shown.output == f"{TURN_1}</Code>\n<Execute>\n(3, 2)\n</Execute>\n{TURN_3}\n"
+
+
+def test_a_deepanalyze_model_by_name_speaks_deepanalyze(openai_server: OpenAIServer, sales: Path, tmp_path: Path) -> None:
+    """`run --model <org>/DeepAnalyze-8B` without --protocol: DeepAnalyze's wire format, and run_started says why."""
+    from click.testing import CliRunner
+
+    from kernel_agent.cli.app import cli
+
+    openai_server.add(Reply("<Answer>East</Answer>"))
+    args = ["run", TASK, "--data", str(sales), "--model", "RUC-DataLab/DeepAnalyze-8B", "--base-url",
+            openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--json"]
+    done = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    started = next(json.loads(line) for line in done.output.splitlines() if '"run_started"' in line)
+    assert started["protocol"] == "deepanalyze" and "DeepAnalyze's" in started["protocol_reason"]
+    request = openai_server.requests[0]
+    assert request["stop"] == ["</Code>"] and request["messages"][0]["content"].startswith(f"# Instruction\n{TASK}")

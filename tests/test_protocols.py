@@ -598,3 +598,17 @@ def test_only_the_chat_protocols_are_told_which_files_the_code_wrote() -> None:
     assert DeepAnalyzeProtocol().feedback_messages(step, feedback) == [{"role": "execute", "content": "saved\n"}]
     tagged = TagsProtocol().feedback_messages(tags("<Code>x</Code>"), feedback)[0]["content"]
     assert tagged == "<Execute>\nsaved\n[files written: plot.png (2048 bytes, created)]\n</Execute>"
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    ("DeepAnalyze-8B", "deepanalyze"), ("deepanalyze-8b", "deepanalyze"), ("RUC-DataLab/DeepAnalyze-8B", "deepanalyze"),
+    ("gpt-4o-mini", "tools"), (None, "tools"), ("my-deepanalyze-clone", "tools"),
+])
+def test_the_models_name_chooses_its_protocol_unless_one_is_asked_for(model: str | None, expected: str) -> None:
+    from kernel_agent.agent.config import AgentConfig
+
+    config = AgentConfig.resolve(environ={}, model=model)
+    assert config.protocol == expected
+    assert ("DeepAnalyze's" in config.protocol_reason) == (expected == "deepanalyze")
+    asked = AgentConfig.resolve(environ={}, model=model, protocol="tags")
+    assert (asked.protocol, asked.protocol_reason) == ("tags", "asked for")

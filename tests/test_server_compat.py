@@ -11,6 +11,8 @@ import pytest
 from openai_server import OpenAIServer, Reply, python_call
 from service_server import ServiceServer
 
+from kernel_agent.server.transcript import TagWriter
+
 KEY = "compat-key"
 
 
@@ -76,7 +78,9 @@ def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
 
 @pytest.mark.kernel
 def test_deepanalyze_protocol_streams_the_models_own_tags(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> None:
-    with ServiceServer(tmp_path_factory.mktemp("da"), model.base_url, keys={KEY}, agent={"protocol": "deepanalyze"}) as running:
+    # serve --model DeepAnalyze-8B alone: the model's name chooses its protocol
+    agent = {"model": "DeepAnalyze-8B", "protocol": None}
+    with ServiceServer(tmp_path_factory.mktemp("da"), model.base_url, keys={KEY}, agent=agent) as running:
         model.add(Reply("<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n", stop_reason="</Code>"),
                   Reply("<Answer>It is 42.</Answer>"))
         with openai.OpenAI(base_url=running.url + "/v1", api_key=KEY, max_retries=0) as sdk:
@@ -84,6 +88,8 @@ def test_deepanalyze_protocol_streams_the_models_own_tags(model: OpenAIServer, t
     assert reply.choices[0].message.content == (
         "<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n</Code>\n<Execute>\n42\n</Execute>\n<Answer>It is 42.</Answer>"
     )
+    asked = model.requests[-1]
+    assert asked["stop"] == ["</Code>"] and asked["messages"][0]["content"].startswith("# Instruction\n")
 
 
 def test_bad_chat_requests_get_clear_errors(client: openai.OpenAI) -> None:
@@ -93,3 +99,18 @@ def test_bad_chat_requests_get_clear_errors(client: openai.OpenAI) -> None:
         client.chat.completions.create(model="m", messages=[{"role": "system", "content": "only a system message"}])
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0).models.list()
+
+
+@pytest.mark.parametrize("protocol", ["tags", "deepanalyze"])
+def test_a_tagged_protocol_passes_through_once(protocol: str) -> None:
+    """The model already writes <Analyze>/<Code>/<Answer>: the transcript has each once, never nested."""
+    writer = TagWriter(protocol)
+    reply = "<Analyze>Look.</Analyze>\n<Code>\n```python\nprint(1)\n```\n</Code>"
+    events = [{"event": "round_started"}, {"event": "text_delta", "text": reply},
+              {"event": "code_ready", "code": "print(1)", "reasoning": "Look."},
+              {"event": "execution_finished", "result": {"text": "1\n"}},
+              {"event": "round_started"}, {"event": "text_delta", "text": "<Answer>one</Answer>"},
+              {"event": "answer", "answer": "one"}]
+    text = "".join(writer.feed(event) for event in events)
+    assert text.count("print(1)") == 1 and text.count("<Analyze>") == 1 and text.count("<Answer>") == 1
+    assert "<Analyze>\n<Analyze>" not in text and "<Execute>" in text

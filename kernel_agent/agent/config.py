@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..kernel.providers.gateway.settings import GatewaySettings
 from ..kernel.sandbox.bwrap import SandboxMode
 from ..kernel.sandbox.limits import Limits
-from .names import DATA_FORMATS, PROTOCOLS, DataFormat, ProtocolName
+from .names import DATA_FORMATS, PROTOCOLS, DataFormat, ProtocolName, protocol_for_model
 
 __all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]
 
@@ -52,7 +52,9 @@ class AgentConfig:
     model, base_url, api_key: the OpenAI-compatible endpoint (``api_key`` is
         never logged, exported or passed to the kernel).
     protocol: ``tools`` (function calling), ``tags`` (tag protocol for any chat
-        model) or ``deepanalyze`` (DeepAnalyze-8B's native form).
+        model) or ``deepanalyze`` (DeepAnalyze-8B's native form); when not given,
+        ``deepanalyze`` for a DeepAnalyze model's name, else ``tools``
+        (``protocol_reason`` says which rule chose it).
     max_rounds: model replies before the run stops with ``max_rounds``.
     exec_timeout: seconds per execution (None: no limit).
     temperature: sampling temperature (None: the server's default).
@@ -97,6 +99,7 @@ class AgentConfig:
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     protocol: ProtocolName = "tools"
+    protocol_reason: str = "the default"
     max_rounds: int = 30
     exec_timeout: float | None = 120.0
     temperature: float | None = None
@@ -135,6 +138,10 @@ class AgentConfig:
         for name, variable in _ENV.items():
             if name not in values and env.get(variable):
                 values[name] = _from_env(name, variable, env[variable])
+        if "protocol" in values:
+            values.setdefault("protocol_reason", "asked for")
+        else:
+            values["protocol"], values["protocol_reason"] = protocol_for_model(values.get("model"))
         config = cls(**values)
         config.validate()
         return config

@@ -82,7 +82,7 @@ def _model_options(function: F) -> F:
         click.option("--api-key", metavar="KEY", help="API key for the endpoint; visible to other users in `ps`, prefer the next two [env: OPENAI_API_KEY]."),
         click.option("--api-key-file", metavar="FILE", help="Read the API key from FILE (one line; '-' reads stdin)."),
         click.option("--api-key-stdin", is_flag=True, help="Read the API key from standard input (one line)."),
-        click.option("--protocol", type=click.Choice(PROTOCOLS), help="How the model writes code: tools (function calling, default), tags (any chat model), deepanalyze (DeepAnalyze-8B)."),
+        click.option("--protocol", type=click.Choice(PROTOCOLS), help="How the model writes code: tools (function calling), tags (any chat model), deepanalyze (DeepAnalyze-8B) [default: deepanalyze for a DeepAnalyze model's name, else tools]."),
         click.option("--max-rounds", type=click.IntRange(min=1), metavar="N", help="Model replies before the run stops [default: 30]."),
         click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds each code execution may take [default: 120]."),
         click.option("--vision", is_flag=True, help="Send figures back to the model as images (tools protocol)."),

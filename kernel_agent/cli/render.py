@@ -218,7 +218,8 @@ class LiveRenderer:
         self.console.print(Text(f"Interrupted ({signal_name}): {where}", style="bold yellow"), soft_wrap=True)
 
     def _on_run_started(self, event: Any) -> None:
-        self.console.print(Text.assemble(("kernel-agent", "bold"), f" · model {event.model} · protocol {event.protocol}"))
+        why = f" ({event.protocol_reason})" if event.protocol_reason not in ("", "asked for") else ""
+        self.console.print(Text.assemble(("kernel-agent", "bold"), f" · model {event.model} · protocol {event.protocol}{why}"))
         self.console.print(Text(f"workspace {event.workspace}", style="dim"), soft_wrap=True)
         if event.scripted:
             self.console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))

@@ -2,10 +2,10 @@
 
 DeepAnalyze's API answers with one text: each step's ``<Analyze>`` and
 ``<Code>``, the code's output in ``<Execute>``, then ``<Answer>``. With the
-``deepanalyze`` protocol the model's own streamed text already has that form,
-so it passes through as it comes (a ``</Code>`` the stop consumed is put
-back); with the other protocols each round is written in that form when its
-code or answer is known. Execution output always comes as one whole block.
+``deepanalyze`` and ``tags`` protocols the model's own streamed text already
+has that form, so it passes through as it comes (a ``</Code>`` the stop
+consumed is put back; an answer given without its tag gets one); with
+``tools`` each round is written in that form when its code or answer is known. Execution output always comes as one whole block.
 Pure: event dicts in, text out.
 """
 
@@ -22,7 +22,7 @@ class TagWriter:
     """Feed it a run's event dicts in order; each call returns the transcript text they add."""
 
     def __init__(self, protocol: str) -> None:
-        self.raw = protocol == "deepanalyze"
+        self.raw = protocol in ("deepanalyze", "tags")  # the model writes the tags itself
         self.round_text = ""
 
     def feed(self, event: dict[str, Any]) -> str:
@@ -39,7 +39,7 @@ class TagWriter:
             return "\n" + execute_block(event["result"].get("text") or event["result"].get("stdout") or "") + "\n"
         elif kind == "answer":
             if self.raw:
-                return ""
+                return "" if "<Answer>" in self.round_text else f"\n<Answer>\n{event['answer'].strip()}\n</Answer>\n"
             answer = event["answer"].strip()
             analysis = "" if self.round_text.strip() == answer else self._analysis()
             return analysis + f"<Answer>\n{answer}\n</Answer>\n"
