@@ -16,7 +16,7 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[analysis,test]'
 	touch $(STAMP)
 
 $(EG_STAMP): tests/enterprise-gateway-requirements.txt | $(STAMP)

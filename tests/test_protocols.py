@@ -612,3 +612,16 @@ def test_the_models_name_chooses_its_protocol_unless_one_is_asked_for(model: str
     assert ("DeepAnalyze's" in config.protocol_reason) == (expected == "deepanalyze")
     asked = AgentConfig.resolve(environ={}, model=model, protocol="tags")
     assert (asked.protocol, asked.protocol_reason) == ("tags", "asked for")
+
+
+def test_a_missing_module_is_answered_with_what_is_installed_that_does_the_job() -> None:
+    from kernel_agent.agent.environment import missing, module_hint
+
+    installed = ("pandas 2.2.3", "numpy 2.1.0", "matplotlib 3.9.2", "scipy 1.14.1")
+    assert module_hint("No module named 'seaborn'", installed) == (
+        "seaborn is not installed here (and cannot be installed); matplotlib 3.9.2 is.")
+    assert module_hint("No module named 'sklearn.linear_model'", installed).startswith(
+        "sklearn is not installed here (and cannot be installed); scipy 1.14.1 or numpy 2.1.0 is")
+    assert "use what is: pandas 2.2.3" in module_hint("No module named 'weird_thing'", installed)
+    assert module_hint("something else", installed) == ""
+    assert "seaborn" in missing(installed) and "pandas" not in missing(installed)

@@ -45,8 +45,8 @@ from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside, workspace_from
 from ..model.chat import ChatModel, ModelReply
-from ..notebook.export import clean_path, warm_up
 from ..notebook.claims import DataSources
+from ..notebook.export import clean_path, warm_up
 from ..notebook.load import load_resumable
 from ..notebook.writer import RunWriter
 from ..records import Round, Run, RunInfo, Usage
@@ -61,6 +61,7 @@ from .data import (
     prepare_data,
     stage_recorded,
 )
+from .environment import missing, module_hint, probe_expression
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
@@ -71,13 +72,6 @@ __all__ = ["AsyncAgent"]
 log = logging.getLogger(__name__)
 
 
-_PACKAGES = ("pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels",
-             "pyarrow", "openpyxl", "polars", "plotly", "sympy", "networkx")
-_PROBE = (
-    "[m + ' ' + __import__('importlib.metadata').metadata.version(d) for m, d in PAIRS "
-    "if __import__('importlib.util').util.find_spec(m)]"
-)
-_DIST = {"sklearn": "scikit-learn"}
 
 
 @dataclass(frozen=True)
@@ -174,6 +168,7 @@ class AsyncAgent:
             )
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
+        self._installed: tuple[str, ...] = ()  # the analysis packages the kernel has (probed with the prompt)
         self._session_factory = session_factory or self.new_session
 
     def __repr__(self) -> str:
@@ -375,14 +370,14 @@ class AsyncAgent:
     async def _context(
         self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
     ) -> PromptContext:
-        pairs = repr([(m, _DIST.get(m, m)) for m in _PACKAGES])
-        probe = await session.evaluate({"packages": _PROBE.replace("PAIRS", pairs)})
+        probe = await session.evaluate({"packages": probe_expression()})
         packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
+        self._installed = packages
         if files is None:
             root = session.files.local
             files = await in_thread(prepare_data, [root / n for n in names if (root / n).exists()], root)
         return PromptContext(
-            task=task, data_summary=data_summary(files), packages=packages,
+            task=task, data_summary=data_summary(files), packages=packages, missing=missing(packages),
             preloaded=preload_description(files) if self.config.preload else "",
             files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
         )
@@ -534,6 +529,9 @@ class AsyncAgent:
 
     def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any]) -> Feedback:
         text = result.to_llm_text(max_chars=self.config.feedback_chars)
+        if result.error is not None and result.error.ename == "ModuleNotFoundError":
+            hint = module_hint(result.error.evalue, self._installed)
+            text += f"\n{hint}\n" if hint else ""
         files = ""
         if artifacts:
             listed = ", ".join(f"{a.path} ({a.size} bytes, {a.change})" for a in artifacts[:20])

@@ -60,6 +60,7 @@ class PromptContext:
     task: str
     data_summary: str = ""
     packages: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()  # the common analysis packages that are not installed
     preloaded: str = ""
     files: tuple[FileInfo, ...] = ()
 
@@ -182,6 +183,8 @@ def _environment_lines(ctx: PromptContext, *, vision: bool) -> list[str]:
         lines.append(f"Already set up: {ctx.preloaded}")
     if ctx.packages:
         lines.append(f"Installed packages: {', '.join(ctx.packages)}.")
+    if ctx.missing:
+        lines.append(f"Not installed, and nothing can be installed: {', '.join(ctx.missing)}; do not import them.")
     lines.append(
         "Figures drawn with matplotlib (plt) are captured automatically when the code finishes; "
         + ("you will see them as images." if vision else "you only see a placeholder such as "
