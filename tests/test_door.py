@@ -198,8 +198,8 @@ THROUGH_THE_DOOR = {
         # Each of these touches the data dir's own records (thread.json, run.json, uploads), which no kernel
         # sees; the only workspace access (move_records_out) goes through the door.
         name: "the service's own records beside the workspaces" for name in (
-            "__init__", "save_file", "delete_file", "save_thread", "delete_thread", "save_run", "events",
-            "_write_json", "_read_json", "_all")
+            "__init__", "load", "prepare", "add_file", "events", "_write_json", "_remove_file", "_remove_thread",
+            "_all")
     },
     "mcp/files.py": {},
     "mcp/server.py": {"_new": "makes a client's workspace folder itself"},

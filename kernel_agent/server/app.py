@@ -113,7 +113,7 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
         service = service_of(request)
         temp, size = await _spool(file, service, config.max_upload_bytes)
         try:
-            return public(service.add_file(who, file.filename or "", temp, size, purpose))
+            return public(await service.add_file(who, file.filename or "", temp, size, purpose))
         finally:
             temp.unlink(missing_ok=True)
 
@@ -131,12 +131,11 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
     async def file_content(request: Request, who: Owner, file_id: str) -> FileResponse:
         service = service_of(request)
         record = service.file(who, file_id)
-        return FileResponse(service.store.file_content(record), filename=record["filename"])
+        return FileResponse(service.store.file_content(record), filename=record.filename)
 
     @app.delete("/v1/files/{file_id}")
     async def delete_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
-        service = service_of(request)
-        service.store.delete_file(service.file(who, file_id))
+        service_of(request).delete_file(who, file_id)
         return {"id": file_id, "object": "file", "deleted": True}
 
 
@@ -167,7 +166,7 @@ def _run_routes(app: FastAPI) -> None:
 def _thread_routes(app: FastAPI) -> None:
     @app.get("/v1/threads")
     async def list_threads(request: Request, who: Owner) -> dict[str, Any]:
-        threads = sorted(service_of(request).threads(who), key=lambda t: t["updated_at"], reverse=True)
+        threads = sorted(service_of(request).threads(who), key=lambda t: t.updated_at, reverse=True)
         return {"object": "list", "threads": [public(t) for t in threads]}
 
     @app.get("/v1/threads/{thread_id}")

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import ServiceError
 from .deps import Owner, public, service_of
+from .records import RunRecord
 from .service import Service
 from .transcript import TagWriter
 
@@ -65,9 +66,9 @@ def compat_routes(app: FastAPI) -> None:
         if body.stream:
             return StreamingResponse(_stream(service, who, reply), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        async for _id, event in service.events(who, run["id"]):
+        async for _id, event in service.events(who, run.id):
             reply.feed(event)
-        return reply.completion(service.run(who, run["id"]))
+        return reply.completion(service.run(who, run.id))
 
 
 def _request_parts(body: ChatRequest, header_thread: str | None) -> tuple[str, list[str], str | None]:
@@ -91,15 +92,15 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _protocol(service: Service, run: dict[str, Any]) -> str:
-    runtime = service.runtimes.get(run["thread_id"])
+def _protocol(service: Service, run: RunRecord) -> str:
+    runtime = service.runtimes.get(run.thread_id)
     return runtime.agent.config.protocol if runtime is not None else "tools"
 
 
 class _Reply:
     """One completion being built from the run's events."""
 
-    def __init__(self, model: str, run: dict[str, Any], protocol: str, base_url: str) -> None:
+    def __init__(self, model: str, run: RunRecord, protocol: str, base_url: str) -> None:
         self.base_url = base_url
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
@@ -118,14 +119,14 @@ class _Reply:
         self.content.append(piece)
         return piece
 
-    def completion(self, record: dict[str, Any]) -> dict[str, Any]:
+    def completion(self, record: RunRecord) -> dict[str, Any]:
         files = _generated(record, self.base_url)
-        message = {"role": "assistant", "content": "".join(self.content), "thread_id": record["thread_id"],
+        message = {"role": "assistant", "content": "".join(self.content), "thread_id": record.thread_id,
                    "files": files}
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": self.usage,
-                "generated_files": files, "thread_id": record["thread_id"], "run_id": record["id"],
-                "status": record["status"]}
+                "generated_files": files, "thread_id": record.thread_id, "run_id": record.id,
+                "status": record.status}
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
@@ -134,19 +135,19 @@ class _Reply:
 
 
 async def _stream(service: Service, who: str, reply: _Reply) -> AsyncIterator[str]:
-    run_id = reply.run["id"]
-    yield reply.chunk({"role": "assistant", "content": "", "thread_id": reply.run["thread_id"]}, run_id=run_id)
+    run_id = reply.run.id
+    yield reply.chunk({"role": "assistant", "content": "", "thread_id": reply.run.thread_id}, run_id=run_id)
     async for _id, event in service.events(who, run_id):
         piece = reply.feed(event)
         if piece:
             yield reply.chunk({"content": piece})
     record = service.run(who, run_id)
     files = _generated(record, reply.base_url)
-    yield reply.chunk({}, "stop", generated_files=files, thread_id=record["thread_id"], run_id=run_id,
-                      usage=reply.usage, status=record["status"])
+    yield reply.chunk({}, "stop", generated_files=files, thread_id=record.thread_id, run_id=run_id,
+                      usage=reply.usage, status=record.status)
     yield "data: [DONE]\n\n"
 
 
-def _generated(record: dict[str, Any], base_url: str) -> list[dict[str, Any]]:
+def _generated(record: RunRecord, base_url: str) -> list[dict[str, Any]]:
     """The run's generated files as DeepAnalyze lists them: name and (absolute) download URL."""
     return [{"name": f["name"], "url": base_url + f["url"]} for f in public(record)["files"]]

@@ -1,18 +1,19 @@
 """What every route of the service shares: the caller's owner (``Owner``), the service, the public view of a record.
 
-Owns FastAPI dependencies and the one translation of a stored record for
-clients, so that the native routes (``app.py``) and the DeepAnalyze-compatible
-ones (``compat.py``) use the same and neither imports the other.
+Owns FastAPI dependencies and re-exports ``records.public`` (the one translation of a stored record
+for clients), so that the native routes (``app.py``) and the DeepAnalyze-compatible ones
+(``compat.py``) use the same and neither imports the other.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
 from ..errors import ServiceError
 from .config import ServerConfig, owner_of
+from .records import public
 from .service import Service
 
 __all__ = ["Owner", "owner", "public", "service_of"]
@@ -34,16 +35,3 @@ Owner = Annotated[str, Depends(owner)]
 
 def service_of(request: Request) -> Service:
     return request.app.state.service
-
-
-def public(record: dict[str, Any]) -> dict[str, Any]:
-    """A record as clients see it: without the owner, with download URLs for runs and threads."""
-    out = {k: v for k, v in record.items() if k != "owner"}
-    kind = record.get("object")
-    if kind in ("run", "thread"):
-        thread = record["thread_id"] if kind == "run" else record["id"]
-        base = f"/v1/threads/{thread}"
-        out.update(notebook_url=f"{base}/notebook", clean_url=f"{base}/notebook/clean", html_url=f"{base}/notebook/html")
-        if kind == "run":
-            out["files"] = [{**f, "url": f"{base}/files/{f['name']}"} for f in record.get("files", [])]
-    return out

@@ -20,13 +20,14 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..agent.config import AgentConfig
 from ..errors import KernelAgentError, ServiceError
 from ..kernel.pool import KernelPool
 from .config import ServerConfig
-from .store import Record, Store, new_id
+from .records import FileRecord, GeneratedFile, RunRecord, ThreadRecord
+from .store import Store, new_id
 from .threads import RunLog, ThreadRuntime, event_dict
 
 __all__ = ["Service"]
@@ -34,6 +35,7 @@ __all__ = ["Service"]
 log = logging.getLogger(__name__)
 
 _OPEN = ("queued", "running")
+R = TypeVar("R", FileRecord, ThreadRecord, RunRecord)
 
 
 def now() -> str:
@@ -54,6 +56,7 @@ class Service:
         self.pool: KernelPool | None = None
 
     async def __aenter__(self) -> Service:
+        await asyncio.to_thread(self.store.load)
         await asyncio.to_thread(self.recover)
         if self.config.pool_size:
             self.pool = await pool_for(self.config).start()
@@ -79,6 +82,7 @@ class Service:
             await runtime.close()
         if self.pool is not None:
             await self.pool.close()
+        await asyncio.to_thread(self.store.close)
 
     def recover(self) -> None:
         """Mark the runs a killed server left open as ``interrupted`` (their notebooks hold every
@@ -87,46 +91,51 @@ class Service:
         if moved := self.store.move_records_out():
             log.info("moved %d notebooks out of thread workspaces", moved)
         for run in self.store.runs():
-            if run["status"] not in _OPEN:
+            if run.status not in _OPEN:
                 continue
-            run.update(status="interrupted", stop_reason=None, finished_at=now(),
-                       error="the server stopped while this run was in flight")
-            log_ = RunLog(self.store.events_path(run["id"]), self.store.events(run["id"]))
+            run.status, run.stop_reason, run.finished_at = "interrupted", None, now()
+            run.error = "the server stopped while this run was in flight"
+            log_ = RunLog(self.store.events_path(run.id), self.store.events(run.id))
             closing = _finished_event(run, log_.events)
             _append_sync(log_, closing)
             self.store.save_run(run)
-            self._set_thread_status(run["thread_id"], "interrupted")
+            self._set_thread_status(run.thread_id, "interrupted")
+        self.store.flush()
 
     # ----------------------------------------------------------------- files
-    def add_file(self, owner: str, filename: str, temp: Path, size: int, purpose: str) -> Record:
+    async def add_file(self, owner: str, filename: str, temp: Path, size: int, purpose: str) -> FileRecord:
         """Keep an upload (``temp`` is moved). Raises ``ServiceError`` for a bad name."""
-        record = {"id": new_id("file"), "object": "file", "owner": owner, "filename": safe_name(filename),
-                  "bytes": size, "purpose": purpose, "created_at": int(time.time()), "status": "processed"}
-        self.store.save_file(record, temp)
+        record = FileRecord(id=new_id("file"), owner=owner, filename=safe_name(filename), bytes=size,
+                            purpose=purpose, created_at=int(time.time()))
+        await asyncio.to_thread(self.store.add_file, record, temp)
         return record
 
-    def file(self, owner: str, file_id: str) -> Record:
+    def file(self, owner: str, file_id: str) -> FileRecord:
         """The owner's file record. Raises ``ServiceError`` 404 for another owner's or an unknown id."""
         return _owned(self.store.file(file_id), owner, f"no file {file_id}")
 
-    def files(self, owner: str) -> list[Record]:
-        return [f for f in self.store.files() if f["owner"] == owner]
+    def files(self, owner: str) -> list[FileRecord]:
+        return [f for f in self.store.files() if f.owner == owner]
+
+    def delete_file(self, owner: str, file_id: str) -> None:
+        """Remove the owner's upload. Raises ``ServiceError`` 404 as ``file`` does."""
+        self.store.delete_file(self.file(owner, file_id))
 
     # ----------------------------------------------------------------- threads and runs
-    def thread(self, owner: str, thread_id: str) -> Record:
+    def thread(self, owner: str, thread_id: str) -> ThreadRecord:
         return _owned(self.store.thread(thread_id), owner, f"no thread {thread_id}")
 
-    def threads(self, owner: str) -> list[Record]:
-        return [t for t in self.store.threads() if t["owner"] == owner]
+    def threads(self, owner: str) -> list[ThreadRecord]:
+        return [t for t in self.store.threads() if t.owner == owner]
 
-    def run(self, owner: str, run_id: str) -> Record:
+    def run(self, owner: str, run_id: str) -> RunRecord:
         return _owned(self.store.run(run_id), owner, f"no run {run_id}")
 
-    def thread_runs(self, thread: Record) -> list[Record]:
-        return [r for r in (self.store.run(i) for i in thread["runs"]) if r is not None]
+    def thread_runs(self, thread: ThreadRecord) -> list[RunRecord]:
+        return [r for r in (self.store.run(i) for i in thread.runs) if r is not None]
 
     async def start_run(self, owner: str, task: str, file_ids: Sequence[str] = (), thread_id: str | None = None,
-                        protocol: str | None = None) -> Record:
+                        protocol: str | None = None) -> RunRecord:
         """Start a run (a follow-up in ``thread_id``'s live kernel when given); return its record.
 
         Raises ``ServiceError``: 404 unknown file or thread, 409 the thread is busy, 422 an empty
@@ -142,17 +151,20 @@ class Service:
                                status=429)
         runtime = await self._runtime(thread)
         if runtime.busy:
-            raise ServiceError(f"thread {thread['id']} is running a run; wait for it or cancel it", status=409)
+            raise ServiceError(f"thread {thread.id} is running a run; wait for it or cancel it", status=409)
         await runtime.lock.acquire()
-        self.store.save_thread(thread)  # makes the workspace, before the kernel needs it
-        run = {"id": new_id("run"), "object": "run", "owner": owner, "thread_id": thread["id"], "task": task,
-               "file_ids": list(file_ids), "status": "running", "stop_reason": None, "answer": None, "error": None,
-               "created_at": now(), "finished_at": None, "rounds": 0, "files": []}
+        run = RunRecord(id=new_id("run"), owner=owner, thread_id=thread.id, task=task, file_ids=list(file_ids),
+                        created_at=now())
+        try:  # the workspace before the kernel needs it, the run's folder before its event log
+            await asyncio.to_thread(self.store.prepare, thread.id, run.id)
+        except BaseException:
+            runtime.lock.release()
+            raise
         self.store.save_run(run)
-        thread.update(runs=[*thread["runs"], run["id"]], status="running", updated_at=now())
+        thread.runs, thread.status, thread.updated_at = [*thread.runs, run.id], "running", now()
         self.store.save_thread(thread)
-        run_log = self.logs[run["id"]] = RunLog(self.store.events_path(run["id"]))
-        task = self.tasks[run["id"]] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
+        run_log = self.logs[run.id] = RunLog(self.store.events_path(run.id))
+        task = self.tasks[run.id] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
         task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
         return run
 
@@ -168,7 +180,7 @@ class Service:
             await runtime.close()
         await asyncio.to_thread(self.store.delete_thread, thread)
 
-    async def cancel(self, owner: str, run_id: str) -> Record:
+    async def cancel(self, owner: str, run_id: str) -> RunRecord:
         """Cancel a run: the running code is interrupted, the notebook saved. Returns the record once
         the run has ended. Raises ``ServiceError`` 404 for an unknown run."""
         self.run(owner, run_id)
@@ -189,22 +201,22 @@ class Service:
             yield item
 
     # ----------------------------------------------------------------- internals
-    def _new_thread(self, owner: str, task: str, protocol: str | None) -> Record:
+    def _new_thread(self, owner: str, task: str, protocol: str | None) -> ThreadRecord:
         """A new thread's record, saved only when its first run starts."""
-        return {"id": new_id("thread"), "object": "thread", "owner": owner, "task": task, "protocol": protocol,
-                "status": "queued", "runs": [], "created_at": now(), "updated_at": now()}
+        return ThreadRecord(id=new_id("thread"), owner=owner, task=task, protocol=protocol, created_at=now(),
+                            updated_at=now())
 
-    async def _runtime(self, thread: Record) -> ThreadRuntime:
-        runtime = self.runtimes.get(thread["id"])
+    async def _runtime(self, thread: ThreadRecord) -> ThreadRuntime:
+        runtime = self.runtimes.get(thread.id)
         if runtime is None:
             options = dict(self.config.agent)
-            if thread.get("protocol"):
-                options["protocol"] = thread["protocol"]
+            if thread.protocol:
+                options["protocol"] = thread.protocol
             try:
-                runtime = ThreadRuntime(thread["id"], self.store.workspace(thread["id"]), options, self.pool)
+                runtime = ThreadRuntime(thread.id, self.store.workspace(thread.id), options, self.pool)
             except KernelAgentError as exc:
                 raise ServiceError(str(exc), status=422) from None
-            self.runtimes[thread["id"]] = runtime
+            self.runtimes[thread.id] = runtime
         await self._make_room(keep=runtime)
         return runtime
 
@@ -227,43 +239,43 @@ class Service:
                     # first (AsyncKernelSession.close), and close() awaits this task.
                     await runtime.stop_kernel()
 
-    async def _execute(self, run: Record, thread: Record, runtime: ThreadRuntime, files: list[Record],
+    async def _execute(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord],
                        run_log: RunLog) -> None:
         try:
             await self._drive(run, thread, runtime, files, run_log)
         except asyncio.CancelledError:
-            run.update(status="cancelled", stop_reason="cancelled", error="cancelled")
+            run.status, run.stop_reason, run.error = "cancelled", "cancelled", "cancelled"
             await runtime.settle()
         except KernelAgentError as exc:  # bad data file, kernel would not start: the machinery, not the code
-            run.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
             await run_log.add({"event": "error", "message": str(exc), "error_type": type(exc).__name__,
                                "round": None})
         except Exception as exc:  # a bug must not leave the run open forever: record it, log it
-            log.exception("run %s failed", run["id"])
-            run.update(status="failed", error=f"internal error: {type(exc).__name__}")
+            log.exception("run %s failed", run.id)
+            run.status, run.error = "failed", f"internal error: {type(exc).__name__}"
         finally:
             await self._finish(run, thread, runtime, run_log)
 
-    def _thread_files(self, thread: Record, latest: list[Path]) -> list[Path]:
+    def _thread_files(self, thread: ThreadRecord, latest: list[Path]) -> list[Path]:
         """The uploads of every run of ``thread`` still on the server, one per file name (the latest wins)."""
         by_name: dict[str, Path] = {}
         for run in self.thread_runs(thread):
-            for file_id in run.get("file_ids", ()):
+            for file_id in run.file_ids:
                 record = self.store.file(file_id)
                 if record is not None:
-                    by_name[record["filename"]] = self.store.file_content(record)
+                    by_name[record.filename] = self.store.file_content(record)
         by_name.update({path.name: path for path in latest})
         return list(by_name.values())
 
-    async def _drive(self, run: Record, thread: Record, runtime: ThreadRuntime, files: list[Record],
+    async def _drive(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord],
                      run_log: RunLog) -> None:
         notebook = self.store.notebook(runtime.thread_id)  # beside the workspace: out of the kernel's reach
         paths = [self.store.file_content(f) for f in files]
         agent = runtime.agent
         if not await asyncio.to_thread(notebook.exists):
-            stream = agent.stream(run["task"], paths, runtime.workspace, notebook)
+            stream = agent.stream(run.task, paths, runtime.workspace, notebook)
         else:
-            task = run["task"]
+            task = run.task
             if paths:
                 task += "\n\nNew data files in the working directory: " + ", ".join(p.name for p in paths)
             # Every file of the thread from our own uploads, never read back from the live kernel's folder.
@@ -279,28 +291,28 @@ class Service:
                     self.store.save_run(run)
                 if data["event"] == "finished":
                     finished = data["run"]
-                    run.update(answer=finished["answer"], stop_reason=finished["stop_reason"], error=finished["error"],
-                               status="completed" if finished["stop_reason"] != "llm_error" else "failed")
+                    run.answer, run.stop_reason, run.error = finished["answer"], finished["stop_reason"], finished["error"]
+                    run.status = "completed" if finished["stop_reason"] != "llm_error" else "failed"
 
-    async def _finish(self, run: Record, thread: Record, runtime: ThreadRuntime, run_log: RunLog) -> None:
+    async def _finish(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, run_log: RunLog) -> None:
         # Records first, then the thread is free, then the closing event: a client that sees
-        # ``finished`` and asks a follow-up at once finds the thread free and its records final.
-        # Record writes stay on the event loop (small, atomic), so no two of them interleave.
-        run["finished_at"] = now()
+        # ``finished`` and asks a follow-up at once finds the thread free and its records final
+        # (in memory at once; the store's writer puts them on disk in the order saved).
+        run.finished_at = now()
         self.store.save_run(run)
-        self._set_thread_status(thread["id"], run["status"])
-        self.tasks.pop(run["id"], None)
+        self._set_thread_status(thread.id, run.status)
+        self.tasks.pop(run.id, None)
         runtime.touch()
         runtime.lock.release()
         if not run_log.events or run_log.events[-1].get("event") != "finished":
             await run_log.add(_finished_event(run, run_log.events))
         await run_log.end()
-        self.logs.pop(run["id"], None)
+        self.logs.pop(run.id, None)
 
-    def _never_started(self, run: Record, thread: Record, runtime: ThreadRuntime, run_log: RunLog) -> None:
+    def _never_started(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, run_log: RunLog) -> None:
         """A task cancelled before its first step never runs its ``finally``: close the run here."""
-        if run["id"] in self.tasks:  # ``_finish`` removes it
-            run.update(status="cancelled", stop_reason="cancelled", error="cancelled before it started")
+        if run.id in self.tasks:  # ``_finish`` removes it
+            run.status, run.stop_reason, run.error = "cancelled", "cancelled", "cancelled before it started"
             closing = asyncio.ensure_future(self._finish(run, thread, runtime, run_log))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
@@ -308,7 +320,7 @@ class Service:
     def _set_thread_status(self, thread_id: str, status: str) -> None:
         thread = self.store.thread(thread_id)
         if thread is not None:
-            thread.update(status=status, updated_at=now())
+            thread.status, thread.updated_at = status, now()
             self.store.save_thread(thread)
 
 
@@ -322,24 +334,24 @@ def pool_for(config: ServerConfig) -> KernelPool:
     return KernelPool(config.pool_size, max_kernels=config.max_threads_live, **options)
 
 
-def _track(run: Record, event: dict[str, Any]) -> bool:
+def _track(run: RunRecord, event: dict[str, Any]) -> bool:
     """Keep the run record's progress (rounds, generated files) up to date; True after a round."""
     if event["event"] == "round_finished":
-        run["rounds"] += 1
+        run.rounds += 1
         return True
     if event["event"] == "execution_finished":
-        known = {f["name"] for f in run["files"]}
+        known = {f.name for f in run.files}
         for artifact in event.get("artifacts", []):
             if artifact["path"] not in known:
-                run["files"].append({"name": artifact["path"], "size": artifact["size"]})
+                run.files.append(GeneratedFile(name=artifact["path"], size=artifact["size"]))
     return False
 
 
-def _finished_event(run: Record, events: list[dict[str, Any]]) -> dict[str, Any]:
+def _finished_event(run: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``finished`` event the agent could not send (cancelled, failed, server killed)."""
     rounds = sum(1 for e in events if e.get("event") == "round_finished")
-    return {"event": "finished", "run": {"answer": run.get("answer"), "stop_reason": run.get("stop_reason"),
-                                         "error": run.get("error"), "rounds": rounds, "status": run["status"]}}
+    return {"event": "finished", "run": {"answer": run.answer, "stop_reason": run.stop_reason, "error": run.error,
+                                         "rounds": rounds, "status": run.status}}
 
 
 def _append_sync(run_log: RunLog, event: dict[str, Any]) -> None:
@@ -347,8 +359,8 @@ def _append_sync(run_log: RunLog, event: dict[str, Any]) -> None:
         out.write(json.dumps(event) + "\n")
 
 
-def _owned(record: Record | None, owner: str, message: str) -> Record:
-    if record is None or record.get("owner") != owner:
+def _owned(record: R | None, owner: str, message: str) -> R:
+    if record is None or record.owner != owner:
         raise ServiceError(message, status=404)
     return record
 

@@ -1,0 +1,84 @@
+"""The service's stored objects, typed: ``FileRecord``, ``ThreadRecord``, ``RunRecord``.
+
+Owns their fields and their shape on disk and on the wire (pydantic models: validated when read back,
+``public()`` for clients, without the owner). A run's record changes as it runs (status, rounds,
+generated files), so the models are mutable and each change is saved through the store; nothing else
+about them (no I/O, no HTTP).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["FileRecord", "GeneratedFile", "Record", "RunRecord", "ThreadRecord", "public"]
+
+
+class _Stored(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    owner: str
+
+
+class FileRecord(_Stored):
+    """An upload (OpenAI's file object, plus its owner)."""
+
+    object: Literal["file"] = "file"
+    filename: str
+    bytes: int
+    purpose: str
+    created_at: int
+    status: str = "processed"
+
+
+class GeneratedFile(BaseModel):
+    """A file a run's code wrote in the workspace."""
+
+    name: str
+    size: int
+
+
+class ThreadRecord(_Stored):
+    """A conversation of runs with one workspace (and, while live, one kernel)."""
+
+    object: Literal["thread"] = "thread"
+    task: str
+    protocol: str | None = None
+    status: str = "queued"
+    runs: list[str] = Field(default_factory=list)
+    created_at: str
+    updated_at: str
+
+
+class RunRecord(_Stored):
+    """One task answered in a thread: its status as it runs, its answer and the files it wrote."""
+
+    object: Literal["run"] = "run"
+    thread_id: str
+    task: str
+    file_ids: list[str] = Field(default_factory=list)
+    status: str = "running"
+    stop_reason: str | None = None
+    answer: str | None = None
+    error: str | None = None
+    created_at: str
+    finished_at: str | None = None
+    rounds: int = 0
+    files: list[GeneratedFile] = Field(default_factory=list)
+
+
+Record = FileRecord | ThreadRecord | RunRecord
+
+
+def public(record: Record) -> dict[str, Any]:
+    """A record as clients see it: without the owner, with download URLs for runs and threads."""
+    out = record.model_dump(mode="json", exclude={"owner"})
+    if isinstance(record, RunRecord | ThreadRecord):
+        thread = record.thread_id if isinstance(record, RunRecord) else record.id
+        base = f"/v1/threads/{thread}"
+        out.update(notebook_url=f"{base}/notebook", clean_url=f"{base}/notebook/clean", html_url=f"{base}/notebook/html")
+        if isinstance(record, RunRecord):
+            out["files"] = [{**f, "url": f"{base}/files/{f['name']}"} for f in out["files"]]
+    return out
