@@ -35,6 +35,7 @@ _ENV = {
     "gateway_url": "KERNEL_AGENT_GATEWAY_URL",
     "gateway_token": "KERNEL_AGENT_GATEWAY_TOKEN",
     "gateway_kernel": "KERNEL_AGENT_GATEWAY_KERNEL",
+    "python": "KERNEL_AGENT_PYTHON",
 }
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -93,6 +94,8 @@ class AgentConfig:
     gateway_token: the gateway's token (a secret: never logged, exported,
         sent to a kernel or shown in a repr).
     gateway_kernel: the gateway's kernelspec to start (None: its default).
+    python: another Python environment's interpreter for local kernels (it needs ipykernel);
+        its prefix is shown read-only in the same sandbox (None: the agent's own).
     """
 
     model: str | None = None
@@ -122,6 +125,7 @@ class AgentConfig:
     gateway_url: str | None = None
     gateway_token: str | None = field(default=None, repr=False)
     gateway_kernel: str | None = None
+    python: str | None = None
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
@@ -169,6 +173,8 @@ class AgentConfig:
         if self.request_timeout is not None and self.request_timeout <= 0:
             raise ConfigError(f"request_timeout must be positive, not {self.request_timeout}")
         self.gateway()  # raises ConfigError for a malformed gateway URL
+        if self.python and self.gateway_url:
+            raise ConfigError("python picks a local environment; a gateway kernel runs the gateway's: give one")
         self.limits()  # raises ConfigError for a bad sandbox mode, memory or no network without the sandbox
 
     def gateway(self) -> GatewaySettings | None:
@@ -181,7 +187,9 @@ class AgentConfig:
         """``AsyncKernelSession`` keyword arguments (besides its folder) for this config's kernels:
         on the gateway, or local with ``limits()``. Raises ``ConfigError`` as ``gateway``/``limits`` do."""
         gateway = self.gateway()
-        return {"rebuild": self.rebuild, **({"gateway": gateway} if gateway else {"limits": self.limits()})}
+        if gateway:
+            return {"rebuild": self.rebuild, "gateway": gateway}
+        return {"rebuild": self.rebuild, "limits": self.limits(), **({"python": self.python} if self.python else {})}
 
     def limits(self) -> Limits:
         """The kernel's confinement from ``sandbox``, ``network``, ``memory_mb`` (None: the default)

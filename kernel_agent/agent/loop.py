@@ -42,6 +42,7 @@ from ..events import (
 )
 from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.rebuild import RebuildCell, RebuildPlan
+from ..kernel.python_env import require_setup_packages
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside, workspace_from
 from ..model.chat import ChatModel, ModelReply
@@ -213,6 +214,8 @@ class AsyncAgent:
         root = Path(workspace) if workspace is not None else default_workspace(task)
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
+        if self.config.python and self.config.preload:  # before any model call: the setup cell's imports
+            await in_thread(require_setup_packages, self.config.python)
         files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         async with self._session_factory(root) as session:
             await session.files.put([root / f.name for f in files])

@@ -101,7 +101,8 @@ def _kernel_options(function: F) -> F:
     """The kernel's confinement: the same names as ``AgentConfig``'s and ``Limits``' fields."""
     options = [
         click.option("--sandbox", type=click.Choice(["strict", "off"]), default=None, help="strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace writable, no view of other processes), and refuse to start where that is impossible; off: run it unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX]."),
-        click.option("--network/--no-network", "network", default=None, help="--network gives the kernel the host's network (this machine's services included); by default (and with --no-network) it has none, not even this machine's loopback."),
+        click.option("--network/--no-network", "network", default=None, help="--network gives the kernel a network of its own behind pasta (the outside world, never this machine's loopback); by default (and with --no-network) it has none."),
+        click.option("--python", "python", metavar="PATH", help="Run the kernel in this Python environment (its interpreter, e.g. /opt/conda/envs/x/bin/python, with ipykernel), in the same sandbox [env: KERNEL_AGENT_PYTHON]."),
         click.option("--gateway", "gateway_url", metavar="URL", help="Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL]."),
         click.option("--gateway-token-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE", help="Read the gateway's token from FILE (keeps it off the command line) [env: KERNEL_AGENT_GATEWAY_TOKEN holds the token itself]."),
         click.option("--gateway-kernel", metavar="NAME", help="The gateway's kernelspec to start [default: the gateway's; env: KERNEL_AGENT_GATEWAY_KERNEL]."),
@@ -118,7 +119,7 @@ def _kernel_arguments(options: dict[str, Any]) -> dict[str, Any]:
     return {"sandbox": options.pop("sandbox"), "network": options.pop("network"),
             "memory_mb": options.pop("memory_mb"), "gateway_url": options.pop("gateway_url"),
             "gateway_token": _read_token(token_file) if token_file else None,
-            "gateway_kernel": options.pop("gateway_kernel")}
+            "gateway_kernel": options.pop("gateway_kernel"), "python": options.pop("python")}
 
 
 def _read_token(path: str) -> str:

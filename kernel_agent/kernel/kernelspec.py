@@ -69,7 +69,8 @@ def install_kernelspec(*, user: bool = False, prefix: str | None = None) -> Path
     return Path(where)
 
 
-def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: SandboxView) -> Path:
+def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: SandboxView,
+                python: str | None = None) -> Path:
     """Write ``folder/<kernel_name>/kernel.json``: the named spec, launched confined; return ``folder``.
 
     The command becomes ``[cgroup join] [pasta_launch ... --] [bwrap ... --] <the spec's argv>``
@@ -84,7 +85,9 @@ def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: 
         raise KernelStartError(f"no kernelspec named {kernel_name!r}: {exc}") from exc
     argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
     if argv and argv[0] in {"python", f"python{sys.version_info[0]}", f"python{sys.version_info[0]}.{sys.version_info[1]}"}:
-        argv[0] = sys.executable  # what jupyter_client would do, were python still first
+        argv[0] = python or sys.executable  # what jupyter_client would do, were python still first
+    elif python is not None and argv:  # a spec naming its own interpreter: --python says which one
+        argv[0] = python
     manifest = spec.to_dict()
     if confinement.limits.sandbox == "strict":
         bwrap = require_bwrap()

@@ -69,6 +69,7 @@ class AsyncKernelSession:
         gateway_token: str | None = None,
         gateway_kernel_id: str | None = None,
         provider: KernelProvider | None = None,
+        python: str | None = None,
     ) -> None:
         self.timeout = timeout
         self.caps = caps or OutputCaps()
@@ -85,7 +86,7 @@ class AsyncKernelSession:
             provider = LocalProvider(
                 self.local_folder, kernel_name=kernel_name or KERNEL_NAME, env=env, allow_env=allow_env,
                 startup_timeout=startup_timeout, max_images=self.caps.max_images,
-                max_output_bytes=self.caps.max_output_bytes, limits=limits,
+                max_output_bytes=self.caps.max_output_bytes, limits=limits, python=python,
             )
         self.kernel_name = kernel_name or getattr(provider, "kernel_name", None) or "default"
         self.provider = provider

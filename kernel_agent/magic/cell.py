@@ -78,7 +78,8 @@ class AgentMagics(Magics):
     @argument("--data-format", choices=("files", "rich"), help="deepanalyze: list data files as DeepAnalyze does (files) or with our summary (rich)")
     @argument("--no-vllm-extras", action="store_true", help="deepanalyze: do not send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens")
     @argument("--sandbox", choices=("strict", "off"), help="strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: KERNEL_AGENT_SANDBOX]")
-    @argument("--network", action="store_true", help="give the agent's kernel the host's network (off by default)")
+    @argument("--network", action="store_true", help="give the agent's kernel a network of its own (pasta; never this machine's loopback; off by default)")
+    @argument("--python", metavar="PATH", help="run the agent's kernel in this Python environment (it needs ipykernel)")
     @argument("--no-network", action="store_true", help="no network for the agent's kernel (the default)")
     @argument("--memory", type=int, metavar="MB", help="memory limit of each kernel process (default 3/4 of RAM, at least 4096)")
     @argument("--gateway", metavar="URL", help="run the agent's kernel on this Jupyter Kernel/Enterprise Gateway; the token comes from KERNEL_AGENT_GATEWAY_TOKEN only (never type it into a cell) [env: KERNEL_AGENT_GATEWAY_URL]")
@@ -170,7 +171,7 @@ def _agent_options(args: Any) -> tuple[dict[str, Any], list[str]]:
         "request_timeout": args.request_timeout, "data_format": args.data_format,
         "vllm_extras": False if args.no_vllm_extras else None,
         "sandbox": args.sandbox, "network": True if args.network else False if args.no_network else None, "memory_mb": args.memory,
-        "gateway_url": args.gateway, "gateway_kernel": args.gateway_kernel,
+        "gateway_url": args.gateway, "gateway_kernel": args.gateway_kernel, "python": args.python,
     }
     data = list(args.data)
     if args.scripted_demo:

@@ -31,6 +31,7 @@ from ...errors import KernelError, KernelStartError, SandboxUnavailableError
 from ..inside.figure_cap import USER_STARTUP_ENV, figure_cap_env
 from ..inside.output_cap import OUTPUT_CAP_ENV
 from ..kernelspec import KERNEL_NAME, launch_spec
+from ..python_env import PythonEnvironment, inside_path, probe_python
 from ..sandbox.bwrap import SandboxView, protected_files
 from ..sandbox.cgroup import pid_alive
 from ..sandbox.environment import kernel_environment
@@ -99,7 +100,7 @@ class LocalProvider:
     def __init__(
         self, workspace: Path | None, *, kernel_name: str = KERNEL_NAME, env: dict[str, str] | None = None,
         allow_env: tuple[str, ...] = (), startup_timeout: float = 60.0, max_images: int = 50,
-        max_output_bytes: int = 10_000_000, limits: Limits | None = None,
+        max_output_bytes: int = 10_000_000, limits: Limits | None = None, python: str | None = None,
     ) -> None:
         self._workspace = workspace
         self.kernel_name = kernel_name
@@ -107,6 +108,9 @@ class LocalProvider:
         self.limits = limits or Limits()
         self._env_extra = {**figure_cap_env(max_images), OUTPUT_CAP_ENV: str(max_output_bytes), **(env or {})}
         self._allow_env = allow_env
+        self.python = python  # another environment's interpreter (probed when the kernel starts)
+        self._python_env: PythonEnvironment | None = None
+        self._inside_path: Path | None = None
         self.manager: AsyncKernelManager | None = None
         self.client: AsyncKernelClient | None = None
         self.confinement: Confinement | None = None
@@ -139,8 +143,13 @@ class LocalProvider:
             self._workspace = self._runtime_dir / "workspace"
         self._workspace.mkdir(parents=True, exist_ok=True)
         self.confinement = Confinement.prepare(self.limits)
+        extra = {**self._env_extra, **self.confinement.env}
+        if self.python is not None:  # its own packages; ours only for the in-kernel code
+            self._python_env = probe_python(self.python)
+            self._inside_path = inside_path(self._runtime_dir)
+            extra["PYTHONPATH"] = str(self._inside_path)
         self.manager = self._manager(self._runtime_dir, self._workspace)
-        env = kernel_environment(extra={**self._env_extra, **self.confinement.env}, allow=self._allow_env)
+        env = kernel_environment(extra=extra, allow=self._allow_env)
         return self.manager, env
 
     def _prepare_start(self) -> dict[str, str]:
@@ -177,6 +186,7 @@ class LocalProvider:
             runtime / "kernels", self.kernel_name, self.confinement,
             SandboxView(workspace, sockets, connection_file, network=self.limits.network,
                         read_only=protected_files(workspace), extra_read=self._extra_read()),
+            python=self._python_env.executable if self._python_env is not None else None,
         )
         manager = AsyncKernelManager(
             kernel_name=self.kernel_name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
@@ -189,7 +199,10 @@ class LocalProvider:
     def _extra_read(self) -> tuple[Path, ...]:
         """Host files the kernel must read besides the interpreter: the user's own PYTHONSTARTUP."""
         startup = self._env_extra.get(USER_STARTUP_ENV)
-        return (Path(startup),) if startup and Path(startup).is_file() else ()
+        paths = (Path(startup),) if startup and Path(startup).is_file() else ()
+        if self._python_env is not None and self._inside_path is not None:
+            paths += (*self._python_env.paths, self._inside_path)
+        return paths
 
     async def _wait_ready(self) -> dict[str, Any]:
         assert self.client is not None and self.manager is not None
