@@ -93,12 +93,22 @@ def test_deepanalyze_protocol_streams_the_models_own_tags(model: OpenAIServer, t
 
 
 def test_bad_chat_requests_get_clear_errors(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.NotFoundError):
+    """Each refusal reaches the SDK in OpenAI's error shape, so its exception prints the reason."""
+    with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x", "thread_id": "thread-nope"}])
-    with pytest.raises(openai.UnprocessableEntityError):
+    assert str(missing.value) == "Error code: 404 - no thread thread-nope" and missing.value.code == "not_found"
+    with pytest.raises(openai.UnprocessableEntityError) as unusable:
         client.chat.completions.create(model="m", messages=[{"role": "system", "content": "only a system message"}])
-    with pytest.raises(openai.AuthenticationError):
+    assert "user" in unusable.value.body["message"] and unusable.value.type == "invalid_request_error"
+    with pytest.raises(openai.UnprocessableEntityError) as invalid:
+        client.chat.completions.create(model="m", messages="not a list")  # type: ignore[arg-type]
+    assert invalid.value.param == "messages" and invalid.value.body["message"].startswith("messages: ")
+    with pytest.raises(openai.AuthenticationError) as stranger:
         openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0).models.list()
+    assert "Authorization: Bearer KEY" in str(stranger.value) and stranger.value.code == "invalid_api_key"
+    with pytest.raises(openai.NotFoundError) as nowhere:
+        client.get("/nowhere", cast_to=object)
+    assert nowhere.value.body["message"] == "no such route: GET /v1/nowhere"
 
 
 @pytest.mark.parametrize("protocol", ["tags", "deepanalyze"])

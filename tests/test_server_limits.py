@@ -33,7 +33,7 @@ def test_runs_over_the_cap_get_429_and_nothing_changes(client: httpx.Client, mod
     first = client.post("/v1/runs", json={"task": "Slow one"}).json()
     threads = client.get("/v1/threads").json()["threads"]
     refused = client.post("/v1/runs", json={"task": "One too many"})
-    assert refused.status_code == 429 and "1 runs are running" in refused.json()["detail"]
+    assert refused.status_code == 429 and "1 runs are running" in refused.json()["error"]["message"]
     assert len(client.get("/v1/threads").json()["threads"]) == len(threads)  # no thread made for it
     deadline = time.monotonic() + 30
     while model.remaining and time.monotonic() < deadline:  # cancel while it waits on the model

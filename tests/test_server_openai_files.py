@@ -44,11 +44,12 @@ def test_upload_list_retrieve_download_delete(client: openai.OpenAI, tmp_path: P
 def test_the_sdk_sees_clear_errors(client: openai.OpenAI, server: ServiceServer) -> None:
     with pytest.raises(openai.APIStatusError) as too_big:
         client.files.create(file=("big.csv", b"x" * 2000), purpose="assistants")
-    assert too_big.value.status_code == 413
+    assert str(too_big.value) == "Error code: 413 - the file is larger than the 1024-byte upload limit"
     mine = client.files.create(file=("mine.csv", b"a\n1\n"), purpose="assistants")
     with openai.OpenAI(base_url=server.url + "/v1", api_key="other-key", max_retries=0) as other:
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.NotFoundError) as hidden:
             other.files.content(mine.id)
+        assert str(hidden.value) == f"Error code: 404 - no file {mine.id}"
         assert mine.id not in [f.id for f in other.files.list()]
     with (openai.OpenAI(base_url=server.url + "/v1", api_key="wrong-key", max_retries=0) as stranger,
           pytest.raises(openai.AuthenticationError)):

@@ -2,7 +2,7 @@
 
 Owns routing and translation only: request bodies in (pydantic), records out
 (the owner field dropped, download URLs added), ``ServiceError`` to its HTTP
-status. What a run does lives in ``service.py``; the DeepAnalyze-compatible
+status in OpenAI's error shape (``errors.py``). What a run does lives in ``service.py``; the DeepAnalyze-compatible
 routes in ``compat.py``. The page in ``static/`` is mounted last, at ``/``.
 """
 
@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,6 +31,7 @@ from ..notebook.export import clean_path
 from .compat import compat_routes
 from .config import ServerConfig
 from .deps import Owner, public, service_of
+from .errors import install_error_handlers
 from .limits import MULTIPART_SLACK, BodyLimit
 from .service import Service
 from .store import NOTEBOOK
@@ -68,10 +69,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.config = config
     app.add_middleware(BodyLimit, limit=config.max_upload_bytes + MULTIPART_SLACK)
 
-    @app.exception_handler(ServiceError)
-    async def refused(_request: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
-
+    install_error_handlers(app)
     _native_routes(app, config)
     compat_routes(app)
     app.mount("/", StaticFiles(directory=_STATIC, html=True), name="page")

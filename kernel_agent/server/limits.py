@@ -16,13 +16,15 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .errors import error_body
+
 __all__ = ["BodyLimit", "MULTIPART_SLACK"]
 
 MULTIPART_SLACK = 1 << 20  # room for the multipart boundaries and the other form fields around a file
 
 
 class BodyLimit:
-    """Refuse request bodies over ``limit`` bytes with 413 (the limit is named in ``detail``)."""
+    """Refuse request bodies over ``limit`` bytes with 413 (OpenAI's error body naming the limit)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -68,7 +70,7 @@ class BodyLimit:
                 raise
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": f"the request body is larger than the {self.limit}-byte limit"}).encode()
+        body = json.dumps(error_body(413, f"the request body is larger than the {self.limit}-byte limit")).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
