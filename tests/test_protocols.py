@@ -512,6 +512,12 @@ def test_tools_bad_arguments_still_answer_the_call(arguments: str, problem: str)
     assert_valid_tool_history([protocol.assistant_message(reply, step), *nudge])
 
 
+def test_invalid_json_arguments_are_explained_with_the_parsers_message_and_position() -> None:
+    step = ToolsProtocol().parse(ModelReply("", tool_calls=(ToolCall("call_x", "execute_python", '{"code": "x = 1",}'),)))
+    assert step.problem == ("malformed tool arguments: invalid JSON (Expecting property name enclosed in double "
+                            "quotes: line 1 column 18 (char 17))")
+
+
 def test_tools_unknown_tool() -> None:
     step = ToolsProtocol().parse(ModelReply("", tool_calls=(ToolCall("c", "shell", '{"code": "ls"}'),)))
     assert step.code is None and step.problem == "unknown tool 'shell'" and step.tool_call_id == "c"

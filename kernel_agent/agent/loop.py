@@ -498,7 +498,7 @@ class AsyncAgent:
         result = _in_rounds(result, live.calls)
         artifacts = await live.session.files.changes(before, exclude)
         yield ExecutionFinished(index, result, artifacts)
-        feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts))
+        feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts, step.problem))
         live.feedback_at.append(range(len(live.messages), len(live.messages) + len(feedback)))
         live.messages.extend(feedback)
         yield _RoundDone(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
@@ -530,8 +530,10 @@ class AsyncAgent:
                 if pending is not None and not pending.done():
                     pending.cancel()
 
-    def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any]) -> Feedback:
+    def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None) -> Feedback:
         text = result.to_llm_text(max_chars=self.config.feedback_chars)
+        if problem and self.config.protocol != "deepanalyze":  # a partly used reply: say what was not (DeepAnalyze's
+            text += f"\n[about your reply: {problem}]\n"  # execute turns carry the raw output only)
         if result.error is not None and result.error.ename == "ModuleNotFoundError":
             hint = module_hint(result.error.evalue, self._installed)
             text += f"\n{hint}\n" if hint else ""

@@ -115,7 +115,7 @@ def _tool_code(name: str, arguments: str) -> tuple[str | None, str | None]:
     try:
         args = json.loads(arguments or "")
     except ValueError as exc:
-        return None, f"malformed tool arguments ({getattr(exc, 'msg', exc)})"
+        return None, f"malformed tool arguments: invalid JSON ({exc})"  # the parser's message and position
     if not isinstance(args, dict) or not isinstance(args.get("code"), str):
         return None, 'malformed tool arguments (expected {"code": "..."})'
     code = extract_code(args["code"])  # fenced or bare, as in a <Code> block
