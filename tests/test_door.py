@@ -191,7 +191,7 @@ THROUGH_THE_DOOR = {
         "_checked_source": "the user's own input file, named on the command line",
         "_install": "stats the user's own input file; the copy goes through the door",
         "prepare_data": "makes the workspace folder itself, the host's choice, before the copies",
-        "stage_recorded": "makes the workspace folder itself, the host's choice, before the copies",
+        "stage_recorded": "makes the workspace folder; describes private copies it read through the door",
     },
     "notebook/claims.py": {},
     "server/store.py": {

@@ -16,12 +16,13 @@ import json
 import keyword
 import os
 import re
+import tempfile
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ConfigError, DataFileError, WorkspaceFileError
+from ..errors import ConfigError, DataFileError, KernelAgentError, WorkspaceFileError
 from ..kernel.door import Door
 from ..notebook.claims import DataSources
 from .summaries import MAX_COLUMNS, MAX_SUMMARY_CHARS, Kind, describe, file_kind, human_size
@@ -104,17 +105,28 @@ def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) 
     """Copy a notebook's recorded data files into ``workspace`` from where its claims allow
     (``notebook/claims.py``: through the door, never a path as given) and describe them.
 
-    Missing files are left out (the rebuild's code reports them). The summaries read the copies in
-    ``workspace``, which the caller makes sure no kernel has seen yet (a new folder) or is the user's
-    own. Raises ``ConfigError`` when the workspace cannot be created, ``DataFileError`` for a copy that
-    cannot be read as its kind says.
+    Missing files are left out (the rebuild's code reports them). The summaries are made from private
+    copies read back through the door: ``workspace`` may be a live kernel's (the service's, ``resume
+    --workspace``), which can swap a name for a link at any moment. Raises ``ConfigError`` when the
+    workspace cannot be created, ``DataFileError`` for a file that cannot be read as its kind says.
     """
     try:
         workspace.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the workspace {workspace}: {exc.strerror or exc}") from exc
     staged = [name for name in names if sources.copy(name, workspace)]
-    return prepare_data([workspace / name for name in staged], workspace) if staged else ()
+    door = Door(workspace)
+    described = []
+    with tempfile.TemporaryDirectory(prefix="kernel-agent-describe-") as private:
+        for name in staged:
+            try:
+                size, chunks = door.stream(name)
+                Door(private).write_from(name, chunks)
+            except (OSError, KernelAgentError) as exc:
+                raise DataFileError(f"cannot read the data file {name} in {workspace}: {exc}", path=name) from exc
+            copy = Path(private) / name
+            described.append(DataFile(name, os.path.abspath(workspace / name), file_kind(copy), size, summarize(copy)))
+    return tuple(described)
 
 
 def _checked_source(path: str | os.PathLike[str]) -> Path:

@@ -73,8 +73,6 @@ __all__ = ["AsyncAgent"]
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True)
 class _Retry:
     reason: str
@@ -260,12 +258,12 @@ class AsyncAgent:
         root = given if given is not None else fresh_beside(source)
         check_outside(target, root)
         files = await in_thread(_resume_data, loaded.info, source, given, root, list(data))
-        names = tuple(dict.fromkeys([*loaded.info.data_files, *(f.name for f in files.prepared)]))
+        names = tuple(dict.fromkeys([*loaded.info.data_files, *(f.name for f in files)]))
         async with self._session_factory(root) as session:
-            await session.files.put([root / name for name in names if name in files.names])
+            await session.files.put([root / f.name for f in files])
             calls: dict[int, int] = {}
             report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
-            protocol, messages = await self._conversation(session, loaded.info.task, names, files.prepared)
+            protocol, messages = await self._conversation(session, loaded.info.task, files)
             messages.append({"role": "user", "content": resume_context(loaded.rounds, task, report=report)})
             run = self._next_turn(loaded.run, task, session, str(root.resolve()), names)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1,
@@ -352,16 +350,16 @@ class AsyncAgent:
             confinement=_confinement(session),
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
         )
-        protocol, messages = await self._conversation(session, task, names, files)
+        protocol, messages = await self._conversation(session, task, files)
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
                      calls={setup.call: 0})
 
     async def _conversation(
-        self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
+        self, session: Kernel, task: str, files: Sequence[DataFile]
     ) -> tuple[Protocol, list[dict[str, Any]]]:
         """The protocol and the opening messages that describe the task and the kernel."""
         protocol = self._protocol()
-        return protocol, protocol.initial_messages(await self._context(session, task, names, files))
+        return protocol, protocol.initial_messages(await self._context(session, task, files))
 
     def _protocol(self) -> Protocol:
         config = self.config
@@ -370,15 +368,10 @@ class AsyncAgent:
             vllm_extras=config.vllm_extras, max_new_tokens=config.max_new_tokens,
         )
 
-    async def _context(
-        self, session: Kernel, task: str, names: Sequence[str], files: Sequence[DataFile] | None = None
-    ) -> PromptContext:
+    async def _context(self, session: Kernel, task: str, files: Sequence[DataFile]) -> PromptContext:
         probe = await session.evaluate({"packages": probe_expression()})
         packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
         self._installed = packages
-        if files is None:
-            root = session.files.local
-            files = await in_thread(prepare_data, [root / n for n in names if (root / n).exists()], root)
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=packages, missing=missing(packages),
             preloaded=preload_description(files) if self.config.preload else "",
@@ -532,8 +525,6 @@ class AsyncAgent:
 
     def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None) -> Feedback:
         text = result.to_llm_text(max_chars=self.config.feedback_chars)
-        if problem and self.config.protocol != "deepanalyze":  # a partly used reply: say what was not (DeepAnalyze's
-            text += f"\n[about your reply: {problem}]\n"  # execute turns carry the raw output only)
         if result.error is not None and result.error.ename == "ModuleNotFoundError":
             hint = module_hint(result.error.evalue, self._installed)
             text += f"\n{hint}\n" if hint else ""
@@ -542,7 +533,8 @@ class AsyncAgent:
             listed = ", ".join(f"{a.path} ({a.size} bytes, {a.change})" for a in artifacts[:20])
             files = f"[files written: {listed}]\n"
         images = tuple(result.images) if self.config.vision else ()
-        return Feedback(text=text, images=images, files=files)
+        note = f"\n[about your reply: {problem}]\n" if problem else ""  # a partly used reply: what was not
+        return Feedback(text=text, images=images, files=files, note=note)
 
     async def _disk_usage(self, live: _Live) -> int:
         if not self.config.disk_quota_mb:
@@ -595,20 +587,15 @@ def _merged_setup(preload: str, extra: str) -> str:
     return f"{preload.rstrip()}\n\n" + "\n".join(kept) + "\n"
 
 
-@dataclass(frozen=True)
-class _ResumeData:
-    prepared: tuple[DataFile, ...]  # what the prompt describes
-    names: frozenset[str]  # the data files now in the kernel's folder
-
-
-def _resume_data(info: RunInfo, notebook: Path, given: Path | None, root: Path, data: list[Any]) -> _ResumeData:
-    """The data files of a resumed run in ``root``: ``data`` copied in as for a new run, then each
+def _resume_data(info: RunInfo, notebook: Path, given: Path | None, root: Path,
+                 data: list[Any]) -> tuple[DataFile, ...]:
+    """The data files of a resumed run, now in ``root``: ``data`` copied in as for a new run, then each
     recorded name ``data`` does not supply, staged from where the notebook's claims allow."""
     given_files = prepare_data(data, root) if data else ()
     supplied = {f.name for f in given_files}
     sources = DataSources.for_notebook(notebook, info.workspace, given)
     recorded = stage_recorded(sources, [name for name in info.data_files if name not in supplied], root)
-    return _ResumeData((*recorded, *given_files), frozenset({*supplied, *(f.name for f in recorded)}))
+    return (*recorded, *given_files)
 
 
 def _now() -> str:

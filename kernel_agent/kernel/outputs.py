@@ -12,7 +12,6 @@ notebook is validated whole when it is written.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from nbformat import NotebookNode
 
 from ..result import DisplayUpdate, ErrorInfo, strip_ansi
+from .inside.output_cap import data_size
 
 __all__ = ["OutputCaps", "OutputCollector", "data_size", "output_node", "resolve_carriage_returns"]
 
@@ -215,22 +215,6 @@ class OutputCollector:
             self._kept_chars += grown
             out["data"] = data
             out["metadata"] = content.get("metadata", {})
-
-
-def data_size(data: Any) -> int:
-    """What a display's data weighs against the output budget: the characters of its values (a JSON
-    value by its compact encoding)."""
-    if not isinstance(data, dict):
-        return 0
-    total = 0
-    for value in data.values():
-        if isinstance(value, str):
-            total += len(value)
-        elif isinstance(value, list):  # nbformat's multi-line strings
-            total += sum(len(part) for part in value if isinstance(part, str))
-        else:
-            total += len(json.dumps(value, default=str, separators=(",", ":")))
-    return total
 
 
 def _marker(content: dict[str, Any], key: str) -> int:

@@ -18,9 +18,8 @@ from ..errors import ConfigError
 from ..result import Artifact
 from .door import Door
 
-__all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "workspace_from", "recorded_workspace",
-           "records_beside",
-           "snapshot"]
+__all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "recorded_workspace",
+           "records_beside", "snapshot", "workspace_from"]
 
 Snapshot = dict[str, tuple[int, int]]
 _MAX_FILES = 20_000
@@ -56,8 +55,7 @@ def records_beside(workspace: Path, suffix: str = ".ipynb") -> Path:
 def recorded_workspace(workspace: Path, notebook: Path) -> str:
     """The workspace as a notebook records it: relative to the notebook's folder when under it (a claim
     ``resume`` and ``replay`` may follow there, never further), else absolute (shown, never used)."""
-    folder, beside = Path(os.path.abspath(workspace)), Path(os.path.abspath(notebook)).parent
-    return folder.relative_to(beside).as_posix() if folder.is_relative_to(beside) else str(folder)
+    return workspace_from(notebook, workspace) or os.path.abspath(workspace)
 
 
 def workspace_from(notebook: Path, workspace: Path) -> str | None:

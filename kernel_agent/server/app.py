@@ -182,19 +182,19 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.get("/v1/threads/{thread_id}/notebook")
     async def notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
-        door = _records_door(request, who, thread_id)
+        door = _thread_door(request, who, thread_id)
         return await _download(door, NOTEBOOK, f"{thread_id}.ipynb", f"thread {thread_id} has no notebook yet",
                                media_type="application/x-ipynb+json")
 
     @app.get("/v1/threads/{thread_id}/notebook/clean")
     async def clean_notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
-        door = _records_door(request, who, thread_id)
+        door = _thread_door(request, who, thread_id)
         return await _download(door, clean_path(Path(NOTEBOOK)).name, f"{thread_id}.clean.ipynb",
                                f"thread {thread_id} has no clean notebook yet", media_type="application/x-ipynb+json")
 
     @app.get("/v1/threads/{thread_id}/notebook/html")
     async def notebook_html(request: Request, who: Owner, thread_id: str) -> HTMLResponse:
-        door = _records_door(request, who, thread_id)
+        door = _thread_door(request, who, thread_id)
         try:
             text = await in_thread(door.read, NOTEBOOK, MAX_NOTEBOOK_BYTES)
         except (OSError, KernelAgentError):
@@ -207,23 +207,16 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.get("/v1/threads/{thread_id}/files/{name:path}")
     async def generated_file(request: Request, who: Owner, thread_id: str, name: str) -> StreamingResponse:
-        door = _workspace_door(request, who, thread_id)
+        door = _thread_door(request, who, thread_id, workspace=True)
         return await _download(door, name, PurePosixPath(name).name, f"thread {thread_id} has no file {name}")
 
 
-def _records_door(request: Request, who: str, thread_id: str) -> Door:
-    """The door to a thread's records (its notebooks, beside the workspace; 404 for a thread the caller
-    does not own)."""
+def _thread_door(request: Request, who: str, thread_id: str, *, workspace: bool = False) -> Door:
+    """The door to a thread's records (its notebooks, beside the workspace) or, with ``workspace``, to
+    its workspace. Raises ``ServiceError`` 404 for a thread the caller does not own."""
     service = service_of(request)
     service.thread(who, thread_id)
-    return Door(service.store.thread_dir(thread_id))
-
-
-def _workspace_door(request: Request, who: str, thread_id: str) -> Door:
-    """The door to a thread's workspace (404 for a thread the caller does not own)."""
-    service = service_of(request)
-    service.thread(who, thread_id)
-    return Door(service.store.workspace(thread_id))
+    return Door(service.store.workspace(thread_id) if workspace else service.store.thread_dir(thread_id))
 
 
 async def _download(door: Door, relative: str, filename: str, missing: str, media_type: str | None = None,

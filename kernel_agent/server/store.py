@@ -88,6 +88,11 @@ class Store:
     def _queue(self, work: Callable[..., Any], *args: Any) -> None:
         self._last = self._writer.submit(work, *args)
 
+    def _save(self, table: dict[str, R], record: R, path: Path) -> None:
+        """Keep ``record`` in memory now and queue its JSON for ``path``."""
+        table[record.id] = record
+        self._queue(_write_json, path, record.model_dump(mode="json"))
+
     # ----------------------------------------------------------------- paths
     def file_dir(self, file_id: str) -> Path:
         return self.root / "files" / file_id
@@ -154,8 +159,7 @@ class Store:
 
     # ----------------------------------------------------------------- threads and runs
     def save_thread(self, record: ThreadRecord) -> None:
-        self._threads[record.id] = record
-        self._queue(_write_json, self.thread_dir(record.id) / "thread.json", record.model_dump(mode="json"))
+        self._save(self._threads, record, self.thread_dir(record.id) / "thread.json")
 
     def thread(self, thread_id: str) -> ThreadRecord | None:
         return self._threads.get(thread_id) if _safe_id(thread_id) else None
@@ -171,8 +175,7 @@ class Store:
         self._queue(_remove_thread, self.thread_dir(record.id), [self.run_dir(run_id) for run_id in record.runs])
 
     def save_run(self, record: RunRecord) -> None:
-        self._runs[record.id] = record
-        self._queue(_write_json, self.run_dir(record.id) / "run.json", record.model_dump(mode="json"))
+        self._save(self._runs, record, self.run_dir(record.id) / "run.json")
 
     def run(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id) if _safe_id(run_id) else None

@@ -21,18 +21,19 @@ __all__ = ["Feedback", "Protocol", "Step", "join_problems"]
 class Feedback:
     """One execution's result as the model sees it: text and base64 PNGs (vision only).
 
-    ``files`` is a line naming the files the code wrote; ``with_files`` is the
-    text with it. The ``deepanalyze`` protocol sends the raw output alone, as
-    DeepAnalyze does.
+    ``files`` is a line naming the files the code wrote, ``note`` one saying
+    what of the reply was not used; ``with_files`` is the text with both. The
+    ``deepanalyze`` protocol sends the raw output alone, as DeepAnalyze does.
     """
 
     text: str
     images: tuple[str, ...] = ()
     files: str = ""
+    note: str = ""
 
     @property
     def with_files(self) -> str:
-        return self.text + self.files
+        return self.text + self.files + self.note
 
 
 @dataclass(frozen=True)

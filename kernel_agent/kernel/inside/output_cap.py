@@ -20,19 +20,27 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["OUTPUT_CAP_ENV", "SENT_KEY", "OutputCap", "install"]
+__all__ = ["OUTPUT_CAP_ENV", "SENT_KEY", "OutputCap", "data_size", "install"]
 
 OUTPUT_CAP_ENV = "KERNEL_AGENT_OUTPUT_CAP"
 SENT_KEY = "output_not_sent"  # under the display metadata key ``kernel_agent``: characters not sent
 _TAIL_KEEP = 4096
 
 
-def _size(data: Any) -> int:
+def data_size(data: Any) -> int:
+    """What a display's data weighs against the output budget, here and in the host's collector
+    (``outputs.py``): the characters of its values (nbformat's multi-line lists joined, any other JSON
+    value by its compact encoding)."""
     if not isinstance(data, dict):
         return 0
     total = 0
     for value in data.values():
-        total += len(value) if isinstance(value, str) else len(json.dumps(value, default=str, separators=(",", ":")))
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, list) and all(isinstance(part, str) for part in value):
+            total += sum(len(part) for part in value)
+        else:
+            total += len(json.dumps(value, default=str, separators=(",", ":")))
     return total
 
 
@@ -65,7 +73,7 @@ class OutputCap:
         """True when a display of ``data`` may still be sent."""
         if self._reporting:
             return True
-        size = _size(data)
+        size = data_size(data)
         if self.sent + size > self.budget:
             self.dropped += size
             self.dropped_displays += 1
