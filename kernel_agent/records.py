@@ -103,6 +103,12 @@ class RunInfo:
     confinement: str = ""
     question: str = ""  # this turn's own question when it is a follow-up (``task`` then holds them all)
     language_info: dict[str, object] = field(default_factory=dict, compare=False)
+    kernelspec: dict[str, str] = field(default_factory=dict, compare=False)  # the notebook's: where it opens
+
+    @property
+    def language(self) -> str:
+        """The kernel's language, lower case (``python``, ``r``), as its ``language_info`` says."""
+        return str(self.language_info.get("name") or self.kernelspec.get("language") or "python").lower()
 
 
 @dataclass(frozen=True)

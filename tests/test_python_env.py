@@ -4,6 +4,7 @@ model call. The environment is a real second venv made here, with ipykernel and 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,25 @@ def test_an_environment_without_what_we_need_is_a_clear_error_before_any_model_c
             "--workspace", str(tmp_path / "ws")]
     done = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert done.exit_code == 2 and "ipykernel is not installed" in done.output
+
+
+def test_a_kernelspec_pointing_at_the_other_environment(other: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = tmp_path / "jupyter" / "kernels" / "other-env"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(other), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Other env", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+
+    with KernelSession(tmp_path / "ws", kernel_name="other-env") as session:
+        assert session.execute("import env_marker\nenv_marker.WHERE").result_text == "'the other environment'"
+        leaked = session.execute("import pandas")
+        assert leaked.error is not None and leaked.error.ename == "ModuleNotFoundError"
+        assert session.execute("import os\nos.getuid()").result_text == "1000"  # the same sandbox
+        assert session.kernelspec == {"name": "other-env", "display_name": "Other env", "language": "python"}
+    # without pandas there, a run is refused before any model call, naming the environment
+    args = ["run", "task", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--kernel", "other-env",
+            "--workspace", str(tmp_path / "ws2")]
+    done = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert done.exit_code == 2 and "pandas not installed in" in done.output

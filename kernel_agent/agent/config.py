@@ -36,6 +36,7 @@ _ENV = {
     "gateway_token": "KERNEL_AGENT_GATEWAY_TOKEN",
     "gateway_kernel": "KERNEL_AGENT_GATEWAY_KERNEL",
     "python": "KERNEL_AGENT_PYTHON",
+    "kernel": "KERNEL_AGENT_KERNEL",
 }
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -96,6 +97,8 @@ class AgentConfig:
     gateway_kernel: the gateway's kernelspec to start (None: its default).
     python: another Python environment's interpreter for local kernels (it needs ipykernel);
         its prefix is shown read-only in the same sandbox (None: the agent's own).
+    kernel: the Jupyter kernelspec to run (any installed one, e.g. ``ir`` for R; None: ours, Python);
+        with a gateway, the gateway's kernelspec unless ``gateway_kernel`` names one.
     """
 
     model: str | None = None
@@ -126,6 +129,7 @@ class AgentConfig:
     gateway_token: str | None = field(default=None, repr=False)
     gateway_kernel: str | None = None
     python: str | None = None
+    kernel: str | None = None
 
     @classmethod
     def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
@@ -181,7 +185,7 @@ class AgentConfig:
         """Where remote kernels run (None: on this machine). Raises ``ConfigError`` for a bad URL."""
         if not self.gateway_url:
             return None
-        return GatewaySettings(self.gateway_url, self.gateway_token, kernel_name=self.gateway_kernel)
+        return GatewaySettings(self.gateway_url, self.gateway_token, kernel_name=self.gateway_kernel or self.kernel)
 
     def kernel_options(self) -> dict[str, Any]:
         """``AsyncKernelSession`` keyword arguments (besides its folder) for this config's kernels:
@@ -189,7 +193,10 @@ class AgentConfig:
         gateway = self.gateway()
         if gateway:
             return {"rebuild": self.rebuild, "gateway": gateway}
-        return {"rebuild": self.rebuild, "limits": self.limits(), **({"python": self.python} if self.python else {})}
+        chosen = {"python": self.python} if self.python else {}
+        if self.kernel:
+            chosen["kernel_name"] = self.kernel
+        return {"rebuild": self.rebuild, "limits": self.limits(), **chosen}
 
     def limits(self) -> Limits:
         """The kernel's confinement from ``sandbox``, ``network``, ``memory_mb`` (None: the default)

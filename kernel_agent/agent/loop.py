@@ -10,7 +10,6 @@ replies (``protocols``), talk HTTP (``llm``), fold kernel messages
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import logging
 import os
@@ -42,6 +41,7 @@ from ..events import (
 )
 from ..kernel.interface import Kernel, KernelFactory
 from ..kernel.rebuild import RebuildCell, RebuildPlan
+from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside, workspace_from
@@ -53,16 +53,8 @@ from ..notebook.writer import RunWriter
 from ..records import Round, Run, RunInfo, Usage
 from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import (
-    DataFile,
-    data_summary,
-    opened_beside,
-    preload_code,
-    preload_description,
-    prepare_data,
-    stage_recorded,
-)
-from .environment import missing, module_hint, probe_expression
+from .data import DataFile, data_summary, prepare_data, stage_recorded
+from .languages import PYTHON, Language, language_of
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
@@ -173,6 +165,15 @@ class AsyncAgent:
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
+    def _check_kernel(self) -> None:
+        """The local kernel asked for is installed and has what the setup cell needs. Raises ``ConfigError``."""
+        config = self.config
+        if config.gateway_url or not (config.kernel or config.python):
+            return
+        choice = choose_kernel(config.kernel or KERNEL_NAME, config.python)
+        if choice.python is not None and config.preload:  # the setup cell's imports
+            require_setup_packages(choice.python.executable)
+
     def new_session(self, workspace: Path) -> AsyncKernelSession:
         """A kernel session as this agent's runs get one by default (not started): local, or on the gateway."""
         return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options})
@@ -212,8 +213,7 @@ class AsyncAgent:
         root = Path(workspace) if workspace is not None else default_workspace(task)
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
-        if self.config.python and self.config.preload:  # before any model call: the setup cell's imports
-            await in_thread(require_setup_packages, self.config.python)
+        await in_thread(self._check_kernel)  # before any model call
         files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         async with self._session_factory(root) as session:
             await session.files.put([root / f.name for f in files])
@@ -277,7 +277,7 @@ class AsyncAgent:
     ) -> RebuildReport:
         """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost.
         ``calls`` learns which session execute() ran which round."""
-        plan = RebuildPlan(tuple(cells))
+        plan = RebuildPlan(tuple(cells), str(session.kernel_info.get("language_info", {}).get("name") or "python"))
         for cell in cells:
             if plan.should_run(cell):
                 result = await session.execute(cell.code, self.config.exec_timeout)
@@ -336,10 +336,11 @@ class AsyncAgent:
         extra_setup: str,
     ) -> _Live:
         names = [f.name for f in files]
-        setup_code = preload_code(files) if self.config.preload else "%matplotlib inline\n"
+        language = language_of(session.kernel_info.get("language_info"))
+        setup_code = language.setup(files) if self.config.preload else language.plain_setup
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
-        setup_code = opened_beside(setup_code, workspace_from(notebook, root))
+        setup_code = language.beside(setup_code, workspace_from(notebook, root))
         # While the kernel runs the setup cell, this process is idle: compile the notebook validator then.
         setup, _ = await asyncio.gather(session.execute(setup_code, self.config.exec_timeout),
                                         asyncio.to_thread(warm_up))
@@ -349,6 +350,7 @@ class AsyncAgent:
             workspace=str(root.resolve()), setup_code=setup_code, scripted=self.chat_model.scripted,
             confinement=_confinement(session),
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
+            kernelspec=session.kernelspec,
         )
         protocol, messages = await self._conversation(session, task, files)
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
@@ -358,23 +360,26 @@ class AsyncAgent:
         self, session: Kernel, task: str, files: Sequence[DataFile]
     ) -> tuple[Protocol, list[dict[str, Any]]]:
         """The protocol and the opening messages that describe the task and the kernel."""
-        protocol = self._protocol()
-        return protocol, protocol.initial_messages(await self._context(session, task, files))
+        protocol = self._protocol(language_of(session.kernel_info.get("language_info")))
+        return protocol, protocol.initial_messages(await self._context(session, task, files, protocol.language))
 
-    def _protocol(self) -> Protocol:
+    def _protocol(self, language: Language = PYTHON) -> Protocol:
         config = self.config
         return get_protocol(
             config.protocol, vision=config.vision, data_format=config.data_format,
-            vllm_extras=config.vllm_extras, max_new_tokens=config.max_new_tokens,
+            vllm_extras=config.vllm_extras, max_new_tokens=config.max_new_tokens, language=language,
         )
 
-    async def _context(self, session: Kernel, task: str, files: Sequence[DataFile]) -> PromptContext:
-        probe = await session.evaluate({"packages": probe_expression()})
-        packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
+    async def _context(self, session: Kernel, task: str, files: Sequence[DataFile], language: Language) -> PromptContext:
+        packages: tuple[str, ...] = ()
+        if language.probe_prints:
+            packages = language.parse_probe(await session.run_quietly(language.probe))
+        elif language.probe:
+            packages = language.parse_probe((await session.evaluate({"packages": language.probe}))["packages"])
         self._installed = packages
         return PromptContext(
-            task=task, data_summary=data_summary(files), packages=packages, missing=missing(packages),
-            preloaded=preload_description(files) if self.config.preload else "",
+            task=task, data_summary=data_summary(files), packages=packages, missing=language.missing(packages),
+            preloaded=language.setup_words(files) if self.config.preload else "",
             files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
         )
 
@@ -491,7 +496,8 @@ class AsyncAgent:
         result = _in_rounds(result, live.calls)
         artifacts = await live.session.files.changes(before, exclude)
         yield ExecutionFinished(index, result, artifacts)
-        feedback = live.protocol.feedback_messages(step, self._feedback(result, artifacts, step.problem))
+        feedback = live.protocol.feedback_messages(
+            step, self._feedback(result, artifacts, step.problem, live.protocol.language))
         live.feedback_at.append(range(len(live.messages), len(live.messages) + len(feedback)))
         live.messages.extend(feedback)
         yield _RoundDone(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
@@ -523,10 +529,11 @@ class AsyncAgent:
                 if pending is not None and not pending.done():
                     pending.cancel()
 
-    def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None) -> Feedback:
+    def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None,
+                  language: Language = PYTHON) -> Feedback:
         text = result.to_llm_text(max_chars=self.config.feedback_chars)
-        if result.error is not None and result.error.ename == "ModuleNotFoundError":
-            hint = module_hint(result.error.evalue, self._installed)
+        if result.error is not None:
+            hint = language.hint(result.error.ename, result.error.evalue, self._installed)
             text += f"\n{hint}\n" if hint else ""
         files = ""
         if artifacts:

@@ -102,6 +102,7 @@ def _kernel_options(function: F) -> F:
     options = [
         click.option("--sandbox", type=click.Choice(["strict", "off"]), default=None, help="strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace writable, no view of other processes), and refuse to start where that is impossible; off: run it unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX]."),
         click.option("--network/--no-network", "network", default=None, help="--network gives the kernel a network of its own behind pasta (the outside world, never this machine's loopback); by default (and with --no-network) it has none."),
+        click.option("--kernel", "kernel", metavar="NAME", help="Run the analysis in this Jupyter kernel (any installed kernelspec: `jupyter kernelspec list`; e.g. ir for R), in the same sandbox; with --gateway, the gateway's kernelspec [default: kernel-agent's Python; env: KERNEL_AGENT_KERNEL]."),
         click.option("--python", "python", metavar="PATH", help="Run the kernel in this Python environment (its interpreter, e.g. /opt/conda/envs/x/bin/python, with ipykernel), in the same sandbox [env: KERNEL_AGENT_PYTHON]."),
         click.option("--gateway", "gateway_url", metavar="URL", help="Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL]."),
         click.option("--gateway-token-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE", help="Read the gateway's token from FILE (keeps it off the command line) [env: KERNEL_AGENT_GATEWAY_TOKEN holds the token itself]."),
@@ -119,7 +120,8 @@ def _kernel_arguments(options: dict[str, Any]) -> dict[str, Any]:
     return {"sandbox": options.pop("sandbox"), "network": options.pop("network"),
             "memory_mb": options.pop("memory_mb"), "gateway_url": options.pop("gateway_url"),
             "gateway_token": _read_token(token_file) if token_file else None,
-            "gateway_kernel": options.pop("gateway_kernel"), "python": options.pop("python")}
+            "gateway_kernel": options.pop("gateway_kernel"), "python": options.pop("python"),
+            "kernel": options.pop("kernel")}
 
 
 def _read_token(path: str) -> str:
@@ -396,7 +398,8 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **
         limits = config.limits()
         if limits.sandbox == "off":
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
-        report = replay_notebook(notebook, workspace=workspace, check=check, timeout=timeout, limits=limits)
+        report = replay_notebook(notebook, workspace=workspace, check=check, timeout=timeout, limits=limits,
+                                 kernel_name=config.kernel, python=config.python)
     show_replay(Console(highlight=False), report)
     sys.exit(0 if report.ok else 1)
 

@@ -94,6 +94,7 @@ class ExecuteEngine:
         self.caps = caps
         self.interrupt_grace = interrupt_grace
         self.lock = asyncio.Lock()
+        self.language = "python"  # the kernel's (its language_info's name): how the rebuild reads cells
         self._history: list[RebuildCell] = []  # executed cells since the last state loss, labelled by call number
         self._history_before_loss: list[RebuildCell] = []
         self._calls = 0  # public execute() calls: the labels of the rebuild report
@@ -140,6 +141,19 @@ class ExecuteEngine:
             if outcome is not Outcome.IDLE:
                 raise KernelError(f"the kernel did not answer a silent request ({outcome.value})")
             return await self._shell_reply(msg_id)
+
+    async def run_quietly(self, code: str, timeout: float) -> str:
+        """Run ``code`` outside the history (no execution count, nothing recorded); what it printed.
+        For kernels that evaluate no ``user_expressions`` (IRkernel). Raises ``KernelError`` when the
+        kernel does not answer within ``timeout``."""
+        async with self.lock:
+            msg_id = self.client.execute(code, silent=False, store_history=False, allow_stdin=False)
+            collector = OutputCollector(msg_id, self.caps)
+            outcome = await self._collect(collector, time.monotonic() + timeout)
+            if outcome is not Outcome.IDLE:
+                raise KernelError(f"the kernel did not answer a quiet request ({outcome.value})")
+            await self._shell_reply(msg_id)
+            return "".join(out["text"] for out in collector.finish() if out["output_type"] == "stream")
 
     async def restart(self) -> None:
         """Restart the kernel between requests; all state (and the rebuild history) is lost."""
@@ -284,7 +298,7 @@ class ExecuteEngine:
         calls were (the agent: setup, rounds) relabels it.
         """
         cells = tuple(self._history_before_loss)
-        plan = RebuildPlan(cells)
+        plan = RebuildPlan(cells, self.language)
         for cell in cells:
             if not plan.should_run(cell):
                 continue

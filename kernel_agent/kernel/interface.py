@@ -56,6 +56,11 @@ class Kernel(Protocol):
     def kernel_info(self) -> dict[str, Any]: ...
 
     @property
+    def kernelspec(self) -> dict[str, str]:
+        """What a notebook's ``kernelspec`` metadata says for this kernel (name, display_name, language)."""
+        ...
+
+    @property
     def files(self) -> KernelFiles:
         """The workspace seam (``files.KernelFiles``): data files in, changed files back out."""
         ...
@@ -72,6 +77,10 @@ class Kernel(Protocol):
 
     async def evaluate(self, expressions: dict[str, str], timeout: float = 30.0) -> dict[str, str | None]:
         """Evaluate expressions silently; each one's ``text/plain`` or None where it raised."""
+        ...
+
+    async def run_quietly(self, code: str, timeout: float = 30.0) -> str:
+        """Run ``code`` outside the history (no execution count, nothing recorded); its printed text."""
         ...
 
     async def interrupt(self) -> None: ...

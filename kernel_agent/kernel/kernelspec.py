@@ -4,32 +4,42 @@ The spec folder ``kernelspec/kernel-agent`` ships inside the wheel (as
 ``kernel_agent/kernelspec/kernel-agent``) and sits at the top of a source
 checkout; sessions use it from there without any install.
 ``install_kernelspec`` copies it where Jupyter looks, for JupyterLab.
-``launch_spec`` writes the spec one local kernel actually starts with: the
-named spec's command behind its cgroup join and its bubblewrap sandbox.
+``choose_kernel`` checks the kernel a user names (``--kernel``: any installed
+kernelspec; ``--python``: another environment) before anything starts, and
+``launch_spec`` writes the spec one local kernel actually starts with: that
+kernel's command behind our launcher (its rlimits), its cgroup join and its
+bubblewrap sandbox.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.paths import jupyter_path
 
-from ..errors import ConfigError, KernelStartError
+from ..errors import ConfigError
+from .inside.launcher import EXEC_FLAG
+from .python_env import PythonEnvironment, probe_python
 from .sandbox.bwrap import SandboxView, bwrap_argv, require_bwrap
 from .sandbox.network import network_prefix, require_pasta
 
 if TYPE_CHECKING:
     from .sandbox.limits import Confinement
 
-__all__ = ["KERNEL_NAME", "install_kernelspec", "kernel_spec_manager", "kernelspec_dir", "launch_spec"]
+__all__ = ["KERNEL_NAME", "KernelChoice", "choose_kernel", "install_kernelspec", "installed_kernels",
+           "kernel_spec_manager", "kernelspec_dir", "launch_spec"]
 
 KERNEL_NAME = "kernel-agent"
+LAUNCHER = "kernel_agent.kernel.inside.launcher"
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -69,26 +79,110 @@ def install_kernelspec(*, user: bool = False, prefix: str | None = None) -> Path
     return Path(where)
 
 
-def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: SandboxView,
-                python: str | None = None) -> Path:
-    """Write ``folder/<kernel_name>/kernel.json``: the named spec, launched confined; return ``folder``.
+@dataclass(frozen=True)
+class KernelChoice:
+    """The kernelspec a local kernel starts from, as the host checked it before starting anything.
 
-    The command becomes ``[cgroup join] [pasta_launch ... --] [bwrap ... --] <the spec's argv>``
-    (``pasta_launch`` when the network is on);
-    a sandboxed kernel is interrupted by message (a SIGINT to bwrap would not
-    reach it). Raises ``SandboxUnavailableError`` (strict mode, no working
-    bwrap) and ``KernelStartError`` for an unknown kernel name.
+    ``python`` is set for a Python kernel in another environment (``--python``, or a kernelspec whose
+    command is another interpreter): the kernel then runs our launcher under that interpreter, with our
+    in-kernel code and nothing else of ours on its path. ``command`` is set for a kernel of another
+    kind (IRkernel, ...): its own argv, run confined by our launcher's ``--exec``. ``recorded`` is what
+    a notebook's ``kernelspec`` metadata says, so the exported notebook opens in that kernel.
     """
+
+    name: str
+    display_name: str
+    language: str
+    python: PythonEnvironment | None = None
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    read_paths: tuple[Path, ...] = ()
+
+    @property
+    def recorded(self) -> dict[str, str]:
+        if self.name == KERNEL_NAME:  # our own spec is a plain Python kernel wherever the notebook opens
+            return {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+        return {"name": self.name, "display_name": self.display_name, "language": self.language}
+
+
+def installed_kernels() -> list[str]:
+    """The names of the kernelspecs Jupyter finds here (ours first)."""
+    return sorted(kernel_spec_manager().find_kernel_specs(), key=lambda name: (name != KERNEL_NAME, name))
+
+
+def choose_kernel(kernel_name: str = KERNEL_NAME, python: str | None = None) -> KernelChoice:
+    """Check ``kernel_name`` (an installed kernelspec) and ``python`` (another environment's interpreter)
+    before a kernel starts. Raises ``ConfigError`` saying what to do: an unknown kernel name (with the
+    installed ones), a kernel whose program is not installed, a Python without ipykernel, or both given
+    for a kernel that is not Python."""
+    if kernel_name == KERNEL_NAME and python is None:
+        return KernelChoice(KERNEL_NAME, "Python 3 (kernel-agent)", "python")
     try:
         spec = kernel_spec_manager().get_kernel_spec(kernel_name)
     except Exception as exc:  # NoSuchKernel is a KeyError; a broken kernel.json is a ValueError
-        raise KernelStartError(f"no kernelspec named {kernel_name!r}: {exc}") from exc
+        if kernel_name == "python3":  # what notebooks usually name: our Python, where ipykernel installed no spec
+            return choose_kernel(KERNEL_NAME, python)
+        installed = ", ".join(installed_kernels())
+        raise ConfigError(f"no Jupyter kernel named {kernel_name!r} here (installed: {installed}; "
+                          "see `jupyter kernelspec list`)") from exc
     argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
-    if argv and argv[0] in {"python", f"python{sys.version_info[0]}", f"python{sys.version_info[0]}.{sys.version_info[1]}"}:
-        argv[0] = python or sys.executable  # what jupyter_client would do, were python still first
-    elif python is not None and argv:  # a spec naming its own interpreter: --python says which one
-        argv[0] = python
+    env = tuple(sorted((str(k), str(v)) for k, v in (spec.env or {}).items()))
+    language = str(spec.language or "").lower()
+    program = _python_program(argv[0]) if argv else None
+    if kernel_name == KERNEL_NAME or program is not None or python is not None:
+        if language not in ("python", ""):
+            raise ConfigError(f"--python picks a Python environment, but kernel {kernel_name!r} runs {spec.language}: "
+                              "give one of them")
+        interpreter = python or program or sys.executable
+        other = None if os.path.abspath(interpreter) == os.path.abspath(sys.executable) else probe_python(interpreter)
+        name = KERNEL_NAME if kernel_name == KERNEL_NAME else kernel_name
+        return KernelChoice(name, spec.display_name, "python", python=other, env=env,
+                            read_paths=other.paths if other is not None else ())
+    found = shutil.which(argv[0]) if argv else None
+    if found is None:
+        raise ConfigError(f"kernel {kernel_name!r} ({spec.display_name}) runs {argv[:1] or 'nothing'}, which is not "
+                          "installed here (not on PATH)")
+    command = (found, *argv[1:])
+    return KernelChoice(kernel_name, spec.display_name, spec.language or "unknown", command=command, env=env,
+                        read_paths=_program_paths(found, spec.resource_dir))
+
+
+def _python_program(program: str) -> str | None:
+    """The interpreter a kernelspec's command starts, when it is a Python one (``python``, ``python3.11``,
+    ``/opt/conda/envs/x/bin/python``); a bare name is this process's (what jupyter_client does)."""
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(program)):
+        return None
+    if os.sep not in program:
+        return sys.executable
+    return program
+
+
+def _program_paths(program: str, resource_dir: str) -> tuple[Path, ...]:
+    """What the sandbox must show read-only for a kernel of another kind: its program's folder (resolved,
+    unless the system's folders already hold it) and the kernelspec's own folder."""
+    found = {Path(os.path.realpath(program)).parent, Path(os.path.dirname(os.path.abspath(program))),
+             Path(os.path.realpath(resource_dir))}
+    return tuple(sorted(p for p in found if not str(p).startswith(("/usr/", "/etc/"))))
+
+
+def launch_spec(folder: Path, choice: KernelChoice, confinement: Confinement, view: SandboxView) -> Path:
+    """Write ``folder/<name>/kernel.json``: the chosen kernel, launched confined; return ``folder``.
+
+    The command becomes ``[cgroup join] [pasta_launch ... --] [bwrap ... --] <the kernel's argv>``
+    (``pasta_launch`` when the network is on), where a Python kernel's argv is our launcher under its
+    interpreter and another kernel's is our launcher's ``--exec`` before its own command;
+    a sandboxed kernel is interrupted by message (a SIGINT to bwrap would not
+    reach it). Raises ``SandboxUnavailableError`` (strict mode, no working bwrap).
+    """
+    spec = kernel_spec_manager().get_kernel_spec(KERNEL_NAME)
     manifest = spec.to_dict()
+    if choice.command:
+        argv = [sys.executable, "-m", LAUNCHER, EXEC_FLAG, *choice.command]
+        manifest.update(display_name=choice.display_name, language=choice.language, interrupt_mode="signal")
+    else:
+        argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
+        argv[0] = choice.python.executable if choice.python is not None else sys.executable
+    manifest["env"] = {**manifest.get("env", {}), **dict(choice.env)}
     if confinement.limits.sandbox == "strict":
         bwrap = require_bwrap()
         argv = [*bwrap_argv(bwrap, view), *argv]
@@ -96,7 +190,7 @@ def launch_spec(folder: Path, kernel_name: str, confinement: Confinement, view: 
             argv = [*network_prefix(require_pasta(bwrap)), *argv]
         manifest["interrupt_mode"] = "message"
     manifest["argv"] = [*confinement.launch_prefix(), *argv]
-    target = folder / kernel_name
+    target = folder / KERNEL_NAME
     target.mkdir(parents=True)
     (target / "kernel.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return folder

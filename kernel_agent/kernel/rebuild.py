@@ -4,7 +4,9 @@ Owns the bookkeeping of restoring a kernel's state by re-running earlier
 cells (after a crash, and when a run is resumed): which cells run again,
 which are skipped because they read a name that is gone, which failed, and
 which names are missing at the end. Pure and static (``ast`` per cell, the
-same conservative reading as the clean view's ``deps``); the caller executes.
+same conservative reading as the clean view's ``deps``; for a kernel in another
+language, its assignments read off each line: ``x <- ...``, ``df$y <- ...``);
+the caller executes.
 Cells that timed out, died or errored are never re-run (re-running a loop
 that hung is not ours to decide): the names they bound are reported lost.
 """
@@ -23,6 +25,13 @@ __all__ = ["RebuildCell", "RebuildPlan", "names_of"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _MAGIC_LINE = re.compile(r"^([ \t]*)[%!].*$", re.MULTILINE)
+# Other languages (R and the like): names with dots, strings and comments left out, assignments per line.
+_NAME = r"[A-Za-z.][\w.]*"
+_WORD = re.compile(_NAME)
+_NOISE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`\n]*`|#[^\n]*')
+_ASSIGN = re.compile(rf"^[ \t]*({_NAME})[ \t]*(?:<<?-|=(?!=))(.*)$", re.M)
+_MODIFY = re.compile(rf"^[ \t]*({_NAME})[ \t]*[$@\[][^\n]*?(?:<<?-|(?<![=!<>])=(?!=))", re.M)
+_RIGHT = re.compile(rf"->>?[ \t]*({_NAME})")
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class RebuildPlan:
     """Walk the earlier cells in order: ``next_cells`` yields what to run, ``record`` takes each outcome."""
 
     cells: tuple[RebuildCell, ...]
+    language: str = "python"  # the kernel's (language_info's name): how a cell's names are read
     _lost: dict[str, int] = field(default_factory=dict)  # name -> label of the cell that left it
     _rerun: list[int] = field(default_factory=list)
     _failed: list[tuple[int, str]] = field(default_factory=list)
@@ -47,7 +57,7 @@ class RebuildPlan:
 
     def should_run(self, cell: RebuildCell) -> bool:
         """Whether to execute ``cell`` now; a cell not to run is accounted for here."""
-        loads, binds, touched = names_of(cell.code)
+        loads, binds, touched = names_of(cell.code, self.language)
         if cell.status != "ok":
             self._not_rerun.append((cell.label, cell.status))
             self._lose(binds | touched, cell.label)
@@ -61,7 +71,7 @@ class RebuildPlan:
 
     def record(self, cell: RebuildCell, ok: bool, error: str = "") -> None:
         """The outcome of a cell ``should_run`` allowed."""
-        _, binds, touched = names_of(cell.code)
+        _, binds, touched = names_of(cell.code, self.language)
         if ok:
             self._rerun.append(cell.label)
             for name in binds:
@@ -80,11 +90,13 @@ class RebuildPlan:
 
 
 @lru_cache(maxsize=1024)
-def names_of(code: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+def names_of(code: str, language: str = "python") -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """(names read before being set in the cell, names (re)bound, names mutated in place).
 
     Cached by code text: the notebook export asks again for every earlier cell after each round,
     which re-parsing made quadratic over a run; frozen, so no caller can spoil the cache."""
+    if language.lower() != "python":
+        return _other_names(code)
     try:
         tree = ast.parse(_MAGIC_LINE.sub(r"\1pass", code))
     except SyntaxError:
@@ -114,3 +126,20 @@ def names_of(code: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]
                     touched.add(base.id)
         rebinds |= bound
     return frozenset(loads), frozenset(rebinds), frozenset(touched)
+
+
+def _other_names(code: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """``names_of`` for a language we do not parse: the names each line assigns (``x <- 1``, ``x = 1``,
+    ``1 -> x``), those it changes in place (``df$y <- 2``, ``m[1] <- 0``), and every other name it
+    mentions as read (conservative: a function's name counts as read, which loses nothing)."""
+    text = _NOISE.sub(" ", code)
+    binds: set[str] = set(_RIGHT.findall(text))
+    fresh: set[str] = set()
+    for match in _ASSIGN.finditer(text):
+        name, value = match.group(1), match.group(2)
+        binds.add(name)
+        if name not in _WORD.findall(text[: match.start(1)]) and name not in _WORD.findall(value):
+            fresh.add(name)  # set here before any read of it
+    touched = set(_MODIFY.findall(text))
+    loads = set(_WORD.findall(text)) - fresh
+    return frozenset(loads), frozenset(binds), frozenset(touched)

@@ -134,6 +134,18 @@ class AsyncKernelSession:
         return describe() if describe is not None else self.provider.limits.describe()
 
     @property
+    def kernelspec(self) -> dict[str, str]:
+        """What a notebook's ``kernelspec`` metadata says for this kernel, so the notebook opens and replays
+        in it: the kernelspec a local kernel was chosen from, else what the kernel says of its language."""
+        choice = getattr(self.provider, "choice", None)
+        if choice is not None:
+            return dict(choice.recorded)
+        language = str(self.kernel_info.get("language_info", {}).get("name") or "python")
+        if language.lower() == "python":
+            return {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+        return {"name": self.kernel_name, "display_name": self.kernel_name, "language": language.lower()}
+
+    @property
     def owns_kernel(self) -> bool:
         return self.provider.owns_kernel
 
@@ -172,6 +184,7 @@ class AsyncKernelSession:
         except BaseException:
             self.state = SessionState.CLOSED
             raise
+        self.engine.language = str(self.kernel_info.get("language_info", {}).get("name") or "python")
         self.state = SessionState.READY
         return self
 
@@ -259,6 +272,12 @@ class AsyncKernelSession:
         """
         self._check_open()
         return await self.engine.evaluate(expressions, timeout)
+
+    async def run_quietly(self, code: str, timeout: float = 30.0) -> str:
+        """Run ``code`` outside the history (no execution count, nothing recorded); its printed text.
+        The probe for kernels without ``user_expressions``. Raises ``KernelError``."""
+        self._check_open()
+        return await self.engine.run_quietly(code, timeout)
 
     async def _run_silently(self, code: str, expressions: dict[str, str]) -> dict[str, Any]:
         """The remote workspace's way in: silent code, its ``execute_reply`` content (files.RemoteFiles)."""

@@ -61,6 +61,11 @@ class KernelSession:
         return self._async.kernel_info
 
     @property
+    def kernelspec(self) -> dict[str, str]:
+        """What a notebook's ``kernelspec`` metadata says for this kernel (see ``AsyncKernelSession``)."""
+        return self._async.kernelspec
+
+    @property
     def async_session(self) -> AsyncKernelSession:
         """The async session underneath (lives on this facade's private loop)."""
         return self._async
@@ -87,6 +92,10 @@ class KernelSession:
     def evaluate(self, expressions: dict[str, str], timeout: float = 30.0) -> dict[str, str | None]:
         """Evaluate expressions silently (see ``AsyncKernelSession.evaluate``)."""
         return self._loop.run(self._async.evaluate(expressions, timeout))
+
+    def run_quietly(self, code: str, timeout: float = 30.0) -> str:
+        """Run code outside the history; its printed text (see ``AsyncKernelSession.run_quietly``)."""
+        return self._loop.run(self._async.run_quietly(code, timeout))
 
     def interrupt(self) -> None:
         self._loop.run(self._async.interrupt())

@@ -79,6 +79,7 @@ class AgentMagics(Magics):
     @argument("--no-vllm-extras", action="store_true", help="deepanalyze: do not send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens")
     @argument("--sandbox", choices=("strict", "off"), help="strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: KERNEL_AGENT_SANDBOX]")
     @argument("--network", action="store_true", help="give the agent's kernel a network of its own (pasta; never this machine's loopback; off by default)")
+    @argument("--kernel", metavar="NAME", help="run the agent's code in this Jupyter kernel (an installed kernelspec, e.g. ir)")
     @argument("--python", metavar="PATH", help="run the agent's kernel in this Python environment (it needs ipykernel)")
     @argument("--no-network", action="store_true", help="no network for the agent's kernel (the default)")
     @argument("--memory", type=int, metavar="MB", help="memory limit of each kernel process (default 3/4 of RAM, at least 4096)")
@@ -172,6 +173,7 @@ def _agent_options(args: Any) -> tuple[dict[str, Any], list[str]]:
         "vllm_extras": False if args.no_vllm_extras else None,
         "sandbox": args.sandbox, "network": True if args.network else False if args.no_network else None, "memory_mb": args.memory,
         "gateway_url": args.gateway, "gateway_kernel": args.gateway_kernel, "python": args.python,
+        "kernel": args.kernel,
     }
     data = list(args.data)
     if args.scripted_demo:

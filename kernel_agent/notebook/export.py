@@ -103,13 +103,13 @@ def build_notebook(
         notebook_dir = Path(run.notebook_path).parent
     # Not new_notebook(): it validates the empty notebook; the whole one is validated once, when written.
     nb = nbformat.from_dict({"nbformat": NBFORMAT, "nbformat_minor": NBFORMAT_MINOR, "metadata": {}, "cells": []})
-    nb.metadata["kernelspec"] = dict(KERNELSPEC)
-    nb.metadata["language_info"] = {"name": "python", **copy.deepcopy(run.info.language_info)}
+    nb.metadata["kernelspec"] = dict(run.info.kernelspec or KERNELSPEC)
+    nb.metadata["language_info"] = {"name": run.info.language, **copy.deepcopy(run.info.language_info)}
     nb.metadata[METADATA_KEY] = _run_metadata(run, view, notebook_dir)
     cells = [_markdown(_header_text(run, view), "header")]
     if run.info.setup_code.strip():
         cells.append(_setup_cell(run))
-    chosen = [(rnd, _NO_NAMES) for rnd in run.rounds] if view == "full" else _clean_rounds(run.rounds)
+    chosen = [(rnd, _NO_NAMES) for rnd in run.rounds] if view == "full" else _clean_rounds(run.rounds, run.info.language)
     turns = run.all_turns()
     for number, turn in enumerate(turns, start=1):
         if number > 1:
@@ -424,7 +424,7 @@ def _mark_unreplayed_dependencies(cells: list[NotebookNode], run: Run) -> None:
     ``kernel_agent.unreplayed`` names what they read and from which rounds; replay reports
     such a cell's error as expected, and Run All goes on past it.
     """
-    depends = unreplayed_dependencies(run.rounds)
+    depends = unreplayed_dependencies(run.rounds, run.info.language)
     for cell in cells:
         meta = cell.metadata[METADATA_KEY]
         if cell.cell_type != "code" or meta.get("role") != "code" or meta.get("round") not in depends:
@@ -569,9 +569,9 @@ def _portable_workspace(workspace: str, notebook_dir: str | os.PathLike[str] | N
 # -- the clean view --------------------------------------------------------------------------------
 
 
-def _clean_rounds(rounds: tuple[Round, ...]) -> list[tuple[Round, frozenset[str]]]:
-    needed = needed_failures(rounds)
-    sources = unreplayed_sources(rounds)  # a timed-out cell whose names later cells read: kept, guarded, explained
+def _clean_rounds(rounds: tuple[Round, ...], language: str = "python") -> list[tuple[Round, frozenset[str]]]:
+    needed = needed_failures(rounds, language)
+    sources = unreplayed_sources(rounds, language)  # a timed-out cell whose names later cells read: kept, guarded, explained
     chosen = []
     for pos, rnd in enumerate(rounds):
         if rnd.status == "ok" and rnd.code and rnd.code.strip():

@@ -285,6 +285,8 @@ def _info(meta: dict[str, Any], nb: NotebookNode, path: Path, setup_code: str) -
         started_at=_str(meta.get("started_at")),
         confinement=_str(meta.get("confinement")),
         language_info=_plain(nb.metadata.get("language_info") or {"name": "python"}),
+        kernelspec={str(k): str(v) for k, v in _mapping(nb.metadata.get("kernelspec")).items()
+                    if k in ("name", "display_name", "language") and isinstance(v, str)},
     )
 
 

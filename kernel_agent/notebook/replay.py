@@ -109,6 +109,7 @@ def replay(
     timeout: float = 600,
     kernel_name: str | None = None,
     limits: Limits | None = None,
+    python: str | None = None,
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
@@ -118,7 +119,7 @@ def replay(
 
     runner = LoopThread("kernel-agent-replay")
     try:
-        return runner.run(async_replay(path, workspace, check, timeout, kernel_name, limits))
+        return runner.run(async_replay(path, workspace, check, timeout, kernel_name, limits, python))
     finally:
         runner.stop()
 
@@ -130,6 +131,7 @@ async def async_replay(
     timeout: float = 600,
     kernel_name: str | None = None,
     limits: Limits | None = None,
+    python: str | None = None,
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
@@ -141,7 +143,9 @@ async def async_replay(
     file is read through the door, so a link leads nowhere.
     Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
     may raise. ``timeout`` is per cell, in seconds. ``kernel_name`` defaults to
-    the notebook's kernelspec, else ``python3``. The kernel is confined like a
+    the notebook's kernelspec (a claim: only an installed kernelspec of that name
+    runs, confined as any other), else ``python3``; ``python`` is another Python
+    environment to run it in (``--python``). The kernel is confined like a
     session's (``limits``, default ``Limits()``: in the sandbox, with the same
     environment allow-list): the recorded code is model-written too. An
     unexpected error, a timeout or a kernel death stops the replay and becomes
@@ -160,7 +164,7 @@ async def async_replay(
     executed = copy.deepcopy(recorded)
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
         await in_thread(_stage_data, meta, sources, Path(cwd), path)
-        stop = await _execute(executed, cwd, timeout, kernel_name, path, limits)
+        stop = await _execute(executed, cwd, timeout, kernel_name, path, limits, python)
     anchors = [*_anchors(meta), datetime.now(timezone.utc)]
     folders = [folder / prefix for folder, prefix in sources.places]
     paths = [variant for folder in (*folders, cwd) for variant in (os.path.abspath(folder), os.path.realpath(folder))]
@@ -197,7 +201,8 @@ def _stage_data(meta: dict[str, Any], sources: DataSources, cwd: Path, path: Pat
 
 
 async def _execute(
-    nb: NotebookNode, cwd: str, timeout: float, kernel_name: str | None, path: Path, limits: Limits | None
+    nb: NotebookNode, cwd: str, timeout: float, kernel_name: str | None, path: Path, limits: Limits | None,
+    python: str | None = None,
 ) -> tuple[int, str] | None:
     """Run ``nb`` in place; return (cell index, what went wrong) when the replay stopped early."""
     progress: dict[str, Any] = {"index": None, "ready": False}
@@ -209,8 +214,9 @@ async def _execute(
         progress["ready"] = True
 
     spec = nb.metadata.get("kernelspec")
-    name = kernel_name or (spec.get("name") if isinstance(spec, dict) else None) or "python3"
-    provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits)
+    recorded = spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str) else None
+    name = kernel_name or recorded or "python3"
+    provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits, python=python)
     try:
         manager, env = provider.prepare()
         client = NotebookClient(

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...errors import NotebookError
+from ...errors import ConfigError, NotebookError
 from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
 from ...kernel.interface import Kernel, KernelFactory
 from ...kernel.workspace import (
@@ -30,6 +30,7 @@ from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
 from ..data import data_summary, opened_beside, preload_code, prepare_data, stage_recorded
+from ..languages import PYTHON, language_of
 from ..protocols import Protocol, get_protocol
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
@@ -75,6 +76,10 @@ async def stream_plan(
         state = PlanState(state_path(notebook_path), task, {}, {}, tuple(f.name for f in files), setup,
                           workspace=recorded_workspace(root, notebook_path))
     async with session_factory(root) as session:
+        language = language_of(session.kernel_info.get("language_info"))
+        if language is not PYTHON:
+            raise ConfigError(f"plan mode writes Python, and this kernel runs {language.name}: use `run` for an "
+                              f"analysis in {language.name}, or a Python kernel for plan mode")
         setup = await session.execute(state.setup_code, options.exec_timeout)
         if state.plan:
             nodes = build_dag(PlanSpec.model_validate(state.plan), **state.budgets)

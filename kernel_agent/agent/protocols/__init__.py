@@ -43,6 +43,7 @@ shrinking figures ``images.py``.
 from __future__ import annotations
 
 from ...errors import ConfigError
+from ..languages import PYTHON, Language
 from .base import Feedback, Protocol, Step
 from .deepanalyze import DEEPANALYZE_MAX_NEW_TOKENS, DEEPANALYZE_STOP_TOKEN_IDS, DeepAnalyzeProtocol
 from .images import MAX_IMAGE_SIDE, MAX_IMAGES, downscale_png
@@ -77,14 +78,15 @@ PROTOCOL_NAMES = ("deepanalyze", "tags", "tools")
 
 def get_protocol(
     name: str, *, vision: bool = False, data_format: DataFormat = "files", vllm_extras: bool = True,
-    max_new_tokens: int = DEEPANALYZE_MAX_NEW_TOKENS,
+    max_new_tokens: int = DEEPANALYZE_MAX_NEW_TOKENS, language: Language = PYTHON,
 ) -> Protocol:
     """The protocol called ``name`` (one of ``PROTOCOL_NAMES``).
 
     ``data_format``, ``vllm_extras`` and ``max_new_tokens`` configure
     ``deepanalyze`` (see ``DeepAnalyzeProtocol``); the others ignore them.
     Raises ``ConfigError`` for an unknown name or data format, or for
-    ``vision`` with ``deepanalyze`` (DeepAnalyze-8B reads no images).
+    ``vision`` with ``deepanalyze`` (DeepAnalyze-8B reads no images). ``language`` is the kernel's
+    (``languages.language_of``): the words, code fence and tool name the model is shown.
     """
     key = name.strip().lower()
     if key == "deepanalyze":
@@ -92,9 +94,10 @@ def get_protocol(
             raise ConfigError("the deepanalyze protocol cannot send images; use 'tags' or 'tools' for vision")
         if data_format not in DATA_FORMATS:
             raise ConfigError(f"unknown data format {data_format!r}; choose one of: {', '.join(DATA_FORMATS)}")
-        return DeepAnalyzeProtocol(data_format=data_format, vllm_extras=vllm_extras, max_new_tokens=max_new_tokens)
+        return DeepAnalyzeProtocol(data_format=data_format, vllm_extras=vllm_extras, max_new_tokens=max_new_tokens,
+                                   language=language)
     if key == "tags":
-        return TagsProtocol(vision=vision)
+        return TagsProtocol(vision=vision, language=language)
     if key == "tools":
-        return ToolsProtocol(vision=vision)
+        return ToolsProtocol(vision=vision, language=language)
     raise ConfigError(f"unknown protocol {name!r}; choose one of: {', '.join(PROTOCOL_NAMES)}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...model.chat import ModelReply
+from ..languages import PYTHON, Language
 from .images import image_parts
 from .prompts import PromptContext
 
@@ -62,6 +63,7 @@ class Protocol:
 
     name: ClassVar[str]
     vision: bool = False
+    language: Language = PYTHON  # the kernel's: the words, fences and tool name the model is shown
 
     def request_options(self) -> dict[str, Any]:
         """Extra ``complete()`` options (``stop``, ``tools``) this protocol needs."""

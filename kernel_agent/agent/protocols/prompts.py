@@ -18,26 +18,28 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..languages import PYTHON, Language
 from ..names import DATA_FORMATS, DataFormat
 
 __all__ = [
     "DATA_FORMATS",
+    "DataFormat",
+    "FileInfo",
     "NOT_RUN",
+    "PromptContext",
     "TAGS_SYSTEM",
     "TOOLS_EMPTY_NUDGE",
     "TOOLS_SYSTEM",
-    "DataFormat",
-    "FileInfo",
-    "PromptContext",
     "deepanalyze_task",
     "execute_block",
+    "not_run",
     "opening_messages",
     "tags_nudge",
+    "tags_system",
+    "tools_empty_nudge",
     "tools_nudge",
+    "tools_system",
 ]
-
-
-
 
 @dataclass(frozen=True)
 class FileInfo:
@@ -65,15 +67,15 @@ class PromptContext:
     files: tuple[FileInfo, ...] = ()
 
 
-TAGS_SYSTEM = """\
-You are a data analyst. You solve the task in rounds, running Python in a live Jupyter kernel.
+_TAGS_SYSTEM = """\
+You are a data analyst. You solve the task in rounds, running {name} in a live Jupyter kernel.
 
 Write each reply in this shape:
 <Analyze>
 What you know so far and what you will do next.
 </Analyze>
 <Code>
-```python
+```{fence}
 # the code to run now
 ```
 </Code>
@@ -88,9 +90,9 @@ markdown, with the key numbers.
 Environment:
 """
 
-TOOLS_SYSTEM = """\
-You are a data analyst. You solve the task in rounds by calling the execute_python tool, which runs \
-Python in a live Jupyter kernel and returns its output. Make one call per turn and read the output \
+_TOOLS_SYSTEM = """\
+You are a data analyst. You solve the task in rounds by calling the {tool} tool, which runs \
+{name} in a live Jupyter kernel and returns its output. Make one call per turn and read the output \
 before the next. Say briefly what you are about to do before each call.
 
 When you can answer the task, reply without calling the tool: the final answer in markdown, with the \
@@ -99,14 +101,39 @@ key numbers.
 Environment:
 """
 
-NOT_RUN = "Not run: only one execute_python call runs per turn. Call it again if you still need it."
-TOOLS_EMPTY_NUDGE = "Your last reply was empty. Call execute_python to run code, or reply with the final answer."
 
 
-def opening_messages(ctx: PromptContext, *, system: str, vision: bool) -> list[dict[str, Any]]:
+def tags_system(language: Language = PYTHON) -> str:
+    """The ``tags`` protocol's system prompt for a kernel in ``language`` (environment notes follow)."""
+    return _TAGS_SYSTEM.format(name=language.name, fence=language.fence)
+
+
+def tools_system(language: Language = PYTHON) -> str:
+    """The ``tools`` protocol's system prompt for a kernel in ``language`` (environment notes follow)."""
+    return _TOOLS_SYSTEM.format(name=language.name, tool=language.tool)
+
+
+def not_run(tool: str) -> str:
+    """The answer to each tool call after the first in one reply."""
+    return f"Not run: only one {tool} call runs per turn. Call it again if you still need it."
+
+
+def tools_empty_nudge(tool: str) -> str:
+    return f"Your last reply was empty. Call {tool} to run code, or reply with the final answer."
+
+
+TAGS_SYSTEM = tags_system()
+TOOLS_SYSTEM = tools_system()
+NOT_RUN = not_run(PYTHON.tool)
+TOOLS_EMPTY_NUDGE = tools_empty_nudge(PYTHON.tool)
+
+
+def opening_messages(
+    ctx: PromptContext, *, system: str, vision: bool, language: Language = PYTHON
+) -> list[dict[str, Any]]:
     """The first messages of the ``tags`` and ``tools`` runs: ``system`` plus environment notes,
     then the task and data (``deepanalyze`` sends ``deepanalyze_task`` instead)."""
-    environment = _environment_lines(ctx, vision=vision)
+    environment = _environment_lines(ctx, vision=vision, language=language)
     return [{"role": "system", "content": system + _bullets(environment)}, _task_message(ctx, "Task")]
 
 
@@ -161,11 +188,11 @@ def tags_nudge(problem: str | None) -> str:
     )
 
 
-def tools_nudge(problem: str | None) -> str:
-    """The answer to an ``execute_python`` call that cannot run."""
+def tools_nudge(problem: str | None, language: Language = PYTHON) -> str:
+    """The answer to an ``execute_python`` (``execute_r``, ...) call that cannot run."""
     return (
-        f"Not run: {problem or 'no code'}. Call execute_python with JSON arguments "
-        '{"code": "<python code>"}.'
+        f"Not run: {problem or 'no code'}. Call {language.tool} with JSON arguments "
+        f'{{"code": "<{language.name} code>"}}.'
     )
 
 
@@ -173,9 +200,9 @@ def _bullets(lines: list[str]) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-def _environment_lines(ctx: PromptContext, *, vision: bool) -> list[str]:
+def _environment_lines(ctx: PromptContext, *, vision: bool, language: Language = PYTHON) -> list[str]:
     lines = [
-        "Your code runs in a persistent Jupyter (IPython) kernel: variables, imports and loaded data stay "
+        f"Your code runs in {language.kernel_words}: variables, imports and loaded data stay "
         "defined between rounds, so build on earlier results instead of reloading.",
         "The data files are in the current working directory.",
     ]
@@ -186,7 +213,7 @@ def _environment_lines(ctx: PromptContext, *, vision: bool) -> list[str]:
     if ctx.missing:
         lines.append(f"Not installed, and nothing can be installed: {', '.join(ctx.missing)}; do not import them.")
     lines.append(
-        "Figures drawn with matplotlib (plt) are captured automatically when the code finishes; "
+        f"{language.figure_words}; "
         + ("you will see them as images." if vision else "you only see a placeholder such as "
            "[image 1: png 640x480], so print the numbers you need.")
     )

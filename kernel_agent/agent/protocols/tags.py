@@ -14,8 +14,9 @@ from typing import Any, ClassVar
 from ...model.chat import ModelReply
 from .base import Feedback, Protocol, Step
 from .base import join_problems as _join
-from .prompts import TAGS_SYSTEM, PromptContext, execute_block, opening_messages, tags_nudge
-from .tagparse import CLOSING_FENCE, PYTHON_FENCE, Block, close_code, closed, extract_code, parse_blocks, render_prose
+from ..languages import PYTHON, Language
+from .prompts import PromptContext, execute_block, opening_messages, tags_nudge, tags_system
+from .tagparse import CLOSING_FENCE, Block, close_code, closed, extract_code, parse_blocks, render_prose
 
 __all__ = ["CODE_STOP_TOKEN_ID", "TagProtocol", "TagsProtocol"]
 
@@ -28,6 +29,7 @@ class TagProtocol(Protocol):
     """Base of the two tag protocols: one reply is ``<Analyze>`` prose, then one ``<Code>`` or an ``<Answer>``."""
 
     vision: bool = False
+    language: Language = PYTHON
     requests_stop: ClassVar[bool] = False
 
     def parse(self, reply: ModelReply) -> Step:
@@ -71,9 +73,10 @@ class TagProtocol(Protocol):
         return Step(text, reasoning, None, answer or None, problem=_join(problems))
 
     def _untagged(self, text: str, blocks: list[Block], problems: list[str]) -> Step:
-        # Lenient: a ```python block outside any tag is the code, as if it sat in <Code>.
+        # Lenient: a ```python (```r, ...) block outside any tag is the code, as if it sat in <Code>.
+        fence = self.language.fence_line
         for index, loose in enumerate(blocks):
-            opening = PYTHON_FENCE.search(loose.body) if loose.tag is None else None
+            opening = fence.search(loose.body) if loose.tag is None else None
             if opening is not None:
                 break
         else:
@@ -103,7 +106,7 @@ class TagsProtocol(TagProtocol):
     name: ClassVar[str] = "tags"
 
     def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
-        return opening_messages(ctx, system=TAGS_SYSTEM, vision=self.vision)
+        return opening_messages(ctx, system=tags_system(self.language), vision=self.vision, language=self.language)
 
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
         block = execute_block(feedback.with_files)

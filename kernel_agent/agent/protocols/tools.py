@@ -1,4 +1,4 @@
-"""OpenAI function calling: ``ToolsProtocol`` and its one tool, ``execute_python(code)``.
+"""OpenAI function calling: ``ToolsProtocol`` and its one tool, ``execute_python(code)`` (``execute_r`` for R).
 
 A reply without a tool call is the answer. Every tool call of a reply is
 answered (the first by ``feedback_messages`` or ``nudge_messages``, the others
@@ -7,7 +7,6 @@ as "not run"), so the history stays valid for the API. Pure.
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -15,42 +14,50 @@ from typing import Any, ClassVar
 from ...model.chat import ModelReply
 from .base import Feedback, Protocol, Step
 from .base import join_problems as _join
-from .prompts import NOT_RUN, TOOLS_EMPTY_NUDGE, TOOLS_SYSTEM, PromptContext, opening_messages, tools_nudge
+from ..languages import PYTHON, Language
+from .prompts import PromptContext, not_run, opening_messages, tools_empty_nudge, tools_nudge, tools_system
 from .tagparse import extract_code
 
-__all__ = ["EXECUTE_PYTHON_TOOL", "ToolsProtocol"]
+__all__ = ["EXECUTE_PYTHON_TOOL", "ToolsProtocol", "execute_tool"]
 
-EXECUTE_PYTHON_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "execute_python",
-        "description": (
-            "Run Python code in a persistent Jupyter (IPython) kernel and return its output: printed text, "
-            "the value of the last expression, tracebacks, and placeholders for captured figures. "
-            "Variables, imports and loaded data stay defined between calls."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The Python code to run."}},
-            "required": ["code"],
-            "additionalProperties": False,
+
+def execute_tool(language: Language = PYTHON) -> dict[str, Any]:
+    """The one tool, for a kernel in ``language``: ``execute_python(code)``, ``execute_r(code)``, ..."""
+    return {
+        "type": "function",
+        "function": {
+            "name": language.tool,
+            "description": (
+                f"Run {language.name} code in {language.kernel_words} and return its output: printed text, "
+                "the value of the last expression, tracebacks, and placeholders for captured figures. "
+                "Variables, imports and loaded data stay defined between calls."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": f"The {language.name} code to run."}},
+                "required": ["code"],
+                "additionalProperties": False,
+            },
         },
-    },
-}
+    }
+
+
+EXECUTE_PYTHON_TOOL: dict[str, Any] = execute_tool()
 
 
 @dataclass(frozen=True)
 class ToolsProtocol(Protocol):
-    """OpenAI function calling with ``execute_python``; text without a call is the answer."""
+    """OpenAI function calling with ``execute_python`` (its language's tool); text without a call is the answer."""
 
     name: ClassVar[str] = "tools"
     vision: bool = False
+    language: Language = PYTHON
 
     def request_options(self) -> dict[str, Any]:
-        return {"tools": [copy.deepcopy(EXECUTE_PYTHON_TOOL)], "tool_choice": "auto"}
+        return {"tools": [execute_tool(self.language)], "tool_choice": "auto"}
 
     def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
-        return opening_messages(ctx, system=TOOLS_SYSTEM, vision=self.vision)
+        return opening_messages(ctx, system=tools_system(self.language), vision=self.vision, language=self.language)
 
     def parse(self, reply: ModelReply) -> Step:
         text = reply.text or ""
@@ -62,7 +69,7 @@ class ToolsProtocol(Protocol):
             return Step(text, "", None, text.strip(), problem=_join(problems))
         ids = _call_ids(reply)
         first = reply.tool_calls[0]
-        code, trouble = _tool_code(first.name, first.arguments)
+        code, trouble = _tool_code(first.name, first.arguments, self.language.tool)
         if trouble:
             problems.append(trouble)
         if len(ids) > 1:
@@ -82,19 +89,20 @@ class ToolsProtocol(Protocol):
         if step.tool_call_id is None:
             return [{"role": "user", "content": feedback.with_files}]
         messages = [{"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.with_files}]
-        messages += _skipped(step)
+        messages += _skipped(step, self.language.tool)
         parts = self._image_parts(feedback)
         if parts:
             # Tool messages cannot carry images in the OpenAI API, so they follow as a user turn.
-            intro = {"type": "text", "text": "The figures from the execute_python call above:"}
+            intro = {"type": "text", "text": f"The figures from the {self.language.tool} call above:"}
             messages.append({"role": "user", "content": [intro, *parts]})
         return messages
 
     def nudge_messages(self, step: Step) -> list[dict[str, Any]]:
         if step.tool_call_id is None:
-            return [{"role": "user", "content": TOOLS_EMPTY_NUDGE}]
-        text = tools_nudge(step.problem)
-        return [{"role": "tool", "tool_call_id": step.tool_call_id, "content": text}, *_skipped(step)]
+            return [{"role": "user", "content": tools_empty_nudge(self.language.tool)}]
+        text = tools_nudge(step.problem, self.language)
+        return [{"role": "tool", "tool_call_id": step.tool_call_id, "content": text},
+                *_skipped(step, self.language.tool)]
 
 
 def _call_ids(reply: ModelReply) -> list[str]:
@@ -102,15 +110,15 @@ def _call_ids(reply: ModelReply) -> list[str]:
     return [call.id or f"call_{i}" for i, call in enumerate(reply.tool_calls)]
 
 
-def _skipped(step: Step) -> list[dict[str, Any]]:
+def _skipped(step: Step, tool: str) -> list[dict[str, Any]]:
     return [
-        {"role": "tool", "tool_call_id": call_id, "content": NOT_RUN} for call_id in step.skipped_tool_call_ids
+        {"role": "tool", "tool_call_id": call_id, "content": not_run(tool)} for call_id in step.skipped_tool_call_ids
     ]
 
 
-def _tool_code(name: str, arguments: str) -> tuple[str | None, str | None]:
-    """The code of an ``execute_python`` call, or None and what was wrong."""
-    if name != "execute_python":
+def _tool_code(name: str, arguments: str, tool: str = PYTHON.tool) -> tuple[str | None, str | None]:
+    """The code of an ``execute_python`` (``tool``) call, or None and what was wrong."""
+    if name != tool:
         return None, f"unknown tool {name!r}"
     try:
         args = json.loads(arguments or "")

@@ -3,7 +3,9 @@
 ``python -m kernel_agent.kernel.inside.launcher -f CONNECTION_FILE [ipykernel options]``:
 take the session's limits (``KERNEL_AGENT_LIMITS``) out of the environment,
 lower this process's rlimits to them (``confine``), then become an ordinary
-ipykernel in the same process. It already runs inside the sandbox and its
+ipykernel in the same process. ``... launcher --exec ARGV...`` does the same for any other
+kernelspec's command (IRkernel, another environment's ipykernel): confine, then ``execvp`` it, so
+the limits hold in that kernel too (rlimits survive ``exec``). It already runs inside the sandbox and its
 cgroup (``sandbox/bwrap.py``, ``sandbox/limits.Confinement.launch_prefix``): namespaces
 are bwrap's job, not ours. Exit code 97 means a requested limit could not be
 set; the reason is on stderr (the session's ``kernel.log``). What each limit
@@ -21,7 +23,9 @@ from pathlib import Path
 
 from .handover import CGROUP_ENV, CONFINEMENT_FAILED, CPU_HARD_GRACE_S, LIMITS_ENV, MB, OWNER_ENV, Rlimits
 
-__all__ = ["CONFINEMENT_FAILED", "confine", "main", "read_env"]
+__all__ = ["CONFINEMENT_FAILED", "EXEC_FLAG", "confine", "main", "read_env"]
+
+EXEC_FLAG = "--exec"  # what follows is another kernel's command, run confined in place of ipykernel
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,9 +36,17 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"kernel-agent launcher: cannot confine the kernel as asked ({limits}): {exc}\n")
         sys.exit(CONFINEMENT_FAILED)
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == [EXEC_FLAG]:
+        command = args[1:]
+        try:
+            os.execvp(command[0], command)
+        except (OSError, IndexError) as exc:
+            sys.stderr.write(f"kernel-agent launcher: cannot start the kernel {command[:1]}: {exc}\n")
+            sys.exit(CONFINEMENT_FAILED + 1)
     from ipykernel.kernelapp import launch_new_instance
 
-    launch_new_instance(argv=sys.argv[1:] if argv is None else argv)
+    launch_new_instance(argv=args)
 
 
 def read_env(environ: MutableMapping[str, str]) -> tuple[Rlimits, bool]:

@@ -30,9 +30,9 @@ from ..._loop import in_thread
 from ...errors import KernelError, KernelStartError, SandboxUnavailableError
 from ..inside.figure_cap import USER_STARTUP_ENV, figure_cap_env
 from ..inside.output_cap import OUTPUT_CAP_ENV
-from ..kernelspec import KERNEL_NAME, launch_spec
-from ..python_env import PythonEnvironment, inside_path, probe_python
-from ..sandbox.bwrap import SandboxView, protected_files
+from ..kernelspec import KERNEL_NAME, KernelChoice, choose_kernel, launch_spec
+from ..python_env import inside_path
+from ..sandbox.bwrap import SandboxView, protected_files, sandboxed_pid
 from ..sandbox.cgroup import pid_alive
 from ..sandbox.environment import kernel_environment
 from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
@@ -109,7 +109,7 @@ class LocalProvider:
         self._env_extra = {**figure_cap_env(max_images), OUTPUT_CAP_ENV: str(max_output_bytes), **(env or {})}
         self._allow_env = allow_env
         self.python = python  # another environment's interpreter (probed when the kernel starts)
-        self._python_env: PythonEnvironment | None = None
+        self.choice: KernelChoice | None = None  # the kernel checked by prepare()
         self._inside_path: Path | None = None
         self.manager: AsyncKernelManager | None = None
         self.client: AsyncKernelClient | None = None
@@ -142,10 +142,10 @@ class LocalProvider:
         if self._workspace is None:
             self._workspace = self._runtime_dir / "workspace"
         self._workspace.mkdir(parents=True, exist_ok=True)
+        self.choice = choose_kernel(self.kernel_name, self.python)
         self.confinement = Confinement.prepare(self.limits)
         extra = {**self._env_extra, **self.confinement.env}
-        if self.python is not None:  # its own packages; ours only for the in-kernel code
-            self._python_env = probe_python(self.python)
+        if self.choice.python is not None:  # its own packages; ours only for the in-kernel code
             self._inside_path = inside_path(self._runtime_dir)
             extra["PYTHONPATH"] = str(self._inside_path)
         self.manager = self._manager(self._runtime_dir, self._workspace)
@@ -182,14 +182,14 @@ class LocalProvider:
         sockets = runtime / "sockets"
         sockets.mkdir()
         connection_file = runtime / "connection.json"
+        assert self.choice is not None
         spec_dir = launch_spec(
-            runtime / "kernels", self.kernel_name, self.confinement,
+            runtime / "kernels", self.choice, self.confinement,
             SandboxView(workspace, sockets, connection_file, network=self.limits.network,
                         read_only=protected_files(workspace), extra_read=self._extra_read()),
-            python=self._python_env.executable if self._python_env is not None else None,
         )
         manager = AsyncKernelManager(
-            kernel_name=self.kernel_name, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
+            kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
             transport="ipc",  # always: another kernel's sockets are out of the sandbox's view, tcp ports are not
         )
         manager.connection_file = str(connection_file)
@@ -200,8 +200,10 @@ class LocalProvider:
         """Host files the kernel must read besides the interpreter: the user's own PYTHONSTARTUP."""
         startup = self._env_extra.get(USER_STARTUP_ENV)
         paths = (Path(startup),) if startup and Path(startup).is_file() else ()
-        if self._python_env is not None and self._inside_path is not None:
-            paths += (*self._python_env.paths, self._inside_path)
+        if self.choice is not None:
+            paths += self.choice.read_paths
+        if self._inside_path is not None:
+            paths += (self._inside_path,)
         return paths
 
     async def _wait_ready(self) -> dict[str, Any]:
@@ -226,9 +228,24 @@ class LocalProvider:
         return await self.manager.is_alive()
 
     async def interrupt(self) -> None:
-        """Interrupt through the manager, which honours the kernelspec's ``interrupt_mode``."""
-        if self.manager is not None:
-            await self.manager.interrupt_kernel()
+        """Interrupt through the manager, which honours the kernelspec's ``interrupt_mode``; a sandboxed
+        kernel of another kind (IRkernel answers no ``interrupt_request``) gets SIGINT itself, inside."""
+        if self.manager is None:
+            return
+        if self.choice is not None and self.choice.command and self.limits.sandbox == "strict":
+            await asyncio.to_thread(self._interrupt_inside)
+            return
+        await self.manager.interrupt_kernel()
+
+    def _interrupt_inside(self) -> None:
+        provisioner = getattr(self.manager, "provisioner", None)
+        process = getattr(provisioner, "process", None)
+        kernel = sandboxed_pid(process.pid) if process is not None else None
+        if kernel is not None:
+            try:
+                os.kill(kernel, signal.SIGINT)
+            except OSError:  # it ended meanwhile
+                log.debug("the kernel was gone before its interrupt", exc_info=True)
 
     async def restart(self) -> dict[str, Any]:
         """Restart the process (same connection) and wait for it. Raises ``KernelStartError``."""

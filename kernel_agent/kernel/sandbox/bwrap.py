@@ -57,6 +57,7 @@ __all__ = [
     "find_bwrap",
     "protected_files",
     "require_bwrap",
+    "sandboxed_pid",
 ]
 
 SandboxMode = Literal["strict", "off"]
@@ -179,6 +180,36 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
     argv += ["--setenv", "HOME", SANDBOX_HOME, "--setenv", "TMPDIR", "/tmp", "--setenv", "USER", "kernel",
              "--setenv", "IPYTHONDIR", f"{SANDBOX_HOME}/.ipython", "--unsetenv", "JPY_PARENT_PID", "--"]
     return argv
+
+
+def sandboxed_pid(outer: int) -> int | None:
+    """The process bwrap runs for us (the kernel), under ``outer`` (bwrap's own process, or what started
+    it: the network launcher, the cgroup join), found in the host's process table; None when gone.
+
+    The first process that is not bwrap whose parent is: what the kernel does inside cannot move it
+    out from under ``outer``, so a signal sent there stays in the sandbox. Raises nothing.
+    """
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat_file:
+                head, _, rest = stat_file.read().decode(errors="replace").rpartition(")")
+        except OSError:
+            continue
+        comm = head.partition("(")[2]
+        children.setdefault(int(rest.split()[1]), []).append((int(entry.name), comm))
+    level = [(outer, "")]
+    while level:
+        deeper = []
+        for pid, comm in level:
+            for child, child_comm in children.get(pid, ()):
+                if comm == "bwrap" and child_comm != "bwrap":
+                    return child
+                deeper.append((child, child_comm))
+        level = deeper
+    return None
 
 
 def _system_mounts() -> list[str]:
