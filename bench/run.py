@@ -47,6 +47,7 @@ BENCHMARKS = [
     "bench_stream",
     "bench_door",
     "bench_startup",
+    "bench_languages",
 ]
 
 FAILED_EXIT = 1

@@ -10,6 +10,7 @@ that failed or for input we refuse::
     │   └── WorkspaceFileError               a workspace path a client may not use (outside, missing)
     ├── KernelError                          the kernel machinery failed
     │   ├── KernelStartError                 a kernel would not start or get ready
+    │   │   └── KernelChoiceError            the kernel asked for is not installed (also a ConfigError)
     │   ├── SessionClosedError               the session was used after close()
     │   └── SandboxUnavailableError          the kernel sandbox (bwrap, user namespaces) or a limit cannot be had here
     ├── ModelError                           the model endpoint failed for good (carries the partial run)
@@ -36,6 +37,7 @@ __all__ = [
     "WorkspaceFileError",
     "KernelError",
     "KernelStartError",
+    "KernelChoiceError",
     "SessionClosedError",
     "SandboxUnavailableError",
     "ModelError",
@@ -85,6 +87,11 @@ class KernelError(KernelAgentError):
 
 class KernelStartError(KernelError):
     """A kernel could not be started, or never became ready."""
+
+
+class KernelChoiceError(KernelStartError, ConfigError):
+    """The kernel asked for (``--kernel``) is not installed here, or cannot run as asked: a start error
+    that is the user's to fix, so front ends treat it as bad input."""
 
 
 class SessionClosedError(KernelError):

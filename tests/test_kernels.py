@@ -85,6 +85,14 @@ def test_a_whole_analysis_in_r_with_a_figure_a_timeout_and_a_crash_replays(
     replayed = invoke("replay", notebook, "--timeout", 30)
     assert replayed.exit_code == 0, replayed.output
 
+    # resume starts the kernel the notebook records (R), rebuilds its variables and goes on in R
+    openai_server.add(Reply("Double.", tool_calls=r_call("print(total * 2)")), Reply("Doubled: 12."))
+    resumed = invoke("resume", notebook, "Double it", "--base-url", openai_server.base_url, "--json")
+    assert resumed.exit_code == 0, resumed.output
+    last = [json.loads(line) for line in resumed.stdout.splitlines() if '"execution_finished"' in line][-1]
+    assert last["result"]["stdout"] == "[1] 12\n"
+    assert openai_server.requests[-1]["tools"][0]["function"]["name"] == "execute_r"
+
 
 @pytest.mark.kernel
 def test_an_unknown_kernel_is_refused_before_any_model_call(openai_server: OpenAIServer, tmp_path: Path) -> None:
@@ -131,3 +139,10 @@ def test_rebuild_reads_r_assignments() -> None:
 
     assert binds == {"total", "label", "m"} and {"df", "v"} <= loads and "y" not in loads | binds
     assert names_of("df$y <- df$x * 2", "R")[2] == {"df"}
+
+
+@pytest.mark.kernel  # needs IRkernel installed, though it starts no kernel
+def test_the_mcp_server_says_its_tools_are_python() -> None:
+    result = invoke("mcp", "--kernel", "ir")
+
+    assert result.exit_code == 2 and "kernel 'ir' runs R, and the MCP server's tools" in result.stderr

@@ -174,9 +174,21 @@ class AsyncAgent:
         if choice.python is not None and config.preload:  # the setup cell's imports
             require_setup_packages(choice.python.executable)
 
-    def new_session(self, workspace: Path) -> AsyncKernelSession:
-        """A kernel session as this agent's runs get one by default (not started): local, or on the gateway."""
-        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options})
+    def new_session(self, workspace: Path, kernel_name: str | None = None) -> AsyncKernelSession:
+        """A kernel session as this agent's runs get one by default (not started): local, or on the gateway.
+        ``kernel_name`` picks another installed kernelspec than the config's (a resumed run's own)."""
+        chosen = {"kernel_name": kernel_name} if kernel_name else {}
+        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options, **chosen})
+
+    def _resume_factory(self, info: RunInfo) -> KernelFactory:
+        """Where a resumed run's kernel comes from: the kernelspec its notebook records (an installed one of
+        that name, confined as any other; a claim, so nothing else of it is used) when the user named none
+        and the kernels are this agent's own local ones; else the usual factory."""
+        recorded = info.kernelspec.get("name", "")
+        if (self._session_factory != self.new_session or self.config.kernel or self.config.python
+                or self.config.gateway_url or recorded in ("", "python3", KERNEL_NAME)):
+            return self._session_factory
+        return lambda workspace: self.new_session(workspace, kernel_name=recorded)
 
     async def close(self) -> None:
         """Release the model client. Idempotent."""
@@ -259,7 +271,7 @@ class AsyncAgent:
         check_outside(target, root)
         files = await in_thread(_resume_data, loaded.info, source, given, root, list(data))
         names = tuple(dict.fromkeys([*loaded.info.data_files, *(f.name for f in files)]))
-        async with self._session_factory(root) as session:
+        async with self._resume_factory(loaded.info)(root) as session:
             await session.files.put([root / f.name for f in files])
             calls: dict[int, int] = {}
             report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
@@ -295,7 +307,8 @@ class AsyncAgent:
             run.info, task=f"{run.info.task}\n\nFollow-up: {task}", question=task, model=self.chat_model.name,
             protocol=self.config.protocol, endpoint=_endpoint(self.config.base_url, self.chat_model),
             scripted=self.chat_model.scripted, started_at=_now(), confinement=_confinement(session),
-            workspace=workspace, data_files=data_files,
+            workspace=workspace, data_files=data_files, kernelspec=session.kernelspec,
+            language_info=dict(session.kernel_info.get("language_info") or run.info.language_info),
         )
         return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None,
                        finished_at="")
@@ -371,17 +384,29 @@ class AsyncAgent:
         )
 
     async def _context(self, session: Kernel, task: str, files: Sequence[DataFile], language: Language) -> PromptContext:
-        packages: tuple[str, ...] = ()
-        if language.probe_prints:
-            packages = language.parse_probe(await session.run_quietly(language.probe))
-        elif language.probe:
-            packages = language.parse_probe((await session.evaluate({"packages": language.probe}))["packages"])
+        packages = await self._packages(session, language)
         self._installed = packages
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=packages, missing=language.missing(packages),
             preloaded=language.setup_words(files) if self.config.preload else "",
             files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
         )
+
+    async def _packages(self, session: Kernel, language: Language) -> tuple[str, ...]:
+        """The analysis packages the kernel has: probed once per environment in this process (a local
+        kernel's packages cannot change between its starts; a gateway's kernels are probed each time)."""
+        config = self.config
+        key = None if config.gateway_url else (language.key, config.kernel or "", config.python or "")
+        if key is not None and key in _PROBED:
+            return _PROBED[key]
+        packages: tuple[str, ...] = ()
+        if language.probe_prints:
+            packages = language.parse_probe(await session.run_quietly(language.probe))
+        elif language.probe:
+            packages = language.parse_probe((await session.evaluate({"packages": language.probe}))["packages"])
+        if key is not None:
+            _PROBED[key] = packages
+        return packages
 
     async def _drive(self, live: _Live) -> AsyncIterator[Event]:
         run = live.run
@@ -585,6 +610,9 @@ def _endpoint(base_url: str | None, model: ChatModel) -> str:
     from ..model.llm import endpoint_host
 
     return endpoint_host(base_url)
+
+
+_PROBED: dict[tuple[str, str, str], tuple[str, ...]] = {}  # (language, kernel, python) -> installed packages
 
 
 def _merged_setup(preload: str, extra: str) -> str:

@@ -501,11 +501,24 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
                                  timeout=timeout, transport="http" if transport == "http" else "stdio", host=host,
                                  port=port, key=key, allow_remote=allow_remote)
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
-        kernel_options = AgentConfig.resolve(**_kernel_arguments(options)).kernel_options()
+        config = AgentConfig.resolve(**_kernel_arguments(options))
+        kernel_options = config.kernel_options()
+        if config.kernel and not config.gateway_url:
+            _require_python_kernel(config.kernel, config.python, "the MCP server's tools (execute_python, "
+                                   "list_variables, describe_data) are Python's")
         limits = kernel_options.get("limits")
         if limits is not None and limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
         serve(mcp_options, functools.partial(AsyncKernelSession, **kernel_options))
+
+
+def _require_python_kernel(kernel: str, python: str | None, why: str) -> None:
+    """A ``ConfigError`` unless ``kernel`` (an installed kernelspec) runs Python: ``why`` says what needs it."""
+    from ..kernel.kernelspec import choose_kernel
+
+    choice = choose_kernel(kernel, python)
+    if choice.language.lower() != "python":
+        raise ConfigError(f"kernel {kernel!r} runs {choice.language}, and {why}: give a Python kernel")
 
 
 def _mcp_key(key_file: str | None) -> str:

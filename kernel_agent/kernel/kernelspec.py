@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.paths import jupyter_path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, KernelChoiceError
 from .inside.launcher import EXEC_FLAG
 from .python_env import PythonEnvironment, probe_python
 from .sandbox.bwrap import SandboxView, bwrap_argv, require_bwrap
@@ -112,7 +112,8 @@ def installed_kernels() -> list[str]:
 
 def choose_kernel(kernel_name: str = KERNEL_NAME, python: str | None = None) -> KernelChoice:
     """Check ``kernel_name`` (an installed kernelspec) and ``python`` (another environment's interpreter)
-    before a kernel starts. Raises ``ConfigError`` saying what to do: an unknown kernel name (with the
+    before a kernel starts. Raises ``KernelChoiceError`` (a ``ConfigError`` and a ``KernelStartError``)
+    saying what to do: an unknown kernel name (with the
     installed ones), a kernel whose program is not installed, a Python without ipykernel, or both given
     for a kernel that is not Python."""
     if kernel_name == KERNEL_NAME and python is None:
@@ -123,7 +124,7 @@ def choose_kernel(kernel_name: str = KERNEL_NAME, python: str | None = None) -> 
         if kernel_name == "python3":  # what notebooks usually name: our Python, where ipykernel installed no spec
             return choose_kernel(KERNEL_NAME, python)
         installed = ", ".join(installed_kernels())
-        raise ConfigError(f"no Jupyter kernel named {kernel_name!r} here (installed: {installed}; "
+        raise KernelChoiceError(f"no Jupyter kernel named {kernel_name!r} here (installed: {installed}; "
                           "see `jupyter kernelspec list`)") from exc
     argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
     env = tuple(sorted((str(k), str(v)) for k, v in (spec.env or {}).items()))
@@ -131,7 +132,7 @@ def choose_kernel(kernel_name: str = KERNEL_NAME, python: str | None = None) -> 
     program = _python_program(argv[0]) if argv else None
     if kernel_name == KERNEL_NAME or program is not None or python is not None:
         if language not in ("python", ""):
-            raise ConfigError(f"--python picks a Python environment, but kernel {kernel_name!r} runs {spec.language}: "
+            raise KernelChoiceError(f"--python picks a Python environment, but kernel {kernel_name!r} runs {spec.language}: "
                               "give one of them")
         interpreter = python or program or sys.executable
         other = None if os.path.abspath(interpreter) == os.path.abspath(sys.executable) else probe_python(interpreter)
@@ -140,7 +141,7 @@ def choose_kernel(kernel_name: str = KERNEL_NAME, python: str | None = None) -> 
                             read_paths=other.paths if other is not None else ())
     found = shutil.which(argv[0]) if argv else None
     if found is None:
-        raise ConfigError(f"kernel {kernel_name!r} ({spec.display_name}) runs {argv[:1] or 'nothing'}, which is not "
+        raise KernelChoiceError(f"kernel {kernel_name!r} ({spec.display_name}) runs {argv[:1] or 'nothing'}, which is not "
                           "installed here (not on PATH)")
     command = (found, *argv[1:])
     return KernelChoice(kernel_name, spec.display_name, spec.language or "unknown", command=command, env=env,
