@@ -12,11 +12,18 @@ from off this machine.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nbformat
 import pytest
 from browser import screenshot
@@ -245,4 +252,58 @@ def test_a_failed_run_shows_one_status_one_message_and_the_models_line_first(
     unfold.click()
     assert "pandas/core/frame.py" in run.locator("pre.traceback-full").inner_text()
     page.locator("#threads li[data-status=failed]", has_text="What is the profit?").wait_for()
+    no_problems(page)
+
+
+@pytest.fixture
+def demo_server(tmp_path: Path) -> Iterator[str]:
+    """``kernel-agent serve --demo`` as a user starts it: its own process, no model, no key, on loopback."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KERNEL_AGENT_"))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernel_agent.cli", "serve", "--demo", "--port", str(port), "--data-dir",
+         str(tmp_path / "data")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # up when it answers: the readiness of another process, not a pause
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "serve --demo did not start"
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)  # uvicorn's lifespan shuts the thread kernels down
+        try:
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if process.stderr:
+                process.stderr.close()
+
+
+def test_serve_demo_runs_end_to_end_from_the_page(page: Any, demo_server: str) -> None:
+    page.goto(demo_server + "/")
+    page.locator("#new-run").wait_for(state="visible")  # no key asked on loopback
+    note = page.locator("#demo-note")
+    assert note.is_visible() and "replies are scripted" in note.inner_text()
+    page.locator("#file-list li:not(.refused)", has_text="sales.csv").wait_for(timeout=TIMEOUT)  # the bundled data
+    assert page.locator("#task").input_value().startswith("Analyse sales.csv")
+    page.locator("#start").click()
+    run = page.locator(".run").first
+    run.locator(".answer").wait_for(state="visible", timeout=4 * TIMEOUT)
+    assert run.locator(".status").all_inner_texts() == ["completed"]
+    assert "scripted replies" in run.locator(".run-meta").inner_text()
+    assert run.locator(".round").count() >= 5 and run.locator(".output img").count() >= 3
+    reasoning = run.locator(".reasoning").all_inner_texts()
+    assert not any("<Analyze>" in text or "<Code>" in text for text in reasoning)
+    assert run.locator(".problem").is_hidden()
+    screenshot(page, "web-serve-demo")
     no_problems(page)
