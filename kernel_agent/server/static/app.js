@@ -9,11 +9,15 @@
   const { el, when } = KA.render;
   const $ = (id) => document.getElementById(id);
   const LIST_POLL_MS = 2000;  // the history is asked again this often while one of its analyses runs
-  const state = { info: {}, threads: [], thread: null, views: [], follow: null, listTimer: null, demoOffered: false };
+  const state = { info: {}, threads: [], thread: null, views: [], follow: null, listTimer: null, changedTimer: null,
+    demoOffered: false };
   const actions = {
     cancel: (id) => api.cancel(id),
     download: (url, name) => api.download(url, name),
-    changed: () => loadThreads(),  // a watched run started or ended: the history says so at once
+    changed: () => {  // a watched run started or ended: the history says so at once (one ask for a burst)
+      clearTimeout(state.changedTimer);
+      state.changedTimer = setTimeout(loadThreads, 50);
+    },
   };
   let uploads, followUploads;
 

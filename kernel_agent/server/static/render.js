@@ -175,10 +175,10 @@ KA.render = (() => {
       this.body.append(code(event.code));
     }
     started(event) {
-      const began = performance.now();
+      this.began = performance.now();
       const limit = event.timeout ? ` (limit ${seconds(event.timeout)})` : "";
       this.exec = el("div", { class: "exec running", role: "status" });
-      const tick = () => { this.exec.textContent = `running… ${seconds((performance.now() - began) / 1000)}${limit}`; };
+      const tick = () => { this.exec.textContent = `running… ${seconds((performance.now() - this.began) / 1000)}${limit}`; };
       tick();
       this.timer = setInterval(tick, 1000);
       this.body.append(this.exec);
@@ -186,6 +186,8 @@ KA.render = (() => {
     /* The running code's output so far (execution_output events): one live block holding the tail,
        replaced by the whole outputs when the execution finishes. */
     liveOutput(event) {
+      // The server's clock for this execution: right even when the page opened the run mid-execution.
+      if (typeof event.elapsed_s === "number") this.began = Math.min(this.began ?? Infinity, performance.now() - event.elapsed_s * 1000);
       this.liveText = (this.liveText || "") + stripAnsi(event.text || "");
       if (this.liveText.length > LIVE_CHARS) { this.liveText = this.liveText.slice(-LIVE_CHARS); this.liveCut = true; }
       this.liveFigures = (this.liveFigures || 0) + (event.figures || 0);
