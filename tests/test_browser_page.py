@@ -142,7 +142,7 @@ def test_a_streaming_reply_reads_as_markdown_and_failures_are_said_once(page: An
     reply = "<Analyze>\nFirst **load** the table,\nthen check it.\n</Analyze>\n<Code>\n```python\nsales = data['sales']\n"
     chunks = [reply[i:i + 7] for i in range(0, len(reply), 7)]
     started = {"event": "run_started", "task": "Total the amounts.\n\nFollow-up: And by month?", "model": "m",
-               "protocol": "tags", "workspace": "/w", "notebook_path": None}
+               "protocol": "tags", "workspace": "/w", "notebook_path": None, "question": "And by month?"}
     events = [started, {"event": "round_started", "round": 4, "max_rounds": 9}]
     events += [{"event": "text_delta", "round": 4, "text": chunk} for chunk in chunks]
     page.evaluate("events => events.forEach(e => window.view.handle(e))", events)
@@ -151,7 +151,7 @@ def test_a_streaming_reply_reads_as_markdown_and_failures_are_said_once(page: An
     text = reasoning.inner_text()
     assert "<Analyze>" not in text and "<Code>" not in text and "**" not in text
     assert reasoning.locator("pre code", has_text="sales = data['sales']").count() == 1
-    assert page.locator(".run h2").inner_text() == "Total the amounts."  # the record's question, not the thread's
+    assert page.locator(".run h2").inner_text() == "Total the amounts."  # the record's question first
     assert "at most 6 rounds" in page.locator(".run-meta").inner_text()
 
     failure = "Error code: 400 - the context is too long"

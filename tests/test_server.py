@@ -105,8 +105,11 @@ def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model
     model.add(Reply("Use.", tool_calls=(python_call("print(kept * 2, os.getpid() == pid)"),)), Reply("42."))
     second = client.post("/v1/runs", json={"task": "Double kept", "thread_id": first["thread_id"]}).json()
     assert second["thread_id"] == first["thread_id"]
-    seen = [e for _, e in events(client, second["id"]) if e["event"] == "execution_finished"]
+    streamed = [e for _, e in events(client, second["id"])]
+    seen = [e for e in streamed if e["event"] == "execution_finished"]
     assert seen[-1]["result"]["stdout"] == "42 True\n"  # same variables, same process: not a rebuilt kernel
+    started = streamed[0]  # the turn's own question, beside the thread's task so far
+    assert started["question"] == "Double kept" and started["task"].startswith("Set kept")
     thread = client.get(f"/v1/threads/{first['thread_id']}").json()
     assert [r["id"] for r in thread["runs"]] == [first["id"], second["id"]]
     listed = client.get("/v1/threads").json()["threads"]

@@ -13,10 +13,6 @@ KA.RunView = (() => {
     ["html", "HTML report", "analysis.html"],
   ];
   const OPEN = ["queued", "running"];
-  const FOLLOW_UP = "\n\nFollow-up: ";
-
-  /* A run's own question: a follow-up's run_started carries the thread's tasks so far ("…\n\nFollow-up: q"). */
-  const question = (task) => { const at = task.lastIndexOf(FOLLOW_UP); return at >= 0 ? task.slice(at + FOLLOW_UP.length) : task; };
   const sentence = (text) => text.charAt(0).toUpperCase() + text.slice(1);
 
   /* The status a finished event implies (the service puts the run's own in it; a bare agent stream does not). */
@@ -148,7 +144,7 @@ KA.RunView = (() => {
 
     on_run_started(event) {
       this.setStatus("running");
-      if (!this.titled && event.task) this.title.textContent = question(event.task);
+      if (!this.titled && (event.question || event.task)) this.title.textContent = event.question || event.task;
       this.describe(event);
     }
     on_round_started(event) {
