@@ -163,6 +163,6 @@ def test_a_streaming_reply_reads_as_markdown_and_failures_are_said_once(page: An
     run = page.locator(".run")
     assert run.locator(".status").all_inner_texts() == ["failed"]
     assert run.locator(".problem").count() == 1 and run.inner_text().count(failure) == 1
-    assert run.locator(".problem").inner_text().splitlines() == [failure, "Stopped: the model endpoint failed after 0 round(s)."]
+    assert run.locator(".problem").inner_text().splitlines() == ["Stopped: the model endpoint failed after 0 round(s).", failure]
     assert run.locator(".note").all_inner_texts() == ["Model request failed, retrying (2 times): timeout"]
     assert page.log.console_errors == [] and page.log.page_errors == []

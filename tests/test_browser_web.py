@@ -216,12 +216,13 @@ def test_a_bad_drop_is_refused_with_its_reason_before_start(page: Any, service: 
     page.dispatch_event("#drop-zone", "drop", {"dataTransfer": dropped})
     refused = page.locator("#file-list li.refused")
     refused.filter(has_text="empty.csv").filter(has_text="refused: the file is empty").wait_for()
-    refused.filter(has_text="big.csv").filter(has_text="over this server's 256.0 KB upload limit").wait_for()
+    refused.filter(has_text="big.csv").filter(has_text="larger than this server's 256.0 KB upload limit").wait_for()
     refused.filter(has_text="scan.pdf").filter(has_text="a binary .pdf file").wait_for()
     page.locator("#file-list li:not(.refused)", has_text="good.csv · 8 B").wait_for()
     uploads = [url for url in page.log.requests if url.endswith("/v1/files")]
     assert len(uploads) == 1  # only the good file went to the server
     assert page.locator("#start").is_enabled()
+    screenshot(page, "web-service-refused-drops")
     page.get_by_role("button", name="Remove empty.csv").click()
     assert refused.count() == 2
     no_problems(page)
@@ -242,7 +243,7 @@ def test_a_failed_run_shows_one_status_one_message_and_the_models_line_first(
     failure = run.locator(".problem")
     assert failure.count() == 1 and "maximum context length is 8192 tokens" in failure.inner_text()
     assert run.inner_text().count("maximum context length is 8192 tokens") == 1
-    assert failure.inner_text().splitlines()[-1] == "Stopped: the model endpoint failed after 1 round(s)."
+    assert failure.inner_text().splitlines()[0] == "Stopped: the model endpoint failed after 1 round(s)."
     lead = run.locator("pre.traceback-lead")
     assert lead.inner_text().startswith("Cell In[") and "----> 2 sales['profit']" in lead.inner_text()
     assert lead.inner_text().splitlines()[-1] == "KeyError: 'profit'"
@@ -251,6 +252,7 @@ def test_a_failed_run_shows_one_status_one_message_and_the_models_line_first(
     assert run.locator("pre.traceback-full").is_hidden()
     unfold.click()
     assert "pandas/core/frame.py" in run.locator("pre.traceback-full").inner_text()
+    screenshot(page, "web-service-failed")
     page.locator("#threads li[data-status=failed]", has_text="What is the profit?").wait_for()
     no_problems(page)
 

@@ -109,12 +109,13 @@ KA.RunView = (() => {
       for (const view of this.rounds.values()) view.stop();
     }
 
-    /* Why the run failed, in one place: a message already shown (or contained in one) is not repeated. */
-    problem(message) {
+    /* Why the run failed, in one place: a message already shown (or contained in one) is not repeated;
+       ``headline`` goes first (how the run stopped, then the messages that say why). */
+    problem(message, headline = false) {
       const text = String(message || "").trim();
       if (!text || this.failures.some((shown) => shown.includes(text))) return;
       this.failures = this.failures.filter((shown) => !text.includes(shown));
-      this.failures.push(text);
+      if (headline) this.failures.unshift(text); else this.failures.push(text);
       this.failure.textContent = this.failures.join("\n");
       this.failure.hidden = false;
     }
@@ -181,7 +182,7 @@ KA.RunView = (() => {
       this.setStatus(status);
       if (run.answer || status === "cancelled") return;  // the badge says it all
       const stop = run.stop_reason;
-      if (stop) this.problem(`${sentence(this.words[stop] || stop)} after ${run.rounds ?? this.rounds.size} round(s).`);
+      if (stop) this.problem(`${sentence(this.words[stop] || stop)} after ${run.rounds ?? this.rounds.size} round(s).`, true);
       if (run.error) this.problem(run.error);
     }
 

@@ -63,7 +63,7 @@ KA.Uploads = (() => {
     async check(file) {
       if (file.size === 0) return "refused: the file is empty";
       const { maxBytes, suffixes } = this.limits;
-      if (maxBytes && file.size > maxBytes) return `refused: ${size(file.size)} is over this server's ${size(maxBytes)} upload limit`;
+      if (maxBytes && file.size > maxBytes) return `refused: larger than this server's ${size(maxBytes)} upload limit`;
       let head;
       try {
         head = new Uint8Array(await file.slice(0, SNIFF_BYTES).arrayBuffer());
