@@ -28,8 +28,8 @@ from ..agent.config import PROTOCOLS
 from ..agent.summaries import DATA_SUFFIXES
 from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
-from ..records import STOP_WORDS
 from ..notebook.export import clean_path
+from ..records import STOP_WORDS
 from .compat import compat_routes
 from .config import ServerConfig
 from .deps import Owner, public, service_of

@@ -70,12 +70,22 @@ class RunRecord(_Stored):
     rounds: int = 0
     files: list[GeneratedFile] = Field(default_factory=list)
 
-    def elapsed_s(self, now: datetime) -> float:
+    def elapsed_s(self, now: datetime) -> float | None:
         """Seconds from the run's recorded start to its recorded finish, or to ``now`` while it runs
-        (server time both: a page shows a run's true duration whenever it opens it)."""
-        start = datetime.fromisoformat(self.created_at)
-        end = datetime.fromisoformat(self.finished_at) if self.finished_at else now
+        (server time both: a page shows a run's true duration whenever it opens it); None when a
+        stored time cannot be read. Raises nothing."""
+        try:
+            start = _instant(self.created_at)
+            end = _instant(self.finished_at) if self.finished_at else now
+        except ValueError:
+            return None
         return round(max((end - start).total_seconds(), 0.0), 3)
+
+
+def _instant(text: str) -> datetime:
+    """An ISO 8601 time; one without a zone is UTC, as the service writes them. Raises ``ValueError``."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 Record = FileRecord | ThreadRecord | RunRecord
