@@ -57,6 +57,7 @@ class RunStarted(_EventBase):
     scripted: bool = False
     confinement: str = ""
     protocol_reason: str = ""  # why this protocol: "asked for", "the default", "the model … is DeepAnalyze's"
+    question: str = ""  # this turn's own question (``task`` holds every turn's of a continued run)
     kind = "run_started"
 
 

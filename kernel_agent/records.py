@@ -12,9 +12,18 @@ from typing import Literal
 
 from .result import Artifact, ExecutionResult
 
-__all__ = ["Artifact", "Round", "Run", "RunInfo", "StopReason", "Turn", "Usage"]
+__all__ = ["STOP_WORDS", "Artifact", "Round", "Run", "RunInfo", "StopReason", "Turn", "Usage"]
 
 StopReason = Literal["answer", "max_rounds", "stuck", "llm_error", "cancelled", "disk_quota"]
+# How every front end says why a run stopped (the CLI, the web page through /v1/info).
+STOP_WORDS: dict[str, str] = {
+    "answer": "answer reached",
+    "max_rounds": "stopped at the maximum number of rounds",
+    "stuck": "stopped: the model was going round in circles",
+    "llm_error": "stopped: the model endpoint failed",
+    "cancelled": "cancelled",
+    "disk_quota": "stopped: the workspace went over its disk quota",
+}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Owns the result value and the text a model sees of it (``to_llm_text``,
 where traceback frames inside installed packages shrink to one line each:
-``compact_traceback``). Pure: no kernel, no I/O. Building the outputs from iopub messages is
+``compact_traceback``), and the same rule's view for people (``fold_traceback``: the analysed
+code's frames and the exception first, the installed packages' frames folded). Pure: no kernel, no I/O. Building the outputs from iopub messages is
 ``outputs.py``'s job.
 """
 
@@ -17,13 +18,18 @@ from typing import Any, Literal
 
 from .errors import ExecutionError
 
-__all__ = ["Artifact", "DisplayUpdate", "ErrorInfo", "ExecutionResult", "RebuildReport", "Status", "compact_traceback", "png_size", "strip_ansi"]
+__all__ = [
+    "Artifact", "DisplayUpdate", "ErrorInfo", "ExecutionResult", "FoldedTraceback", "RebuildReport", "Status",
+    "compact_traceback", "fold_traceback", "png_size", "strip_ansi",
+]
 
 Status = Literal["ok", "error", "timeout", "died", "cancelled"]
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 # An IPython traceback frame: "File /path/to/module.py:123, in func(args)" then source lines.
 _FRAME = re.compile(r"File (?P<path>[^\n]+?):(?P<line>\d+), in (?P<where>[^\n]*)")
+# A frame of a notebook cell: "Cell In[3], line 2" (IPython 8), "Input In [3], in <cell line: 2>()" (7).
+_CELL = re.compile(r"(?:Cell In ?\[\d*\], line \d+|Input In ?\[\d*\])")
 # Installed code: site-/dist-packages, the standard library, or a compiled module named relative to
 # its package ("pandas/_libs/index.pyx"), which IPython prints without a directory.
 _INSTALLED = (
@@ -62,16 +68,54 @@ def compact_traceback(frames: list[str] | tuple[str, ...]) -> list[str]:
     out: list[str] = []
     shortened = 0
     for entry in frames:
-        match = _FRAME.match(entry.lstrip())
-        where = _installed(match["path"]) if match else None
-        if match is None or where is None:
+        short = _library_frame(entry)
+        if short is None:
             out.append(entry)
             continue
         shortened += 1
-        out.append(f"  {where}:{match['line']} in {match['where'].strip()}")
+        out.append(short)
     if shortened:
         out.append(f"({shortened} frame(s) inside installed packages shown as one line each)")
     return out
+
+
+def _library_frame(entry: str) -> str | None:
+    """The one-line form of a traceback entry that is a frame inside an installed package
+    (``  pandas/core/frame.py:4102 in DataFrame.__getitem__(self, key)``), None for any other entry."""
+    match = _FRAME.match(entry.lstrip())
+    where = _installed(match["path"]) if match else None
+    return None if match is None or where is None else f"  {where}:{match['line']} in {match['where'].strip()}"
+
+
+@dataclass(frozen=True)
+class FoldedTraceback:
+    """A traceback as people read it first: ``lead`` holds the analysed code's frames (a cell's
+    failing line, files in the workspace) then the exception line; ``library`` the one-line forms of
+    the frames inside installed packages, which a reader unfolds with the whole traceback."""
+
+    lead: tuple[str, ...]
+    library: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"lead": list(self.lead), "library": list(self.library)}
+
+
+def fold_traceback(frames: list[str] | tuple[str, ...]) -> FoldedTraceback:
+    """``frames`` (IPython traceback entries, without ANSI codes) folded by the rule of
+    ``compact_traceback``: frames inside installed packages go below, the analysed code's frames and
+    the exception line (the last entry) lead. Headers and "During handling…" lines are left to the
+    whole traceback. Raises nothing."""
+    lead: list[str] = []
+    library: list[str] = []
+    for entry in frames[:-1]:
+        short = _library_frame(entry)
+        if short is not None:
+            library.append(short)
+        elif _FRAME.match(entry.lstrip()) or _CELL.match(entry.lstrip()):
+            lead.append(entry.rstrip("\n"))
+    if frames:
+        lead.append(frames[-1].rstrip("\n"))
+    return FoldedTraceback(tuple(lead), tuple(library))
 
 
 def _installed(path: str) -> str | None:

@@ -21,6 +21,7 @@ from browser import screenshot
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent import Agent
+from kernel_agent.server.threads import event_dict
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
 
@@ -33,7 +34,8 @@ HARNESS = """<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>r
 <script>
   window.cancelled = [];
   window.view = new KA.RunView({id: "r1", task: "Total the amounts."},
-                               {cancel: async (id) => { window.cancelled.push(id); }, download: async () => {}});
+                               {cancel: async (id) => { window.cancelled.push(id); }, download: async () => {}},
+                               {words: {llm_error: "stopped: the model endpoint failed"}});
   document.getElementById("runs").append(window.view.node);
 </script></body></html>"""
 CODE = (
@@ -77,10 +79,7 @@ def run_events(openai_server: OpenAIServer, workspace: Path) -> list[dict[str, A
     events = []
     with Agent(model="m", base_url=openai_server.base_url) as agent:
         for event in agent.stream("Total the amounts.", workspace=workspace):
-            wire = event.to_dict()
-            if event.kind == "execution_finished":
-                wire["result"]["outputs"] = list(event.result.outputs)  # nbformat outputs, as the service sends
-            events.append(wire)
+            events.append(event_dict(event))  # as the service sends them: nbformat outputs, folded tracebacks
     return events
 
 
@@ -117,11 +116,17 @@ def test_run_view_draws_rounds_answer_and_problems(page: Any, static_site: str, 
     first.get_by_role("button", name="Show all 81 lines").click()
     assert long_output.evaluate("el => el.clientHeight >= el.scrollHeight")
     assert "ZeroDivisionError" in rounds.nth(1).locator(".exec.bad").inner_text()
+    lead = rounds.nth(1).locator("pre.traceback-lead")  # the model's line and the exception, nothing else
+    assert lead.inner_text().startswith("Cell In[") and "----> 1 1 / 0" in lead.inner_text()
+    assert lead.inner_text().splitlines()[-1] == "ZeroDivisionError: division by zero"
+    assert rounds.nth(1).locator("pre.traceback-full").is_hidden()
+    assert [rounds.nth(i).get_attribute("aria-label") for i in range(3)] == ["Round 1", "Round 2", "Round 3"]
     answer = run.locator(".answer")
     assert answer.is_visible() and "The total is 780." in answer.inner_text()
     assert answer.locator("h3").count() == 1 and answer.locator("h2").count() == 0
     assert run.evaluate("n => Boolean(n.querySelector('.answer').compareDocumentPosition(n.querySelector('.round')) & 4)")
-    assert run.locator(".status.finished").count() == 1 and run.get_by_role("button", name="Cancel").is_hidden()
+    assert run.locator(".status").all_inner_texts() == ["completed"] and run.get_by_role("button", name="Cancel").is_hidden()
+    assert run.locator(".problem").is_hidden()
     assert run.locator("h2", has_text="Answer").count() == 0  # the model's own heading, nowhere
     assert "tokens" in run.locator(".run-head").inner_text()
     assert page.log.external() == [] and page.log.console_errors == [] and page.log.page_errors == []
@@ -129,3 +134,35 @@ def test_run_view_draws_rounds_answer_and_problems(page: Any, static_site: str, 
     page.set_viewport_size({"width": 390, "height": 844})
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # phone width
     screenshot(page, "web-run-view-phone")
+
+
+def test_a_streaming_reply_reads_as_markdown_and_failures_are_said_once(page: Any, static_site: str) -> None:
+    """A tags-protocol reply mid-stream: no raw tags or asterisks; a failed turn: one badge, one message."""
+    page.goto(static_site)
+    reply = "<Analyze>\nFirst **load** the table,\nthen check it.\n</Analyze>\n<Code>\n```python\nsales = data['sales']\n"
+    chunks = [reply[i:i + 7] for i in range(0, len(reply), 7)]
+    started = {"event": "run_started", "task": "Total the amounts.\n\nFollow-up: And by month?", "model": "m",
+               "protocol": "tags", "workspace": "/w", "notebook_path": None, "question": "And by month?"}
+    events = [started, {"event": "round_started", "round": 4, "max_rounds": 9}]
+    events += [{"event": "text_delta", "round": 4, "text": chunk} for chunk in chunks]
+    page.evaluate("events => events.forEach(e => window.view.handle(e))", events)
+    reasoning = page.locator(".round .reasoning")
+    reasoning.locator("strong", has_text="load").wait_for()  # drawn as markdown while it streams
+    text = reasoning.inner_text()
+    assert "<Analyze>" not in text and "<Code>" not in text and "**" not in text
+    assert reasoning.locator("pre code", has_text="sales = data['sales']").count() == 1
+    assert page.locator(".run h2").inner_text() == "Total the amounts."  # the record's question first
+    assert "at most 6 rounds" in page.locator(".run-meta").inner_text()
+
+    failure = "Error code: 400 - the context is too long"
+    page.evaluate("events => events.forEach(e => window.view.handle(e))", [
+        {"event": "text_reset", "round": 4, "reason": "timeout"}, {"event": "text_reset", "round": 4, "reason": "timeout"},
+        {"event": "error", "message": failure, "error_type": "ModelError", "round": None},
+        {"event": "finished", "run": {"answer": None, "stop_reason": "llm_error", "error": failure, "rounds": 0}},
+    ])
+    run = page.locator(".run")
+    assert run.locator(".status").all_inner_texts() == ["failed"]
+    assert run.locator(".problem").count() == 1 and run.inner_text().count(failure) == 1
+    assert run.locator(".problem").inner_text().splitlines() == ["Stopped: the model endpoint failed after 0 round(s).", failure]
+    assert run.locator(".note").all_inner_texts() == ["Model request failed, retrying (2 times): timeout"]
+    assert page.log.console_errors == [] and page.log.page_errors == []

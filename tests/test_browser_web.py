@@ -12,14 +12,22 @@ from off this machine.
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nbformat
 import pytest
 from browser import screenshot
-from openai_server import OpenAIServer, Reply, python_call
+from openai_server import OpenAIServer, Reply, context_length_error, python_call
 from service_server import ServiceServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
@@ -36,11 +44,13 @@ LOAD = (
     "print('total', sales.amount.sum())"
 )
 TIMEOUT = 60_000  # ms: a round with a cold kernel on a loaded 2-core machine
+UPLOAD_LIMIT = 256 * 1024
 
 
 @pytest.fixture(scope="module")
 def service(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
-    with ServiceServer(tmp_path_factory.mktemp("web-service"), model.base_url, keys={KEY}) as running:
+    with ServiceServer(tmp_path_factory.mktemp("web-service"), model.base_url, keys={KEY},
+                       max_upload_bytes=UPLOAD_LIMIT) as running:
         yield running
 
 
@@ -53,7 +63,8 @@ def test_analysis_from_upload_to_downloads(page: Any, service: ServiceServer, mo
                                            tmp_path: Path) -> None:
     model.add(Reply("**Loading** the sales file.", tool_calls=(python_call(LOAD),)))
     model.add(Reply("## Answer\n\nThe total is **780**."))
-    model.add(Reply("The frame is still there.", tool_calls=(python_call("print('rows', len(sales))"),)))
+    model.add(Reply("The frame is still there.",
+                    tool_calls=(python_call("import os\nprint('rows', len(sales), os.path.getsize('extra.csv'))"),)))
     model.add(Reply("It has **12** rows."))
     data = tmp_path / "sales.csv"
     data.write_text(SALES, encoding="utf-8")
@@ -80,19 +91,27 @@ def test_analysis_from_upload_to_downloads(page: Any, service: ServiceServer, mo
     assert first.locator(".output img").evaluate("img => img.naturalWidth") > 100
     assert first.locator("pre.stdout", has_text="total 780").count() == 1
     assert "The total is 780." in run.locator(".answer").inner_text()
-    run.locator(".status.finished").wait_for()
+    run.locator(".status.completed").wait_for()
+    assert run.locator(".status").all_inner_texts() == ["completed"]
     assert "tokens" in run.locator(".run-head").inner_text()
     run.locator(".downloads").wait_for(state="visible")
     screenshot(page, "web-service-run")
 
-    # A follow-up continues in the same live kernel: `sales` is still defined.
+    # A follow-up continues in the same live kernel (`sales` is still defined), with a file of its own.
     page.locator("#follow-up").wait_for(state="visible")
     page.locator("#follow-up-task").fill("How many rows?")
+    page.locator("#follow-up-files").set_input_files([{"name": "extra.csv", "mimeType": "text/csv", "buffer": b"a\n1\n"}])
+    page.locator("#follow-up-list li", has_text="extra.csv · 4 B").wait_for()
     page.locator("#follow-up-task").press("Control+Enter")
     second = page.locator(".run").nth(1)
     second.locator(".answer").wait_for(state="visible", timeout=TIMEOUT)
-    assert second.locator("pre.stdout", has_text="rows 12").count() == 1
+    assert second.locator("pre.stdout", has_text="rows 12 4").count() == 1
     assert second.locator(".exec.bad").count() == 0
+    # Each turn under its own question, model and times; rounds counted within the turn.
+    assert page.locator(".run h2").all_inner_texts() == ["Total the sales amounts.", "How many rows?"]
+    assert "model scripted-test-model" in second.locator(".run-meta").inner_text()
+    assert second.locator(".round").first.get_attribute("aria-label") == "Round 1 of turn 2"
+    assert page.locator("#follow-up-list li").count() == 0  # sent with the question
 
     # Downloads: the notebook (every turn of the thread), the clean one, the HTML report, the made file.
     saved = {}
@@ -124,6 +143,13 @@ def test_analysis_from_upload_to_downloads(page: Any, service: ServiceServer, mo
     page.locator(".run .answer").first.wait_for(state="visible", timeout=TIMEOUT)
     assert page.locator(".run").count() == 2
     assert page.locator(".run").first.locator(".output img").count() == 1
+    assert page.locator(".run h2").all_inner_texts() == ["Total the sales amounts.", "How many rows?"]
+    # Opened after it finished, a run shows its recorded duration, not the time since the page looked.
+    record = page.evaluate("id => KA.api.run(id)", page.locator(".run").first.get_attribute("data-run-id"))
+    assert record["elapsed_s"] > 0.5
+    elapsed = page.locator(".run").first.locator(".elapsed")
+    elapsed.filter(has_text=page.evaluate("s => KA.render.seconds(s)", record["elapsed_s"])).wait_for()
+    assert page.locator(".run").first.locator(".started").inner_text().startswith("started ")
 
     page.set_viewport_size({"width": 390, "height": 844})
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # phone width
@@ -146,6 +172,8 @@ def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, m
     page.locator("#start").click()
 
     run = page.locator(".run").first
+    listed = page.locator("#threads li", has_text="Wait for a long time.")
+    listed.and_(page.locator("li[data-status=running]")).wait_for()  # in the history while it runs
     running = run.locator(".exec.running")
     running.wait_for(timeout=TIMEOUT)
     assert running.inner_text().startswith("running…")  # the clock while code runs
@@ -153,6 +181,8 @@ def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, m
     run.get_by_role("button", name="Cancel").click()
     run.locator(".status.cancelled").wait_for(timeout=30_000)
     assert run.get_by_role("button", name="Cancel").is_hidden()
+    assert run.locator(".status").all_inner_texts() == ["cancelled"] and run.locator(".problem").is_hidden()
+    listed.and_(page.locator("li[data-status=cancelled]")).wait_for()  # and its state changes there live
     record = page.evaluate("id => KA.api.run(id)", run.get_attribute("data-run-id"))
     assert record["status"] == "cancelled" and len(record["file_ids"]) == 1
     no_problems(page)
@@ -169,4 +199,113 @@ def test_a_wrong_key_asks_again_without_console_errors(page: Any, service: Servi
     info = json.loads(page.evaluate("fetch('/v1/info').then(r => r.text())"))
     assert info["auth"] is True
     page.log.console_errors[:] = [e for e in page.log.console_errors if "401" not in e]  # Chrome logs every 401
+    no_problems(page)
+
+
+def test_a_bad_drop_is_refused_with_its_reason_before_start(page: Any, service: ServiceServer) -> None:
+    page.goto(service.url + "/")
+    page.locator("#key-input").fill(KEY)
+    page.locator("#key-input").press("Enter")
+    page.locator("#new-run").wait_for(state="visible")
+    dropped = page.evaluate_handle(
+        "limit => { const dt = new DataTransfer();"
+        " dt.items.add(new File([], 'empty.csv', {type: 'text/csv'}));"
+        " dt.items.add(new File([new Uint8Array(limit + 1)], 'big.csv', {type: 'text/csv'}));"
+        " dt.items.add(new File([new Uint8Array([37, 80, 68, 70, 0, 1])], 'scan.pdf', {type: 'application/pdf'}));"
+        " dt.items.add(new File(['a,b\\n1,2\\n'], 'good.csv', {type: 'text/csv'})); return dt; }", UPLOAD_LIMIT)
+    page.dispatch_event("#drop-zone", "drop", {"dataTransfer": dropped})
+    refused = page.locator("#file-list li.refused")
+    refused.filter(has_text="empty.csv").filter(has_text="refused: the file is empty").wait_for()
+    refused.filter(has_text="big.csv").filter(has_text="larger than this server's 256.0 KB upload limit").wait_for()
+    refused.filter(has_text="scan.pdf").filter(has_text="a binary .pdf file").wait_for()
+    page.locator("#file-list li:not(.refused)", has_text="good.csv · 8 B").wait_for()
+    uploads = [url for url in page.log.requests if url.endswith("/v1/files")]
+    assert len(uploads) == 1  # only the good file went to the server
+    assert page.locator("#start").is_enabled()
+    screenshot(page, "web-service-refused-drops")
+    page.get_by_role("button", name="Remove empty.csv").click()
+    assert refused.count() == 2
+    no_problems(page)
+
+
+def test_a_failed_run_shows_one_status_one_message_and_the_models_line_first(
+        page: Any, service: ServiceServer, model: OpenAIServer) -> None:
+    code = "sales = pd.DataFrame({'month': [1, 2], 'amount': [10, 20]})\nsales['profit']"
+    model.add(Reply("Look at **profit**.", tool_calls=(python_call(code),)), context_length_error())
+    page.goto(service.url + "/")
+    page.locator("#key-input").fill(KEY)
+    page.locator("#key-input").press("Enter")
+    page.locator("#task").fill("What is the profit?")
+    page.locator("#start").click()
+    run = page.locator(".run").first
+    run.locator(".status.failed").wait_for(timeout=TIMEOUT)
+    assert run.locator(".status").all_inner_texts() == ["failed"]
+    failure = run.locator(".problem")
+    assert failure.count() == 1 and "maximum context length is 8192 tokens" in failure.inner_text()
+    assert run.inner_text().count("maximum context length is 8192 tokens") == 1
+    assert failure.inner_text().splitlines()[0] == "Stopped: the model endpoint failed after 1 round(s)."
+    lead = run.locator("pre.traceback-lead")
+    assert lead.inner_text().startswith("Cell In[") and "----> 2 sales['profit']" in lead.inner_text()
+    assert lead.inner_text().splitlines()[-1] == "KeyError: 'profit'"
+    assert "site-packages" not in lead.inner_text()
+    unfold = run.get_by_role("button", name=re.compile(r"Show the whole traceback \(\d+ frames inside installed packages\)"))
+    assert run.locator("pre.traceback-full").is_hidden()
+    unfold.click()
+    assert "pandas/core/frame.py" in run.locator("pre.traceback-full").inner_text()
+    screenshot(page, "web-service-failed")
+    page.locator("#threads li[data-status=failed]", has_text="What is the profit?").wait_for()
+    no_problems(page)
+
+
+@pytest.fixture
+def demo_server(tmp_path: Path) -> Iterator[str]:
+    """``kernel-agent serve --demo`` as a user starts it: its own process, no model, no key, on loopback."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KERNEL_AGENT_"))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernel_agent.cli", "serve", "--demo", "--port", str(port), "--data-dir",
+         str(tmp_path / "data")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # up when it answers: the readiness of another process, not a pause
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "serve --demo did not start"
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)  # uvicorn's lifespan shuts the thread kernels down
+        try:
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            if process.stderr:
+                process.stderr.close()
+
+
+def test_serve_demo_runs_end_to_end_from_the_page(page: Any, demo_server: str) -> None:
+    page.goto(demo_server + "/")
+    page.locator("#new-run").wait_for(state="visible")  # no key asked on loopback
+    note = page.locator("#demo-note")
+    assert note.is_visible() and "replies are scripted" in note.inner_text()
+    page.locator("#file-list li:not(.refused)", has_text="sales.csv").wait_for(timeout=TIMEOUT)  # the bundled data
+    assert page.locator("#task").input_value().startswith("Analyse sales.csv")
+    page.locator("#start").click()
+    run = page.locator(".run").first
+    run.locator(".answer").wait_for(state="visible", timeout=4 * TIMEOUT)
+    assert run.locator(".status").all_inner_texts() == ["completed"]
+    assert "scripted replies" in run.locator(".run-meta").inner_text()
+    assert run.locator(".round").count() >= 5 and run.locator(".output img").count() >= 3
+    reasoning = run.locator(".reasoning").all_inner_texts()
+    assert not any("<Analyze>" in text or "<Code>" in text for text in reasoning)
+    assert run.locator(".problem").is_hidden()
+    screenshot(page, "web-serve-demo")
     no_problems(page)

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import nbformat
 import pytest
 from click.testing import CliRunner
 
@@ -41,6 +42,12 @@ def test_plan_demo_runs_the_scripted_plan_on_the_bundled_data(tmp_path: Path, mo
     assert state.results["discounts"].failures == ("KeyError: 'discount_rate'",)
     report = notebook.with_name("demo-plan.report.md").read_text()
     assert "![Monthly revenue trend (1)](demo-plan_figures/trend-1.png)" in report
+    # Scripted replies say so, in the report, the notebook and its HTML page alike.
+    assert "**The model replies in this report were scripted:**" in report.splitlines()[2]
+    plan_notebook = nbformat.read(notebook, as_version=4)
+    assert "were scripted" in plan_notebook.cells[0].source and plan_notebook.metadata["kernel_agent"]["scripted"]
+    assert "were scripted" in notebook.with_suffix(".html").read_text(encoding="utf-8")
+    assert state.scripted is True
     check = replay(notebook)
     assert check.ok, check.to_text()
 

@@ -208,6 +208,7 @@ THROUGH_THE_DOOR = {
         "_spool": "spools an upload into the store's own tmp folder, which no kernel sees",
         "upload": "removes that spooled file",
         "file_content": "serves an upload from the store, which no kernel sees",
+        "demo_data": "serves the demo's bundled data from the installed package",
     },
 }
 PATH_METHODS = {"read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "rglob", "glob", "open", "stat",

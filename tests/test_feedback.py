@@ -13,7 +13,7 @@ import pytest
 from kernel_agent.kernel.sandbox.limit_notes import limit_note
 from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session_sync import KernelSession
-from kernel_agent.result import ErrorInfo, compact_traceback
+from kernel_agent.result import ErrorInfo, compact_traceback, fold_traceback, strip_ansi
 
 pytestmark = pytest.mark.kernel
 
@@ -30,6 +30,10 @@ def test_frames_inside_installed_packages_are_one_line_each_for_the_model(tmp_pa
     assert len(text) < len(full) / 2
     notebook_traceback = next(o for o in result.outputs if o["output_type"] == "error")["traceback"]
     assert any("site-packages/pandas/core/frame.py" in line for line in notebook_traceback)  # kept whole
+    folded = fold_traceback([strip_ansi(line) for line in notebook_traceback])  # the same rule, for people
+    assert folded.lead[0].startswith("Cell In[1], line 3") and "----> 3 df['nope']" in folded.lead[0]
+    assert folded.lead[-1] == "KeyError: 'nope'" and len(folded.lead) == 2
+    assert "  pandas/core/frame.py:" in "\n".join(folded.library) and all("site-packages" not in f for f in folded.library)
 
 
 def test_frames_of_the_analysed_code_stay_whole() -> None:
@@ -44,6 +48,30 @@ def test_frames_of_the_analysed_code_stay_whole() -> None:
     assert out[:3] == frames[:3] and out[3] == "  json/__init__.py:346 in loads(s)" and out[4] == frames[4]
     assert out[5] == "(1 frame(s) inside installed packages shown as one line each)"
     assert compact_traceback(frames[:3]) == frames[:3]
+    folded = fold_traceback(frames)
+    assert folded.lead == (frames[1].rstrip("\n"), frames[2].rstrip("\n"), "KeyError: 'x'")  # header left out
+    assert folded.library == ("  json/__init__.py:346 in loads(s)",)
+
+
+def test_a_chained_traceback_leads_with_the_cell_line_and_the_last_exception() -> None:
+    frames = [
+        "-" * 75, "KeyError                                  Traceback (most recent call last)",
+        "File /venv/lib/python3.11/site-packages/pandas/core/indexes/base.py:3816, in Index.get_loc(self, key)\n"
+        "-> 3816     return self._engine.get_loc(casted_key)\n",
+        "File pandas/_libs/index.pyx:172, in pandas._libs.index.IndexEngine.get_loc()\n",
+        "KeyError: 'profit'",
+        "\nThe above exception was the direct cause of the following exception:\n",
+        "KeyError                                  Traceback (most recent call last)",
+        "Cell In[7], line 2\n      1 sales = data['sales']\n----> 2 sales['profit']\n",
+        "File /venv/lib/python3.11/site-packages/pandas/core/frame.py:4102, in DataFrame.__getitem__(self, key)\n",
+        "KeyError: 'profit'",
+    ]
+    folded = fold_traceback(frames)
+    assert folded.lead == ("Cell In[7], line 2\n      1 sales = data['sales']\n----> 2 sales['profit']", "KeyError: 'profit'")
+    assert folded.library == ("  pandas/core/indexes/base.py:3816 in Index.get_loc(self, key)",
+                              "  pandas/_libs/index.pyx:172 in pandas._libs.index.IndexEngine.get_loc()",
+                              "  pandas/core/frame.py:4102 in DataFrame.__getitem__(self, key)")
+    assert fold_traceback([]).lead == () and fold_traceback(["SyntaxError: bad"]).lead == ("SyntaxError: bad",)
 
 
 def test_a_memory_error_under_the_memory_limit_names_the_limit(tmp_path: Path) -> None:

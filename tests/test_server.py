@@ -58,6 +58,7 @@ def upload(client: httpx.Client, name: str, content: bytes) -> dict[str, Any]:
 def test_info_is_open_and_everything_else_needs_a_key(server: ServiceServer) -> None:
     info = httpx.get(server.url + "/v1/info").json()
     assert info["auth"] is True and info["default_model"] == "scripted-test-model" and "tools" in info["protocols"]
+    assert info["max_upload_bytes"] == 4096 and info["stop_words"]["max_rounds"] == "stopped at the maximum number of rounds"
     assert httpx.get(server.url + "/v1/threads").status_code == 401
     assert httpx.get(server.url + "/v1/threads", headers={"Authorization": "Bearer wrong"}).status_code == 401
     page = httpx.get(server.url + "/")
@@ -82,6 +83,8 @@ def test_a_run_streams_events_and_its_notebook_report_and_files_download(
     assert any("total 4" in o.get("text", "") for o in executed["result"]["outputs"]), executed
     record = client.get(f"/v1/runs/{run['id']}").json()
     assert record["status"] == "completed" and record["answer"] == "The total is 4." and "owner" not in record
+    assert seen[-1][1]["run"]["status"] == "completed" and record["model"] == "scripted-test-model"
+    assert 0 < record["elapsed_s"] == client.get(f"/v1/runs/{run['id']}").json()["elapsed_s"]  # recorded, not ticking
     assert record["files"] == [{"name": "out.csv", "size": record["files"][0]["size"], "url": record["files"][0]["url"]}]
     assert client.get(record["files"][0]["url"]).text.startswith(",x,y")
     notebook = nbformat.reads(client.get(record["notebook_url"]).text, as_version=4)
@@ -102,8 +105,11 @@ def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model
     model.add(Reply("Use.", tool_calls=(python_call("print(kept * 2, os.getpid() == pid)"),)), Reply("42."))
     second = client.post("/v1/runs", json={"task": "Double kept", "thread_id": first["thread_id"]}).json()
     assert second["thread_id"] == first["thread_id"]
-    seen = [e for _, e in events(client, second["id"]) if e["event"] == "execution_finished"]
+    streamed = [e for _, e in events(client, second["id"])]
+    seen = [e for e in streamed if e["event"] == "execution_finished"]
     assert seen[-1]["result"]["stdout"] == "42 True\n"  # same variables, same process: not a rebuilt kernel
+    started = streamed[0]  # the turn's own question, beside the thread's task so far
+    assert started["question"] == "Double kept" and started["task"].startswith("Set kept")
     thread = client.get(f"/v1/threads/{first['thread_id']}").json()
     assert [r["id"] for r in thread["runs"]] == [first["id"], second["id"]]
     listed = client.get("/v1/threads").json()["threads"]
@@ -156,6 +162,9 @@ def test_bad_requests_get_clear_errors_and_change_nothing(client: httpx.Client) 
     assert client.post("/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"}).status_code == 422
     too_big = client.post("/v1/files", files={"file": ("big.csv", b"x" * 5000, "text/csv")})
     assert too_big.status_code == 413
+    empty = client.post("/v1/files", files={"file": ("empty.csv", b"", "text/csv")})
+    assert empty.status_code == 422 and empty.json()["error"]["message"] == "the file 'empty.csv' is empty"
+    assert "empty.csv" not in [f["filename"] for f in client.get("/v1/files").json()["data"]]
     assert client.get("/v1/threads").json()["threads"] == before
     assert client.get("/v1/runs/run-nope").status_code == 404
     assert client.get(f"/v1/threads/{before[0]['id']}/files/../../../etc/passwd").status_code == 404
@@ -206,7 +215,8 @@ def test_deleting_a_thread_removes_its_kernel_workspace_and_runs(client: httpx.C
 def test_a_model_failure_ends_the_run_as_failed_with_its_notebook_kept(client: httpx.Client, model: OpenAIServer) -> None:
     model.add(Reply("Set.", tool_calls=(python_call("x = 1"),)), context_length_error())
     run = client.post("/v1/runs", json={"task": "Overflow"}).json()
-    assert events(client, run["id"])[-1][1]["run"]["stop_reason"] == "llm_error"
+    finished = events(client, run["id"])[-1][1]["run"]
+    assert finished["stop_reason"] == "llm_error" and finished["status"] == "failed"
     record = client.get(f"/v1/runs/{run['id']}").json()
     assert record["status"] == "failed" and record["stop_reason"] == "llm_error" and record["rounds"] == 1
     assert "x = 1" in client.get(record["notebook_url"]).text

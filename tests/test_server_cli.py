@@ -17,6 +17,9 @@ from kernel_agent.cli import cli
         (["--model", "m", "--no-auth", "--host", "0.0.0.0"], "--no-auth is allowed only on a loopback address"),
         (["--no-auth"], "no model configured"),
         (["--model", "m", "--keys-file", "missing-keys.txt"], "cannot read the keys file"),
+        (["--demo", "--model", "m"], "serve --demo plays the scripted demo replies; drop --model"),
+        (["--demo", "--protocol", "tools"], "the scripted demo replies use the tags protocol"),
+        (["--demo", "--host", "0.0.0.0"], "the service needs at least one key"),  # no key needed on loopback only
     ],
 )
 def test_serve_refuses_to_start_unsafely(arguments: list[str], message: str, tmp_path: Path) -> None:

@@ -5,11 +5,12 @@ data dir's notebooks move out of the workspaces, through the door (a link there 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from kernel_agent.server.records import GeneratedFile, RunRecord, ThreadRecord
+from kernel_agent.server.records import GeneratedFile, RunRecord, ThreadRecord, public
 from kernel_agent.server.store import NOTEBOOK, Store
 
 
@@ -65,3 +66,13 @@ def test_notebooks_in_an_old_workspace_move_beside_it(store: Store, tmp_path: Pa
     assert not store.notebook("thread_link").exists()  # the link was never followed
     assert store.notebook("thread_new").read_text() == "kept"  # a record beside the workspace wins
     assert store.move_records_out() == 0  # once only
+
+
+def test_a_runs_elapsed_time_is_its_recorded_start_to_finish_or_to_now() -> None:
+    now = datetime(2026, 11, 25, 12, 0, 30, tzinfo=UTC)
+    run = RunRecord(id="run_1", owner="o", thread_id="thread_1", task="t", created_at="2026-11-25T12:00:00.000+00:00")
+    assert run.elapsed_s(now) == 30.0  # running: to the moment of asking
+    run.finished_at = "2026-11-25T12:00:12.250+00:00"
+    assert run.elapsed_s(now) == 12.25 and public(run)["elapsed_s"] == 12.25  # finished: what was recorded
+    assert RunRecord(id="r", owner="o", thread_id="t", task="t", created_at="2026-11-25T12:00:00").elapsed_s(now) == 30.0
+    assert RunRecord(id="r", owner="o", thread_id="t", task="t", created_at="not a time").elapsed_s(now) is None

@@ -413,7 +413,7 @@ class AsyncAgent:
         info = run.info
         await self._save(live)
         yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted,
-                         info.confinement, self.config.protocol_reason)
+                         info.confinement, self.config.protocol_reason, info.question or info.task)
         if live.session.workspace is not None and live.session.limits.sandbox == "off":  # a remote kernel is the gateway's
             yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                          f"({live.session.limits.describe()})")

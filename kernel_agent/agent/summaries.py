@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # imported where used: importing this module stays cheap for 
     import numpy as np
     import pandas as pd
 
-__all__ = ["MAX_COLUMNS", "MAX_SUMMARY_CHARS", "Kind", "describe", "file_kind", "human_size"]
+__all__ = ["DATA_SUFFIXES", "MAX_COLUMNS", "MAX_SUMMARY_CHARS", "Kind", "describe", "file_kind", "human_size"]
 
 Kind = Literal["csv", "tsv", "excel", "parquet", "json", "npy", "mat", "text", "other"]
 
@@ -59,6 +59,7 @@ _SUFFIX_KINDS: dict[str, Kind] = {
     ".txt": "text", ".md": "text", ".log": "text", ".rst": "text", ".yaml": "text",
     ".yml": "text", ".xml": "text", ".html": "text", ".toml": "text", ".ini": "text",
 }  # fmt: skip
+DATA_SUFFIXES = tuple(_SUFFIX_KINDS)  # the formats described by their kind; others are read as plain text
 _LINE_JSON = {".jsonl", ".ndjson"}
 # What pandas, pyarrow, openpyxl and numpy raise for a file they cannot parse.
 _PARSE_ERRORS = (ValueError, OSError, ImportError, LookupError, EOFError, zipfile.BadZipFile)

@@ -443,26 +443,39 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 @click.option("--idle-ttl", type=click.FloatRange(min=0, min_open=True), default=1800, show_default=True, metavar="S", help="Seconds before an idle thread's kernel is shut down (a follow-up rebuilds it).")
 @click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=100, show_default=True, metavar="MB", help="Largest upload accepted.")
 @click.option("--pool", "pool_size", type=click.IntRange(min=0), default=0, show_default=True, metavar="N", help="Keep N warm kernels for new threads (0: off); they count toward --max-live-kernels.")
+@click.option("--demo", is_flag=True, help="Try it without a model: the scripted demo replies and the bundled sales data (no key needed on a loopback address).")
 @_model_options
 @_kernel_options
 def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: bool, max_running: int,
-          max_live_kernels: int, idle_ttl: float, max_upload_mb: float, pool_size: int, **options: Any) -> None:
+          max_live_kernels: int, idle_ttl: float, max_upload_mb: float, pool_size: int, demo: bool,
+          **options: Any) -> None:
     """Serve the agent over HTTP: the web page at /, the native runs API and a DeepAnalyze/OpenAI-compatible
-    /v1/chat/completions, with a live kernel per thread. Clients send ``Authorization: Bearer KEY``."""
+    /v1/chat/completions, with a live kernel per thread. Clients send ``Authorization: Bearer KEY``.
+
+    With --demo every thread plays the scripted demo replies on the bundled sales data (the page says
+    so); on a loopback address it needs no key unless keys are configured."""
     from ..agent.config import NO_MODEL_HELP, AgentConfig
     from ..server.config import ServerConfig, check_host, load_keys
     from ..server.run import serve as run_server
 
     with _edge():
-        check_host(host, auth=not no_auth)
         arguments = _agent_arguments(options)
-        if not AgentConfig.resolve(**arguments).model:  # bad options fail now, not on every request
+        keys = frozenset() if no_auth else load_keys(keys_file)
+        if demo:
+            from .._net import is_loopback
+            from .demo import demo_serve
+
+            agent = demo_serve(arguments)
+            no_auth = no_auth or (not keys and is_loopback(host))
+        elif not AgentConfig.resolve(**arguments).model:  # bad options fail now, not on every request
             raise ConfigError(NO_MODEL_HELP)
+        else:
+            agent = {k: v for k, v in arguments.items() if v is not None}
+        check_host(host, auth=not no_auth)
         config = ServerConfig(
-            Path(data_dir), keys=frozenset() if no_auth else load_keys(keys_file), auth=not no_auth,
-            agent={k: v for k, v in arguments.items() if v is not None}, max_running=max_running,
-            max_threads_live=max_live_kernels, idle_ttl=idle_ttl, max_upload_bytes=int(max_upload_mb * 1024 * 1024),
-            pool_size=pool_size,
+            Path(data_dir), keys=frozenset() if no_auth else keys, auth=not no_auth, agent=agent,
+            max_running=max_running, max_threads_live=max_live_kernels, idle_ttl=idle_ttl,
+            max_upload_bytes=int(max_upload_mb * 1024 * 1024), pool_size=pool_size, demo=demo,
         )
         run_server(config, host, port)
 

@@ -15,12 +15,15 @@ from rich.text import Text
 
 from ..agent.config import AgentConfig
 from ..agent.loop import AsyncAgent
+from ..demo import TYPING_DELAY_S
 from ..errors import ConfigError
 from .drive import Job
 
-__all__ = ["TYPING_DELAY_S", "demo_agent", "demo_job", "demo_plan", "epilogue"]
+__all__ = ["TYPING_DELAY_S", "demo_agent", "demo_job", "demo_plan", "demo_serve", "epilogue"]
 
-TYPING_DELAY_S = 0.004  # between 16-character chunks of a scripted reply, so a terminal shows it being written
+_MODEL_SETTINGS = ("model", "base_url", "api_key", "protocol", "request_timeout", "data_format", "vllm_extras",
+                   "max_new_tokens")
+
 
 
 def demo_agent(arguments: dict[str, Any], *, scripted: bool = False, typing: bool = False) -> AsyncAgent:
@@ -55,10 +58,20 @@ def demo_plan(arguments: dict[str, Any]) -> tuple[dict[str, Any], str, tuple[str
         return arguments, task, data
     if arguments.get("protocol") not in (None, "tags"):
         raise ConfigError("the scripted plan demo replies use the tags protocol; drop --protocol or configure a model")
-    model_settings = ("model", "base_url", "api_key", "protocol", "request_timeout", "data_format", "vllm_extras",
-                      "max_new_tokens")
-    kept = {key: value for key, value in arguments.items() if key not in model_settings}
+    kept = {key: value for key, value in arguments.items() if key not in _MODEL_SETTINGS}
     return {**kept, "protocol": "tags", "chat_model": demo_plan_model()}, task, data
+
+
+def demo_serve(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The service's agent options for ``serve --demo``: the kernel settings of ``arguments`` and the
+    ``tags`` protocol the scripted replies are written in (each thread gets its own scripted model:
+    ``Service``). Raises ``ConfigError`` for ``--model`` or a ``--protocol`` other than ``tags``."""
+    if arguments.get("model"):
+        raise ConfigError("serve --demo plays the scripted demo replies; drop --model (or --demo to serve a model)")
+    if arguments.get("protocol") not in (None, "tags"):
+        raise ConfigError("the scripted demo replies use the tags protocol; drop --protocol")
+    kept = {key: value for key, value in arguments.items() if key not in _MODEL_SETTINGS and value is not None}
+    return {**kept, "protocol": "tags"}
 
 
 def demo_job(workspace: str, notebook: str) -> Job:

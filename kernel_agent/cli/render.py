@@ -24,7 +24,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from ..events import Event
-from ..records import Artifact, Round, Run, Usage
+from ..records import STOP_WORDS, Artifact, Round, Run, Usage
 from ..result import ExecutionResult, png_size, strip_ansi
 
 __all__ = [
@@ -46,14 +46,6 @@ SCRIPTED_NOTE = (
 )
 _STATUS_STYLE = {"ok": "green", "answer": "green", "error": "red", "timeout": "yellow", "died": "red", "cancelled": "yellow"}
 _STATUS_MARK = {"ok": "✓", "answer": "✓", "error": "✗", "timeout": "⏱", "died": "✗", "cancelled": "⏹", "no-code": "·"}
-_STOP_WORDS = {
-    "answer": "answer reached",
-    "max_rounds": "stopped at the maximum number of rounds",
-    "stuck": "stopped: the model was going round in circles",
-    "llm_error": "stopped: the model endpoint failed",
-    "cancelled": "cancelled",
-    "disk_quota": "stopped: the workspace went over its disk quota",
-}
 _TAIL_LINES = 8  # of the model's streamed text, in the live area
 _LIVE_OUTPUT_CHARS = 4000  # of a running cell's output kept for the live area (it shows the last lines)
 
@@ -295,7 +287,7 @@ class LiveRenderer:
 
     def _on_finished(self, event: Any) -> None:
         run: Run = event.run
-        stop = _STOP_WORDS.get(run.stop_reason or "", str(run.stop_reason))
+        stop = STOP_WORDS.get(run.stop_reason or "", str(run.stop_reason))
         style = "green" if run.answer is not None else "yellow"
         self.console.print(Rule(style=style))
         self.console.print(Text(f"{stop} after {len(run.rounds)} round(s) · {usage_text(run.usage)}", style=style))
@@ -326,7 +318,7 @@ class QuietRenderer:
         if run.answer is not None:
             self.out.write(run.answer.rstrip("\n") + "\n")
         else:
-            self.err.write(f"no answer: {_STOP_WORDS.get(run.stop_reason or '', run.stop_reason)}\n")
+            self.err.write(f"no answer: {STOP_WORDS.get(run.stop_reason or '', run.stop_reason)}\n")
         if run.notebook_path is not None:
             self.out.write(f"{run.notebook_path}\n")
 

@@ -24,13 +24,19 @@ from typing import Any
 from ..model.scripted import ScriptedChatModel
 
 __all__ = [
-    "DATASET", "PLAN_SCRIPT", "SCRIPT", "dataset_path", "demo_model", "demo_plan_model", "demo_plan_task",
-    "demo_replies", "demo_task",
+    "DATASET", "PLAN_SCRIPT", "SCRIPT", "SCRIPTED_NOTE", "TYPING_DELAY_S", "dataset_path", "demo_model",
+    "demo_plan_model", "demo_plan_task", "demo_replies", "demo_task",
 ]
 
 DATASET = Path(__file__).with_name("sales.csv")
 SCRIPT = Path(__file__).with_name("script.json")
 PLAN_SCRIPT = Path(__file__).with_name("plan_script.json")
+TYPING_DELAY_S = 0.004  # between 16-character chunks of a scripted reply, so a screen shows it being written
+SCRIPTED_NOTE = (
+    "The model's replies are scripted: they are played back from replies written for the bundled sales "
+    "data, whatever the task says, and no language model is asked. The code really runs in a live kernel, "
+    "so every number and figure is real."
+)
 
 
 def dataset_path() -> Path:

@@ -54,6 +54,7 @@ __all__ = [
     "KERNELSPEC",
     "METADATA_KEY",
     "RAISES_TAG",
+    "SCRIPTED_STATEMENT",
     "SKIP_TAG",
     "View",
     "build_notebook",
@@ -70,6 +71,9 @@ METADATA_KEY = "kernel_agent"
 SCHEMA = 1  # version of the layout of our metadata, bumped on incompatible changes
 RAISES_TAG = "raises-exception"
 SKIP_TAG = "skip-execution"
+# What a notebook, report or page made from scripted replies says (a plan run's too).
+SCRIPTED_STATEMENT = ("**The model replies in this notebook were scripted:** they were played back from a "
+                      "file, not written by a language model.")
 # Rounds whose code must not run again as-is: it hung, killed the kernel, was stopped, or never ran.
 GUARDED_STATUSES = frozenset({"timeout", "died", "cancelled"})
 GUARD_HEADER = ("# kernel-agent: not run on Run All (recorded status: {status}); "
@@ -247,10 +251,7 @@ def _header_text(run: Run, view: View) -> str:
         f"- **Protocol:** `{info.protocol}`" if info.protocol else "- **Protocol:** unknown",
     ]
     if info.scripted:
-        lines.append(
-            "\n**The model replies in this notebook were scripted:** they were played back from a "
-            "file, not written by a language model."
-        )
+        lines.append("\n" + SCRIPTED_STATEMENT)
     if view == "clean":
         lines.append(
             "\n*Clean view: failed attempts and rounds without code are left out and execution "

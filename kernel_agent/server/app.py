@@ -25,9 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from .._loop import in_thread
 from .._version import __version__
 from ..agent.config import PROTOCOLS
+from ..agent.summaries import DATA_SUFFIXES
 from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
 from ..notebook.export import clean_path
+from ..records import STOP_WORDS
 from .compat import compat_routes
 from .config import ServerConfig
 from .deps import Owner, public, service_of
@@ -93,7 +95,17 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     async def info() -> dict[str, Any]:
         model = config.model
         return {"auth": config.auth, "models": [model] if model else None, "default_model": model,
-                "protocols": list(PROTOCOLS), "model_choice": False, "version": __version__}
+                "protocols": list(PROTOCOLS), "model_choice": False, "version": __version__,
+                "max_upload_bytes": config.max_upload_bytes, "stop_words": STOP_WORDS, "demo": _demo(config),
+                "data_suffixes": DATA_SUFFIXES}
+
+    @app.get("/v1/demo/data/{name}")
+    async def demo_data(who: Owner, name: str) -> FileResponse:
+        from ..demo import dataset_path
+
+        if not config.demo or name != dataset_path().name:
+            raise ServiceError(f"no demo data file {name}", status=404)
+        return FileResponse(dataset_path(), filename=name, media_type="text/csv")
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -102,6 +114,16 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     _file_routes(app, config)
     _run_routes(app)
     _thread_routes(app)
+
+
+def _demo(config: ServerConfig) -> dict[str, Any] | None:
+    """What the page needs to offer the demo (None on a server that is not one)."""
+    if not config.demo:
+        return None
+    from ..demo import SCRIPTED_NOTE, dataset_path, demo_task
+
+    name = dataset_path().name
+    return {"task": demo_task(), "note": SCRIPTED_NOTE, "files": [{"name": name, "url": f"/v1/demo/data/{name}"}]}
 
 
 def _file_routes(app: FastAPI, config: ServerConfig) -> None:

@@ -44,6 +44,8 @@ class ServerConfig:
         is refused before it is read (limits.BodyLimit).
     pool_size: warm kernels kept ready for new threads (0: none, each thread starts its own);
         the pool's kernels count toward ``max_threads_live``, which caps its refills.
+    demo: every thread plays the bundled scripted demo replies (``kernel_agent.demo``) with the
+        ``tags`` protocol; no model is asked, and the page and ``/v1/info`` say so.
     """
 
     data_dir: Path
@@ -55,6 +57,7 @@ class ServerConfig:
     idle_ttl: float = 1800.0
     max_upload_bytes: int = 100 * 1024 * 1024
     pool_size: int = 0
+    demo: bool = False
 
     def __post_init__(self) -> None:
         if self.auth and not self.keys:
@@ -72,7 +75,7 @@ class ServerConfig:
 
     @property
     def model(self) -> str | None:
-        return self.agent.get("model")
+        return "scripted-demo" if self.demo else self.agent.get("model")
 
     @property
     def protocol(self) -> str | None:

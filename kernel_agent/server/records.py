@@ -8,6 +8,7 @@ about them (no I/O, no HTTP).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,6 +59,7 @@ class RunRecord(_Stored):
     object: Literal["run"] = "run"
     thread_id: str
     task: str
+    model: str | None = None  # as the run's ``run_started`` said (None until then)
     file_ids: list[str] = Field(default_factory=list)
     status: str = "running"
     stop_reason: str | None = None
@@ -68,17 +70,36 @@ class RunRecord(_Stored):
     rounds: int = 0
     files: list[GeneratedFile] = Field(default_factory=list)
 
+    def elapsed_s(self, now: datetime) -> float | None:
+        """Seconds from the run's recorded start to its recorded finish, or to ``now`` while it runs
+        (server time both: a page shows a run's true duration whenever it opens it); None when a
+        stored time cannot be read. Raises nothing."""
+        try:
+            start = _instant(self.created_at)
+            end = _instant(self.finished_at) if self.finished_at else now
+        except ValueError:
+            return None
+        return round(max((end - start).total_seconds(), 0.0), 3)
+
+
+def _instant(text: str) -> datetime:
+    """An ISO 8601 time; one without a zone is UTC, as the service writes them. Raises ``ValueError``."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
 
 Record = FileRecord | ThreadRecord | RunRecord
 
 
 def public(record: Record) -> dict[str, Any]:
-    """A record as clients see it: without the owner, with download URLs for runs and threads."""
+    """A record as clients see it: without the owner, with download URLs for runs and threads, and
+    a run's ``elapsed_s`` (``RunRecord.elapsed_s`` at the time of asking)."""
     out = record.model_dump(mode="json", exclude={"owner"})
     if isinstance(record, RunRecord | ThreadRecord):
         thread = record.thread_id if isinstance(record, RunRecord) else record.id
         base = f"/v1/threads/{thread}"
         out.update(notebook_url=f"{base}/notebook", clean_url=f"{base}/notebook/clean", html_url=f"{base}/notebook/html")
         if isinstance(record, RunRecord):
+            out["elapsed_s"] = record.elapsed_s(datetime.now(UTC))
             out["files"] = [{**f, "url": f"{base}/files/{f['name']}"} for f in out["files"]]
     return out

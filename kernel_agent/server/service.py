@@ -104,7 +104,10 @@ class Service:
 
     # ----------------------------------------------------------------- files
     async def add_file(self, owner: str, filename: str, temp: Path, size: int, purpose: str) -> FileRecord:
-        """Keep an upload (``temp`` is moved). Raises ``ServiceError`` for a bad name."""
+        """Keep an upload (``temp`` is moved). Raises ``ServiceError`` 422 for a bad name or an empty file
+        (no analysis can read one: refused now, not after a run starts)."""
+        if size == 0:
+            raise ServiceError(f"the file {filename!r} is empty", status=422)
         record = FileRecord(id=new_id("file"), owner=owner, filename=safe_name(filename), bytes=size,
                             purpose=purpose, created_at=int(time.time()))
         await asyncio.to_thread(self.store.add_file, record, temp)
@@ -143,6 +146,8 @@ class Service:
         """
         if not task.strip():
             raise ServiceError("the task is empty", status=422)
+        if self.config.demo and protocol not in (None, "tags"):
+            raise ServiceError("this demo server plays scripted replies written for the tags protocol", status=422)
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
         running = sum(1 for t in self.tasks.values() if not t.done())
@@ -212,6 +217,10 @@ class Service:
             options = dict(self.config.agent)
             if thread.protocol:
                 options["protocol"] = thread.protocol
+            if self.config.demo:  # a script plays in order: each thread its own
+                from ..demo import TYPING_DELAY_S, demo_model
+
+                options["chat_model"] = demo_model(delay=TYPING_DELAY_S)
             try:
                 runtime = ThreadRuntime(thread.id, self.store.workspace(thread.id), options, self.pool)
             except KernelAgentError as exc:
@@ -286,13 +295,13 @@ class Service:
         async with contextlib.aclosing(stream) as events:
             async for event in events:
                 data = event_dict(event)
+                if data["event"] == "finished":  # the run's one status, in the event as in the record
+                    finished = data["run"]
+                    run.answer, run.stop_reason, run.error = finished["answer"], finished["stop_reason"], finished["error"]
+                    run.status = finished["status"] = "completed" if finished["stop_reason"] != "llm_error" else "failed"
                 await run_log.add(data)
                 if _track(run, data):
                     self.store.save_run(run)
-                if data["event"] == "finished":
-                    finished = data["run"]
-                    run.answer, run.stop_reason, run.error = finished["answer"], finished["stop_reason"], finished["error"]
-                    run.status = "completed" if finished["stop_reason"] != "llm_error" else "failed"
 
     async def _finish(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, run_log: RunLog) -> None:
         # Records first, then the thread is free, then the closing event: a client that sees
@@ -335,7 +344,11 @@ def pool_for(config: ServerConfig) -> KernelPool:
 
 
 def _track(run: RunRecord, event: dict[str, Any]) -> bool:
-    """Keep the run record's progress (rounds, generated files) up to date; True after a round."""
+    """Keep the run record's progress (model, rounds, generated files) up to date; True when it
+    changed in a way worth saving now."""
+    if event["event"] == "run_started":
+        run.model = event["model"]
+        return True
     if event["event"] == "round_finished":
         run.rounds += 1
         return True

@@ -25,6 +25,7 @@ from ..events import Event, ExecutionFinished
 from ..kernel.pool import KernelPool
 from ..kernel.session import AsyncKernelSession
 from ..model import llm as _llm  # noqa: F401 - imported with the app, not on the loop by the first thread
+from ..result import fold_traceback, strip_ansi
 
 __all__ = ["RunLog", "ThreadRuntime", "event_dict"]
 
@@ -32,13 +33,21 @@ log = logging.getLogger(__name__)
 
 
 def event_dict(event: Event) -> dict[str, Any]:
-    """``event.to_dict()``, with an execution's nbformat outputs added (the page draws them) and
+    """``event.to_dict()``, with an execution's nbformat outputs added (the page draws them; an
+    error's gets ``folded``, its traceback as ``result.fold_traceback`` folds it for people) and
     ``text``, the output as the model was shown it (the chat transcript's ``<Execute>`` block)."""
     out = event.to_dict()
     if isinstance(event, ExecutionFinished):
-        out["result"]["outputs"] = [dict(o) for o in event.result.outputs]
+        out["result"]["outputs"] = [_wire_output(o) for o in event.result.outputs]
         out["result"]["text"] = event.result.to_llm_text()
     return out
+
+
+def _wire_output(output: dict[str, Any]) -> dict[str, Any]:
+    wire = dict(output)
+    if wire.get("output_type") == "error":
+        wire["folded"] = fold_traceback([strip_ansi(line) for line in wire.get("traceback", [])]).to_dict()
+    return wire
 
 
 class _Lease:

@@ -66,6 +66,7 @@ async def stream_plan(
         sources = DataSources.for_notebook(Path(resume), state.workspace, given)
         files = await asyncio.to_thread(stage_recorded, sources, state.data_files, root)
         state.workspace = recorded_workspace(root, notebook_path)
+        state.scripted = state.scripted or model.scripted
     else:
         root = Path(workspace) if workspace is not None else default_workspace(task)
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
@@ -74,7 +75,7 @@ async def stream_plan(
         setup = opened_beside(preload_code(files) if preload else "%matplotlib inline\n",
                               workspace_from(notebook_path, root))
         state = PlanState(state_path(notebook_path), task, {}, {}, tuple(f.name for f in files), setup,
-                          workspace=recorded_workspace(root, notebook_path))
+                          workspace=recorded_workspace(root, notebook_path), scripted=model.scripted)
     async with session_factory(root) as session:
         language = language_of(session.kernel_info.get("language_info"))
         if language is not PYTHON:

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from ...notebook.export import METADATA_KEY, write_notebook
+from ...notebook.export import METADATA_KEY, SCRIPTED_STATEMENT, write_notebook
 from .graph import PlanNode
 from .state import NodeResult, PlanState
 
@@ -48,7 +48,8 @@ def _header(node: PlanNode, result: NodeResult | None) -> str:
 
 def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: str) -> NotebookNode:
     """The notebook of the plan: setup cell, then one section per node (pending nodes left out)."""
-    cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(f"# Plan: {state.task}")]
+    title = f"# Plan: {state.task}" + (f"\n\n{SCRIPTED_STATEMENT}" if state.scripted else "")
+    cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(title)]
     setup = nbformat.v4.new_code_cell(state.setup_code, metadata={METADATA_KEY: {"role": "setup"}})
     setup.outputs = [nbformat.from_dict(out) for out in state.setup_outputs]
     cells.append(setup)
@@ -69,14 +70,17 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata[METADATA_KEY] = {"task": state.task, "data_files": list(state.data_files), "workspace": workspace,
-                                 "plan": state.plan, "counts": counts(nodes, state.results)}
+                                 "plan": state.plan, "counts": counts(nodes, state.results), "scripted": state.scripted}
     return nb
 
 
 def build_report(state: PlanState, nodes: Sequence[PlanNode], figure_dir: str) -> tuple[str, dict[str, bytes]]:
     """The Markdown report and the figure files it links (relative name → PNG bytes)."""
     findings = [state.results[n.id].text for n in nodes if n.id in state.results and state.results[n.id].text]
-    lines = [f"# {state.task}", "", "## Answer and findings", ""]
+    lines = [f"# {state.task}", ""]
+    if state.scripted:
+        lines += [SCRIPTED_STATEMENT.replace("this notebook", "this report"), ""]
+    lines += ["## Answer and findings", ""]
     lines += findings or ["(no conclusion yet)"]
     figures: dict[str, bytes] = {}
     for node in nodes:

@@ -93,6 +93,7 @@ class PlanState:
     setup_outputs: tuple[dict[str, Any], ...] = ()
     results: dict[str, NodeResult] = field(default_factory=dict)
     workspace: str = ""  # as the notebook records it (``recorded_workspace``): a claim, never an order
+    scripted: bool = False  # the model's replies were played back from a file (the demo), not written
 
     def record(self, result: NodeResult) -> None:
         """Keep ``result`` and persist the whole state at once. Raises ``OSError`` when it cannot be written."""
@@ -104,7 +105,8 @@ class PlanState:
         document = {"kernel_agent_plan": 1, "task": self.task, "plan": self.plan, "budgets": self.budgets,
                     "data_files": list(self.data_files), "setup_code": self.setup_code,
                     "setup_outputs": list(self.setup_outputs),
-                    "results": {k: asdict(v) for k, v in self.results.items()}, "workspace": self.workspace}
+                    "results": {k: asdict(v) for k, v in self.results.items()}, "workspace": self.workspace,
+                    "scripted": self.scripted}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".plan-", suffix=".tmp")
         try:
@@ -130,4 +132,4 @@ class PlanState:
         results = {k: NodeResult.from_dict(v) for k, v in data.get("results", {}).items()}
         return cls(path, data["task"], data["plan"], data["budgets"], tuple(data.get("data_files", ())),
                    data.get("setup_code", ""), tuple(data.get("setup_outputs", ())), results,
-                   str(data.get("workspace") or ""))
+                   str(data.get("workspace") or ""), data.get("scripted") is True)

@@ -116,8 +116,16 @@ KA.api = (() => {
 
   const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+  /* A file the server offers (the demo's bundled data) as a File, to upload like a dropped one. */
+  async function fetchFile(url, name) {
+    const response = await fetch(url, { headers: headers() });
+    if (!response.ok) throw await failure(response);
+    const blob = await response.blob();
+    return new File([blob], name, { type: blob.type });
+  }
+
   return {
-    AuthError, ApiError, key, download, follow,
+    AuthError, ApiError, key, download, follow, fetchFile,
     upload: (file) => { const form = new FormData(); form.append("file", file, file.name); return request("POST", "/v1/files", form); },
     info: () => request("GET", "/v1/info"),
     startRun: (body) => request("POST", "/v1/runs", body),

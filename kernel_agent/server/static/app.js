@@ -1,14 +1,25 @@
 /* The page: the new-analysis form (uploads, task, model/protocol), the thread being watched
-   (its runs, live, and a follow-up question in the same kernel), the list of past analyses with
-   search, and the service key when the server asks for one. Routes by location.hash. */
+   (its runs, live, and a follow-up question in the same kernel, with files of its own), the list of
+   past analyses with search, kept live while any of them runs, the service key when the server asks
+   for one, and on a demo server what it offers and that its replies are scripted. Routes by location.hash. */
 "use strict";
 
 (() => {
-  const { api, RunView } = KA;
-  const { el } = KA.render;
+  const { api, RunView, Uploads } = KA;
+  const { el, when } = KA.render;
   const $ = (id) => document.getElementById(id);
-  const state = { uploads: [], threads: [], thread: null, views: [], follow: null };
-  const actions = { cancel: (id) => api.cancel(id), download: (url, name) => api.download(url, name) };
+  const LIST_POLL_MS = 2000;  // the history is asked again this often while one of its analyses runs
+  const state = { info: {}, threads: [], thread: null, views: [], follow: null, listTimer: null, changedTimer: null,
+    demoOffered: false };
+  const actions = {
+    cancel: (id) => api.cancel(id),
+    download: (url, name) => api.download(url, name),
+    changed: () => {  // a watched run started or ended: the history says so at once (one ask for a burst)
+      clearTimeout(state.changedTimer);
+      state.changedTimer = setTimeout(loadThreads, 50);
+    },
+  };
+  let uploads, followUploads;
 
   function banner(text) {
     $("banner").textContent = text || "";
@@ -41,76 +52,51 @@
   }
 
   // -- uploads --------------------------------------------------------------------------------
-  function addFiles(files) {
-    for (const file of files) {
-      const entry = { file, id: null, done: false };
-      state.uploads.push(entry);
-      entry.node = el("li", { class: "uploading" }, el("span", { text: `${file.name} · uploading…` }));
-      $("file-list").append(entry.node);
-      call(() => api.upload(file)).then((uploaded) => {
-        entry.id = uploaded.id;
-        entry.done = true;
-        entry.node.className = "";
-        entry.node.replaceChildren(el("span", { text: `${uploaded.filename || file.name} · ${size(uploaded.bytes ?? file.size)}` }),
-          el("button", { type: "button", "aria-label": `Remove ${file.name}`, text: "×", onclick: () => removeUpload(entry) }));
-      }).catch(() => removeUpload(entry)).finally(updateStart);
-    }
-    updateStart();
-  }
-
-  function removeUpload(entry) {
-    state.uploads = state.uploads.filter((item) => item !== entry);
-    entry.node.remove();
-    updateStart();
-  }
-
   function updateStart() {
-    const pending = state.uploads.some((entry) => !entry.done);
+    const pending = uploads.pending;
     $("start").disabled = pending;
     $("start").textContent = pending ? "Uploading…" : "Start analysis";
+    $("ask").disabled = followUploads.pending;
   }
 
-  const size = (bytes) => (bytes < 1024 ? `${bytes} B` : bytes < 1048576 ? `${(bytes / 1024).toFixed(1)} KB` : `${(bytes / 1048576).toFixed(1)} MB`);
+  const upload = (file) => api.upload(file);  // refusals show next to the file, not in the banner
 
-  function bindDropZone() {
-    const zone = $("drop-zone"), input = $("file-input");
-    zone.addEventListener("click", () => input.click());
-    zone.addEventListener("keydown", (event) => {
-      if (event.key === "Enter" || event.key === " ") { event.preventDefault(); input.click(); }
-    });
-    input.addEventListener("change", () => { addFiles(Array.from(input.files)); input.value = ""; });
-    for (const name of ["dragenter", "dragover"]) {
-      zone.addEventListener(name, (event) => { event.preventDefault(); zone.classList.add("dragging"); });
-    }
-    for (const name of ["dragleave", "drop"]) zone.addEventListener(name, () => zone.classList.remove("dragging"));
-    zone.addEventListener("drop", (event) => { event.preventDefault(); addFiles(Array.from(event.dataTransfer.files)); });
+  /* A demo server's bundled data and task, put on the form as if the user had brought them. */
+  async function offerDemo() {
+    const demo = state.info.demo;
+    if (!demo || state.demoOffered) return;
+    state.demoOffered = true;
+    if (!$("task").value.trim()) $("task").value = demo.task;
+    const files = await Promise.all(demo.files.map((file) => call(() => api.fetchFile(file.url, file.name)))).catch(() => null);
+    if (files) uploads.add(files);
   }
 
   // -- runs and threads -----------------------------------------------------------------------
   async function startRun(event) {
     event.preventDefault();
-    const body = { task: $("task").value.trim(), file_ids: state.uploads.map((entry) => entry.id) };
-    if (!body.task) return;
+    const body = { task: $("task").value.trim(), file_ids: uploads.ids };
+    if (!body.task || uploads.pending) return;
     if ($("model").value.trim()) body.model = $("model").value.trim();
     if ($("protocol").value) body.protocol = $("protocol").value;
     $("start").disabled = true;
     try {
       const run = await call(() => api.startRun(body));
       $("task").value = "";
-      state.uploads.forEach((entry) => entry.node.remove());
-      state.uploads = [];
+      uploads.clear();
       location.hash = `#thread/${encodeURIComponent(run.thread_id || run.id)}`;
+      loadThreads();  // the history lists it from the moment it starts
     } catch (_) { /* shown in the banner */ } finally { updateStart(); }
   }
 
   async function followUp(event) {
     event.preventDefault();
     const task = $("follow-up-task").value.trim();
-    if (!task || !state.thread) return;
-    const run = await call(() => api.startRun({ task, thread_id: state.thread, file_ids: [] })).catch(() => null);
+    if (!task || !state.thread || followUploads.pending) return;
+    const run = await call(() => api.startRun({ task, thread_id: state.thread, file_ids: followUploads.ids })).catch(() => null);
     if (!run) return;
     $("follow-up-task").value = "";
-    watch({ id: run.id, task, status: run.status });
+    followUploads.clear();
+    watch(run);
     loadThreads();
   }
 
@@ -121,15 +107,14 @@
     markCurrent();
     $("runs").replaceChildren();
     const thread = await call(() => api.thread(threadId)).catch(() => null);
-    if (!thread) return;
-    const runs = thread.runs || [];
-    for (const run of runs) watch(typeof run === "string" ? { id: run } : run);
+    if (!thread || state.thread !== threadId) return;
+    for (const run of thread.runs || []) watch(typeof run === "string" ? { id: run } : run);
     $("main").focus();
   }
 
   /* Show a run and follow its events (a finished run replays them, then ends). */
-  function watch(summary) {
-    const view = new RunView(summary, actions);
+  function watch(record) {
+    const view = new RunView(record, actions, { turn: state.views.length + 1, words: state.info.stop_words || {} });
     state.views.push(view);
     $("runs").append(view.node);
     $("follow-up").hidden = true;
@@ -159,6 +144,16 @@
     if (!listed) return;
     state.threads = Array.isArray(listed) ? listed : listed.threads || listed.data || [];
     drawThreads();
+    keepListLive();
+  }
+
+  /* While any listed analysis runs (here or in another tab), ask again shortly: its state changes live. */
+  function keepListLive() {
+    clearTimeout(state.listTimer);
+    state.listTimer = null;
+    if (state.threads.some((thread) => ["queued", "running"].includes(thread.status))) {
+      state.listTimer = setTimeout(loadThreads, LIST_POLL_MS);
+    }
   }
 
   const threadTask = (thread) => thread.task || thread.title || (thread.runs && thread.runs[0] && thread.runs[0].task) || thread.id;
@@ -166,19 +161,13 @@
   function drawThreads() {
     const query = $("search").value.trim().toLowerCase();
     const shown = state.threads.filter((thread) => !query || JSON.stringify([threadTask(thread), thread.tasks || []]).toLowerCase().includes(query));
-    $("threads").replaceChildren(...shown.map((thread) => el("li", {},
+    $("threads").replaceChildren(...shown.map((thread) => el("li", { "data-status": thread.status },
       el("button", { type: "button", "data-thread-id": thread.id, onclick: () => { location.hash = `#thread/${encodeURIComponent(thread.id)}`; } },
         el("span", { class: "task", text: threadTask(thread) }),
-        el("span", { class: "meta", text: [thread.status, when(thread.updated_at || thread.created_at)].filter(Boolean).join(" · ") })))));
+        el("span", { class: "meta" }, el("span", { class: thread.status, text: thread.status }),
+          ` · ${when(thread.updated_at || thread.created_at)}`)))));
     $("threads-empty").hidden = state.threads.length > 0;
     markCurrent();
-  }
-
-  /* A server time (ISO 8601 or unix seconds) in the reader's own words and time zone. */
-  function when(value) {
-    if (!value) return "";
-    const date = new Date(typeof value === "number" ? value * 1000 : value);
-    return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
   }
 
   function markCurrent() {
@@ -197,6 +186,7 @@
     show("new");
     markCurrent();
     $("task").focus();
+    offerDemo();
   }
 
   /* What the server offers, asked without a key: a server that wants one gets the key form
@@ -204,9 +194,17 @@
   async function describeServer() {
     const info = await api.info().catch(() => null);
     if (!info) return true;  // an older server: find out from the first call
+    state.info = info;
+    uploads.configure(info);
+    followUploads.configure(info);
     if (info.model_choice === false) $("model").closest(".option-row").hidden = true;
     $("model-list").replaceChildren(...(info.models || []).map((name) => el("option", { value: name })));
     if (info.default_model) $("model").placeholder = `server default (${info.default_model})`;
+    if (info.demo) {
+      $("demo-note").textContent = `Demo server: ${info.demo.note}`;
+      $("demo-note").hidden = false;
+      $("protocol").closest(".option-row").hidden = true;
+    }
     if (info.auth && !api.key.get()) { show("key"); return false; }
     return true;
   }
@@ -217,6 +215,7 @@
     if (!threads) return;  // the key form is up (or the banner says why)
     state.threads = Array.isArray(threads) ? threads : threads.threads || threads.data || [];
     drawThreads();
+    keepListLive();
     route();
   }
 
@@ -227,7 +226,9 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    bindDropZone();
+    uploads = new Uploads({ zone: $("drop-zone"), input: $("file-input"), list: $("file-list"), upload, onChange: () => updateStart() });
+    followUploads = new Uploads({ zone: $("follow-up-drop"), input: $("follow-up-files"), list: $("follow-up-list"), upload,
+      onChange: () => updateStart() });
     $("new-run").addEventListener("submit", startRun);
     $("follow-up").addEventListener("submit", followUp);
     submitOnCtrlEnter($("task"), $("new-run"));

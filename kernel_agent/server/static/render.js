@@ -57,13 +57,28 @@ KA.render = (() => {
     return collapsible(pre, text.split("\n").length);
   }
 
+  /* An error: with the server's fold (result.fold_traceback), the failing line of the analysed code
+     and the exception first, the whole traceback (library frames and all) a press away. */
+  function traceback(out) {
+    const whole = stripAnsi((out.traceback || []).join("\n")) || `${out.ename}: ${out.evalue}`;
+    const folded = out.folded;
+    if (!folded || !folded.lead || !folded.lead.length) return el("div", { class: "output" }, textBlock(whole, "stderr"));
+    const full = el("pre", { class: "stream stderr traceback-full", text: whole, hidden: true });
+    const frames = folded.library.length;
+    const label = `Show the whole traceback${frames ? ` (${frames} frame${frames === 1 ? "" : "s"} inside installed packages)` : ""}`;
+    const button = el("button", { type: "button", class: "expand", "aria-expanded": "false", text: label });
+    button.addEventListener("click", () => {
+      full.hidden = !full.hidden;
+      button.setAttribute("aria-expanded", String(!full.hidden));
+      button.textContent = full.hidden ? label : "Hide the whole traceback";
+    });
+    return el("div", { class: "output" }, el("pre", { class: "stream stderr traceback-lead", text: folded.lead.join("\n") }), button, full);
+  }
+
   function output(out) {
     const kind = out.output_type;
     if (kind === "stream") return el("div", { class: "output" }, textBlock(joined(out.text), out.name === "stderr" ? "stderr" : "stdout"));
-    if (kind === "error") {
-      const trace = stripAnsi((out.traceback || []).join("\n")) || `${out.ename}: ${out.evalue}`;
-      return el("div", { class: "output" }, textBlock(trace, "stderr"));
-    }
+    if (kind === "error") return traceback(out);
     const data = out.data || {};
     const box = el("div", { class: "output" });
     if (data["image/png"] || data["image/jpeg"]) {
@@ -94,31 +109,62 @@ KA.render = (() => {
   /* What a terminal shows of text with carriage returns (progress bars): the last part of each line. */
   const resolveReturns = (text) => text.split("\n").map((line) => line.replace(/\r+$/, "").split("\r").pop()).join("\n");
 
+  /* A reply as it streams, readable: the tags of the tags/DeepAnalyze protocols become markdown (code
+     in a fence, the rest plain), a tag cut in half at the end of a chunk waits for the next one. The
+     parsed reasoning replaces this once the reply is complete (code_ready, round_finished). */
+  function readable(text) {
+    return text
+      .replace(/<Execute>[\s\S]*?(<\/Execute>|$)/g, "")
+      .replace(/<Code>\s*(```[\w-]*\n)?/g, "\n```python\n")
+      .replace(/\n?```\s*<\/Code>|<\/Code>/g, "\n```\n")
+      .replace(/<\/?(Analyze|Understand|Answer|Thinking|Think|File)>/gi, "\n")
+      .replace(/<\/?[A-Za-z]*$/, "");
+  }
+
   /* The answer is shown under our own "Answer" heading: drop the model's, if it wrote one. */
   const withoutAnswerHeading = (text) => text.replace(/^\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n/i, "");
+  /* A server time (ISO 8601 or unix seconds) in the reader's own words and time zone. */
+  function when(value) {
+    if (!value) return "";
+    const date = new Date(typeof value === "number" ? value * 1000 : value);
+    return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+  }
   const seconds = (s) => (s < 60 ? `${s.toFixed(s < 10 ? 1 : 0)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`);
   const tokens = (usage) => (usage && usage.total_tokens ? `${usage.total_tokens.toLocaleString()} tokens` : "");
 
-  /* One round's card. */
+  /* One round's card. ``label`` is its heading: "Round 2", or "Round 2 of turn 3" in a follow-up. */
   class RoundView {
-    constructor(number, max) {
+    constructor(label) {
       this.text = "";
       this.tokens = el("span", { class: "tokens" });
       this.reasoning = el("div", { class: "reasoning streaming waiting", "aria-live": "off", text: "waiting for the model…" });
       this.body = el("div");
-      this.node = el("article", { class: "round", "aria-label": `Round ${number}` },
-        el("h3", {}, el("span", { text: `Round ${number}${max ? ` / ${max}` : ""}` }), this.tokens), this.reasoning, this.body);
+      this.node = el("article", { class: "round", "aria-label": label },
+        el("h3", {}, el("span", { text: label }), this.tokens), this.reasoning, this.body);
       this.timer = null;
+      this.drawing = false;
+      this.retries = null;
     }
+    /* Streamed text is drawn as markdown at most once a frame: a long reply stays cheap to follow. */
     delta(text) {
       this.text += text;
       this.reasoning.classList.remove("waiting");
-      this.reasoning.textContent = this.text;
+      if (this.drawing) return;
+      this.drawing = true;
+      requestAnimationFrame(() => {
+        this.drawing = false;
+        if (this.reasoning.classList.contains("streaming")) this.reasoning.replaceChildren(markdown(readable(this.text)));
+      });
     }
+    /* A retried model request: one note for the round, counting the attempts. */
     reset(reason) {
       this.text = "";
-      this.reasoning.textContent = "";
-      this.body.append(el("div", { class: "note", text: `Model request failed, retrying: ${reason}` }));
+      this.reasoning.replaceChildren();
+      this.retries = this.retries || { count: 0, node: el("div", { class: "note" }) };
+      this.retries.count += 1;
+      const times = this.retries.count > 1 ? ` (${this.retries.count} times)` : "";
+      this.retries.node.textContent = `Model request failed, retrying${times}: ${reason}`;
+      if (!this.retries.node.isConnected) this.body.append(this.retries.node);
     }
     showReasoning(text) {
       this.reasoning.classList.remove("streaming", "waiting");
@@ -129,10 +175,10 @@ KA.render = (() => {
       this.body.append(code(event.code));
     }
     started(event) {
-      const began = performance.now();
+      this.began = performance.now();
       const limit = event.timeout ? ` (limit ${seconds(event.timeout)})` : "";
       this.exec = el("div", { class: "exec running", role: "status" });
-      const tick = () => { this.exec.textContent = `running… ${seconds((performance.now() - began) / 1000)}${limit}`; };
+      const tick = () => { this.exec.textContent = `running… ${seconds((performance.now() - this.began) / 1000)}${limit}`; };
       tick();
       this.timer = setInterval(tick, 1000);
       this.body.append(this.exec);
@@ -140,6 +186,8 @@ KA.render = (() => {
     /* The running code's output so far (execution_output events): one live block holding the tail,
        replaced by the whole outputs when the execution finishes. */
     liveOutput(event) {
+      // The server's clock for this execution: right even when the page opened the run mid-execution.
+      if (typeof event.elapsed_s === "number") this.began = Math.min(this.began ?? Infinity, performance.now() - event.elapsed_s * 1000);
       this.liveText = (this.liveText || "") + stripAnsi(event.text || "");
       if (this.liveText.length > LIVE_CHARS) { this.liveText = this.liveText.slice(-LIVE_CHARS); this.liveCut = true; }
       this.liveFigures = (this.liveFigures || 0) + (event.figures || 0);
@@ -170,7 +218,7 @@ KA.render = (() => {
     done(round) {
       this.stop();
       if (round.usage) this.tokens.textContent = tokens(round.usage);
-      if (!round.code && this.reasoning.classList.contains("streaming")) this.showReasoning(withoutAnswerHeading(round.answer || this.text));
+      if (!round.code && this.reasoning.classList.contains("streaming")) this.showReasoning(withoutAnswerHeading(round.answer || readable(this.text)));
     }
     stop() {
       if (this.timer) clearInterval(this.timer);
@@ -181,5 +229,5 @@ KA.render = (() => {
     }
   }
 
-  return { el, markdown, code, output, seconds, tokens, withoutAnswerHeading, RoundView };
+  return { el, markdown, code, output, readable, seconds, tokens, when, withoutAnswerHeading, RoundView };
 })();

@@ -1,58 +1,98 @@
-/* One run on the page: its header (task, status, elapsed time, tokens, cancel), the answer at the
-   top, the downloads, problems and notes, then its rounds as they happen. Fed by events. */
+/* One run on the page: its header (its own question, one status, its times from the server's record,
+   tokens, cancel), the answer at the top, the downloads, one place for why it failed, notes, then its
+   rounds as they happen, numbered within the run's turn. Fed by events and the run's record. */
 "use strict";
 
 window.KA = window.KA || {};
 
 KA.RunView = (() => {
-  const { el, markdown, seconds, tokens, withoutAnswerHeading, RoundView } = KA.render;
+  const { el, markdown, seconds, tokens, when, withoutAnswerHeading, RoundView } = KA.render;
   const DOWNLOADS = [  // [field, label, file name]
     ["notebook", "Notebook (.ipynb)", "analysis.ipynb"],
     ["clean", "Clean notebook", "analysis.clean.ipynb"],
     ["html", "HTML report", "analysis.html"],
   ];
+  const OPEN = ["queued", "running"];
+  const sentence = (text) => text.charAt(0).toUpperCase() + text.slice(1);
+
+  /* The status a finished event implies (the service puts the run's own in it; a bare agent stream does not). */
+  function finishedStatus(run) {
+    if (run.status) return run.status;
+    return run.stop_reason === "cancelled" ? "cancelled" : run.stop_reason === "llm_error" || !run.stop_reason ? "failed" : "completed";
+  }
 
   class RunView {
-    /* summary: {id, task?, status?}; actions: {cancel(id), download(url, name)} */
-    constructor(summary, actions) {
+    /* summary: the run's record, or at least {id, task?, status?}; actions: {cancel(id), download(url, name),
+       changed?(view)}; options: {turn: its place in the thread (1 = first), words: stop reason → words}. */
+    constructor(summary, actions, options = {}) {
       this.id = summary.id;
       this.actions = actions;
+      this.turn = options.turn || 1;
+      this.words = options.words || {};
       this.rounds = new Map();
+      this.firstRound = null;
       this.total = 0;
-      this.began = null;
+      this.elapsed = null;
+      this.failures = [];
+      this.notes = new Map();
       this.status = el("span", { class: "status", role: "status" });
-      this.clock = el("span", { class: "muted" });
+      this.startedAt = el("span", { class: "muted started" });
+      this.clock = el("span", { class: "muted elapsed" });
       this.usage = el("span", { class: "muted" });
       this.cancelButton = el("button", { type: "button", class: "danger", text: "Cancel", hidden: true,
         onclick: () => this.cancel() });
       this.title = el("h2", { text: summary.task || "Analysis" });
+      this.titled = Boolean(summary.task);
       this.meta = el("div", { class: "run-meta" });
       this.answer = el("section", { class: "card answer", hidden: true, "aria-label": "Answer" });
       this.downloads = el("div", { class: "downloads", hidden: true });
+      this.failure = el("div", { class: "problem failure", role: "alert", hidden: true });
       this.problems = el("div");
       this.list = el("div", { class: "rounds" });
       this.node = el("section", { class: "run", "data-run-id": this.id },
-        el("div", { class: "run-head" }, this.title, this.status, this.clock, this.usage, this.cancelButton),
-        this.meta, this.answer, this.downloads, this.problems, this.list);
+        el("div", { class: "run-head" }, this.title, this.status, this.startedAt, this.clock, this.usage, this.cancelButton),
+        this.meta, this.answer, this.downloads, this.failure, this.problems, this.list);
       this.setStatus(summary.status || "queued");
+      this.ready = true;  // status changes from now on are news to the page
+      this.timing(summary);
+      if (summary.model) this.describe({ model: summary.model });
     }
 
-    get running() { return ["queued", "running"].includes(this.state); }
+    get running() { return OPEN.includes(this.state); }
 
-    setStatus(state, detail) {
+    /* The one status of the run: the record's words (queued, running, completed, failed, cancelled, interrupted). */
+    setStatus(state) {
+      const changed = state !== this.state;
       this.state = state;
       this.status.className = `status ${state}`;
-      this.status.textContent = detail ? `${state} · ${detail}` : state;
+      this.status.textContent = state;
       this.cancelButton.hidden = !this.running;
-      if (this.running && !this.ticker) {
-        this.began = this.began || performance.now();
-        const tick = () => { this.clock.textContent = seconds((performance.now() - this.began) / 1000); };
-        tick();
-        this.ticker = setInterval(tick, 1000);
-      } else if (!this.running && this.ticker) {
-        clearInterval(this.ticker);
-        this.ticker = null;
+      if (!this.running && this.elapsed && !this.elapsed.final) {  // stop the clock where it is; the record corrects it
+        this.elapsed = { base: this.now(), at: performance.now(), final: true };
       }
+      this.tickClock();
+      if (changed && this.ready && this.actions.changed) this.actions.changed(this);
+    }
+
+    /* Times from the run's record, in server time: ``elapsed_s`` is start to finish, or start to the
+       moment the server answered while it runs; the page only adds the time since that answer. */
+    timing(record) {
+      if (record.created_at) this.startedAt.textContent = `started ${when(record.created_at)}`;
+      if (typeof record.elapsed_s !== "number") return;
+      this.elapsed = { base: record.elapsed_s, at: performance.now(), final: Boolean(record.finished_at) };
+      this.tickClock();
+    }
+
+    now() {
+      const e = this.elapsed;
+      return e.base + (e.final ? 0 : (performance.now() - e.at) / 1000);
+    }
+
+    tickClock() {
+      if (this.elapsed) this.clock.textContent = seconds(this.now());
+      const ticking = this.elapsed && !this.elapsed.final && this.running;
+      if (ticking && !this.ticker) this.ticker = setInterval(() => this.tickClock(), 1000);
+      if (!ticking && this.ticker) { clearInterval(this.ticker); this.ticker = null; }
     }
 
     async cancel() {
@@ -65,10 +105,28 @@ KA.RunView = (() => {
     dispose() {
       if (this.ticker) clearInterval(this.ticker);
       this.ticker = null;
+      this.elapsed = null;
       for (const view of this.rounds.values()) view.stop();
     }
 
-    problem(text) { this.problems.append(el("div", { class: "problem", role: "alert", text })); }
+    /* Why the run failed, in one place: a message already shown (or contained in one) is not repeated;
+       ``headline`` goes first (how the run stopped, then the messages that say why). */
+    problem(message, headline = false) {
+      const text = String(message || "").trim();
+      if (!text || this.failures.some((shown) => shown.includes(text))) return;
+      this.failures = this.failures.filter((shown) => !text.includes(shown));
+      if (headline) this.failures.unshift(text); else this.failures.push(text);
+      this.failure.textContent = this.failures.join("\n");
+      this.failure.hidden = false;
+    }
+
+    note(message) {
+      const seen = this.notes.get(message);
+      if (seen) { seen.count += 1; seen.node.textContent = `${message} (${seen.count} times)`; return; }
+      const node = el("div", { class: "note", text: message });
+      this.notes.set(message, { count: 1, node });
+      this.problems.append(node);
+    }
 
     round(number) { return this.rounds.get(number); }
 
@@ -77,15 +135,26 @@ KA.RunView = (() => {
       if (handler) handler.call(this, event);
     }
 
+    describe({ model, protocol, scripted }) {
+      const parts = [model && `model ${model}`, protocol && `protocol ${protocol}`, scripted && "scripted replies"];
+      if (this.turn > 1) parts.push(`turn ${this.turn} of the thread`);
+      if (this.limit) parts.push(`at most ${this.limit} rounds`);
+      this.meta.textContent = parts.filter(Boolean).join(" · ");
+      this.described = { model, protocol, scripted };
+    }
+
     on_run_started(event) {
       this.setStatus("running");
-      if (event.task) this.title.textContent = event.task.split("\n\n")[0];
-      const parts = [`model ${event.model}`, `protocol ${event.protocol}`];
-      if (event.scripted) parts.push("scripted replies");
-      this.meta.textContent = parts.join(" · ");
+      if (!this.titled && (event.question || event.task)) this.title.textContent = event.question || event.task;
+      this.describe(event);
     }
     on_round_started(event) {
-      const view = new RoundView(event.round, event.max_rounds);
+      if (this.firstRound === null) {
+        this.firstRound = event.round;  // a follow-up's rounds go on from the thread's earlier turns
+        if (event.max_rounds) { this.limit = event.max_rounds - event.round + 1; this.describe(this.described || {}); }
+      }
+      const number = event.round - this.firstRound + 1;
+      const view = new RoundView(this.turn > 1 ? `Round ${number} of turn ${this.turn}` : `Round ${number}`);
       this.rounds.set(event.round, view);
       this.list.append(view.node);
     }
@@ -102,16 +171,19 @@ KA.RunView = (() => {
       if (this.total) this.usage.textContent = tokens({ total_tokens: this.total });
     }
     on_answer(event) { this.showAnswer(event.answer); }
-    on_notice(event) { this.problems.append(el("div", { class: "note", text: event.message })); }
-    on_error(event) { this.problem(`Error: ${event.message}`); }
+    on_notice(event) { this.note(event.message); }
+    on_error(event) { this.problem(event.message); }
     on_finished(event) {
       const run = event.run || {};
       for (const view of this.rounds.values()) view.stop();
       if (run.answer) this.showAnswer(run.answer);
       if (run.usage && run.usage.total_tokens) this.usage.textContent = tokens(run.usage);
-      const stop = run.stop_reason || "finished";
-      this.setStatus(stop === "answer" ? "finished" : stop === "cancelled" ? "cancelled" : "failed", stop === "answer" ? "" : stop);
-      if (!run.answer) this.problem(`No answer: the run stopped (${stop})${run.error ? `: ${run.error}` : ""}.`);
+      const status = finishedStatus(run);
+      this.setStatus(status);
+      if (run.answer || status === "cancelled") return;  // the badge says it all
+      const stop = run.stop_reason;
+      if (stop) this.problem(`${sentence(this.words[stop] || stop)} after ${run.rounds ?? this.rounds.size} round(s).`, true);
+      if (run.error) this.problem(run.error);
     }
 
     showAnswer(text) {
@@ -119,9 +191,11 @@ KA.RunView = (() => {
       this.answer.hidden = false;
     }
 
-    /* Fill in what only the run's record has: status and the download links. */
+    /* Fill in what only the run's record has: its status, times and the download links. */
     summary(run) {
-      if (run.task && !this.title.textContent) this.title.textContent = run.task;
+      if (run.task && !this.titled) { this.title.textContent = run.task; this.titled = true; }
+      if (run.status) this.setStatus(run.status);
+      this.timing(run);
       const links = [];
       for (const [field, label, name] of DOWNLOADS) {
         const url = findUrl(run, field);
