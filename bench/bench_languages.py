@@ -31,7 +31,7 @@ async def _first_answer(folder: Path, **options: object) -> float:
     async with AsyncKernelSession(folder, **options) as kernel:  # type: ignore[arg-type]
         result = await kernel.execute("1+1")
         elapsed = time.perf_counter() - started
-    if "2" not in (result.result_text or "") + result.stdout:
+    if "2" not in result.to_llm_text():
         raise RuntimeError(f"the kernel ({options}) answered 1+1 wrongly: {result}")
     return elapsed
 
