@@ -146,3 +146,24 @@ def test_the_mcp_server_says_its_tools_are_python() -> None:
     result = invoke("mcp", "--kernel", "ir")
 
     assert result.exit_code == 2 and "kernel 'ir' runs R, and the MCP server's tools" in result.stderr
+
+
+@pytest.mark.kernel
+def test_the_python_environment_line_says_what_imports_there(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    import importlib.util
+
+    from kernel_agent import Agent
+    from kernel_agent.agent.environment import PACKAGES
+
+    openai_server.add(Reply("Nothing to compute."))
+    with Agent(model="m", base_url=openai_server.base_url, protocol="tools") as agent:
+        agent.run("Say hi", workspace=tmp_path / "ws")
+
+    system = openai_server.requests[0]["messages"][0]["content"]
+    listed = re.search(r"Installed packages: (.*)\.", system)
+    installed = {entry.split(" ")[0] for entry in listed.group(1).split(", ")} if listed else set()
+    assert installed == {name for name in PACKAGES if importlib.util.find_spec(name) is not None}
+    assert {"pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels"} <= installed
+    absent = set(PACKAGES) - installed
+    if absent:
+        assert "do not import them" in system and all(name in system for name in absent)
