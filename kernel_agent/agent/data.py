@@ -317,14 +317,18 @@ def opened_beside(setup: str, workspace: str | None) -> str:
     return "".join(lines[:magics]) + step + "".join(lines[magics:])
 
 
+def data_helper_words(files: Sequence[DataFile | str], *, kind: str = "holds", access: str = ".") -> str:
+    """What the setup cell's ``data`` is, with an example: ``data.sales`` (Python), ``data$sales`` (R)."""
+    attributes = data_attributes(files)
+    if not attributes:
+        return "`data` is empty (no data files)"
+    name, file = next(iter(attributes.items()))
+    return f"`data` {kind} the data files' paths (e.g. `data{access}{name}` == {json.dumps(file, ensure_ascii=False)})"
+
+
 def preload_description(files: Sequence[DataFile | str], *, seaborn: bool = True) -> str:
     """One line for the system prompt saying what the setup cell defined. Raises nothing."""
-    attributes = data_attributes(files)
-    if attributes:
-        name, file = next(iter(attributes.items()))
-        helper = f"`data` holds the data files' paths (e.g. `data.{name}` == {json.dumps(file, ensure_ascii=False)})"
-    else:
-        helper = "`data` is empty (no data files)"
+    helper = data_helper_words(files)
     library = ", seaborn as sns (if installed)" if seaborn else ""
     return (
         f"pandas as pd, numpy as np, matplotlib.pyplot as plt{library} are imported; figures show "

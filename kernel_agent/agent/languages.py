@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import environment
-from .data import SEED, DataFile, data_attributes, opened_beside, preload_code, preload_description
+from .data import SEED, DataFile, data_attributes, data_helper_words, opened_beside, preload_code, preload_description
 
 __all__ = ["PYTHON", "R", "Language", "language_of"]
 
@@ -45,7 +45,6 @@ class Language:
     packages: tuple[str, ...] = ()  # the common analysis packages, probed
     hint: Callable[[str, str, Sequence[str]], str] = lambda ename, evalue, installed: ""
     comment: str = "#"
-    extra_names: dict[str, str] = field(default_factory=dict)
 
     @property
     def fence_line(self) -> re.Pattern[str]:
@@ -111,12 +110,7 @@ def _r_setup(files: Sequence[DataFile | str]) -> str:
 
 
 def _r_setup_words(files: Sequence[DataFile | str]) -> str:
-    attributes = data_attributes(files)
-    if attributes:
-        name, file = next(iter(attributes.items()))
-        helper = f"`data` is a list of the data files' paths (e.g. `data${name}` == {_r_string(file)})"
-    else:
-        helper = "`data` is an empty list (no data files)"
+    helper = data_helper_words(files, kind="is a list of", access="$")
     return (f"plots show inline as PNG; the random seed is {SEED}; {helper}. Read the files with base R "
             "(read.csv, read.delim) or the packages listed as installed.")
 

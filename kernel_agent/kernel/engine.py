@@ -134,26 +134,28 @@ class ExecuteEngine:
     async def run_silently(self, code: str, expressions: dict[str, str], timeout: float) -> dict[str, Any]:
         """Run ``code`` without outputs, history or execution count; the ``execute_reply`` content.
         Raises ``KernelError`` when the kernel does not answer within ``timeout``."""
-        async with self.lock:
-            msg_id = self.client.execute(code, silent=True, store_history=False, user_expressions=expressions)
-            collector = OutputCollector(msg_id, self.caps)
-            outcome = await self._collect(collector, time.monotonic() + timeout)
-            if outcome is not Outcome.IDLE:
-                raise KernelError(f"the kernel did not answer a silent request ({outcome.value})")
-            return await self._shell_reply(msg_id)
+        reply, _ = await self._outside_history(code, timeout, silent=True, user_expressions=expressions)
+        return reply
 
     async def run_quietly(self, code: str, timeout: float) -> str:
         """Run ``code`` outside the history (no execution count, nothing recorded); what it printed.
         For kernels that evaluate no ``user_expressions`` (IRkernel). Raises ``KernelError`` when the
         kernel does not answer within ``timeout``."""
+        _, collector = await self._outside_history(code, timeout, silent=False, allow_stdin=False)
+        return "".join(out["text"] for out in collector.finish() if out["output_type"] == "stream")
+
+    async def _outside_history(
+        self, code: str, timeout: float, **request: Any
+    ) -> tuple[dict[str, Any], OutputCollector]:
+        """One request kept out of the history (``store_history=False``): its reply content and outputs.
+        Raises ``KernelError`` when the kernel does not answer within ``timeout``."""
         async with self.lock:
-            msg_id = self.client.execute(code, silent=False, store_history=False, allow_stdin=False)
+            msg_id = self.client.execute(code, store_history=False, **request)
             collector = OutputCollector(msg_id, self.caps)
             outcome = await self._collect(collector, time.monotonic() + timeout)
             if outcome is not Outcome.IDLE:
-                raise KernelError(f"the kernel did not answer a quiet request ({outcome.value})")
-            await self._shell_reply(msg_id)
-            return "".join(out["text"] for out in collector.finish() if out["output_type"] == "stream")
+                raise KernelError(f"the kernel did not answer a request outside the history ({outcome.value})")
+            return await self._shell_reply(msg_id), collector
 
     async def restart(self) -> None:
         """Restart the kernel between requests; all state (and the rebuild history) is lost."""
