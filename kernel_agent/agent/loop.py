@@ -10,7 +10,6 @@ replies (``protocols``), talk HTTP (``llm``), fold kernel messages
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import logging
 import os
@@ -62,7 +61,7 @@ from .data import (
     prepare_data,
     stage_recorded,
 )
-from .environment import missing, module_hint, probe_expression
+from .environment import module_hint, probe
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback, resume_context
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
@@ -369,13 +368,12 @@ class AsyncAgent:
         )
 
     async def _context(self, session: Kernel, task: str, files: Sequence[DataFile]) -> PromptContext:
-        probe = await session.evaluate({"packages": probe_expression()})
-        packages = tuple(ast.literal_eval(probe["packages"] or "[]"))
-        self._installed = packages
+        environment = await probe(session)
+        self._installed = environment.packages
         return PromptContext(
-            task=task, data_summary=data_summary(files), packages=packages, missing=missing(packages),
-            preloaded=preload_description(files) if self.config.preload else "",
-            files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
+            task=task, data_summary=data_summary(files), packages=environment.packages,
+            missing=environment.missing, preloaded=preload_description(files) if self.config.preload else "",
+            files=tuple(FileInfo(f.name, f.size, f.summary) for f in files), names=environment.names,
         )
 
     async def _drive(self, live: _Live) -> AsyncIterator[Event]:

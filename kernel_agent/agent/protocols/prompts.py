@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..environment import Environment
 from ..names import DATA_FORMATS, DataFormat
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "FileInfo",
     "PromptContext",
     "deepanalyze_task",
+    "environment_lines",
     "execute_block",
     "opening_messages",
     "tags_nudge",
@@ -54,7 +56,8 @@ class PromptContext:
 
     ``data_summary`` is markdown about the data files; ``files`` lists them
     one by one (DeepAnalyze's ``File N:`` blocks); ``packages`` are
-    ``"name version"`` strings; ``preloaded`` says what the setup cell defined.
+    ``"name version"`` strings; ``preloaded`` says what the setup cell defined;
+    ``names`` what the code defined so far (``"df: DataFrame 3x2"``, from ``environment.probe``).
     """
 
     task: str
@@ -63,6 +66,7 @@ class PromptContext:
     missing: tuple[str, ...] = ()  # the common analysis packages that are not installed
     preloaded: str = ""
     files: tuple[FileInfo, ...] = ()
+    names: tuple[str, ...] = ()
 
 
 TAGS_SYSTEM = """\
@@ -106,7 +110,7 @@ TOOLS_EMPTY_NUDGE = "Your last reply was empty. Call execute_python to run code,
 def opening_messages(ctx: PromptContext, *, system: str, vision: bool) -> list[dict[str, Any]]:
     """The first messages of the ``tags`` and ``tools`` runs: ``system`` plus environment notes,
     then the task and data (``deepanalyze`` sends ``deepanalyze_task`` instead)."""
-    environment = _environment_lines(ctx, vision=vision)
+    environment = environment_lines(ctx, vision=vision)
     return [{"role": "system", "content": system + _bullets(environment)}, _task_message(ctx, "Task")]
 
 
@@ -173,7 +177,9 @@ def _bullets(lines: list[str]) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-def _environment_lines(ctx: PromptContext, *, vision: bool) -> list[str]:
+def environment_lines(ctx: PromptContext, *, vision: bool) -> list[str]:
+    """What the model knows about its environment, one line each: the kernel, the setup, the packages,
+    the names defined so far, whether figures are seen (the tags/tools system prompt, plan tasks)."""
     lines = [
         "Your code runs in a persistent Jupyter (IPython) kernel: variables, imports and loaded data stay "
         "defined between rounds, so build on earlier results instead of reloading.",
@@ -185,6 +191,8 @@ def _environment_lines(ctx: PromptContext, *, vision: bool) -> list[str]:
         lines.append(f"Installed packages: {', '.join(ctx.packages)}.")
     if ctx.missing:
         lines.append(f"Not installed, and nothing can be installed: {', '.join(ctx.missing)}; do not import them.")
+    if ctx.names:
+        lines.append(Environment(names=ctx.names).names_line())
     lines.append(
         "Figures drawn with matplotlib (plt) are captured automatically when the code finishes; "
         + ("you will see them as images." if vision else "you only see a placeholder such as "
