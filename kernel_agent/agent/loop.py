@@ -63,7 +63,7 @@ from .data import (
 )
 from .environment import module_hint, probe
 from .execution import StreamedExecution
-from .history import StuckGuard, clip_old_feedback, resume_context
+from .history import StuckGuard, clip_old_feedback
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
 from .quota import over_quota, workspace_usage
 
@@ -262,8 +262,9 @@ class AsyncAgent:
             await session.files.put([root / f.name for f in files])
             calls: dict[int, int] = {}
             report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
-            protocol, messages = await self._conversation(session, loaded.info.task, files)
-            messages.append({"role": "user", "content": resume_context(loaded.rounds, task, report=report)})
+            protocol = self._protocol()
+            context = await self._context(session, loaded.info.task, files)
+            messages = protocol.resume_messages(context, loaded.run, task, report)
             run = self._next_turn(loaded.run, task, session, str(root.resolve()), names)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1,
                          calls=calls)
