@@ -101,6 +101,8 @@ def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
     assert answers == ["## Answer\n\nfirst: 42", "## Answer\n\nsecond: 84", "## Answer\n\nthird: 126"]
     questions = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "question"]
     assert questions == ["## Follow-up question 1\n\ndouble it", "## Follow-up question 2\n\ntriple it"]
+    header = next(c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "header")
+    assert header.startswith("# Task\n\ncompute\n") and "Follow-up" not in header  # each has its own section
     turns = nb.metadata["kernel_agent"]["turns"]
     assert [t["task"] for t in turns] == ["compute", "double it", "triple it"]
     assert [t["answer"] for t in turns] == ["first: 42", "second: 84", "third: 126"]

@@ -43,7 +43,7 @@ def survey(folder: Path) -> Path:
 
 
 def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
-    openai_server: OpenAIServer, tmp_path: Path
+    openai_server: OpenAIServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     prompts: dict[str, str] = {}
 
@@ -90,3 +90,5 @@ def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
     assert "No conclusion given by the model" in report and "(no conclusion yet)" not in report
     assert "b    6.0" in report.split("### ")[0]  # the ranking, as printed, among the findings
     assert "Failed attempt 1: ModuleNotFoundError" in report and "import not_a_module_here" in report
+    page = Path(events[-1].html).read_text()  # type: ignore[union-attr]
+    assert 'alt="&lt;Figure size' in page and not caplog.records  # nbconvert had nothing to warn about

@@ -112,7 +112,7 @@ async def stream_plan(
 def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
     result = state.results.get(node.id)
     return {"id": node.id, "title": node.title, "kind": node.kind, "depends_on": list(node.depends_on),
-            "status": result.status if result else "pending"}
+            "status": result.status if result else "pending", "attempts": result.attempts if result else 0}
 
 
 async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState,
