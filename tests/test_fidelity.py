@@ -96,6 +96,8 @@ def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
         agent.resume(first.notebook_path, "double it")
         third = agent.resume(first.notebook_path, "triple it")
     assert third.answer == "third: 126"
+    resumed = openai_server.requests[2]["messages"]
+    assert "Defined in the kernel so far (reuse them, do not reload): `total: int`" in resumed[0]["content"]
     nb = nbformat.read(third.notebook_path, as_version=4)  # type: ignore[arg-type]
     answers = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "answer"]
     assert answers == ["## Answer\n\nfirst: 42", "## Answer\n\nsecond: 84", "## Answer\n\nthird: 126"]

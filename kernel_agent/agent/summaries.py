@@ -1,7 +1,9 @@
 """Per-format descriptions of one data file: ``file_kind`` and ``describe``.
 
 Owns knowing the formats (the ``Kind`` a suffix names) and turning one file
-into bounded markdown for the prompt: a table's shape, dtypes, date columns
+into bounded markdown for the prompt: how a delimited table is written (its
+separator when the suffix says otherwise, an encoding other than UTF-8, a
+decimal comma, and the read arguments that follow), a table's shape, dtypes, date columns
 stored as text (with their day/month order, ``dates.py``), missing values
 and first rows, a JSON outline, an array's shape, a MATLAB file's variables
 (via scipy when installed), a text's first lines. Cheap

@@ -5,7 +5,9 @@ Owns building both, purely from the nodes and their results, and writing them
 figure PNGs atomically too). Rewritten after every node, so the report grows as
 figures appear. The notebook has one section per node in execution order: a
 markdown header (title, id, dependencies, status) then the node's kept cells
-with their real outputs, so it replays.
+with their real outputs, so it replays. The report has each node's output as
+printed and its failed attempts' code, and says so when the model gave no
+conclusion (listing what the nodes printed instead).
 """
 
 from __future__ import annotations
