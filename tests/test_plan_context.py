@@ -48,6 +48,9 @@ def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
     prompts: dict[str, str] = {}
 
     def design(body: dict[str, Any]) -> Reply:
+        prompt = body["messages"][-1]["content"]
+        assert "Installed packages (nothing else can be installed): pandas " in prompt  # a plan of what imports
+        assert "tab-separated" in prompt and "already loaded" not in prompt
         return Reply("```json\n" + json.dumps(PLAN) + "\n```")
 
     def ask(node: str, reply: Reply) -> Any:

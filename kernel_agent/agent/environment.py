@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..kernel.interface import Kernel
 
-__all__ = ["MAX_NAMES", "PACKAGES", "Environment", "missing", "module_hint", "names_expression", "probe",
-           "probe_expression"]
+__all__ = ["MAX_NAMES", "PACKAGES", "Environment", "missing", "module_hint", "names_expression", "parse_list",
+           "probe", "probe_expression"]
 
 MAX_NAMES = 40  # names listed in a prompt; the rest are counted
 _MAX_ENTRY = 120  # characters of one "name: type shape" entry
@@ -103,19 +103,20 @@ class Environment:
         return f"Defined in the kernel so far (reuse them, do not reload): {shown}{more}."
 
 
-async def probe(kernel: Kernel, *, names: bool = True) -> Environment:
-    """Ask ``kernel`` which analysis packages it has and (with ``names``) what the code defined so far.
+async def probe(kernel: Kernel, *, packages: str = "", names: str = "") -> Environment:
+    """Ask ``kernel`` which analysis packages it has and what the code defined so far, in one silent round
+    trip. ``packages`` and ``names`` are expressions in the kernel's language that evaluate to a list of
+    strings (for Python: ``probe_expression()``, ``names_expression()``); "" skips one.
 
-    One silent round trip. Raises ``KernelError`` when the kernel does not answer."""
-    expressions = {"packages": probe_expression()}
-    if names:
-        expressions["names"] = names_expression()
-    answer = await kernel.evaluate(expressions)
-    return Environment(_strings(answer.get("packages")), _strings(answer.get("names")))
+    Raises ``KernelError`` when the kernel does not answer."""
+    expressions = {key: text for key, text in (("packages", packages), ("names", names)) if text}
+    answer = await kernel.evaluate(expressions) if expressions else {}
+    return Environment(parse_list(answer.get("packages")), parse_list(answer.get("names")))
 
 
-def _strings(text: str | None) -> tuple[str, ...]:
-    """The list of strings a probe printed; () for anything else (the kernel's answer is not trusted)."""
+def parse_list(text: str | None) -> tuple[str, ...]:
+    """The list of strings a probe printed (its ``repr``); () for anything else: the kernel's answer is not
+    trusted, so it is parsed only when bounded, as a literal, and only its strings kept, each bounded."""
     if not text or len(text) > _MAX_PROBE_TEXT:
         return ()
     try:

@@ -61,7 +61,7 @@ from .data import (
     prepare_data,
     stage_recorded,
 )
-from .environment import module_hint, probe
+from .environment import module_hint, names_expression, probe, probe_expression
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
@@ -369,7 +369,7 @@ class AsyncAgent:
         )
 
     async def _context(self, session: Kernel, task: str, files: Sequence[DataFile]) -> PromptContext:
-        environment = await probe(session)
+        environment = await probe(session, packages=probe_expression(), names=names_expression())
         self._installed = environment.packages
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=environment.packages,

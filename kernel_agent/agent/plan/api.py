@@ -40,7 +40,7 @@ from ..data import (
     prepare_data,
     stage_recorded,
 )
-from ..environment import Environment, probe
+from ..environment import Environment, names_expression, probe, probe_expression
 from ..protocols import PromptContext, Protocol, environment_lines, get_protocol
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
@@ -92,7 +92,8 @@ async def stream_plan(
             await _rebuild(session, nodes, state, options)
         else:
             notices: list[Notice] = []
-            spec, nodes = await design_plan(model, task, data_summary(files), options, notices)
+            installed = (await probe(session, packages=probe_expression())).packages
+            spec, nodes = await design_plan(model, task, data_summary(files), options, notices, installed)
             for notice in notices:
                 yield notice
             state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(setup.outputs)
@@ -134,7 +135,7 @@ class _Known:
 
     async def lines(self, session: Kernel, task: str) -> tuple[list[str], Environment]:
         """The environment lines for the next node, with the kernel probed now (names defined so far)."""
-        environment = await probe(session)
+        environment = await probe(session, packages=probe_expression(), names=names_expression())
         context = PromptContext(task=task, packages=environment.packages, missing=environment.missing,
                                 preloaded=self.preloaded, names=environment.names)
         return [*environment_lines(context, vision=self.vision), files_line(self.files)], environment

@@ -32,10 +32,14 @@ MAX_PROBES = 3
 _PYTHON_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
-def design_messages(task: str, data_summary: str, *, max_depth: int, node_budget: int) -> list[Message]:
-    """The opening conversation asking for 2-4 directions and a plan tree."""
+def design_messages(task: str, data_summary: str, *, max_depth: int, node_budget: int,
+                    packages: Sequence[str] = ()) -> list[Message]:
+    """The opening conversation asking for 2-4 directions and a plan tree; ``packages`` are the kernel's
+    (``environment.probe``), so the plan asks for nothing that cannot be imported."""
+    installed = f"Installed packages (nothing else can be installed): {', '.join(packages)}.\n\n" if packages else ""
     user = (
         f"Task: {task}\n\nData files (in the kernel's working directory, not yet read):\n{data_summary or '(none)'}\n\n"
+        f"{installed}"
         "First choose 2-4 analysis directions (descriptive statistics, comparison, correlation, clustering, "
         "visualisation, hypothesis tests, ...). Then write a plan of tasks: each has an id, a title, a kind "
         "(`code` computes, `visualisation` draws a figure, `text` needs no code, e.g. a conclusion), a purpose, "

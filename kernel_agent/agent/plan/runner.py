@@ -59,12 +59,14 @@ class PlanOptions:
 
 
 async def design_plan(model: ChatModel, task: str, data_summary: str, options: PlanOptions,
-                      notices: list[Notice]) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
+                      notices: list[Notice], packages: Sequence[str] = ()) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
     """The model's plan and its DAG. An unusable first plan gets one repair request (noted in ``notices``).
+    ``packages`` are the kernel's installed analysis packages.
 
     Raises ``PlanError`` when the second plan is unusable too, ``ModelError`` when the model fails.
     """
-    messages = design_messages(task, data_summary, max_depth=options.max_depth, node_budget=options.node_budget)
+    messages = design_messages(task, data_summary, max_depth=options.max_depth, node_budget=options.node_budget,
+                               packages=packages)
     problem = ""
     for attempt in (1, 2):
         reply = await model.complete(messages)
