@@ -23,7 +23,8 @@ def test_a_piped_plan_prints_each_node_as_it_goes(capsys: pytest.CaptureFixture[
         yield NodeStarted("plot", "Plot", 1)
         seen.append(capsys.readouterr().out)  # what a pipe has received before the plan ends
         yield NodeFinished("plot", "done", 1, 1, "")
-        yield PlanFinished({"total": 2, "done": 2, "failed": 0, "skipped": 0, "pending": 0}, "p.ipynb", "p.md", "p.html")
+        counts = {"total": 2, "done": 2, "failed": 0, "skipped": 0, "pending": 0}
+        yield PlanFinished(counts, "p.ipynb", "p.md", "p.html")
 
     assert drive_plan(events(), as_json=False, quiet=False) == 0
     assert "load: Load" in seen[0] and "3 attempt(s)" in seen[0]  # kept across --resume
