@@ -153,3 +153,29 @@ def test_a_deepanalyze_thread_replays_its_turns_and_marks_a_rejected_reply(
     assert follow_up[1]["content"] == ("<Analyze>Compute.</Analyze>\n<Code>\nanswer = 6 * 7\nprint(answer)\n</Code>\n"
                                        "<Execute>\n42\n</Execute>\n<Answer>It is 42.</Answer>")
     assert follow_up[2]["content"].startswith("# Instruction\nDouble it")
+
+
+@pytest.mark.parametrize("protocol", ["tags", "tools"])
+def test_a_rejected_reply_is_marked_not_glued_to_the_next(protocol: str) -> None:
+    writer = TagWriter(protocol)
+    events = [{"event": "round_started"}, {"event": "text_delta", "text": "Let me think."},
+              {"event": "notice", "message": "round 1: no <Code> or <Answer> tag", "round": 1},
+              {"event": "round_finished", "round": {"status": "no-code", "problem": "no <Code> or <Answer> tag"}},
+              {"event": "round_started"},
+              {"event": "text_delta", "text": "<Answer>done</Answer>" if protocol == "tags" else "done"},
+              {"event": "answer", "answer": "done"}]
+    text = "".join(writer.feed(event) for event in events)
+    assert text.index("Let me think.") < text.index("\n[reply rejected: no <Code> or <Answer> tag]\n") < text.index("done")
+    assert "Let me think.<Answer>" not in text and text.count("done") == 1
+
+
+def test_a_partly_used_reply_is_marked_before_its_output() -> None:
+    writer = TagWriter("deepanalyze")
+    problem = "a second <Code> block was not run"
+    reply = "<Code>\nprint(1)\n</Code>\n<Code>\nprint(2)\n</Code>"
+    events = [{"event": "round_started"}, {"event": "text_delta", "text": reply},
+              {"event": "notice", "message": f"round 1: {problem}", "round": 1},
+              {"event": "code_ready", "code": "print(1)", "reasoning": ""},
+              {"event": "execution_finished", "result": {"text": "1\n"}}]
+    text = "".join(writer.feed(event) for event in events)
+    assert text.endswith(f"</Code>\n[about this reply: {problem}]\n\n<Execute>\n1\n</Execute>\n")
