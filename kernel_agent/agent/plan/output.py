@@ -110,9 +110,9 @@ def _task_outputs(result: NodeResult) -> list[str]:
     printed = result.output_text(REPORT_OUTPUT_CHARS)
     if printed.strip():
         lines += ["", "Output:", "", _fenced(printed)]
-    errors = [*result.failures, *["failed"] * len(result.failed)]  # a failure without a cell: "no code"
-    with_code = [why for why in errors if why != "the reply had no code"]
-    for index, (cell, why) in enumerate(zip(result.failed, with_code), start=1):
+    for index, cell in enumerate(result.failed, start=1):
+        errors = [f"{out.get('ename')}: {out.get('evalue')}" for out in cell.outputs if out.get("output_type") == "error"]
+        why = errors[0] if errors else "no result (timed out or the kernel died)"
         lines += ["", f"<details><summary>Failed attempt {index}: {_escaped(why)}</summary>", "",
                   _fenced(cell.code, "python"), "", "</details>"]
     return lines

@@ -3,7 +3,8 @@
 Owns ``NodeResult``/``CellRecord`` values and the state file: one JSON document
 (``<notebook stem>.plan.json`` beside the notebook) holding the task, the
 validated plan, the budgets and every finished node's status, cells with their
-real outputs, text, analysis and error. It is rewritten atomically (temporary
+real outputs, the failed attempts' cells (for the report, never re-run), text,
+analysis and error. It is rewritten atomically (temporary
 file, fsync, rename) after every node, so a SIGKILL leaves the previous or the
 next state, never a torn one. It does not run anything.
 """
@@ -73,10 +74,6 @@ class NodeResult:
                     parts.append(_joined(data["text/plain"]))
         text = "".join(p if p.endswith("\n") else p + "\n" for p in parts)
         return clip_middle(text, limit, tail_share=0.6)
-
-    def failed_code(self) -> tuple[str, ...]:
-        """The code of the attempts that failed, in order (kept for the report, never re-run)."""
-        return tuple(cell.code for cell in self.failed)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeResult":
