@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -86,13 +87,31 @@ def _make_csv(path: Path, rows: int) -> None:
     frame.to_csv(path, index=False)
 
 
+class _TimedModel(ScriptedChatModel):
+    """The scripted model, noting when each request arrives and each reply leaves."""
+
+    def __init__(self, replies: list[str]) -> None:
+        super().__init__(replies)
+        self.asked: list[float] = []
+        self.answered: list[float] = []
+
+    async def complete(self, *args: Any, **kwargs: Any) -> Any:
+        self.asked.append(time.perf_counter())
+        try:
+            return await super().complete(*args, **kwargs)
+        finally:
+            self.answered.append(time.perf_counter())
+
+
 async def _through_agent(
-    csv: Path, workspace: Path, session_factory: KernelFactory | None = None
+    csv: Path, workspace: Path, session_factory: KernelFactory | None = None, gaps: list[float] | None = None
 ) -> tuple[float, list[float], list[str]]:
     """The scripted run (its kernel from ``session_factory``, default a fresh one): wall time,
-    each execution's own duration, what each printed."""
+    each execution's own duration, what each printed. ``gaps`` gets, per executed round, the agent's own
+    time from the model's reply to its next request, the execution's own duration taken out."""
     replies = [f"<Code>\n{code}\n</Code>" for code in _rounds()] + ["<Answer>done</Answer>"]
-    agent = AsyncAgent(protocol="tags", chat_model=ScriptedChatModel(replies), exec_timeout=600, max_rounds=20,
+    model = _TimedModel(replies)
+    agent = AsyncAgent(protocol="tags", chat_model=model, exec_timeout=600, max_rounds=20,
                        session_factory=session_factory)
     started = time.perf_counter()
     per_round, outputs = [], []
@@ -105,6 +124,8 @@ async def _through_agent(
                 outputs.append(event.result.stdout)
             elif isinstance(event, RunFinished) and event.run.stop_reason != "answer":
                 raise RuntimeError(f"the scripted run ended with {event.run.stop_reason}")
+    if gaps is not None:
+        gaps.extend(model.asked[i + 1] - model.answered[i] - per_round[i] for i in range(len(per_round)))
     return time.perf_counter() - started, per_round, outputs
 
 
@@ -145,8 +166,9 @@ def side_by_side(
 
 
 def analysis(quick: bool) -> list[Row]:
+    gaps: list[float] = []
     size_mb, (ours_total, ours_rounds, _), (theirs_total, theirs_rounds, _) = side_by_side(
-        quick, "ka-bench-agent-", _through_agent)
+        quick, "ka-bench-agent-", lambda csv, workspace: _through_agent(csv, workspace, gaps=gaps))
     n = len(ours_rounds)
     return [
         Row(f"{n}-round analysis of a {size_mb:.0f} MB CSV, whole run incl. kernel start: agent vs process per round",
@@ -156,6 +178,9 @@ def analysis(quick: bool) -> list[Row]:
         Row("  ↳ rounds 3–10 (state already in memory), median per round", float(np.median(ours_rounds[2:])),
             float(np.median(theirs_rounds[2:]))),
         Row("  ↳ round 1 (read the CSV)", ours_rounds[0], theirs_rounds[0]),
+        Row("  ↳ the agent's own time from a reply to the next request (execution excluded), median",
+            float(np.median(gaps))),
+        Row("  ↳ the same, slowest round", max(gaps)),
     ]
 
 

@@ -170,8 +170,9 @@ class RunFinished(_EventBase):
 
 @dataclass(frozen=True)
 class PlanReady(_EventBase):
-    """Plan mode: the DAG to run. ``nodes`` are ``{"id", "title", "kind", "depends_on", "status"}``
-    in execution order; ``status`` is ``done``/``failed``/``skipped`` for nodes a resume keeps."""
+    """Plan mode: the DAG to run. ``nodes`` are ``{"id", "title", "kind", "depends_on", "status", "attempts"}``
+    in execution order; ``status`` is ``done``/``failed``/``skipped`` for nodes a resume keeps, and
+    ``attempts`` how many they took (0 for pending nodes)."""
 
     directions: tuple[str, ...]
     nodes: tuple[dict[str, Any], ...]

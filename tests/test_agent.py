@@ -168,20 +168,23 @@ def test_code_runs_with_and_without_the_closing_tag(openai_server: OpenAIServer,
     assert sent[-1] == {"role": "execute", "content": "stopped\n"}  # raw, as DeepAnalyze sends it
 
 
-@pytest.mark.parametrize("protocol", ["tags", "tools"])
+@pytest.mark.parametrize("protocol", ["tags", "deepanalyze", "tools"])
 def test_a_partly_used_reply_is_explained_to_the_model(protocol: str, openai_server: OpenAIServer,
                                                         tmp_path: Path) -> None:
-    """Two code blocks (tags) or two tool calls (tools): the first runs, and the feedback says what was not."""
-    if protocol == "tags":
+    """Two code blocks (tags, deepanalyze) or two tool calls (tools): the first runs, and the feedback
+    says what was not."""
+    if protocol != "tools":
         openai_server.add(Reply("<Code>print('first')</Code>\n<Code>print('second')</Code>"))
     else:
         openai_server.add(Reply("", tool_calls=(python_call("print('first')"), python_call("print('second')"))))
-    openai_server.add(Reply("<Answer>done</Answer>" if protocol == "tags" else "done"))
+    openai_server.add(Reply("done" if protocol == "tools" else "<Answer>done</Answer>"))
     with agent_for(openai_server, protocol) as agent:
         run = agent.run("two at once", workspace=tmp_path / "ws")
     assert run.rounds[0].result.stdout == "first\n" and run.rounds[0].problem  # type: ignore[union-attr]
     sent = json.dumps(openai_server.requests[1]["messages"])
     assert f"[about your reply: {run.rounds[0].problem}]" in sent
+    if protocol != "tools":
+        assert "a second <Code> block was not run" in run.rounds[0].problem  # type: ignore[operator]
 
 
 def test_stuck_guard_stops_a_model_repeating_a_failure(openai_server: OpenAIServer, tmp_path: Path) -> None:

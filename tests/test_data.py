@@ -195,14 +195,37 @@ def test_tsv_and_semicolon_csv(tmp_path: Path) -> None:
     tsv = summarize(write(tmp_path / "t.tsv", "a\tb\n1\tx\n2\ty\n"))
     assert tsv.startswith("TSV · ") and "2 rows × 2 columns" in tsv
     semi = summarize(write(tmp_path / "eu.csv", "a;b;c\n1,5;2;3\n"))
-    assert "separator ';'" in semi and "1 row × 3 columns" in semi
+    assert "semicolon-separated" in semi and "1 row × 3 columns" in semi
 
 
 def test_latin1_csv_is_read_with_a_note(tmp_path: Path) -> None:
     path = tmp_path / "legacy.csv"
     path.write_bytes("city,temp\nZürich,3\nMálaga,18\n".encode("latin-1"))
     text = summarize(path)
-    assert "not UTF-8: read as latin-1" in text and "| Málaga | 18 |" in text
+    assert "encoding latin-1 (not UTF-8)" in text and "| Málaga | 18 |" in text
+    assert "read it with encoding='latin-1'" in text
+
+
+def test_a_tab_separated_csv_says_so_in_its_first_line(tmp_path: Path) -> None:
+    """statsmodels' anes96.csv is tab-separated: read as commas it is one column (944 x 1)."""
+    text = summarize(write(tmp_path / "anes96.csv", "popul\tTVnews\tage\n0\t7\t36\n190\t1\t20\n"))
+    first = text.splitlines()[0]
+    assert first.startswith("CSV · ") and "tab-separated" in first and "read it with sep='\\t'" in first
+    assert "2 rows × 3 columns" in first and "`TVnews` int64" in text
+
+
+def test_a_european_csv_gives_its_encoding_decimal_comma_and_date_order(tmp_path: Path) -> None:
+    """latin-1, ';' between fields, decimal commas and day-first dates: every fact in the lines the model reads."""
+    path = tmp_path / "messwerte.csv"
+    path.write_bytes("Ort;Datum;Wert\nZürich;23/01/2024;3,5\nMünchen;02/02/2024;-12,25\n".encode("latin-1"))
+    text = summarize(path)
+    first = text.splitlines()[0]
+    assert "semicolon-separated" in first and "encoding latin-1" in first and "decimal comma" in first
+    assert "read it with sep=';', encoding='latin-1', decimal=','" in first
+    assert "`Wert` float64" in text and "| München | 02/02/2024 | -12.25 |" in text
+    assert "`Datum` day first (e.g. 23/01/2024)" in text
+    plain = summarize(write(tmp_path / "ids.csv", "code;n\n1,2;3\nx;4\n"))  # not every value a number
+    assert "decimal comma" not in plain
 
 
 def test_excel_summary_lists_sheets_and_describes_the_first_few(tmp_path: Path) -> None:

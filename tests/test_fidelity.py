@@ -96,11 +96,15 @@ def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
         agent.resume(first.notebook_path, "double it")
         third = agent.resume(first.notebook_path, "triple it")
     assert third.answer == "third: 126"
+    resumed = openai_server.requests[2]["messages"]
+    assert "Defined in the kernel so far (reuse them, do not reload): `total: int`" in resumed[0]["content"]
     nb = nbformat.read(third.notebook_path, as_version=4)  # type: ignore[arg-type]
     answers = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "answer"]
     assert answers == ["## Answer\n\nfirst: 42", "## Answer\n\nsecond: 84", "## Answer\n\nthird: 126"]
     questions = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "question"]
     assert questions == ["## Follow-up question 1\n\ndouble it", "## Follow-up question 2\n\ntriple it"]
+    header = next(c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "header")
+    assert header.startswith("# Task\n\ncompute\n") and "Follow-up" not in header  # each has its own section
     turns = nb.metadata["kernel_agent"]["turns"]
     assert [t["task"] for t in turns] == ["compute", "double it", "triple it"]
     assert [t["answer"] for t in turns] == ["first: 42", "second: 84", "third: 126"]

@@ -48,7 +48,8 @@ REPLIES = [
     fence("print(undefined_name)"),
     fence("print(sum(base) / 0)"),
     fence("mean = sum(base) / len(base)\nprint('mean', mean)"),
-    fence("import matplotlib.pyplot as plt\nplt.plot(base)\nplt.title(f'mean {mean}')\nplt.show()"),
+    fence("import matplotlib.pyplot as plt\nplt.plot(base)\nplt.title(f'mean {mean}')\nplt.show()\n"
+          "print('mean', mean)"),
     "The line wanders around its mean of 2.8.",
     "The mean of the numbers is 2.8; the plot shows no trend.",
 ]

@@ -24,7 +24,8 @@ from kernel_agent.agent.protocols import (
 )
 from kernel_agent.errors import ConfigError
 from kernel_agent.model.chat import ModelReply, ToolCall
-from kernel_agent.result import png_size
+from kernel_agent.records import Round, Run, RunInfo, Turn
+from kernel_agent.result import ExecutionResult, png_size
 
 CTX = PromptContext(
     task="Which region sells most?",
@@ -631,3 +632,48 @@ def test_a_missing_module_is_answered_with_what_is_installed_that_does_the_job()
     assert "use what is: pandas 2.2.3" in module_hint("No module named 'weird_thing'", installed)
     assert module_hint("something else", installed) == ""
     assert "seaborn" in missing(installed) and "pandas" not in missing(installed)
+
+
+# -- resuming a run ---------------------------------------------------------------
+
+
+def _two_turn_run() -> Run:
+    def ran(index: int, code: str, printed: str, thought: str) -> Round:
+        result = ExecutionResult("ok", outputs=({"output_type": "stream", "name": "stdout", "text": printed},))
+        return Round(index, reply=f"<Analyze>{thought}</Analyze>\n<Code>\n{code}\n", reasoning=thought, code=code,
+                     result=result)
+
+    rounds = (ran(1, "x = 6", "", "Set x."), ran(2, "print(x * 7)", "42\n", "Multiply."),
+              Round(3, reply="<Answer>42</Answer>", answer="42"),
+              ran(4, "print(x * 14)", "84\n", "Double."), Round(5, reply="<Answer>84</Answer>", answer="84"))
+    turns = (Turn("What is 6*7?", 1, 3, answer="42"),)
+    info = RunInfo(task="What is 6*7?\n\nFollow-up: Double it", question="Double it")
+    return Run(info=info, rounds=rounds, answer="84", turns=turns)
+
+
+def test_deepanalyze_resume_replays_each_turn_as_its_server_would() -> None:
+    ctx = PromptContext(task="ignored", files=(FileInfo("sales.csv", 2048),))
+    messages = get_protocol("deepanalyze").resume_messages(ctx, _two_turn_run(), "Triple it")
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert messages[0]["content"] == "What is 6*7?" and messages[2]["content"] == "Double it"
+    assert messages[1]["content"] == ("<Analyze>Set x.</Analyze>\n<Code>\nx = 6\n</Code>\n<Execute>\n[no output]\n"
+                                      "</Execute>\n<Analyze>Multiply.</Analyze>\n<Code>\nprint(x * 7)\n</Code>\n"
+                                      "<Execute>\n42\n</Execute>\n<Answer>42</Answer>")
+    assert messages[4]["content"].startswith("# Instruction\nTriple it\n\n# Data\nFile 1:\n")
+
+
+def test_deepanalyze_resume_trims_the_oldest_rounds_first_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kernel_agent.agent.protocols.deepanalyze as deepanalyze
+
+    monkeypatch.setattr(deepanalyze, "REPLAY_CHARS", 200)
+    messages = get_protocol("deepanalyze").resume_messages(PromptContext(task="t"), _two_turn_run(), "Triple it")
+    first, second = messages[1]["content"], messages[3]["content"]
+    assert first == "[2 earlier round(s) left out to fit the context]\n<Answer>42</Answer>"
+    assert "print(x * 14)" in second and "<Answer>84</Answer>" in second  # the latest rounds are kept whole
+
+
+@pytest.mark.parametrize("name", ["tags", "tools"])
+def test_resume_in_other_protocols_sends_back_the_reasoning(name: str) -> None:
+    messages = get_protocol(name).resume_messages(PromptContext(task="What is 6*7?"), _two_turn_run(), "Triple it")
+    briefing = messages[-1]["content"]
+    assert "Your reasoning: Multiply." in briefing and "print(x * 7)" in briefing and briefing.endswith("Triple it")

@@ -114,6 +114,7 @@ def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model
     assert [r["id"] for r in thread["runs"]] == [first["id"], second["id"]]
     listed = client.get("/v1/threads").json()["threads"]
     assert listed[0]["id"] == first["thread_id"] and listed[0]["status"] == "completed"
+    assert listed[0]["protocol"] == "tools"  # the protocol its agent speaks, also when the request named none
 
 
 @pytest.mark.kernel

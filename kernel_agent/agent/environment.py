@@ -1,18 +1,34 @@
-"""What the model is told about the kernel's Python environment: which analysis packages import there.
+"""What the model knows about its environment: ``Environment`` and ``probe``, the one place every mode asks.
 
 Owns the list of packages analyst models reach for, the probe that asks the kernel which of them it
-has (one ``user_expressions`` round trip: ``find_spec`` and the distribution's version, nothing
-imported), and the line added to a ``ModuleNotFoundError``'s feedback naming what is installed that
-does the job (``seaborn is not installed here; matplotlib 3.9.2 is``). Pure apart from the probe's
-text; the agent runs it and the protocols render the prompt line.
+has and which names the code defined so far (one ``user_expressions`` round trip: ``find_spec`` and
+the distribution's version, nothing imported; each global's type and shape), and the line added to a
+``ModuleNotFoundError``'s feedback naming what is installed that does the job (``seaborn is not
+installed here; matplotlib 3.9.2 is``). Run, resume, service threads and plan tasks all take their
+``Environment`` from ``probe``; the protocols render it (``protocols/prompts.py``). The probe's
+expressions are the kernel language's; what comes back is a claim of the kernel's, parsed without
+trusting it (``literal_eval`` of bounded text, strings only).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["PACKAGES", "missing", "module_hint", "probe_expression"]
+if TYPE_CHECKING:
+    from ..kernel.interface import Kernel
+
+__all__ = ["MAX_ENTRY", "MAX_NAMES", "MAX_PROBE_TEXT", "PACKAGES", "Environment", "missing", "module_hint", "names_expression", "parse_list",
+           "probe", "probe_expression"]
+
+MAX_NAMES = 40  # names listed in a prompt; the rest are counted
+MAX_ENTRY = 120  # characters of one "name: type shape" entry
+MAX_PROBE_TEXT = 64_000  # characters of a probe's answer parsed at all
+# What the setup cell and IPython define: not the analysis's names.
+_SETUP_NAMES = ("In", "Out", "get_ipython", "exit", "quit", "open", "data", "DataFiles", "SimpleNamespace", "random")
 
 PACKAGES = ("pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels", "pyarrow", "openpyxl",
             "polars", "plotly", "sympy", "networkx", "xgboost", "lightgbm")
@@ -55,3 +71,58 @@ def module_hint(evalue: str, installed: Sequence[str]) -> str:
         return f"{wanted} is not installed here and cannot be installed; use what is: {', '.join(installed)}." \
             if installed else ""
     return f"{wanted} is not installed here (and cannot be installed); {' or '.join(alternatives)} is."
+
+
+def names_expression() -> str:
+    """A Python expression for the kernel: ``['df: DataFrame 944x8', 'model: RegressionResultsWrapper', ...]``,
+    one entry per global the analysis defined (modules, classes, IPython's and the setup cell's names left out)."""
+    shape = ("(' ' + 'x'.join(map(str, v.shape)) if isinstance(getattr(v, 'shape', None), tuple) else "
+             "' len ' + str(len(v)) if isinstance(v, (list, tuple, dict, set)) else '')")
+    return (f"[k + ': ' + type(v).__name__ + {shape} for k, v in list(globals().items()) "
+            f"if not k.startswith('_') and k not in {_SETUP_NAMES!r} and not isinstance(v, type) "
+            "and type(v).__name__ != 'module'][:200]")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the kernel has, as probed: ``packages`` (``"pandas 2.2.3"``) and ``names`` (``"df: DataFrame 3x2"``)."""
+
+    packages: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return missing(self.packages)
+
+    def names_line(self) -> str:
+        """The prompt line naming what the code defined so far ("" when nothing)."""
+        if not self.names:
+            return ""
+        shown = ", ".join(f"`{entry}`" for entry in self.names[:MAX_NAMES])
+        more = f" and {len(self.names) - MAX_NAMES} more" if len(self.names) > MAX_NAMES else ""
+        return f"Defined in the kernel so far (reuse them, do not reload): {shown}{more}."
+
+
+async def probe(kernel: Kernel, *, packages: str = "", names: str = "") -> Environment:
+    """Ask ``kernel`` which analysis packages it has and what the code defined so far, in one silent round
+    trip. ``packages`` and ``names`` are expressions in the kernel's language that evaluate to a list of
+    strings (for Python: ``probe_expression()``, ``names_expression()``); "" skips one.
+
+    Raises ``KernelError`` when the kernel does not answer."""
+    expressions = {key: text for key, text in (("packages", packages), ("names", names)) if text}
+    answer = await kernel.evaluate(expressions) if expressions else {}
+    return Environment(parse_list(answer.get("packages")), parse_list(answer.get("names")))
+
+
+def parse_list(text: str | None) -> tuple[str, ...]:
+    """The list of strings a probe printed (its ``repr``); () for anything else: the kernel's answer is not
+    trusted, so it is parsed only when bounded, as a literal, and only its strings kept, each bounded."""
+    if not text or len(text) > MAX_PROBE_TEXT:
+        return ()
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return ()
+    if not isinstance(value, list):
+        return ()
+    return tuple(" ".join(item.split())[:MAX_ENTRY] for item in value if isinstance(item, str))

@@ -40,19 +40,23 @@ class StuckGuard:
         return False
 
 
-def resume_context(rounds: Sequence[Round], task: str, *, report: RebuildReport | None = None) -> str:
+def resume_context(rounds: Sequence[Round], task: str, *, report: RebuildReport | None = None,
+                   fence: str = "python") -> str:
     """The message that brings a model up to date before a follow-up question.
 
-    ``report`` is what re-running the earlier cells restored (None: the kernel kept its state).
+    ``report`` is what re-running the earlier cells restored (None: the kernel kept its state);
+    ``fence`` is the code fence of the kernel's language.
     """
     parts = ["# Earlier in this session", "You already worked on this data in the same live kernel:"]
     for round_ in rounds:
+        thought = f"Your reasoning: {clip_middle(round_.reasoning.strip(), 800)}\n" if round_.reasoning.strip() else ""
         if round_.code is None:
             if round_.answer:
                 parts.append(f"## Your earlier answer\n{clip_middle(round_.answer, 3000)}")
             continue
         output = round_.result.to_llm_text(max_chars=1500) if round_.result else "[no result recorded]\n"
-        parts.append(f"## Round {round_.index} ({round_.status})\n```python\n{round_.code}\n```\nOutput:\n{output}")
+        parts.append(f"## Round {round_.index} ({round_.status})\n{thought}```{fence}\n{round_.code}\n```\n"
+                     f"Output:\n{output}")
     restored = ("The kernel still holds the state of the rounds above." if report is None
                 else f"The kernel was started afresh and its state rebuilt: {report.describe()}.")
     body = clip_middle("\n\n".join(parts), _RESUME_CHARS, tail_share=0.7)

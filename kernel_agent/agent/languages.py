@@ -40,7 +40,8 @@ class Language:
     plain_setup: str  # the setup cell without the preload
     beside: Callable[[str, str | None], str]  # the setup cell's step into the workspace (opened in Jupyter)
     probe: str = ""  # an expression listing installed packages ("" for none), or code printing them
-    probe_prints: bool = False  # the probe is code run quietly (kernels without user_expressions)
+    probe_prints: bool = False  # the probes are code run quietly (kernels without user_expressions)
+    names_probe: str = ""  # an expression (or code printing) "name: type shape" for each name defined so far
     parse_probe: Callable[[str | None], tuple[str, ...]] = lambda text: ()
     packages: tuple[str, ...] = ()  # the common analysis packages, probed
     hint: Callable[[str, str, Sequence[str]], str] = lambda ename, evalue, installed: ""
@@ -61,16 +62,6 @@ class Language:
 # -- Python -----------------------------------------------------------------------------------------
 
 
-def _python_probe(text: str | None) -> tuple[str, ...]:
-    import ast
-
-    try:
-        value = ast.literal_eval(text or "[]")
-    except (ValueError, SyntaxError):
-        return ()
-    return tuple(str(item) for item in value) if isinstance(value, list) else ()
-
-
 def _python_hint(ename: str, evalue: str, installed: Sequence[str]) -> str:
     return environment.module_hint(evalue, installed) if ename == "ModuleNotFoundError" else ""
 
@@ -80,7 +71,8 @@ PYTHON = Language(
     tool="execute_python", kernel_words="a persistent Jupyter (IPython) kernel",
     figure_words="Figures drawn with matplotlib (plt) are captured automatically when the code finishes",
     setup=preload_code, setup_words=preload_description, plain_setup="%matplotlib inline\n", beside=opened_beside,
-    probe=environment.probe_expression(), parse_probe=_python_probe, packages=environment.PACKAGES,
+    probe=environment.probe_expression(), parse_probe=environment.parse_list, packages=environment.PACKAGES,
+    names_probe=environment.names_expression(),
     hint=_python_hint,
 )
 
@@ -128,8 +120,19 @@ def _r_probe_code() -> str:
             "paste(x, as.character(utils::packageVersion(x))))), sep = '|'))")
 
 
+def _r_names_code() -> str:
+    return ("local({ns <- setdiff(ls(globalenv()), 'data'); if (length(ns)) cat(vapply(ns, function(n) {"
+            "v <- get(n, envir = globalenv()); d <- dim(v); paste0(n, ': ', class(v)[1], if (!is.null(d)) "
+            "paste0(' ', paste(d, collapse = 'x')) else if (is.atomic(v) && length(v) > 1) "
+            "paste0(' length ', length(v)) else '')}, ''), sep = '|')})")
+
+
 def _r_parse_probe(text: str | None) -> tuple[str, ...]:
-    return tuple(entry.strip() for entry in (text or "").split("|") if entry.strip())  # readr 2.1.4|dplyr 1.1.0
+    """What an R probe printed (``readr 2.1.4|dplyr 1.1.0``, ``df: data.frame 3x2|x: numeric``): the kernel's
+    claim, so bounded as ``environment.parse_list`` bounds it."""
+    if not text or len(text) > environment.MAX_PROBE_TEXT:
+        return ()
+    return tuple(" ".join(entry.split())[: environment.MAX_ENTRY] for entry in text.split("|") if entry.strip())
 
 
 def _r_hint(ename: str, evalue: str, installed: Sequence[str]) -> str:
@@ -145,7 +148,7 @@ R = Language(
     kernel_words="a persistent Jupyter kernel running R (IRkernel)",
     figure_words="Plots (base graphics or ggplot2 objects printed) are captured as PNG when the code finishes",
     setup=_r_setup, setup_words=_r_setup_words, plain_setup="", beside=_r_beside,
-    probe=_r_probe_code(), probe_prints=True, parse_probe=_r_parse_probe, packages=R_PACKAGES, hint=_r_hint,
+    probe=_r_probe_code(), probe_prints=True, parse_probe=_r_parse_probe, names_probe=_r_names_code(), packages=R_PACKAGES, hint=_r_hint,
 )
 
 _KNOWN = {language.key: language for language in (PYTHON, R)}

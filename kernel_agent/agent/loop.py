@@ -55,8 +55,9 @@ from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import DataFile, data_summary, prepare_data, stage_recorded
 from .languages import PYTHON, Language, language_of
+from .environment import Environment, probe
 from .execution import StreamedExecution
-from .history import StuckGuard, clip_old_feedback, resume_context
+from .history import StuckGuard, clip_old_feedback
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
 from .quota import over_quota, workspace_usage
 
@@ -275,8 +276,9 @@ class AsyncAgent:
             await session.files.put([root / f.name for f in files])
             calls: dict[int, int] = {}
             report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
-            protocol, messages = await self._conversation(session, loaded.info.task, files)
-            messages.append({"role": "user", "content": resume_context(loaded.rounds, task, report=report)})
+            protocol = self._protocol(language_of(session.kernel_info.get("language_info")))
+            context = await self._context(session, loaded.info.task, files, protocol.language)
+            messages = protocol.resume_messages(context, loaded.run, task, report)
             run = self._next_turn(loaded.run, task, session, str(root.resolve()), names)
             live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1,
                          calls=calls)
@@ -355,7 +357,7 @@ class AsyncAgent:
             setup_code = _merged_setup(setup_code, extra_setup)
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
         # While the kernel runs the setup cell, this process is idle: compile the notebook validator then.
-        setup, _ = await asyncio.gather(session.execute(setup_code, self.config.exec_timeout),
+        setup, _ = await asyncio.gather(session.execute(setup_code, _setup_timeout(self.config.exec_timeout)),
                                         asyncio.to_thread(warm_up))
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
@@ -384,29 +386,36 @@ class AsyncAgent:
         )
 
     async def _context(self, session: Kernel, task: str, files: Sequence[DataFile], language: Language) -> PromptContext:
-        packages = await self._packages(session, language)
-        self._installed = packages
+        environment = await self._environment(session, language)
+        self._installed = environment.packages
         return PromptContext(
-            task=task, data_summary=data_summary(files), packages=packages, missing=language.missing(packages),
+            task=task, data_summary=data_summary(files), packages=environment.packages,
+            missing=language.missing(environment.packages),
             preloaded=language.setup_words(files) if self.config.preload else "",
-            files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
+            files=tuple(FileInfo(f.name, f.size, f.summary) for f in files), names=environment.names,
         )
 
-    async def _packages(self, session: Kernel, language: Language) -> tuple[str, ...]:
-        """The analysis packages the kernel has: probed once per environment in this process (a local
-        kernel's packages cannot change between its starts; a gateway's kernels are probed each time)."""
+    async def _environment(self, session: Kernel, language: Language) -> Environment:
+        """What the kernel has: its analysis packages, probed once per environment in this process (a
+        local kernel's packages cannot change between its starts; a gateway's kernels are asked each
+        time), and the names the code defined so far, asked every time."""
         config = self.config
         key = None if config.gateway_url else (language.key, config.kernel or "", config.python or "")
-        if key is not None and key in _PROBED:
-            return _PROBED[key]
-        packages: tuple[str, ...] = ()
-        if language.probe_prints:
-            packages = language.parse_probe(await session.run_quietly(language.probe))
-        elif language.probe:
-            packages = language.parse_probe((await session.evaluate({"packages": language.probe}))["packages"])
+        cached = _PROBED.get(key) if key is not None else None
+        if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes
+            packages = cached if cached is not None else (
+                language.parse_probe(await session.run_quietly(language.probe)) if language.probe else ())
+            names = language.parse_probe(await session.run_quietly(language.names_probe)) \
+                if language.names_probe else ()
+            found = Environment(packages, names)
+        else:
+            found = await probe(session, packages=language.probe if cached is None else "",
+                                names=language.names_probe)
+            if cached is not None:
+                found = Environment(cached, found.names)
         if key is not None:
-            _PROBED[key] = packages
-        return packages
+            _PROBED[key] = found.packages
+        return found
 
     async def _drive(self, live: _Live) -> AsyncIterator[Event]:
         run = live.run
@@ -610,6 +619,15 @@ def _endpoint(base_url: str | None, model: ChatModel) -> str:
     from ..model.llm import endpoint_host
 
     return endpoint_host(base_url)
+
+
+SETUP_TIMEOUT_S = 120.0  # the setup cell is ours: a short per-round timeout for the model's code is not its
+
+
+def _setup_timeout(exec_timeout: float | None) -> float | None:
+    """The setup cell's time limit: the rounds' own, but never below ``SETUP_TIMEOUT_S`` (importing the
+    analysis stack on a loaded machine can take longer than a round may)."""
+    return None if exec_timeout is None else max(exec_timeout, SETUP_TIMEOUT_S)
 
 
 _PROBED: dict[tuple[str, str, str], tuple[str, ...]] = {}  # (language, kernel, python) -> installed packages

@@ -1,7 +1,9 @@
 """Per-format descriptions of one data file: ``file_kind`` and ``describe``.
 
 Owns knowing the formats (the ``Kind`` a suffix names) and turning one file
-into bounded markdown for the prompt: a table's shape, dtypes, date columns
+into bounded markdown for the prompt: how a delimited table is written (its
+separator when the suffix says otherwise, an encoding other than UTF-8, a
+decimal comma, and the read arguments that follow), a table's shape, dtypes, date columns
 stored as text (with their day/month order, ``dates.py``), missing values
 and first rows, a JSON outline, an array's shape, a MATLAB file's variables
 (via scipy when installed), a text's first lines. Cheap
@@ -19,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -101,25 +104,63 @@ def _delimited(path: Path, size: int, separator: str, label: str) -> str:
         return (f"{label} · {human_size(size)} · no line break in its first {human_size(len(start))}: "
                 "lines this long are not parsed for a summary")
     first = (sample or start).split(b"\n", 1)[0].decode("utf-8", errors="replace")
-    separator = max([separator, ",", ";", "\t", "|"], key=first.count)
-    width = first.count(separator) + 1
-    read: dict[str, Any] = {"sep": separator, "nrows": None if whole else SAMPLE_ROWS}
+    written = max([separator, ",", ";", "\t", "|"], key=first.count)
+    width = first.count(written) + 1
+    read: dict[str, Any] = {"sep": written, "nrows": None if whole else SAMPLE_ROWS}
     if width > MAX_PARSED_COLUMNS:
         read["usecols"] = range(MAX_PARSED_COLUMNS)
-    notes = [f"separator {separator!r}" if separator not in {",", "\t"} else ""]
-    if width > MAX_PARSED_COLUMNS:
-        notes.append(f"{width:,} columns: the first {MAX_PARSED_COLUMNS:,} read")
 
     def source() -> Any:
         return path if whole else io.BytesIO(sample or b"")
 
     try:
+        (sample or start).decode("utf-8")
+    except UnicodeDecodeError as exc:  # a multi-byte character cut at the sample's end is still UTF-8
+        if exc.start < len(sample or start) - 3:
+            read["encoding"] = "latin-1"
+    try:
         frame = pd.read_csv(source(), **read)
     except UnicodeDecodeError:
-        frame = pd.read_csv(source(), encoding="latin-1", **read)
-        notes.append("not UTF-8: read as latin-1")
+        read["encoding"] = "latin-1"
+        frame = pd.read_csv(source(), **read)
+    if written != "," and _decimal_comma(frame):
+        read["decimal"] = ","
+        frame = pd.read_csv(source(), **read)
     rows = len(frame) if whole else count_lines(path, size)[0] - 1
-    return _table(label, size, frame, rows, exact=whole, note=", ".join(filter(None, notes)))
+    return _table(label, size, frame, rows, exact=whole, note=_written(read, separator, width))
+
+
+_SEPARATORS = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}
+_DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+\s*$")
+
+
+def _decimal_comma(frame: pd.DataFrame) -> bool:
+    """Whether some text column holds numbers written with a decimal comma (``3,14``) and nothing else."""
+    for name in frame.columns:
+        if frame[name].dtype.kind in "OSU" or str(frame[name].dtype) in ("str", "string"):
+            values = [str(v) for v in frame[name].dropna().head(500)]
+            if values and all(_DECIMAL_COMMA.match(v) for v in values):
+                return True
+    return False
+
+
+def _written(read: dict[str, Any], default: str, width: int) -> str:
+    """How the file is written, as the model must read it: separator, encoding, decimal mark."""
+    facts, how = [], []
+    if read["sep"] != default:
+        facts.append(f"{_SEPARATORS[read['sep']]}-separated")
+        how.append(f"sep={read['sep']!r}")
+    if read.get("encoding"):
+        facts.append(f"encoding {read['encoding']} (not UTF-8)")
+        how.append(f"encoding={read['encoding']!r}")
+    if read.get("decimal"):
+        facts.append("decimal comma")
+        how.append("decimal=','")
+    if width > MAX_PARSED_COLUMNS:
+        facts.append(f"{width:,} columns: the first {MAX_PARSED_COLUMNS:,} read")
+    if how:
+        facts.append(f"read it with {', '.join(how)}")
+    return ", ".join(facts)
 
 
 def _csv(path: Path, size: int) -> str:

@@ -1,7 +1,8 @@
 """The front end of ``kernel-agent plan``: drive a plan run and render its events.
 
 Owns rendering plan events (a tree of the DAG with each node's state, redrawn
-live with rich; or one JSON event per line) and the plan command's exit code:
+live with rich on a terminal, else the tree once and one line per node event as
+it happens; or one JSON event per line) and the plan command's exit code:
 0 when every node completed, 1 when some failed or were skipped. Options and
 error translation stay in ``app.py``.
 """
@@ -50,11 +51,19 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
                 console.print(f"[yellow]note:[/] {event.message}")
             elif isinstance(event, PlanReady):
                 ready, states = event, {n["id"]: n["status"] for n in event.nodes}
-                live = Live(_tree(ready, states, notes), console=console, auto_refresh=False)
-                live.start()
-            elif isinstance(event, (NodeStarted, NodeFinished)) and ready is not None and live is not None:
+                notes.update({n["id"]: f"{n['attempts']} attempt(s)" for n in event.nodes if n.get("attempts")})
+                if console.is_terminal:
+                    live = Live(_tree(ready, states, notes), console=console, auto_refresh=False)
+                    live.start()
+                else:  # a pipe or a file: a live display would print only when it stops
+                    console.print(_tree(ready, states, notes))
+            elif isinstance(event, (NodeStarted, NodeFinished)) and ready is not None:
                 _update(event, states, notes)
-                live.update(_tree(ready, states, notes), refresh=True)
+                if live is not None:
+                    live.update(_tree(ready, states, notes), refresh=True)
+                else:
+                    console.print(f"{states[event.node_id]:8} {event.node_id}"
+                                  + (f" · {notes[event.node_id]}" if event.node_id in notes else ""), markup=False)
             elif isinstance(event, PlanFinished):
                 code = _finish(event)
     finally:

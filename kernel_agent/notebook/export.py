@@ -244,8 +244,9 @@ def _header_text(run: Run, view: View) -> str:
     files = ", ".join(f"`{name}`" for name in info.data_files) or "none"
     model = f"`{info.model}`" if info.model else "unknown"
     host = _host(info.endpoint)
+    first = run.turns[0].task if run.turns else info.task  # follow-ups have sections of their own
     lines = [
-        f"# Task\n\n{info.task.strip()}\n",
+        f"# Task\n\n{first.strip()}\n",
         f"- **Data files:** {files}",
         f"- **Model:** {model}" + (f" at `{host}`" if host else ""),
         f"- **Protocol:** `{info.protocol}`" if info.protocol else "- **Protocol:** unknown",

@@ -167,6 +167,7 @@ class Service:
             raise
         self.store.save_run(run)
         thread.runs, thread.status, thread.updated_at = [*thread.runs, run.id], "running", now()
+        thread.protocol = thread.protocol or runtime.agent.config.protocol  # the one its agent speaks, not null
         self.store.save_thread(thread)
         run_log = self.logs[run.id] = RunLog(self.store.events_path(run.id))
         task = self.tasks[run.id] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))

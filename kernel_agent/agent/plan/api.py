@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,19 @@ from ...kernel.workspace import (
 from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
-from ..data import data_summary, opened_beside, preload_code, prepare_data, stage_recorded
+from ..data import (
+    DataFile,
+    data_summary,
+    files_line,
+    opened_beside,
+    preload_code,
+    preload_description,
+    prepare_data,
+    stage_recorded,
+)
+from ..environment import Environment, names_expression, probe, probe_expression
+from ..protocols import PromptContext, Protocol, environment_lines, get_protocol
 from ..languages import PYTHON, language_of
-from ..protocols import Protocol, get_protocol
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
 from .runner import NodeRun, PlanOptions, design_plan
@@ -87,7 +98,8 @@ async def stream_plan(
             await _rebuild(session, nodes, state, options)
         else:
             notices: list[Notice] = []
-            spec, nodes = await design_plan(model, task, data_summary(files), options, notices)
+            installed = (await probe(session, packages=probe_expression())).packages
+            spec, nodes = await design_plan(model, task, data_summary(files), options, notices, installed)
             for notice in notices:
                 yield notice
             state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(setup.outputs)
@@ -95,8 +107,8 @@ async def stream_plan(
             await asyncio.to_thread(state.save)
         yield PlanReady(tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes))
         protocol = protocol or get_protocol("tools")
-        async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path,
-                                      state.workspace):
+        known = _Known(files, preload_description(files) if preload else "", protocol.vision)
+        async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path, known):
             yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
         await asyncio.to_thread(write_outputs, state, nodes, notebook_path, state.workspace)
@@ -107,7 +119,7 @@ async def stream_plan(
 def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
     result = state.results.get(node.id)
     return {"id": node.id, "title": node.title, "kind": node.kind, "depends_on": list(node.depends_on),
-            "status": result.status if result else "pending"}
+            "status": result.status if result else "pending", "attempts": result.attempts if result else 0}
 
 
 async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState,
@@ -119,9 +131,25 @@ async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState,
             await session.execute(cell.code, options.exec_timeout)
 
 
+@dataclass(frozen=True)
+class _Known:
+    """What every node is told about its environment besides the kernel's probe."""
+
+    files: tuple[DataFile, ...]
+    preloaded: str
+    vision: bool
+
+    async def lines(self, session: Kernel, task: str) -> tuple[list[str], Environment]:
+        """The environment lines for the next node, with the kernel probed now (names defined so far)."""
+        environment = await probe(session, packages=probe_expression(), names=names_expression())
+        context = PromptContext(task=task, packages=environment.packages, missing=environment.missing,
+                                preloaded=self.preloaded, names=environment.names)
+        return [*environment_lines(context, vision=self.vision), files_line(self.files)], environment
+
+
 async def _run_nodes(model: ChatModel, session: Kernel, protocol: Protocol, nodes: Sequence[PlanNode],
                      state: PlanState, options: PlanOptions, notebook: Path,
-                     workspace: str) -> AsyncIterator[PlanEvent]:
+                     known: _Known) -> AsyncIterator[PlanEvent]:
     by_id = {n.id: n for n in nodes}
     for node in nodes:
         if node.id in state.results:
@@ -132,11 +160,12 @@ async def _run_nodes(model: ChatModel, session: Kernel, protocol: Protocol, node
             result = NodeResult(node.id, "skipped", reason=f"a prerequisite did not complete: {why}")
         else:
             done = [(by_id[d], state.results[d]) for d in node.depends_on]
-            run = NodeRun(model, session, state.task, node, done, options, protocol)
+            lines, environment = await known.lines(session, state.task)
+            run = NodeRun(model, session, state.task, node, done, options, protocol, lines, environment.packages)
             async for event in run.steps():
                 yield event
             assert run.result is not None  # steps() always sets it when it returns
             result = run.result
         await asyncio.to_thread(state.record, result)
-        await asyncio.to_thread(write_outputs, state, nodes, notebook, workspace)
+        await asyncio.to_thread(write_outputs, state, nodes, notebook, state.workspace)
         yield NodeFinished(node.id, result.status, result.attempts, len(result.figures), result.reason)

@@ -5,7 +5,9 @@ Owns building both, purely from the nodes and their results, and writing them
 figure PNGs atomically too). Rewritten after every node, so the report grows as
 figures appear. The notebook has one section per node in execution order: a
 markdown header (title, id, dependencies, status) then the node's kept cells
-with their real outputs, so it replays.
+with their real outputs, so it replays. The report has each node's output as
+printed and its failed attempts' code, and says so when the model gave no
+conclusion (listing what the nodes printed instead).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from .graph import PlanNode
 from .state import NodeResult, PlanState
 
 __all__ = ["build_plan_notebook", "build_report", "counts", "write_outputs"]
+
+REPORT_OUTPUT_CHARS = 3_000  # one task's printed output in its report section (head and tail)
+FINDING_CHARS = 800  # one task's numbers under "no conclusion given"
 
 
 def counts(nodes: Sequence[PlanNode], results: dict[str, NodeResult]) -> dict[str, int]:
@@ -75,17 +80,22 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
 
 
 def build_report(state: PlanState, nodes: Sequence[PlanNode], figure_dir: str) -> tuple[str, dict[str, bytes]]:
-    """The Markdown report and the figure files it links (relative name → PNG bytes)."""
+    """The Markdown report and the figure files it links (relative name → PNG bytes).
+
+    Each task's section has its key outputs as printed and the code of its failed attempts; the
+    findings are the text tasks' conclusions or, when the model gave none, a plain "no conclusion
+    given" above the numbers the tasks printed."""
     findings = [state.results[n.id].text for n in nodes if n.id in state.results and state.results[n.id].text]
     lines = [f"# {state.task}", ""]
     if state.scripted:
         lines += [SCRIPTED_STATEMENT.replace("this notebook", "this report"), ""]
     lines += ["## Answer and findings", ""]
-    lines += findings or ["(no conclusion yet)"]
+    lines += findings or _no_conclusion(state, nodes)
     figures: dict[str, bytes] = {}
     for node in nodes:
         result = state.results.get(node.id)
         lines += ["", _header(node, result).replace("## ", "### ", 1)]
+        lines += _task_outputs(result) if result else []
         for index, png in enumerate(result.figures if result else (), start=1):
             name = f"{figure_dir}/{node.id}-{index}.png"
             figures[name] = base64.b64decode(png)
@@ -96,6 +106,41 @@ def build_report(state: PlanState, nodes: Sequence[PlanNode], figure_dir: str) -
     lines += ["", "## Summary", "", "| total | completed | failed | skipped | pending |", "|---|---|---|---|---|",
               f"| {table['total']} | {table['done']} | {table['failed']} | {table['skipped']} | {table['pending']} |"]
     return "\n".join(lines) + "\n", figures
+
+
+def _task_outputs(result: NodeResult) -> list[str]:
+    """A task's key outputs as printed, then each failed attempt's code under its error."""
+    lines = []
+    printed = result.output_text(REPORT_OUTPUT_CHARS)
+    if printed.strip():
+        lines += ["", "Output:", "", _fenced(printed)]
+    for index, cell in enumerate(result.failed, start=1):
+        errors = [f"{out.get('ename')}: {out.get('evalue')}" for out in cell.outputs if out.get("output_type") == "error"]
+        why = errors[0] if errors else "no result (timed out or the kernel died)"
+        lines += ["", f"<details><summary>Failed attempt {index}: {_escaped(why)}</summary>", "",
+                  _fenced(cell.code, "python"), "", "</details>"]
+    return lines
+
+
+def _no_conclusion(state: PlanState, nodes: Sequence[PlanNode]) -> list[str]:
+    done = [(n, state.results[n.id]) for n in nodes if n.id in state.results]
+    numbers = [(n, r.output_text(FINDING_CHARS)) for n, r in done if r.status == "done"]
+    numbers = [(n, text) for n, text in numbers if text.strip()]
+    if not numbers:
+        return ["No conclusion given, and no task printed results yet."]
+    lines = ["No conclusion given by the model. What the tasks printed:"]
+    for node, text in numbers:
+        lines += ["", f"**{node.title}** (`{node.id}`):", "", _fenced(text)]
+    return lines
+
+
+def _fenced(text: str, language: str = "text") -> str:
+    fence = "````" if "```" in text else "```"
+    return f"{fence}{language}\n{text.rstrip(chr(10))}\n{fence}"
+
+
+def _escaped(text: str) -> str:
+    return " ".join(text.split()).replace("<", "&lt;").replace(">", "&gt;")
 
 
 def write_outputs(state: PlanState, nodes: Sequence[PlanNode], notebook: Path, workspace: str) -> Path:

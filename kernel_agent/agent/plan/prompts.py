@@ -32,10 +32,14 @@ MAX_PROBES = 3
 _PYTHON_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
-def design_messages(task: str, data_summary: str, *, max_depth: int, node_budget: int) -> list[Message]:
-    """The opening conversation asking for 2-4 directions and a plan tree."""
+def design_messages(task: str, data_summary: str, *, max_depth: int, node_budget: int,
+                    packages: Sequence[str] = ()) -> list[Message]:
+    """The opening conversation asking for 2-4 directions and a plan tree; ``packages`` are the kernel's
+    (``environment.probe``), so the plan asks for nothing that cannot be imported."""
+    installed = f"Installed packages (nothing else can be installed): {', '.join(packages)}.\n\n" if packages else ""
     user = (
-        f"Task: {task}\n\nData files (already loaded in the kernel as described):\n{data_summary or '(none)'}\n\n"
+        f"Task: {task}\n\nData files (in the kernel's working directory, not yet read):\n{data_summary or '(none)'}\n\n"
+        f"{installed}"
         "First choose 2-4 analysis directions (descriptive statistics, comparison, correlation, clustering, "
         "visualisation, hypothesis tests, ...). Then write a plan of tasks: each has an id, a title, a kind "
         "(`code` computes, `visualisation` draws a figure, `text` needs no code, e.g. a conclusion), a purpose, "
@@ -59,8 +63,10 @@ def _how(protocol: str) -> str:
 
 
 def node_messages(task: str, node: PlanNode, done: Sequence[tuple[PlanNode, NodeResult]],
-                  protocol: str = "tools") -> list[Message]:
-    """The conversation for one node: the overall task, what its prerequisites found, and the ask.
+                  protocol: str = "tools", environment: Sequence[str] = ()) -> list[Message]:
+    """The conversation for one node: the overall task, the environment (``environment.probe`` rendered by
+    ``protocols.environment_lines``: packages, data files, names defined so far, figure visibility), what
+    its prerequisites found, and the ask.
 
     ``deepanalyze`` gets no system message (DeepAnalyze-8B is trained without one).
     """
@@ -74,7 +80,9 @@ def node_messages(task: str, node: PlanNode, done: Sequence[tuple[PlanNode, Node
                f"of reloading. To look at something first, {how} whose first line is `{PROBE_MARK}` (at most "
                f"{MAX_PROBES} probes); you get its output back." +
                (" Draw the figure with matplotlib and show it." if node.kind == "visualisation" else ""))
-    user = (f"Overall task: {task}\n\nResults of the tasks this one depends on:\n{context}\n\n"
+    known = "".join(f"- {line}\n" for line in environment)
+    user = (f"Overall task: {task}\n\n" + (f"Environment:\n{known}\n" if known else "") +
+            f"Results of the tasks this one depends on:\n{context}\n\n"
             f"Current task [{node.id}]: {node.title}\nPurpose: {node.purpose or '-'}\n\n{ask}")
     if protocol == "deepanalyze":
         return [{"role": "user", "content": f"{_SYSTEM}\n\n{user}"}]
@@ -88,10 +96,12 @@ def _context(node: PlanNode, result: NodeResult) -> str:
     return f"[{node.id}] {node.title}:\n{body}"
 
 
-def fix_text(ename: str, evalue: str, traceback: Sequence[str], protocol: str = "tools") -> str:
-    """Asks for a corrected version after the code raised (sent as the execution's result)."""
+def fix_text(ename: str, evalue: str, traceback: Sequence[str], protocol: str = "tools", hint: str = "") -> str:
+    """Asks for a corrected version after the code raised (sent as the execution's result); ``hint`` is a
+    line such as ``environment.module_hint``'s."""
     tail = strip_ansi("\n".join(traceback))[-2000:]
-    return (f"The code failed with {ename}: {evalue}\n\n{tail}\n\n"
+    hint = f"{hint}\n\n" if hint else ""
+    return (f"The code failed with {ename}: {evalue}\n\n{tail}\n\n{hint}"
             f"To send the corrected code, {_how(protocol)} (the kernel keeps what already ran).")
 
 
@@ -100,11 +110,18 @@ def no_code_text(protocol: str = "tools") -> str:
     return f"This task needs code: {_how(protocol)}."
 
 
-def analysis_text(node: PlanNode, output_text: str, figures: int, protocol: str = "tools") -> str:
-    """Asks for the analysis of a visualisation node's figures (sent as the execution's result)."""
+def analysis_text(node: PlanNode, output_text: str, figures: int, protocol: str = "tools", *,
+                  seen: bool = True) -> str:
+    """Asks for the analysis of a visualisation node's figures (sent as the execution's result).
+
+    ``seen=False`` (a model without vision: the figures are not sent) asks about the printed numbers
+    instead, and says the figure itself cannot be seen."""
     answer = "Prose only, no tool call." if protocol == "tools" else "Prose only, in one <Answer>...</Answer> block."
-    return (f"The code for [{node.id}] drew {figures} figure(s) and printed:\n{output_text or '(nothing)'}\n\n"
-            f"In 2-4 sentences, state what the figure shows with respect to its purpose "
+    drew = f"The code for [{node.id}] drew {figures} figure(s) and printed:\n{output_text or '(nothing)'}\n\n"
+    if not seen:
+        return (drew + "You cannot see the figure. In 2-4 sentences, state what the printed numbers show with "
+                f"respect to the task's purpose ({node.purpose or node.title}); do not describe the figure. {answer}")
+    return (drew + f"In 2-4 sentences, state what the figure shows with respect to its purpose "
             f"({node.purpose or node.title}). {answer}")
 
 

@@ -21,6 +21,7 @@ from ...events import NodeStarted, Notice
 from ...kernel.session import AsyncKernelSession
 from ...model.chat import ChatModel, ModelReply
 from ...result import ExecutionResult
+from ..environment import module_hint
 from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
 from .graph import PlanNode, build_dag
 from .prompts import (
@@ -58,12 +59,14 @@ class PlanOptions:
 
 
 async def design_plan(model: ChatModel, task: str, data_summary: str, options: PlanOptions,
-                      notices: list[Notice]) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
+                      notices: list[Notice], packages: Sequence[str] = ()) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
     """The model's plan and its DAG. An unusable first plan gets one repair request (noted in ``notices``).
+    ``packages`` are the kernel's installed analysis packages.
 
     Raises ``PlanError`` when the second plan is unusable too, ``ModelError`` when the model fails.
     """
-    messages = design_messages(task, data_summary, max_depth=options.max_depth, node_budget=options.node_budget)
+    messages = design_messages(task, data_summary, max_depth=options.max_depth, node_budget=options.node_budget,
+                               packages=packages)
     problem = ""
     for attempt in (1, 2):
         reply = await model.complete(messages)
@@ -83,12 +86,17 @@ class NodeRun:
     """One node's run in ``protocol``: iterate ``steps()`` for its events, then read ``result``."""
 
     def __init__(self, model: ChatModel, session: AsyncKernelSession, task: str, node: PlanNode,
-                 done: Sequence[tuple[PlanNode, NodeResult]], options: PlanOptions, protocol: Protocol) -> None:
+                 done: Sequence[tuple[PlanNode, NodeResult]], options: PlanOptions, protocol: Protocol,
+                 environment: Sequence[str] = (), installed: Sequence[str] = ()) -> None:
+        """``environment`` is the prompt's environment lines; ``installed`` the probed packages (for the
+        hint after a ``ModuleNotFoundError``)."""
         self._model, self._session, self._node, self._options = model, session, node, options
         self._protocol = protocol
-        self._messages: list[dict[str, Any]] = node_messages(task, node, done, protocol.name)
+        self._installed = tuple(installed)
+        self._messages: list[dict[str, Any]] = node_messages(task, node, done, protocol.name, environment)
         self.result: NodeResult | None = None
         self._probes: list[CellRecord] = []
+        self._failed: list[CellRecord] = []
         self._probed = 0
 
     async def steps(self) -> AsyncIterator[NodeStarted]:
@@ -107,7 +115,7 @@ class NodeRun:
                 self.result = await self._finished(*success, attempt, failures)
                 return
         self.result = NodeResult(node.id, "failed", attempts=len(failures), cells=tuple(self._probes),
-                                 failures=tuple(failures),
+                                 failures=tuple(failures), failed=tuple(self._failed),
                                  reason=f"still failing after {len(failures)} attempts: {failures[-1]}")
 
     async def _ask(self) -> tuple[ModelReply, Step]:
@@ -132,7 +140,7 @@ class NodeRun:
             probe = CellRecord(code, tuple(result.outputs), result.execution_count, probe=True)
             if result.status == "ok":  # a failed probe is not kept: the notebook must replay
                 self._probes.append(probe)
-            shown = NodeResult(self._node.id, "done", cells=(probe,)).output_text(800)
+            shown = NodeResult(self._node.id, "done", cells=(probe,)).output_text(800, probes=True)
             if result.error is not None:
                 shown += f"{result.error.ename}: {result.error.evalue}"
             self._tell(step, probe_text(shown, MAX_PROBES - self._probed))
@@ -151,16 +159,21 @@ class NodeRun:
         error = result.error
         ename, evalue = (error.ename, error.evalue) if error else (result.status, result.note)
         failures.append(f"{ename}: {evalue}")
-        self._tell(step, fix_text(ename, evalue, error.traceback if error else (), self._protocol.name))
+        self._failed.append(CellRecord(code, tuple(result.outputs), result.execution_count))
+        hint = module_hint(evalue, self._installed) if ename == "ModuleNotFoundError" else ""
+        self._tell(step, fix_text(ename, evalue, error.traceback if error else (), self._protocol.name, hint))
         return None
 
     async def _finished(self, cell: CellRecord, step: Step, executed: ExecutionResult, attempt: int,
                         failures: list[str]) -> NodeResult:
         result = NodeResult(self._node.id, "done", attempts=attempt, cells=(*self._probes, cell),
-                            failures=tuple(failures))
-        if self._node.kind == "visualisation" and result.figures:
-            ask = analysis_text(self._node, result.output_text(), len(result.figures), self._protocol.name)
-            self._tell(step, ask, executed.images)
+                            failures=tuple(failures), failed=tuple(self._failed))
+        printed = result.output_text()
+        # A model that cannot see the figure is asked about the numbers it printed, or not at all.
+        if self._node.kind == "visualisation" and result.figures and (self._protocol.vision or printed.strip()):
+            ask = analysis_text(self._node, printed, len(result.figures), self._protocol.name,
+                                seen=self._protocol.vision)
+            self._tell(step, ask, executed.images if self._protocol.vision else ())
             reply, answer = await self._ask()
             result = replace(result, analysis=_prose(reply, answer))
         return result

@@ -3,7 +3,8 @@
 Owns ``NodeResult``/``CellRecord`` values and the state file: one JSON document
 (``<notebook stem>.plan.json`` beside the notebook) holding the task, the
 validated plan, the budgets and every finished node's status, cells with their
-real outputs, text, analysis and error. It is rewritten atomically (temporary
+real outputs, the failed attempts' cells (for the report, never re-run), text,
+analysis and error. It is rewritten atomically (temporary
 file, fsync, rename) after every node, so a SIGKILL leaves the previous or the
 next state, never a torn one. It does not run anything.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ...errors import NotebookError
+from ...result import clip_middle
 
 __all__ = ["CellRecord", "NodeResult", "NodeStatus", "PlanState", "state_path"]
 
@@ -47,6 +49,7 @@ class NodeResult:
     analysis: str = ""
     failures: tuple[str, ...] = ()
     reason: str = ""
+    failed: tuple[CellRecord, ...] = ()  # the failed attempts' cells, for the report: never re-run
 
     @property
     def figures(self) -> tuple[str, ...]:
@@ -54,24 +57,37 @@ class NodeResult:
         return tuple(out["data"]["image/png"] for cell in self.cells for out in cell.outputs
                      if "image/png" in out.get("data", {}))
 
-    def output_text(self, limit: int = 1500) -> str:
-        """The node's text outputs joined, cut to ``limit`` characters (context for later nodes)."""
+    def output_text(self, limit: int = 1500, *, probes: bool = False) -> str:
+        """The node's text outputs joined, within about ``limit`` characters (context for later nodes).
+
+        Head and tail are kept (the summary lines code prints last survive); the probes' output is left
+        out unless ``probes``, and so is a figure's ``<Figure size ...>`` text."""
         parts = []
         for cell in self.cells:
+            if cell.probe and not probes:
+                continue
             for out in cell.outputs:
+                data = out.get("data", {})
                 if out.get("output_type") == "stream":
-                    parts.append(out.get("text", ""))
-                elif "text/plain" in out.get("data", {}):
-                    parts.append(str(out["data"]["text/plain"]))
+                    parts.append(_joined(out.get("text", "")))
+                elif "text/plain" in data and "image/png" not in data:
+                    parts.append(_joined(data["text/plain"]))
         text = "".join(p if p.endswith("\n") else p + "\n" for p in parts)
-        return text if len(text) <= limit else text[:limit] + "\n[... cut]"
+        return clip_middle(text, limit, tail_share=0.6)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeResult":
-        cells = tuple(CellRecord(c["code"], tuple(c["outputs"]), c.get("execution_count"), c.get("probe", False))
-                      for c in data.get("cells", ()))
-        return cls(data["node_id"], data["status"], data.get("attempts", 0), cells, data.get("text", ""),
-                   data.get("analysis", ""), tuple(data.get("failures", ())), data.get("reason", ""))
+        def records(key: str) -> tuple[CellRecord, ...]:
+            return tuple(CellRecord(c["code"], tuple(c["outputs"]), c.get("execution_count"), c.get("probe", False))
+                         for c in data.get(key, ()))
+
+        return cls(data["node_id"], data["status"], data.get("attempts", 0), records("cells"), data.get("text", ""),
+                   data.get("analysis", ""), tuple(data.get("failures", ())), data.get("reason", ""),
+                   records("failed"))
+
+
+def _joined(text: Any) -> str:
+    return "".join(text) if isinstance(text, list) else str(text)
 
 
 def state_path(notebook: str | os.PathLike[str]) -> Path:

@@ -47,7 +47,7 @@ from ..languages import PYTHON, Language
 from .base import Feedback, Protocol, Step
 from .deepanalyze import DEEPANALYZE_MAX_NEW_TOKENS, DEEPANALYZE_STOP_TOKEN_IDS, DeepAnalyzeProtocol
 from .images import MAX_IMAGE_SIDE, MAX_IMAGES, downscale_png
-from .prompts import DATA_FORMATS, DataFormat, FileInfo, PromptContext
+from .prompts import DATA_FORMATS, DataFormat, FileInfo, PromptContext, environment_lines
 from .tags import CODE_STOP_TOKEN_ID, TagsProtocol
 from .tools import EXECUTE_PYTHON_TOOL, ToolsProtocol
 
@@ -70,6 +70,7 @@ __all__ = [
     "TagsProtocol",
     "ToolsProtocol",
     "downscale_png",
+    "environment_lines",
     "get_protocol",
 ]
 

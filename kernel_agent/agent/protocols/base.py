@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...model.chat import ModelReply
+from ...records import Run
+from ...result import RebuildReport
+from ..history import resume_context
 from ..languages import PYTHON, Language
 from .images import image_parts
 from .prompts import PromptContext
@@ -72,6 +75,14 @@ class Protocol:
     def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
         """The system prompt (if the protocol has one) and the first user message."""
         raise NotImplementedError
+
+    def resume_messages(self, ctx: PromptContext, run: Run, question: str,
+                        report: RebuildReport | None = None) -> list[dict[str, Any]]:
+        """The conversation that continues ``run`` with ``question``: by default the opening messages of
+        ``ctx`` (the run's task) and one user message telling what was done (code, output, reasoning,
+        answers) then the question. ``report`` is what a rebuilt kernel restored (None: it kept its state)."""
+        briefing = resume_context(run.rounds, question, report=report, fence=self.language.fence)
+        return [*self.initial_messages(ctx), {"role": "user", "content": briefing}]
 
     def parse(self, reply: ModelReply) -> Step:
         """Turn a reply into a ``Step``. Never raises: trouble goes into ``Step.problem``."""

@@ -9,14 +9,22 @@ as in ``tags.py``. Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from ...model.chat import ModelReply
+from ...records import Round, Run
+from ...result import RebuildReport
 from .base import Feedback, Step
-from .prompts import DataFormat, PromptContext, deepanalyze_task
+from .prompts import DataFormat, PromptContext, deepanalyze_task, execute_block
 from .tags import CODE_STOP_TOKEN_ID, TagProtocol
 
-__all__ = ["DEEPANALYZE_MAX_NEW_TOKENS", "DEEPANALYZE_STOP_TOKEN_IDS", "DeepAnalyzeProtocol"]
+__all__ = ["DEEPANALYZE_MAX_NEW_TOKENS", "DEEPANALYZE_STOP_TOKEN_IDS", "REPLAY_CHARS", "DeepAnalyzeProtocol",
+           "round_transcript"]
+
+# The earlier turns a follow-up replays: about 6,000 tokens at four characters a token; oldest rounds go first.
+REPLAY_CHARS = 24_000
+REPLAY_OUTPUT_CHARS = 2_000  # one round's output inside the replay
 
 # DeepAnalyze's API/config.py: vLLM stops on these token ids (the first ends a <Code> block, the
 # second is Qwen's <|im_end|>), and asks for up to MAX_NEW_TOKENS.
@@ -33,7 +41,8 @@ class DeepAnalyzeProtocol(TagProtocol):
     under each block); ``stop=["</Code>"]`` and, with ``vllm_extras``, vLLM's
     ``add_generation_prompt: false``, ``stop_token_ids`` and
     ``max_new_tokens``; execution output goes back raw in an ``execute``
-    message, without the ``<Execute>`` wrapper people see.
+    message, without the ``<Execute>`` wrapper people see (plus the one-line
+    ``[about your reply: ...]`` when part of the reply was not used).
     """
 
     name: ClassVar[str] = "deepanalyze"
@@ -56,4 +65,52 @@ class DeepAnalyzeProtocol(TagProtocol):
         return [{"role": "user", "content": deepanalyze_task(ctx, self.data_format)}]
 
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
-        return [{"role": "execute", "content": feedback.text}]
+        # The raw output, as DeepAnalyze sends it; a partly used reply adds its one-line reason.
+        return [{"role": "execute", "content": feedback.text + feedback.note}]
+
+    def resume_messages(self, ctx: PromptContext, run: Run, question: str,
+                        report: RebuildReport | None = None) -> list[dict[str, Any]]:
+        """The conversation as DeepAnalyze's server sends a follow-up: each earlier turn as the user's
+        question and one assistant message with its ``<Analyze>/<Code>/<Execute>/<Answer>`` transcript,
+        then ``question`` as ``# Instruction`` + ``# Data``. Within ``REPLAY_CHARS``: the oldest rounds
+        are left out first, and the first assistant message says how many."""
+        turns = [(turn.task, [round_transcript(r, fence=self.language.fence) for r in run.rounds
+                              if turn.first_round <= r.index <= turn.last_round and r.status != "no-code"])
+                 for turn in run.all_turns()]
+        left_out = _trim(turns, REPLAY_CHARS)
+        messages: list[dict[str, Any]] = []
+        for asked, pieces in turns:
+            note = f"[{left_out} earlier round(s) left out to fit the context]\n" if left_out else ""
+            left_out = 0
+            messages.append({"role": "user", "content": asked})
+            messages.append({"role": "assistant", "content": (note + "\n".join(pieces)).strip() or "(no reply)"})
+        restored = f"\n\n(The kernel was restarted and its state rebuilt: {report.describe()}.)" if report else ""
+        messages.append({"role": "user", "content": deepanalyze_task(replace(ctx, task=question + restored),
+                                                                      self.data_format)})
+        return messages
+
+
+def round_transcript(round_: Round, max_chars: int = REPLAY_OUTPUT_CHARS, fence: str = "python") -> str:
+    """One round as DeepAnalyze's transcript has it: the reply with its ``<Code>`` closed, then its output in
+    ``<Execute>``. A round written in another protocol (tool calls, prose answers) is put into the tags."""
+    step = DeepAnalyzeProtocol().parse(ModelReply(round_.reply, stop_reason="</Code>"))
+    text = step.reply_text.strip()
+    if (round_.code is not None and step.code is None) or (round_.answer is not None and step.answer is None):
+        thought = round_.reasoning.strip()
+        text = f"<Analyze>\n{thought}\n</Analyze>\n" if thought else ""
+        text += (f"<Code>\n```{fence}\n{round_.code.strip()}\n```\n</Code>" if round_.code is not None
+                 else f"<Answer>\n{(round_.answer or '').strip()}\n</Answer>")
+    if round_.result is not None:
+        text += "\n" + execute_block(round_.result.to_llm_text(max_chars=max_chars))
+    return text
+
+
+def _trim(turns: list[tuple[str, list[str]]], budget: int) -> int:
+    """Drop the oldest rounds until the turns fit ``budget`` characters; how many were dropped."""
+    size = sum(len(asked) + sum(len(piece) for piece in pieces) for asked, pieces in turns)
+    dropped = 0
+    for _asked, pieces in turns:
+        while pieces and size > budget:
+            size -= len(pieces.pop(0))
+            dropped += 1
+    return dropped

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..environment import Environment
 from ..languages import PYTHON, Language
 from ..names import DATA_FORMATS, DataFormat
 
@@ -31,6 +32,7 @@ __all__ = [
     "TOOLS_EMPTY_NUDGE",
     "TOOLS_SYSTEM",
     "deepanalyze_task",
+    "environment_lines",
     "execute_block",
     "not_run",
     "opening_messages",
@@ -56,7 +58,8 @@ class PromptContext:
 
     ``data_summary`` is markdown about the data files; ``files`` lists them
     one by one (DeepAnalyze's ``File N:`` blocks); ``packages`` are
-    ``"name version"`` strings; ``preloaded`` says what the setup cell defined.
+    ``"name version"`` strings; ``preloaded`` says what the setup cell defined;
+    ``names`` what the code defined so far (``"df: DataFrame 3x2"``, from ``environment.probe``).
     """
 
     task: str
@@ -65,6 +68,7 @@ class PromptContext:
     missing: tuple[str, ...] = ()  # the common analysis packages that are not installed
     preloaded: str = ""
     files: tuple[FileInfo, ...] = ()
+    names: tuple[str, ...] = ()
 
 
 _TAGS_SYSTEM = """\
@@ -133,7 +137,7 @@ def opening_messages(
 ) -> list[dict[str, Any]]:
     """The first messages of the ``tags`` and ``tools`` runs: ``system`` plus environment notes,
     then the task and data (``deepanalyze`` sends ``deepanalyze_task`` instead)."""
-    environment = _environment_lines(ctx, vision=vision, language=language)
+    environment = environment_lines(ctx, vision=vision, language=language)
     return [{"role": "system", "content": system + _bullets(environment)}, _task_message(ctx, "Task")]
 
 
@@ -200,7 +204,9 @@ def _bullets(lines: list[str]) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-def _environment_lines(ctx: PromptContext, *, vision: bool, language: Language = PYTHON) -> list[str]:
+def environment_lines(ctx: PromptContext, *, vision: bool, language: Language = PYTHON) -> list[str]:
+    """What the model knows about its environment, one line each: the kernel, the setup, the packages,
+    the names defined so far, whether figures are seen (the tags/tools system prompt, plan tasks)."""
     lines = [
         f"Your code runs in {language.kernel_words}: variables, imports and loaded data stay "
         "defined between rounds, so build on earlier results instead of reloading.",
@@ -212,6 +218,8 @@ def _environment_lines(ctx: PromptContext, *, vision: bool, language: Language =
         lines.append(f"Installed packages: {', '.join(ctx.packages)}.")
     if ctx.missing:
         lines.append(f"Not installed, and nothing can be installed: {', '.join(ctx.missing)}; do not import them.")
+    if ctx.names:
+        lines.append(Environment(names=ctx.names).names_line())
     lines.append(
         f"{language.figure_words}; "
         + ("you will see them as images." if vision else "you only see a placeholder such as "

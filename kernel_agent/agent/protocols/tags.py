@@ -45,7 +45,10 @@ class TagProtocol(Protocol):
         if first.tag == "Answer":
             return self._answer(text, blocks, first, reply, problems)
         kept, dropped = text[: first.end], text[first.end :]
-        if dropped.strip():
+        if "<Code>" in dropped:
+            problems.append("a second <Code> block was not run (one <Code> block runs per reply: send the next "
+                            "one after reading this output)")
+        elif dropped.strip():
             problems.append("text after </Code> dropped")
         if not first.closed:
             by_stop = reply.stop_reason in ("</Code>", CODE_STOP_TOKEN_ID) or (
