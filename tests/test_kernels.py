@@ -92,6 +92,9 @@ def test_a_whole_analysis_in_r_with_a_figure_a_timeout_and_a_crash_replays(
     last = [json.loads(line) for line in resumed.stdout.splitlines() if '"execution_finished"' in line][-1]
     assert last["result"]["stdout"] == "[1] 12\n"
     assert openai_server.requests[-1]["tools"][0]["function"]["name"] == "execute_r"
+    resumed_system = openai_server.requests[-2]["messages"][0]["content"]
+    assert "`df: data.frame 3x2`" in resumed_system and "`total: integer`" in resumed_system  # R's names probe
+    assert "```r\ndf <- read.csv" in openai_server.requests[-2]["messages"][-1]["content"]  # the briefing's fence
 
 
 @pytest.mark.kernel
