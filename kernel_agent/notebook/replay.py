@@ -26,11 +26,8 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-from nbformat import NotebookNode
-
 from .._loop import LoopThread, in_thread
+from .._nbformat import NotebookNode
 from ..errors import NotebookError, SandboxUnavailableError
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
@@ -208,6 +205,8 @@ async def _execute(
     def on_notebook_start(notebook: NotebookNode) -> None:
         progress["ready"] = True
 
+    from nbclient import NotebookClient  # it imports nbformat: after ours (``_nbformat``)
+
     spec = nb.metadata.get("kernelspec")
     name = kernel_name or (spec.get("name") if isinstance(spec, dict) else None) or "python3"
     provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits)
@@ -238,6 +237,8 @@ async def _execute(
 
 
 def _failure(exc: Exception, timeout: float) -> str:
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
     if isinstance(exc, CellExecutionError):
         return f"raised {exc.ename}: {exc.evalue}"
     if isinstance(exc, CellTimeoutError):

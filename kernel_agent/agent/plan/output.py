@@ -17,9 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-import nbformat
-from nbformat import NotebookNode
-
+from ..._nbformat import NotebookNode, nbformat
 from ...notebook.export import METADATA_KEY, write_notebook
 from .graph import PlanNode
 from .state import NodeResult, PlanState
