@@ -34,7 +34,7 @@ from ..records import Round, Run, RunInfo
 from ..result import ExecutionResult
 from .files import FileEntry, write_file
 
-__all__ = ["SessionBuilder", "Workbench", "default_session"]
+__all__ = ["SessionBuilder", "Workbench", "close_ahead", "default_session"]
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +65,15 @@ class Workbench:
     ``files`` are data files already installed in ``workspace`` (``prepare_data``);
     the setup cell preloads them as the agent does. ``timeout`` is the default
     per-execution deadline in seconds. ``client`` names the MCP client in the
-    notebook's header.
+    notebook's header. ``ahead`` is a kernel session already starting for this
+    workbench (used instead of a new one from ``session_factory``; shut down on
+    ``close`` if never used).
     """
 
     def __init__(
         self, workspace: Path, *, files: Sequence[DataFile] = (), session_factory: SessionBuilder = default_session,
         timeout: float = 120.0, client: str = "an MCP client", notebook: Path | None = None,
+        ahead: asyncio.Future[AsyncKernelSession] | None = None,
     ) -> None:
         self.workspace = workspace
         self.files = tuple(files)
@@ -80,6 +83,7 @@ class Workbench:
         self._factory = session_factory
         self._client = client
         self._session: AsyncKernelSession | None = None
+        self._ahead = ahead
         self._starting = asyncio.Lock()
         self._closed = False
         self._settling: asyncio.Future[None] | None = None
@@ -103,8 +107,7 @@ class Workbench:
             if self._closed:
                 raise SessionClosedError("this MCP session has ended")
             if self._session is None:
-                session = self._factory(self.workspace)
-                await session.start()
+                session = await self._started()
                 self._session = session
                 # A kernel elsewhere (a gateway) gets the data files through the files seam; locally a no-op.
                 await session.files.put([self.workspace / name for name in self._data_names()])
@@ -115,6 +118,22 @@ class Workbench:
         if self._settling is not None:
             settling, self._settling = self._settling, None
             await settling
+        return session
+
+    async def _started(self) -> AsyncKernelSession:
+        """The session started ahead when there is one (a failed one is followed by a new try),
+        else a new one. Cancelled while the one ahead starts, it keeps it for the next call."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                return await asyncio.shield(ahead)
+            except asyncio.CancelledError:
+                self._ahead = ahead
+                raise
+            except KernelError:
+                log.warning("the kernel started ahead failed; starting another", exc_info=True)
+        session = self._factory(self.workspace)
+        await session.start()
         return session
 
     async def execute(
@@ -224,8 +243,11 @@ class Workbench:
                 return
             self._closed = True
             session, self._session = self._session, None
+            ahead, self._ahead = self._ahead, None
             if self._settling is not None:
                 self._settling.cancel()
+        if ahead is not None:
+            await close_ahead(ahead)
         if session is None:
             return
         try:
@@ -286,6 +308,22 @@ class Workbench:
             workspace=str(self.workspace.resolve()), setup_code=self.setup_code, started_at=_now(),
             language_info=dict(session.kernel_info.get("language_info", {})),
         )
+
+
+async def close_ahead(ahead: asyncio.Future[AsyncKernelSession]) -> None:
+    """Shut down a session started ahead that nobody used, once its start has ended (cut short,
+    a start could leave its kernel behind); a failed start has nothing left to shut down."""
+    try:
+        session = await asyncio.shield(ahead)
+    except asyncio.CancelledError:
+        if not ahead.done():
+            await asyncio.wait({ahead})
+        if not ahead.cancelled() and ahead.exception() is None:
+            await ahead.result().close()
+        raise
+    except Exception:
+        return
+    await session.close()
 
 
 def _stopped_note(what: str, code: str, seconds: float) -> str:
