@@ -3,8 +3,12 @@
 Owns, for one MCP connection, the kernel session (built lazily by the same
 ``new_session`` the agent uses, so the same sandbox, limits and secret
 rules apply), the ``Run`` that records every execution as a round, and the
-notebook written after each one (``export_run``, the exporter of agent runs),
-so a killed server loses nothing. A restart is recorded too: the setup code
+notebook written after each one (``export_run``, the exporter of agent runs)
+off the call's path, so a killed server loses at most the last moment's calls:
+rebuilding the notebook grows with the session (~0.1 s of CPU at 300 cells), so
+after each write the writer rests ``WRITE_REST`` times as long as it took
+before the next, leaving the loop (and the GIL) to the calls; ``flush`` cuts the
+rest short. A restart is recorded too: the setup code
 runs again as its own cell, so the notebook replays. It knows nothing of MCP:
 the server turns its values into content blocks.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -37,6 +42,8 @@ from .files import FileEntry, write_file
 __all__ = ["SessionBuilder", "Workbench", "close_ahead", "default_session"]
 
 log = logging.getLogger(__name__)
+
+WRITE_REST = 4.0  # the writer's pause after a write, in multiples of that write's time (busy at most 1/5)
 
 SessionBuilder = Callable[[Path], AsyncKernelSession]
 
@@ -90,6 +97,8 @@ class Workbench:
         self._uploads: list[str] = []
         self._dirty = False
         self._writer: asyncio.Future[None] | None = None
+        self._hurry = asyncio.Event()  # set by flush: write now, no rest
+        self._remote_files = False  # the kernel works elsewhere (a gateway): files travel through session.files
         self.run = Run(info=RunInfo(task=""))
 
     def __repr__(self) -> str:
@@ -109,6 +118,7 @@ class Workbench:
             if self._session is None:
                 session = await self._started()
                 self._session = session
+                self._remote_files = await in_thread(_elsewhere, session, self.workspace)
                 # A kernel elsewhere (a gateway) gets the data files through the files seam; locally a no-op.
                 await session.files.put([self.workspace / name for name in self._data_names()])
                 setup = await session.execute(self.setup_code, self.timeout)
@@ -143,7 +153,7 @@ class Workbench:
         Errors in the code are data. Raises ``KernelError`` when the kernel cannot be started or restarted."""
         session = await self.session()
         started, clock = _now(), time.monotonic()
-        before = await session.files.snapshot() if _elsewhere(session, self.workspace) else None
+        before = await session.files.snapshot() if self._remote_files else None
         try:
             result = await session.execute(code, timeout or self.timeout, on_output=on_output)
         except asyncio.CancelledError:
@@ -197,7 +207,7 @@ class Workbench:
         """Write a file into the workspace for the client and list it among the run's data files,
         so a replay stages it. Raises ``WorkspaceFileError`` as ``files.write_file`` does."""
         entry = await in_thread(write_file, self.workspace, relative, content, encoding)
-        if self._session is not None and _elsewhere(self._session, self.workspace):
+        if self._session is not None and self._remote_files:
             await self._session.files.put([self.workspace / entry.path])  # the kernel works on a copy
         if entry.path not in self._uploads:
             self._uploads.append(entry.path)
@@ -287,15 +297,21 @@ class Workbench:
         while self._dirty:
             self._dirty = False
             run = replace(self.run, notebook_path=self.notebook)
+            started = time.monotonic()
             try:
                 await asyncio.to_thread(export_run, run, self.notebook)
             except Exception:  # the kernel result still reached the client; the next save retries
                 log.exception("could not write the MCP session notebook %s", self.notebook)
+            if self._dirty and not self._hurry.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), WRITE_REST * (time.monotonic() - started))
+        self._hurry.clear()  # the writer ends: the next flush asks afresh
 
     async def flush(self) -> None:
-        """Wait until the notebook on disk holds everything recorded so far."""
+        """Wait until the notebook on disk holds everything recorded so far (no rest in between)."""
         self._schedule_save()
         if self._writer is not None:
+            self._hurry.set()
             await asyncio.shield(self._writer)
 
     async def _save(self) -> None:
