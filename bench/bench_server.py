@@ -55,12 +55,14 @@ def scripted(body: dict) -> Reply:
     return Reply("The sum is 499500.")
 
 
-async def one(client: httpx.AsyncClient, index: int) -> tuple[float, float, str]:
+async def one(client: httpx.AsyncClient, index: int) -> tuple[float, float, str, int]:
     start = time.monotonic()
+    refused = 0
     while True:
         response = await client.post("/v1/runs", json={"task": f"Run {index}"})
         if response.status_code != 429:
             break
+        refused += 1
         await asyncio.sleep(0.2)
     response.raise_for_status()
     run = response.json()
@@ -70,10 +72,10 @@ async def one(client: httpx.AsyncClient, index: int) -> tuple[float, float, str]
             if first is None and '"text_delta"' in line:
                 first = time.monotonic() - start
     record = (await client.get(f"/v1/runs/{run['id']}")).json()
-    return first or float("nan"), time.monotonic() - start, record["status"]
+    return first or float("nan"), time.monotonic() - start, record["status"], refused
 
 
-async def load(url: str, runs: int) -> list[tuple[float, float, str]]:
+async def load(url: str, runs: int) -> list[tuple[float, float, str, int]]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         return await asyncio.gather(*(one(client, i) for i in range(runs)))
 
@@ -188,6 +190,7 @@ def main() -> None:
           f"({args.runs / wall:.2f} runs/s)")
     print(f"time to first token: p50 {statistics.median(first):.2f} s, p95 {p95(first):.2f} s")
     print(f"time to answer:      p50 {statistics.median(answer):.2f} s, p95 {p95(answer):.2f} s")
+    print(f"refused with 429 and resubmitted: {sum(r[3] for r in results)} requests")
     print(f"CPU per run: server {server_cpu / args.runs:.2f} s, kernels {kernels_cpu / args.runs:.2f} s "
           f"(server {server_cpu:.1f} s, kernels {kernels_cpu:.1f} s in all)")
     print(f"peak memory: server {memory.server / 2**20:.0f} MiB, kernels {memory.kernels / 2**20:.0f} MiB, "
