@@ -2,20 +2,29 @@
 
 Each run: two rounds of code (the second draws a figure), then an answer. Runs over the server's cap
 get 429 and are resubmitted (the client queues). Prints: all completed?, throughput, p50/p95 time to
-first streamed token and to the answer, peak memory (this process: the server, the scripted model and
-the client; plus every kernel process under it, sampled every 0.2 s), kernels left. Standalone:
+first streamed token and to the answer, CPU per run and peak memory of the server and of the kernels
+apart, kernels left. The client runs in a process of its own, so this process is the server (and the
+scripted model, which only picks canned replies). Standalone:
 
-    .venv/bin/python bench/bench_server.py --runs 32 --concurrent 8 [--pool 8]
+    .venv/bin/python bench/bench_server.py --runs 32 --concurrent 8 [--pool 8] [--profile FILE]
 
 ``--pool N`` serves with a warm pool of N kernels (``kernel-agent serve --pool N``), filled before the
-clock starts.
+clock starts. ``--profile FILE`` runs the service's event loop (its thread: requests, runs, the agent
+loops) under cProfile and dumps the stats to FILE (``python -m pstats FILE``); work the loop hands to
+threads (disk, notebooks) is not in it. Server CPU is this process's (all threads) while the load
+runs; kernel CPU is every kernel process's (and their bwraps') as last sampled while the load runs
+(every 0.2 s, as memory: RSS of this process; of the kernels and their bwraps).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import json
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -46,12 +55,14 @@ def scripted(body: dict) -> Reply:
     return Reply("The sum is 499500.")
 
 
-async def one(client: httpx.AsyncClient, index: int) -> tuple[float, float, str]:
+async def one(client: httpx.AsyncClient, index: int) -> tuple[float, float, str, int]:
     start = time.monotonic()
+    refused = 0
     while True:
         response = await client.post("/v1/runs", json={"task": f"Run {index}"})
         if response.status_code != 429:
             break
+        refused += 1
         await asyncio.sleep(0.2)
     response.raise_for_status()
     run = response.json()
@@ -61,33 +72,46 @@ async def one(client: httpx.AsyncClient, index: int) -> tuple[float, float, str]
             if first is None and '"text_delta"' in line:
                 first = time.monotonic() - start
     record = (await client.get(f"/v1/runs/{run['id']}")).json()
-    return first or float("nan"), time.monotonic() - start, record["status"]
+    return first or float("nan"), time.monotonic() - start, record["status"], refused
 
 
-async def load(url: str, runs: int) -> list[tuple[float, float, str]]:
+async def load(url: str, runs: int) -> list[tuple[float, float, str, int]]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         return await asyncio.gather(*(one(client, i) for i in range(runs)))
 
 
 class PeakMemory:
-    """The largest RSS sum of this process and all its descendants (the kernels), sampled in a thread."""
+    """The largest RSS of this process (the server), of its descendants but ``skip`` (the kernels), and of
+    both together, sampled in a thread; and each descendant's CPU seconds as last seen (``kernel_cpu``: a
+    process's last 0.2 s before it exits are missed)."""
 
     def __init__(self, period: float = 0.2) -> None:
         self.period = period
-        self.peak = 0
+        self.peak = self.server = self.kernels = 0
+        self.skip: set[int] = set()
+        self.cpu: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
         me = psutil.Process()
         while not self._stop.wait(self.period):
-            total = 0
-            for process in [me, *me.children(recursive=True)]:
+            kernels = 0
+            for process in me.children(recursive=True):
                 try:
-                    total += process.memory_info().rss
+                    if process.pid not in self.skip:
+                        kernels += process.memory_info().rss
+                        times = process.cpu_times()
+                        self.cpu[process.pid] = times.user + times.system
                 except psutil.Error:  # gone between listing and reading
                     pass
-            self.peak = max(self.peak, total)
+            server = me.memory_info().rss
+            self.server, self.kernels = max(self.server, server), max(self.kernels, kernels)
+            self.peak = max(self.peak, server + kernels)
+
+    @property
+    def kernel_cpu(self) -> float:
+        return sum(self.cpu.values())
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -105,22 +129,59 @@ async def warm(server: ServiceServer, size: int) -> None:
         await asyncio.sleep(0.2)
 
 
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def client(url: str, runs: int) -> None:
+    """The load, in a process of its own: prints its results as JSON."""
+    print(json.dumps({"results": asyncio.run(load(url, runs))}))
+
+
+def _profiled(server: ServiceServer, path: str) -> None:
+    """Run the service's loop thread under cProfile; dump the stats to ``path`` when it ends."""
+    profile = cProfile.Profile()
+
+    def profiled() -> None:
+        try:
+            profile.runcall(server.server.run, sockets=[server.socket])
+        finally:
+            profile.dump_stats(path)
+
+    server.thread = threading.Thread(target=profiled, daemon=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=32)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--pool", type=int, default=0, help="warm kernels (0: none)")
     parser.add_argument("--max-live-kernels", type=int, default=None, help="the live cap [default: --concurrent]")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile the service's event loop into FILE")
+    parser.add_argument("--client", nargs=2, metavar=("URL", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.client:
+        client(args.client[0], int(args.client[1]))
+        return
     with tempfile.TemporaryDirectory(prefix="bench-server-") as data, OpenAIServer() as model:
         model.add(*([scripted] * (3 * args.runs)))
-        with ServiceServer(Path(data), model.base_url, max_running=args.concurrent,
-                           max_threads_live=args.max_live_kernels or args.concurrent, pool_size=args.pool) as server:
+        server = ServiceServer(Path(data), model.base_url, max_running=args.concurrent,
+                               max_threads_live=args.max_live_kernels or args.concurrent, pool_size=args.pool)
+        if args.profile:
+            _profiled(server, args.profile)
+        with server:
             asyncio.run(warm(server, args.pool))
             with PeakMemory() as memory:
-                started = time.monotonic()
-                results = asyncio.run(load(server.url, args.runs))
-                wall = time.monotonic() - started
+                started, server_before = time.monotonic(), _cpu(resource.RUSAGE_SELF)
+                load_client = subprocess.Popen([sys.executable, __file__, "--client", server.url, str(args.runs)],
+                                               stdout=subprocess.PIPE, text=True)
+                memory.skip.add(load_client.pid)
+                out, _ = load_client.communicate()
+                wall, server_cpu = time.monotonic() - started, _cpu(resource.RUSAGE_SELF) - server_before
+        measured = json.loads(out.strip().splitlines()[-1])
+        results = [tuple(r) for r in measured["results"]]
+        kernels_cpu = memory.kernel_cpu
     first = sorted(r[0] for r in results)
     answer = sorted(r[1] for r in results)
     p95 = lambda xs: xs[min(len(xs) - 1, int(0.95 * len(xs)))]
@@ -129,7 +190,11 @@ def main() -> None:
           f"({args.runs / wall:.2f} runs/s)")
     print(f"time to first token: p50 {statistics.median(first):.2f} s, p95 {p95(first):.2f} s")
     print(f"time to answer:      p50 {statistics.median(answer):.2f} s, p95 {p95(answer):.2f} s")
-    print(f"peak memory (server process + kernels): {memory.peak / 2**20:.0f} MiB")
+    print(f"refused with 429 and resubmitted: {sum(r[3] for r in results)} requests")
+    print(f"CPU per run: server {server_cpu / args.runs:.2f} s, kernels {kernels_cpu / args.runs:.2f} s "
+          f"(server {server_cpu:.1f} s, kernels {kernels_cpu:.1f} s in all)")
+    print(f"peak memory: server {memory.server / 2**20:.0f} MiB, kernels {memory.kernels / 2**20:.0f} MiB, "
+          f"both at once {memory.peak / 2**20:.0f} MiB")
     print(f"kernels left: {len(our_kernel_pids())}")
 
 

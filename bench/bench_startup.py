@@ -7,7 +7,16 @@
   load hits all alike. The target is the issue's: at most 0.3 s.
 * ``import nbformat`` (information): what the first command that reads or writes a notebook pays on
   top, in a fresh interpreter. nbformat imports jsonschema, which builds rfc3987_syntax's grammar at
-  import when that package is installed (JupyterLab's dependencies bring it; ours do not).
+  import when that package is installed (JupyterLab's dependencies bring it; ours do not); our
+  ``kernel_agent._nbformat`` defers that grammar to its first use, which is the next row.
+* ``servers``: from spawning ``kernel-agent serve`` to its first ``200`` on ``/health`` (plain, and with
+  ``--pool 2``, whose kernels start in the background; ``/health`` answers while the app is still being
+  imported, so a row also times the first ``/v1/info``, which waits for the whole app), and from spawning ``kernel-agent mcp`` (stdio)
+  to its answer to ``initialize``; each server is then stopped (SIGTERM; stdin closed) and must exit 0.
+  Median of 10 (3 with ``--quick``), taking turns with ``python -c pass``. Target: 1 s.
+* ``magic``: ``%load_ext kernel_agent`` in a fresh kernel (a stock ``python3`` ipykernel, as in
+  JupyterLab), timed as one execute, against ``1+1`` on the same kernel. Median of 10 kernels (3 with
+  ``--quick``). Target: 1 s.
 
 The child processes import the same ``kernel_agent`` as this process (its folder goes first on
 ``PYTHONPATH``), so a worktree is measured as checked out.
@@ -15,10 +24,17 @@ The child processes import the same ``kernel_agent`` as this process (its folder
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from report import Row, median
@@ -75,18 +91,161 @@ def cli(quick: bool) -> list[Row]:
             for name, args in COMMANDS.items()}
     runs[BASELINE] = ([*python, "-c", "print('ok')"], "ok")
     runs["import nbformat"] = ([*python, "-c", "import nbformat; print('ok')"], "ok")
+    runs["ours"] = ([*python, "-c", "import kernel_agent._nbformat; print('ok')"], "ok")
     medians = _medians(runs, 3 if quick else 10)
     floor = medians[BASELINE]
     rows = [Row(f"{name} vs {BASELINE}", medians[name], floor, max_seconds=TARGET_SECONDS) for name in COMMANDS]
     rows.append(Row(f"import nbformat vs {BASELINE} (what reading or writing a notebook adds)",
                     medians["import nbformat"], floor))
+    rows.append(Row("  ↳ the same through kernel_agent._nbformat (the grammar deferred) vs import nbformat",
+                    medians["ours"], medians["import nbformat"]))
     return rows
 
 
-PARTS = {"cli": cli}
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _answered(port: int, path: str) -> bool:
+    """True once the server on ``port`` answers ``path`` with 200; False while nothing listens."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status == 200
+    except (ConnectionRefusedError, ConnectionResetError):
+        return False
+    finally:
+        connection.close()
+
+
+def _stopped(process: subprocess.Popen[bytes], argv: list[str], signalled: bool = False) -> None:
+    """Wait for ``process`` to exit; raises unless it exits 0, or by the SIGTERM it was sent (uvicorn
+    shuts down gracefully, then re-raises the signal)."""
+    code = process.wait(timeout=60)
+    if code not in ((0, -signal.SIGTERM) if signalled else (0,)):
+        stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
+        raise AssertionError(f"{argv} exited {code}: {stderr[-800:]}")
+
+
+def _serve_ready(environment: dict[str, str], root: Path, extra: tuple[str, ...] = (), path: str = "/health") -> float:
+    """Seconds from spawning ``kernel-agent serve`` to its first 200 on ``path``."""
+    port = _free_port()
+    argv = [*_cli(), "serve", "--no-auth", "--port", str(port), "--data-dir", str(root / f"serve-{port}"),
+            "--model", "bench-model", "--base-url", "http://127.0.0.1:9/v1", *extra]
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while not _answered(port, path):
+            if process.poll() is not None:
+                raise AssertionError(f"{argv} exited {process.returncode} before answering")
+            time.sleep(0.002)  # polling resolution, not a wait for anything in particular
+        elapsed = time.perf_counter() - started
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _stopped(process, argv, signalled=True)
+    return elapsed
+
+
+_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
+
+
+def _mcp_ready(environment: dict[str, str], root: Path) -> float:
+    """Seconds from spawning ``kernel-agent mcp`` (stdio) to its answer to ``initialize``."""
+    argv = [*_cli(), "mcp", "--workspace", str(root / f"mcp-{time.monotonic_ns()}")]
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(json.dumps(_INITIALIZE).encode() + b"\n")
+        process.stdin.flush()
+        answer = json.loads(process.stdout.readline() or b"null")
+        elapsed = time.perf_counter() - started
+    finally:
+        process.stdin.close()  # the client goes away: the server ends its session and exits
+        _stopped(process, argv)
+    if not isinstance(answer, dict) or answer.get("id") != 1 or "serverInfo" not in answer.get("result", {}):
+        raise AssertionError(f"not an initialize answer: {answer!r}")
+    return elapsed
+
+
+def servers(quick: bool) -> list[Row]:
+    environment = _environment()
+    python = [sys.executable, "-c", "print('ok')"]
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
+        root = Path(scratch)
+        timers: dict[str, Callable[[], float]] = {
+            "serve": lambda: _serve_ready(environment, root),
+            "serve --pool 2": lambda: _serve_ready(environment, root, ("--pool", "2")),
+            "serve, /v1/info": lambda: _serve_ready(environment, root, path="/v1/info"),
+            "mcp": lambda: _mcp_ready(environment, root),
+            BASELINE: lambda: _timed(python, environment, "ok"),
+        }
+        medians = _taking_turns(timers, 3 if quick else 10)
+    floor = medians[BASELINE]
+    return [
+        Row(f"kernel-agent serve: spawn to /health answered vs {BASELINE}", medians["serve"], floor,
+            max_seconds=1.0),
+        Row(f"  ↳ with --pool 2 (kernels start in the background) vs {BASELINE}", medians["serve --pool 2"], floor,
+            max_seconds=1.0),
+        Row(f"  ↳ spawn to the first /v1/info answered (the whole app up) vs {BASELINE}", medians["serve, /v1/info"],
+            floor),
+        Row(f"kernel-agent mcp (stdio): spawn to initialize answered vs {BASELINE}", medians["mcp"], floor,
+            max_seconds=1.0),
+    ]
+
+
+def _taking_turns(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """The median of each timer over ``rounds``, after one discarded warm-up each, the order rotated."""
+    for timer in timers.values():
+        timer()
+    times: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
+    for index in range(rounds):
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            times[name].append(timers[name]())
+    return {name: median(values) for name, values in times.items()}
+
+
+async def _load_ext_once(environment: dict[str, str]) -> tuple[float, float]:
+    """One fresh stock ipykernel: seconds for ``%load_ext kernel_agent``, and for ``1+1`` after it."""
+    from jupyter_client.manager import start_new_async_kernel
+
+    manager, client = await start_new_async_kernel(kernel_name="python3", env=environment)
+    try:
+        timings = []
+        for code in ("%load_ext kernel_agent", "1+1"):
+            started = time.perf_counter()
+            reply = await client.execute_interactive(code, timeout=60)
+            timings.append(time.perf_counter() - started)
+            if reply["content"]["status"] != "ok":
+                raise AssertionError(f"{code!r} failed in the kernel: {reply['content']}")
+        return timings[0], timings[1]
+    finally:
+        client.stop_channels()
+        await manager.shutdown_kernel(now=True)
+
+
+def magic(quick: bool) -> list[Row]:
+    environment = _environment()
+    loads, plain = [], []
+    asyncio.run(_load_ext_once(environment))  # warm-up, discarded
+    for _ in range(3 if quick else 10):
+        load, one = asyncio.run(_load_ext_once(environment))
+        loads.append(load)
+        plain.append(one)
+    return [Row("%load_ext kernel_agent in a fresh stock kernel vs 1+1 there", median(loads), median(plain),
+                max_seconds=1.0)]
+
+
+PARTS = {"cli": cli, "servers": servers, "magic": magic}
 
 
 if __name__ == "__main__":
     from report import render
 
-    print(render(cli("--quick" in sys.argv)))
+    quick = "--quick" in sys.argv
+    print(render([row for part in PARTS.values() for row in part(quick)]))

@@ -57,7 +57,7 @@ def test_every_error_is_a_kernel_agent_error() -> None:
 
 
 PACKAGE = Path(kernel_agent.__file__).parent
-SHARED = {"errors", "result", "records", "events", "redact", "_loop", "_net", "_version"}
+SHARED = {"errors", "result", "records", "events", "redact", "_loop", "_net", "_nbformat", "_version"}
 BELOW_FRONT_ENDS = SHARED | {"kernel", "model", "notebook", "agent", "demo"}
 # What each top-level module or subpackage may import of kernel_agent besides itself, bottom up:
 # shared values, then the kernel and the model seam (apart), notebooks, the agent, then front ends,
@@ -66,6 +66,7 @@ ALLOWED = {
     "_version": set(),
     "_loop": set(),
     "_net": set(),
+    "_nbformat": set(),
     "errors": set(),
     "result": {"errors"},
     "records": {"errors", "result"},

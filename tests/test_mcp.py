@@ -239,6 +239,32 @@ def test_disconnect_leaves_no_kernel_and_keeps_the_notebook(tmp_path: Path) -> N
     assert "value = 1" in notebook and "The MCP session ended after 1 code execution" in notebook
 
 
+def wait_for_a_kernel(workspace: Path, seconds: float = 60) -> list[int]:
+    """Poll until a kernel works in ``workspace``; return them (empty when none came)."""
+    end = time.monotonic() + seconds
+    while not (found := kernels_in(workspace)) and time.monotonic() < end:
+        time.sleep(0.05)
+    return found
+
+
+def test_the_stdio_kernel_starts_before_the_first_call_and_serves_it(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    with open_stdio(stdio_params(workspace), tmp_path / "server.log") as client:
+        assert wait_for_a_kernel(workspace)  # started after initialize, with no call made
+        # Its preload imported pandas; a kernel started for the call would not have (no data files).
+        assert "ok" in text_of(run(client, "import sys; started_ahead = 'pandas' in sys.modules"))
+        assert "True" in text_of(run(client, "print(started_ahead)"))
+    assert wait_until_gone(workspace) == []
+    assert "started_ahead" in (tmp_path / "ws.ipynb").read_text()
+
+
+def test_a_kernel_started_ahead_and_never_used_is_shut_down(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    with open_stdio(stdio_params(workspace), tmp_path / "server.log"):
+        assert wait_for_a_kernel(workspace)
+    assert wait_until_gone(workspace) == []
+
+
 def test_sandbox_flags_reach_the_kernel(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     with open_stdio(stdio_params(workspace, "--no-network", "--memory", "3000"), tmp_path / "server.log") as client:

@@ -26,6 +26,9 @@ def test_acquire_gives_a_warm_kernel_bound_to_the_run_folder_and_never_reuses_it
             await pool.wait_ready()
             async with pool.acquire(tmp_path / "run1") as first:
                 assert (await first.evaluate({"m": "'pandas' in __import__('sys').modules"}))["m"] == "True"
+                # seaborn too (the setup cell imports it when installed: it brings scipy.stats, ~1 s), no name left
+                warmed = await first.evaluate({"sns": "'seaborn' in __import__('sys').modules", "left": "'seaborn' in dir()"})
+                assert warmed == {"sns": "True", "left": "False"}
                 await first.files.put([tmp_path / "data.csv"])
                 before = await first.files.snapshot()
                 result = await first.execute("import pandas as pd\nsecret = 7\nint(pd.read_csv('data.csv').a.sum())")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -39,6 +40,20 @@ def test_runs_over_the_cap_get_429_and_nothing_changes(client: httpx.Client, mod
     while model.remaining and time.monotonic() < deadline:  # cancel while it waits on the model
         time.sleep(0.05)
     assert client.post(f"/v1/runs/{first['id']}/cancel").json()["status"] == "cancelled"
+
+
+def test_a_burst_of_requests_gets_one_place_not_one_each(client: httpx.Client, model: OpenAIServer) -> None:
+    """The cap holds while the admitted run is still getting its kernel and folders: before, every request of a
+    burst passed the check before any run's task existed, and all of them started."""
+    model.add(Reply("slow", pause=60))
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(lambda i: client.post("/v1/runs", json={"task": f"Burst {i}"}), range(6)))
+    admitted = [a.json() for a in answers if a.status_code == 201]
+    assert len(admitted) == 1 and sorted(a.status_code for a in answers) == [201] + [429] * 5
+    deadline = time.monotonic() + 30
+    while model.remaining and time.monotonic() < deadline:  # cancel while it waits on the model
+        time.sleep(0.05)
+    assert client.post(f"/v1/runs/{admitted[0]['id']}/cancel").json()["status"] == "cancelled"
 
 
 def test_an_idle_kernel_is_shut_down_and_the_thread_goes_on(client: httpx.Client, model: OpenAIServer) -> None:

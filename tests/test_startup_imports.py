@@ -67,3 +67,19 @@ def test_every_command_help_loads_nothing_heavy(command: tuple[str, ...]) -> Non
 def test_the_probe_sees_a_heavy_import() -> None:
     """The check can fail: a probe that does load something heavy is caught."""
     assert heavy_loaded_by("import kernel_agent.cli\nimport rich.console") == ["rich"]
+
+
+def test_the_mcp_server_answers_initialize_without_the_kernel_modules() -> None:
+    """The SDK has to load before ``initialize`` is answered; kernels, notebooks and zmq load after, in the
+    background (``mcp/connections.py``)."""
+    probe = "import kernel_agent.cli, kernel_agent.agent.config, kernel_agent.kernel.workspace, kernel_agent.mcp.server"
+    loaded = heavy_loaded_by(probe)
+    assert "mcp" in loaded
+    assert not {"nbformat", "jsonschema", "jupyter_client", "zmq", "pandas", "numpy"} & set(loaded), loaded
+
+
+def test_serve_binds_before_importing_the_app() -> None:
+    """What ``kernel-agent serve`` imports before uvicorn binds; FastAPI and the rest load in a thread after."""
+    loaded = heavy_loaded_by("import kernel_agent.cli, kernel_agent.agent.config, kernel_agent.server.config, "
+                             "kernel_agent.server.run, uvicorn")
+    assert loaded == ["uvicorn"]

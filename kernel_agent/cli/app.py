@@ -497,10 +497,7 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
     Tools: execute_python, interrupt, restart, list_variables, describe_data, list_files, read_file,
     write_file, export_notebook. Every execution is recorded in WORKSPACE.ipynb (beside the workspace) as it happens.
     """
-    import functools
-
     from ..agent.config import AgentConfig
-    from ..kernel.session import AsyncKernelSession
     from ..kernel.workspace import default_workspace
     from ..mcp.server import McpOptions, serve
 
@@ -522,7 +519,19 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
         limits = kernel_options.get("limits")
         if limits is not None and limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
-        serve(mcp_options, functools.partial(AsyncKernelSession, **kernel_options))
+        serve(mcp_options, _session_builder(kernel_options))
+
+
+def _session_builder(kernel_options: dict[str, Any]) -> Callable[[Path], Any]:
+    """A connection's kernel session with ``kernel_options``; the kernel modules load on the first
+    build, after the MCP server is up (it answers ``initialize`` without them)."""
+
+    def build(workspace: Path) -> Any:
+        from ..kernel.session import AsyncKernelSession
+
+        return AsyncKernelSession(workspace, **kernel_options)
+
+    return build
 
 
 def _require_python_kernel(kernel: str, python: str | None, why: str) -> None:

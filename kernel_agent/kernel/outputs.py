@@ -16,8 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nbformat import NotebookNode
-
+from .._nbformat import NotebookNode
 from ..result import DisplayUpdate, ErrorInfo, strip_ansi
 from .inside.output_cap import data_size
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context
 
-from ..kernel.partial import OutputCallback, OutputChunk, OutputTail
+if TYPE_CHECKING:  # the kernel modules load after the server is up (``connections.py``)
+    from ..kernel.partial import OutputCallback, OutputChunk, OutputTail
 
 __all__ = ["PROGRESS_S", "TAIL_CHARS", "progress_message", "with_progress"]
 
@@ -43,6 +44,8 @@ async def with_progress(
 ) -> T:
     """Await ``work(on_output)`` while reporting progress to the client: at least every ``PROGRESS_S``,
     and soon after new output arrives through ``on_output``. Raises what ``work`` raises."""
+    from ..kernel.partial import OutputTail
+
     started = time.monotonic()
     tail = OutputTail(tail_chars)
     fresh = anyio.Event()

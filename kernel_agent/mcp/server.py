@@ -2,11 +2,12 @@
 
 Owns the MCP surface (the official SDK's ``MCPServer``): the tools, their
 descriptions and schemas, one ``Workbench`` (live kernel + notebook) per MCP
-connection, progress notifications while code runs, and the translation of
-our errors into tool errors. A connection's kernel is started on its first
-call and shut down when the connection ends (stdio: the process's stdin
-closes; HTTP: the session is deleted or expires), through the SDK's
-per-connection exit stack. Turning results into content blocks is
+connection, progress notifications while code runs, and the transports. A
+connection's kernel is started on its first call (stdio: ahead, while the first
+requests are read) and shut down when the connection ends (stdio: the process's
+stdin closes; HTTP: the session is deleted or expires), through the SDK's
+per-connection exit stack. Which workbench serves a connection, and our errors as
+tool errors, are ``connections.py``'s; turning results into content blocks is
 ``content.py``'s; progress notifications (with the output so far) are
 ``progress.py``'s; workspace paths are ``files.py``'s.
 """
@@ -15,33 +16,29 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
-import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import (
-    ResourceError,
-    ResourceNotFoundError,
-    ToolError,
-)
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ImageContent, ToolAnnotations
 from pydantic import Field
 
 from .._loop import in_thread
 from .._version import __version__
-from ..agent.data import prepare_data
 from ..errors import ConfigError, KernelAgentError
-from ..notebook.export import clean_path
 from . import files
 from .auth import BearerKey, check_listen
+from .connections import Workbenches, edge
 from .content import ContentLimits, execution_content, image_block, text_result
 from .progress import with_progress
-from .workbench import SessionBuilder, Workbench, default_session
+
+if TYPE_CHECKING:
+    from .workbench import SessionBuilder
 
 __all__ = ["McpOptions", "Transport", "build_server", "serve"]
 
@@ -49,7 +46,6 @@ log = logging.getLogger(__name__)
 
 Transport = Literal["stdio", "http"]
 Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600, description="seconds before the code is interrupted")]
-_STATE_KEY = "kernel_agent.workbench"
 NOTEBOOK_URI = "kernel-agent://notebook/{view}"
 FILE_URI = "kernel-agent://files/{+path}"
 MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024  # a resource read whole into memory
@@ -82,73 +78,17 @@ class McpOptions:
     allow_remote: bool = False  # HTTP: listen on an address other than loopback (TLS must be in front)
 
 
-class _Workbenches:
-    """Every connection's workbench, so that a server shutdown closes them all."""
-
-    def __init__(self, options: McpOptions, factory: SessionBuilder) -> None:
-        self.options = options
-        self.factory = factory
-        self.open: set[Workbench] = set()
-
-    def get(self, ctx: Context) -> Workbench:
-        connection = _connection(ctx)
-        bench = connection.state.get(_STATE_KEY)
-        if bench is None:
-            bench = self._new(connection.session_id, _client_name(ctx))
-            connection.state[_STATE_KEY] = bench
-            connection.exit_stack.push_async_callback(self._close, bench)
-        return bench
-
-    def _new(self, session_id: str | None, client: str) -> Workbench:
-        workspace = self.options.workspace / f"session-{session_id[:12]}" if session_id else self.options.workspace
-        with _edge():
-            workspace.mkdir(parents=True, exist_ok=True)
-            installed = prepare_data(self.options.data, workspace)
-        bench = Workbench(workspace, files=installed, session_factory=self.factory,
-                          timeout=self.options.timeout, client=client)
-        self.open.add(bench)
-        return bench
-
-    async def _close(self, bench: Workbench) -> None:
-        self.open.discard(bench)
-        await bench.close()
-
-    async def close_all(self) -> None:
-        for bench in list(self.open):
-            await self._close(bench)
-
-
-def _connection(ctx: Context) -> Any:
-    # The SDK keeps per-connection state and teardown on ``Connection`` but MCPServer's tool
-    # Context does not expose it (the lowlevel Context does); the request's session holds it.
-    connection = getattr(ctx.request_context.session, "_connection", None)
-    if connection is None or not hasattr(connection, "exit_stack"):
-        raise ToolError("this version of the mcp SDK does not expose per-connection state")
-    return connection
-
-
-def _client_name(ctx: Context) -> str:
-    params = ctx.request_context.session.client_params
-    info = getattr(params, "client_info", None)
-    return f"{info.name} {info.version}".strip() if info is not None else "an MCP client"
-
-
-@contextmanager
-def _edge() -> Iterator[None]:
-    """Our refusals and machinery failures become tool errors the model can read."""
-    try:
-        yield
-    except KernelAgentError as exc:
-        raise ToolError(str(exc)) from exc
-
-
-def build_server(options: McpOptions, session_factory: SessionBuilder = default_session) -> MCPServer:
-    """The MCP server with its tools; each connection gets its own kernel from ``session_factory``."""
-    benches = _Workbenches(options, session_factory)
+def build_server(options: McpOptions, session_factory: SessionBuilder | None = None) -> MCPServer:
+    """The MCP server with its tools; each connection gets its own kernel from ``session_factory``
+    (None: the agent's default session). Once it runs, the kernel modules load (and, on stdio,
+    the connection's kernel starts) in the background (``Workbenches.start_ahead``)."""
+    benches = Workbenches(options.workspace, data=options.data, timeout=options.timeout,
+                          stdio=options.transport == "stdio", factory=session_factory)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
         try:
+            benches.start_ahead()
             yield {}
         finally:
             with anyio.CancelScope(shield=True):
@@ -156,15 +96,15 @@ def build_server(options: McpOptions, session_factory: SessionBuilder = default_
 
     server = MCPServer("kernel-agent", instructions=_INSTRUCTIONS, version=__version__, lifespan=lifespan,
                        log_level="WARNING")
-    _add_kernel_tools(server, benches)
-    _add_file_tools(server, benches)
+    _add_kernel_tools(server, benches, options)
+    _add_file_tools(server, benches, options.limits.max_side)
     _add_resources(server, benches)
     return server
 
 
-def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
-    limits = benches.options.limits
-    default_timeout = benches.options.timeout
+def _add_kernel_tools(server: MCPServer, benches: Workbenches, options: McpOptions) -> None:
+    limits = options.limits
+    default_timeout = options.timeout
 
     @server.tool(description=(
         "Run Python code in the live kernel; variables persist between calls. Returns the status "
@@ -175,7 +115,7 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
     ))
     async def execute_python(code: str, ctx: Context, timeout: Seconds | None = None) -> CallToolResult:
         bench = benches.get(ctx)
-        with _edge():
+        with edge():
             result = await with_progress(
                 ctx, lambda on_output: bench.execute(code, timeout, on_output=on_output), timeout or default_timeout
             )
@@ -183,7 +123,7 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
 
     @server.tool(description="Interrupt the code running in the kernel (like Ctrl-C); variables are kept.")
     async def interrupt(ctx: Context) -> str:
-        with _edge():
+        with edge():
             sent = await benches.get(ctx).interrupt()
         return "interrupt sent" if sent else "no kernel is running yet: nothing to interrupt"
 
@@ -192,7 +132,7 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
         annotations=ToolAnnotations(destructive_hint=True),
     )
     async def restart(ctx: Context) -> CallToolResult:
-        with _edge():
+        with edge():
             setup = await benches.get(ctx).restart()
         text = "kernel restarted: all variables were lost; the setup code ran again"
         if not setup.ok:
@@ -202,7 +142,7 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
     @server.tool(description="List the kernel's variables: name, type, shape (DataFrames, arrays) and a short repr.",
                  annotations=ToolAnnotations(read_only_hint=True))
     async def list_variables(ctx: Context, limit: int = 100) -> CallToolResult:
-        with _edge():
+        with edge():
             rows = await benches.get(ctx).variables(max(1, min(limit, 500)))
         lines = [f"{name}: {kind}" + (f" shape={shape}" if shape else "") + (f" = {value}" if value else "")
                  for name, kind, shape, value in rows]
@@ -221,19 +161,18 @@ def _add_kernel_tools(server: MCPServer, benches: _Workbenches) -> None:
     ))
     async def export_notebook(ctx: Context, path: str | None = None) -> str:
         bench = benches.get(ctx)
-        with _edge():
+        with edge():
             written = await bench.export(path or None)
         return str(written)
 
 
-def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
-    max_side = benches.options.limits.max_side
+def _add_file_tools(server: MCPServer, benches: Workbenches, max_side: int) -> None:
 
     @server.tool(description="List the files in the kernel's workspace (or a folder in it), with sizes.",
                  annotations=ToolAnnotations(read_only_hint=True))
     async def list_files(ctx: Context, folder: str = ".") -> str:
         bench = benches.get(ctx)
-        with _edge():
+        with edge():
             found, total = await in_thread(files.list_files, bench.workspace, folder)
         lines = [f"{entry.path}  ({entry.size} bytes)" for entry in found]
         if total > len(found):
@@ -246,7 +185,7 @@ def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
     ), annotations=ToolAnnotations(read_only_hint=True))
     async def read_file(ctx: Context, path: str) -> CallToolResult:
         bench = benches.get(ctx)
-        with _edge():
+        with edge():
             found = await in_thread(files.read_file, bench.workspace, path)
         if found.kind == "image":
             if found.mime_type == "image/png":  # scaled down like figures
@@ -263,12 +202,12 @@ def _add_file_tools(server: MCPServer, benches: _Workbenches) -> None:
     ))
     async def write_file(ctx: Context, path: str, content: str, encoding: Literal["text", "base64"] = "text") -> str:
         bench = benches.get(ctx)
-        with _edge():
+        with edge():
             entry = await bench.upload(path, content, encoding)
         return f"wrote {entry.path} ({entry.size} bytes)"
 
 
-def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
+def _add_resources(server: MCPServer, benches: Workbenches) -> None:
     @server.resource(NOTEBOOK_URI, mime_type="application/x-ipynb+json", description=(
         "This session's notebook so far: view 'full' (every execution) or 'clean' (what worked)."))
     async def session_notebook(view: str, ctx: Context) -> str:
@@ -276,6 +215,8 @@ def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
         if view not in ("full", "clean"):
             raise ResourceNotFoundError(f"unknown notebook view {view!r}; use 'full' or 'clean'")
         await bench.flush()
+        from ..notebook.export import clean_path
+
         path = bench.notebook if view == "full" else clean_path(bench.notebook)
         try:  # the notebook sits in the workspace: read it through the door, as any file there
             data, size = await in_thread(files.read_head, path.parent, path.name, MAX_NOTEBOOK_BYTES)
@@ -300,7 +241,7 @@ def _add_resources(server: MCPServer, benches: _Workbenches) -> None:
             return data
 
 
-def serve(options: McpOptions, session_factory: SessionBuilder = default_session) -> None:
+def serve(options: McpOptions, session_factory: SessionBuilder | None = None) -> None:
     """Run the server until the client goes away (stdio) or the process is stopped (HTTP).
 
     Raises ``ConfigError`` for HTTP without a key, or on an address other than loopback without
@@ -316,6 +257,8 @@ def serve(options: McpOptions, session_factory: SessionBuilder = default_session
     if options.transport == "stdio":
         anyio.run(_until_signal, server.run_stdio_async)
     else:  # uvicorn handles the signals: a graceful shutdown ends the sessions, then the lifespan
+        import uvicorn
+
         app = BearerKey(server.streamable_http_app(host=options.host), options.key or "")
         config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
         anyio.run(uvicorn.Server(config).serve)

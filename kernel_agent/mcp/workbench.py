@@ -3,8 +3,12 @@
 Owns, for one MCP connection, the kernel session (built lazily by the same
 ``new_session`` the agent uses, so the same sandbox, limits and secret
 rules apply), the ``Run`` that records every execution as a round, and the
-notebook written after each one (``export_run``, the exporter of agent runs),
-so a killed server loses nothing. A restart is recorded too: the setup code
+notebook written after each one (``export_run``, the exporter of agent runs)
+off the call's path, so a killed server loses at most the last moment's calls:
+rebuilding the notebook grows with the session (~0.1 s of CPU at 300 cells), so
+after each write the writer rests ``WRITE_REST`` times as long as it took
+before the next, leaving the loop (and the GIL) to the calls; ``flush`` cuts the
+rest short. A restart is recorded too: the setup code
 runs again as its own cell, so the notebook replays. It knows nothing of MCP:
 the server turns its values into content blocks.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -34,9 +39,11 @@ from ..records import Round, Run, RunInfo
 from ..result import ExecutionResult
 from .files import FileEntry, write_file
 
-__all__ = ["SessionBuilder", "Workbench", "default_session"]
+__all__ = ["SessionBuilder", "Workbench", "close_ahead", "default_session"]
 
 log = logging.getLogger(__name__)
+
+WRITE_REST = 4.0  # the writer's pause after a write, in multiples of that write's time (busy at most 1/5)
 
 SessionBuilder = Callable[[Path], AsyncKernelSession]
 
@@ -65,12 +72,15 @@ class Workbench:
     ``files`` are data files already installed in ``workspace`` (``prepare_data``);
     the setup cell preloads them as the agent does. ``timeout`` is the default
     per-execution deadline in seconds. ``client`` names the MCP client in the
-    notebook's header.
+    notebook's header. ``ahead`` is a kernel session already starting for this
+    workbench (used instead of a new one from ``session_factory``; shut down on
+    ``close`` if never used).
     """
 
     def __init__(
         self, workspace: Path, *, files: Sequence[DataFile] = (), session_factory: SessionBuilder = default_session,
         timeout: float = 120.0, client: str = "an MCP client", notebook: Path | None = None,
+        ahead: asyncio.Future[AsyncKernelSession] | None = None,
     ) -> None:
         self.workspace = workspace
         self.files = tuple(files)
@@ -80,12 +90,15 @@ class Workbench:
         self._factory = session_factory
         self._client = client
         self._session: AsyncKernelSession | None = None
+        self._ahead = ahead
         self._starting = asyncio.Lock()
         self._closed = False
         self._settling: asyncio.Future[None] | None = None
         self._uploads: list[str] = []
         self._dirty = False
         self._writer: asyncio.Future[None] | None = None
+        self._hurry = asyncio.Event()  # set by flush: write now, no rest
+        self._remote_files = False  # the kernel works elsewhere (a gateway): files travel through session.files
         self.run = Run(info=RunInfo(task=""))
 
     def __repr__(self) -> str:
@@ -103,9 +116,9 @@ class Workbench:
             if self._closed:
                 raise SessionClosedError("this MCP session has ended")
             if self._session is None:
-                session = self._factory(self.workspace)
-                await session.start()
+                session = await self._started()
                 self._session = session
+                self._remote_files = await in_thread(_elsewhere, session, self.workspace)
                 # A kernel elsewhere (a gateway) gets the data files through the files seam; locally a no-op.
                 await session.files.put([self.workspace / name for name in self._data_names()])
                 setup = await session.execute(self.setup_code, self.timeout)
@@ -117,6 +130,22 @@ class Workbench:
             await settling
         return session
 
+    async def _started(self) -> AsyncKernelSession:
+        """The session started ahead when there is one (a failed one is followed by a new try),
+        else a new one. Cancelled while the one ahead starts, it keeps it for the next call."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                return await asyncio.shield(ahead)
+            except asyncio.CancelledError:
+                self._ahead = ahead
+                raise
+            except KernelError:
+                log.warning("the kernel started ahead failed; starting another", exc_info=True)
+        session = self._factory(self.workspace)
+        await session.start()
+        return session
+
     async def execute(
         self, code: str, timeout: float | None = None, *, on_output: OutputCallback | None = None
     ) -> ExecutionResult:
@@ -124,7 +153,7 @@ class Workbench:
         Errors in the code are data. Raises ``KernelError`` when the kernel cannot be started or restarted."""
         session = await self.session()
         started, clock = _now(), time.monotonic()
-        before = await session.files.snapshot() if _elsewhere(session, self.workspace) else None
+        before = await session.files.snapshot() if self._remote_files else None
         try:
             result = await session.execute(code, timeout or self.timeout, on_output=on_output)
         except asyncio.CancelledError:
@@ -178,7 +207,7 @@ class Workbench:
         """Write a file into the workspace for the client and list it among the run's data files,
         so a replay stages it. Raises ``WorkspaceFileError`` as ``files.write_file`` does."""
         entry = await in_thread(write_file, self.workspace, relative, content, encoding)
-        if self._session is not None and _elsewhere(self._session, self.workspace):
+        if self._session is not None and self._remote_files:
             await self._session.files.put([self.workspace / entry.path])  # the kernel works on a copy
         if entry.path not in self._uploads:
             self._uploads.append(entry.path)
@@ -224,8 +253,11 @@ class Workbench:
                 return
             self._closed = True
             session, self._session = self._session, None
+            ahead, self._ahead = self._ahead, None
             if self._settling is not None:
                 self._settling.cancel()
+        if ahead is not None:
+            await close_ahead(ahead)
         if session is None:
             return
         try:
@@ -265,15 +297,21 @@ class Workbench:
         while self._dirty:
             self._dirty = False
             run = replace(self.run, notebook_path=self.notebook)
+            started = time.monotonic()
             try:
                 await asyncio.to_thread(export_run, run, self.notebook)
             except Exception:  # the kernel result still reached the client; the next save retries
                 log.exception("could not write the MCP session notebook %s", self.notebook)
+            if self._dirty and not self._hurry.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), WRITE_REST * (time.monotonic() - started))
+        self._hurry.clear()  # the writer ends: the next flush asks afresh
 
     async def flush(self) -> None:
-        """Wait until the notebook on disk holds everything recorded so far."""
+        """Wait until the notebook on disk holds everything recorded so far (no rest in between)."""
         self._schedule_save()
         if self._writer is not None:
+            self._hurry.set()
             await asyncio.shield(self._writer)
 
     async def _save(self) -> None:
@@ -286,6 +324,22 @@ class Workbench:
             workspace=str(self.workspace.resolve()), setup_code=self.setup_code, started_at=_now(),
             language_info=dict(session.kernel_info.get("language_info", {})),
         )
+
+
+async def close_ahead(ahead: asyncio.Future[AsyncKernelSession]) -> None:
+    """Shut down a session started ahead that nobody used, once its start has ended (cut short,
+    a start could leave its kernel behind); a failed start has nothing left to shut down."""
+    try:
+        session = await asyncio.shield(ahead)
+    except asyncio.CancelledError:
+        if not ahead.done():
+            await asyncio.wait({ahead})
+        if not ahead.cancelled() and ahead.exception() is None:
+            await ahead.result().close()
+        raise
+    except Exception:
+        return
+    await session.close()
 
 
 def _stopped_note(what: str, code: str, seconds: float) -> str:

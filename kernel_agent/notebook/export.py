@@ -37,11 +37,7 @@ from pathlib import Path, PurePath
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import nbformat
-from nbformat import NotebookNode
-from nbformat.v4 import nbformat as NBFORMAT
-from nbformat.v4 import nbformat_minor as NBFORMAT_MINOR
-
+from .._nbformat import NotebookNode, nbformat
 from .._version import __version__
 from ..errors import NotebookError
 from ..records import Round, Run, Turn
@@ -49,6 +45,8 @@ from ..result import ExecutionResult
 from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
 
 _VALIDATOR_BACKEND = "fastjsonschema"
+NBFORMAT = nbformat.v4.nbformat
+NBFORMAT_MINOR = nbformat.v4.nbformat_minor
 
 __all__ = [
     "KERNELSPEC",

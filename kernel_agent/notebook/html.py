@@ -17,7 +17,7 @@ from ..errors import NotebookError
 from .load import read_notebook
 
 if TYPE_CHECKING:
-    from nbformat import NotebookNode
+    from .._nbformat import NotebookNode
 
 __all__ = ["export_html", "render_html", "render_node"]
 

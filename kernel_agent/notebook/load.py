@@ -17,9 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_args
 
-import nbformat
-from nbformat import NotebookNode
-
+from .._nbformat import NotebookNode, nbformat
 from ..errors import NotebookError
 from ..kernel.rebuild import RebuildCell
 from ..records import Artifact, Round, Run, RunInfo, StopReason, Turn, Usage

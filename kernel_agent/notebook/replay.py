@@ -26,11 +26,8 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
-from nbformat import NotebookNode
-
 from .._loop import LoopThread, in_thread
+from .._nbformat import NotebookNode
 from ..errors import NotebookError, SandboxUnavailableError
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
@@ -213,6 +210,8 @@ async def _execute(
     def on_notebook_start(notebook: NotebookNode) -> None:
         progress["ready"] = True
 
+    from nbclient import NotebookClient  # it imports nbformat: after ours (``_nbformat``)
+
     spec = nb.metadata.get("kernelspec")
     recorded = spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str) else None
     name = kernel_name or recorded or "python3"
@@ -244,6 +243,8 @@ async def _execute(
 
 
 def _failure(exc: Exception, timeout: float) -> str:
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
     if isinstance(exc, CellExecutionError):
         return f"raised {exc.ename}: {exc.evalue}"
     if isinstance(exc, CellTimeoutError):

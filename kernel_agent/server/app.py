@@ -263,8 +263,7 @@ def _attachment(filename: str) -> str:
 
 
 def _render(text: bytes, label: str) -> str:
-    import nbformat
-
+    from .._nbformat import nbformat
     from ..notebook.html import render_node  # nbconvert is heavy: only when a report is asked for
 
     try:

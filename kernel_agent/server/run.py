@@ -1,26 +1,161 @@
-"""Running the service: uvicorn on a host and port, until SIGINT/SIGTERM.
+"""Running the service: uvicorn on a host and port, until SIGINT/SIGTERM; ``DeferredApp``.
 
-Owns the server process's loop; uvicorn handles the signals and the app's
-lifespan closes every run and kernel on the way out.
+Owns the server process's loop and the order it starts in. Importing the app (FastAPI, the
+agent, kernels, notebooks) takes most of a second of CPU, so the socket comes first: uvicorn
+binds with a ``DeferredApp`` in front, which answers ``/health`` with ``{"status": "starting"}``
+at once, builds the real app in a worker thread and then enters its lifespan (the store, the
+warm pool, whose kernels start in the background). Every other request waits until the app is
+up, then goes to it; none is refused for being early. ``/health`` then says what the app says.
+A build or start-up failure is logged and stops the server. uvicorn handles the signals, and the
+app's lifespan closes every run and kernel on the way out.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
 
 from .config import ServerConfig
 
-__all__ = ["serve"]
+__all__ = ["DeferredApp", "serve"]
 
 log = logging.getLogger(__name__)
 
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Message, Receive, Send], Awaitable[None]]
+
+
+class DeferredApp:
+    """An ASGI app that is up at once and becomes ``build()``'s app as soon as that is built and started.
+
+    ``build`` runs in a worker thread when the server's lifespan starts; the built app's own
+    lifespan is then driven from here. ``on_failure`` is called (on the loop) when building or
+    starting fails, e.g. to stop the server; requests then get 503.
+    """
+
+    def __init__(self, build: Callable[[], ASGIApp], on_failure: Callable[[], None] = lambda: None) -> None:
+        self._build = build
+        self._on_failure = on_failure
+        self._app: ASGIApp | None = None
+        self._settled: asyncio.Event | None = None  # set once the app is up, or failed
+        self._starting: asyncio.Task[None] | None = None
+        self._inbox: asyncio.Queue[Message] | None = None  # to the app's lifespan
+        self._outbox: asyncio.Queue[Message] | None = None  # from it
+        self._lifespan: asyncio.Task[None] | None = None
+        self._state: dict[str, Any] = {}  # what the app's lifespan keeps for its requests
+        self.failed = False
+
+    @property
+    def ready(self) -> bool:
+        """True once the built app has started."""
+        return self._app is not None
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._serve_lifespan(receive, send)
+            return
+        if self._app is None and not self.failed and scope["type"] == "http" and scope.get("path") == "/health":
+            await _answer(send, 200, {"status": "starting"})
+            return
+        if self._settled is not None:
+            await self._settled.wait()
+        if self._app is None:
+            if scope["type"] == "http":
+                await _answer(send, 503, {"error": {"message": "the service failed to start", "type": "server_error"}})
+            return
+        if self._state and "state" in scope:
+            scope["state"].update(self._state)
+        await self._app(scope, receive, send)
+
+    async def _serve_lifespan(self, receive: Receive, send: Send) -> None:
+        """uvicorn's lifespan: start-up completes at once (the app starts in the background);
+        shutdown waits for that start, then shuts the app down."""
+        self._settled = asyncio.Event()
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._starting = asyncio.create_task(self._start())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self._stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _start(self) -> None:
+        assert self._settled is not None
+        try:
+            app = await asyncio.to_thread(self._build)
+            self._inbox, self._outbox = asyncio.Queue(), asyncio.Queue()
+            scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": self._state}
+            self._lifespan = asyncio.create_task(app(scope, self._inbox.get, self._outbox.put))
+            answer = await self._exchange({"type": "lifespan.startup"})
+            if answer["type"] != "lifespan.startup.complete":
+                raise RuntimeError(answer.get("message") or "the app's start-up failed")
+            self._app = app
+        except Exception:
+            log.exception("the service could not start")
+            if self._lifespan is not None and self._lifespan.done() and not self._lifespan.cancelled():
+                self._lifespan.exception()  # logged above; retrieved so asyncio does not warn again
+            self.failed = True
+            self._on_failure()
+        finally:
+            self._settled.set()
+
+    async def _exchange(self, message: Message) -> Message:
+        """Send the app's lifespan ``message`` and wait for its answer (or for the lifespan to end)."""
+        assert self._inbox is not None and self._outbox is not None and self._lifespan is not None
+        await self._inbox.put(message)
+        answer = asyncio.ensure_future(self._outbox.get())
+        await asyncio.wait({answer, self._lifespan}, return_when=asyncio.FIRST_COMPLETED)
+        if answer.done():
+            return answer.result()
+        answer.cancel()
+        self._lifespan.result()  # raises what the app raised
+        return {"type": f"{message['type']}.failed", "message": "the app's lifespan ended"}
+
+    async def _stop(self) -> None:
+        if self._starting is not None:
+            await asyncio.shield(self._starting)
+        if self._app is not None:
+            answer = await self._exchange({"type": "lifespan.shutdown"})
+            if answer["type"] != "lifespan.shutdown.complete":
+                log.error("the service did not shut down cleanly: %s", answer.get("message"))
+
+
+async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
+
 
 def serve(config: ServerConfig, host: str, port: int) -> None:
-    """Serve ``config`` on ``host:port`` until stopped. Raises ``OSError`` when the port is taken."""
+    """Serve ``config`` on ``host:port`` until stopped. Raises ``OSError`` when the port is taken,
+    ``ServiceError`` when the app could not be built or started (the log says why)."""
     import uvicorn
 
-    from .app import create_app
+    from ..errors import ServiceError
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     log.info("kernel-agent service: data in %s, auth %s", config.data_dir, "on" if config.auth else "off")
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=True)
+    server: uvicorn.Server | None = None
+
+    def build() -> ASGIApp:
+        from .app import create_app
+
+        return create_app(config)
+
+    def stop() -> None:
+        if server is not None:
+            server.should_exit = True
+
+    app = DeferredApp(build, on_failure=stop)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=True))
+    server.run()
+    if app.failed:
+        raise ServiceError("the service failed to start (the log above says why)", status=503)

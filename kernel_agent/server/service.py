@@ -53,6 +53,7 @@ class Service:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Future[None]] = set()
+        self._starting = 0  # runs let in whose task is not made yet: they count toward max_running
         self.pool: KernelPool | None = None
 
     async def __aenter__(self) -> Service:
@@ -150,10 +151,20 @@ class Service:
             raise ServiceError("this demo server plays scripted replies written for the tags protocol", status=422)
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
-        running = sum(1 for t in self.tasks.values() if not t.done())
+        running = sum(1 for t in self.tasks.values() if not t.done()) + self._starting
         if running >= self.config.max_running:  # before anything is saved: a refused request changes nothing
             raise ServiceError(f"{running} runs are running, the most this server runs at once; retry later",
                                status=429)
+        # The place is taken before the first await: a burst of requests must not all pass the check
+        # while each waits for its kernel and folders (32 at once all started, with a cap of 8).
+        self._starting += 1
+        try:
+            return await self._start_run(owner, task, file_ids, files, thread)
+        finally:
+            self._starting -= 1
+
+    async def _start_run(self, owner: str, task: str, file_ids: Sequence[str], files: list[FileRecord],
+                         thread: ThreadRecord) -> RunRecord:
         runtime = await self._runtime(thread)
         if runtime.busy:
             raise ServiceError(f"thread {thread.id} is running a run; wait for it or cancel it", status=409)

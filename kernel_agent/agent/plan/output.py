@@ -19,9 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-import nbformat
-from nbformat import NotebookNode
-
+from ..._nbformat import NotebookNode, nbformat
 from ...notebook.export import METADATA_KEY, SCRIPTED_STATEMENT, write_notebook
 from .graph import PlanNode
 from .state import NodeResult, PlanState

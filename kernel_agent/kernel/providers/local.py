@@ -301,7 +301,15 @@ class LocalProvider:
             except Exception:  # a dying kernel must not keep us from cleaning up
                 log.warning("kernel shutdown failed; killing it", exc_info=True)
                 await self._kill()
-        if self.confinement is not None:  # the kernel is gone: kill what it left behind, drop its cgroup
+        try:  # off the loop: a service closes kernels while it serves (~50 ms of disk work each under load)
+            await in_thread(self._clean_up)
+        except RuntimeError:  # at interpreter exit no worker thread can start: clean up here
+            self._clean_up()
+
+    def _clean_up(self) -> None:
+        """The kernel is gone: kill what it left behind, drop its cgroup, close its log, remove its
+        runtime dir. Blocking; idempotent."""
+        if self.confinement is not None:
             self.confinement.release()
         if self._stderr_file is not None:
             self._stderr_file.close()
