@@ -64,8 +64,9 @@ class JupyterLab:
             return json.loads(response.read())
 
 
-def start_jupyterlab() -> tuple[JupyterLab, Path]:
-    """Start JupyterLab and wait until it answers; return it and the temp folder to remove afterwards."""
+def start_jupyterlab(extra_env: dict[str, str] | None = None) -> tuple[JupyterLab, Path]:
+    """Start JupyterLab and wait until it answers; return it and the temp folder to remove afterwards.
+    ``extra_env`` is added to its environment (e.g. the model for the chat persona)."""
     base = Path(tempfile.mkdtemp(prefix="jupyterlab-test-"))
     root, data = base / "notebooks", base / "data"
     root.mkdir()
@@ -73,6 +74,7 @@ def start_jupyterlab() -> tuple[JupyterLab, Path]:
            "JUPYTER_RUNTIME_DIR": str(base / "runtime"), "IPYTHONDIR": str(base / "ipython"),
            "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces")}
     env.pop("PYTEST_CURRENT_TEST", None)
+    env.update(extra_env or {})
     subprocess.run([str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
                    env=env, check=True, capture_output=True)
     news = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
