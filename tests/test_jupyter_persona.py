@@ -29,7 +29,7 @@ WAIT_S = 150.0  # JupyterLab, the persona manager and a sandboxed kernel startin
 @pytest.fixture(scope="module")
 def lab(model: OpenAIServer) -> Iterator[JupyterLab]:
     server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": SECRET,
-                                     "KERNEL_AGENT_MODEL": "scripted-m"})
+                                     "KERNEL_AGENT_MODEL": "scripted-m"}, collaborative=True)
     try:
         (server.root / "sales.csv").write_text("month,revenue\n1,10\n2,20\n3,30\n")
         yield server

@@ -112,6 +112,7 @@ def test_an_interrupted_cell_keeps_the_output_it_had_shown(shell: InteractiveShe
                               if "✗ interrupted" in rendered([out], "text/plain")][0]:]
     assert "half way there" in rendered(after, "text/plain")  # still shown below the status, not replaced
     assert rendered(after, "image/png")  # the figure it had shown too
+    assert "KeyboardInterrupt" not in rendered(after, "text/plain")  # the user's own ■ is no error to show
     assert "**Interrupted:** the notebook is saved" in rendered(after, "text/markdown")
     run = shell.user_ns["_agent_run"]
     assert run.stop_reason == "cancelled" and "half way there" in str(run.rounds[-1].result.outputs)

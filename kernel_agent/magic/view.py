@@ -85,7 +85,8 @@ class CellView:
             kept = run.rounds[-1] if run is not None and run.rounds else None
             if kept is not None and kept.index == self._round and kept.result is not None:
                 for output in kept.result.outputs:
-                    _display_output(output)
+                    if output.get("ename") != "KeyboardInterrupt":  # the user's own ■: the status says it
+                        _display_output(output)
             elif self._running.text:  # the notebook could not be read back: the text shown so far
                 display(_plain(self._running.text), raw=True)
         where = f"the notebook is saved: `{notebook_path}`" if notebook_path else "nothing was saved"
