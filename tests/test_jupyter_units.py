@@ -38,7 +38,7 @@ def test_the_chat_message_folds_reasoning_says_each_rounds_status_and_ends_with_
         RoundFinished(Round(1, "Dividing now.", "Dividing now.", "1/0", failed)),
         RoundStarted(2, 30), TextDelta(2, "It is **undefined**."),
         RoundFinished(Round(2, "It is **undefined**.", answer="It is **undefined**.")),
-        AnswerReady(2, "It is **undefined**."),
+        AnswerReady(2, "## Answer\n\nIt is **undefined**."),
     ]:
         reply.feed(event)
     body = reply.body
@@ -46,7 +46,7 @@ def test_the_chat_message_folds_reasoning_says_each_rounds_status_and_ends_with_
     assert "<details><summary>Model reasoning (13 characters)</summary>\n\nsecret &lt;plan&gt;" in body
     assert "**Round 1** · ✗ error · 0.4 s · `ZeroDivisionError: division by zero`" in body
     assert "Dividing now." in body and "```text\nhalf\n```" in body
-    assert body.endswith("### Answer\n\nIt is **undefined**.")
+    assert body.endswith("### Answer\n\nIt is **undefined**.")  # the model's own heading is not repeated
     assert body.count("It is **undefined**.") == 1  # the answer round's text is the answer, said once
 
 

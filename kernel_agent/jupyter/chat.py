@@ -10,6 +10,7 @@ notebook's to show: the chat names the cells. Never shows the endpoint or the ke
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..result import ExecutionResult
 __all__ = ["ChatReply"]
 
 _OUTPUT_SHOWN = 600  # characters of a round's printed output quoted in the chat
+_ANSWER_HEADING = re.compile(r"\A\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n", re.IGNORECASE)
 
 
 @dataclass
@@ -64,7 +66,7 @@ class ChatReply:
             parts.append(_round_text(rnd))
         parts.extend(f"> **note:** {_escape(note)}" for note in self.notes)
         if self.answer is not None:
-            parts.append(f"### Answer\n\n{self.answer}")
+            parts.append(f"### Answer\n\n{_ANSWER_HEADING.sub('', self.answer, count=1)}")
         if self.ending:
             parts.append(self.ending)
         return "\n\n".join(parts) or "…"
