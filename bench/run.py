@@ -47,6 +47,7 @@ BENCHMARKS = [
     "bench_stream",
     "bench_door",
     "bench_startup",
+    "bench_jupyter",
 ]
 
 FAILED_EXIT = 1
