@@ -112,6 +112,10 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
             send(chat, "@KernelAgent wait")
             await until(lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S,
                         "the long round to run")
+            async with shared_document(lab.port, lab.token, "follow.ipynb", "notebook") as live:
+                running = await until(lambda: [c for c in notebook_cells(live) if c["id"] == "round-3-code"
+                                               and "waiting" in json.dumps(c["outputs"])], 30, "the running cell")
+                assert running[0]["source"].startswith("import time")  # shown while it runs, not yet guarded
             assert await asyncio.to_thread(cancel, lab, chat.get_id()) == [PERSONA]
             stopped = await until(lambda: [b for b in replies(chat) if "**Stopped.**" in b], 30, "the stop")
             assert "✗ stopped" in stopped[0]

@@ -90,3 +90,20 @@ def test_sync_adds_the_runs_cells_after_the_users_and_keeps_the_users_edits() ->
     assert _sources(notebook) == [("mine", "# my notes"), ("header", "# Task, edited by the user"),
                                   ("round-1-code", "x = 1"), ("answer", "## Answer\n\n1")]
     assert live.sync([_cell("header", "# Task"), code, _cell("answer", "## Answer\n\n1")]) == 0
+
+
+def test_a_running_round_shows_its_code_and_output_before_the_answer_then_the_runs_cells_replace_them() -> None:
+    live, notebook = _live()
+    live.sync([_cell("header", "# Task"), _cell("answer", "## In progress")])
+    live.running(1, "Looking.", "print(1)")
+    live.output(1, "1\n")
+    live.output(1, "2\n")
+    assert _sources(notebook) == [("mine", "# my notes"), ("header", "# Task"), ("round-1-reasoning", "Looking."),
+                                  ("round-1-code", "print(1)"), ("answer", "## In progress")]
+    running = json.loads(json.dumps(notebook.get()["cells"]))[3]
+    assert running["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "1\n2\n"}]
+    finished = _cell("round-1-code", "print(1)", "code")
+    live.sync([_cell("header", "# Task"), _cell("round-1-reasoning", "Looking."), finished, _cell("answer", "## Answer")])
+    cells = json.loads(json.dumps(notebook.get()["cells"]))
+    assert [c["id"] for c in cells] == ["mine", "header", "round-1-reasoning", "round-1-code", "answer"]
+    assert cells[3]["outputs"] == [] and cells[3]["metadata"] == finished["metadata"]  # the run's version now

@@ -2,7 +2,9 @@
 
 Owns the agent's cells in one notebook as JupyterLab shows it: the notebook's YNotebook in
 jupyter-server-ydoc's room (the document every browser tab on it edits), never the file, which
-the room saves. ``sync`` makes the agent's cells equal the run's exported full view, read back
+the room saves. While a round's code runs, ``running`` shows its reasoning and code at once and
+``output`` streams what it prints into that code cell (figures come with the round's end); then
+``sync`` makes the agent's cells equal the run's exported full view, read back
 from the notebook the run writes after each round (``notebook/export.py`` lays them out: the
 header, the setup cell, per round the reasoning and the code with its outputs, timed-out or
 crashed code commented out and tagged, the answer last). Cells are matched by their stable ids
@@ -19,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+from pycrdt import Map, Text
 
 from .._loop import in_thread
 from ..errors import NotebookError
-from ..notebook.export import KERNELSPEC
+from ..notebook.export import KERNELSPEC, METADATA_KEY
 
 __all__ = ["LiveNotebook", "exported_cells"]
 
@@ -50,6 +53,7 @@ class LiveNotebook:
         self.document: Any = None
         self._created = False
         self._written: dict[str, dict[str, Any]] = {}
+        self._tail: str | None = None  # the id of the last cell of the run's view (its answer, or "in progress")
 
     def __repr__(self) -> str:
         return f"<LiveNotebook {self.path} cells={len(self._written)}>"
@@ -93,7 +97,38 @@ class LiveNotebook:
                     written += 1
                 self._written[cell_id] = cell
                 anchor = index
+        self._tail = cells[-1]["id"] if cells else None
         return written
+
+    def running(self, index: int, reasoning: str, code: str) -> None:
+        """Show round ``index``'s reasoning and code while the code runs, where the run's view will have
+        them (before its answer cell); ``sync`` replaces them with the finished round's cells."""
+        meta = {"round": index, "running": True}
+        cells = [{"id": f"round-{index}-reasoning", "cell_type": "markdown", "source": reasoning,
+                  "metadata": {METADATA_KEY: {"role": "reasoning", **meta}}}] if reasoning.strip() else []
+        cells.append({"id": f"round-{index}-code", "cell_type": "code", "source": code, "outputs": [],
+                      "execution_count": None, "metadata": {METADATA_KEY: {"role": "code", **meta}}})
+        document = self.document
+        ids = [str(ycell.get("id")) for ycell in document.ycells]
+        at = ids.index(self._tail) if self._tail in ids else len(ids)
+        with document.ydoc.transaction():
+            for offset, cell in enumerate(cells):
+                if cell["id"] in ids:  # a round that ran before (a retried reply): the run's view decides
+                    continue
+                document.ycells.insert(at + offset, document.create_ycell(cell))
+                self._written[cell["id"]] = cell
+
+    def output(self, index: int, text: str) -> None:
+        """Append ``text`` (what round ``index``'s running code printed) to its code cell's output."""
+        for ycell in self.document.ycells:
+            if ycell.get("id") == f"round-{index}-code":
+                outputs = ycell["outputs"]
+                if len(outputs) == 0:
+                    outputs.append(Map({"output_type": "stream", "name": "stdout", "text": Text(text)}))
+                else:
+                    shown = outputs[len(outputs) - 1]["text"]
+                    shown.insert(len(shown), text)  # not +=: that sets the map's entry anew, emptied
+                return
 
 
 def _plain(cell: Any) -> dict[str, Any]:

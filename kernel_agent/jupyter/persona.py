@@ -2,7 +2,8 @@
 
 A message to KernelAgent in a JupyterLab chat is a task: the persona runs ``AsyncAgent`` on it in a
 sandboxed kernel of its own, streams the reply into one chat message (``chat.py``) and writes each
-round into the open notebook's shared document as it finishes (``live.py``). The notebook is one the
+round into the open notebook's shared document as it happens (``live.py``): its code as it starts, what
+it prints as it runs, the finished round's cells (outputs, figures, execution count) when it ends. The notebook is one the
 message names (``… in analysis.ipynb``), else ``<chat name>.ipynb`` beside the chat, created if
 missing. Data files are paths the message names (relative to the chat's folder) and the message's
 attachments; they are copied into the run's workspace, ``<chat name>-agent/`` beside the chat, so
@@ -121,6 +122,10 @@ class KernelAgentPersona(BasePersona):
                 reply.feed(event)
                 if event.kind in _SYNCED:
                     await conversation.sync()
+                elif event.kind == "code_ready":
+                    conversation.live.running(event.round, event.reasoning, event.code)  # type: ignore[attr-defined]
+                elif event.kind == "execution_output":
+                    conversation.live.output(event.round, event.text)  # type: ignore[attr-defined]
                 if event.kind not in ("text_delta", "reasoning_delta") or time.monotonic() - drawn >= _REDRAW_S:
                     self._draw(message_id, reply)
                     drawn = time.monotonic()
