@@ -133,16 +133,16 @@ class KernelAgentPersona(BasePersona):
             reply.stopped()
             await conversation.sync()
         except KernelAgentError as exc:
-            text = redact(str(exc), [conversation.agent.config.api_key])
-            reply.failed(text)
-            log.warning("KernelAgent run failed: %s", text)
+            reply.failed(str(exc))
+            log.warning("KernelAgent run failed: %s", conversation.hidden(str(exc)))
             await conversation.sync()
         finally:
             self._draw(message_id, reply)
             self.clear_status()
 
     def _draw(self, message_id: str, reply: ChatReply) -> None:
-        self.chat.update_message(Message(id=message_id, body=reply.body, time=time.time(), sender=self.id,
+        body = self._conversation.hidden(reply.body) if self._conversation is not None else reply.body
+        self.chat.update_message(Message(id=message_id, body=body, time=time.time(), sender=self.id,
                                           raw_time=False), trigger_actions=[])
 
     def _new_conversation(self, task: str) -> "_Conversation":
@@ -179,17 +179,21 @@ class _Conversation:
         self.record = records_beside(self.workspace)
         self.agent = AsyncAgent(**options, session_factory=lambda _root: _Held(self))  # raises ConfigError
         self.session: AsyncKernelSession | None = None
-        self.turns = 0
 
     async def open_notebook(self) -> None:
         if self.live.document is None:
             await self.live.open()
 
     def stream(self, task: str, data: list[str]) -> Any:
-        self.turns += 1
-        if self.turns == 1:
+        """The events of a run on ``task``: the first, or a follow-up once a run is recorded (a first message
+        that failed before its run started leaves nothing to follow up)."""
+        if not self.record.exists():
             return self.agent.stream(task, data, self.workspace, self.record)
         return self.agent.stream_resume(self.record, task, workspace=self.workspace, data=data, restore=False)
+
+    def hidden(self, text: str) -> str:
+        """``text`` without the endpoint or the key (a model error may name the endpoint)."""
+        return redact(text, [self.agent.config.api_key, self.agent.config.base_url])
 
     async def kernel(self) -> AsyncKernelSession:
         if self.session is not None and not await self.session.is_alive():
