@@ -37,7 +37,7 @@ from ..agent.loop import AsyncAgent
 from ..errors import KernelAgentError
 from ..events import Event
 from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import records_beside
+from ..kernel.workspace import fresh_folder, records_beside
 from ..redact import redact
 from .chat import ChatReply
 from .live import LiveNotebook
@@ -175,7 +175,7 @@ class _Conversation:
         self.notebook = notebook
         self.live = live
         stem = Path(notebook).stem
-        self.workspace = _fresh(folder / f"{stem}-agent")
+        self.workspace = fresh_folder(folder / f"{stem}-agent")
         self.record = records_beside(self.workspace)
         self.agent = AsyncAgent(**options, session_factory=lambda _root: _Held(self))  # raises ConfigError
         self.session: AsyncKernelSession | None = None
@@ -247,14 +247,6 @@ def _named_notebook(task: str, folder: Path) -> str | None:
 
 def _inside(path: Path, folder: Path) -> bool:
     return Path(path).resolve().is_relative_to(folder.resolve())
-
-
-def _fresh(candidate: Path) -> Path:
-    base, n = candidate, 2
-    while candidate.exists():
-        candidate = base.with_name(f"{base.name}-{n}")
-        n += 1
-    return candidate
 
 
 def _escaped(text: str) -> str:
