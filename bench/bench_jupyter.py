@@ -3,7 +3,8 @@
 * ``cells``: a scripted run of several rounds through KernelAgent in Jupyter AI's chat, with the
   notebook open beside it. Each round's code ends by printing ``time.time()`` (the moment the code
   finished, on this machine's clock); the page records ``Date.now()`` when that round's output first
-  shows in the notebook. The row is the median delay (target ≤ 250 ms): the run's notebook written,
+  is in the notebook's DOM (``textContent``: ``innerText`` would force a layout on every mutation, and
+  JupyterLab skips rendering cells scrolled out of view). The row is the median delay (target ≤ 250 ms): the run's notebook written,
   read back, synced into the shared document, sent to the page and rendered.
 * ``first_token``: the time to the first streamed text of the model's reply, from the click on the
   chat's send button to the text on the page, vs ``kernel-agent run --json`` from its start to its
@@ -47,7 +48,7 @@ _WATCH = """() => {
   new MutationObserver(() => {
     const now = Date.now() / 1000;
     const notebook = document.querySelector('.jp-NotebookPanel');
-    if (notebook) for (const match of notebook.innerText.matchAll(/round (\\d+) done at ([0-9.]+)/g))
+    if (notebook) for (const match of notebook.textContent.matchAll(/round (\\d+) done at ([0-9.]+)/g))
       if (!(match[1] in window.__seen)) window.__seen[match[1]] = [parseFloat(match[2]), now];
     const chat = document.querySelector('.jp-chat-messages-container');
     if (window.__firstText === null && chat && chat.innerText.includes('Looking first')) window.__firstText = now;

@@ -3,7 +3,8 @@
 Owns the agent's cells in one notebook as JupyterLab shows it: the notebook's YNotebook in
 jupyter-server-ydoc's room (the document every browser tab on it edits), never the file, which
 the room saves. While a round's code runs, ``running`` shows its reasoning and code at once and
-``output`` streams what it prints into that code cell (figures come with the round's end); then
+``output`` streams what it prints into that code cell; ``finished`` puts its outputs (figures too) and
+execution count in as soon as the code is done; then
 ``sync`` makes the agent's cells equal the run's exported full view, read back
 from the notebook the run writes after each round (``notebook/export.py`` lays them out: the
 header, the setup cell, per round the reasoning and the code with its outputs, timed-out or
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+from nbformat.v4.rwbase import rejoin_lines
 from pycrdt import Map, Text
 
 from .._loop import in_thread
@@ -35,11 +37,12 @@ log = logging.getLogger(__name__)
 def exported_cells(path: Path) -> list[dict[str, Any]]:
     """The cells of the run's full notebook at ``path`` (a host record, outside any workspace), as plain dicts.
     Raises ``NotebookError`` when it cannot be read."""
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except (OSError, ValueError) as exc:
+    try:  # written and validated by us: no second validation (nbformat.read), multi-line strings joined as it does
+        nb = rejoin_lines(nbformat.from_dict(json.loads(path.read_text(encoding="utf-8"))))
+        cells = nb["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise NotebookError(f"cannot read the run's notebook: {exc}", path=str(path)) from exc
-    return [_plain(cell) for cell in nb.cells]
+    return [_plain(cell) for cell in cells]
 
 
 class LiveNotebook:
@@ -117,6 +120,19 @@ class LiveNotebook:
                     continue
                 document.ycells.insert(at + offset, document.create_ycell(cell))
                 self._written[cell["id"]] = cell
+
+    def finished(self, index: int, outputs: list[dict[str, Any]], execution_count: int | None) -> None:
+        """Round ``index``'s code finished: its outputs (figures too) and count in its cell at once, before the
+        run's notebook is written; ``sync`` then puts the run's version of the cell in place."""
+        document = self.document
+        for position, ycell in enumerate(document.ycells):
+            if ycell.get("id") == f"round-{index}-code":
+                cell = {**self._written.get(f"round-{index}-code", {}), "outputs": _plain(outputs),
+                        "execution_count": execution_count}
+                if "source" in cell:
+                    document.set_cell(position, cell)
+                    self._written[cell["id"]] = cell
+                return
 
     def output(self, index: int, text: str) -> None:
         """Append ``text`` (what round ``index``'s running code printed) to its code cell's output."""

@@ -124,6 +124,9 @@ class KernelAgentPersona(BasePersona):
                     await conversation.sync()
                 elif event.kind == "code_ready":
                     conversation.live.running(event.round, event.reasoning, event.code)  # type: ignore[attr-defined]
+                elif event.kind == "execution_finished":
+                    result = event.result  # type: ignore[attr-defined]
+                    conversation.live.finished(event.round, list(result.outputs), result.execution_count)  # type: ignore[attr-defined]
                 elif event.kind == "execution_output":
                     conversation.live.output(event.round, event.text)  # type: ignore[attr-defined]
                 if event.kind not in ("text_delta", "reasoning_delta") or time.monotonic() - drawn >= _REDRAW_S:
