@@ -92,11 +92,13 @@ class KernelAgentPersona(BasePersona):
         self._conversation = conversation
         reply = ChatReply(notebook=conversation.notebook)
         message_id = self.chat.add_message(NewMessage(body=reply.body, sender=self.id))
-        self._running = asyncio.ensure_future(self._run(conversation, task, data, reply, message_id))
+        running = self._running = asyncio.ensure_future(self._run(conversation, task, data, reply, message_id))
         try:
-            await asyncio.wait({self._running})
+            await asyncio.wait({running})
         finally:
             self._running = None
+        if not running.cancelled():
+            running.result()  # a failure of ours (not the run's): Jupyter AI reports it in the chat
 
     async def cancel_response(self) -> None:
         """The chat's stop button: interrupt the running code; the run ends with that round kept."""
