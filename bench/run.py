@@ -48,6 +48,7 @@ BENCHMARKS = [
     "bench_door",
     "bench_startup",
     "bench_languages",
+    "bench_jupyter",
 ]
 
 FAILED_EXIT = 1

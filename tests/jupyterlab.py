@@ -64,8 +64,12 @@ class JupyterLab:
             return json.loads(response.read())
 
 
-def start_jupyterlab() -> tuple[JupyterLab, Path]:
-    """Start JupyterLab and wait until it answers; return it and the temp folder to remove afterwards."""
+def start_jupyterlab(extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = (), *,
+                     collaborative: bool = False) -> tuple[JupyterLab, Path]:
+    """Start JupyterLab and wait until it answers; return it and the temp folder to remove afterwards.
+    ``extra_env`` is added to its environment (e.g. the model for the chat persona), ``extra_args`` to its
+    command line. Real-time collaboration (jupyter-collaboration, installed for the chat persona) is off
+    unless ``collaborative``: a stock JupyterLab, as most ``%%agent`` users have."""
     base = Path(tempfile.mkdtemp(prefix="jupyterlab-test-"))
     root, data = base / "notebooks", base / "data"
     root.mkdir()
@@ -73,6 +77,7 @@ def start_jupyterlab() -> tuple[JupyterLab, Path]:
            "JUPYTER_RUNTIME_DIR": str(base / "runtime"), "IPYTHONDIR": str(base / "ipython"),
            "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces")}
     env.pop("PYTEST_CURRENT_TEST", None)
+    env.update(extra_env or {})
     subprocess.run([str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
                    env=env, check=True, capture_output=True)
     news = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
@@ -84,7 +89,8 @@ def start_jupyterlab() -> tuple[JupyterLab, Path]:
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
          "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
          "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.extension_manager=readonly", *(["--allow-root"] if os.geteuid() == 0 else [])],
+         "--LabApp.extension_manager=readonly", *(["--allow-root"] if os.geteuid() == 0 else []),
+         *([] if collaborative else ["--YDocExtension.disable_rtc=True"]), *extra_args],
         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
     )
     log.close()

@@ -11,7 +11,8 @@ from pathlib import Path
 import kernel_agent
 from kernel_agent import errors
 
-FRONT_END_LIBRARIES = ("click", "rich", "IPython", "openai", "mcp")
+FRONT_END_LIBRARIES = ("click", "rich", "IPython", "openai", "mcp", "jupyter_ai_persona_manager", "jupyterlab_chat",
+                       "jupyter_server_ydoc")
 
 DOCUMENTED = {
     "__version__",
@@ -80,6 +81,7 @@ ALLOWED = {
     "magic": BELOW_FRONT_ENDS,
     "server": BELOW_FRONT_ENDS,
     "mcp": BELOW_FRONT_ENDS,
+    "jupyter": BELOW_FRONT_ENDS,  # the JupyterLab chat persona (Jupyter AI's entry point loads it)
     "cli": BELOW_FRONT_ENDS | {"server", "mcp"},
 }
 INSIDE = "kernel_agent.kernel.inside"  # runs in the kernel process: imports nothing of ours from outside it

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +81,41 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
     assert 'href="demo.ipynb"' in rendered(captured.outputs, "text/html")  # beside the workspace
     run = shell.user_ns["_agent_run"]
     assert run.info.scripted and run.stop_reason == "answer"
+
+
+@pytest.mark.kernel
+def test_an_interrupted_cell_keeps_the_output_it_had_shown(shell: InteractiveShell, openai_server: OpenAIServer) -> None:
+    code = ("import matplotlib.pyplot as plt, time\nplt.plot([1, 2])\nplt.show()\nprint('half way there', flush=True)\n"
+            "time.sleep(120)")
+    openai_server.add(Reply("Working.", tool_calls=(python_call(code),)))
+    done = threading.Event()
+
+    def interrupt_once_shown(captured: Any) -> None:
+        # Jupyter's ■ is a SIGINT to the process running the cell (here, this one)
+        while not done.is_set():
+            shown = rendered(captured.outputs, "text/plain")
+            if "output so far:\nhalf way there" in shown:  # printed by the running code (the code shown has it too)
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)  # polling the captured outputs for what the cell shows
+
+    with capture_output() as captured:
+        watcher = threading.Thread(target=interrupt_once_shown, args=(captured,))
+        watcher.start()
+        try:
+            shell.run_cell_magic("agent", f"--model m --base-url {openai_server.base_url} -w ws", "Wait.")
+        finally:
+            done.set()
+            watcher.join()
+
+    after = captured.outputs[[i for i, out in enumerate(captured.outputs)
+                              if "✗ interrupted" in rendered([out], "text/plain")][0]:]
+    assert "half way there" in rendered(after, "text/plain")  # still shown below the status, not replaced
+    assert rendered(after, "image/png")  # the figure it had shown too
+    assert "KeyboardInterrupt" not in rendered(after, "text/plain")  # the user's own ■ is no error to show
+    assert "**Interrupted:** the notebook is saved" in rendered(after, "text/markdown")
+    run = shell.user_ns["_agent_run"]
+    assert run.stop_reason == "cancelled" and "half way there" in str(run.rounds[-1].result.outputs)
 
 
 @pytest.mark.kernel

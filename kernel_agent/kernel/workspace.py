@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from ..result import Artifact
 from .door import Door
 
-__all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "recorded_workspace",
+__all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "fresh_folder", "recorded_workspace",
            "records_beside", "snapshot", "workspace_from"]
 
 Snapshot = dict[str, tuple[int, int]]
@@ -37,6 +37,11 @@ def _fresh(base: Path, name: str) -> Path:
         candidate = base / f"{name}-{n}"
         n += 1
     return candidate
+
+
+def fresh_folder(folder: Path) -> Path:
+    """``folder``, else ``folder-2``, ``folder-3``, …: the first that does not exist yet."""
+    return _fresh(folder.parent, folder.name)
 
 
 def fresh_beside(notebook: Path) -> Path:

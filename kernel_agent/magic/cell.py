@@ -15,7 +15,8 @@ the setup cell loads them under their names, so they exist from round 1 and
 
 An invocation that fails before the run starts (bad flags, no model, a missing
 data file) leaves no folder behind. An interrupt (Jupyter's ■) stops the run,
-which saves its notebook, and the cell says so; ``_agent_run`` is the saved run.
+which saves its notebook, and the cell says so and keeps the interrupted round's
+output as saved (its text and figures so far); ``_agent_run`` is the saved run.
 """
 
 from __future__ import annotations
@@ -130,8 +131,9 @@ class AgentMagics(Magics):
                     view.handle(event)
             except KeyboardInterrupt:
                 notebook = started[0] if started else None
-                view.interrupted(notebook)
-                return _partial_run(notebook)
+                partial = _partial_run(notebook)
+                view.interrupted(notebook, partial)
+                return partial
         return final
 
 

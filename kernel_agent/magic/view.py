@@ -56,6 +56,7 @@ class CellView:
         self._text = ""
         self._thinking = ""
         self._drawn = 0.0
+        self._round = 0  # the round whose code runs (or ran last)
 
     def starting(self) -> None:
         """Say at once that something happens (imports and the kernel start take seconds)."""
@@ -74,10 +75,20 @@ class CellView:
     def handle(self, event: Event) -> None:
         getattr(self, f"_on_{event.kind}")(event)
 
-    def interrupted(self, notebook_path: str | None) -> None:
+    def interrupted(self, notebook_path: str | None, run: Run | None = None) -> None:
+        """The user stopped the run: the running round's output so far stays in the cell, as the
+        saved notebook keeps it (``run``, as saved, when it had started)."""
         self._clear_placeholder()
         if self._status is not None:
             self._status.update(_problem("✗ interrupted"), raw=True)
+            self._status = None
+            kept = run.rounds[-1] if run is not None and run.rounds else None
+            if kept is not None and kept.index == self._round and kept.result is not None:
+                for output in kept.result.outputs:
+                    if output.get("ename") != "KeyboardInterrupt":  # the user's own ■: the status says it
+                        _display_output(output)
+            elif self._running.text:  # the notebook could not be read back: the text shown so far
+                display(_plain(self._running.text), raw=True)
         where = f"the notebook is saved: `{notebook_path}`" if notebook_path else "nothing was saved"
         display(_markdown(f"**Interrupted:** {where}."), raw=True)
 
@@ -137,6 +148,7 @@ class CellView:
     def _on_execution_started(self, event: Any) -> None:
         self._status = display(_markdown("*running…*"), raw=True, display_id=True)
         self._running = OutputTail(1500)
+        self._round = event.round
 
     def _on_execution_output(self, event: Any) -> None:
         self._running(OutputChunk(event.text, event.elapsed_s, event.skipped_chars, event.figures))

@@ -1,0 +1,166 @@
+"""Issue 27's benchmark of the chat persona in JupyterLab, seen from chromium. ``NAME`` and ``PARTS``.
+
+* ``cells``: a scripted run of several rounds through KernelAgent in Jupyter AI's chat, with the
+  notebook open beside it. Each round's code ends by printing ``time.time()`` (the moment the code
+  finished, on this machine's clock); the page records ``Date.now()`` when that round's output first
+  is in the notebook's DOM (``textContent``: ``innerText`` would force a layout on every mutation, and
+  JupyterLab skips rendering cells scrolled out of view). The row is the median delay (target ≤ 250 ms): the run's notebook written,
+  read back, synced into the shared document, sent to the page and rendered.
+* ``first_token``: the time to the first streamed text of the model's reply, from the click on the
+  chat's send button to the text on the page, vs ``kernel-agent run --json`` from its start to its
+  first ``text_delta`` event, on the same scripted model (a fresh kernel on both sides).
+  For information: the chat's side includes Jupyter AI's routing and the shared document's round trip.
+
+Both sides check their answers: a missing output or event raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from report import Row, median
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+sys.path.insert(0, str(TESTS))
+
+from jupyterlab import start_jupyterlab, stop_jupyterlab  # noqa: E402
+from openai_server import OpenAIServer, Reply, python_call  # noqa: E402
+
+NAME = "jupyter"
+
+PERSONA = "jupyter-ai-personas::kernel_agent::KernelAgentPersona"
+CHAT = ".jp-chat-widget"
+WAIT_MS = 180_000
+_SAVED = """() => {
+  for (const widget of window.jupyterapp.shell.widgets('main'))
+    if (widget.context && widget.context.path.endsWith('.chat')) return widget.context.model.sharedModel.getState('dirty') === false;
+  return false;
+}"""
+_WATCH = """() => {
+  window.__seen = {};
+  window.__firstText = null;
+  new MutationObserver(() => {
+    const now = Date.now() / 1000;
+    const notebook = document.querySelector('.jp-NotebookPanel');
+    if (notebook) for (const match of notebook.textContent.matchAll(/round (\\d+) done at ([0-9.]+)/g))
+      if (!(match[1] in window.__seen)) window.__seen[match[1]] = [parseFloat(match[2]), now];
+    const chat = document.querySelector('.jp-chat-messages-container');
+    if (window.__firstText === null && chat && chat.innerText.includes('Looking first')) window.__firstText = now;
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def _round(k: int) -> str:
+    return f"import time\nx{k} = {k}\nprint('round {k} done at', repr(time.time()))"
+
+
+def _open(page: Any, lab: Any, chat: str, notebook: str) -> None:
+    page.goto(lab.url(f"lab/tree/{chat}"))
+    page.locator(f"{CHAT} textarea").first.wait_for(timeout=WAIT_MS)
+    page.evaluate("async (path) => { await window.jupyterapp.commands.execute('docmanager:open', "
+                  "{path, options: {mode: 'split-right'}}); }", notebook)
+    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=WAIT_MS)
+    page.evaluate(_WATCH)
+    page.wait_for_function(_SAVED, timeout=WAIT_MS)
+
+
+def _send(page: Any, text: str) -> float:
+    page.locator(f"{CHAT} textarea").first.fill(text)
+    sent = page.evaluate("() => Date.now() / 1000")
+    page.locator(f"{CHAT} .jp-chat-send-button").first.click()
+    return float(sent)
+
+
+def _browser(playwright: Any) -> Any:
+    from browser import FLAGS
+
+    return playwright.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=FLAGS,
+                                      headless=True)
+
+
+def _lab(model: OpenAIServer) -> tuple[Any, Path]:
+    return start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "KERNEL_AGENT_MODEL": "scripted-m"},
+                            (f"--PersonaManager.default_persona_id={PERSONA}",), collaborative=True)
+
+
+def cells(quick: bool) -> list[Row]:
+    """Median seconds from a round's code finishing to its output showing in the open notebook."""
+    from playwright.sync_api import sync_playwright
+
+    rounds = 3 if quick else 8
+    with OpenAIServer() as model, sync_playwright() as playwright:
+        for k in range(1, rounds + 1):
+            model.add(Reply(f"Round {k}.", tool_calls=(python_call(_round(k)),)))
+        model.add(Reply("Done."))
+        lab, base = _lab(model)
+        browser = _browser(playwright)
+        try:
+            (lab.root / "bench.chat").write_text("{}")
+            lab.notebook("bench.ipynb", ["# the user's own cell"])
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            _open(page, lab, "bench.chat", "bench.ipynb")
+            _send(page, "@KernelAgent run the rounds")
+            page.wait_for_function(f"() => Object.keys(window.__seen).length >= {rounds}", timeout=WAIT_MS)
+            seen = page.evaluate("window.__seen")
+        finally:
+            browser.close()
+            stop_jupyterlab(lab, base)
+    delays = [shown - finished for finished, shown in seen.values()]
+    return [Row(f"round's code finished → its output visible in the open notebook, median of {rounds} rounds "
+                f"(max {max(delays) * 1000:.0f} ms)", median(delays), max_seconds=0.25)]
+
+
+def _cli_first_token(model: OpenAIServer, folder: Path) -> float:
+    model.add(Reply("Looking first.", tool_calls=(python_call("print(1)"),)), Reply("One."))
+    started = time.monotonic()
+    command = [str(Path(sys.executable).with_name("kernel-agent")), "run", "--json", "--model", "m", "--base-url",
+               model.base_url, "-w", str(folder / f"cli-{time.monotonic_ns()}"), "Say one."]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=folder) as process:
+        first = None
+        assert process.stdout is not None
+        for line in process.stdout:
+            if first is None and json.loads(line).get("event") == "text_delta":
+                first = time.monotonic() - started
+        process.wait()
+    if first is None:
+        raise AssertionError("kernel-agent run streamed no text")
+    return first
+
+
+def first_token(quick: bool) -> list[Row]:
+    """The chat's time to the first streamed text vs the CLI's, alternating, one fresh kernel each."""
+    from playwright.sync_api import sync_playwright
+
+    samples = 1 if quick else 3
+    chat_times: list[float] = []
+    cli_times: list[float] = []
+    with OpenAIServer() as model, sync_playwright() as playwright:
+        lab, base = _lab(model)
+        browser = _browser(playwright)
+        try:
+            for index in range(samples):
+                cli_times.append(_cli_first_token(model, lab.root))
+                model.add(Reply("Looking first.", tool_calls=(python_call("print(1)"),)), Reply("One."))
+                (lab.root / f"t{index}.chat").write_text("{}")
+                lab.notebook(f"t{index}.ipynb", ["1"])
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                _open(page, lab, f"t{index}.chat", f"t{index}.ipynb")
+                sent = _send(page, "@KernelAgent say one")
+                page.wait_for_function("() => window.__firstText !== null", timeout=WAIT_MS)
+                chat_times.append(page.evaluate("window.__firstText") - sent)
+                page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="One.").first.wait_for(timeout=WAIT_MS)
+                page.close()
+        finally:
+            browser.close()
+            stop_jupyterlab(lab, base)
+    return [Row(f"time to the first streamed token, median of {samples}: the chat (send click → text on the page) "
+                "vs kernel-agent run --json (start → first text_delta)", median(chat_times), median(cli_times))]
+
+
+PARTS: dict[str, Any] = {"cells": cells, "first_token": first_token}

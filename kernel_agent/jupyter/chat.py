@@ -1,0 +1,171 @@
+"""How a run reads in a JupyterLab chat: ``ChatReply`` turns the event stream into one markdown message.
+
+Pure: events in, the message body out; no chat, no I/O (``persona.py`` sends it). The body is
+redrawn whole on each change, so the streamed reply can be replaced by its reasoning once the round's
+code is known. Per round: a status line, the reasoning (a reasoning model's hidden thinking folded
+in ``<details>``), what the code did; then the answer in markdown. The code and its outputs are the
+notebook's to show: the chat names the cells. Never shows the endpoint or the key (no event carries them).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..events import Event
+from ..result import ExecutionResult
+
+__all__ = ["ChatReply"]
+
+_OUTPUT_SHOWN = 600  # characters of a round's printed output quoted in the chat
+_ANSWER_HEADING = re.compile(r"\A\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n", re.IGNORECASE)
+
+
+@dataclass
+class _Round:
+    index: int
+    text: str = ""
+    thinking: str = ""
+    reasoning: str | None = None  # set once the round's reply is parsed
+    status: str = "*asking the model…*"
+    output: str = ""
+
+
+@dataclass
+class ChatReply:
+    """The chat message of one run, built from its events (``feed``), read as ``body``."""
+
+    notebook: str = ""  # the notebook the cells go into, as the user knows it
+    preface: str = ""
+    rounds: list[_Round] = field(default_factory=list)
+    answer: str | None = None
+    notes: list[str] = field(default_factory=list)
+    ending: str = ""
+
+    def feed(self, event: Event) -> None:
+        """Take one event of the run. Unknown kinds are ignored (a newer event vocabulary)."""
+        handler = getattr(self, f"_on_{event.kind}", None)
+        if handler is not None:
+            handler(event)
+
+    def stopped(self) -> None:
+        """The user stopped the run from the chat."""
+        if self.rounds and self.rounds[-1].status.startswith("*"):
+            self.rounds[-1].status = "✗ stopped"
+        self.ending = "**Stopped.** The round that was running is kept in the notebook, commented out."
+
+    def failed(self, message: str) -> None:
+        self.ending = f"**The run failed:** {_escape(message)}"
+
+    @property
+    def body(self) -> str:
+        parts = [self.preface] if self.preface else []
+        for rnd in self.rounds:
+            parts.append(_round_text(rnd))
+        parts.extend(f"> **note:** {_escape(note)}" for note in self.notes)
+        if self.answer is not None:
+            parts.append(f"### Answer\n\n{_ANSWER_HEADING.sub('', self.answer, count=1)}")
+        if self.ending:
+            parts.append(self.ending)
+        return "\n\n".join(parts) or "…"
+
+    # ----------------------------------------------------------------- events
+    def _on_run_started(self, event: Any) -> None:
+        where = f" in `{self.notebook}`" if self.notebook else ""
+        scripted = " (scripted replies)" if event.scripted else ""
+        self.preface = f"*Working in my own sandboxed kernel{scripted}; each round becomes cells{where}.*"
+
+    def _on_round_started(self, event: Any) -> None:
+        self.rounds.append(_Round(event.round))
+
+    def _on_text_delta(self, event: Any) -> None:
+        self._round(event.round).text += event.text
+
+    def _on_reasoning_delta(self, event: Any) -> None:
+        self._round(event.round).thinking += event.text
+
+    def _on_text_reset(self, event: Any) -> None:
+        rnd = self._round(event.round)
+        rnd.text, rnd.thinking = "", ""
+        rnd.status = f"*the model request failed, retrying: {_escape(event.reason)}*"
+
+    def _on_code_ready(self, event: Any) -> None:
+        self._round(event.round).reasoning = event.reasoning
+
+    def _on_execution_started(self, event: Any) -> None:
+        self._round(event.round).status = "*running…*"
+
+    def _on_execution_output(self, event: Any) -> None:
+        rnd = self._round(event.round)
+        rnd.output = (rnd.output + event.text)[-_OUTPUT_SHOWN:]
+
+    def _on_execution_finished(self, event: Any) -> None:
+        rnd = self._round(event.round)
+        rnd.status = _status(event.result)
+        rnd.output = _printed(event.result)[-_OUTPUT_SHOWN:]
+
+    def _on_round_finished(self, event: Any) -> None:
+        record = event.round
+        rnd = self._round(record.index)
+        rnd.reasoning = record.reasoning
+        if record.code is None:
+            rnd.status = "answer" if record.answer is not None else "no code"
+
+    def _on_answer(self, event: Any) -> None:
+        self.answer = event.answer
+
+    def _on_notice(self, event: Any) -> None:
+        self.notes.append(event.message)
+
+    def _on_error(self, event: Any) -> None:
+        self.notes.append(f"error: {event.message}")
+
+    def _on_finished(self, event: Any) -> None:
+        run = event.run
+        if run.answer is None and not self.ending:
+            self.ending = f"**No answer:** the run stopped ({run.stop_reason})."
+
+    def _round(self, index: int) -> _Round:
+        if not self.rounds or self.rounds[-1].index != index:
+            self.rounds.append(_Round(index))
+        return self.rounds[-1]
+
+
+def _round_text(rnd: _Round) -> str:
+    lines = [f"**Round {rnd.index}** · {rnd.status}" if rnd.status != "answer" else f"**Round {rnd.index}**"]
+    thinking = rnd.thinking.strip()
+    if thinking:
+        lines.append(f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary>\n\n"
+                     f"{_escape(thinking)}\n\n</details>")
+    text = rnd.reasoning if rnd.reasoning is not None else rnd.text
+    if text.strip() and rnd.status != "answer":
+        lines.append(text.strip())
+    if rnd.output.strip():
+        lines.append("```text\n" + rnd.output.strip().replace("```", "'''") + "\n```")
+    return "\n\n".join(lines)
+
+
+def _status(result: ExecutionResult) -> str:
+    timing = f"{result.duration_s:.1f} s"
+    if result.ok:
+        return f"✓ ok · {timing}"
+    detail = f"✗ {result.status} · {timing}"
+    if result.error is not None:
+        detail += f" · `{_escape(result.error.ename)}: {_escape(result.error.evalue)}`"
+    return detail
+
+
+def _printed(result: ExecutionResult) -> str:
+    """The round's printed text (figures and tables are in the notebook's cell)."""
+    texts = []
+    for output in result.outputs:
+        if output.get("output_type") == "stream":
+            value = output.get("text", "")
+            texts.append("".join(value) if isinstance(value, list) else str(value))
+    return "".join(texts)
+
+
+def _escape(text: str) -> str:
+    return html.escape(text, quote=False)

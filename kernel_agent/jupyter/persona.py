@@ -1,0 +1,258 @@
+"""``KernelAgentPersona``: the agent as a Jupyter AI v3 persona (``jupyter_ai.personas`` entry point).
+
+A message to KernelAgent in a JupyterLab chat is a task: the persona runs ``AsyncAgent`` on it in a
+sandboxed kernel of its own, streams the reply into one chat message (``chat.py``) and writes each
+round into the open notebook's shared document as it happens (``live.py``): its code as it starts, what
+it prints as it runs, the finished round's cells (outputs, figures, execution count) when it ends. The notebook is one the
+message names (``… in analysis.ipynb``), else ``<chat name>.ipynb`` beside the chat, created if
+missing. Data files are paths the message names (relative to the chat's folder) and the message's
+attachments; they are copied into the run's workspace, ``<chat name>-agent/`` beside the chat, so
+the notebook's own kernel finds them when it re-runs the cells (the setup cell goes there). The run's
+exported notebook is written beside that workspace as for every run (``replay`` and ``show`` work on it).
+
+A follow-up message continues in the same kernel (every variable is still there) and appends to the
+same notebooks. The chat's stop button (``cancel_response``) interrupts the running code and ends the
+run with that round kept, commented out, as the export writes it.
+
+The model comes from the persona's settings (``c.KernelAgentPersona.model``, ``base_url``,
+``api_key`` in a Jupyter Server config file) or our environment variables (``KERNEL_AGENT_MODEL``,
+``OPENAI_BASE_URL``, ``OPENAI_API_KEY``); neither the endpoint nor the key is shown in the chat or
+written to a notebook or a log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
+from jupyterlab_chat.models import Message, NewMessage
+from traitlets import Float, Integer, Unicode
+
+from ..agent.loop import AsyncAgent
+from ..errors import KernelAgentError
+from ..events import Event
+from ..kernel.session import AsyncKernelSession
+from ..kernel.workspace import fresh_folder, records_beside
+from ..redact import redact
+from .chat import ChatReply
+from .live import LiveNotebook
+
+__all__ = ["KernelAgentPersona"]
+
+log = logging.getLogger(__name__)
+
+_REDRAW_S = 0.1  # the chat message is redrawn at most this often while text streams
+_SYNCED = frozenset({"run_started", "round_finished", "finished"})  # events after which the notebook is synced
+_PATH = re.compile(r"[`'\"]?([\w./-]+\.[A-Za-z0-9]{1,8})[`'\"]?")
+
+
+class KernelAgentPersona(BasePersona):
+    """KernelAgent in Jupyter AI's chat (see the module). One instance per chat, so one conversation:
+    its agent, kernel, workspace and notebooks live as long as the chat's persona."""
+
+    model = Unicode(None, allow_none=True, config=True, help="model name [env: KERNEL_AGENT_MODEL]")
+    base_url = Unicode(None, allow_none=True, config=True,
+                       help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]")
+    api_key = Unicode(None, allow_none=True, config=True, help="API key [env: OPENAI_API_KEY]")
+    max_rounds = Integer(None, allow_none=True, config=True, help="model replies per message (default 30)")
+    exec_timeout = Float(None, allow_none=True, config=True, help="seconds per code execution (default 120)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._conversation: _Conversation | None = None
+        self._running: asyncio.Task[None] | None = None
+
+    @property
+    def defaults(self) -> PersonaDefaults:
+        return PersonaDefaults(
+            name="KernelAgent",
+            description="Analyses your data by writing code in rounds in a sandboxed kernel; "
+                        "each round becomes cells in the open notebook.",
+            avatar_path=str(Path(__file__).with_name("avatar.svg")),
+            system_prompt="",
+        )
+
+    async def process_message(self, message: Message) -> None:
+        task = _task_text(message.body, self.name)
+        if not task:
+            self.send_message(f"Tell me what to analyse, e.g. `@{self.name} what drives revenue in sales.csv?`")
+            return
+        try:
+            conversation = self._conversation or self._new_conversation(task)
+            data = self._data_files(message, task, conversation.folder)
+            await conversation.open_notebook()
+        except KernelAgentError as exc:
+            self.send_message(f"**Cannot start:** {_escaped(str(exc))}")
+            return
+        self._conversation = conversation
+        reply = ChatReply(notebook=conversation.notebook)
+        message_id = self.chat.add_message(NewMessage(body=reply.body, sender=self.id))
+        running = self._running = asyncio.ensure_future(self._run(conversation, task, data, reply, message_id))
+        try:
+            await asyncio.wait({running})
+        finally:
+            self._running = None
+        if not running.cancelled():
+            running.result()  # a failure of ours (not the run's): Jupyter AI reports it in the chat
+
+    async def cancel_response(self) -> None:
+        """The chat's stop button: interrupt the running code; the run ends with that round kept."""
+        running = self._running
+        if running is not None and not running.done():
+            running.cancel()
+            await asyncio.wait({running})
+
+    async def shutdown(self) -> None:
+        await super().shutdown()
+        await self.cancel_response()
+        conversation, self._conversation = self._conversation, None
+        if conversation is not None:
+            await conversation.close()
+
+    # ----------------------------------------------------------------- internals
+    async def _run(self, conversation: "_Conversation", task: str, data: list[str], reply: ChatReply,
+                   message_id: str) -> None:
+        drawn = 0.0
+        self.set_status("is analysing…")
+        try:
+            async for event in conversation.stream(task, data):
+                reply.feed(event)
+                if event.kind in _SYNCED:
+                    await conversation.sync()
+                elif event.kind == "code_ready":
+                    conversation.live.running(event.round, event.reasoning, event.code)  # type: ignore[attr-defined]
+                elif event.kind == "execution_finished":
+                    result = event.result  # type: ignore[attr-defined]
+                    conversation.live.finished(event.round, list(result.outputs), result.execution_count)  # type: ignore[attr-defined]
+                elif event.kind == "execution_output":
+                    conversation.live.output(event.round, event.text)  # type: ignore[attr-defined]
+                if event.kind not in ("text_delta", "reasoning_delta") or time.monotonic() - drawn >= _REDRAW_S:
+                    self._draw(message_id, reply)
+                    drawn = time.monotonic()
+        except asyncio.CancelledError:
+            reply.stopped()
+            await conversation.sync()
+        except KernelAgentError as exc:
+            reply.failed(str(exc))
+            log.warning("KernelAgent run failed: %s", conversation.hidden(str(exc)))
+            await conversation.sync()
+        finally:
+            self._draw(message_id, reply)
+            self.clear_status()
+
+    def _draw(self, message_id: str, reply: ChatReply) -> None:
+        body = self._conversation.hidden(reply.body) if self._conversation is not None else reply.body
+        self.chat.update_message(Message(id=message_id, body=body, time=time.time(), sender=self.id,
+                                          raw_time=False), trigger_actions=[])
+
+    def _new_conversation(self, task: str) -> "_Conversation":
+        options = {"model": self.model, "base_url": self.base_url, "api_key": self.api_key,
+                   "max_rounds": self.max_rounds, "exec_timeout": self.exec_timeout}
+        settings = self.parent.parent.serverapp.web_app.settings
+        chat_path = Path(self.get_chat_path(relative=True))
+        named = _named_notebook(task, Path(self.get_chat_dir()))
+        notebook = (chat_path.parent / named) if named else chat_path.with_suffix(".ipynb")
+        return _Conversation(options, Path(self.get_chat_dir()), notebook.as_posix(),
+                             LiveNotebook(settings["jupyter_server_ydoc"], settings["contents_manager"],
+                                          notebook.as_posix()))
+
+    def _data_files(self, message: Message, task: str, folder: Path) -> list[str]:
+        """Files the message names (relative to the chat's folder, never above it) and its attachments."""
+        named = [folder / match for match in _PATH.findall(task)]
+        files = [p for p in named if p.suffix != ".ipynb" and _inside(p, folder) and p.is_file()]
+        for attachment in message.attachments or []:
+            path = self.resolve_attachment_to_path(attachment)
+            if path and Path(path).suffix != ".ipynb":
+                files.append(Path(path))
+        return [str(p) for p in dict.fromkeys(files)]
+
+
+class _Conversation:
+    """One chat's agent, its kernel (kept across messages), workspace and notebooks."""
+
+    def __init__(self, options: dict[str, Any], folder: Path, notebook: str, live: LiveNotebook) -> None:
+        self.folder = folder
+        self.notebook = notebook
+        self.live = live
+        stem = Path(notebook).stem
+        self.workspace = fresh_folder(folder / f"{stem}-agent")
+        self.record = records_beside(self.workspace)
+        self.agent = AsyncAgent(**options, session_factory=lambda _root: _Held(self))  # raises ConfigError
+        self.session: AsyncKernelSession | None = None
+
+    async def open_notebook(self) -> None:
+        if self.live.document is None:
+            await self.live.open()
+
+    def stream(self, task: str, data: list[str]) -> Any:
+        """The events of a run on ``task``: the first, or a follow-up once a run is recorded (a first message
+        that failed before its run started leaves nothing to follow up)."""
+        if not self.record.exists():
+            return self.agent.stream(task, data, self.workspace, self.record)
+        return self.agent.stream_resume(self.record, task, workspace=self.workspace, data=data, restore=False)
+
+    def hidden(self, text: str) -> str:
+        """``text`` without the endpoint or the key (a model error may name the endpoint)."""
+        return redact(text, [self.agent.config.api_key, self.agent.config.base_url])
+
+    async def kernel(self) -> AsyncKernelSession:
+        if self.session is not None and not await self.session.is_alive():
+            await self.session.close()
+            self.session = None
+        if self.session is None:
+            session = self.agent.new_session(self.workspace)
+            await session.start()
+            self.session = session
+        return self.session
+
+    async def sync(self) -> None:
+        if self.record.exists():
+            await self.live.sync_from(self.record)
+
+    async def close(self) -> None:
+        session, self.session = self.session, None
+        try:
+            if session is not None:
+                await session.close()
+        finally:
+            await self.agent.close()
+
+
+class _Held:
+    """What the agent's ``async with session_factory(workspace)`` gets: the conversation's kernel, started
+    on first use and left running on exit (the conversation owns it, not the run)."""
+
+    def __init__(self, conversation: _Conversation) -> None:
+        self.conversation = conversation
+
+    async def __aenter__(self) -> AsyncKernelSession:
+        return await self.conversation.kernel()
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _task_text(body: str, name: str) -> str:
+    """The message without the mention of the persona."""
+    return re.sub(rf"@{re.escape(name)}\b", "", body).strip()
+
+
+def _named_notebook(task: str, folder: Path) -> str | None:
+    """A notebook the message names (``… in analysis.ipynb``), relative to the chat's folder."""
+    for match in _PATH.findall(task):
+        if match.endswith(".ipynb") and _inside(folder / match, folder):
+            return match
+    return None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return Path(path).resolve().is_relative_to(folder.resolve())
+
+
+def _escaped(text: str) -> str:
+    return text.replace("<", "&lt;").replace(">", "&gt;")

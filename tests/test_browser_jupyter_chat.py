@@ -1,0 +1,124 @@
+"""KernelAgent in Jupyter AI's chat, in a real JupyterLab driven from chromium: a user's whole session.
+
+The chat (a ``.chat`` file, KernelAgent the chat's default persona) and the notebook open side by side;
+the model is the scripted server over HTTP. What is asserted is what the page shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from browser import screenshot
+from jupyterlab import JupyterLab, start_jupyterlab, stop_jupyterlab
+from openai_server import OpenAIServer, Reply, python_call
+
+pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.timeout(400)]
+
+PERSONA = "jupyter-ai-personas::kernel_agent::KernelAgentPersona"
+LAB_TIMEOUT_MS = 150_000
+CHAT = ".jp-chat-widget"
+NOTEBOOK = ".jp-NotebookPanel"
+
+
+@pytest.fixture(scope="module")
+def lab(model: OpenAIServer) -> Iterator[JupyterLab]:
+    server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-browser-test-key-000000",
+                                     "KERNEL_AGENT_MODEL": "scripted-m"},
+                                    (f"--PersonaManager.default_persona_id={PERSONA}",), collaborative=True)
+    try:
+        yield server
+    finally:
+        stop_jupyterlab(server, base)
+
+
+_CHAT_SAVED = """() => {
+  for (const widget of window.jupyterapp.shell.widgets('main')) {
+    if (widget.context && widget.context.path.endsWith('.chat')) return widget.context.model.sharedModel.getState('dirty') === false;
+  }
+  return false;
+}"""
+
+
+def ask(page: Any, text: str) -> None:
+    """Type into the chat's input and press its send button, as a user does. Once the chat is saved: the
+    server routes no message that arrives while its chat is dirty (jupyterlab-chat's YChat takes those for
+    messages being loaded), which a user typing after a just-opened chat or a just-finished reply could meet."""
+    page.wait_for_function(_CHAT_SAVED, timeout=LAB_TIMEOUT_MS)
+    field = page.locator(f"{CHAT} .jp-chat-input-container textarea").first
+    field.click()
+    field.fill(text)
+    page.locator(f"{CHAT} .jp-chat-send-button").first.click()
+
+
+def chat_text(page: Any) -> str:
+    return page.locator(f"{CHAT} .jp-chat-messages-container").inner_text()
+
+
+def note_order(page: Any) -> None:
+    """Record when the round's figure first shows in the notebook and when the answer first shows in the chat."""
+    page.evaluate(f"""() => {{
+      window.__order = [];
+      const check = () => {{
+        if (!window.__order.includes('cell') && document.querySelector('{NOTEBOOK} .jp-OutputArea-output img'))
+          window.__order.push('cell');
+        const chat = document.querySelector('{CHAT} .jp-chat-messages-container');
+        if (!window.__order.includes('answer') && chat && chat.innerText.includes('Revenue totals'))
+          window.__order.push('answer');
+      }};
+      new MutationObserver(check).observe(document.body, {{subtree: true, childList: true, characterData: true}});
+    }}""")
+
+
+def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: JupyterLab, model: OpenAIServer) -> None:
+    plot = ("import matplotlib.pyplot as plt\nsales = pd.read_csv('sales.csv')\ntotal = int(sales.revenue.sum())\n"
+            "print('total', total)\nplt.plot(sales.month, sales.revenue)\nplt.show()")
+    model.add(Reply("**Summing** the revenue.", tool_calls=(python_call(plot),), chunk_size=4, chunk_pause=0.05))
+    model.add(Reply("## Answer\n\nRevenue totals **60**.", pause=2.0))
+    model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
+    model.add(Reply("Adding.", tool_calls=(python_call("print('total + 1 =', total + 1)"),)))
+    model.add(Reply("## Answer\n\nOne more is **61**."))
+    (lab.root / "sales.csv").write_text("month,revenue\n1,10\n2,20\n3,30\n")
+    (lab.root / "analysis.chat").write_text("{}")
+    lab.notebook("analysis.ipynb", ["import pandas as pd"])
+
+    page.goto(lab.url("lab/tree/analysis.chat"))
+    page.locator(f"{CHAT} .jp-chat-input-container textarea").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:open', "
+                  "{path: 'analysis.ipynb', options: {mode: 'split-right'}}); }")
+    page.locator(f"{NOTEBOOK} .jp-Cell").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    note_order(page)
+
+    ask(page, "@KernelAgent what is the total revenue in sales.csv?")
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Round 1").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Revenue totals").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    assert page.evaluate("window.__order") == ["cell", "answer"]  # the cell was on the page while the run went on
+    notebook = page.locator(NOTEBOOK)
+    assert notebook.locator(".jp-RenderedMarkdown strong", has_text="Summing").count() == 1
+    assert notebook.locator(".jp-OutputArea-output img").evaluate("img => img.naturalWidth") > 100
+    notebook.locator(".jp-Cell", has_text="Revenue totals").first.wait_for(timeout=30_000)
+    screenshot(page, "jupyterlab-chat-answer")
+
+    ask(page, "@KernelAgent wait")
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="waiting").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    page.locator(f"{CHAT} .jp-jai-stopButton").first.click()  # Jupyter AI's stop button
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Stopped.").first.wait_for(timeout=60_000)
+    notebook.locator(".jp-Cell", has_text="not run on Run All").first.wait_for(timeout=30_000)
+
+    ask(page, "@KernelAgent and one more?")
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="One more is").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    assert "total + 1 = 61" in chat_text(page)  # the follow-up read a variable of the first message
+    notebook.locator(".jp-Cell", has_text="One more is").first.wait_for(timeout=30_000)
+
+    notebook.first.click()  # the notebook is the current widget: Run All in its own kernel
+    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+                           timeout=LAB_TIMEOUT_MS)
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    outputs = page.evaluate("""() => Array.from(window.jupyterapp.shell.currentWidget.content.model.cells)
+        .filter(cell => cell.type === 'code').map(cell => cell.outputs.toJSON())""")
+    assert all(output["output_type"] != "error" for cell in outputs for output in cell)
+    assert any("total 60" in "".join(output.get("text", "")) for cell in outputs for output in cell)
+    screenshot(page, "jupyterlab-chat-run-all")
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external() == []

@@ -1,0 +1,151 @@
+"""The KernelAgent persona in a real JupyterLab with Jupyter AI's persona manager and jupyter-collaboration,
+driven server-side through the shared documents a browser tab would edit (``ydoc_client.py``).
+
+One JupyterLab for the module, its model the scripted server over HTTP (``OPENAI_BASE_URL``); the chat
+is jupyterlab-chat's ``YChat``, the notebook jupyter-ydoc's ``YNotebook``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import nbformat
+import pytest
+from jupyterlab import JupyterLab, start_jupyterlab, stop_jupyterlab
+from openai_server import OpenAIServer, Reply, python_call
+from ydoc_client import notebook_cells, shared_document, until
+
+pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
+
+PERSONA = "jupyter-ai-personas::kernel_agent::KernelAgentPersona"
+SECRET = "sk-test-persona-secret-0123456789"
+WAIT_S = 150.0  # JupyterLab, the persona manager and a sandboxed kernel starting on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def lab(model: OpenAIServer) -> Iterator[JupyterLab]:
+    server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": SECRET,
+                                     "KERNEL_AGENT_MODEL": "scripted-m"}, collaborative=True)
+    try:
+        (server.root / "sales.csv").write_text("month,revenue\n1,10\n2,20\n3,30\n")
+        yield server
+    finally:
+        stop_jupyterlab(server, base)
+
+
+def send(chat: Any, body: str) -> None:
+    """What the chat input does: a message from the user, addressed to the persona picked."""
+    chat.send("tester", body, {"to_persona": PERSONA})
+
+
+def replies(chat: Any) -> list[str]:
+    return [m["body"] for m in chat.all() if m["sender"] == PERSONA]
+
+
+def cancel(lab: JupyterLab, chat_id: str) -> list[str]:
+    """The chat's stop button: the persona manager's cancel endpoint."""
+    response = httpx.post(f"http://127.0.0.1:{lab.port}/api/ai/personas/cancel", params={"chat_id": chat_id},
+                          headers={"Authorization": f"token {lab.token}"}, timeout=60)
+    response.raise_for_status()
+    return response.json()["cancelled"]
+
+
+def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equals_the_document(
+    lab: JupyterLab, model: OpenAIServer
+) -> None:
+    plot = ("import matplotlib.pyplot as plt\nsales = pd.read_csv('sales.csv')\ntotal = int(sales.revenue.sum())\n"
+            "print('total', total)\nplt.plot(sales.month, sales.revenue)\nplt.show()")
+    model.add(Reply("**Summing** the revenue.", tool_calls=(python_call(plot),)))
+    model.add(Reply("## Answer\n\nRevenue totals **60**."))
+    (lab.root / "analysis.chat").write_text("{}")
+
+    async def scenario() -> None:
+        async with shared_document(lab.port, lab.token, "analysis.chat", "chat") as chat:
+            await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+            send(chat, "@KernelAgent what is the total revenue in sales.csv?")
+            answer = await until(lambda: [b for b in replies(chat) if "### Answer" in b], WAIT_S, "the answer")
+            body = answer[0]
+            assert "Revenue totals **60**." in body and "**Round 1** · ✓ ok" in body and "total 60" in body
+            assert "`analysis.ipynb`" in body
+            assert SECRET not in json.dumps(chat.all()) and model.base_url.split('//')[1].split('/')[0] not in body
+            async with shared_document(lab.port, lab.token, "analysis.ipynb", "notebook") as notebook:
+                record = lab.root / "analysis-agent.ipynb"
+
+                def synced() -> list[dict[str, Any]]:
+                    # the answer shows in the chat a moment before the finished run is written and synced
+                    exported = nbformat.read(record, as_version=4).cells
+                    cells = notebook_cells(notebook)
+                    same = [(c["id"], c["source"]) for c in cells] == [(c["id"], c["source"]) for c in exported]
+                    return cells if same and "## Answer" in cells[-1]["source"] else []
+
+                cells = await until(synced, 30, "the document to hold the run's cells")  # and no blank cell of its own
+                code = next(c for c in cells if c["id"] == "round-1-code")
+                assert code["execution_count"] and any("image/png" in o.get("data", {}) for o in code["outputs"])
+                assert cells[-1]["metadata"]["kernel_agent"]["role"] == "answer" and "60" in cells[-1]["source"]
+
+                def saved_equals_document() -> bool:
+                    on_disk = json.loads((lab.root / "analysis.ipynb").read_text())["cells"]
+                    return [_comparable(c) for c in on_disk] == [_comparable(c) for c in notebook_cells(notebook)]
+
+                await until(saved_equals_document, 30, "the saved notebook to equal the document")
+                assert SECRET not in (lab.root / "analysis.ipynb").read_text()
+
+    asyncio.run(scenario())
+    assert SECRET not in (lab.root.parent / "jupyterlab.log").read_text()
+
+
+def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_variable(
+    lab: JupyterLab, model: OpenAIServer
+) -> None:
+    model.add(Reply("Counting.", tool_calls=(python_call("n = 41\nprint('n is', n)"),)))
+    model.add(Reply("## Answer\n\nn is 41."))
+    model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
+    model.add(Reply("Adding.", tool_calls=(python_call("print('n + 1 =', n + 1)"),)))
+    model.add(Reply("## Answer\n\nn + 1 is 42."))
+    (lab.root / "follow.chat").write_text("{}")
+
+    async def scenario() -> None:
+        async with shared_document(lab.port, lab.token, "follow.chat", "chat") as chat:
+            await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+            send(chat, "@KernelAgent set n")
+            await until(lambda: [b for b in replies(chat) if "n is 41." in b], WAIT_S, "the first answer")
+            send(chat, "@KernelAgent wait")
+            await until(lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S,
+                        "the long round to run")
+            async with shared_document(lab.port, lab.token, "follow.ipynb", "notebook") as live:
+                running = await until(lambda: [c for c in notebook_cells(live) if c["id"] == "round-3-code"
+                                               and "waiting" in json.dumps(c["outputs"])], 30, "the running cell")
+                assert running[0]["source"].startswith("import time")  # shown while it runs, not yet guarded
+            assert await asyncio.to_thread(cancel, lab, chat.get_id()) == [PERSONA]
+            stopped = await until(lambda: [b for b in replies(chat) if "**Stopped.**" in b], 30, "the stop")
+            assert "✗ stopped" in stopped[0]
+            send(chat, "@KernelAgent and n + 1?")
+            await until(lambda: [b for b in replies(chat) if "n + 1 is 42." in b], WAIT_S, "the follow-up answer")
+            assert "n + 1 = 42" in [b for b in replies(chat) if "n + 1 is 42." in b][0]
+            async with shared_document(lab.port, lab.token, "follow.ipynb", "notebook") as notebook:
+                cells = await until(lambda: [c for c in notebook_cells(notebook) if "n + 1 is 42" in c["source"]]
+                                    and notebook_cells(notebook), 30, "the follow-up's cells")
+                guarded = [c for c in cells if c["cell_type"] == "code" and "time.sleep(120)" in c["source"]]
+                assert len(guarded) == 1 and guarded[0]["source"].startswith("# kernel-agent: not run on Run All")
+                assert guarded[0]["metadata"]["tags"] == ["skip-execution"]
+                assert any("waiting" in "".join(o.get("text", "")) for o in guarded[0]["outputs"])
+
+    asyncio.run(scenario())
+
+
+def _comparable(cell: dict[str, Any]) -> dict[str, Any]:
+    """A cell as saved and as shared: the source joined (the file may split it in lines)."""
+    out = dict(cell)
+    out["source"] = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    out.pop("execution_state", None)
+    for output in out.get("outputs", []):
+        if isinstance(output.get("text"), list):
+            output["text"] = "".join(output["text"])
+        for mime, value in output.get("data", {}).items():
+            if isinstance(value, list):
+                output["data"][mime] = "".join(value)
+    return out

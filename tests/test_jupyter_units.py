@@ -1,0 +1,109 @@
+"""The chat persona's pure parts: the chat message a run's events make, and the sync of the agent's cells
+into a notebook's shared document (jupyter-ydoc's ``YNotebook`` on a local pycrdt document, no server)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyter_ydoc import YNotebook
+
+from kernel_agent.events import (
+    AnswerReady,
+    CodeReady,
+    ExecutionFinished,
+    ExecutionOutput,
+    ExecutionStarted,
+    ReasoningDelta,
+    RoundFinished,
+    RoundStarted,
+    RunStarted,
+    TextDelta,
+)
+from kernel_agent.jupyter.chat import ChatReply
+from kernel_agent.jupyter.live import LiveNotebook
+from kernel_agent.records import Round
+from kernel_agent.result import ErrorInfo, ExecutionResult
+
+
+def test_the_chat_message_folds_reasoning_says_each_rounds_status_and_ends_with_the_answer() -> None:
+    reply = ChatReply(notebook="analysis.ipynb")
+    failed = ExecutionResult("error", ({"output_type": "stream", "name": "stdout", "text": "half\n"},), 2, 0.4,
+                             error=ErrorInfo("ZeroDivisionError", "division by zero", ()))
+    for event in [
+        RunStarted("t", "m", "tools", "/w", "/w.ipynb"),
+        RoundStarted(1, 30), ReasoningDelta(1, "secret <plan>"), TextDelta(1, "Dividing"), TextDelta(1, " now."),
+        CodeReady(1, "1/0", "Dividing now."), ExecutionStarted(1, 120.0),
+        ExecutionOutput(1, "half\n", 0.1), ExecutionFinished(1, failed, ()),
+        RoundFinished(Round(1, "Dividing now.", "Dividing now.", "1/0", failed)),
+        RoundStarted(2, 30), TextDelta(2, "It is **undefined**."),
+        RoundFinished(Round(2, "It is **undefined**.", answer="It is **undefined**.")),
+        AnswerReady(2, "## Answer\n\nIt is **undefined**."),
+    ]:
+        reply.feed(event)
+    body = reply.body
+    assert "each round becomes cells in `analysis.ipynb`" in body
+    assert "<details><summary>Model reasoning (13 characters)</summary>\n\nsecret &lt;plan&gt;" in body
+    assert "**Round 1** · ✗ error · 0.4 s · `ZeroDivisionError: division by zero`" in body
+    assert "Dividing now." in body and "```text\nhalf\n```" in body
+    assert body.endswith("### Answer\n\nIt is **undefined**.")  # the model's own heading is not repeated
+    assert body.count("It is **undefined**.") == 1  # the answer round's text is the answer, said once
+
+
+def test_a_stopped_run_says_so_on_its_running_round() -> None:
+    reply = ChatReply()
+    for event in [RoundStarted(1, 30), CodeReady(1, "sleep()", "Waiting."), ExecutionStarted(1, None)]:
+        reply.feed(event)
+    reply.stopped()
+    assert "**Round 1** · ✗ stopped" in reply.body and "**Stopped.**" in reply.body
+
+
+def _cell(cell_id: str, source: str, kind: str = "markdown") -> dict[str, Any]:
+    cell: dict[str, Any] = {"id": cell_id, "cell_type": kind, "metadata": {"kernel_agent": {"role": cell_id}},
+                            "source": source}
+    if kind == "code":
+        cell.update(outputs=[], execution_count=1)
+    return cell
+
+
+def _live() -> tuple[LiveNotebook, YNotebook]:
+    notebook = YNotebook()
+    notebook.set({"cells": [_cell("mine", "# my notes")], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    live = LiveNotebook(ydoc=None, contents=None, path="a.ipynb")
+    live.document = notebook
+    return live, notebook
+
+
+def _sources(notebook: YNotebook) -> list[tuple[str, str]]:
+    return [(cell["id"], cell["source"]) for cell in json.loads(json.dumps(notebook.get()["cells"]))]
+
+
+def test_sync_adds_the_runs_cells_after_the_users_and_keeps_the_users_edits() -> None:
+    live, notebook = _live()
+    assert live.sync([_cell("header", "# Task"), _cell("answer", "## In progress")]) == 2
+    assert _sources(notebook) == [("mine", "# my notes"), ("header", "# Task"), ("answer", "## In progress")]
+
+    notebook.set_cell(1, source="# Task, edited by the user")
+    code = _cell("round-1-code", "x = 1", "code")
+    written = live.sync([_cell("header", "# Task"), code, _cell("answer", "## Answer\n\n1")])
+    assert written == 2  # the new code cell and the changed answer; the header the user edited is left alone
+    assert _sources(notebook) == [("mine", "# my notes"), ("header", "# Task, edited by the user"),
+                                  ("round-1-code", "x = 1"), ("answer", "## Answer\n\n1")]
+    assert live.sync([_cell("header", "# Task"), code, _cell("answer", "## Answer\n\n1")]) == 0
+
+
+def test_a_running_round_shows_its_code_and_output_before_the_answer_then_the_runs_cells_replace_them() -> None:
+    live, notebook = _live()
+    live.sync([_cell("header", "# Task"), _cell("answer", "## In progress")])
+    live.running(1, "Looking.", "print(1)")
+    live.output(1, "1\n")
+    live.output(1, "2\n")
+    assert _sources(notebook) == [("mine", "# my notes"), ("header", "# Task"), ("round-1-reasoning", "Looking."),
+                                  ("round-1-code", "print(1)"), ("answer", "## In progress")]
+    running = json.loads(json.dumps(notebook.get()["cells"]))[3]
+    assert running["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "1\n2\n"}]
+    finished = _cell("round-1-code", "print(1)", "code")
+    live.sync([_cell("header", "# Task"), _cell("round-1-reasoning", "Looking."), finished, _cell("answer", "## Answer")])
+    cells = json.loads(json.dumps(notebook.get()["cells"]))
+    assert [c["id"] for c in cells] == ["mine", "header", "round-1-reasoning", "round-1-code", "answer"]
+    assert cells[3]["outputs"] == [] and cells[3]["metadata"] == finished["metadata"]  # the run's version now
