@@ -44,6 +44,8 @@ class ServerConfig:
         is refused before it is read (limits.BodyLimit).
     pool_size: warm kernels kept ready for new threads (0: none, each thread starts its own);
         the pool's kernels count toward ``max_threads_live``, which caps its refills.
+    database: where the records live, a URL: ``sqlite:///PATH`` or ``postgresql://USER:PASSWORD@HOST/DB``
+        (None: the embedded SQLite file ``kernel-agent.db`` under ``data_dir``). Never logged whole.
     """
 
     data_dir: Path
@@ -55,6 +57,7 @@ class ServerConfig:
     idle_ttl: float = 1800.0
     max_upload_bytes: int = 100 * 1024 * 1024
     pool_size: int = 0
+    database: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.auth and not self.keys:
@@ -69,6 +72,10 @@ class ServerConfig:
                               f"not {self.pool_size}")
         if self.idle_ttl <= 0 or self.max_upload_bytes <= 0:
             raise ConfigError("idle_ttl and max_upload_bytes must be positive")
+        if self.database is not None:
+            from .database import database_url
+
+            database_url(self.database, self.data_dir)  # a bad URL fails now, not at the first request
 
     @property
     def model(self) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -22,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._loop import in_thread
 from ..agent.config import AgentConfig
 from ..errors import KernelAgentError, ServiceError
 from ..kernel.pool import KernelPool
@@ -47,7 +47,7 @@ class Service:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.store = Store(config.data_dir)
+        self.store = Store(config.data_dir, config.database)
         self.runtimes: dict[str, ThreadRuntime] = {}
         self.logs: dict[str, RunLog] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
@@ -56,8 +56,8 @@ class Service:
         self.pool: KernelPool | None = None
 
     async def __aenter__(self) -> Service:
-        await asyncio.to_thread(self.store.load)
-        await asyncio.to_thread(self.recover)
+        await self.store.load()
+        await self.recover()
         if self.config.pool_size:
             self.pool = await pool_for(self.config).start()
         self._reaper = asyncio.create_task(self._reap_idle())
@@ -82,32 +82,31 @@ class Service:
             await runtime.close()
         if self.pool is not None:
             await self.pool.close()
-        await asyncio.to_thread(self.store.close)
+        await self.store.close()
 
-    def recover(self) -> None:
+    async def recover(self) -> None:
         """Mark the runs a killed server left open as ``interrupted`` (their notebooks hold every
         completed round), and close their event logs with a ``finished`` event. Notebooks an older
         server kept in a workspace move beside it first."""
-        if moved := self.store.move_records_out():
+        if moved := await in_thread(self.store.move_records_out):
             log.info("moved %d notebooks out of thread workspaces", moved)
         for run in self.store.runs():
             if run.status not in _OPEN:
                 continue
             run.status, run.stop_reason, run.finished_at = "interrupted", None, now()
             run.error = "the server stopped while this run was in flight"
-            log_ = RunLog(self.store.events_path(run.id), self.store.events(run.id))
-            closing = _finished_event(run, log_.events)
-            _append_sync(log_, closing)
             self.store.save_run(run)
             self._set_thread_status(run.thread_id, "interrupted")
-        self.store.flush()
+            run_log = RunLog(self.store, run.id, await self.store.events(run.id))
+            await run_log.add(_finished_event(run, run_log.events))
+        await self.store.flush()
 
     # ----------------------------------------------------------------- files
     async def add_file(self, owner: str, filename: str, temp: Path, size: int, purpose: str) -> FileRecord:
         """Keep an upload (``temp`` is moved). Raises ``ServiceError`` for a bad name."""
         record = FileRecord(id=new_id("file"), owner=owner, filename=safe_name(filename), bytes=size,
                             purpose=purpose, created_at=int(time.time()))
-        await asyncio.to_thread(self.store.add_file, record, temp)
+        await self.store.add_file(record, temp)
         return record
 
     def file(self, owner: str, file_id: str) -> FileRecord:
@@ -163,7 +162,7 @@ class Service:
         self.store.save_run(run)
         thread.runs, thread.status, thread.updated_at = [*thread.runs, run.id], "running", now()
         self.store.save_thread(thread)
-        run_log = self.logs[run.id] = RunLog(self.store.events_path(run.id))
+        run_log = self.logs[run.id] = RunLog(self.store, run.id)
         task = self.tasks[run.id] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
         task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
         return run
@@ -178,7 +177,7 @@ class Service:
                 raise ServiceError(f"thread {thread_id} is running a run; cancel it first", status=409)
             del self.runtimes[thread_id]
             await runtime.close()
-        await asyncio.to_thread(self.store.delete_thread, thread)
+        self.store.delete_thread(thread)
 
     async def cancel(self, owner: str, run_id: str) -> RunRecord:
         """Cancel a run: the running code is interrupted, the notebook saved. Returns the record once
@@ -195,8 +194,7 @@ class Service:
         self.run(owner, run_id)
         run_log = self.logs.get(run_id)
         if run_log is None:
-            past = await asyncio.to_thread(self.store.events, run_id)
-            run_log = RunLog(self.store.events_path(run_id), past, over=True)
+            run_log = RunLog(self.store, run_id, await self.store.events(run_id), over=True)
         async for item in run_log.follow(after):
             yield item
 
@@ -352,11 +350,6 @@ def _finished_event(run: RunRecord, events: list[dict[str, Any]]) -> dict[str, A
     rounds = sum(1 for e in events if e.get("event") == "round_finished")
     return {"event": "finished", "run": {"answer": run.answer, "stop_reason": run.stop_reason, "error": run.error,
                                          "rounds": rounds, "status": run.status}}
-
-
-def _append_sync(run_log: RunLog, event: dict[str, Any]) -> None:
-    with run_log.path.open("a", encoding="utf-8") as out:
-        out.write(json.dumps(event) + "\n")
 
 
 def _owned(record: R | None, owner: str, message: str) -> R:

@@ -4,20 +4,19 @@ Owns ``ThreadRuntime`` (one ``AsyncAgent`` and one live kernel session per
 thread, kept across runs so a follow-up sees every variable; the kernel is
 built by the agent's own ``new_session``, so the sandbox and limits are those
 of ``kernel-agent run``, or taken from the service's warm ``KernelPool``,
-whose kernels are started with the same options) and ``RunLog`` (the events of one run, appended to
-disk as they come and handed to any number of SSE readers). No HTTP here.
+whose kernels are started with the same options) and ``RunLog`` (the events of one run, committed to
+the store as they come and handed to any number of SSE readers). No HTTP here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agent.loop import AsyncAgent
 from ..errors import KernelError
@@ -25,6 +24,9 @@ from ..events import Event, ExecutionFinished
 from ..kernel.pool import KernelPool
 from ..kernel.session import AsyncKernelSession
 from ..model import llm as _llm  # noqa: F401 - imported with the app, not on the loop by the first thread
+
+if TYPE_CHECKING:
+    from .store import Store
 
 __all__ = ["RunLog", "ThreadRuntime", "event_dict"]
 
@@ -135,19 +137,20 @@ class ThreadRuntime:
 
 
 class RunLog:
-    """The events of one run: kept in memory, appended to ``path`` (JSONL) as they come,
-    readable from any position by any number of followers until the run is over."""
+    """The events of one run: kept in memory, committed to the store as they come (each at its
+    position, from 1), readable from any position by any number of followers until the run is over."""
 
-    def __init__(self, path: Path, past: list[dict[str, Any]] | None = None, *, over: bool = False) -> None:
-        self.path = path
+    def __init__(self, store: Store, run_id: str, past: list[dict[str, Any]] | None = None, *,
+                 over: bool = False) -> None:
+        self.store = store
+        self.run_id = run_id
         self.events: list[dict[str, Any]] = list(past or [])
         self.over = over
         self._changed = asyncio.Condition()
 
     async def add(self, event: dict[str, Any]) -> None:
-        """Record ``event`` (to disk first, so a reader never sees what a restart would lose)."""
-        line = json.dumps(event, ensure_ascii=False, default=str)
-        await asyncio.to_thread(_append, self.path, line)
+        """Record ``event`` (committed first, so a reader never sees what a restart would lose)."""
+        await self.store.append_event(self.run_id, len(self.events) + 1, event)
         async with self._changed:
             self.events.append(event)
             self._changed.notify_all()
@@ -171,9 +174,3 @@ class RunLog:
                 yield position, event
             if over and position >= len(self.events):
                 return
-
-
-def _append(path: Path, line: str) -> None:
-    with path.open("a", encoding="utf-8") as out:
-        out.write(line + "\n")
-        out.flush()

@@ -1,0 +1,73 @@
+"""A data dir from before the database: its JSON records and JSONL event logs, read once to be imported.
+
+Owns the old layout and nothing else (``store.py`` imports what this reads, once)::
+
+    DATA/files/<file-id>/meta.json        DATA/threads/<thread-id>/thread.json
+    DATA/runs/<run-id>/run.json           DATA/runs/<run-id>/events.jsonl
+
+A record that does not validate is skipped, as the old store skipped it; a torn last event line (a
+kill mid-write) is dropped. The old files stay where they are: the database is the record from then on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from .records import FileRecord, RunRecord, ThreadRecord
+
+__all__ = ["Found", "read"]
+
+R = TypeVar("R", FileRecord, ThreadRecord, RunRecord)
+
+
+@dataclass(frozen=True)
+class Found:
+    """What an old data dir holds."""
+
+    files: list[FileRecord] = field(default_factory=list)
+    threads: list[ThreadRecord] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.files) + len(self.threads) + len(self.runs)
+
+
+def read(root: Path) -> Found:
+    """Every record and event log under ``root`` in the old layout (blocking; empty when there is none)."""
+    runs = _all(root / "runs", "run.json", RunRecord)
+    return Found(files=_all(root / "files", "meta.json", FileRecord),
+                 threads=_all(root / "threads", "thread.json", ThreadRecord), runs=runs,
+                 events={run.id: _events(root / "runs" / run.id / "events.jsonl") for run in runs})
+
+
+def _all(folder: Path, name: str, kind: type[R]) -> list[R]:
+    if not folder.is_dir():
+        return []
+    records = []
+    for child in sorted(folder.iterdir()):
+        try:
+            records.append(kind.model_validate_json((child / name).read_bytes()))
+        except (FileNotFoundError, NotADirectoryError, ValidationError):
+            continue
+    return records
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return out
