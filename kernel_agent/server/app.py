@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
-from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +33,7 @@ from .config import ServerConfig
 from .deps import Owner, public, service_of
 from .errors import install_error_handlers
 from .limits import MULTIPART_SLACK, BodyLimit
+from .metrics import CONTENT_TYPE
 from .service import Service
 from .store import NOTEBOOK
 
@@ -98,6 +99,17 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/ready", response_model=None)
+    async def ready(request: Request) -> dict[str, str] | JSONResponse:
+        reason = await service_of(request).ready()
+        if reason is not None:
+            return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+        return {"status": "ready"}
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        return Response(service_of(request).metrics.exposition(), media_type=CONTENT_TYPE)
 
     _file_routes(app, config)
     _run_routes(app)

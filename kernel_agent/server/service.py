@@ -26,6 +26,7 @@ from ..agent.config import AgentConfig
 from ..errors import KernelAgentError, ServiceError
 from ..kernel.pool import KernelPool
 from .config import ServerConfig
+from .metrics import Metrics
 from .records import FileRecord, GeneratedFile, RunRecord, ThreadRecord
 from .store import Store, new_id
 from .threads import RunLog, ThreadRuntime, event_dict
@@ -54,6 +55,7 @@ class Service:
         self._reaper: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Future[None]] = set()
         self.pool: KernelPool | None = None
+        self.metrics = Metrics(self._state)
 
     async def __aenter__(self) -> Service:
         await self.store.load()
@@ -198,6 +200,18 @@ class Service:
         async for item in run_log.follow(after):
             yield item
 
+    async def ready(self) -> str | None:
+        """None when this replica can serve (its database answers, at the current migration); else why not."""
+        return await self.store.ready()
+
+    def _state(self) -> dict[str, Any]:
+        """The current values the metrics report (read at each scrape)."""
+        runs = dict.fromkeys(("running", "completed", "failed", "cancelled", "interrupted"), 0)
+        for record in self.store.runs():
+            runs[record.status] = runs.get(record.status, 0) + 1
+        return {"runs": runs, "live_kernels": sum(1 for r in self.runtimes.values() if r.live),
+                "running": sum(1 for t in self.tasks.values() if not t.done()), "pending_writes": self.store.pending}
+
     # ----------------------------------------------------------------- internals
     def _new_thread(self, owner: str, task: str, protocol: str | None) -> ThreadRecord:
         """A new thread's record, saved only when its first run starts."""
@@ -281,9 +295,15 @@ class Service:
                                          data=self._thread_files(thread, paths))
         # A cancel can land here between two events (while one is written): closing the stream then
         # stops the running code and saves the notebook, as a cancel inside the agent does.
+        asked: float | None = None
         async with contextlib.aclosing(stream) as events:
             async for event in events:
                 data = event_dict(event)
+                if data["event"] == "round_started":
+                    asked = time.monotonic()
+                elif data["event"] in ("code_ready", "answer") and asked is not None:
+                    self.metrics.model_replied(time.monotonic() - asked)
+                    asked = None
                 await run_log.add(data)
                 if _track(run, data):
                     self.store.save_run(run)
