@@ -73,7 +73,7 @@ test: $(STAMP) $(EG_STAMP) bubblewrap chromium postgresql
 	$(BIN)/python -m pytest -q
 
 # The fast tier while you work: no kernel, no browser (tests/tiers.py keeps the markers honest), < 1 min.
-test-fast: $(STAMP)
+test-fast: $(STAMP) postgresql
 	$(BIN)/python -m pytest -q -m "not kernel and not browser"
 
 bench: $(STAMP) $(EG_STAMP) postgresql

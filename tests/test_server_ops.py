@@ -1,5 +1,5 @@
 """Operating the service: ``/ready`` says whether this replica can serve (its database answers, at the
-current migration), ``/metrics`` is Prometheus' text format with runs by status, live kernels, the
+current migration; a real PostgreSQL stopped and started again), ``/metrics`` is Prometheus' text format with runs by status, live kernels, the
 write queue and the model's latency; both open like ``/health``, so probes need no key."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from openai_server import OpenAIServer, Reply, python_call
+from postgres import PostgresServer
 from prometheus_client.parser import text_string_to_metric_families
 from service_server import ServiceServer
 
@@ -47,6 +48,18 @@ def test_ready_is_true_only_at_the_current_migration(server: ServiceServer) -> N
         assert httpx.get(server.url + "/ready").status_code == 200
     finally:
         database.close()
+
+
+def test_ready_follows_the_database_going_away_and_coming_back(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    with PostgresServer() as postgres, \
+            ServiceServer(tmp_path / "data", openai_server.base_url, keys={"ops-key"}, database=postgres.url) as server:
+        assert httpx.get(server.url + "/ready").status_code == 200
+        postgres.stop()
+        gone = httpx.get(server.url + "/ready", timeout=30)
+        assert gone.status_code == 503 and "does not answer" in gone.json()["reason"]
+        assert httpx.get(server.url + "/health").status_code == 200
+        postgres.start()
+        assert httpx.get(server.url + "/ready", timeout=30).json() == {"status": "ready"}
 
 
 def test_metrics_start_at_zero(server: ServiceServer) -> None:

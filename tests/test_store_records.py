@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from postgres import PostgresServer
 
 from kernel_agent.errors import ConfigError
 from kernel_agent.server.database import DATABASE_FILE, database_url
@@ -26,9 +28,24 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     running.close()
 
 
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest) -> str | None:
+    """None (the embedded SQLite default) or a fresh database on a real PostgreSQL."""
+    if request.param == "sqlite":
+        return None
+    postgres: PostgresServer = request.getfixturevalue("postgres")
+    return postgres.database(f"db_{secrets.token_hex(6)}")
+
+
 @pytest.fixture
-def store(tmp_path: Path, loop: asyncio.AbstractEventLoop) -> Iterator[Store]:
-    opened = Store(tmp_path / "data")
+def store(tmp_path: Path, loop: asyncio.AbstractEventLoop, database: str | None) -> Iterator[Store]:
+    opened = Store(tmp_path / "data", database)
     loop.run_until_complete(opened.load())
     yield opened
     loop.run_until_complete(opened.close())
@@ -41,7 +58,7 @@ def thread(store: Store, loop: asyncio.AbstractEventLoop, thread_id: str) -> Pat
     return store.workspace(thread_id)
 
 
-def test_saves_land_in_order_and_a_restart_reads_them_back(store: Store, tmp_path: Path,
+def test_saves_land_in_order_and_a_restart_reads_them_back(store: Store, tmp_path: Path, database: str | None,
                                                           loop: asyncio.AbstractEventLoop) -> None:
     async def work() -> RunRecord:
         run = RunRecord(id="run_1", owner="o", thread_id="thread_1", task="t", created_at="2026-11-25")
@@ -58,9 +75,9 @@ def test_saves_land_in_order_and_a_restart_reads_them_back(store: Store, tmp_pat
         return run
 
     run = loop.run_until_complete(work())
-    assert (tmp_path / "data" / DATABASE_FILE).is_file()
+    assert (tmp_path / "data" / DATABASE_FILE).is_file() == (database is None)
     loop.run_until_complete(store.close())
-    again = Store(tmp_path / "data")
+    again = Store(tmp_path / "data", database)
     loop.run_until_complete(again.load())
     try:
         assert again.run("run_1") == run and again.run("run_1").files[0].name == "out.csv"
@@ -79,7 +96,7 @@ def test_an_event_position_is_taken_once(store: Store, loop: asyncio.AbstractEve
     assert loop.run_until_complete(store.events("run_x")) == [{"event": "first"}]
 
 
-def test_a_json_data_dir_from_before_the_database_is_imported_once(tmp_path: Path,
+def test_a_json_data_dir_from_before_the_database_is_imported_once(tmp_path: Path, database: str | None,
                                                                    loop: asyncio.AbstractEventLoop) -> None:
     data = tmp_path / "data"  # today's layout, as the JSON store wrote it
     upload = FileRecord(id="file-1", owner="o", filename="kept.csv", bytes=4, purpose="assistants", created_at=1)
@@ -98,7 +115,7 @@ def test_a_json_data_dir_from_before_the_database_is_imported_once(tmp_path: Pat
     events = [{"event": "run_started"}, {"event": "finished", "run": {"answer": "42"}}]
     (data / "runs" / "run-1" / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + '{"torn')
 
-    first = Store(data)
+    first = Store(data, database)
     loop.run_until_complete(first.load())
     try:
         assert first.file("file-1") == upload and first.file_content(upload).read_text() == "a\n1\n"
@@ -108,7 +125,7 @@ def test_a_json_data_dir_from_before_the_database_is_imported_once(tmp_path: Pat
         first.save_run(run.model_copy(update={"answer": "changed"}))
     finally:
         loop.run_until_complete(first.close())
-    second = Store(data)  # the JSON files are still there, but the database is the record now
+    second = Store(data, database)  # the JSON files are still there, but the database is the record now
     loop.run_until_complete(second.load())
     try:
         assert second.run("run-1").answer == "changed"

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,7 +30,7 @@ from ..kernel.door import Door
 from ..notebook.export import clean_path
 from .compat import compat_routes
 from .config import ServerConfig
-from .deps import Owner, public, service_of
+from .deps import Owner, fresh, public, service_of
 from .errors import install_error_handlers
 from .limits import MULTIPART_SLACK, BodyLimit
 from .metrics import CONTENT_TYPE
@@ -66,7 +66,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             app.state.service = service
             yield
 
-    app = FastAPI(title="kernel-agent", version=__version__, lifespan=lifespan)
+    app = FastAPI(title="kernel-agent", version=__version__, lifespan=lifespan, dependencies=[Depends(fresh)])
     app.state.config = config
     app.add_middleware(BodyLimit, limit=config.max_upload_bytes + MULTIPART_SLACK)
 

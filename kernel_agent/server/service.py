@@ -144,6 +144,7 @@ class Service:
         """
         if not task.strip():
             raise ServiceError("the task is empty", status=422)
+        await self.fresh(files=file_ids, threads=[thread_id] if thread_id else ())
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
         running = sum(1 for t in self.tasks.values() if not t.done())
@@ -167,6 +168,8 @@ class Service:
         run_log = self.logs[run.id] = RunLog(self.store, run.id)
         task = self.tasks[run.id] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
         task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
+        if self.store.shared:  # committed before the client hears of it: it may ask another replica next
+            await self.store.flush()
         return run
 
     async def delete_thread(self, owner: str, thread_id: str) -> None:
@@ -192,13 +195,44 @@ class Service:
         return self.run(owner, run_id)
 
     async def events(self, owner: str, run_id: str, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        """The run's events after id ``after``: the recorded ones, then live ones until ``finished``."""
+        """The run's events after id ``after``: the recorded ones, then live ones until ``finished``.
+        A run executing on this replica is followed in memory; any other from the database."""
         self.run(owner, run_id)
         run_log = self.logs.get(run_id)
-        if run_log is None:
-            run_log = RunLog(self.store, run_id, await self.store.events(run_id), over=True)
-        async for item in run_log.follow(after):
+        if run_log is not None:
+            async for item in run_log.follow(after):
+                yield item
+            return
+        async for item in self._follow_stored(run_id, after):
             yield item
+
+    async def _follow_stored(self, run_id: str, after: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """Events as the database has them, woken by each commit (PostgreSQL) or polling, until the run's
+        ``finished`` event, or until it has no more and its record says it is over."""
+        position = after
+        while True:
+            events = await self.store.events(run_id, position)
+            for event in events:
+                position += 1
+                yield position, event
+                if event.get("event") == "finished":
+                    return
+            if not events:
+                await self.store.refresh("runs", run_id)
+                record = self.store.run(run_id)
+                if record is None or record.status not in _OPEN:
+                    if not await self.store.events(run_id, position):  # nothing came in meanwhile
+                        return
+                    continue
+                await self.store.changed(run_id)
+
+    async def fresh(self, *, files: Sequence[str] = (), threads: Sequence[str] = (), runs: Sequence[str] = ()) -> None:
+        """Read these records from the database, where another replica may have changed them."""
+        if not self.store.shared:
+            return
+        for name, ids in (("files", files), ("threads", threads), ("runs", runs)):
+            for record_id in ids:
+                await self.store.refresh(name, record_id)
 
     async def ready(self) -> str | None:
         """None when this replica can serve (its database answers, at the current migration); else why not."""

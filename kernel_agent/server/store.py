@@ -39,6 +39,7 @@ from ..errors import KernelAgentError
 from ..kernel.door import Door
 from . import legacy
 from .database import database_url, engine_for, migrate, readiness, safe_url, tables
+from .notify import EVENTS, RECORDS, Listener, announce
 from .records import FileRecord, RunRecord, ThreadRecord
 
 __all__ = ["NOTEBOOK", "Blobs", "Store", "new_id"]
@@ -47,9 +48,11 @@ log = logging.getLogger(__name__)
 
 NOTEBOOK = "analysis.ipynb"  # a thread's notebook, in its folder beside the workspace
 _BATCH = 256  # writes committed in one transaction at most
+POLL_S = 1.0  # how often a follower looks for new events when no notification wakes it
 
 R = TypeVar("R", FileRecord, ThreadRecord, RunRecord)
 Write = Callable[[AsyncConnection], Awaitable[None]]
+Queued = tuple[Write, asyncio.Future[None], str | None]
 
 
 def new_id(prefix: str) -> str:
@@ -95,7 +98,11 @@ class Store(Blobs):
         self._files: dict[str, FileRecord] = {}
         self._threads: dict[str, ThreadRecord] = {}
         self._runs: dict[str, RunRecord] = {}
-        self._queue: asyncio.Queue[tuple[Write, asyncio.Future[None]]] = asyncio.Queue()
+        self._queue: asyncio.Queue[Queued] = asyncio.Queue()
+        self._pending: dict[str, int] = {}  # record id -> its writes not yet committed (memory is newer)
+        self._wakers: dict[str, set[asyncio.Event]] = {}
+        self._refreshing: set[asyncio.Task[None]] = set()
+        self._listener: Listener | None = None
         self._writer: asyncio.Task[None] | None = None
         self._last: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -123,6 +130,14 @@ class Store(Blobs):
             self._threads = await _all(connection, "threads", ThreadRecord)
             self._runs = await _all(connection, "runs", RunRecord)
         self._writer = asyncio.create_task(self._write_behind())
+        if self.shared:
+            self._listener = Listener(self.url, self._wake, self._changed_elsewhere)
+            self._listener.start()
+
+    @property
+    def shared(self) -> bool:
+        """True on a database other replicas may share (PostgreSQL), where records change elsewhere."""
+        return self.url.get_backend_name() == "postgresql"
 
     def _make_layout(self) -> None:
         for part in ("files", "threads", "tmp"):
@@ -135,6 +150,12 @@ class Store(Blobs):
 
     async def close(self) -> None:
         """Commit the queued writes, stop the writer and close the engine. Idempotent."""
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        for task in list(self._refreshing):
+            task.cancel()
+        await asyncio.gather(*self._refreshing, return_exceptions=True)
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 await self.flush()
@@ -159,13 +180,23 @@ class Store(Blobs):
         """Writes queued and not yet committed."""
         return self._queue.qsize()
 
-    def _enqueue(self, write: Write) -> asyncio.Future[None]:
+    def _enqueue(self, write: Write, key: str | None = None) -> asyncio.Future[None]:
         if self._loop is None:
             raise RuntimeError("the store is not open: await load() first")
         done: asyncio.Future[None] = self._loop.create_future()
-        self._queue.put_nowait((write, done))
+        if key is not None:
+            self._pending[key] = self._pending.get(key, 0) + 1
+            done.add_done_callback(lambda _done: self._settled(key))
+        self._queue.put_nowait((write, done, key))
         self._last = done
         return done
+
+    def _settled(self, key: str) -> None:
+        left = self._pending.get(key, 0) - 1
+        if left > 0:
+            self._pending[key] = left
+        else:
+            self._pending.pop(key, None)
 
     async def _write_behind(self) -> None:
         while True:
@@ -184,11 +215,11 @@ class Store(Blobs):
                     except Exception as one:
                         _fail(item[1], one)
 
-    async def _commit(self, batch: list[tuple[Write, asyncio.Future[None]]]) -> None:
+    async def _commit(self, batch: list[Queued]) -> None:
         async with self.engine.begin() as connection:
-            for write, _done in batch:
+            for write, _done, _key in batch:
                 await write(connection)
-        for _write, done in batch:
+        for _write, done, _key in batch:
             if not done.done():
                 done.set_result(None)
 
@@ -196,7 +227,12 @@ class Store(Blobs):
         """Keep ``record`` in memory now and queue its row."""
         table[record.id] = record
         row = _row(record, **columns)
-        self._enqueue(lambda connection: _upsert(connection, name, row, ("id",)))
+
+        async def write(connection: AsyncConnection) -> None:
+            await _upsert(connection, name, row, ("id",))
+            await announce(connection, RECORDS, f"{name}:{record.id}")
+
+        self._enqueue(write, record.id)
 
     # ----------------------------------------------------------------- paths
     def prepare(self, thread_id: str, run_id: str) -> None:
@@ -243,9 +279,10 @@ class Store(Blobs):
 
         async def write(connection: AsyncConnection) -> None:
             await connection.execute(delete(tables["files"]).where(tables["files"].c.id == record.id))
+            await announce(connection, RECORDS, f"files:{record.id}")
             await in_thread(shutil.rmtree, folder, ignore_errors=True)
 
-        self._enqueue(write)
+        self._enqueue(write, record.id)
 
     # ----------------------------------------------------------------- threads and runs
     def save_thread(self, record: ThreadRecord) -> None:
@@ -268,9 +305,12 @@ class Store(Blobs):
             await connection.execute(delete(tables["threads"]).where(tables["threads"].c.id == record.id))
             await connection.execute(delete(tables["runs"]).where(tables["runs"].c.id.in_(runs)))
             await connection.execute(delete(tables["events"]).where(tables["events"].c.run_id.in_(runs)))
+            await announce(connection, RECORDS, f"threads:{record.id}")
+            for run_id in runs:
+                await announce(connection, RECORDS, f"runs:{run_id}")
             await in_thread(shutil.rmtree, folder, ignore_errors=True)
 
-        self._enqueue(write)
+        self._enqueue(write, record.id)
 
     def save_run(self, record: RunRecord) -> None:
         self._save(self._runs, record, "runs", thread_id=record.thread_id, status=record.status)
@@ -285,7 +325,12 @@ class Store(Blobs):
     async def append_event(self, run_id: str, seq: int, event: dict[str, Any]) -> None:
         """Commit ``event`` as the run's ``seq``-th (from 1), after every save queued before it."""
         row = {"run_id": run_id, "seq": seq, "body": json.dumps(event, ensure_ascii=False, default=str)}
-        await asyncio.shield(self._enqueue(lambda connection: _insert(connection, "events", row)))
+
+        async def write(connection: AsyncConnection) -> None:
+            await _insert(connection, "events", row)
+            await announce(connection, EVENTS, run_id)
+
+        await asyncio.shield(self._enqueue(write))
 
     async def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
         """The run's committed events after position ``after``, in order."""
@@ -294,6 +339,50 @@ class Store(Blobs):
         async with self.engine.connect() as connection:
             rows = (await connection.execute(query)).scalars().all()
         return [json.loads(body) for body in rows]
+
+    async def changed(self, run_id: str, timeout: float = POLL_S) -> None:
+        """Return when ``run_id``'s events may have grown: at a notification, else after ``timeout``."""
+        woken = asyncio.Event()
+        self._wakers.setdefault(run_id, set()).add(woken)
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await woken.wait()
+        finally:
+            waiting = self._wakers.get(run_id, set())
+            waiting.discard(woken)
+            if not waiting:
+                self._wakers.pop(run_id, None)
+
+    def _wake(self, run_id: str) -> None:
+        for woken in self._wakers.get(run_id, ()):
+            woken.set()
+
+    # ----------------------------------------------------------------- other replicas' changes
+    async def refresh(self, name: str, record_id: str) -> None:
+        """Read record ``record_id`` of table ``name`` (files, threads, runs) from the database into
+        memory, unless this replica has writes of it not yet committed (then memory is newer)."""
+        if not _safe_id(record_id) or name not in _KINDS or self._engine is None:
+            return
+        table = tables[name]
+        async with self.engine.connect() as connection:
+            body = (await connection.execute(select(table.c.body).where(table.c.id == record_id))).scalar()
+        if record_id in self._pending:
+            return
+        memory = getattr(self, _KINDS[name][0])
+        if body is None:
+            memory.pop(record_id, None)
+        else:
+            fresh = _KINDS[name][1].model_validate_json(body)
+            if memory.get(record_id) != fresh:
+                memory[record_id] = fresh
+
+    def _changed_elsewhere(self, name: str, record_id: str) -> None:
+        if record_id in self._pending:  # our own write coming back
+            return
+        task = asyncio.create_task(self.refresh(name, record_id))
+        self._refreshing.add(task)
+        task.add_done_callback(self._refreshing.discard)
 
     # ----------------------------------------------------------------- import
     async def _import_legacy(self) -> None:
@@ -318,6 +407,10 @@ class Store(Blobs):
             await _upsert(connection, "meta", {"key": "json_imported", "value": str(found.count)}, ("key",))
         if found.count:
             log.info("imported %d records of a JSON data dir into the database", found.count)
+
+
+_KINDS: dict[str, tuple[str, type[Any]]] = {"files": ("_files", FileRecord), "threads": ("_threads", ThreadRecord),
+                                             "runs": ("_runs", RunRecord)}
 
 
 def _fail(done: asyncio.Future[None], exc: Exception) -> None:
