@@ -1,13 +1,17 @@
 """Replicas: two service processes on one real PostgreSQL (started by the test) and one shared data dir.
 Any replica serves any request: a run started through A is followed by SSE on B, resumed there with
-``Last-Event-ID``, its records and notebook read there, and continued there by a follow-up."""
+``Last-Event-ID``, its records and notebook read there, and continued there by a follow-up. A replica
+SIGKILLed mid-round is taken over when its lease expires: the run is marked interrupted with its completed
+round kept, nothing is executed or asked twice, and the thread goes on on the other replica."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
 from postgres import PostgresServer
 from replicas import Replica, follow
@@ -57,3 +61,47 @@ def test_a_run_started_on_one_replica_is_followed_and_continued_on_the_other(
     assert executed[-1]["result"]["stdout"] == "30\n"  # B rebuilt A's variables from the notebook
     assert a.client.get(f"/v1/runs/{more['id']}").json()["status"] == "completed"
     assert a.client.get(f"/v1/threads/{run['thread_id']}").json()["runs"][-1]["id"] == more["id"]
+
+
+def test_a_replica_killed_mid_round_is_taken_over_with_every_completed_round_and_nothing_run_twice(
+    postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    model, database = openai_server, postgres.database("takeover")
+    fast = ("--lease-ttl", "2")
+    with Replica(tmp_path / "data", model.base_url, database=database, options=fast) as a, \
+            Replica(tmp_path / "data", model.base_url, database=database, options=fast) as b:
+        model.add(Reply("Set.", tool_calls=(python_call("kept = 41 + 1"),)), Reply("Kept is 42."))
+        done = a.client.post("/v1/runs", json={"task": "Set kept"}).json()
+        follow(b.client, done["id"])
+        model.add(Reply("Next.", tool_calls=(python_call("second = kept + 1\nprint('ran once')"),)),
+                  Reply("never sent", pause=120))
+        flying = a.client.post("/v1/runs", json={"task": "More", "thread_id": done["thread_id"]}).json()
+        follow(b.client, flying["id"], until="round_finished")  # round 1 is committed, as B sees it
+        deadline = time.monotonic() + 30
+        while model.remaining and time.monotonic() < deadline:  # round 2 waits on the model: mid-round
+            time.sleep(0.05)
+        assert model.remaining == 0
+        asked = len(model.requests)
+        assert b.client.post("/v1/runs", json={"task": "Meanwhile", "thread_id": done["thread_id"]}).status_code == 409
+        a.kill()
+        deadline = time.monotonic() + 30
+        while kernels_of(a.pid) and time.monotonic() < deadline:  # bwrap --die-with-parent takes them down
+            time.sleep(0.1)
+        assert kernels_of(a.pid) == []
+
+        closed = follow(b.client, flying["id"])  # ends once B has taken the lease over
+        assert closed[-1][1]["event"] == "finished" and closed[-1][1]["run"]["status"] == "interrupted"
+        record = b.client.get(f"/v1/runs/{flying['id']}").json()
+        assert record["status"] == "interrupted" and record["rounds"] == 1 and "lease expired" in record["error"]
+        executed = [e for _, e in closed if e["event"] == "execution_finished"]
+        assert [e["result"]["stdout"] for e in executed] == ["ran once\n"]  # executed once, never again
+        assert len(model.requests) == asked  # the interrupted round was not asked again
+        assert "second = kept + 1" in b.client.get(record["notebook_url"]).text  # the completed round kept
+        metrics = b.client.get("/metrics").text
+        assert "kernel_agent_lease_takeovers_total 1.0" in metrics
+
+        model.add(Reply("Both.", tool_calls=(python_call("print(kept, second)"),)), Reply("42 and 43."))
+        more = b.client.post("/v1/runs", json={"task": "Both?", "thread_id": done["thread_id"]}).json()
+        executed = [e for _, e in follow(b.client, more["id"]) if e["event"] == "execution_finished"]
+        assert executed[-1]["result"]["stdout"] == "42 43\n"  # rebuilt on B from the notebook
+        assert b.client.get(f"/v1/runs/{more['id']}").json()["status"] == "completed"

@@ -17,18 +17,21 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from .._loop import in_thread
 from ..agent.config import AgentConfig
 from ..errors import KernelAgentError, ServiceError
 from ..kernel.pool import KernelPool
 from .config import ServerConfig
+from .leases import Leases
 from .metrics import Metrics
 from .records import FileRecord, GeneratedFile, RunRecord, ThreadRecord
 from .store import Store, new_id
+from .takeover import Sweeper, finished_event, interrupt, now
 from .threads import RunLog, ThreadRuntime, event_dict
 
 __all__ = ["Service"]
@@ -37,10 +40,6 @@ log = logging.getLogger(__name__)
 
 _OPEN = ("queued", "running")
 R = TypeVar("R", FileRecord, ThreadRecord, RunRecord)
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 class Service:
@@ -56,10 +55,24 @@ class Service:
         self._closing: set[asyncio.Future[None]] = set()
         self.pool: KernelPool | None = None
         self.metrics = Metrics(self._state)
+        self.replica = new_id("replica")
+        self._leases: Leases | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._lost: set[str] = set()  # runs whose lease another replica took: nothing more of them is written
+
+    @property
+    def leases(self) -> Leases:
+        if self._leases is None:
+            raise RuntimeError("the service is not started")
+        return self._leases
 
     async def __aenter__(self) -> Service:
         await self.store.load()
+        self._leases = Leases(self.store.engine, self.replica, self.config.lease_ttl)
         await self.recover()
+        if self.store.shared:
+            sweeper = Sweeper(self.store, self.leases, self.metrics, busy=self._runs_here)
+            self._sweeper = asyncio.create_task(sweeper.run())
         if self.config.pool_size:
             self.pool = await pool_for(self.config).start()
         self._reaper = asyncio.create_task(self._reap_idle())
@@ -70,11 +83,12 @@ class Service:
 
     async def close(self) -> None:
         """Cancel the runs in flight (their notebooks are saved), shut every kernel down. Idempotent."""
-        if self._reaper is not None:
-            self._reaper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reaper
-            self._reaper = None
+        for background in (self._reaper, self._sweeper):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
+        self._reaper = self._sweeper = None
         for task in list(self.tasks.values()):
             task.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
@@ -89,19 +103,20 @@ class Service:
     async def recover(self) -> None:
         """Mark the runs a killed server left open as ``interrupted`` (their notebooks hold every
         completed round), and close their event logs with a ``finished`` event. Notebooks an older
-        server kept in a workspace move beside it first."""
+        server kept in a workspace move beside it first. On a shared database the runs of replicas
+        that still renew their leases are theirs: the sweeper takes over the others as they expire."""
         if moved := await in_thread(self.store.move_records_out):
             log.info("moved %d notebooks out of thread workspaces", moved)
+        if self.store.shared:
+            return
+        await self.leases.release_all()
         for run in self.store.runs():
-            if run.status not in _OPEN:
-                continue
-            run.status, run.stop_reason, run.finished_at = "interrupted", None, now()
-            run.error = "the server stopped while this run was in flight"
-            self.store.save_run(run)
-            self._set_thread_status(run.thread_id, "interrupted")
-            run_log = RunLog(self.store, run.id, await self.store.events(run.id))
-            await run_log.add(_finished_event(run, run_log.events))
-        await self.store.flush()
+            if run.status in _OPEN:
+                await interrupt(self.store, run, "the server stopped while this run was in flight")
+
+    def _runs_here(self, thread_id: str) -> bool:
+        runtime = self.runtimes.get(thread_id)
+        return runtime is not None and runtime.busy
 
     # ----------------------------------------------------------------- files
     async def add_file(self, owner: str, filename: str, temp: Path, size: int, purpose: str) -> FileRecord:
@@ -157,11 +172,18 @@ class Service:
         await runtime.lock.acquire()
         run = RunRecord(id=new_id("run"), owner=owner, thread_id=thread.id, task=task, file_ids=list(file_ids),
                         created_at=now())
-        try:  # the workspace before the kernel needs it, the run's folder before its event log
+        try:  # the lease before the run is saved (an open run without one is an orphan), the workspace
+            # before the kernel needs it
+            if not await self.leases.take(thread.id):
+                raise ServiceError(f"thread {thread.id} is running a run on another replica; wait for it",
+                                   status=409)
             await asyncio.to_thread(self.store.prepare, thread.id, run.id)
         except BaseException:
             runtime.lock.release()
             raise
+        if runtime.live and runtime.last_run != (thread.runs[-1] if thread.runs else None):
+            await runtime.stop_kernel()  # another replica ran this thread since: rebuild from the notebook
+        runtime.last_run = run.id
         self.store.save_run(run)
         thread.runs, thread.status, thread.updated_at = [*thread.runs, run.id], "running", now()
         self.store.save_thread(thread)
@@ -287,6 +309,7 @@ class Service:
 
     async def _execute(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord],
                        run_log: RunLog) -> None:
+        renewing = asyncio.create_task(self._renew(run, thread.id))
         try:
             await self._drive(run, thread, runtime, files, run_log)
         except asyncio.CancelledError:
@@ -300,7 +323,26 @@ class Service:
             log.exception("run %s failed", run.id)
             run.status, run.error = "failed", f"internal error: {type(exc).__name__}"
         finally:
+            renewing.cancel()
             await self._finish(run, thread, runtime, run_log)
+
+    async def _renew(self, run: RunRecord, thread_id: str) -> None:
+        """Renew the thread's lease while the run executes; when another replica has taken it (this
+        one renewed too late), stop the run and write nothing more of it."""
+        while True:
+            await asyncio.sleep(self.config.lease_ttl / 3)
+            try:
+                held = await self.leases.renew(thread_id)
+            except (SQLAlchemyError, OSError) as exc:  # the database away: the lease may still hold
+                log.warning("cannot renew the lease of thread %s: %s", thread_id, type(exc).__name__)
+                continue
+            if not held:
+                log.error("run %s lost its lease on thread %s to another replica: stopping it", run.id, thread_id)
+                self._lost.add(run.id)
+                task = self.tasks.get(run.id)
+                if task is not None:
+                    task.cancel()
+                return
 
     def _thread_files(self, thread: ThreadRecord, latest: list[Path]) -> list[Path]:
         """The uploads of every run of ``thread`` still on the server, one per file name (the latest wins)."""
@@ -338,26 +380,41 @@ class Service:
                 elif data["event"] in ("code_ready", "answer") and asked is not None:
                     self.metrics.model_replied(time.monotonic() - asked)
                     asked = None
+                if data["event"] == "finished":  # sent by _finish, once the records are final and the thread free
+                    finished, run_log.held = data["run"], data
+                    run.answer, run.stop_reason, run.error = finished["answer"], finished["stop_reason"], finished["error"]
+                    run.status = "completed" if finished["stop_reason"] != "llm_error" else "failed"
+                    continue
                 await run_log.add(data)
                 if _track(run, data):
                     self.store.save_run(run)
-                if data["event"] == "finished":
-                    finished = data["run"]
-                    run.answer, run.stop_reason, run.error = finished["answer"], finished["stop_reason"], finished["error"]
-                    run.status = "completed" if finished["stop_reason"] != "llm_error" else "failed"
 
     async def _finish(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, run_log: RunLog) -> None:
-        # Records first, then the thread is free, then the closing event: a client that sees
-        # ``finished`` and asks a follow-up at once finds the thread free and its records final
-        # (in memory at once; the store's writer puts them on disk in the order saved).
+        # Records first (committed), then the lease and the thread are free, then the closing event: a
+        # client that sees ``finished`` and asks a follow-up at once, of any replica, finds the thread
+        # free and its records final. A run whose lease was taken is another replica's to close.
+        if run.id in self._lost:
+            self._lost.discard(run.id)
+            self.tasks.pop(run.id, None)
+            runtime.lock.release()
+            await runtime.stop_kernel()
+            run_log.over = True
+            await run_log.end()
+            self.logs.pop(run.id, None)
+            return
         run.finished_at = now()
         self.store.save_run(run)
         self._set_thread_status(thread.id, run.status)
         self.tasks.pop(run.id, None)
+        try:
+            await self.store.flush()
+            await self.leases.release(thread.id)
+        except (SQLAlchemyError, OSError) as exc:  # the lease expires by itself
+            log.warning("run %s: cannot commit its end or free its lease: %s", run.id, type(exc).__name__)
         runtime.touch()
         runtime.lock.release()
         if not run_log.events or run_log.events[-1].get("event") != "finished":
-            await run_log.add(_finished_event(run, run_log.events))
+            await run_log.add(run_log.held or finished_event(run, run_log.events))
         await run_log.end()
         self.logs.pop(run.id, None)
 
@@ -397,13 +454,6 @@ def _track(run: RunRecord, event: dict[str, Any]) -> bool:
             if artifact["path"] not in known:
                 run.files.append(GeneratedFile(name=artifact["path"], size=artifact["size"]))
     return False
-
-
-def _finished_event(run: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``finished`` event the agent could not send (cancelled, failed, server killed)."""
-    rounds = sum(1 for e in events if e.get("event") == "round_finished")
-    return {"event": "finished", "run": {"answer": run.answer, "stop_reason": run.stop_reason, "error": run.error,
-                                         "rounds": rounds, "status": run.status}}
 
 
 def _owned(record: R | None, owner: str, message: str) -> R:

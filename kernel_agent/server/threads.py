@@ -70,6 +70,7 @@ class ThreadRuntime:
         self.agent = AsyncAgent(**agent_options, session_factory=lambda _root: _Lease(self))
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
+        self.last_run: str | None = None  # the last run this replica executed in the thread
         self._session: AsyncKernelSession | None = None
 
     def __repr__(self) -> str:
@@ -146,6 +147,7 @@ class RunLog:
         self.run_id = run_id
         self.events: list[dict[str, Any]] = list(past or [])
         self.over = over
+        self.held: dict[str, Any] | None = None  # the agent's own ``finished``, sent once the run's records are final
         self._changed = asyncio.Condition()
 
     async def add(self, event: dict[str, Any]) -> None:
