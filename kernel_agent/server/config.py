@@ -48,6 +48,8 @@ class ServerConfig:
         (None: the embedded SQLite file ``kernel-agent.db`` under ``data_dir``). Never logged whole.
     lease_ttl: seconds a replica's lease on a running thread lasts unless renewed (every third of it);
         a replica that dies is taken over by another this long after its last renewal.
+    drain_grace: on SIGTERM, seconds the runs in flight get to finish (no new run is taken, ``/ready``
+        says 503); those still running then are stopped and marked ``interrupted``.
     """
 
     data_dir: Path
@@ -61,6 +63,7 @@ class ServerConfig:
     pool_size: int = 0
     database: str | None = field(default=None, repr=False)
     lease_ttl: float = 15.0
+    drain_grace: float = 30.0
 
     def __post_init__(self) -> None:
         if self.auth and not self.keys:
@@ -73,8 +76,8 @@ class ServerConfig:
         if not 0 <= self.pool_size <= self.max_threads_live:
             raise ConfigError(f"the pool size must be between 0 and max_threads_live ({self.max_threads_live}), "
                               f"not {self.pool_size}")
-        if self.idle_ttl <= 0 or self.max_upload_bytes <= 0 or self.lease_ttl <= 0:
-            raise ConfigError("idle_ttl, max_upload_bytes and lease_ttl must be positive")
+        if self.idle_ttl <= 0 or self.max_upload_bytes <= 0 or self.lease_ttl <= 0 or self.drain_grace < 0:
+            raise ConfigError("idle_ttl, max_upload_bytes and lease_ttl must be positive, drain_grace at least 0")
         if self.database is not None:
             from .database import database_url
 

@@ -59,6 +59,7 @@ class Service:
         self._leases: Leases | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._lost: set[str] = set()  # runs whose lease another replica took: nothing more of them is written
+        self._drain_until: float | None = None  # set by begin_drain: no new runs, the running ones may finish
 
     @property
     def leases(self) -> Leases:
@@ -81,8 +82,25 @@ class Service:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def begin_drain(self) -> None:
+        """Stop taking runs (503, and ``/ready`` says so); the running ones get ``drain_grace`` seconds
+        from now to finish before ``close`` stops them. Idempotent: the first call sets the deadline."""
+        if self._drain_until is None:
+            self._drain_until = time.monotonic() + self.config.drain_grace
+            log.info("draining: %d runs in flight get %.0f s to finish", len(self.tasks), self.config.drain_grace)
+
+    @property
+    def draining(self) -> bool:
+        return self._drain_until is not None
+
     async def close(self) -> None:
-        """Cancel the runs in flight (their notebooks are saved), shut every kernel down. Idempotent."""
+        """Let the runs in flight finish until the drain deadline, then cancel the rest (marked
+        ``interrupted``; their notebooks are saved), shut every kernel down. Idempotent."""
+        self.begin_drain()
+        running = [task for task in self.tasks.values() if not task.done()]
+        left = (self._drain_until or 0) - time.monotonic()
+        if running and left > 0:
+            await asyncio.wait(running, timeout=left)
         for background in (self._reaper, self._sweeper):
             if background is not None:
                 background.cancel()
@@ -159,6 +177,9 @@ class Service:
         """
         if not task.strip():
             raise ServiceError("the task is empty", status=422)
+        if self.draining:
+            raise ServiceError("this server is shutting down and takes no new run; retry (another replica will)",
+                               status=503)
         await self.fresh(files=file_ids, threads=[thread_id] if thread_id else ())
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
@@ -192,6 +213,7 @@ class Service:
         task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
         if self.store.shared:  # committed before the client hears of it: it may ask another replica next
             await self.store.flush()
+        log.info("run %s started in thread %s", run.id, thread.id, extra={"run_id": run.id, "thread_id": thread.id})
         return run
 
     async def delete_thread(self, owner: str, thread_id: str) -> None:
@@ -257,7 +279,10 @@ class Service:
                 await self.store.refresh(name, record_id)
 
     async def ready(self) -> str | None:
-        """None when this replica can serve (its database answers, at the current migration); else why not."""
+        """None when this replica can serve (its database answers, at the current migration, and it is
+        not draining); else why not."""
+        if self.draining:
+            return "draining: this server is shutting down"
         return await self.store.ready()
 
     def _state(self) -> dict[str, Any]:
@@ -302,7 +327,8 @@ class Service:
             cutoff = time.monotonic() - self.config.idle_ttl
             for runtime in list(self.runtimes.values()):
                 if runtime.live and not runtime.busy and runtime.last_used < cutoff:
-                    log.info("thread %s idle: shutting its kernel down", runtime.thread_id)
+                    log.info("thread %s idle: shutting its kernel down", runtime.thread_id,
+                             extra={"thread_id": runtime.thread_id})
                     # A shutdown may cancel this mid-stop: the session's close finishes its clean-up
                     # first (AsyncKernelSession.close), and close() awaits this task.
                     await runtime.stop_kernel()
@@ -314,13 +340,16 @@ class Service:
             await self._drive(run, thread, runtime, files, run_log)
         except asyncio.CancelledError:
             run.status, run.stop_reason, run.error = "cancelled", "cancelled", "cancelled"
+            if self.draining:  # not the user's cancel: the server stopped it
+                run.status, run.stop_reason = "interrupted", None
+                run.error = "the server shut down before this run finished (its drain grace period ran out)"
             await runtime.settle()
         except KernelAgentError as exc:  # bad data file, kernel would not start: the machinery, not the code
             run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
             await run_log.add({"event": "error", "message": str(exc), "error_type": type(exc).__name__,
                                "round": None})
         except Exception as exc:  # a bug must not leave the run open forever: record it, log it
-            log.exception("run %s failed", run.id)
+            log.exception("run %s failed", run.id, extra={"run_id": run.id, "thread_id": thread.id})
             run.status, run.error = "failed", f"internal error: {type(exc).__name__}"
         finally:
             renewing.cancel()
@@ -337,7 +366,8 @@ class Service:
                 log.warning("cannot renew the lease of thread %s: %s", thread_id, type(exc).__name__)
                 continue
             if not held:
-                log.error("run %s lost its lease on thread %s to another replica: stopping it", run.id, thread_id)
+                log.error("run %s lost its lease on thread %s to another replica: stopping it", run.id, thread_id,
+                          extra={"run_id": run.id, "thread_id": thread_id})
                 self._lost.add(run.id)
                 task = self.tasks.get(run.id)
                 if task is not None:
@@ -404,13 +434,16 @@ class Service:
             return
         run.finished_at = now()
         self.store.save_run(run)
+        log.info("run %s %s after %d rounds", run.id, run.status, run.rounds,
+                 extra={"run_id": run.id, "thread_id": thread.id})
         self._set_thread_status(thread.id, run.status)
         self.tasks.pop(run.id, None)
         try:
             await self.store.flush()
             await self.leases.release(thread.id)
         except (SQLAlchemyError, OSError) as exc:  # the lease expires by itself
-            log.warning("run %s: cannot commit its end or free its lease: %s", run.id, type(exc).__name__)
+            log.warning("run %s: cannot commit its end or free its lease: %s", run.id, type(exc).__name__,
+                        extra={"run_id": run.id, "thread_id": thread.id})
         runtime.touch()
         runtime.lock.release()
         if not run_log.events or run_log.events[-1].get("event") != "finished":
