@@ -31,7 +31,7 @@ from .leases import Leases
 from .metrics import Metrics
 from .records import FileRecord, GeneratedFile, RunRecord, ThreadRecord
 from .store import Store, new_id
-from .takeover import Sweeper, finished_event, interrupt, now
+from .takeover import ORPHANED, Sweeper, finished_event, interrupt, now
 from .threads import RunLog, ThreadRuntime, event_dict
 
 __all__ = ["Service"]
@@ -132,6 +132,17 @@ class Service:
             if run.status in _OPEN:
                 await interrupt(self.store, run, "the server stopped while this run was in flight")
 
+    async def _close_orphan(self, thread: ThreadRecord) -> None:
+        """With the thread's lease in hand: its last run, still open but running nowhere (its replica
+        died and the lease expired before a sweep found it), is marked interrupted now."""
+        if not thread.runs or thread.runs[-1] in self.tasks:
+            return
+        await self.store.refresh("runs", thread.runs[-1])
+        previous = self.store.run(thread.runs[-1])
+        if previous is not None and previous.status in _OPEN:
+            await interrupt(self.store, previous, ORPHANED)
+            self.metrics.takeovers.inc()
+
     def _runs_here(self, thread_id: str) -> bool:
         runtime = self.runtimes.get(thread_id)
         return runtime is not None and runtime.busy
@@ -199,6 +210,7 @@ class Service:
                 raise ServiceError(f"thread {thread.id} is running a run on another replica; wait for it",
                                    status=409)
             await asyncio.to_thread(self.store.prepare, thread.id, run.id)
+            await self._close_orphan(thread)
         except BaseException:
             runtime.lock.release()
             raise

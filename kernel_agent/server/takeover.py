@@ -22,11 +22,13 @@ from .records import RunRecord
 from .store import Store
 from .threads import RunLog
 
-__all__ = ["Sweeper", "finished_event", "interrupt", "now"]
+__all__ = ["ORPHANED", "Sweeper", "finished_event", "interrupt", "now"]
 
 log = logging.getLogger(__name__)
 
 _OPEN = ("queued", "running")
+ORPHANED = ("the replica running it stopped (its lease expired); completed rounds are in the notebook, the round "
+            "in flight was not re-run")
 
 
 def now() -> str:
@@ -86,8 +88,7 @@ class Sweeper:
                 run = self.store.run(run_id)
                 if run is None or run.status not in _OPEN:
                     continue
-                await interrupt(self.store, run, "the replica running it stopped (its lease expired); "
-                                "completed rounds are in the notebook, the round in flight was not re-run")
+                await interrupt(self.store, run, ORPHANED)
                 taken += 1
                 self.metrics.takeovers.inc()
                 log.warning("took over run %s of thread %s: marked interrupted", run_id, thread_id,
