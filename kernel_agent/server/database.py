@@ -16,14 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from .._loop import in_thread
 from ..errors import ConfigError
+from .records import FileRecord, RunRecord, ThreadRecord
 
-__all__ = ["DATABASE_FILE", "HEAD", "database_url", "engine_for", "migrate", "readiness", "safe_url", "tables"]
+__all__ = ["DATABASE_FILE", "HEAD", "database_url", "engine_for", "migrate", "readiness", "row_of", "safe_url", "tables",
+           "upsert"]
 
 DATABASE_FILE = "kernel-agent.db"  # the embedded default, under the data dir
 HEAD = "0002"  # the newest migration in migrations/versions
@@ -126,6 +129,24 @@ def _upgrade_on(connection: Any) -> None:
     config.set_main_option("script_location", str(_MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
+
+
+def row_of(record: FileRecord | ThreadRecord | RunRecord) -> dict[str, Any]:
+    """A record's row: its JSON and the columns it is looked up by."""
+    columns: dict[str, Any] = {}
+    if isinstance(record, ThreadRecord | RunRecord):
+        columns["status"] = record.status
+    if isinstance(record, RunRecord):
+        columns["thread_id"] = record.thread_id
+    return {"id": record.id, "owner": record.owner, **columns, "body": record.model_dump_json()}
+
+
+async def upsert(connection: AsyncConnection, name: str, row: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Insert ``row`` into table ``name``, or update the row with the same ``keys``."""
+    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(tables[name]).values(**row)
+    changed = {k: v for k, v in row.items() if k not in keys}
+    await connection.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=changed))
 
 
 async def readiness(connection: AsyncConnection) -> str | None:

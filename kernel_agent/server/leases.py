@@ -9,15 +9,21 @@ wall-clock time, so replicas' clocks must agree (NTP) to well within the lease's
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import Callable
 
 from sqlalchemy import and_, delete, or_, select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .database import tables
 
 __all__ = ["Leases"]
+
+log = logging.getLogger(__name__)
 
 _OPEN = ("queued", "running")
 
@@ -53,6 +59,21 @@ class Leases:
                                                                  table.c.holder == self.holder)
                                             .values(expires_at=now + self.ttl))
         return done.rowcount == 1
+
+    async def keep(self, thread_id: str, lost: Callable[[], None]) -> None:
+        """Renew the thread's lease every third of ``ttl`` until cancelled; call ``lost`` and return when
+        another replica has taken it. A database that does not answer is retried: the lease may hold."""
+        while True:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                held = await self.renew(thread_id)
+            except (SQLAlchemyError, OSError) as exc:
+                log.warning("cannot renew the lease of thread %s: %s", thread_id, type(exc).__name__,
+                            extra={"thread_id": thread_id})
+                continue
+            if not held:
+                lost()
+                return
 
     async def release(self, thread_id: str) -> None:
         table = tables["leases"]

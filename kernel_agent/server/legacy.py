@@ -1,6 +1,6 @@
 """A data dir from before the database: its JSON records and JSONL event logs, read once to be imported.
 
-Owns the old layout and nothing else (``store.py`` imports what this reads, once)::
+Owns the old layout and its import into the database, once (``import_once``)::
 
     DATA/files/<file-id>/meta.json        DATA/threads/<thread-id>/thread.json
     DATA/runs/<run-id>/run.json           DATA/runs/<run-id>/events.jsonl
@@ -12,15 +12,22 @@ kill mid-write) is dropped. The old files stay where they are: the database is t
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .._loop import in_thread
+from .database import row_of, tables, upsert
 from .records import FileRecord, RunRecord, ThreadRecord
 
-__all__ = ["Found", "read"]
+__all__ = ["Found", "import_once", "read"]
+
+log = logging.getLogger(__name__)
 
 R = TypeVar("R", FileRecord, ThreadRecord, RunRecord)
 
@@ -37,6 +44,26 @@ class Found:
     @property
     def count(self) -> int:
         return len(self.files) + len(self.threads) + len(self.runs)
+
+
+async def import_once(engine: AsyncEngine, root: Path) -> None:
+    """Import the old records and event logs under ``root`` into the database, unless done before."""
+    meta = tables["meta"]
+    async with engine.connect() as connection:
+        if (await connection.execute(select(meta.c.value).where(meta.c.key == "json_imported"))).first():
+            return
+    found = await in_thread(read, root)
+    async with engine.begin() as connection:
+        for name, records in (("files", found.files), ("threads", found.threads), ("runs", found.runs)):
+            for record in records:
+                await upsert(connection, name, row_of(record), ("id",))
+        for run_id, events in found.events.items():
+            for seq, event in enumerate(events, 1):
+                body = json.dumps(event, ensure_ascii=False, default=str)
+                await upsert(connection, "events", {"run_id": run_id, "seq": seq, "body": body}, ("run_id", "seq"))
+        await upsert(connection, "meta", {"key": "json_imported", "value": str(found.count)}, ("key",))
+    if found.count:
+        log.info("imported %d records of a JSON data dir into the database", found.count)
 
 
 def read(root: Path) -> Found:

@@ -31,8 +31,8 @@ from .leases import Leases
 from .metrics import Metrics
 from .records import FileRecord, GeneratedFile, RunRecord, ThreadRecord
 from .store import Store, new_id
-from .takeover import ORPHANED, Sweeper, finished_event, interrupt, now
-from .threads import RunLog, ThreadRuntime, event_dict
+from .takeover import Sweeper, close_orphan, finished_event, interrupt, now
+from .threads import RunLog, ThreadRuntime, event_dict, follow_stored
 
 __all__ = ["Service"]
 
@@ -132,17 +132,6 @@ class Service:
             if run.status in _OPEN:
                 await interrupt(self.store, run, "the server stopped while this run was in flight")
 
-    async def _close_orphan(self, thread: ThreadRecord) -> None:
-        """With the thread's lease in hand: its last run, still open but running nowhere (its replica
-        died and the lease expired before a sweep found it), is marked interrupted now."""
-        if not thread.runs or thread.runs[-1] in self.tasks:
-            return
-        await self.store.refresh("runs", thread.runs[-1])
-        previous = self.store.run(thread.runs[-1])
-        if previous is not None and previous.status in _OPEN:
-            await interrupt(self.store, previous, ORPHANED)
-            self.metrics.takeovers.inc()
-
     def _runs_here(self, thread_id: str) -> bool:
         runtime = self.runtimes.get(thread_id)
         return runtime is not None and runtime.busy
@@ -210,7 +199,8 @@ class Service:
                 raise ServiceError(f"thread {thread.id} is running a run on another replica; wait for it",
                                    status=409)
             await asyncio.to_thread(self.store.prepare, thread.id, run.id)
-            await self._close_orphan(thread)
+            if await close_orphan(self.store, thread, running=self.tasks):
+                self.metrics.takeovers.inc()
         except BaseException:
             runtime.lock.release()
             raise
@@ -259,28 +249,8 @@ class Service:
             async for item in run_log.follow(after):
                 yield item
             return
-        async for item in self._follow_stored(run_id, after):
+        async for item in follow_stored(self.store, run_id, after):
             yield item
-
-    async def _follow_stored(self, run_id: str, after: int) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        """Events as the database has them, woken by each commit (PostgreSQL) or polling, until the run's
-        ``finished`` event, or until it has no more and its record says it is over."""
-        position = after
-        while True:
-            events = await self.store.events(run_id, position)
-            for event in events:
-                position += 1
-                yield position, event
-                if event.get("event") == "finished":
-                    return
-            if not events:
-                await self.store.refresh("runs", run_id)
-                record = self.store.run(run_id)
-                if record is None or record.status not in _OPEN:
-                    if not await self.store.events(run_id, position):  # nothing came in meanwhile
-                        return
-                    continue
-                await self.store.changed(run_id)
 
     async def fresh(self, *, files: Sequence[str] = (), threads: Sequence[str] = (), runs: Sequence[str] = ()) -> None:
         """Read these records from the database, where another replica may have changed them."""
@@ -347,7 +317,7 @@ class Service:
 
     async def _execute(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord],
                        run_log: RunLog) -> None:
-        renewing = asyncio.create_task(self._renew(run, thread.id))
+        renewing = asyncio.create_task(self.leases.keep(thread.id, lambda: self._lost_lease(run)))
         try:
             await self._drive(run, thread, runtime, files, run_log)
         except asyncio.CancelledError:
@@ -367,24 +337,15 @@ class Service:
             renewing.cancel()
             await self._finish(run, thread, runtime, run_log)
 
-    async def _renew(self, run: RunRecord, thread_id: str) -> None:
-        """Renew the thread's lease while the run executes; when another replica has taken it (this
-        one renewed too late), stop the run and write nothing more of it."""
-        while True:
-            await asyncio.sleep(self.config.lease_ttl / 3)
-            try:
-                held = await self.leases.renew(thread_id)
-            except (SQLAlchemyError, OSError) as exc:  # the database away: the lease may still hold
-                log.warning("cannot renew the lease of thread %s: %s", thread_id, type(exc).__name__)
-                continue
-            if not held:
-                log.error("run %s lost its lease on thread %s to another replica: stopping it", run.id, thread_id,
-                          extra={"run_id": run.id, "thread_id": thread_id})
-                self._lost.add(run.id)
-                task = self.tasks.get(run.id)
-                if task is not None:
-                    task.cancel()
-                return
+    def _lost_lease(self, run: RunRecord) -> None:
+        """Another replica took the lease of ``run``'s thread (this one renewed too late): stop the run,
+        and write nothing more of it."""
+        log.error("run %s lost its lease to another replica: stopping it", run.id,
+                  extra={"run_id": run.id, "thread_id": run.thread_id})
+        self._lost.add(run.id)
+        task = self.tasks.get(run.id)
+        if task is not None:
+            task.cancel()
 
     def _thread_files(self, thread: ThreadRecord, latest: list[Path]) -> list[Path]:
         """The uploads of every run of ``thread`` still on the server, one per file name (the latest wins)."""

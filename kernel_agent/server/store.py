@@ -13,7 +13,7 @@ never waits for the database. Each save updates memory at once and queues the wr
 task, which commits what is queued in one transaction, in the order saved; events are rows too, and
 ``append_event`` returns only once its row is committed, so a reader never sees what a restart would
 lose. A data dir from before the database (JSON records, JSONL events) is imported on first start
-(``legacy.py``). No HTTP, no kernels.
+(``legacy.import_once``). No HTTP, no kernels.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -38,7 +37,7 @@ from .._loop import in_thread
 from ..errors import KernelAgentError
 from ..kernel.door import Door
 from . import legacy
-from .database import database_url, engine_for, migrate, readiness, safe_url, tables
+from .database import database_url, engine_for, migrate, readiness, row_of, safe_url, tables, upsert
 from .notify import EVENTS, RECORDS, Listener, announce
 from .records import FileRecord, RunRecord, ThreadRecord
 
@@ -124,7 +123,7 @@ class Store(Blobs):
         await in_thread(self._make_layout)
         await migrate(self.url)
         self._engine = engine_for(self.url)
-        await self._import_legacy()
+        await legacy.import_once(self.engine, self.root)
         async with self.engine.connect() as connection:
             self._files = await _all(connection, "files", FileRecord)
             self._threads = await _all(connection, "threads", ThreadRecord)
@@ -223,13 +222,13 @@ class Store(Blobs):
             if not done.done():
                 done.set_result(None)
 
-    def _save(self, table: dict[str, R], record: R, name: str, **columns: Any) -> None:
+    def _save(self, table: dict[str, R], record: R, name: str) -> None:
         """Keep ``record`` in memory now and queue its row."""
         table[record.id] = record
-        row = _row(record, **columns)
+        row = row_of(record)
 
         async def write(connection: AsyncConnection) -> None:
-            await _upsert(connection, name, row, ("id",))
+            await upsert(connection, name, row, ("id",))
             await announce(connection, RECORDS, f"{name}:{record.id}")
 
         self._enqueue(write, record.id)
@@ -286,7 +285,7 @@ class Store(Blobs):
 
     # ----------------------------------------------------------------- threads and runs
     def save_thread(self, record: ThreadRecord) -> None:
-        self._save(self._threads, record, "threads", status=record.status)
+        self._save(self._threads, record, "threads")
 
     def thread(self, thread_id: str) -> ThreadRecord | None:
         return self._threads.get(thread_id) if _safe_id(thread_id) else None
@@ -313,7 +312,7 @@ class Store(Blobs):
         self._enqueue(write, record.id)
 
     def save_run(self, record: RunRecord) -> None:
-        self._save(self._runs, record, "runs", thread_id=record.thread_id, status=record.status)
+        self._save(self._runs, record, "runs")
 
     def run(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id) if _safe_id(run_id) else None
@@ -385,30 +384,6 @@ class Store(Blobs):
         task.add_done_callback(self._refreshing.discard)
 
     # ----------------------------------------------------------------- import
-    async def _import_legacy(self) -> None:
-        """Import the JSON records and JSONL events of a data dir from before the database, once."""
-        meta = tables["meta"]
-        async with self.engine.connect() as connection:
-            done = (await connection.execute(select(meta.c.value).where(meta.c.key == "json_imported"))).first()
-        if done is not None:
-            return
-        found = await in_thread(legacy.read, self.root)
-        async with self.engine.begin() as connection:
-            for record in found.files:
-                await _upsert(connection, "files", _row(record), ("id",))
-            for record in found.threads:
-                await _upsert(connection, "threads", _row(record, status=record.status), ("id",))
-            for record in found.runs:
-                await _upsert(connection, "runs", _row(record, thread_id=record.thread_id, status=record.status), ("id",))
-            for run_id, events in found.events.items():
-                for seq, event in enumerate(events, 1):
-                    body = json.dumps(event, ensure_ascii=False, default=str)
-                    await _upsert(connection, "events", {"run_id": run_id, "seq": seq, "body": body}, ("run_id", "seq"))
-            await _upsert(connection, "meta", {"key": "json_imported", "value": str(found.count)}, ("key",))
-        if found.count:
-            log.info("imported %d records of a JSON data dir into the database", found.count)
-
-
 _KINDS: dict[str, tuple[str, type[Any]]] = {"files": ("_files", FileRecord), "threads": ("_threads", ThreadRecord),
                                              "runs": ("_runs", RunRecord)}
 
@@ -418,18 +393,6 @@ def _fail(done: asyncio.Future[None], exc: Exception) -> None:
     if not done.done():
         done.set_exception(exc)
         done.exception()  # retrieved: a save nobody awaits must not warn at exit
-
-
-def _row(record: FileRecord | ThreadRecord | RunRecord, **columns: Any) -> dict[str, Any]:
-    return {"id": record.id, "owner": record.owner, **columns, "body": record.model_dump_json()}
-
-
-async def _upsert(connection: AsyncConnection, name: str, row: dict[str, Any], keys: tuple[str, ...]) -> None:
-    """Insert ``row`` into table ``name``, or update the row with the same ``keys``."""
-    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(tables[name]).values(**row)
-    changed = {k: v for k, v in row.items() if k not in keys}
-    await connection.execute(statement.on_conflict_do_update(index_elements=list(keys), set_=changed))
 
 
 async def _insert(connection: AsyncConnection, name: str, row: dict[str, Any]) -> None:

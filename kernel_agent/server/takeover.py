@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Container
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,11 +19,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .leases import Leases
 from .metrics import Metrics
-from .records import RunRecord
+from .records import RunRecord, ThreadRecord
 from .store import Store
 from .threads import RunLog
 
-__all__ = ["ORPHANED", "Sweeper", "finished_event", "interrupt", "now"]
+__all__ = ["ORPHANED", "Sweeper", "close_orphan", "finished_event", "interrupt", "now"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,19 @@ async def interrupt(store: Store, run: RunRecord, reason: str) -> None:
     if not run_log.events or run_log.events[-1].get("event") != "finished":
         await run_log.add(finished_event(run, run_log.events))
     await store.flush()
+
+
+async def close_orphan(store: Store, thread: ThreadRecord, running: Container[str]) -> bool:
+    """With the thread's lease in hand: its last run, still open but not ``running`` here (its replica
+    died and the lease expired before a sweep found it), is marked interrupted now. True if it was."""
+    if not thread.runs or thread.runs[-1] in running:
+        return False
+    await store.refresh("runs", thread.runs[-1])
+    previous = store.run(thread.runs[-1])
+    if previous is None or previous.status not in _OPEN:
+        return False
+    await interrupt(store, previous, ORPHANED)
+    return True
 
 
 class Sweeper:

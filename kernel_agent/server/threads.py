@@ -5,7 +5,8 @@ thread, kept across runs so a follow-up sees every variable; the kernel is
 built by the agent's own ``new_session``, so the sandbox and limits are those
 of ``kernel-agent run``, or taken from the service's warm ``KernelPool``,
 whose kernels are started with the same options) and ``RunLog`` (the events of one run, committed to
-the store as they come and handed to any number of SSE readers). No HTTP here.
+the store as they come and handed to any number of SSE readers) and ``follow_stored`` (the
+events of a run executing elsewhere, from the database). No HTTP here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..model import llm as _llm  # noqa: F401 - imported with the app, not on th
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["RunLog", "ThreadRuntime", "event_dict"]
+__all__ = ["RunLog", "ThreadRuntime", "event_dict", "follow_stored"]
 
 log = logging.getLogger(__name__)
 
@@ -176,3 +177,26 @@ class RunLog:
                 yield position, event
             if over and position >= len(self.events):
                 return
+
+
+async def follow_stored(store: Store, run_id: str, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """A run's events as the database has them (a run executing on another replica, or over), woken by
+    each commit (PostgreSQL) or polling, until its ``finished`` event, or until it has no more and its
+    record says it is over."""
+    position, over = after, False
+    while True:
+        events = await store.events(run_id, position)
+        for event in events:
+            position += 1
+            yield position, event
+            if event.get("event") == "finished":
+                return
+        if events:
+            continue
+        if over:  # over, and its closing event has not come after one more wait: it never will
+            return
+        await store.refresh("runs", run_id)
+        record = store.run(run_id)
+        # A run's records are final just before its ``finished`` event is written: wait once more for it.
+        over = record is None or record.status not in ("queued", "running")
+        await store.changed(run_id)
