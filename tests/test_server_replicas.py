@@ -2,7 +2,8 @@
 Any replica serves any request: a run started through A is followed by SSE on B, resumed there with
 ``Last-Event-ID``, its records and notebook read there, and continued there by a follow-up. A replica
 SIGKILLed mid-round is taken over when its lease expires: the run is marked interrupted with its completed
-round kept, nothing is executed or asked twice, and the thread goes on on the other replica."""
+round kept, nothing is executed or asked twice, and the thread goes on on the other replica; with kernels
+on a real Kernel Gateway, that replica adopts the thread's live kernel (its variables intact, no rebuild)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gateway import KernelGateway
 from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
 from postgres import PostgresServer
@@ -105,3 +107,42 @@ def test_a_replica_killed_mid_round_is_taken_over_with_every_completed_round_and
         executed = [e for _, e in follow(b.client, more["id"]) if e["event"] == "execution_finished"]
         assert executed[-1]["result"]["stdout"] == "42 43\n"  # rebuilt on B from the notebook
         assert b.client.get(f"/v1/runs/{more['id']}").json()["status"] == "completed"
+
+
+def test_with_kernels_on_a_gateway_the_replica_taking_over_adopts_the_live_kernel(
+    postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    model, database = openai_server, postgres.database("gateway_takeover")
+    token_file = tmp_path / "gateway-token"
+    with KernelGateway() as gateway:
+        token_file.write_text(gateway.token)
+        options = ("--lease-ttl", "2", "--gateway", gateway.url, "--gateway-token-file", str(token_file))
+        with Replica(tmp_path / "data", model.base_url, database=database, options=options) as a, \
+                Replica(tmp_path / "data", model.base_url, database=database, options=options) as b:
+            model.add(Reply("Draw.", tool_calls=(python_call("import random\ntoken = random.random()\nprint(token)"),)),
+                      Reply("Drawn."))
+            done = a.client.post("/v1/runs", json={"task": "Draw a token"}).json()
+            drawn = [e for _, e in follow(b.client, done["id"]) if e["event"] == "execution_finished"]
+            token = drawn[0]["result"]["stdout"]
+            assert len(gateway.kernels()) == 1
+            model.add(Reply("Next.", tool_calls=(python_call("twice = token * 2"),)), Reply("never sent", pause=120))
+            flying = a.client.post("/v1/runs", json={"task": "More", "thread_id": done["thread_id"]}).json()
+            follow(b.client, flying["id"], until="round_finished")
+            deadline = time.monotonic() + 30
+            while model.remaining and time.monotonic() < deadline:
+                time.sleep(0.05)
+            a.kill()  # its kernel lives on, on the gateway
+
+            model.add(Reply("Again.", tool_calls=(python_call("print(token)\nprint(twice == token * 2)"),)),
+                      Reply("Same."))
+            while True:  # 409 until the dead replica's lease has expired
+                more = b.client.post("/v1/runs", json={"task": "Token?", "thread_id": done["thread_id"]})
+                if more.status_code != 409:
+                    break
+                time.sleep(0.1)
+            executed = [e for _, e in follow(b.client, more.json()["id"]) if e["event"] == "execution_finished"]
+            # The same random token: the kernel itself, not a rebuild (which would draw another).
+            assert executed[-1]["result"]["stdout"] == token + "True\n"
+            assert b.client.get(f"/v1/runs/{flying['id']}").json()["status"] == "interrupted"
+            assert len(gateway.kernels()) == 1  # adopted, not doubled
+        assert gateway.kernels() == []  # B owned it, and deleted it when it stopped

@@ -173,9 +173,10 @@ class AsyncAgent:
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
 
-    def new_session(self, workspace: Path) -> AsyncKernelSession:
-        """A kernel session as this agent's runs get one by default (not started): local, or on the gateway."""
-        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options})
+    def new_session(self, workspace: Path, **options: Any) -> AsyncKernelSession:
+        """A kernel session as this agent's runs get one by default (not started): local, or on the gateway.
+        ``options`` add or override ``AsyncKernelSession`` arguments (``gateway_kernel_id``...)."""
+        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options, **options})
 
     async def close(self) -> None:
         """Release the model client. Idempotent."""

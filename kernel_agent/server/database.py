@@ -1,7 +1,7 @@
 """The service's database: which one (a URL), its tables, and its migrations (Alembic).
 
 Owns the engine (SQLAlchemy 2, async: aiosqlite for the embedded SQLite default, asyncpg for
-PostgreSQL), the schema the migrations in ``migrations/versions`` build (records, events, leases), bringing a database up to
+PostgreSQL), the schema the migrations in ``migrations/versions`` build (records, events, leases, gateway kernels), bringing a database up to
 date (``migrate``) and telling whether it is (``readiness``). Nothing about records or HTTP.
 
 A record is stored whole as its JSON (``body``) beside the columns it is looked up by, so a field
@@ -29,7 +29,7 @@ __all__ = ["DATABASE_FILE", "HEAD", "database_url", "engine_for", "migrate", "re
            "upsert"]
 
 DATABASE_FILE = "kernel-agent.db"  # the embedded default, under the data dir
-HEAD = "0002"  # the newest migration in migrations/versions
+HEAD = "0003"  # the newest migration in migrations/versions
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
 _MIGRATION_LOCK = 7_280_028  # a PostgreSQL advisory lock: one replica migrates at a time
@@ -49,6 +49,8 @@ tables = {
     "meta": Table("meta", metadata, Column("key", String(100), primary_key=True), Column("value", Text, nullable=False)),
     "leases": Table("leases", metadata, Column("thread_id", String(100), primary_key=True),
                     Column("holder", String(100), nullable=False), Column("expires_at", Float, nullable=False)),
+    "kernels": Table("kernels", metadata, Column("thread_id", String(100), primary_key=True),
+                     Column("kernel_id", String(100), nullable=False), Column("holder", String(100), nullable=False)),
 }
 
 

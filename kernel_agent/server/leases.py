@@ -1,4 +1,5 @@
-"""Leases: which replica executes a thread's run, as rows with an expiry the holder renews.
+"""Leases: which replica executes a thread's run, as rows with an expiry the holder renews; and which
+replica owns a thread's kernel on a gateway (so the next one can adopt it).
 
 Owns taking, renewing and releasing a thread's lease (each one atomic statement, so two replicas
 never both hold one) and finding the runs whose executor stopped renewing (``orphans``). A lease
@@ -15,8 +16,8 @@ import time
 from collections.abc import Callable
 
 from sqlalchemy import and_, delete, or_, select
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .database import tables
@@ -79,6 +80,35 @@ class Leases:
         table = tables["leases"]
         async with self.engine.begin() as connection:
             await connection.execute(delete(table).where(table.c.thread_id == thread_id, table.c.holder == self.holder))
+
+    async def kernel_of(self, thread_id: str) -> str | None:
+        """The id of the thread's kernel on the gateway, when a replica recorded one."""
+        table = tables["kernels"]
+        async with self.engine.connect() as connection:
+            return (await connection.execute(select(table.c.kernel_id).where(table.c.thread_id == thread_id))).scalar()
+
+    async def own_kernel(self, thread_id: str, kernel_id: str) -> None:
+        """Record that this replica owns ``kernel_id``, the thread's kernel on the gateway."""
+        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        row = {"thread_id": thread_id, "kernel_id": kernel_id, "holder": self.holder}
+        statement = dialect.insert(tables["kernels"]).values(**row).on_conflict_do_update(
+            index_elements=["thread_id"], set_={"kernel_id": kernel_id, "holder": self.holder})
+        async with self.engine.begin() as connection:
+            await connection.execute(statement)
+
+    async def owns_kernel(self, thread_id: str, kernel_id: str) -> bool:
+        """True while this replica is the recorded owner of the thread's ``kernel_id``."""
+        table = tables["kernels"]
+        query = select(table.c.holder).where(table.c.thread_id == thread_id, table.c.kernel_id == kernel_id)
+        async with self.engine.connect() as connection:
+            return (await connection.execute(query)).scalar() == self.holder
+
+    async def forget_kernel(self, thread_id: str, kernel_id: str) -> None:
+        """The thread's kernel is gone (shut down by its owner): forget it."""
+        table = tables["kernels"]
+        async with self.engine.begin() as connection:
+            await connection.execute(delete(table).where(table.c.thread_id == thread_id,
+                                                         table.c.kernel_id == kernel_id))
 
     async def release_all(self) -> None:
         """Drop every lease (a single process starting: whoever held them is gone)."""

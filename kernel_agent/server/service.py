@@ -288,7 +288,7 @@ class Service:
             if thread.protocol:
                 options["protocol"] = thread.protocol
             try:
-                runtime = ThreadRuntime(thread.id, self.store.workspace(thread.id), options, self.pool)
+                runtime = ThreadRuntime(thread.id, self.store.workspace(thread.id), options, self.pool, self.leases)
             except KernelAgentError as exc:
                 raise ServiceError(str(exc), status=422) from None
             self.runtimes[thread.id] = runtime
@@ -369,6 +369,8 @@ class Service:
             task = run.task
             if paths:
                 task += "\n\nNew data files in the working directory: " + ", ".join(p.name for p in paths)
+            if not runtime.live:  # the thread's kernel may live on the gateway still (its replica died)
+                await runtime.adopt()
             # Every file of the thread from our own uploads, never read back from the live kernel's folder.
             stream = agent.stream_resume(notebook, task, workspace=runtime.workspace, restore=not runtime.live,
                                          data=self._thread_files(thread, paths))

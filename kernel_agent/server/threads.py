@@ -27,6 +27,7 @@ from ..kernel.session import AsyncKernelSession
 from ..model import llm as _llm  # noqa: F401 - imported with the app, not on the loop by the first thread
 
 if TYPE_CHECKING:
+    from .leases import Leases
     from .store import Store
 
 __all__ = ["RunLog", "ThreadRuntime", "event_dict", "follow_stored"]
@@ -63,10 +64,13 @@ class ThreadRuntime:
     With a ``pool``, the kernel is a pooled one bound to the workspace, held until ``stop_kernel``."""
 
     def __init__(self, thread_id: str, workspace: Path, agent_options: dict[str, Any],
-                 pool: KernelPool | None = None) -> None:
+                 pool: KernelPool | None = None, leases: Leases | None = None) -> None:
         self.thread_id = thread_id
         self.workspace = workspace
         self.pool = pool
+        # On a gateway, the thread's kernel is recorded with its owner, so a replica taking the thread
+        # over adopts it (every variable survives) instead of rebuilding.
+        self.leases = leases if agent_options.get("gateway_url") and pool is None else None
         self._lease = contextlib.AsyncExitStack()
         self.agent = AsyncAgent(**agent_options, session_factory=lambda _root: _Lease(self))
         self.lock = asyncio.Lock()
@@ -104,7 +108,31 @@ class ThreadRuntime:
             return await self._lease.enter_async_context(self.pool.acquire(self.workspace))
         session = self.agent.new_session(self.workspace)
         await session.start()
+        if self.leases is not None:
+            await self.leases.own_kernel(self.thread_id, _kernel_id(session))
         return session
+
+    async def adopt(self) -> bool:
+        """With no live kernel: take over the thread's recorded kernel on the gateway (its variables
+        intact), when there is one and it still lives. True when adopted."""
+        if self._session is not None or self.leases is None:
+            return False
+        kernel_id = await self.leases.kernel_of(self.thread_id)
+        if kernel_id is None:
+            return False
+        session = self.agent.new_session(self.workspace, gateway_kernel_id=kernel_id, gateway_adopt=True)
+        try:
+            await session.start()
+        except KernelError as exc:
+            log.info("thread %s: its kernel %s on the gateway is gone (%s): a new one is rebuilt", self.thread_id,
+                     kernel_id, exc, extra={"thread_id": self.thread_id})
+            await self.leases.forget_kernel(self.thread_id, kernel_id)
+            return False
+        await self.leases.own_kernel(self.thread_id, kernel_id)
+        self._session = session
+        log.info("thread %s: adopted its kernel %s on the gateway", self.thread_id, kernel_id,
+                 extra={"thread_id": self.thread_id})
+        return True
 
     async def settle(self, attempts: int = 3, wait: float = 1.0) -> None:
         """After a cancel: make sure the kernel is idle. An interrupt that lands before the cell has
@@ -128,6 +156,12 @@ class ThreadRuntime:
         lease, self._lease = self._lease, contextlib.AsyncExitStack()
         try:
             await lease.aclose()
+            if session is not None and self.leases is not None:  # adopted by another replica since: leave it
+                kernel_id = _kernel_id(session)
+                if await self.leases.owns_kernel(self.thread_id, kernel_id):
+                    await self.leases.forget_kernel(self.thread_id, kernel_id)
+                else:
+                    getattr(session.provider, "disown", lambda: None)()
         finally:
             if session is not None:  # the only reference to it: close it even when cancelled
                 await session.close()
@@ -177,6 +211,10 @@ class RunLog:
                 yield position, event
             if over and position >= len(self.events):
                 return
+
+
+def _kernel_id(session: AsyncKernelSession) -> str:
+    return str(getattr(session.provider, "kernel_id", ""))
 
 
 async def follow_stored(store: Store, run_id: str, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
