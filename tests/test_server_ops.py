@@ -1,12 +1,14 @@
 """Operating the service: ``/ready`` says whether this replica can serve (its database answers, at the
 current migration; a real PostgreSQL stopped and started again), ``/metrics`` is Prometheus' text format with runs by status, live kernels, the
-write queue and the model's latency; both open like ``/health``, so probes need no key."""
+write queue and the model's latency; both open like ``/health``, so probes need no key. Requests that
+arrive at once never start more runs than ``max_running``."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -84,3 +86,13 @@ def test_metrics_count_runs_kernels_and_model_replies(server: ServiceServer, ope
     assert seen[("kernel_agent_live_kernels", ())] == 1  # the thread keeps its kernel for a follow-up
     assert seen[("kernel_agent_running_runs", ())] == 0
     assert seen[("kernel_agent_model_latency_seconds_count", ())] == 2  # one reply with code, one answer
+
+
+@pytest.mark.kernel
+def test_requests_at_once_never_start_more_runs_than_the_cap(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    openai_server.add(*[Reply("Done.", pause=3.0)] * 2)
+    with ServiceServer(tmp_path / "data", openai_server.base_url, keys={"ops-key"}, max_running=2) as server, \
+            httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as client, ThreadPoolExecutor(8) as pool:
+        codes = sorted(pool.map(lambda i: client.post("/v1/runs", json={"task": f"Run {i}"}).status_code, range(8)))
+        assert codes == [201, 201] + [429] * 6  # each start takes a moment: all 8 arrive while 2 are starting
+        assert len(client.get("/v1/threads").json()["threads"]) == 2

@@ -60,6 +60,7 @@ class Service:
         self._sweeper: asyncio.Task[None] | None = None
         self._lost: set[str] = set()  # runs whose lease another replica took: nothing more of them is written
         self._drain_until: float | None = None  # set by begin_drain: no new runs, the running ones may finish
+        self._starting = 0  # runs accepted and not yet running (counted toward max_running)
 
     @property
     def leases(self) -> Leases:
@@ -183,10 +184,19 @@ class Service:
         await self.fresh(files=file_ids, threads=[thread_id] if thread_id else ())
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
-        running = sum(1 for t in self.tasks.values() if not t.done())
+        # Runs still starting count too: many requests at once must not all pass before one is running.
+        running = sum(1 for t in self.tasks.values() if not t.done()) + self._starting
         if running >= self.config.max_running:  # before anything is saved: a refused request changes nothing
             raise ServiceError(f"{running} runs are running, the most this server runs at once; retry later",
                                status=429)
+        self._starting += 1
+        try:
+            return await self._start_run(owner, task, file_ids, files, thread)
+        finally:
+            self._starting -= 1
+
+    async def _start_run(self, owner: str, task: str, file_ids: Sequence[str], files: list[FileRecord],
+                         thread: ThreadRecord) -> RunRecord:
         runtime = await self._runtime(thread)
         if runtime.busy:
             raise ServiceError(f"thread {thread.id} is running a run; wait for it or cancel it", status=409)
