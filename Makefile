@@ -9,7 +9,7 @@ EG_STAMP := $(VENV)/enterprise-gateway/.installed
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
 
-.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap r-kernel
+.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap r-kernel postgresql
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,14 +64,27 @@ chromium:
 	  fi; \
 	fi
 
-test: $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel
+# Debian's PostgreSQL binaries for the replica tests (tests/postgres.py runs initdb in a temp dir; no
+# cluster is started here): installed with apt-get when we are root, else a clear failure.
+postgresql:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y postgresql || (apt-get update && apt-get install -y postgresql); \
+	  else \
+	    echo "make test needs PostgreSQL's server binaries (initdb, postgres) for the replica tests:" >&2; \
+	    echo "  install them (Debian/Ubuntu: sudo apt-get install postgresql)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
+test: $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
 	$(BIN)/python -m pytest -q
 
 # The fast tier while you work: no kernel, no browser (tests/tiers.py keeps the markers honest), < 1 min.
-test-fast: $(STAMP)
+test-fast: $(STAMP) postgresql
 	$(BIN)/python -m pytest -q -m "not kernel and not browser"
 
-bench: $(STAMP) $(EG_STAMP)
+bench: $(STAMP) $(EG_STAMP) postgresql
 	$(BIN)/python bench/run.py
 
 clean:

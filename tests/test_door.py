@@ -198,8 +198,7 @@ THROUGH_THE_DOOR = {
         # Each of these touches the data dir's own records (thread.json, run.json, uploads), which no kernel
         # sees; the only workspace access (move_records_out) goes through the door.
         name: "the service's own records beside the workspaces" for name in (
-            "__init__", "load", "prepare", "add_file", "events", "_write_json", "_remove_file", "_remove_thread",
-            "_all")
+            "__init__", "_make_layout", "prepare", "_place_file", "write")
     },
     "mcp/files.py": {},
     "mcp/server.py": {"_new": "makes a client's workspace folder itself"},

@@ -76,6 +76,7 @@ def test_a_killed_server_restarts_with_every_finished_thing_and_the_interrupted_
         follow(client, done["id"])
         model.add(Reply("Next.", tool_calls=(python_call("second = kept + 1"),)), Reply("never sent", pause=120))
         flying = client.post("/v1/runs", json={"task": "More", "thread_id": done["thread_id"]}).json()
+        assert "id" in flying, flying
         follow(client, flying["id"], until="round_finished")
         deadline = time.monotonic() + 30
         while model.remaining and time.monotonic() < deadline:  # round 2 is waiting on the model: mid-run

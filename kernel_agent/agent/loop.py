@@ -175,11 +175,11 @@ class AsyncAgent:
         if choice.python is not None and config.preload:  # the setup cell's imports
             require_setup_packages(choice.python.executable)
 
-    def new_session(self, workspace: Path, kernel_name: str | None = None) -> AsyncKernelSession:
+    def new_session(self, workspace: Path, **options: Any) -> AsyncKernelSession:
         """A kernel session as this agent's runs get one by default (not started): local, or on the gateway.
-        ``kernel_name`` picks another installed kernelspec than the config's (a resumed run's own)."""
-        chosen = {"kernel_name": kernel_name} if kernel_name else {}
-        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options, **chosen})
+        ``options`` add or override ``AsyncKernelSession`` arguments (``gateway_kernel_id``, ``kernel_name``
+        for a resumed run's own kernelspec...)."""
+        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options, **options})
 
     def _resume_factory(self, info: RunInfo) -> KernelFactory:
         """Where a resumed run's kernel comes from: the kernelspec its notebook records (an installed one of

@@ -444,11 +444,15 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 @click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=100, show_default=True, metavar="MB", help="Largest upload accepted.")
 @click.option("--pool", "pool_size", type=click.IntRange(min=0), default=0, show_default=True, metavar="N", help="Keep N warm kernels for new threads (0: off); they count toward --max-live-kernels.")
 @click.option("--demo", is_flag=True, help="Try it without a model: the scripted demo replies and the bundled sales data (no key needed on a loopback address).")
+@click.option("--lease-ttl", type=click.FloatRange(min=0, min_open=True), default=15, show_default=True, metavar="S", help="Replicas: seconds before a dead replica's running thread is taken over by another.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="json: one JSON object a line (time, level, logger, message, run_id, thread_id) for a log pipeline.")
+@click.option("--drain-grace", type=click.FloatRange(min=0), default=30, show_default=True, metavar="S", help="On SIGTERM: seconds the runs in flight get to finish (no new runs meanwhile) before they are stopped.")
+@click.option("--database", envvar="KERNEL_AGENT_DATABASE", metavar="URL", help="Where the records live: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB (replicas share one) [default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db].")
 @_model_options
 @_kernel_options
 def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: bool, max_running: int,
           max_live_kernels: int, idle_ttl: float, max_upload_mb: float, pool_size: int, demo: bool,
-          **options: Any) -> None:
+          database: str | None, lease_ttl: float, drain_grace: float, log_format: str, **options: Any) -> None:
     """Serve the agent over HTTP: the web page at /, the native runs API and a DeepAnalyze/OpenAI-compatible
     /v1/chat/completions, with a live kernel per thread. Clients send ``Authorization: Bearer KEY``.
 
@@ -476,8 +480,9 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
             Path(data_dir), keys=frozenset() if no_auth else keys, auth=not no_auth, agent=agent,
             max_running=max_running, max_threads_live=max_live_kernels, idle_ttl=idle_ttl,
             max_upload_bytes=int(max_upload_mb * 1024 * 1024), pool_size=pool_size, demo=demo,
+            database=database, lease_ttl=lease_ttl, drain_grace=drain_grace,
         )
-        run_server(config, host, port)
+        run_server(config, host, port, log_format)  # type: ignore[arg-type]
 
 
 @cli.command()

@@ -45,7 +45,8 @@ class AsyncKernelSession:
     cells after a restart that lost state. ``limits`` confine the kernel.
     ``gateway`` (a URL or ``GatewaySettings``; ``gateway_token`` is its
     secret) runs the kernel on a Jupyter Kernel/Enterprise Gateway instead
-    (``gateway_kernel_id`` attaches to a running one there, never killed);
+    (``gateway_kernel_id`` attaches to a running one there, never killed, unless ``gateway_adopt``
+    makes this session its owner);
     ``kernel_name`` then picks the gateway's kernelspec (default: the
     gateway's default) and ``workspace`` stays the run's local folder.
     ``provider`` replaces where the kernel lives altogether.
@@ -68,6 +69,7 @@ class AsyncKernelSession:
         gateway: str | GatewaySettings | None = None,
         gateway_token: str | None = None,
         gateway_kernel_id: str | None = None,
+        gateway_adopt: bool = False,
         provider: KernelProvider | None = None,
         python: str | None = None,
     ) -> None:
@@ -81,7 +83,7 @@ class AsyncKernelSession:
             settings = gateway if isinstance(gateway, GatewaySettings) else GatewaySettings(
                 gateway, gateway_token, kernel_name=kernel_name, startup_timeout=startup_timeout
             )
-            provider = GatewayProvider(settings, kernel_id=gateway_kernel_id, env=env)
+            provider = GatewayProvider(settings, kernel_id=gateway_kernel_id, env=env, adopt=gateway_adopt)
         if provider is None:
             provider = LocalProvider(
                 self.local_folder, kernel_name=kernel_name or KERNEL_NAME, env=env, allow_env=allow_env,

@@ -1,6 +1,6 @@
 """``kernel-agent serve``: the HTTP service (FastAPI on uvicorn) and its web page (``static/``).
 
-``config`` (settings and keys), ``store`` (state on disk), ``threads`` (a
+``config`` (settings and keys), ``store`` (records in the database, blobs on disk), ``threads`` (a
 thread's live kernel, a run's events), ``service`` (runs and threads of many
 owners), ``app`` (the native HTTP API and the page), ``compat`` (the
 DeepAnalyze/OpenAI-compatible routes). Importing this package does not import

@@ -17,8 +17,8 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
-from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
-from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
+from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,9 +32,10 @@ from ..notebook.export import clean_path
 from ..records import STOP_WORDS
 from .compat import compat_routes
 from .config import ServerConfig
-from .deps import Owner, public, service_of
+from .deps import Owner, fresh, public, service_of
 from .errors import install_error_handlers
 from .limits import MULTIPART_SLACK, BodyLimit
+from .metrics import CONTENT_TYPE
 from .service import Service
 from .store import NOTEBOOK
 
@@ -67,7 +68,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             app.state.service = service
             yield
 
-    app = FastAPI(title="kernel-agent", version=__version__, lifespan=lifespan)
+    app = FastAPI(title="kernel-agent", version=__version__, lifespan=lifespan, dependencies=[Depends(fresh)])
     app.state.config = config
     app.add_middleware(BodyLimit, limit=config.max_upload_bytes + MULTIPART_SLACK)
 
@@ -110,6 +111,17 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/ready", response_model=None)
+    async def ready(request: Request) -> dict[str, str] | JSONResponse:
+        reason = await service_of(request).ready()
+        if reason is not None:
+            return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+        return {"status": "ready"}
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        return Response(service_of(request).metrics.exposition(), media_type=CONTENT_TYPE)
 
     _file_routes(app, config)
     _run_routes(app)

@@ -46,6 +46,12 @@ class ServerConfig:
         the pool's kernels count toward ``max_threads_live``, which caps its refills.
     demo: every thread plays the bundled scripted demo replies (``kernel_agent.demo``) with the
         ``tags`` protocol; no model is asked, and the page and ``/v1/info`` say so.
+    database: where the records live, a URL: ``sqlite:///PATH`` or ``postgresql://USER:PASSWORD@HOST/DB``
+        (None: the embedded SQLite file ``kernel-agent.db`` under ``data_dir``). Never logged whole.
+    lease_ttl: seconds a replica's lease on a running thread lasts unless renewed (every third of it);
+        a replica that dies is taken over by another this long after its last renewal.
+    drain_grace: on SIGTERM, seconds the runs in flight get to finish (no new run is taken, ``/ready``
+        says 503); those still running then are stopped and marked ``interrupted``.
     """
 
     data_dir: Path
@@ -58,6 +64,9 @@ class ServerConfig:
     max_upload_bytes: int = 100 * 1024 * 1024
     pool_size: int = 0
     demo: bool = False
+    database: str | None = field(default=None, repr=False)
+    lease_ttl: float = 15.0
+    drain_grace: float = 30.0
 
     def __post_init__(self) -> None:
         if self.auth and not self.keys:
@@ -70,8 +79,12 @@ class ServerConfig:
         if not 0 <= self.pool_size <= self.max_threads_live:
             raise ConfigError(f"the pool size must be between 0 and max_threads_live ({self.max_threads_live}), "
                               f"not {self.pool_size}")
-        if self.idle_ttl <= 0 or self.max_upload_bytes <= 0:
-            raise ConfigError("idle_ttl and max_upload_bytes must be positive")
+        if self.idle_ttl <= 0 or self.max_upload_bytes <= 0 or self.lease_ttl <= 0 or self.drain_grace < 0:
+            raise ConfigError("idle_ttl, max_upload_bytes and lease_ttl must be positive, drain_grace at least 0")
+        if self.database is not None:
+            from .database import database_url
+
+            database_url(self.database, self.data_dir)  # a bad URL fails now, not at the first request
 
     @property
     def model(self) -> str | None:

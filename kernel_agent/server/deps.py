@@ -1,6 +1,6 @@
 """What every route of the service shares: the caller's owner (``Owner``), the service, the public view of a record.
 
-Owns FastAPI dependencies and re-exports ``records.public`` (the one translation of a stored record
+Owns FastAPI dependencies (the caller, the records a path names kept fresh) and re-exports ``records.public`` (the one translation of a stored record
 for clients), so that the native routes (``app.py``) and the DeepAnalyze-compatible ones
 (``compat.py``) use the same and neither imports the other.
 """
@@ -16,7 +16,7 @@ from .config import ServerConfig, owner_of
 from .records import public
 from .service import Service
 
-__all__ = ["Owner", "owner", "public", "service_of"]
+__all__ = ["Owner", "fresh", "owner", "public", "service_of"]
 
 
 async def owner(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
@@ -34,6 +34,16 @@ async def owner(request: Request, authorization: Annotated[str | None, Header()]
 
 
 Owner = Annotated[str, Depends(owner)]
+
+_PATH_IDS = {"file_id": "files", "thread_id": "threads", "run_id": "runs"}
+
+
+async def fresh(request: Request) -> None:
+    """Every route's first step: the records its path names, read again from the database when other
+    replicas share it (a run started elsewhere a moment ago, a status another replica changed)."""
+    ids = {name: [request.path_params[key]] for key, name in _PATH_IDS.items() if key in request.path_params}
+    if ids:
+        await service_of(request).fresh(**ids)
 
 
 def service_of(request: Request) -> Service:

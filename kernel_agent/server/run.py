@@ -6,8 +6,10 @@ binds with a ``DeferredApp`` in front, which answers ``/health`` with ``{"status
 at once, builds the real app in a worker thread and then enters its lifespan (the store, the
 warm pool, whose kernels start in the background). Every other request waits until the app is
 up, then goes to it; none is refused for being early. ``/health`` then says what the app says.
-A build or start-up failure is logged and stops the server. uvicorn handles the signals, and the
-app's lifespan closes every run and kernel on the way out.
+A build or start-up failure is logged and stops the server.
+On SIGTERM (or SIGINT) the service drains: uvicorn stops accepting connections, the service takes no
+new run and its running ones get ``drain_grace`` seconds to finish (open streams go on), then the app's
+lifespan stops the rest and every kernel. Logging is ``logs.configure``'s (text, or JSON lines).
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from types import FrameType
+from typing import Any, Literal
 
 from .config import ServerConfig
+from .logs import configure
 
 __all__ = ["DeferredApp", "serve"]
 
@@ -54,6 +58,11 @@ class DeferredApp:
     def ready(self) -> bool:
         """True once the built app has started."""
         return self._app is not None
+
+    @property
+    def built(self) -> ASGIApp | None:
+        """The built app once it has started (None before, or when it failed)."""
+        return self._app
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -134,14 +143,14 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def serve(config: ServerConfig, host: str, port: int) -> None:
-    """Serve ``config`` on ``host:port`` until stopped. Raises ``OSError`` when the port is taken,
-    ``ServiceError`` when the app could not be built or started (the log says why)."""
+def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text", "json"] = "text") -> None:
+    """Serve ``config`` on ``host:port`` until stopped, logging in ``log_format``. Raises ``OSError`` when
+    the port is taken, ``ServiceError`` when the app could not be built or started (the log says why)."""
     import uvicorn
 
     from ..errors import ServiceError
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure(log_format)
     log.info("kernel-agent service: data in %s, auth %s", config.data_dir, "on" if config.auth else "off")
     server: uvicorn.Server | None = None
 
@@ -155,7 +164,17 @@ def serve(config: ServerConfig, host: str, port: int) -> None:
             server.should_exit = True
 
     app = DeferredApp(build, on_failure=stop)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=True))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=True, log_config=None,
+                                           timeout_graceful_shutdown=max(config.drain_grace, 0.1)))
+    exit_now = server.handle_exit
+
+    def drain_then_stop(sig: int, frame: FrameType | None) -> None:
+        service = getattr(getattr(app.built, "state", None), "service", None)
+        if service is not None:  # the signal handler runs on the loop's thread: no lock needed
+            service.begin_drain()
+        exit_now(sig, frame)
+
+    server.handle_exit = drain_then_stop  # type: ignore[method-assign]
     server.run()
     if app.failed:
         raise ServiceError("the service failed to start (the log above says why)", status=503)

@@ -1,46 +1,57 @@
-"""The service's state on disk: uploaded files, threads, runs and each run's events.
+"""The service's state: uploaded files, threads, runs and each run's events, in a SQL database.
 
-Owns the layout under the data dir and nothing else (no kernels, no HTTP)::
+Owns the records' life in the database (``database.py`` says which one and migrates it) and the
+layout of the blobs under the data dir, which stay files (``Blobs``)::
 
-    DATA/files/<file-id>/meta.json + <name>      an upload under its (sanitised) file name
-    DATA/threads/<thread-id>/thread.json         who owns it, its runs in order
+    DATA/kernel-agent.db                         the embedded database (unless --database names another)
+    DATA/files/<file-id>/<name>                  an upload under its (sanitised) file name
     DATA/threads/<thread-id>/analysis.ipynb      its notebook (+ .clean.ipynb), out of the kernel's reach
     DATA/threads/<thread-id>/workspace/          the kernel's cwd: data files, generated files
-    DATA/runs/<run-id>/run.json                  a run's record (status, answer, files)
-    DATA/runs/<run-id>/events.jsonl              every event of the run, one JSON line each
 
-Records are typed (``records.py``), read once at start (``load``, in a worker thread) and kept in
-memory, so a read never touches the disk. Each save updates memory at once and queues the record's
-JSON for one writer thread, which writes it atomically (temp file + rename) in the order saved, so a
-server killed at any moment leaves each record whole: old or new, never half. Nothing here does file
-work on the caller's thread except ``load``, ``prepare``, ``add_file`` and ``flush``, which the
-service calls off its event loop. Events are appended and flushed line by line (``threads.RunLog``);
-a torn last line is dropped on read.
+Records are typed (``records.py``), read once when the store opens and kept in memory, so a read
+never waits for the database. Each save updates memory at once and queues the write for one writer
+task, which commits what is queued in one transaction, in the order saved; events are rows too, and
+``append_event`` returns only once its row is committed, so a reader never sees what a restart would
+lose. A data dir from before the database (JSON records, JSONL events) is imported on first start
+(``legacy.import_once``). No HTTP, no kernels.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
-import tempfile
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from sqlalchemy import delete, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from .._loop import in_thread
 from ..errors import KernelAgentError
 from ..kernel.door import Door
+from . import legacy
+from .database import database_url, engine_for, migrate, readiness, row_of, safe_url, tables, upsert
+from .notify import EVENTS, RECORDS, Listener, announce
 from .records import FileRecord, RunRecord, ThreadRecord
 
-__all__ = ["NOTEBOOK", "Store", "new_id"]
+__all__ = ["NOTEBOOK", "Blobs", "Store", "new_id"]
+
+log = logging.getLogger(__name__)
 
 NOTEBOOK = "analysis.ipynb"  # a thread's notebook, in its folder beside the workspace
+_BATCH = 256  # writes committed in one transaction at most
+POLL_S = 1.0  # how often a follower looks for new events when no notification wakes it
 
 R = TypeVar("R", FileRecord, ThreadRecord, RunRecord)
+Write = Callable[[AsyncConnection], Awaitable[None]]
+Queued = tuple[Write, asyncio.Future[None], str | None]
 
 
 def new_id(prefix: str) -> str:
@@ -52,48 +63,14 @@ def _safe_id(value: str) -> bool:
     return bool(value) and all(c.isalnum() or c in "-_" for c in value) and len(value) < 100
 
 
-class Store:
-    """Files, threads and runs of one data dir: read from memory, written behind by one thread."""
+class Blobs:
+    """Where the bytes live: uploads, notebooks and workspaces, as files under one (shared) folder.
+    The one place that knows the layout, so another home for uploads and notebooks (an object store)
+    replaces this class, not its callers."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).resolve()
-        self._files: dict[str, FileRecord] = {}
-        self._threads: dict[str, ThreadRecord] = {}
-        self._runs: dict[str, RunRecord] = {}
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-agent-store")
-        self._last: Future[None] | None = None
+    def __init__(self, root: Path) -> None:
+        self.root = root
 
-    def __repr__(self) -> str:
-        return f"<Store {self.root} {len(self._threads)} threads {len(self._runs)} runs>"
-
-    # ----------------------------------------------------------------- life
-    def load(self) -> None:
-        """Make the layout and read every record into memory (blocking: call it off the event loop)."""
-        for part in ("files", "threads", "runs", "tmp"):
-            (self.root / part).mkdir(parents=True, exist_ok=True)
-        self._files = _all(self.root / "files", "meta.json", FileRecord)
-        self._threads = _all(self.root / "threads", "thread.json", ThreadRecord)
-        self._runs = _all(self.root / "runs", "run.json", RunRecord)
-
-    def flush(self) -> None:
-        """Wait until every queued write is on disk (blocking)."""
-        if self._last is not None:
-            self._last.result()
-
-    def close(self) -> None:
-        """Finish the queued writes and stop the writer (blocking)."""
-        self.flush()
-        self._writer.shutdown(wait=True)
-
-    def _queue(self, work: Callable[..., Any], *args: Any) -> None:
-        self._last = self._writer.submit(work, *args)
-
-    def _save(self, table: dict[str, R], record: R, path: Path) -> None:
-        """Keep ``record`` in memory now and queue its JSON for ``path``."""
-        table[record.id] = record
-        self._queue(_write_json, path, record.model_dump(mode="json"))
-
-    # ----------------------------------------------------------------- paths
     def file_dir(self, file_id: str) -> Path:
         return self.root / "files" / file_id
 
@@ -106,22 +83,166 @@ class Store:
     def notebook(self, thread_id: str) -> Path:
         return self.thread_dir(thread_id) / NOTEBOOK
 
-    def run_dir(self, run_id: str) -> Path:
-        return self.root / "runs" / run_id
 
-    def events_path(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / "events.jsonl"
+class Store(Blobs):
+    """Files, threads and runs: read from memory, written behind to the database by one task.
 
+    ``database`` is a URL (``sqlite:///PATH``, ``postgresql://…``); the default is the embedded SQLite
+    file under ``root``. Use ``await load()`` first and ``await close()`` last."""
+
+    def __init__(self, root: str | os.PathLike[str], database: str | None = None) -> None:
+        super().__init__(Path(root).resolve())
+        self.url = database_url(database, self.root)
+        self._engine: AsyncEngine | None = None
+        self._files: dict[str, FileRecord] = {}
+        self._threads: dict[str, ThreadRecord] = {}
+        self._runs: dict[str, RunRecord] = {}
+        self._queue: asyncio.Queue[Queued] = asyncio.Queue()
+        self._pending: dict[str, int] = {}  # record id -> its writes not yet committed (memory is newer)
+        self._wakers: dict[str, set[asyncio.Event]] = {}
+        self._refreshing: set[asyncio.Task[None]] = set()
+        self._listener: Listener | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._last: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"<Store {safe_url(self.url)} {len(self._threads)} threads {len(self._runs)} runs>"
+
+    @property
+    def engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise RuntimeError("the store is not open: await load() first")
+        return self._engine
+
+    # ----------------------------------------------------------------- life
+    async def load(self) -> None:
+        """Make the layout, migrate the database, import a JSON data dir once, read every record.
+        Raises ``ConfigError`` when the database cannot be reached or migrated."""
+        self._loop = asyncio.get_running_loop()
+        await in_thread(self._make_layout)
+        await migrate(self.url)
+        self._engine = engine_for(self.url)
+        await legacy.import_once(self.engine, self.root)
+        async with self.engine.connect() as connection:
+            self._files = await _all(connection, "files", FileRecord)
+            self._threads = await _all(connection, "threads", ThreadRecord)
+            self._runs = await _all(connection, "runs", RunRecord)
+        self._writer = asyncio.create_task(self._write_behind())
+        if self.shared:
+            self._listener = Listener(self.url, self._wake, self._changed_elsewhere)
+            self._listener.start()
+
+    @property
+    def shared(self) -> bool:
+        """True on a database other replicas may share (PostgreSQL), where records change elsewhere."""
+        return self.url.get_backend_name() == "postgresql"
+
+    def _make_layout(self) -> None:
+        for part in ("files", "threads", "tmp"):
+            (self.root / part).mkdir(parents=True, exist_ok=True)
+
+    async def flush(self) -> None:
+        """Wait until every queued write is committed. Raises what the last write raised."""
+        if self._last is not None:
+            await asyncio.shield(self._last)
+
+    async def close(self) -> None:
+        """Commit the queued writes, stop the writer and close the engine. Idempotent."""
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        for task in list(self._refreshing):
+            task.cancel()
+        await asyncio.gather(*self._refreshing, return_exceptions=True)
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await self.flush()
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            self._writer = None
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+    async def ready(self) -> str | None:
+        """None when the database answers and its schema is current; else why not (never raises)."""
+        try:
+            async with asyncio.timeout(5), self.engine.connect() as connection:
+                return await readiness(connection)
+        except (TimeoutError, OSError, RuntimeError, SQLAlchemyError) as exc:
+            return f"the database does not answer: {type(exc).__name__}"
+
+    @property
+    def pending(self) -> int:
+        """Writes queued and not yet committed."""
+        return self._queue.qsize()
+
+    def _enqueue(self, write: Write, key: str | None = None) -> asyncio.Future[None]:
+        if self._loop is None:
+            raise RuntimeError("the store is not open: await load() first")
+        done: asyncio.Future[None] = self._loop.create_future()
+        if key is not None:
+            self._pending[key] = self._pending.get(key, 0) + 1
+            done.add_done_callback(lambda _done: self._settled(key))
+        self._queue.put_nowait((write, done, key))
+        self._last = done
+        return done
+
+    def _settled(self, key: str) -> None:
+        left = self._pending.get(key, 0) - 1
+        if left > 0:
+            self._pending[key] = left
+        else:
+            self._pending.pop(key, None)
+
+    async def _write_behind(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < _BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                await self._commit(batch)
+            except Exception as exc:
+                if len(batch) == 1:
+                    _fail(batch[0][1], exc)
+                    continue
+                for item in batch:  # one bad write must not lose the others: commit them one by one
+                    try:
+                        await self._commit([item])
+                    except Exception as one:
+                        _fail(item[1], one)
+
+    async def _commit(self, batch: list[Queued]) -> None:
+        async with self.engine.begin() as connection:
+            for write, _done, _key in batch:
+                await write(connection)
+        for _write, done, _key in batch:
+            if not done.done():
+                done.set_result(None)
+
+    def _save(self, table: dict[str, R], record: R, name: str) -> None:
+        """Keep ``record`` in memory now and queue its row."""
+        table[record.id] = record
+        row = row_of(record)
+
+        async def write(connection: AsyncConnection) -> None:
+            await upsert(connection, name, row, ("id",))
+            await announce(connection, RECORDS, f"{name}:{record.id}")
+
+        self._enqueue(write, record.id)
+
+    # ----------------------------------------------------------------- paths
     def prepare(self, thread_id: str, run_id: str) -> None:
-        """Make a run's folders before its kernel and its event log need them (blocking)."""
+        """Make a run's workspace before its kernel needs it (blocking)."""
         self.workspace(thread_id).mkdir(parents=True, exist_ok=True)
-        self.run_dir(run_id).mkdir(parents=True, exist_ok=True)
 
     def move_records_out(self) -> int:
         """Copy each thread's notebooks out of its workspace (where earlier servers kept them) to beside
         it; return how many (blocking). Read through the door: a link there leads nowhere."""
         moved = 0
-        for record in self._threads.values():
+        for record in list(self._threads.values()):
             folder = Door(self.thread_dir(record.id))
             for name in (NOTEBOOK, NOTEBOOK.replace(".ipynb", ".clean.ipynb")):
                 if folder.entry_kind(name) is not None:
@@ -135,14 +256,11 @@ class Store:
         return moved
 
     # ----------------------------------------------------------------- files
-    def add_file(self, record: FileRecord, content: Path) -> None:
-        """Move the uploaded ``content`` (a temp file on the same disk) into place, then its record
-        (blocking: the file is there when this returns)."""
-        folder = self.file_dir(record.id)
-        folder.mkdir(parents=True, exist_ok=False)
-        os.replace(content, folder / record.filename)
-        _write_json(folder / "meta.json", record.model_dump(mode="json"))
-        self._files[record.id] = record
+    async def add_file(self, record: FileRecord, content: Path) -> None:
+        """Move the uploaded ``content`` (a temp file on the same disk) into place, then commit its record."""
+        await in_thread(_place_file, self.file_dir(record.id), content, record.filename)
+        self._save(self._files, record, "files")
+        await self.flush()
 
     def file(self, file_id: str) -> FileRecord | None:
         return self._files.get(file_id) if _safe_id(file_id) else None
@@ -154,12 +272,20 @@ class Store:
         return _ordered(self._files)
 
     def delete_file(self, record: FileRecord) -> None:
+        """Forget the file at once; its row, then its bytes, go behind (a half-deleted file is simply gone)."""
         self._files.pop(record.id, None)
-        self._queue(_remove_file, self.file_dir(record.id), record.filename)
+        folder = self.file_dir(record.id)
+
+        async def write(connection: AsyncConnection) -> None:
+            await connection.execute(delete(tables["files"]).where(tables["files"].c.id == record.id))
+            await announce(connection, RECORDS, f"files:{record.id}")
+            await in_thread(shutil.rmtree, folder, ignore_errors=True)
+
+        self._enqueue(write, record.id)
 
     # ----------------------------------------------------------------- threads and runs
     def save_thread(self, record: ThreadRecord) -> None:
-        self._save(self._threads, record, self.thread_dir(record.id) / "thread.json")
+        self._save(self._threads, record, "threads")
 
     def thread(self, thread_id: str) -> ThreadRecord | None:
         return self._threads.get(thread_id) if _safe_id(thread_id) else None
@@ -168,14 +294,25 @@ class Store:
         return _ordered(self._threads)
 
     def delete_thread(self, record: ThreadRecord) -> None:
-        """Forget the thread and its runs at once, then remove their folders behind."""
+        """Forget the thread and its runs at once; their rows and events, then its folder, go behind."""
         self._threads.pop(record.id, None)
         for run_id in record.runs:
             self._runs.pop(run_id, None)
-        self._queue(_remove_thread, self.thread_dir(record.id), [self.run_dir(run_id) for run_id in record.runs])
+        folder, runs = self.thread_dir(record.id), list(record.runs)
+
+        async def write(connection: AsyncConnection) -> None:
+            await connection.execute(delete(tables["threads"]).where(tables["threads"].c.id == record.id))
+            await connection.execute(delete(tables["runs"]).where(tables["runs"].c.id.in_(runs)))
+            await connection.execute(delete(tables["events"]).where(tables["events"].c.run_id.in_(runs)))
+            await announce(connection, RECORDS, f"threads:{record.id}")
+            for run_id in runs:
+                await announce(connection, RECORDS, f"runs:{run_id}")
+            await in_thread(shutil.rmtree, folder, ignore_errors=True)
+
+        self._enqueue(write, record.id)
 
     def save_run(self, record: RunRecord) -> None:
-        self._save(self._runs, record, self.run_dir(record.id) / "run.json")
+        self._save(self._runs, record, "runs")
 
     def run(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id) if _safe_id(run_id) else None
@@ -184,54 +321,95 @@ class Store:
         return _ordered(self._runs)
 
     # ----------------------------------------------------------------- events
-    def events(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's recorded events in order (blocking; a torn last line, from a kill mid-write, is dropped)."""
-        path = self.events_path(run_id)
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-        return out
+    async def append_event(self, run_id: str, seq: int, event: dict[str, Any]) -> None:
+        """Commit ``event`` as the run's ``seq``-th (from 1), after every save queued before it."""
+        row = {"run_id": run_id, "seq": seq, "body": json.dumps(event, ensure_ascii=False, default=str)}
 
+        async def write(connection: AsyncConnection) -> None:
+            await _insert(connection, "events", row)
+            await announce(connection, EVENTS, run_id)
 
-def _write_json(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(record, out, ensure_ascii=False, indent=1)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+        await asyncio.shield(self._enqueue(write))
 
+    async def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        """The run's committed events after position ``after``, in order."""
+        table = tables["events"]
+        query = select(table.c.body).where(table.c.run_id == run_id, table.c.seq > after).order_by(table.c.seq)
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(query)).scalars().all()
+        return [json.loads(body) for body in rows]
 
-def _remove_file(folder: Path, filename: str) -> None:
-    for name in ("meta.json", filename):  # the record first: a half-deleted file is simply gone
-        (folder / name).unlink(missing_ok=True)
-    folder.rmdir()
-
-
-def _remove_thread(folder: Path, runs: list[Path]) -> None:
-    (folder / "thread.json").unlink(missing_ok=True)  # the record first: then it is gone for a restart too
-    for run in runs:
-        shutil.rmtree(run, ignore_errors=True)
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _all(folder: Path, name: str, kind: type[R]) -> dict[str, R]:
-    records: dict[str, R] = {}
-    for child in folder.iterdir():
+    async def changed(self, run_id: str, timeout: float = POLL_S) -> None:
+        """Return when ``run_id``'s events may have grown: at a notification, else after ``timeout``."""
+        woken = asyncio.Event()
+        self._wakers.setdefault(run_id, set()).add(woken)
         try:
-            record = kind.model_validate_json((child / name).read_bytes())
-        except (FileNotFoundError, NotADirectoryError, ValidationError):
-            continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await woken.wait()
+        finally:
+            waiting = self._wakers.get(run_id, set())
+            waiting.discard(woken)
+            if not waiting:
+                self._wakers.pop(run_id, None)
+
+    def _wake(self, run_id: str) -> None:
+        for woken in self._wakers.get(run_id, ()):
+            woken.set()
+
+    # ----------------------------------------------------------------- other replicas' changes
+    async def refresh(self, name: str, record_id: str) -> None:
+        """Read record ``record_id`` of table ``name`` (files, threads, runs) from the database into
+        memory, unless this replica has writes of it not yet committed (then memory is newer)."""
+        if not _safe_id(record_id) or name not in _KINDS or self._engine is None:
+            return
+        table = tables[name]
+        async with self.engine.connect() as connection:
+            body = (await connection.execute(select(table.c.body).where(table.c.id == record_id))).scalar()
+        if record_id in self._pending:
+            return
+        memory = getattr(self, _KINDS[name][0])
+        if body is None:
+            memory.pop(record_id, None)
+        else:
+            fresh = _KINDS[name][1].model_validate_json(body)
+            if memory.get(record_id) != fresh:
+                memory[record_id] = fresh
+
+    def _changed_elsewhere(self, name: str, record_id: str) -> None:
+        if record_id in self._pending:  # our own write coming back
+            return
+        task = asyncio.create_task(self.refresh(name, record_id))
+        self._refreshing.add(task)
+        task.add_done_callback(self._refreshing.discard)
+
+    # ----------------------------------------------------------------- import
+_KINDS: dict[str, tuple[str, type[Any]]] = {"files": ("_files", FileRecord), "threads": ("_threads", ThreadRecord),
+                                             "runs": ("_runs", RunRecord)}
+
+
+def _fail(done: asyncio.Future[None], exc: Exception) -> None:
+    log.error("a write to the database failed: %s", exc)
+    if not done.done():
+        done.set_exception(exc)
+        done.exception()  # retrieved: a save nobody awaits must not warn at exit
+
+
+async def _insert(connection: AsyncConnection, name: str, row: dict[str, Any]) -> None:
+    await connection.execute(tables[name].insert().values(**row))
+
+
+async def _all(connection: AsyncConnection, name: str, kind: type[R]) -> dict[str, R]:
+    records: dict[str, R] = {}
+    for body in (await connection.execute(select(tables[name].c.body))).scalars():
+        record = kind.model_validate_json(body)
         records[record.id] = record
     return records
+
+
+def _place_file(folder: Path, content: Path, filename: str) -> None:
+    folder.mkdir(parents=True, exist_ok=False)
+    os.replace(content, folder / filename)
 
 
 def _ordered(records: dict[str, R]) -> list[R]:

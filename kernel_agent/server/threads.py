@@ -4,20 +4,20 @@ Owns ``ThreadRuntime`` (one ``AsyncAgent`` and one live kernel session per
 thread, kept across runs so a follow-up sees every variable; the kernel is
 built by the agent's own ``new_session``, so the sandbox and limits are those
 of ``kernel-agent run``, or taken from the service's warm ``KernelPool``,
-whose kernels are started with the same options) and ``RunLog`` (the events of one run, appended to
-disk as they come and handed to any number of SSE readers). No HTTP here.
+whose kernels are started with the same options) and ``RunLog`` (the events of one run, committed to
+the store as they come and handed to any number of SSE readers) and ``follow_stored`` (the
+events of a run executing elsewhere, from the database). No HTTP here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agent.loop import AsyncAgent
 from ..errors import KernelError
@@ -27,7 +27,11 @@ from ..kernel.session import AsyncKernelSession
 from ..model import llm as _llm  # noqa: F401 - imported with the app, not on the loop by the first thread
 from ..result import fold_traceback, strip_ansi
 
-__all__ = ["RunLog", "ThreadRuntime", "event_dict"]
+if TYPE_CHECKING:
+    from .leases import Leases
+    from .store import Store
+
+__all__ = ["RunLog", "ThreadRuntime", "event_dict", "follow_stored"]
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +73,18 @@ class ThreadRuntime:
     With a ``pool``, the kernel is a pooled one bound to the workspace, held until ``stop_kernel``."""
 
     def __init__(self, thread_id: str, workspace: Path, agent_options: dict[str, Any],
-                 pool: KernelPool | None = None) -> None:
+                 pool: KernelPool | None = None, leases: Leases | None = None) -> None:
         self.thread_id = thread_id
         self.workspace = workspace
         self.pool = pool
+        # On a gateway, the thread's kernel is recorded with its owner, so a replica taking the thread
+        # over adopts it (every variable survives) instead of rebuilding.
+        self.leases = leases if agent_options.get("gateway_url") and pool is None else None
         self._lease = contextlib.AsyncExitStack()
         self.agent = AsyncAgent(**agent_options, session_factory=lambda _root: _Lease(self))
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
+        self.last_run: str | None = None  # the last run this replica executed in the thread
         self._session: AsyncKernelSession | None = None
 
     def __repr__(self) -> str:
@@ -109,7 +117,31 @@ class ThreadRuntime:
             return await self._lease.enter_async_context(self.pool.acquire(self.workspace))
         session = self.agent.new_session(self.workspace)
         await session.start()
+        if self.leases is not None:
+            await self.leases.own_kernel(self.thread_id, _kernel_id(session))
         return session
+
+    async def adopt(self) -> bool:
+        """With no live kernel: take over the thread's recorded kernel on the gateway (its variables
+        intact), when there is one and it still lives. True when adopted."""
+        if self._session is not None or self.leases is None:
+            return False
+        kernel_id = await self.leases.kernel_of(self.thread_id)
+        if kernel_id is None:
+            return False
+        session = self.agent.new_session(self.workspace, gateway_kernel_id=kernel_id, gateway_adopt=True)
+        try:
+            await session.start()
+        except KernelError as exc:
+            log.info("thread %s: its kernel %s on the gateway is gone (%s): a new one is rebuilt", self.thread_id,
+                     kernel_id, exc, extra={"thread_id": self.thread_id})
+            await self.leases.forget_kernel(self.thread_id, kernel_id)
+            return False
+        await self.leases.own_kernel(self.thread_id, kernel_id)
+        self._session = session
+        log.info("thread %s: adopted its kernel %s on the gateway", self.thread_id, kernel_id,
+                 extra={"thread_id": self.thread_id})
+        return True
 
     async def settle(self, attempts: int = 3, wait: float = 1.0) -> None:
         """After a cancel: make sure the kernel is idle. An interrupt that lands before the cell has
@@ -133,6 +165,12 @@ class ThreadRuntime:
         lease, self._lease = self._lease, contextlib.AsyncExitStack()
         try:
             await lease.aclose()
+            if session is not None and self.leases is not None:  # adopted by another replica since: leave it
+                kernel_id = _kernel_id(session)
+                if await self.leases.owns_kernel(self.thread_id, kernel_id):
+                    await self.leases.forget_kernel(self.thread_id, kernel_id)
+                else:
+                    getattr(session.provider, "disown", lambda: None)()
         finally:
             if session is not None:  # the only reference to it: close it even when cancelled
                 await session.close()
@@ -144,19 +182,21 @@ class ThreadRuntime:
 
 
 class RunLog:
-    """The events of one run: kept in memory, appended to ``path`` (JSONL) as they come,
-    readable from any position by any number of followers until the run is over."""
+    """The events of one run: kept in memory, committed to the store as they come (each at its
+    position, from 1), readable from any position by any number of followers until the run is over."""
 
-    def __init__(self, path: Path, past: list[dict[str, Any]] | None = None, *, over: bool = False) -> None:
-        self.path = path
+    def __init__(self, store: Store, run_id: str, past: list[dict[str, Any]] | None = None, *,
+                 over: bool = False) -> None:
+        self.store = store
+        self.run_id = run_id
         self.events: list[dict[str, Any]] = list(past or [])
         self.over = over
+        self.held: dict[str, Any] | None = None  # the agent's own ``finished``, sent once the run's records are final
         self._changed = asyncio.Condition()
 
     async def add(self, event: dict[str, Any]) -> None:
-        """Record ``event`` (to disk first, so a reader never sees what a restart would lose)."""
-        line = json.dumps(event, ensure_ascii=False, default=str)
-        await asyncio.to_thread(_append, self.path, line)
+        """Record ``event`` (committed first, so a reader never sees what a restart would lose)."""
+        await self.store.append_event(self.run_id, len(self.events) + 1, event)
         async with self._changed:
             self.events.append(event)
             self._changed.notify_all()
@@ -182,7 +222,28 @@ class RunLog:
                 return
 
 
-def _append(path: Path, line: str) -> None:
-    with path.open("a", encoding="utf-8") as out:
-        out.write(line + "\n")
-        out.flush()
+def _kernel_id(session: AsyncKernelSession) -> str:
+    return str(getattr(session.provider, "kernel_id", ""))
+
+
+async def follow_stored(store: Store, run_id: str, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """A run's events as the database has them (a run executing on another replica, or over), woken by
+    each commit (PostgreSQL) or polling, until its ``finished`` event, or until it has no more and its
+    record says it is over."""
+    position, over = after, False
+    while True:
+        events = await store.events(run_id, position)
+        for event in events:
+            position += 1
+            yield position, event
+            if event.get("event") == "finished":
+                return
+        if events:
+            continue
+        if over:  # over, and its closing event has not come after one more wait: it never will
+            return
+        await store.refresh("runs", run_id)
+        record = store.run(run_id)
+        # A run's records are final just before its ``finished`` event is written: wait once more for it.
+        over = record is None or record.status not in ("queued", "running")
+        await store.changed(run_id)

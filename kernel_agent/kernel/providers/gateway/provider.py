@@ -38,15 +38,19 @@ _CWD = "__import__('os').getcwd()"
 
 
 class GatewayProvider:
-    """A kernel on the gateway ``settings`` names. ``kernel_id`` attaches to a running one instead."""
+    """A kernel on the gateway ``settings`` names. ``kernel_id`` attaches to a running one instead;
+    with ``adopt`` too, this provider owns it from then on (the service's replica that takes a thread
+    over from a dead one): it stays in its folder, and ``close`` deletes it and its folder. ``disown``
+    hands ownership away again (``close`` then only disconnects)."""
 
     def __init__(
         self, settings: GatewaySettings, *, kernel_id: str | None = None, env: dict[str, str] | None = None,
-        private_cwd: bool = True,
+        private_cwd: bool = True, adopt: bool = False,
     ) -> None:
         self.settings = settings
         self.kernel_id = kernel_id
-        self.owns_kernel = kernel_id is None
+        self.owns_kernel = kernel_id is None or adopt
+        self._adopted = adopt and kernel_id is not None
         self.limits = Limits.off()  # the gateway's operator confines its kernels, not us
         self.client: GatewayChannels | None = None
         self.remote_cwd: str | None = None
@@ -71,7 +75,7 @@ class GatewayProvider:
 
     async def _start(self) -> dict[str, Any]:
         self._rest = GatewayREST(self.settings)
-        if self.owns_kernel:
+        if self.kernel_id is None:
             self.kernel_id = (await self._rest.create_kernel(self._env))["id"]
         elif await self._rest.kernel(self.kernel_id or "") is None:
             raise KernelStartError(f"the gateway at {self.settings.url} has no kernel {self.kernel_id!r}")
@@ -86,7 +90,10 @@ class GatewayProvider:
         """Put the kernel in its private folder: a new one at start, the same one after a restart."""
         if not self._private_cwd:
             return
-        code = _MAKE_CWD if self.remote_cwd is None else f"__import__('os').chdir({self.remote_cwd!r})"
+        if self.remote_cwd is None:  # an adopted kernel stays in the folder its first session made
+            code = "" if self._adopted else _MAKE_CWD
+        else:
+            code = f"__import__('os').chdir({self.remote_cwd!r})"
         reply = await self.run_silently(code, {"cwd": _CWD})
         value = reply.get("user_expressions", {}).get("cwd", {})
         if value.get("status") != "ok":
@@ -107,6 +114,10 @@ class GatewayProvider:
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
                 return msg.get("content", {})
         raise KernelError(f"the kernel on the gateway at {self.settings.url} did not answer within {timeout:g}s")
+
+    def disown(self) -> None:
+        """Stop owning the kernel: ``close`` then disconnects and leaves it (and its folder) running."""
+        self.owns_kernel = False
 
     async def is_alive(self) -> bool:
         return self.client is not None and not self.client.lost and not self.client.gone

@@ -1,0 +1,118 @@
+"""A real PostgreSQL for tests: Debian's server binaries, ``initdb`` in a temp dir, on a free loopback
+port, as an unprivileged user when we are root (PostgreSQL refuses to run as root).
+
+Usage::
+
+    with PostgresServer() as postgres:
+        Store(data_dir, postgres.url)          # postgresql://test@127.0.0.1:PORT/kernel_agent
+
+``close()`` stops the server (fast shutdown) and removes its folder; ``stop()``/``start()`` take it
+down and up again on the same data (what a lost database looks like to the service).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PostgresServer", "postgres_binaries"]
+
+
+def postgres_binaries() -> Path:
+    """The folder of ``initdb`` and ``postgres``: Debian's newest, else the PATH's. Raises RuntimeError."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    if initdb is None:
+        raise RuntimeError("PostgreSQL's server binaries are not installed: `make test` installs them "
+                           "(Debian: apt-get install postgresql)")
+    return Path(initdb).parent
+
+
+class PostgresServer:
+    """One throwaway PostgreSQL cluster with a database ``kernel_agent`` that user ``test`` may use."""
+
+    def __init__(self) -> None:
+        self.bin = postgres_binaries()
+        self.folder = Path(tempfile.mkdtemp(prefix="pg-test-"))
+        self.data = self.folder / "data"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"postgresql://test@127.0.0.1:{self.port}/kernel_agent"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._as: dict[str, Any] = {}
+        if os.geteuid() == 0:  # PostgreSQL will not run as root: its own system user, else nobody
+            for name in ("postgres", "nobody"):
+                try:
+                    account = pwd.getpwnam(name)
+                except KeyError:
+                    continue
+                self._as = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+                os.chown(self.folder, account.pw_uid, account.pw_gid)
+                break
+
+    def __enter__(self) -> PostgresServer:
+        try:
+            self._run("initdb", "-D", str(self.data), "-U", "test", "--auth=trust", "--no-sync", "-E", "UTF8")
+            self.start()
+            self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "test", "kernel_agent")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, tool: str, *args: str) -> None:
+        done = subprocess.run([str(self.bin / tool), *args], capture_output=True, cwd=self.folder, timeout=120,
+                              **self._as)
+        if done.returncode != 0:
+            raise RuntimeError(f"{tool} failed: {done.stderr.decode(errors='replace')[-2000:]}")
+
+    def database(self, name: str) -> str:
+        """Create another empty database ``name`` and return its URL."""
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "test", name)
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
+    def start(self) -> None:
+        """Start the server on its data and wait until it takes connections."""
+        log = open(self.folder / "postgres.log", "ab")  # noqa: SIM115 - the server writes it until it stops
+        with log:
+            self.process = subprocess.Popen(
+                [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.folder),
+                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
+                stdout=log, stderr=log, cwd=self.folder, start_new_session=True, **self._as)
+        deadline = time.monotonic() + 60
+        while subprocess.run([str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"],
+                             timeout=30).returncode != 0:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("PostgreSQL did not start: " + (self.folder / "postgres.log").read_text()[-2000:])
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop the server (a fast shutdown: open connections are closed). Idempotent."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(30)
+
+    def close(self) -> None:
+        """Stop the server and remove its folder. Idempotent."""
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,97 @@
+"""Service replicas for tests: ``kernel-agent serve`` as real subprocesses on free loopback ports,
+sharing one database and one data dir, each reachable with its own ``httpx.Client``.
+
+Usage::
+
+    with Replica(data_dir, model.base_url, database=postgres.url) as a, Replica(...) as b:
+        run = a.client.post("/v1/runs", json={"task": "..."}).json()
+        follow(b.client, run["id"])
+
+``kill()`` is SIGKILL (the replica's kernels die with it: bwrap's --die-with-parent); leaving the
+``with`` stops it with SIGTERM and waits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["KEY", "Replica", "follow"]
+
+KEY = "replica-key"
+
+
+class Replica:
+    """One service process. ``options`` are extra ``serve`` flags."""
+
+    def __init__(self, data_dir: Path, model_url: str, *, database: str, options: tuple[str, ...] = ()) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, "-m", "kernel_agent.cli", "serve", "--port", str(self.port), "--data-dir",
+                        str(data_dir), "--database", database, "--model", "scripted-test-model", "--base-url",
+                        model_url, "--protocol", "tools", *options]
+        self.log = data_dir.parent / f"replica-{self.port}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+
+    def __enter__(self) -> Replica:
+        env = {**os.environ, "KERNEL_AGENT_SERVER_KEYS": KEY}
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(self.command, env=env, stdout=log, stderr=log)
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the replica exited: {self.log.read_text()[-3000:]}")
+            try:
+                if self.client.get("/ready").status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replica did not come up: {self.log.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(90)
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def kill(self) -> None:
+        """SIGKILL: nothing of the replica gets to run, as when its machine is lost."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(30)
+
+
+def follow(client: httpx.Client, run_id: str, *, after: int | None = None, until: str = "finished",
+           ) -> list[tuple[int, dict[str, Any]]]:
+    """The run's SSE events with their ids, from ``after`` (``Last-Event-ID``) until event ``until``."""
+    headers = {} if after is None else {"Last-Event-ID": str(after)}
+    seen: list[tuple[int, dict[str, Any]]] = []
+    event_id = 0
+    with client.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("id: "):
+                event_id = int(line[4:])
+            elif line.startswith("data: "):
+                seen.append((event_id, json.loads(line[6:])))
+                if seen[-1][1]["event"] == until:
+                    break
+    return seen
