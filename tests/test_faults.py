@@ -199,10 +199,10 @@ def test_sys_exit_is_an_error_and_the_kernel_lives(steady: KernelSession) -> Non
 
 
 FLOOD_RSS = """
-import json, resource, sys, tempfile
+import json, resource, sys
 from pathlib import Path
 from kernel_agent.kernel.session_sync import KernelSession
-with KernelSession(Path(tempfile.mkdtemp(prefix="flood-"))) as session:
+with KernelSession(Path.cwd() / "flood") as session:  # the test's own tmp_path: nothing left in /tmp
     session.execute("x = 1")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = session.execute(sys.argv[1], 300)
