@@ -12,8 +12,10 @@ from typing import Literal
 
 from .result import Artifact, ExecutionResult
 
-__all__ = ["STOP_WORDS", "Artifact", "Round", "Run", "RunInfo", "StopReason", "Turn", "Usage"]
+__all__ = ["PYTHON3_KERNELSPEC", "STOP_WORDS", "Artifact", "Round", "Run", "RunInfo", "StopReason", "Turn", "Usage"]
 
+# What a notebook's ``kernelspec`` says for a plain Python kernel: it opens and replays in any Jupyter.
+PYTHON3_KERNELSPEC: dict[str, str] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 StopReason = Literal["answer", "max_rounds", "stuck", "llm_error", "cancelled", "disk_quota"]
 # How every front end says why a run stopped (the CLI, the web page through /v1/info).
 STOP_WORDS: dict[str, str] = {

@@ -27,6 +27,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.paths import jupyter_path
 
 from ..errors import ConfigError, KernelChoiceError
+from ..records import PYTHON3_KERNELSPEC
 from .inside.launcher import EXEC_FLAG
 from .python_env import PythonEnvironment, probe_python
 from .sandbox.bwrap import SandboxView, bwrap_argv, require_bwrap
@@ -101,7 +102,7 @@ class KernelChoice:
     @property
     def recorded(self) -> dict[str, str]:
         if self.name == KERNEL_NAME:  # our own spec is a plain Python kernel wherever the notebook opens
-            return {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+            return dict(PYTHON3_KERNELSPEC)
         return {"name": self.name, "display_name": self.display_name, "language": self.language}
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from jupyter_client import AsyncKernelManager
 
 from ..errors import KernelError, SessionClosedError
+from ..records import PYTHON3_KERNELSPEC
 from ..result import ExecutionResult
 from .engine import ExecuteEngine
 from .files import CopiedFiles, KernelFiles, LocalFiles, NoFiles, RemoteFiles
@@ -144,7 +145,7 @@ class AsyncKernelSession:
             return dict(choice.recorded)
         language = str(self.kernel_info.get("language_info", {}).get("name") or "python")
         if language.lower() == "python":
-            return {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+            return dict(PYTHON3_KERNELSPEC)
         return {"name": self.kernel_name, "display_name": self.kernel_name, "language": language.lower()}
 
     @property

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 from .._nbformat import NotebookNode, nbformat
 from .._version import __version__
 from ..errors import NotebookError
-from ..records import Round, Run, Turn
+from ..records import PYTHON3_KERNELSPEC, Round, Run, Turn
 from ..result import ExecutionResult
 from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
 
@@ -76,7 +76,7 @@ SCRIPTED_STATEMENT = ("**The model replies in this notebook were scripted:** the
 GUARDED_STATUSES = frozenset({"timeout", "died", "cancelled"})
 GUARD_HEADER = ("# kernel-agent: not run on Run All (recorded status: {status}); "
                 "the code is commented out below and kept as-is in this cell's metadata (kernel_agent.code)")
-KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+KERNELSPEC = PYTHON3_KERNELSPEC
 
 _NO_NAMES: frozenset[str] = frozenset()
 _STOP_REASONS = {
