@@ -66,15 +66,19 @@ def recording_app(events: list[str]) -> Any:
     return app
 
 
+def held_build(release: threading.Event, events: list[str]) -> Any:
+    """A build that waits for ``release``, then gives a recording app (a slow import, held by the test)."""
+    def build() -> Any:
+        assert release.wait(30)
+        return recording_app(events)
+
+    return build
+
+
 def test_health_answers_while_the_app_builds_and_other_requests_wait_for_it() -> None:
     async def scenario() -> None:
         release, events = threading.Event(), []
-
-        def build() -> Any:
-            assert release.wait(30)
-            return recording_app(events)
-
-        app = DeferredApp(build)
+        app = DeferredApp(held_build(release, events))
         lifespan = Lifespan(app)
         assert await lifespan.send("startup") == "lifespan.startup.complete"  # before the build has finished
         assert await get(app, "/health") == (200, {"status": "starting"})
@@ -95,12 +99,7 @@ def test_health_answers_while_the_app_builds_and_other_requests_wait_for_it() ->
 def test_shutdown_during_the_build_waits_for_it_then_shuts_the_app_down() -> None:
     async def scenario() -> None:
         release, events = threading.Event(), []
-
-        def build() -> Any:
-            assert release.wait(30)
-            return recording_app(events)
-
-        app = DeferredApp(build)
+        app = DeferredApp(held_build(release, events))
         lifespan = Lifespan(app)
         await lifespan.send("startup")
         stopping = asyncio.create_task(lifespan.send("shutdown"))
