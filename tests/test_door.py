@@ -185,10 +185,14 @@ PACKAGE = Path(door_module.__file__).parents[1]
 # file I/O on something else (with why). Anything else in these modules must go through ``Door``.
 THROUGH_THE_DOOR = {
     "kernel/files.py": {},
-    "kernel/workspace.py": {"_fresh": "picks a new folder name under the user's agent-runs/ or beside a notebook"},
+    "kernel/workspace.py": {
+        "_fresh": "picks a new folder name under the user's agent-runs/ or beside a notebook",
+        "workspace_holding": "looks for the host's records beside folders, out of any kernel's reach",
+        "resolve_outside_workspaces": "lstats a user-named path hop by hop; follows a link only outside workspaces",
+    },
     "agent/quota.py": {},
     "agent/data.py": {
-        "_checked_source": "the user's own input file, named on the command line",
+        "_checked_source": "the user's own input file, named on the command line, outside any run's workspace",
         "_install": "stats the user's own input file; the copy goes through the door",
         "prepare_data": "makes the workspace folder itself, the host's choice, before the copies",
         "stage_recorded": "makes the workspace folder; describes private copies it read through the door",
