@@ -37,13 +37,29 @@ from ..sandbox.cgroup import pid_alive
 from ..sandbox.environment import kernel_environment
 from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
 
-__all__ = ["AttachedProvider", "LocalProvider", "sweep_stale_runtime_dirs"]
+__all__ = ["AttachedProvider", "LocalProvider", "runtime_root", "sweep_stale_runtime_dirs"]
 
 log = logging.getLogger(__name__)
 
 _RUNTIME_PREFIX = "kernel-agent-"
 _OWNER_FILE = "owner.pid"
 _POLL_S = 0.2  # how often a starting kernel is checked for an early exit
+# A unix socket's path has at most 107 bytes; ours is <root>/kernel-agent-<8>/sockets/kernel-<port>-<n>.
+_SOCKET_TAIL = len("/kernel-agent-xxxxxxxx/sockets/kernel-65535-99")
+_SOCKET_PATH_MAX = 107
+_SHORT_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def runtime_root() -> Path:
+    """Where runtime dirs go: the temp dir, unless its path is too long for the kernel's ipc sockets
+    (ZMQ: "File name too long"), then the first short, writable system temp dir. Raises nothing."""
+    root = tempfile.gettempdir()
+    if len(os.fsencode(root)) + _SOCKET_TAIL <= _SOCKET_PATH_MAX:
+        return Path(root)
+    for short in _SHORT_ROOTS:
+        if os.path.isdir(short) and os.access(short, os.W_OK | os.X_OK):
+            return Path(short)
+    return Path(root)  # nothing shorter: the kernel's start will say why
 
 
 def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
@@ -53,7 +69,7 @@ def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
     has already exited by then (ipykernel's parent poller). Returns what was removed.
     """
     removed = []
-    for folder in Path(root or tempfile.gettempdir()).glob(f"{_RUNTIME_PREFIX}*"):
+    for folder in Path(root or runtime_root()).glob(f"{_RUNTIME_PREFIX}*"):
         try:
             owner = int((folder / _OWNER_FILE).read_text())
         except (OSError, ValueError):
@@ -71,7 +87,7 @@ def _make_runtime_dir() -> Path:
     leak check in another process never sees a ``kernel-agent-*`` dir whose owner
     is not yet written.
     """
-    staging = Path(tempfile.mkdtemp(prefix=".staging-" + _RUNTIME_PREFIX))
+    staging = Path(tempfile.mkdtemp(prefix=".staging-" + _RUNTIME_PREFIX, dir=runtime_root()))
     (staging / _OWNER_FILE).write_text(str(os.getpid()))
     final = staging.with_name(staging.name.removeprefix(".staging-"))
     os.rename(staging, final)  # mkdtemp's random suffix: the final name is free in practice
