@@ -70,6 +70,7 @@ class OutputCollector:
         self.dropped_chars = 0  # characters of output not kept: stream text and display data
         self.dropped_images = 0
         self.dropped_displays = 0
+        self.lost_messages = 0  # messages over the size bound, dropped unread (``providers/guard.py``)
         self._not_sent = 0  # of dropped_chars, what the kernel's own cap did not send
         self._kept_chars = 0
         self._dropped_tail = ""
@@ -120,6 +121,10 @@ class OutputCollector:
                 "(figures past the cap are closed without being rendered)]\n"
             )
             self.outputs.append(_stream("stdout", note))
+        if self.lost_messages:
+            self.outputs.append(_stream("stdout", (
+                "[kernel-agent: a message from the kernel over the size bound was dropped unread (output written to "
+                "the kernel's sockets past its output cap); what it carried is not shown]\n")))
         return self.outputs
 
     def _on_clear(self, wait: bool) -> None:

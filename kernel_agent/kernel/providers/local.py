@@ -36,6 +36,8 @@ from ..sandbox.bwrap import SandboxView, protected_files, sandboxed_pid
 from ..sandbox.cgroup import pid_alive
 from ..sandbox.environment import kernel_environment
 from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
+from .base import bound_messages, max_message_bytes
+from .guard import MessageGuard
 
 __all__ = ["AttachedProvider", "LocalProvider", "runtime_root", "sweep_stale_runtime_dirs"]
 
@@ -124,11 +126,13 @@ class LocalProvider:
         self.limits = limits or Limits()
         self._env_extra = {**figure_cap_env(max_images), OUTPUT_CAP_ENV: str(max_output_bytes), **(env or {})}
         self._allow_env = allow_env
+        self._max_message_bytes = max_message_bytes(max_output_bytes)
         self.python = python  # another environment's interpreter (probed when the kernel starts)
         self.choice: KernelChoice | None = None  # the kernel checked by prepare()
         self._inside_path: Path | None = None
         self.manager: AsyncKernelManager | None = None
         self.client: AsyncKernelClient | None = None
+        self.guard: MessageGuard | None = None  # keeps the client connected past messages over the bound
         self.confinement: Confinement | None = None
         self._runtime_dir: Path | None = None
         self._stderr_file: IO[bytes] | None = None
@@ -184,7 +188,10 @@ class LocalProvider:
                 cwd=str(self._workspace), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr_file
             )
             self.client = self.manager.client()
+            bound_messages(self.client, self._max_message_bytes)
             self.client.start_channels()
+            self.guard = MessageGuard(self.client, self._max_message_bytes)
+            self.guard.start()
             return await self._wait_ready()
         except Exception as exc:  # jupyter_client raises RuntimeError, OSError, NoSuchKernel (KeyError)...
             if self._returncode() == CONFINEMENT_FAILED:
@@ -278,6 +285,11 @@ class LocalProvider:
         except Exception as exc:
             raise KernelStartError(f"the kernel could not be restarted: {exc}. {self.log_tail()}") from exc
 
+    @property
+    def dropped_messages(self) -> int:
+        """How often a channel's connection dropped (a message over the bound, or the kernel gone)."""
+        return self.guard.dropped if self.guard is not None else 0
+
     def describe_exit(self) -> str:
         returncode = self._returncode()
         if returncode is None and self.confinement is not None and self.confinement.cpu_killed:
@@ -308,6 +320,8 @@ class LocalProvider:
 
     async def close(self) -> None:
         """Shut the kernel down and remove its runtime dir and cgroup. Idempotent."""
+        if self.guard is not None:
+            await self.guard.close()
         if self.client is not None:
             self.client.stop_channels()
         if self.manager is not None:
@@ -345,9 +359,12 @@ class AttachedProvider:
 
     owns_kernel = False
 
-    def __init__(self, connection_file: str | os.PathLike[str], *, startup_timeout: float = 60.0) -> None:
+    def __init__(self, connection_file: str | os.PathLike[str], *, startup_timeout: float = 60.0,
+                 max_output_bytes: int = 10_000_000) -> None:
         self.connection_file = str(connection_file)
         self.startup_timeout = startup_timeout
+        self.max_output_bytes = max_output_bytes
+        self.guard: MessageGuard | None = None
         self.limits = replace(Limits.off(), sandbox="off")  # not ours: we confine nothing there
         self.client: AsyncKernelClient | None = None
 
@@ -361,15 +378,23 @@ class AttachedProvider:
     async def start(self) -> dict[str, Any]:
         """Connect and wait until the kernel answers. Raises ``KernelStartError``."""
         client = AsyncKernelClient()
+        limit = max_message_bytes(self.max_output_bytes)
         try:
             client.load_connection_file(self.connection_file)
+            bound_messages(client, limit)
             client.start_channels()
             await client.wait_for_ready(timeout=self.startup_timeout)
         except (OSError, RuntimeError, ValueError) as exc:
             client.stop_channels()
             raise KernelStartError(f"cannot attach to the kernel in {self.connection_file}: {exc}") from exc
         self.client = client
+        self.guard = MessageGuard(client, limit)
+        self.guard.start()
         return {}
+
+    @property
+    def dropped_messages(self) -> int:
+        return self.guard.dropped if self.guard is not None else 0
 
     async def is_alive(self) -> bool:
         return self.client is not None and self.client.hb_channel.is_beating()
@@ -385,5 +410,7 @@ class AttachedProvider:
         return "its heartbeat stopped"
 
     async def close(self) -> None:
+        if self.guard is not None:
+            await self.guard.close()
         if self.client is not None:
             self.client.stop_channels()
