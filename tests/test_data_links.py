@@ -122,7 +122,10 @@ def test_a_folder_swapped_for_a_link_while_the_host_reads_never_yields_the_secre
 ) -> None:
     workspace, swaps = swapping
     outcomes = {"copied": 0, "refused": 0}
-    for n in range(300):
+    n = 0
+    while n < 300 or not outcomes["refused"]:  # on a loaded machine the swap may need more tries
+        n += 1
+        assert n < 5000, f"the race never reached the host's check: {outcomes}"
         target = tmp_path / f"next-{n}"
         try:
             (file,) = prepare_data([workspace / "sub" / "data.csv"], target)
@@ -131,7 +134,7 @@ def test_a_folder_swapped_for_a_link_while_the_host_reads_never_yields_the_secre
             continue
         assert (target / "data.csv").read_text() == "a,b\n1,2\n" and "hunter2" not in file.summary
         outcomes["copied"] += 1
-    assert swaps[0] > 100 and outcomes["refused"] > 0  # the race ran and reached the host's check
+    assert swaps[0] > 100  # the race ran
 
 
 @pytest.mark.kernel

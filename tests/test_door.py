@@ -154,8 +154,10 @@ def swapping(place: tuple[Path, Path]) -> Iterator[tuple[Path, Path]]:
 def test_a_folder_swapped_for_a_link_mid_read_never_leads_outside(mode: str, swapping: tuple[Path, Path]) -> None:
     workspace, outside = swapping
     gate = Door(workspace)
-    read = refused = 0
-    for _ in range(2000):
+    read = refused = attempts = 0
+    while attempts < 2000 or not (read and refused):  # on a loaded machine the swap may need more tries
+        attempts += 1
+        assert attempts < 100_000, f"the race never produced both outcomes: {read} read, {refused} refused"
         try:
             data = gate.read("sub/data.txt")
         except (WorkspaceFileError, FileNotFoundError):
@@ -163,7 +165,6 @@ def test_a_folder_swapped_for_a_link_mid_read_never_leads_outside(mode: str, swa
             continue
         assert data == b"inside\n"
         read += 1
-    assert read > 0 and refused > 0  # both outcomes happened: the swap raced every read
 
 
 def test_a_folder_swapped_for_a_link_mid_write_never_writes_outside(mode: str, swapping: tuple[Path, Path]) -> None:
