@@ -12,7 +12,6 @@ notebook is validated whole when it is written.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,12 +231,10 @@ def _stream(name: str, text: str) -> dict[str, Any]:
     return output_node("stream", {"name": name, "text": text})
 
 
-_CR_LINE = re.compile(r"[^\n]*\r(?!\n)")
-
-
 def resolve_carriage_returns(text: str) -> str:
-    r"""Keep what a terminal would show: text before a bare ``\r`` on a line is overwritten."""
+    r"""Keep what a terminal would show: text before a bare ``\r`` on a line is overwritten. Linear in
+    the text's length (a regular expression for it backtracks quadratically on a long line)."""
     if "\r" not in text:
         return text
     lines = text.split("\n")
-    return "\n".join(_CR_LINE.sub("", line.rstrip("\r")) if "\r" in line else line for line in lines)
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] if "\r" in line else line for line in lines)
