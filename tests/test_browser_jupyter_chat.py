@@ -98,6 +98,10 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     assert notebook.locator(".jp-RenderedMarkdown strong", has_text="Summing").count() == 1
     assert notebook.locator(".jp-OutputArea-output img").evaluate("img => img.naturalWidth") > 100
     notebook.locator(".jp-Cell", has_text="Revenue totals").first.wait_for(timeout=30_000)
+    figure = page.locator(f"{CHAT} .jp-chat-rendered-message img[alt='Figure of round 1']").first
+    figure.wait_for(timeout=30_000)  # the answer's figure, in the chat's reply
+    assert figure.evaluate("img => img.complete && img.naturalWidth") > 100
+    assert figure.get_attribute("src").startswith("data:image/png;base64,")
     screenshot(page, "jupyterlab-chat-answer")
 
     ask(page, "@KernelAgent wait")

@@ -107,3 +107,24 @@ def test_a_running_round_shows_its_code_and_output_before_the_answer_then_the_ru
     cells = json.loads(json.dumps(notebook.get()["cells"]))
     assert [c["id"] for c in cells] == ["mine", "header", "round-1-reasoning", "round-1-code", "answer"]
     assert cells[3]["outputs"] == [] and cells[3]["metadata"] == finished["metadata"]  # the run's version now
+
+
+def _figure(png: str) -> dict[str, Any]:
+    return {"output_type": "display_data", "data": {"image/png": png, "text/plain": "<Figure>"}, "metadata": {}}
+
+
+def test_the_answer_shows_the_runs_last_figures_as_data_uris_size_capped_and_only_once_answered() -> None:
+    reply = ChatReply()
+    pngs = [f"iVBORw0KGgo{k}AAAA==" for k in range(6)]
+    outputs = (*[_figure(p) for p in pngs[:5]], _figure("A" * 500_000), _figure("x)](javascript:alert(1)"))
+    result = ExecutionResult("ok", outputs, 1, 0.2)
+    for event in [RoundStarted(1, 30), CodeReady(1, "plot()", "Plotting."), ExecutionStarted(1, None),
+                  ExecutionFinished(1, result, ()), RoundStarted(2, 30), TextDelta(2, "Done")]:
+        reply.feed(event)
+    assert "data:image" not in reply.body  # not while the run streams: each redraw would carry them
+    reply.feed(AnswerReady(2, "Done."))
+    body = reply.body
+    shown = [p for p in pngs if f"(data:image/png;base64,{p})" in body]
+    assert shown == pngs[1:5]  # the last four; the oversized and the malformed are not shown
+    assert "![Figure of round 1](data:image/png;base64," in body and "javascript" not in body
+    assert "*2 more figures are in the notebook.*" in body
