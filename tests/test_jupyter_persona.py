@@ -137,6 +137,32 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
     asyncio.run(scenario())
 
 
+def test_an_attached_file_is_a_data_file_and_an_attachment_outside_the_root_is_not(
+    lab: JupyterLab, model: OpenAIServer
+) -> None:
+    (lab.root / "inputs").mkdir()
+    (lab.root / "inputs" / "costs.csv").write_text("item,cost\na,3\nb,4\n")
+    outside = lab.root.parent / "outside.csv"
+    outside.write_text("secret,1\n")
+    model.add(Reply("Reading the attachment.", tool_calls=(python_call(
+        "import os\ncosts = pd.read_csv(data.costs)\nprint('total cost', int(costs.cost.sum()))\n"
+        "print('files', sorted(f for f in os.listdir('.') if f.endswith('.csv')))"),)))
+    model.add(Reply("## Answer\n\nThe costs total **7**."))
+    (lab.root / "attach.chat").write_text("{}")
+
+    async def scenario() -> None:
+        async with shared_document(lab.port, lab.token, "attach.chat", "chat") as chat:
+            await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+            chat.send("tester", "@KernelAgent what do the attached costs total?", {"to_persona": PERSONA},
+                      attachments=("inputs/costs.csv", str(outside), "../outside.csv"))
+            answer = await until(lambda: [b for b in replies(chat) if "### Answer" in b], WAIT_S, "the answer")
+            assert "total cost 7" in answer[0] and "files ['costs.csv']" in answer[0]
+
+    asyncio.run(scenario())
+    header = nbformat.read(lab.root / "attach-agent.ipynb", as_version=4).cells[0].source
+    assert "costs.csv" in header and "outside" not in header
+
+
 def _comparable(cell: dict[str, Any]) -> dict[str, Any]:
     """A cell as saved and as shared: the source joined (the file may split it in lines)."""
     out = dict(cell)

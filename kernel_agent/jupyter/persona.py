@@ -165,10 +165,13 @@ class KernelAgentPersona(BasePersona):
         """Files the message names (relative to the chat's folder, never above it) and its attachments."""
         named = [folder / match for match in _PATH.findall(task)]
         files = [p for p in named if p.suffix != ".ipynb" and _inside(p, folder) and p.is_file()]
-        for attachment in message.attachments or []:
-            path = self.resolve_attachment_to_path(attachment)
-            if path and Path(path).suffix != ".ipynb":
-                files.append(Path(path))
+        attached = self.chat.get_attachments()
+        root = Path(self.parent.root_dir)
+        for attachment_id in message.attachments or []:
+            value = getattr(attached.get(attachment_id), "value", None)  # relative to the server's root
+            path = root / value if isinstance(value, str) and value else None
+            if path is not None and path.suffix != ".ipynb" and _inside(path, root) and path.is_file():
+                files.append(path)  # a client's claim: never an absolute path or one above the root
         return [str(p) for p in dict.fromkeys(files)]
 
 
