@@ -137,6 +137,33 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
     asyncio.run(scenario())
 
 
+def test_jupyterlabs_stop_button_on_the_notebook_stops_the_run_with_the_round_kept(
+    lab: JupyterLab, model: OpenAIServer
+) -> None:
+    model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
+    (lab.root / "halt.chat").write_text("{}")
+    lab.notebook("halt.ipynb", ["x = 1"])
+    kernel_id = lab.open_kernel("halt.ipynb")  # the notebook is open in JupyterLab, with its own kernel
+
+    async def scenario() -> None:
+        async with shared_document(lab.port, lab.token, "halt.chat", "chat") as chat:
+            await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+            send(chat, "@KernelAgent wait")
+            await until(lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S,
+                        "the long round to run")
+            await asyncio.to_thread(lab.interrupt, kernel_id)  # Kernel > Interrupt on halt.ipynb
+            stopped = await until(lambda: [b for b in replies(chat) if "**Stopped.**" in b], 60, "the stop")
+            assert "✗ stopped" in stopped[0]
+            async with shared_document(lab.port, lab.token, "halt.ipynb", "notebook") as notebook:
+                guarded = await until(lambda: [c for c in notebook_cells(notebook) if c["id"] == "round-1-code"
+                                               and c["source"].startswith("# kernel-agent: not run on Run All")],
+                                      30, "the stopped round, kept and commented out")
+                assert any("waiting" in "".join(o.get("text", "")) for o in guarded[0]["outputs"])
+
+    asyncio.run(scenario())
+    assert lab.api(f"kernels/{kernel_id}")["execution_state"] != "dead"  # the notebook's kernel is left running
+
+
 def test_an_attached_file_is_a_data_file_and_an_attachment_outside_the_root_is_not(
     lab: JupyterLab, model: OpenAIServer
 ) -> None:

@@ -41,6 +41,7 @@ class ChatReply:
     """The chat message of one run, built from its events (``feed``), read as ``body``."""
 
     notebook: str = ""  # the notebook the cells go into, as the user knows it
+    kernel: str = "sandbox"  # where the code runs: "sandbox" (the agent's own kernel) or "notebook" (its own)
     preface: str = ""
     rounds: list[_Round] = field(default_factory=list)
     answer: str | None = None
@@ -82,7 +83,11 @@ class ChatReply:
     def _on_run_started(self, event: Any) -> None:
         where = f" in `{self.notebook}`" if self.notebook else ""
         scripted = " (scripted replies)" if event.scripted else ""
-        self.preface = f"*Working in my own sandboxed kernel{scripted}; each round becomes cells{where}.*"
+        if self.kernel == "notebook":
+            self.preface = (f"**The code runs unconfined in your notebook's own kernel**{scripted}: it sees your "
+                            f"variables and can change them and your files. Each round becomes cells{where}.")
+        else:
+            self.preface = f"*Working in my own sandboxed kernel{scripted}; each round becomes cells{where}.*"
 
     def _on_round_started(self, event: Any) -> None:
         self.rounds.append(_Round(event.round))
