@@ -79,6 +79,7 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
     model.add(Reply("Adding.", tool_calls=(python_call("print('total + 1 =', total + 1)"),)))
     model.add(Reply("## Answer\n\nOne more is **61**."))
+    model.add(Reply("Waiting again.", tool_calls=(python_call("import time\nprint('still waiting', flush=True)\ntime.sleep(120)"),)))
     (lab.root / "sales.csv").write_text("month,revenue\n1,10\n2,20\n3,30\n")
     (lab.root / "analysis.chat").write_text("{}")
     lab.notebook("analysis.ipynb", ["import pandas as pd"])
@@ -114,6 +115,12 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="One more is").first.wait_for(timeout=LAB_TIMEOUT_MS)
     assert "total + 1 = 61" in chat_text(page)  # the follow-up read a variable of the first message
     notebook.locator(".jp-Cell", has_text="One more is").first.wait_for(timeout=30_000)
+
+    ask(page, "@KernelAgent wait again")
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="still waiting").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    notebook.locator(".jp-Toolbar-item[data-jp-item-name='interrupt'] button").first.click()  # the notebook's stop
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Stopped.").nth(1).wait_for(timeout=60_000)
+    notebook.locator(".jp-Cell", has_text="still waiting").first.wait_for(timeout=30_000)
 
     notebook.first.click()  # the notebook is the current widget: Run All in its own kernel
     page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
