@@ -4,8 +4,9 @@
   notebook open beside it. Each round's code ends by printing ``time.time()`` (the moment the code
   finished, on this machine's clock); the page records ``Date.now()`` when that round's output first
   is in the notebook's DOM (``textContent``: ``innerText`` would force a layout on every mutation, and
-  JupyterLab skips rendering cells scrolled out of view). The row is the median delay (target ≤ 250 ms): the run's notebook written,
-  read back, synced into the shared document, sent to the page and rendered.
+  JupyterLab skips rendering cells scrolled out of view). The row is the median delay (target ≤ 250 ms): the
+  output reaching the agent, written into the shared document, sent to the page and rendered. Two rows split
+  it where the page's websocket first carries that text (a wrapped ``WebSocket``, before JupyterLab loads).
 * ``first_token``: the time to the first streamed text of the model's reply, from the click on the
   chat's send button to the text on the page, vs ``kernel-agent run --json`` from its start to its
   first ``text_delta`` event, on the same scripted model (a fresh kernel on both sides).
@@ -41,6 +42,24 @@ _SAVED = """() => {
   for (const widget of window.jupyterapp.shell.widgets('main'))
     if (widget.context && widget.context.path.endsWith('.chat')) return widget.context.model.sharedModel.getState('dirty') === false;
   return false;
+}"""
+_WIRE = """() => {  // before JupyterLab loads: when each round's output first arrives over a websocket
+  window.__wire = {};
+  const decoder = new TextDecoder('utf-8', {fatal: false});
+  const Native = window.WebSocket;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener('message', (event) => {
+        if (!(event.data instanceof ArrayBuffer) && !(event.data instanceof Blob) && typeof event.data !== 'string') return;
+        const now = Date.now() / 1000;
+        const read = (text) => { for (const match of text.matchAll(/round (\\d+) done at [0-9]/g))
+          if (!(match[1] in window.__wire)) window.__wire[match[1]] = now; };
+        if (typeof event.data === 'string') read(event.data);
+        else if (event.data instanceof ArrayBuffer) read(decoder.decode(event.data));
+      });
+    }
+  };
 }"""
 _WATCH = """() => {
   window.__seen = {};
@@ -104,16 +123,23 @@ def cells(quick: bool) -> list[Row]:
             (lab.root / "bench.chat").write_text("{}")
             lab.notebook("bench.ipynb", ["# the user's own cell"])
             page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.add_init_script(f"({_WIRE})()")
             _open(page, lab, "bench.chat", "bench.ipynb")
             _send(page, "@KernelAgent run the rounds")
             page.wait_for_function(f"() => Object.keys(window.__seen).length >= {rounds}", timeout=WAIT_MS)
-            seen = page.evaluate("window.__seen")
+            seen, wire = page.evaluate("[window.__seen, window.__wire]")
         finally:
             browser.close()
             stop_jupyterlab(lab, base)
     delays = [shown - finished for finished, shown in seen.values()]
+    server = [wire[k] - finished for k, (finished, _shown) in seen.items()]
+    page = [shown - wire[k] for k, (_finished, shown) in seen.items()]
     return [Row(f"round's code finished → its output visible in the open notebook, median of {rounds} rounds "
-                f"(max {max(delays) * 1000:.0f} ms)", median(delays), max_seconds=0.25)]
+                f"(max {max(delays) * 1000:.0f} ms)", median(delays), max_seconds=0.25),
+            Row(f"  ↳ code finished → the update on the page's websocket (server: kernel, agent, shared document; "
+                f"max {max(server) * 1000:.0f} ms)", median(server)),
+            Row(f"  ↳ the update on the websocket → the output in the page's DOM (JupyterLab; "
+                f"max {max(page) * 1000:.0f} ms)", median(page))]
 
 
 def _cli_first_token(model: OpenAIServer, folder: Path) -> float:

@@ -109,6 +109,26 @@ def test_a_running_round_shows_its_code_and_output_before_the_answer_then_the_ru
     assert cells[3]["outputs"] == [] and cells[3]["metadata"] == finished["metadata"]  # the run's version now
 
 
+def test_the_runs_cells_change_in_place_so_the_page_keeps_its_cell_widgets() -> None:
+    live, notebook = _live()
+    live.sync([_cell("header", "# Task"), _cell("answer", "## In progress")])
+    live.running(1, "Looking.", "print(1)")
+    replaced: list[Any] = []  # inserts and deletes in the cell list: each is a cell the page builds anew
+    notebook.ycells.observe(lambda event: replaced.append(event.delta))
+    figure = {"output_type": "display_data", "data": {"image/png": "iVBOR"}, "metadata": {}}
+    live.output(1, "1\n")
+    live.finished(1, [{"output_type": "stream", "name": "stdout", "text": "1\n"}, figure], 3)
+    code = {**_cell("round-1-code", "print(1)  # guarded", "code"), "execution_count": 3,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}, figure]}
+    live.sync([_cell("header", "# Task"), _cell("round-1-reasoning", "Looking, said."), code, _cell("answer", "## Done")])
+    assert replaced == []
+    cells = json.loads(json.dumps(notebook.get()["cells"]))
+    assert {k: v for k, v in cells[3].items() if k != "execution_state"} == code
+    assert cells[2]["source"] == "Looking, said." and cells[4]["source"] == "## Done"
+    live.sync([_cell("header", "# Task"), _cell("round-1-reasoning", "x = 1", "code")])  # another type: replaced
+    assert len(replaced) == 1 and notebook.get()["cells"][2]["cell_type"] == "code"
+
+
 def _figure(png: str) -> dict[str, Any]:
     return {"output_type": "display_data", "data": {"image/png": png, "text/plain": "<Figure>"}, "metadata": {}}
 

@@ -49,7 +49,7 @@ __all__ = ["KernelAgentPersona"]
 
 log = logging.getLogger(__name__)
 
-_REDRAW_S = 0.1  # the chat message is redrawn at most this often while text streams
+_REDRAW_S = 0.2  # the chat message is redrawn at most this often while the run goes (each page re-renders it whole)
 _SYNCED = frozenset({"run_started", "round_finished", "finished"})  # events after which the notebook is synced
 _PATH = re.compile(r"[`'\"]?([\w./-]+\.[A-Za-z0-9]{1,8})[`'\"]?")
 
@@ -130,7 +130,7 @@ class KernelAgentPersona(BasePersona):
     # ----------------------------------------------------------------- internals
     async def _run(self, conversation: "_Conversation", task: str, data: list[str], reply: ChatReply,
                    message_id: str) -> None:
-        drawn = 0.0
+        redraw = _Redraw(lambda: self._draw(message_id, reply), _REDRAW_S)
         self.set_status("is analysing…")
         try:
             async for event in conversation.stream(task, data):
@@ -144,9 +144,7 @@ class KernelAgentPersona(BasePersona):
                     conversation.live.finished(event.round, list(result.outputs), result.execution_count)  # type: ignore[attr-defined]
                 elif event.kind == "execution_output":
                     conversation.live.output(event.round, event.text)  # type: ignore[attr-defined]
-                if event.kind not in ("text_delta", "reasoning_delta") or time.monotonic() - drawn >= _REDRAW_S:
-                    self._draw(message_id, reply)
-                    drawn = time.monotonic()
+                redraw.request()
         except asyncio.CancelledError:
             reply.stopped()
             await conversation.sync()
@@ -155,7 +153,7 @@ class KernelAgentPersona(BasePersona):
             log.warning("KernelAgent run failed: %s", conversation.hidden(str(exc)))
             await conversation.sync()
         finally:
-            self._draw(message_id, reply)
+            redraw.flush()
             self.clear_status()
 
     def _draw(self, message_id: str, reply: ChatReply) -> None:
@@ -246,6 +244,38 @@ class _Conversation:
                 await session.close()
         finally:
             await self.agent.close()
+
+
+class _Redraw:
+    """Draws the chat message at most every ``interval`` seconds while the run goes: the first change at once, the
+    changes inside an interval together at its end. Every draw re-renders the whole message in each open page,
+    whose main thread then also has the notebook's updates to show."""
+
+    def __init__(self, draw: Any, interval: float) -> None:
+        self.draw = draw
+        self.interval = interval
+        self.last = float("-inf")
+        self.pending: asyncio.TimerHandle | None = None
+
+    def request(self) -> None:
+        if self.pending is not None:
+            return
+        wait = self.last + self.interval - time.monotonic()
+        if wait <= 0:
+            self._now()
+        else:
+            self.pending = asyncio.get_running_loop().call_later(wait, self._now)
+
+    def flush(self) -> None:
+        """Draw now (the run ended), nothing left pending."""
+        if self.pending is not None:
+            self.pending.cancel()
+        self._now()
+
+    def _now(self) -> None:
+        self.pending = None
+        self.last = time.monotonic()
+        self.draw()
 
 
 class _Held:
