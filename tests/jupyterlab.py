@@ -94,8 +94,12 @@ def start_jupyterlab(extra_env: dict[str, str] | None = None, extra_args: tuple[
            "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces")}
     env.pop("PYTEST_CURRENT_TEST", None)
     env.update(extra_env or {})
-    subprocess.run([str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
-                   env=env, check=True, capture_output=True)
+    try:
+        subprocess.run([str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
+                       env=env, check=True, capture_output=True)
+    except subprocess.CalledProcessError:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
     news = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false"}))  # no "get Jupyter news?" toast, no news fetch
