@@ -6,13 +6,17 @@ the model is the scripted server over HTTP. What is asserted is what the page sh
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from browser import screenshot
 from jupyterlab import JupyterLab, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
+from test_jupyter_persona import _comparable
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.timeout(400)]
 
@@ -71,6 +75,33 @@ def note_order(page: Any) -> None:
     }}""")
 
 
+_PAGE_CELLS = """() => {
+  for (const widget of window.jupyterapp.shell.widgets('main'))
+    if (widget.context && widget.context.path === 'analysis.ipynb') return widget.context.model.toJSON().cells;
+  return null;
+}"""
+
+
+def saved_equals_page(page: Any, path: Path) -> None:
+    """The notebook on disk, once the server has saved it, equals what the page's notebook holds."""
+    deadline = time.monotonic() + 30
+    while True:
+        shown = [_comparable(cell) for cell in page.evaluate(_PAGE_CELLS)]
+        for cell in shown:  # the page's own view of trust, never saved; no attachments (undefined there)
+            cell["metadata"] = {k: v for k, v in cell["metadata"].items() if k != "trusted"}
+            if not cell.get("attachments", True):
+                del cell["attachments"]
+        saved = [_comparable(cell) for cell in json.loads(path.read_text())["cells"]]
+        if shown == saved:
+            assert any(c["cell_type"] == "code" and c["outputs"] for c in saved)
+            return
+        differ = [(a.get("id"), k, a.get(k, "-"), b.get(k, "-")) for a, b in zip(shown, saved, strict=False)
+                  for k in set(a) | set(b) if a.get(k, "-") != b.get(k, "-")]
+        assert time.monotonic() < deadline, (f"the saved notebook differs from the page: {str(differ)[:3000]}, "
+                                             f"cells {[c.get('id') for c in shown]} vs {[c.get('id') for c in saved]}")
+        page.wait_for_timeout(200)  # the server saves the shared document a moment after it changes
+
+
 def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: JupyterLab, model: OpenAIServer) -> None:
     plot = ("import matplotlib.pyplot as plt\nsales = pd.read_csv('sales.csv')\ntotal = int(sales.revenue.sum())\n"
             "print('total', total)\nplt.plot(sales.month, sales.revenue)\nplt.show()")
@@ -121,6 +152,7 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     notebook.locator(".jp-Toolbar-item[data-jp-item-name='interrupt'] button").first.click()  # the notebook's stop
     page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Stopped.").nth(1).wait_for(timeout=60_000)
     notebook.locator(".jp-Cell", has_text="still waiting").first.wait_for(timeout=30_000)
+    saved_equals_page(page, lab.root / "analysis.ipynb")
 
     notebook.first.click()  # the notebook is the current widget: Run All in its own kernel
     page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
