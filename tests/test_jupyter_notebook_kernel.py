@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from jupyterlab import JupyterLab, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
-from test_jupyter_persona import PERSONA, WAIT_S, replies, send
+from test_jupyter_persona import WAIT_S, joined_chat, replies, send
 from ydoc_client import notebook_cells, shared_document, until
 
 from kernel_agent.kernel.session import AsyncKernelSession
@@ -56,8 +56,7 @@ def test_the_agent_runs_in_the_notebooks_own_kernel_sees_its_variables_and_the_s
 
     async def scenario() -> None:
         await in_kernel(lab, kernel_id, "my_threshold = 17")  # the user ran their cell
-        async with shared_document(lab.port, lab.token, "own.chat", "chat") as chat:
-            await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+        async with joined_chat(lab, "own.chat") as chat:
             send(chat, "@KernelAgent what is my_threshold, with sales.csv?")
             answer = await until(lambda: [b for b in replies(chat) if "### Answer" in b], WAIT_S, "the answer")
             assert "mine is 17 and revenue 60" in answer[0]
@@ -87,8 +86,7 @@ def test_without_a_running_kernel_for_the_notebook_the_chat_says_to_open_it(lab:
     (lab.root / "closed.chat").write_text("{}")
 
     async def scenario() -> None:
-        async with shared_document(lab.port, lab.token, "closed.chat", "chat") as chat:
-            await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+        async with joined_chat(lab, "closed.chat") as chat:
             send(chat, "@KernelAgent print one")
             failed = await until(lambda: [b for b in replies(chat) if "**The run failed:**" in b], WAIT_S, "the refusal")
             assert "`closed.ipynb` has no running kernel here: open it in JupyterLab" in failed[0]
