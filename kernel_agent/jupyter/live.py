@@ -9,8 +9,9 @@ execution count in as soon as the code is done; then
 from the notebook the run writes after each round (``notebook/export.py`` lays them out: the
 header, the setup cell, per round the reasoning and the code with its outputs, timed-out or
 crashed code commented out and tagged, the answer last). Cells are matched by their stable ids
-(``round-3-code``): a cell of ours is replaced only when the run's version of it changed since we
-wrote it, so the user's edits to earlier cells stay; new cells go after our previous one; cells the
+(``round-3-code``): a cell of ours is rewritten only when the run's version of it changed since we
+wrote it, so the user's edits to earlier cells stay, and then in place, field by field (the page keeps
+its cell widget: a replaced cell costs the browser a new editor); new cells go after our previous one; cells the
 user added stay where they are. Does not run anything or talk to the chat (``persona.py``).
 """
 
