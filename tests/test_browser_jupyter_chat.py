@@ -1,4 +1,5 @@
-"""KernelAgent in Jupyter AI's chat, in a real JupyterLab driven from chromium: a user's whole session.
+"""KernelAgent in Jupyter AI's chat, in a real JupyterLab driven from chromium: a user's whole session, and the
+opt-in run in the notebook's own kernel.
 
 The chat (a ``.chat`` file, KernelAgent the chat's default persona) and the notebook open side by side;
 the model is the scripted server over HTTP. What is asserted is what the page shows.
@@ -163,5 +164,46 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     assert all(output["output_type"] != "error" for cell in outputs for output in cell)
     assert any("total 60" in "".join(output.get("text", "")) for cell in outputs for output in cell)
     screenshot(page, "jupyterlab-chat-run-all")
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external() == []
+
+
+@pytest.fixture(scope="module")
+def own_lab(model: OpenAIServer) -> Iterator[JupyterLab]:
+    """A JupyterLab whose KernelAgent runs in the notebook's own kernel (``c.KernelAgentPersona.kernel``)."""
+    server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-browser-test-key-000000",
+                                     "KERNEL_AGENT_MODEL": "scripted-m"},
+                                    (f"--PersonaManager.default_persona_id={PERSONA}", "--KernelAgentPersona.kernel=notebook"),
+                                    collaborative=True)
+    try:
+        yield server
+    finally:
+        stop_jupyterlab(server, base)
+
+
+def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables(page: Any, own_lab: JupyterLab,
+                                                                         model: OpenAIServer) -> None:
+    model.add(Reply("Reading yours.", tool_calls=(python_call("doubled = my_threshold * 2\nprint('doubled is', doubled)"),)))
+    model.add(Reply("## Answer\n\nDoubled, it is **34**."))
+    (own_lab.root / "own.chat").write_text("{}")
+    own_lab.notebook("own.ipynb", ["my_threshold = 17"])
+
+    page.goto(own_lab.url("lab/tree/own.chat"))
+    page.locator(f"{CHAT} .jp-chat-input-container textarea").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:open', "
+                  "{path: 'own.ipynb', options: {mode: 'split-right'}}); }")
+    notebook = page.locator(NOTEBOOK)
+    notebook.locator(".jp-Cell").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    notebook.first.click()
+    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'",
+                           timeout=LAB_TIMEOUT_MS)
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # the user's cell
+    notebook.locator(".jp-InputArea-prompt", has_text="[1]").first.wait_for(timeout=LAB_TIMEOUT_MS)
+
+    ask(page, "@KernelAgent what is my_threshold doubled?")
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Doubled, it is").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    text = chat_text(page)
+    assert "doubled is 34" in text and "unconfined in your notebook's own kernel" in text
+    notebook.locator(".jp-Cell", has_text="Doubled, it is").first.wait_for(timeout=30_000)
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert page.log.external() == []
