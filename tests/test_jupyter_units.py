@@ -148,3 +148,7 @@ def test_the_answer_shows_the_runs_last_figures_as_data_uris_size_capped_and_onl
     assert shown == pngs[1:5]  # the last four; the oversized and the malformed are not shown
     assert "![Figure of round 1](data:image/png;base64," in body and "javascript" not in body
     assert "*2 more figures are in the notebook.*" in body
+    big = tuple(_figure(letter * 350_000) for letter in "BCD")
+    reply.feed(ExecutionFinished(3, ExecutionResult("ok", big, 2, 0.1), ()))
+    assert [png[0] for _, png in reply.figures] == ["C", "D"]  # the last ones within 800,000 characters in all
+    assert "*7 more figures are in the notebook.*" in reply.body

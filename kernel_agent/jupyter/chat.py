@@ -23,6 +23,7 @@ __all__ = ["ChatReply"]
 _OUTPUT_SHOWN = 600  # characters of a round's printed output quoted in the chat
 _FIGURES_SHOWN = 4  # the run's last figures shown with its answer
 _FIGURE_CHARS = 400_000  # a larger figure (base64 characters, ~300 KB of PNG) is left to the notebook
+_FIGURES_CHARS = 800_000  # all the figures of one message together (the chat file keeps every message)
 _ANSWER_HEADING = re.compile(r"\A\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n", re.IGNORECASE)
 
 
@@ -122,9 +123,9 @@ class ChatReply:
                 self.figures_left += 1
             else:
                 self.figures.append((rnd.index, png))
-        if len(self.figures) > _FIGURES_SHOWN:
-            self.figures_left += len(self.figures) - _FIGURES_SHOWN
-            del self.figures[:-_FIGURES_SHOWN]
+        while len(self.figures) > _FIGURES_SHOWN or sum(len(png) for _, png in self.figures) > _FIGURES_CHARS:
+            self.figures_left += 1
+            del self.figures[0]
 
     def _on_round_finished(self, event: Any) -> None:
         record = event.round
