@@ -57,7 +57,8 @@ async def notebook_kernel(serverapp: Any, path: str, workspace: Path,
 
 class InterruptWatch:
     """Calls ``on_interrupt()`` each time the server interrupts the kernel of the notebook at ``path()`` (read
-    when the interrupt comes: the notebook's kernel may change). ``close`` stops watching."""
+    when the interrupt comes: the notebook's kernel may change; None: nothing to watch now, no look-up).
+    ``close`` stops watching."""
 
     def __init__(self, serverapp: Any, path: Callable[[], str | None], on_interrupt: Callable[[], Awaitable[None]]) -> None:
         self.serverapp = serverapp

@@ -98,8 +98,7 @@ class KernelAgentPersona(BasePersona):
             return
         self._conversation = conversation
         if self._watch is None:  # JupyterLab's stop button on the notebook stops the run as the chat's does
-            self._watch = InterruptWatch(self._serverapp, lambda: self._conversation and self._conversation.notebook,
-                                         self.cancel_response)
+            self._watch = InterruptWatch(self._serverapp, self._watched, self.cancel_response)
         reply = ChatReply(notebook=conversation.notebook, kernel=self.kernel)
         message_id = self.chat.add_message(NewMessage(body=reply.body, sender=self.id))
         running = self._running = asyncio.ensure_future(self._run(conversation, task, data, reply, message_id))
@@ -171,6 +170,11 @@ class KernelAgentPersona(BasePersona):
         live = LiveNotebook(settings["jupyter_server_ydoc"], settings["contents_manager"], notebook.as_posix())
         return _Conversation(options, Path(self.get_chat_dir()), notebook.as_posix(), live,
                              self._serverapp if self.kernel == "notebook" else None)
+
+    def _watched(self) -> str | None:
+        """The notebook whose kernel's interrupt stops the run: while one runs, the one it writes into."""
+        running, conversation = self._running, self._conversation
+        return conversation.notebook if running is not None and not running.done() and conversation else None
 
     @property
     def _serverapp(self) -> Any:
