@@ -181,12 +181,15 @@ def own_lab(model: OpenAIServer) -> Iterator[JupyterLab]:
         stop_jupyterlab(server, base)
 
 
-def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables(page: Any, own_lab: JupyterLab,
+def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables_and_an_attached_file(page: Any, own_lab: JupyterLab,
                                                                          model: OpenAIServer) -> None:
-    model.add(Reply("Reading yours.", tool_calls=(python_call("doubled = my_threshold * 2\nprint('doubled is', doubled)"),)))
+    model.add(Reply("Reading yours.", tool_calls=(python_call(
+        "doubled = my_threshold * 2\nprint('doubled is', doubled, 'costs', int(pd.read_csv(data.costs).cost.sum()))"),)))
     model.add(Reply("## Answer\n\nDoubled, it is **34**."))
     (own_lab.root / "own.chat").write_text("{}")
     own_lab.notebook("own.ipynb", ["my_threshold = 17"])
+    (own_lab.root / "inputs").mkdir()
+    (own_lab.root / "inputs" / "costs.csv").write_text("item,cost\na,3\nb,4\n")
 
     page.goto(own_lab.url("lab/tree/own.chat"))
     page.locator(f"{CHAT} .jp-chat-input-container textarea").first.wait_for(timeout=LAB_TIMEOUT_MS)
@@ -200,10 +203,16 @@ def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables(page: An
     page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # the user's cell
     notebook.locator(".jp-InputArea-prompt", has_text="[1]").first.wait_for(timeout=LAB_TIMEOUT_MS)
 
-    ask(page, "@KernelAgent what is my_threshold doubled?")
+    page.locator(f"{CHAT} .jp-chat-attach-button").first.click()  # the chat's attach button: a file dialog
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator(".jp-DirListing-item", has_text="inputs").first.dblclick()
+    dialog.locator(".jp-DirListing-item", has_text="costs.csv").first.click()
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").first.click()
+    page.locator(f"{CHAT} .jp-chat-attachment", has_text="costs.csv").first.wait_for(timeout=30_000)
+    ask(page, "@KernelAgent what is my_threshold doubled, and what do the attached costs total?")
     page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Doubled, it is").first.wait_for(timeout=LAB_TIMEOUT_MS)
     text = chat_text(page)
-    assert "doubled is 34" in text and "unconfined in your notebook's own kernel" in text
+    assert "doubled is 34 costs 7" in text and "unconfined in your notebook's own kernel" in text
     notebook.locator(".jp-Cell", has_text="Doubled, it is").first.wait_for(timeout=30_000)
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert page.log.external() == []
