@@ -355,25 +355,30 @@ class LocalProvider:
 
 
 class AttachedProvider:
-    """A kernel someone else started, reached by its connection file. Never restarted or killed."""
+    """A kernel someone else started, reached by its connection file. Never restarted or killed.
+
+    ``workspace``: the kernel's working folder on this machine, when the caller knows it shares our
+    files (a kernel of this machine's Jupyter server that the caller moved into that folder); then the
+    session's files are that folder's (``LocalFiles``). None: its files are not ours (``RemoteFiles``)."""
 
     owns_kernel = False
 
     def __init__(self, connection_file: str | os.PathLike[str], *, startup_timeout: float = 60.0,
-                 max_output_bytes: int = 10_000_000) -> None:
+                 max_output_bytes: int = 10_000_000, workspace: Path | None = None) -> None:
         self.connection_file = str(connection_file)
         self.startup_timeout = startup_timeout
         self.max_output_bytes = max_output_bytes
         self.guard: MessageGuard | None = None
         self.limits = replace(Limits.off(), sandbox="off")  # not ours: we confine nothing there
         self.client: AsyncKernelClient | None = None
+        self._workspace = workspace
 
     def __repr__(self) -> str:
         return f"<AttachedProvider {self.connection_file}>"
 
     @property
     def workspace(self) -> Path | None:
-        return None
+        return self._workspace
 
     async def start(self) -> dict[str, Any]:
         """Connect and wait until the kernel answers. Raises ``KernelStartError``."""
