@@ -5,14 +5,13 @@ kernel), a chain of links is checked at every hop, and a file swapped for a link
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply, python_call
-from test_door import exchange
+from test_door import exchanging
 
 from kernel_agent.agent.data import prepare_data, summarize
 from kernel_agent.cli import cli
@@ -101,20 +100,8 @@ def swapping(layout: tuple[Path, Path]) -> Iterator[tuple[Path, list[int]]]:
     (workspace / "sub" / "data.csv").write_text("a,b\n1,2\n")
     (host / "data.csv").write_text(SECRET)
     (workspace / "evil").symlink_to(host)
-    stop, swaps = threading.Event(), [0]
-
-    def swap() -> None:
-        while not stop.is_set():
-            exchange(workspace / "sub", workspace / "evil")
-            swaps[0] += 1
-
-    thread = threading.Thread(target=swap, daemon=True)
-    thread.start()
-    try:
+    with exchanging(workspace / "sub", workspace / "evil") as swaps:
         yield workspace, swaps
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 def test_a_folder_swapped_for_a_link_while_the_host_reads_never_yields_the_secret(

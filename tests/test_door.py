@@ -9,6 +9,7 @@ import ctypes
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -133,22 +134,28 @@ def swapping(place: tuple[Path, Path]) -> Iterator[tuple[Path, Path]]:
     folder) with RENAME_EXCHANGE as fast as it can, while the test reads and writes ``sub/...``."""
     workspace, outside = place
     (workspace / "evil").symlink_to(outside)
-    stop = threading.Event()
-    swaps = [0]
+    with exchanging(workspace / "sub", workspace / "evil") as swaps:
+        yield workspace, outside
+    assert swaps[0] > 100  # the race really ran
+
+
+@contextmanager
+def exchanging(a: Path, b: Path) -> Iterator[list[int]]:
+    """A thread swapping ``a`` and ``b`` with RENAME_EXCHANGE as fast as it can; yields its swap count."""
+    stop, swaps = threading.Event(), [0]
 
     def swap() -> None:
         while not stop.is_set():
-            exchange(workspace / "sub", workspace / "evil")
+            exchange(a, b)
             swaps[0] += 1
 
     thread = threading.Thread(target=swap, daemon=True)
     thread.start()
     try:
-        yield workspace, outside
+        yield swaps
     finally:
         stop.set()
         thread.join(10)
-    assert swaps[0] > 100  # the race really ran
 
 
 def test_a_folder_swapped_for_a_link_mid_read_never_leads_outside(mode: str, swapping: tuple[Path, Path]) -> None:
