@@ -60,6 +60,35 @@ def test_a_failed_background_write_is_raised_by_the_next_save(tmp_path: Path) ->
     writer.flush()  # reported once
 
 
+def test_rounds_are_renamed_into_place_and_only_the_finished_run_is_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The durability choice: a killed process loses nothing (atomic renames), a power cut may lose the
+    rounds since the last fsync, which the finished run's save makes, of both files and their folder."""
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    finished = make_run()
+    path = tmp_path / "run.ipynb"
+    writer = RunWriter(path)
+    for count in range(1, len(finished.rounds) + 1):
+        writer.save(replace(finished, rounds=finished.rounds[:count], answer=None, stop_reason=None, finished_at="",
+                            notebook_path=path))
+    writer.flush()
+    assert synced == [] and path.exists() and clean_path(path).exists()
+    writer.save(replace(finished, notebook_path=path))
+    assert len(synced) == 3 and ".run.ipynb." in synced[0] and ".run.clean.ipynb." in synced[1]  # temp files
+    assert synced[-1] == str(tmp_path)  # the folder last: both renames durable
+    assert _views_match(finished, path)
+
+
 @pytest.mark.kernel
 def test_the_agent_leaves_the_exact_clean_view_of_its_run(tmp_path: Path) -> None:
     replies = ["<Code>x = 1\nprint(x)</Code>", "<Code>y = x + missing</Code>", "<Code>z = x * 2\nz</Code>",

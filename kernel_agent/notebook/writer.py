@@ -4,7 +4,7 @@ Owns *when* each view of a run in progress reaches the disk; ``export.py``
 owns what the views contain and the atomic, validated write.
 
 The full view is written before ``save`` returns, so every completed round
-is on disk when the agent goes on. The clean view is written after every
+is in the file when the agent goes on. The clean view is written after every
 round too, but in a worker thread while the next round starts (it would
 otherwise sit on the run's critical path each round, and only a finished
 run needs it). A finished run's save (``run.finished_at`` set: answered,
@@ -12,6 +12,13 @@ stopped, cancelled or failed) waits for that thread and writes both views
 before it returns. A kill between rounds leaves both files complete (the
 writes are atomic); the clean one is behind by a round only if the kill
 lands during the few milliseconds its write takes.
+
+Durability: a round's writes are atomic renames without fsync; the finished
+run's save fsyncs both files and their folder. So a killed process (SIGKILL,
+a crash, an OOM kill) loses nothing, as the OS still holds what it wrote; a
+power cut or an OS crash mid-run may lose the rounds since the last fsync,
+never tear a file. Two fsyncs a round cost 1–7 ms each on a loaded disk,
+more than the rest of the save.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ class RunWriter:
         if run.finished_at:
             export_run(run, self.path)
             return
-        write_notebook(build_notebook(run, view="full", notebook_dir=self.path.parent), self.path)
+        write_notebook(build_notebook(run, view="full", notebook_dir=self.path.parent), self.path, durable=False)
         # Not a daemon: an interpreter that exits meanwhile lets the write finish rather than cut it short.
         self._thread = threading.Thread(target=self._write_clean, args=(run,), name="kernel-agent-clean-view")
         self._thread.start()
@@ -65,7 +72,8 @@ class RunWriter:
 
     def _write_clean(self, run: Run) -> None:
         try:
-            write_notebook(build_notebook(run, view="clean", notebook_dir=self.path.parent), clean_path(self.path))
+            write_notebook(build_notebook(run, view="clean", notebook_dir=self.path.parent), clean_path(self.path),
+                           durable=False)
         except Exception as exc:  # raised by the next save, as a save in the foreground would have
             log.warning("could not write the clean notebook: %s", exc)
             self._failure = exc
