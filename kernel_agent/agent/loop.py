@@ -229,7 +229,6 @@ class AsyncAgent:
         await in_thread(self._check_kernel)  # before any model call
         files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
         async with self._session_factory(root) as session:
-            await session.files.put([root / f.name for f in files])
             live = await self._begin(session, task, files, root, notebook_path, setup)
             async with aclosing(self._drive(live)) as events:  # closing this stream stops the code too
                 async for event in events:
@@ -356,9 +355,13 @@ class AsyncAgent:
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
-        # While the kernel runs the setup cell, this process is idle: compile the notebook validator then.
-        setup, _ = await asyncio.gather(session.execute(setup_code, _setup_timeout(self.config.exec_timeout)),
-                                        asyncio.to_thread(warm_up))
+        put = session.files.put([root / f.name for f in files])  # the kernel's copies (a pooled kernel's folder)
+        if extra_setup:  # it may load its variables from the data files: they must be there first
+            await put
+        # While the kernel runs the setup cell, this process is idle: compile the notebook validator then,
+        # and copy the data files in when the cell only names them (the preload never opens them).
+        setup, *_ = await asyncio.gather(session.execute(setup_code, _setup_timeout(self.config.exec_timeout)),
+                                         asyncio.to_thread(warm_up), *([] if extra_setup else [put]))
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ..records import Run
@@ -36,16 +37,30 @@ __all__ = ["RunWriter"]
 log = logging.getLogger(__name__)
 
 
+_writers: ThreadPoolExecutor | None = None
+_writers_made = threading.Lock()
+
+
+def _background() -> ThreadPoolExecutor:
+    """The worker threads every writer hands its clean views to, made on first use. Handing work to a
+    waiting thread does not wait for a new thread to start, which under load took 5–45 ms a round.
+    Their threads are not daemons: an interpreter that exits meanwhile lets a write finish."""
+    global _writers
+    with _writers_made:
+        if _writers is None:
+            _writers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kernel-agent-clean-view")
+        return _writers
+
+
 class RunWriter:
     """Saves one run's ``RUN.ipynb`` and ``RUN.clean.ipynb`` at ``path`` after each round (see the module)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._thread: threading.Thread | None = None
-        self._failure: Exception | None = None
+        self._pending: Future[None] | None = None
 
     def __repr__(self) -> str:
-        return f"<RunWriter {self.path} writing={self._thread is not None}>"
+        return f"<RunWriter {self.path} writing={self._pending is not None}>"
 
     def save(self, run: Run) -> None:
         """Write ``run``: the full view now; the clean view now for a finished run, else in the background.
@@ -57,18 +72,13 @@ class RunWriter:
             export_run(run, self.path)
             return
         write_notebook(build_notebook(run, view="full", notebook_dir=self.path.parent), self.path, durable=False)
-        # Not a daemon: an interpreter that exits meanwhile lets the write finish rather than cut it short.
-        self._thread = threading.Thread(target=self._write_clean, args=(run,), name="kernel-agent-clean-view")
-        self._thread.start()
+        self._pending = _background().submit(self._write_clean, run)
 
     def flush(self) -> None:
         """Wait for a clean view being written. Raises what that write raised (``NotebookError``)."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def _write_clean(self, run: Run) -> None:
         try:
@@ -76,4 +86,4 @@ class RunWriter:
                            durable=False)
         except Exception as exc:  # raised by the next save, as a save in the foreground would have
             log.warning("could not write the clean notebook: %s", exc)
-            self._failure = exc
+            raise
