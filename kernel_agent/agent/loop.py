@@ -445,11 +445,12 @@ class AsyncAgent:
                             yield event
                 assert round_ is not None  # _round ends with _RoundDone
                 live.run = replace(live.run, rounds=(*live.run.rounds, round_), usage=live.run.usage + round_.usage)
+                if round_.answer is not None:  # the run ends with this round: its save is the finished run's
+                    stop = "answer"
+                    live.run = replace(live.run, answer=round_.answer, stop_reason=stop, finished_at=_now())
                 await self._save(live)
                 yield RoundFinished(round_)
                 if round_.answer is not None:
-                    live.run = replace(live.run, answer=round_.answer)
-                    stop = "answer"
                     yield AnswerReady(index, round_.answer)
                     break
                 if guard.add(round_):
@@ -479,8 +480,9 @@ class AsyncAgent:
             await self._save(live)
             exc.run = live.run
             raise
-        live.run = replace(live.run, stop_reason=stop, finished_at=_now())  # type: ignore[arg-type]
-        await self._save(live)
+        if not live.run.finished_at:  # an answer's round saved the finished run already
+            live.run = replace(live.run, stop_reason=stop, finished_at=_now())  # type: ignore[arg-type]
+            await self._save(live)
         yield RunFinished(live.run)
 
     async def _round(self, live: _Live, index: int) -> AsyncIterator[Event | _RoundDone]:
