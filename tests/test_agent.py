@@ -267,6 +267,22 @@ def test_missing_data_file_fails_before_any_model_call(openai_server: OpenAIServ
     assert openai_server.requests == []
 
 
+def test_an_unreadable_data_file_fails_before_any_model_call_and_leaves_no_kernel(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """The files are described while the kernel runs its setup cell: a failure there still ends the run
+    before the model is asked, with the kernel shut down."""
+    from leaks import kernels_of
+    import os
+
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not a parquet file at all\n" * 10)
+    with agent_for(openai_server) as agent, pytest.raises(DataFileError, match="broken.parquet"):
+        agent.run("x", data=[broken], workspace=tmp_path / "ws")
+    assert openai_server.requests == []
+    assert kernels_of(os.getpid()) == []
+
+
 def test_no_model_configured_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="KERNEL_AGENT_MODEL"):
         Agent()

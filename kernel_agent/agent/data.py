@@ -19,7 +19,7 @@ import re
 import tempfile
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import ConfigError, DataFileError, KernelAgentError, WorkspaceFileError
@@ -35,6 +35,7 @@ __all__ = [
     "Kind",
     "data_attributes",
     "data_summary",
+    "describe_files",
     "file_kind",
     "files_line",
     "identifier",
@@ -68,11 +69,13 @@ class DataFile:
 
 
 def prepare_data(
-    paths: Iterable[str | os.PathLike[str]], workspace: str | os.PathLike[str]
+    paths: Iterable[str | os.PathLike[str]], workspace: str | os.PathLike[str], *, described: bool = True
 ) -> tuple[DataFile, ...]:
     """Check every path, then copy each into ``workspace`` as a read-only file of the same name.
 
-    Nothing is copied until every file has been checked and summarised. A file
+    Nothing is copied until every file has been checked and (``described``) summarised; without
+    ``described`` the files come back without summaries, for ``describe_files`` to add later
+    (the agent does it while the kernel runs its setup cell). A file
     that already *is* the workspace file is left as it is (neither copied nor
     made read-only: it is the user's own file); an earlier read-only copy of
     the same name is replaced.
@@ -94,12 +97,18 @@ def prepare_data(
                 f"cannot copy {source.name} into the workspace: {target / source.name} is a directory",
                 path=str(source),
             )
-    summaries = [summarize(source) for source in sources]
+    summaries = [summarize(source) if described else "" for source in sources]
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the workspace {target}: {exc.strerror or exc}") from exc
     return tuple(_install(source, target, summary) for source, summary in zip(sources, summaries))
+
+
+def describe_files(files: Sequence[DataFile]) -> tuple[DataFile, ...]:
+    """``files`` from ``prepare_data(..., described=False)`` with their summaries, each made from its
+    (checked) source. Raises ``DataFileError`` for a file that cannot be parsed as its kind says."""
+    return tuple(replace(f, summary=describe(Path(f.source))) for f in files)
 
 
 def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) -> tuple[DataFile, ...]:
