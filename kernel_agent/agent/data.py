@@ -1,4 +1,5 @@
-"""The data files of a run: ``DataFile``, ``prepare_data``, ``summarize``, ``data_summary``, ``preload_code``.
+"""The data files of a run: ``DataFile``, ``prepare_data``, ``describe_files``, ``summarize``, ``data_summary``,
+``preload_code``.
 
 Owns checking the input paths, copying them read-only into the workspace,
 the prompt's ``# Data`` section and the kernel's setup cell with its ``data``
