@@ -108,8 +108,9 @@ def prepare_data(
 
 def describe_files(files: Sequence[DataFile]) -> tuple[DataFile, ...]:
     """``files`` from ``prepare_data(..., described=False)`` with their summaries, each made from its
-    (checked) source. Raises ``DataFileError`` for a file that cannot be parsed as its kind says."""
-    return tuple(replace(f, summary=describe(Path(f.source))) for f in files)
+    source as ``summarize`` reads a user-named path (checked again: never the workspace's copy, which a
+    kernel may already reach). Raises ``DataFileError`` for a file that cannot be read as its kind says."""
+    return tuple(replace(f, summary=summarize(f.source)) for f in files)
 
 
 def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) -> tuple[DataFile, ...]:
