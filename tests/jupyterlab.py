@@ -57,11 +57,27 @@ class JupyterLab:
         nbformat.write(nb, path)
         return path
 
-    def api(self, path: str) -> Any:
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}",
-                                         headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
+    def api(self, path: str, body: Any = None) -> Any:
+        """GET ``/api/<path>``, or POST ``body`` (JSON) there when given; the JSON answer (None when empty)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}", data=data,
+                                         headers={"Authorization": f"token {self.token}",
+                                                  "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = response.read()
+        return json.loads(answer) if answer else None
+
+    def open_kernel(self, notebook: str, kernel: str = "python3") -> str:
+        """What opening ``notebook`` in JupyterLab does: a session with a kernel for it; the kernel's id."""
+        session = self.api("sessions", {"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": kernel}})
+        return str(session["kernel"]["id"])
+
+    def interrupt(self, kernel_id: str) -> None:
+        """JupyterLab's stop button (Kernel > Interrupt): the REST interrupt of that kernel."""
+        self.api(f"kernels/{kernel_id}/interrupt", {})
+
+    def connection_file(self, kernel_id: str) -> Path:
+        return self.data_dir.parent / "runtime" / f"kernel-{kernel_id}.json"
 
 
 def start_jupyterlab(extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = (), *,
@@ -78,8 +94,12 @@ def start_jupyterlab(extra_env: dict[str, str] | None = None, extra_args: tuple[
            "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces")}
     env.pop("PYTEST_CURRENT_TEST", None)
     env.update(extra_env or {})
-    subprocess.run([str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
-                   env=env, check=True, capture_output=True)
+    try:
+        subprocess.run([str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
+                       env=env, check=True, capture_output=True)
+    except subprocess.CalledProcessError:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
     news = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false"}))  # no "get Jupyter news?" toast, no news fetch

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kernel_agent.kernel.providers.local import runtime_root
+
 _ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
 
 
@@ -45,10 +47,10 @@ def process_gone(pid: int) -> bool:
 
 def _temp_leftovers() -> set[str]:
     """Our runtime dirs (attributed by their owner.pid) and jupyter connection files."""
-    tmp = Path(tempfile.gettempdir())
+    roots = {Path(tempfile.gettempdir()), runtime_root()}  # a long TMPDIR sends runtime dirs to a short one
     me = str(os.getpid())
     ours = set()
-    for folder in tmp.glob("kernel-agent-*"):
+    for folder in (found for root in roots for found in root.glob("kernel-agent-*")):
         if folder.name.startswith("kernel-agent-replay-"):  # kernel-agent-replay-<pid>-<random>
             ours.update([folder.name] if folder.name.split("-")[3] == me else [])
             continue
@@ -58,7 +60,7 @@ def _temp_leftovers() -> set[str]:
             owner = me  # a dir without an owner file is suspicious: count it
         if owner == me:
             ours.add(folder.name)
-    return ours | {p.name for p in tmp.glob("kernel-*.json")}
+    return ours | {p.name for root in roots for p in root.glob("kernel-*.json")}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,4 +1,5 @@
-"""KernelAgent in Jupyter AI's chat, in a real JupyterLab driven from chromium: a user's whole session.
+"""KernelAgent in Jupyter AI's chat, in a real JupyterLab driven from chromium: a user's whole session, and the
+opt-in run in the notebook's own kernel.
 
 The chat (a ``.chat`` file, KernelAgent the chat's default persona) and the notebook open side by side;
 the model is the scripted server over HTTP. What is asserted is what the page shows.
@@ -6,13 +7,17 @@ the model is the scripted server over HTTP. What is asserted is what the page sh
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from browser import screenshot
 from jupyterlab import JupyterLab, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
+from test_jupyter_persona import _comparable
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.timeout(400)]
 
@@ -71,6 +76,33 @@ def note_order(page: Any) -> None:
     }}""")
 
 
+_PAGE_CELLS = """() => {
+  for (const widget of window.jupyterapp.shell.widgets('main'))
+    if (widget.context && widget.context.path === 'analysis.ipynb') return widget.context.model.toJSON().cells;
+  return null;
+}"""
+
+
+def saved_equals_page(page: Any, path: Path) -> None:
+    """The notebook on disk, once the server has saved it, equals what the page's notebook holds."""
+    deadline = time.monotonic() + 30
+    while True:
+        shown = [_comparable(cell) for cell in page.evaluate(_PAGE_CELLS)]
+        for cell in shown:  # the page's own view of trust, never saved; no attachments (undefined there)
+            cell["metadata"] = {k: v for k, v in cell["metadata"].items() if k != "trusted"}
+            if not cell.get("attachments", True):
+                del cell["attachments"]
+        saved = [_comparable(cell) for cell in json.loads(path.read_text())["cells"]]
+        if shown == saved:
+            assert any(c["cell_type"] == "code" and c["outputs"] for c in saved)
+            return
+        differ = [(a.get("id"), k, a.get(k, "-"), b.get(k, "-")) for a, b in zip(shown, saved, strict=False)
+                  for k in set(a) | set(b) if a.get(k, "-") != b.get(k, "-")]
+        assert time.monotonic() < deadline, (f"the saved notebook differs from the page: {str(differ)[:3000]}, "
+                                             f"cells {[c.get('id') for c in shown]} vs {[c.get('id') for c in saved]}")
+        page.wait_for_timeout(200)  # the server saves the shared document a moment after it changes
+
+
 def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: JupyterLab, model: OpenAIServer) -> None:
     plot = ("import matplotlib.pyplot as plt\nsales = pd.read_csv('sales.csv')\ntotal = int(sales.revenue.sum())\n"
             "print('total', total)\nplt.plot(sales.month, sales.revenue)\nplt.show()")
@@ -79,6 +111,7 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
     model.add(Reply("Adding.", tool_calls=(python_call("print('total + 1 =', total + 1)"),)))
     model.add(Reply("## Answer\n\nOne more is **61**."))
+    model.add(Reply("Waiting again.", tool_calls=(python_call("import time\nprint('still waiting', flush=True)\ntime.sleep(120)"),)))
     (lab.root / "sales.csv").write_text("month,revenue\n1,10\n2,20\n3,30\n")
     (lab.root / "analysis.chat").write_text("{}")
     lab.notebook("analysis.ipynb", ["import pandas as pd"])
@@ -98,6 +131,10 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     assert notebook.locator(".jp-RenderedMarkdown strong", has_text="Summing").count() == 1
     assert notebook.locator(".jp-OutputArea-output img").evaluate("img => img.naturalWidth") > 100
     notebook.locator(".jp-Cell", has_text="Revenue totals").first.wait_for(timeout=30_000)
+    figure = page.locator(f"{CHAT} .jp-chat-rendered-message img[alt='Figure of round 1']").first
+    figure.wait_for(timeout=30_000)  # the answer's figure, in the chat's reply
+    assert figure.evaluate("img => img.complete && img.naturalWidth") > 100
+    assert figure.get_attribute("src").startswith("data:image/png;base64,")
     screenshot(page, "jupyterlab-chat-answer")
 
     ask(page, "@KernelAgent wait")
@@ -111,6 +148,13 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     assert "total + 1 = 61" in chat_text(page)  # the follow-up read a variable of the first message
     notebook.locator(".jp-Cell", has_text="One more is").first.wait_for(timeout=30_000)
 
+    ask(page, "@KernelAgent wait again")
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="still waiting").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    notebook.locator(".jp-Toolbar-item[data-jp-item-name='interrupt'] button").first.click()  # the notebook's stop
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Stopped.").nth(1).wait_for(timeout=60_000)
+    notebook.locator(".jp-Cell", has_text="still waiting").first.wait_for(timeout=30_000)
+    saved_equals_page(page, lab.root / "analysis.ipynb")
+
     notebook.first.click()  # the notebook is the current widget: Run All in its own kernel
     page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
                            timeout=LAB_TIMEOUT_MS)
@@ -120,5 +164,55 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     assert all(output["output_type"] != "error" for cell in outputs for output in cell)
     assert any("total 60" in "".join(output.get("text", "")) for cell in outputs for output in cell)
     screenshot(page, "jupyterlab-chat-run-all")
+    assert page.log.console_errors == [] and page.log.page_errors == []
+    assert page.log.external() == []
+
+
+@pytest.fixture(scope="module")
+def own_lab(model: OpenAIServer) -> Iterator[JupyterLab]:
+    """A JupyterLab whose KernelAgent runs in the notebook's own kernel (``c.KernelAgentPersona.kernel``)."""
+    server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-browser-test-key-000000",
+                                     "KERNEL_AGENT_MODEL": "scripted-m"},
+                                    (f"--PersonaManager.default_persona_id={PERSONA}", "--KernelAgentPersona.kernel=notebook"),
+                                    collaborative=True)
+    try:
+        yield server
+    finally:
+        stop_jupyterlab(server, base)
+
+
+def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables_and_an_attached_file(page: Any, own_lab: JupyterLab,
+                                                                         model: OpenAIServer) -> None:
+    model.add(Reply("Reading yours.", tool_calls=(python_call(
+        "doubled = my_threshold * 2\nprint('doubled is', doubled, 'costs', int(pd.read_csv(data.costs).cost.sum()))"),)))
+    model.add(Reply("## Answer\n\nDoubled, it is **34**."))
+    (own_lab.root / "own.chat").write_text("{}")
+    own_lab.notebook("own.ipynb", ["my_threshold = 17"])
+    (own_lab.root / "inputs").mkdir()
+    (own_lab.root / "inputs" / "costs.csv").write_text("item,cost\na,3\nb,4\n")
+
+    page.goto(own_lab.url("lab/tree/own.chat"))
+    page.locator(f"{CHAT} .jp-chat-input-container textarea").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:open', "
+                  "{path: 'own.ipynb', options: {mode: 'split-right'}}); }")
+    notebook = page.locator(NOTEBOOK)
+    notebook.locator(".jp-Cell").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    notebook.first.click()
+    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'",
+                           timeout=LAB_TIMEOUT_MS)
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # the user's cell
+    notebook.locator(".jp-InputArea-prompt", has_text="[1]").first.wait_for(timeout=LAB_TIMEOUT_MS)
+
+    page.locator(f"{CHAT} .jp-chat-attach-button").first.click()  # the chat's attach button: a file dialog
+    dialog = page.locator(".jp-Dialog")
+    dialog.locator(".jp-DirListing-item", has_text="inputs").first.dblclick()
+    dialog.locator(".jp-DirListing-item", has_text="costs.csv").first.click()
+    dialog.locator(".jp-Dialog-button.jp-mod-accept").first.click()
+    page.locator(f"{CHAT} .jp-chat-attachment", has_text="costs.csv").first.wait_for(timeout=30_000)
+    ask(page, "@KernelAgent what is my_threshold doubled, and what do the attached costs total?")
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Doubled, it is").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    text = chat_text(page)
+    assert "doubled is 34 costs 7" in text and "unconfined in your notebook's own kernel" in text
+    notebook.locator(".jp-Cell", has_text="Doubled, it is").first.wait_for(timeout=30_000)
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert page.log.external() == []

@@ -154,8 +154,10 @@ def swapping(place: tuple[Path, Path]) -> Iterator[tuple[Path, Path]]:
 def test_a_folder_swapped_for_a_link_mid_read_never_leads_outside(mode: str, swapping: tuple[Path, Path]) -> None:
     workspace, outside = swapping
     gate = Door(workspace)
-    read = refused = 0
-    for _ in range(2000):
+    read = refused = attempts = 0
+    while attempts < 2000 or not (read and refused):  # on a loaded machine the swap may need more tries
+        attempts += 1
+        assert attempts < 100_000, f"the race never produced both outcomes: {read} read, {refused} refused"
         try:
             data = gate.read("sub/data.txt")
         except (WorkspaceFileError, FileNotFoundError):
@@ -163,7 +165,6 @@ def test_a_folder_swapped_for_a_link_mid_read_never_leads_outside(mode: str, swa
             continue
         assert data == b"inside\n"
         read += 1
-    assert read > 0 and refused > 0  # both outcomes happened: the swap raced every read
 
 
 def test_a_folder_swapped_for_a_link_mid_write_never_writes_outside(mode: str, swapping: tuple[Path, Path]) -> None:
@@ -185,10 +186,14 @@ PACKAGE = Path(door_module.__file__).parents[1]
 # file I/O on something else (with why). Anything else in these modules must go through ``Door``.
 THROUGH_THE_DOOR = {
     "kernel/files.py": {},
-    "kernel/workspace.py": {"_fresh": "picks a new folder name under the user's agent-runs/ or beside a notebook"},
+    "kernel/workspace.py": {
+        "_fresh": "picks a new folder name under the user's agent-runs/ or beside a notebook",
+        "workspace_holding": "looks for the host's records beside folders, out of any kernel's reach",
+        "resolve_outside_workspaces": "lstats a user-named path hop by hop; follows a link only outside workspaces",
+    },
     "agent/quota.py": {},
     "agent/data.py": {
-        "_checked_source": "the user's own input file, named on the command line",
+        "_checked_source": "the user's own input file, named on the command line, outside any run's workspace",
         "_install": "stats the user's own input file; the copy goes through the door",
         "prepare_data": "makes the workspace folder itself, the host's choice, before the copies",
         "stage_recorded": "makes the workspace folder; describes private copies it read through the door",

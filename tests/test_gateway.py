@@ -95,7 +95,32 @@ def test_death_is_reported_and_the_kernel_is_rebuilt(tmp_path: Path, where: dict
         session.execute("base = 5")
         result = session.execute("import os\nos._exit(1)", timeout=30)
         assert result.status == "died" and result.state_lost
+        assert "size bound" not in result.to_llm_text()  # a kernel going away is no oversized message
         assert session.execute("base + 1").result_text == "6"  # rebuilt from the successful cells
+
+
+# Model code writing to its kernel's iopub socket directly, past the kernel's own output cap: read whole,
+# one such message could take the host's memory (900 MB of host RSS for a 300 MB one, before the bound).
+RAW_FLOOD = """
+k = get_ipython().kernel
+k.session.send(k.iopub_socket, "stream", {"name": "stdout", "text": "x" * 40_000_000}, parent=k.get_parent("shell"))
+kept = 7
+"""
+
+
+def test_a_message_over_the_bound_is_dropped_unread_and_the_kernel_goes_on(
+    tmp_path: Path, where: dict[str, object]
+) -> None:
+    with KernelSession(tmp_path, caps=OutputCaps(max_output_bytes=1_000_000), **where) as session:
+        result = session.execute(RAW_FLOOD, timeout=60)
+        assert result.status == "ok", result.to_llm_text()
+        text = result.to_llm_text()
+        assert "x" * 1000 not in text
+        if "IOPub data rate exceeded" not in text:  # Kernel Gateway's own rate limit may stop it first
+            assert "over the size bound was dropped unread" in text
+            assert session.async_session.provider.dropped_messages >= 1
+        assert session.execute("kept * 6").result_text == "42"  # the same kernel, its state kept
+        assert session.execute("print('small')").outputs[0]["text"] == "small\n"
 
 
 def test_restart_waits_until_the_kernel_answers(tmp_path: Path, where: dict[str, object]) -> None:

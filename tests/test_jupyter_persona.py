@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -35,6 +36,14 @@ def lab(model: OpenAIServer) -> Iterator[JupyterLab]:
         yield server
     finally:
         stop_jupyterlab(server, base)
+
+
+@asynccontextmanager
+async def joined_chat(lab: JupyterLab, path: str) -> AsyncIterator[Any]:
+    """The chat at ``path`` as a browser tab has it, once the persona has joined it."""
+    async with shared_document(lab.port, lab.token, path, "chat") as chat:
+        await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+        yield chat
 
 
 def send(chat: Any, body: str) -> None:
@@ -64,8 +73,7 @@ def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equ
     (lab.root / "analysis.chat").write_text("{}")
 
     async def scenario() -> None:
-        async with shared_document(lab.port, lab.token, "analysis.chat", "chat") as chat:
-            await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+        async with joined_chat(lab, "analysis.chat") as chat:
             send(chat, "@KernelAgent what is the total revenue in sales.csv?")
             answer = await until(lambda: [b for b in replies(chat) if "### Answer" in b], WAIT_S, "the answer")
             body = answer[0]
@@ -109,8 +117,7 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
     (lab.root / "follow.chat").write_text("{}")
 
     async def scenario() -> None:
-        async with shared_document(lab.port, lab.token, "follow.chat", "chat") as chat:
-            await until(lambda: chat.ready_for(PERSONA), WAIT_S, "the persona to join the chat")
+        async with joined_chat(lab, "follow.chat") as chat:
             send(chat, "@KernelAgent set n")
             await until(lambda: [b for b in replies(chat) if "n is 41." in b], WAIT_S, "the first answer")
             send(chat, "@KernelAgent wait")
@@ -135,6 +142,57 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
                 assert any("waiting" in "".join(o.get("text", "")) for o in guarded[0]["outputs"])
 
     asyncio.run(scenario())
+
+
+def test_jupyterlabs_stop_button_on_the_notebook_stops_the_run_with_the_round_kept(
+    lab: JupyterLab, model: OpenAIServer
+) -> None:
+    model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
+    (lab.root / "halt.chat").write_text("{}")
+    lab.notebook("halt.ipynb", ["x = 1"])
+    kernel_id = lab.open_kernel("halt.ipynb")  # the notebook is open in JupyterLab, with its own kernel
+
+    async def scenario() -> None:
+        async with joined_chat(lab, "halt.chat") as chat:
+            send(chat, "@KernelAgent wait")
+            await until(lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S,
+                        "the long round to run")
+            await asyncio.to_thread(lab.interrupt, kernel_id)  # Kernel > Interrupt on halt.ipynb
+            stopped = await until(lambda: [b for b in replies(chat) if "**Stopped.**" in b], 60, "the stop")
+            assert "✗ stopped" in stopped[0]
+            async with shared_document(lab.port, lab.token, "halt.ipynb", "notebook") as notebook:
+                guarded = await until(lambda: [c for c in notebook_cells(notebook) if c["id"] == "round-1-code"
+                                               and c["source"].startswith("# kernel-agent: not run on Run All")],
+                                      30, "the stopped round, kept and commented out")
+                assert any("waiting" in "".join(o.get("text", "")) for o in guarded[0]["outputs"])
+
+    asyncio.run(scenario())
+    assert lab.api(f"kernels/{kernel_id}")["execution_state"] != "dead"  # the notebook's kernel is left running
+
+
+def test_an_attached_file_is_a_data_file_and_an_attachment_outside_the_root_is_not(
+    lab: JupyterLab, model: OpenAIServer
+) -> None:
+    (lab.root / "inputs").mkdir()
+    (lab.root / "inputs" / "costs.csv").write_text("item,cost\na,3\nb,4\n")
+    outside = lab.root.parent / "outside.csv"
+    outside.write_text("secret,1\n")
+    model.add(Reply("Reading the attachment.", tool_calls=(python_call(
+        "import os\ncosts = pd.read_csv(data.costs)\nprint('total cost', int(costs.cost.sum()))\n"
+        "print('files', sorted(f for f in os.listdir('.') if f.endswith('.csv')))"),)))
+    model.add(Reply("## Answer\n\nThe costs total **7**."))
+    (lab.root / "attach.chat").write_text("{}")
+
+    async def scenario() -> None:
+        async with joined_chat(lab, "attach.chat") as chat:
+            chat.send("tester", "@KernelAgent what do the attached costs total?", {"to_persona": PERSONA},
+                      attachments=("inputs/costs.csv", str(outside), "../outside.csv"))
+            answer = await until(lambda: [b for b in replies(chat) if "### Answer" in b], WAIT_S, "the answer")
+            assert "total cost 7" in answer[0] and "files ['costs.csv']" in answer[0]
+
+    asyncio.run(scenario())
+    header = nbformat.read(lab.root / "attach-agent.ipynb", as_version=4).cells[0].source
+    assert "costs.csv" in header and "outside" not in header
 
 
 def _comparable(cell: dict[str, Any]) -> dict[str, Any]:

@@ -107,3 +107,48 @@ def test_a_running_round_shows_its_code_and_output_before_the_answer_then_the_ru
     cells = json.loads(json.dumps(notebook.get()["cells"]))
     assert [c["id"] for c in cells] == ["mine", "header", "round-1-reasoning", "round-1-code", "answer"]
     assert cells[3]["outputs"] == [] and cells[3]["metadata"] == finished["metadata"]  # the run's version now
+
+
+def test_the_runs_cells_change_in_place_so_the_page_keeps_its_cell_widgets() -> None:
+    live, notebook = _live()
+    live.sync([_cell("header", "# Task"), _cell("answer", "## In progress")])
+    live.running(1, "Looking.", "print(1)")
+    replaced: list[Any] = []  # inserts and deletes in the cell list: each is a cell the page builds anew
+    notebook.ycells.observe(lambda event: replaced.append(event.delta))
+    figure = {"output_type": "display_data", "data": {"image/png": "iVBOR"}, "metadata": {}}
+    live.output(1, "1\n")
+    live.finished(1, [{"output_type": "stream", "name": "stdout", "text": "1\n"}, figure], 3)
+    code = {**_cell("round-1-code", "print(1)  # guarded", "code"), "execution_count": 3,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}, figure]}
+    live.sync([_cell("header", "# Task"), _cell("round-1-reasoning", "Looking, said."), code, _cell("answer", "## Done")])
+    assert replaced == []
+    cells = json.loads(json.dumps(notebook.get()["cells"]))
+    assert {k: v for k, v in cells[3].items() if k != "execution_state"} == code
+    assert cells[2]["source"] == "Looking, said." and cells[4]["source"] == "## Done"
+    live.sync([_cell("header", "# Task"), _cell("round-1-reasoning", "x = 1", "code")])  # another type: replaced
+    assert len(replaced) == 1 and notebook.get()["cells"][2]["cell_type"] == "code"
+
+
+def _figure(png: str) -> dict[str, Any]:
+    return {"output_type": "display_data", "data": {"image/png": png, "text/plain": "<Figure>"}, "metadata": {}}
+
+
+def test_the_answer_shows_the_runs_last_figures_as_data_uris_size_capped_and_only_once_answered() -> None:
+    reply = ChatReply()
+    pngs = [f"iVBORw0KGgo{k}AAAA==" for k in range(6)]
+    outputs = (*[_figure(p) for p in pngs[:5]], _figure("A" * 500_000), _figure("x)](javascript:alert(1)"))
+    result = ExecutionResult("ok", outputs, 1, 0.2)
+    for event in [RoundStarted(1, 30), CodeReady(1, "plot()", "Plotting."), ExecutionStarted(1, None),
+                  ExecutionFinished(1, result, ()), RoundStarted(2, 30), TextDelta(2, "Done")]:
+        reply.feed(event)
+    assert "data:image" not in reply.body  # not while the run streams: each redraw would carry them
+    reply.feed(AnswerReady(2, "Done."))
+    body = reply.body
+    shown = [p for p in pngs if f"(data:image/png;base64,{p})" in body]
+    assert shown == pngs[1:5]  # the last four; the oversized and the malformed are not shown
+    assert "![Figure of round 1](data:image/png;base64," in body and "javascript" not in body
+    assert "*2 more figures are in the notebook.*" in body
+    big = tuple(_figure(letter * 350_000) for letter in "BCD")
+    reply.feed(ExecutionFinished(3, ExecutionResult("ok", big, 2, 0.1), ()))
+    assert [png[0] for _, png in reply.figures] == ["C", "D"]  # the last ones within 800,000 characters in all
+    assert "*7 more figures are in the notebook.*" in reply.body

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from jupyter_client.manager import start_new_kernel
 
 from kernel_agent.errors import KernelStartError, SessionClosedError
 from kernel_agent.kernel.outputs import OutputCaps
+from kernel_agent.kernel.providers.local import runtime_root
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 from kernel_agent.result import png_size
@@ -181,6 +183,17 @@ def test_workspace_is_the_cwd_and_is_created(tmp_path: Path) -> None:
     with KernelSession(workspace) as session:
         assert workspace.is_dir()
         assert session.execute("import os; os.getcwd()").result_text == repr(str(workspace))
+
+
+def test_a_temp_dir_too_long_for_ipc_sockets_still_starts_a_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    long_temp = tmp_path / ("t" * 60) / ("u" * 40)  # with ours, past a unix socket's 107 bytes
+    long_temp.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(long_temp))
+    assert runtime_root() != long_temp and len(str(runtime_root())) < 20
+    with KernelSession(tmp_path / "ws") as session:
+        assert session.execute("21 * 2").result_text == "42"
+        assert session.async_session.provider._runtime_dir.parent == runtime_root()  # type: ignore[attr-defined]
+    assert not list(long_temp.iterdir())
 
 
 def test_kernel_never_sees_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

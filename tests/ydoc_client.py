@@ -101,13 +101,17 @@ class ChatClient:
     def get_id(self) -> str:
         return str(self.metadata.get("id"))
 
-    def send(self, sender: str, body: str, metadata: dict[str, Any]) -> None:
-        """A new message from ``sender`` (registered as a user first), as the chat input adds it."""
+    def send(self, sender: str, body: str, metadata: dict[str, Any], attachments: tuple[str, ...] = ()) -> None:
+        """A new message from ``sender`` (registered as a user first), as the chat input adds it, with
+        ``attachments``: file paths as the attach button gives them (relative to the server's root)."""
+        ids = [f"attachment-{len(self.messages)}-{k}" for k in range(len(attachments))]
         with self.doc.transaction():
             self.users.update({sender: {"username": sender, "name": sender, "display_name": sender}})
-            self.messages.append(Map({"type": "msg", "body": body, "id": f"{sender}-{len(self.messages)}",
-                                      "time": time.time(), "sender": sender, "raw_time": True, "mentions": [],
-                                      "metadata": metadata}))
+            attachments_map = self.doc.get("attachments", type=Map)
+            attachments_map.update({i: {"type": "file", "value": v} for i, v in zip(ids, attachments, strict=True)})
+            message = {"type": "msg", "body": body, "id": f"{sender}-{len(self.messages)}", "time": time.time(),
+                       "sender": sender, "raw_time": True, "mentions": [], "metadata": metadata}
+            self.messages.append(Map({**message, **({"attachments": ids} if ids else {})}))
 
     def all(self) -> list[dict[str, Any]]:
         return self.messages.to_py() or []

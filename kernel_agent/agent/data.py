@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataFileError, KernelAgentError, WorkspaceFileError
 from ..kernel.door import Door
+from ..kernel.workspace import resolve_outside_workspaces, workspace_holding
 from ..notebook.claims import DataSources
 from .summaries import MAX_COLUMNS, MAX_SUMMARY_CHARS, Kind, describe, file_kind, human_size
 
@@ -88,22 +89,23 @@ def prepare_data(
     """
     if isinstance(paths, str | os.PathLike):  # one path, not an iterable of characters
         paths = [paths]
-    sources = [_checked_source(path) for path in paths]
-    _check_unique_names(sources)
-    target = Path(workspace).expanduser()
-    door = Door(target)
-    for source in sources:
-        if target.is_dir() and door.entry_kind(source.name) == "dir":
-            raise DataFileError(
-                f"cannot copy {source.name} into the workspace: {target / source.name} is a directory",
-                path=str(source),
-            )
-    summaries = [summarize(source) if described else "" for source in sources]
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the workspace {target}: {exc.strerror or exc}") from exc
-    return tuple(_install(source, target, summary) for source, summary in zip(sources, summaries))
+    with tempfile.TemporaryDirectory(prefix="kernel-agent-data-") as private:
+        sources = [_checked_source(path, Path(private)) for path in paths]
+        _check_unique_names(sources)
+        target = Path(workspace).expanduser()
+        door = Door(target)
+        for source in sources:
+            if target.is_dir() and door.entry_kind(source.name) == "dir":
+                raise DataFileError(
+                    f"cannot copy {source.name} into the workspace: {target / source.name} is a directory",
+                    path=str(source.shown),
+                )
+        summaries = [describe(source.read) if described else "" for source in sources]
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the workspace {target}: {exc.strerror or exc}") from exc
+        return tuple(_install(source, target, summary) for source, summary in zip(sources, summaries))
 
 
 def describe_files(files: Sequence[DataFile]) -> tuple[DataFile, ...]:
@@ -141,47 +143,86 @@ def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) 
     return tuple(described)
 
 
-def _checked_source(path: str | os.PathLike[str]) -> Path:
+@dataclass(frozen=True)
+class _Source:
+    """A checked data file: ``shown`` as the user named it (absolute), ``read`` where its bytes are read
+    (the file itself, or a private copy of one inside a run's workspace), ``info`` the file's own stat."""
+
+    shown: Path
+    read: Path
+    info: os.stat_result
+
+    @property
+    def name(self) -> str:
+        return self.shown.name
+
+
+def _checked_source(path: str | os.PathLike[str], private: Path) -> _Source:
+    """Check a user-named data file. Links are followed (a user's own), except links inside a run's
+    workspace, which the analysed code may have planted (``workspace.resolve_outside_workspaces``); a
+    file that lies in a workspace is read once through the door into ``private`` (the kernel may swap
+    it for a link at any moment), and everything after reads that copy."""
     source = Path(path).expanduser()
-    if not source.exists():
-        raise DataFileError(f"data file not found: {source}", path=str(source))
-    if source.is_dir():
-        raise DataFileError(f"{source} is a directory, not a data file", path=str(source))
-    if not source.is_file():
-        raise DataFileError(f"{source} is not a regular file", path=str(source))
+    shown = Path(os.path.abspath(source))
     try:
-        with open(source, "rb") as handle:
-            handle.read(1)
+        real = Path(resolve_outside_workspaces(source))
+    except ConfigError as exc:
+        raise DataFileError(str(exc), path=str(source)) from exc
     except OSError as exc:
-        raise DataFileError(
-            f"cannot read data file {source}: {exc.strerror or exc}", path=str(source)
-        ) from exc
-    return Path(os.path.abspath(source))
+        raise DataFileError(f"cannot read data file {source}: {exc.strerror or exc}", path=str(source)) from exc
+    if not real.exists():
+        raise DataFileError(f"data file not found: {source}", path=str(source))
+    if real.is_dir():
+        raise DataFileError(f"{source} is a directory, not a data file", path=str(source))
+    if not real.is_file():
+        raise DataFileError(f"{source} is not a regular file", path=str(source))
+    workspace = workspace_holding(real)
+    try:
+        if workspace is not None:
+            return _private_copy(shown, real, workspace, private)
+        with open(real, "rb") as handle:
+            handle.read(1)
+            return _Source(shown, real, os.fstat(handle.fileno()))
+    except OSError as exc:
+        raise DataFileError(f"cannot read data file {source}: {exc.strerror or exc}", path=str(source)) from exc
 
 
-def _check_unique_names(sources: Sequence[Path]) -> None:
+def _private_copy(shown: Path, real: Path, workspace: Path, private: Path) -> _Source:
+    relative = real.relative_to(workspace).as_posix()
+    door, copy = Door(workspace), Path(tempfile.mkdtemp(dir=private)) / shown.name
+    try:
+        info = door.file_stat(relative)
+        _size, chunks = door.stream(relative)
+        Door(copy.parent).write_from(copy.name, chunks)
+    except WorkspaceFileError as exc:
+        raise DataFileError(f"cannot read data file {shown} in the run workspace {workspace}: {exc}",
+                            path=str(shown)) from exc
+    return _Source(shown, copy, info)
+
+
+def _check_unique_names(sources: Sequence[_Source]) -> None:
     seen: dict[str, Path] = {}
     for source in sources:
         if source.name in seen:
             raise DataFileError(
-                f"two data files are named {source.name!r} ({seen[source.name]} and {source}); "
+                f"two data files are named {source.name!r} ({seen[source.name]} and {source.shown}); "
                 "rename one: both would be copied to the same workspace file",
-                path=str(source),
+                path=str(source.shown),
             )
-        seen[source.name] = source
+        seen[source.name] = source.shown
 
 
-def _install(source: Path, workspace: Path, summary: str) -> DataFile:
-    info = source.stat()
-    done = DataFile(source.name, str(source), file_kind(source), info.st_size, summary)
+def _install(source: _Source, workspace: Path, summary: str) -> DataFile:
+    done = DataFile(source.name, str(source.shown), file_kind(source.read), source.info.st_size, summary)
     door = Door(workspace)  # the kernel may have planted a link at the name, or at any temp name
-    if door.same_file(source.name, info):
+    if door.same_file(source.name, source.info):
         return done
     try:
-        door.copy_in(source, source.name, mode=0o444)  # also replaces an earlier read-only copy
+        door.copy_in(source.read, source.name, mode=0o444)  # also replaces an earlier read-only copy
     except (OSError, WorkspaceFileError) as exc:
         raise DataFileError(
-            f"cannot copy {source} into {workspace}: {getattr(exc, 'strerror', None) or exc}", path=str(source)
+            f"cannot copy {source.shown} into {workspace}: {getattr(exc, 'strerror', None) or exc}",
+            path=str(source.shown),
         ) from exc
     return done
 
@@ -198,7 +239,8 @@ def summarize(path: str | os.PathLike[str]) -> str:
     Raises ``DataFileError`` if the file is missing, unreadable, or cannot be
     parsed as its kind says.
     """
-    return describe(_checked_source(path))
+    with tempfile.TemporaryDirectory(prefix="kernel-agent-data-") as private:
+        return describe(_checked_source(path, Path(private)).read)
 
 
 # --- the prompt section and the setup cell ----------------------------------------------------

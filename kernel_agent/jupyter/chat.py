@@ -4,7 +4,8 @@ Pure: events in, the message body out; no chat, no I/O (``persona.py`` sends it)
 redrawn whole on each change, so the streamed reply can be replaced by its reasoning once the round's
 code is known. Per round: a status line, the reasoning (a reasoning model's hidden thinking folded
 in ``<details>``), what the code did; then the answer in markdown. The code and its outputs are the
-notebook's to show: the chat names the cells. Never shows the endpoint or the key (no event carries them).
+notebook's to show: the chat names the cells; the run's last few figures (PNG, as data URIs, each size-capped)
+follow the answer. Never shows the endpoint or the key (no event carries them).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from ..result import ExecutionResult
 __all__ = ["ChatReply"]
 
 _OUTPUT_SHOWN = 600  # characters of a round's printed output quoted in the chat
+_FIGURES_SHOWN = 4  # the run's last figures shown with its answer
+_FIGURE_CHARS = 400_000  # a larger figure (base64 characters, ~300 KB of PNG) is left to the notebook
+_FIGURES_CHARS = 800_000  # all the figures of one message together (the chat file keeps every message)
 _ANSWER_HEADING = re.compile(r"\A\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n", re.IGNORECASE)
 
 
@@ -38,11 +42,14 @@ class ChatReply:
     """The chat message of one run, built from its events (``feed``), read as ``body``."""
 
     notebook: str = ""  # the notebook the cells go into, as the user knows it
+    kernel: str = "sandbox"  # where the code runs: "sandbox" (the agent's own kernel) or "notebook" (its own)
     preface: str = ""
     rounds: list[_Round] = field(default_factory=list)
     answer: str | None = None
     notes: list[str] = field(default_factory=list)
     ending: str = ""
+    figures: list[tuple[int, str]] = field(default_factory=list)  # (round, base64 PNG), the last few kept
+    figures_left: int = 0  # figures not shown here (too many, too large): the notebook has them
 
     def feed(self, event: Event) -> None:
         """Take one event of the run. Unknown kinds are ignored (a newer event vocabulary)."""
@@ -67,6 +74,8 @@ class ChatReply:
         parts.extend(f"> **note:** {_escape(note)}" for note in self.notes)
         if self.answer is not None:
             parts.append(f"### Answer\n\n{_ANSWER_HEADING.sub('', self.answer, count=1)}")
+        if self.answer is not None or self.ending:
+            parts.extend(self._figures())
         if self.ending:
             parts.append(self.ending)
         return "\n\n".join(parts) or "…"
@@ -75,7 +84,11 @@ class ChatReply:
     def _on_run_started(self, event: Any) -> None:
         where = f" in `{self.notebook}`" if self.notebook else ""
         scripted = " (scripted replies)" if event.scripted else ""
-        self.preface = f"*Working in my own sandboxed kernel{scripted}; each round becomes cells{where}.*"
+        if self.kernel == "notebook":
+            self.preface = (f"**The code runs unconfined in your notebook's own kernel**{scripted}: it sees your "
+                            f"variables and can change them and your files. Each round becomes cells{where}.")
+        else:
+            self.preface = f"*Working in my own sandboxed kernel{scripted}; each round becomes cells{where}.*"
 
     def _on_round_started(self, event: Any) -> None:
         self.rounds.append(_Round(event.round))
@@ -105,6 +118,14 @@ class ChatReply:
         rnd = self._round(event.round)
         rnd.status = _status(event.result)
         rnd.output = _printed(event.result)[-_OUTPUT_SHOWN:]
+        for png in _pngs(event.result):
+            if len(png) > _FIGURE_CHARS:
+                self.figures_left += 1
+            else:
+                self.figures.append((rnd.index, png))
+        while len(self.figures) > _FIGURES_SHOWN or sum(len(png) for _, png in self.figures) > _FIGURES_CHARS:
+            self.figures_left += 1
+            del self.figures[0]
 
     def _on_round_finished(self, event: Any) -> None:
         record = event.round
@@ -126,6 +147,15 @@ class ChatReply:
         run = event.run
         if run.answer is None and not self.ending:
             self.ending = f"**No answer:** the run stopped ({run.stop_reason})."
+
+    def _figures(self) -> list[str]:
+        """The run's figures as markdown images (data URIs: nothing is fetched), shown once the run has ended
+        or answered, so the streaming redraws stay small; those left out are counted."""
+        shown = [f"![Figure of round {index}](data:image/png;base64,{png})" for index, png in self.figures]
+        if self.figures_left:
+            more = "figure is" if self.figures_left == 1 else "figures are"
+            shown.append(f"*{self.figures_left} more {more} in the notebook.*")
+        return shown
 
     def _round(self, index: int) -> _Round:
         if not self.rounds or self.rounds[-1].index != index:
@@ -165,6 +195,22 @@ def _printed(result: ExecutionResult) -> str:
             value = output.get("text", "")
             texts.append("".join(value) if isinstance(value, list) else str(value))
     return "".join(texts)
+
+
+def _pngs(result: ExecutionResult) -> list[str]:
+    """The round's PNG figures, base64 as the kernel sent them (whitespace dropped)."""
+    pngs = []
+    for output in result.outputs:
+        value = output.get("data", {}).get("image/png") if output.get("output_type") in _RICH else None
+        if isinstance(value, list):
+            value = "".join(value)
+        if isinstance(value, str) and _BASE64.fullmatch(packed := "".join(value.split())):
+            pngs.append(packed)  # the kernel's text: base64 only, so nothing else reaches the markdown
+    return pngs
+
+
+_RICH = frozenset({"display_data", "execute_result"})
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 
 
 def _escape(text: str) -> str:

@@ -9,8 +9,9 @@ execution count in as soon as the code is done; then
 from the notebook the run writes after each round (``notebook/export.py`` lays them out: the
 header, the setup cell, per round the reasoning and the code with its outputs, timed-out or
 crashed code commented out and tagged, the answer last). Cells are matched by their stable ids
-(``round-3-code``): a cell of ours is replaced only when the run's version of it changed since we
-wrote it, so the user's edits to earlier cells stay; new cells go after our previous one; cells the
+(``round-3-code``): a cell of ours is rewritten only when the run's version of it changed since we
+wrote it, so the user's edits to earlier cells stay, and then in place, field by field (the page keeps
+its cell widget: a replaced cell costs the browser a new editor); new cells go after our previous one; cells the
 user added stay where they are. Does not run anything or talk to the chat (``persona.py``).
 """
 
@@ -91,7 +92,7 @@ class LiveNotebook:
                 if cell_id in ids:
                     index = ids.index(cell_id)
                     if self._written.get(cell_id) != cell:
-                        document.set_cell(index, cell)
+                        _update(document, index, cell)
                         written += 1
                 else:
                     index = len(ids) if anchor is None else anchor + 1
@@ -130,7 +131,7 @@ class LiveNotebook:
                 cell = {**self._written.get(f"round-{index}-code", {}), "outputs": _plain(outputs),
                         "execution_count": execution_count}
                 if "source" in cell:
-                    document.set_cell(position, cell)
+                    _update(document, position, cell)
                     self._written[cell["id"]] = cell
                 return
 
@@ -145,6 +146,37 @@ class LiveNotebook:
                     shown = outputs[len(outputs) - 1]["text"]
                     shown.insert(len(shown), text)  # not +=: that sets the map's entry anew, emptied
                 return
+
+
+def _update(document: Any, index: int, cell: dict[str, Any]) -> None:
+    """Make the document's cell at ``index`` equal ``cell`` in place, field by field (its source as a text edit,
+    its outputs, count and metadata set anew), so the page updates that cell rather than building a new one
+    (a new editor and output area per replaced cell is what kept a browser's main thread busy); a cell whose
+    type or keys differ is replaced whole."""
+    ycell = document.ycells[index]
+    wanted = {key for key in cell if key != "execution_state" and (key != "attachments" or cell[key])}
+    if ycell.get("cell_type") != cell["cell_type"] or set(ycell.keys()) - {"execution_state"} != wanted:
+        document.set_cell(index, cell)
+        return
+    with document.ydoc.transaction():
+        if str(ycell["source"]) != cell["source"]:
+            document.set_cell(index, source=cell["source"])
+        if "outputs" in cell and _plain(ycell["outputs"].to_py()) != cell["outputs"]:
+            ycell["outputs"].clear()
+            ycell["outputs"].extend([_youtput(output) for output in cell["outputs"]])
+        if "execution_count" in cell and ycell.get("execution_count") != cell["execution_count"]:
+            ycell["execution_count"] = cell["execution_count"]
+        if _plain(ycell["metadata"].to_py()) != cell.get("metadata", {}):
+            ycell["metadata"].clear()
+            ycell["metadata"].update(cell.get("metadata", {}))
+
+
+def _youtput(output: dict[str, Any]) -> Map:
+    """An output as the document holds it (jupyter-ydoc's layout: a stream's text is a shared text)."""
+    if output.get("output_type") == "stream":
+        text = output.get("text", "")
+        return Map({**output, "text": Text("".join(text) if isinstance(text, list) else text)})
+    return Map(output)
 
 
 def _plain(cell: Any) -> dict[str, Any]:

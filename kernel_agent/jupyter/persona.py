@@ -1,7 +1,8 @@
 """``KernelAgentPersona``: the agent as a Jupyter AI v3 persona (``jupyter_ai.personas`` entry point).
 
 A message to KernelAgent in a JupyterLab chat is a task: the persona runs ``AsyncAgent`` on it in a
-sandboxed kernel of its own, streams the reply into one chat message (``chat.py``) and writes each
+sandboxed kernel of its own (or, with ``kernel = "notebook"``, opt-in, attached to the notebook's own kernel,
+unconfined, which the chat says: ``kernels.py``), streams the reply into one chat message (``chat.py``) and writes each
 round into the open notebook's shared document as it happens (``live.py``): its code as it starts, what
 it prints as it runs, the finished round's cells (outputs, figures, execution count) when it ends. The notebook is one the
 message names (``… in analysis.ipynb``), else ``<chat name>.ipynb`` beside the chat, created if
@@ -11,8 +12,9 @@ the notebook's own kernel finds them when it re-runs the cells (the setup cell g
 exported notebook is written beside that workspace as for every run (``replay`` and ``show`` work on it).
 
 A follow-up message continues in the same kernel (every variable is still there) and appends to the
-same notebooks. The chat's stop button (``cancel_response``) interrupts the running code and ends the
-run with that round kept, commented out, as the export writes it.
+same notebooks. The chat's stop button (``cancel_response``), and JupyterLab's interrupt of the notebook's
+kernel (``InterruptWatch``), interrupt the running code and end the run with that round kept, commented
+out, as the export writes it.
 
 The model comes from the persona's settings (``c.KernelAgentPersona.model``, ``base_url``,
 ``api_key`` in a Jupyter Server config file) or our environment variables (``KERNEL_AGENT_MODEL``,
@@ -31,7 +33,7 @@ from typing import Any
 
 from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
 from jupyterlab_chat.models import Message, NewMessage
-from traitlets import Float, Integer, Unicode
+from traitlets import Enum, Float, Integer, Unicode
 
 from ..agent.loop import AsyncAgent
 from ..errors import KernelAgentError
@@ -40,13 +42,14 @@ from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside
 from ..redact import redact
 from .chat import ChatReply
+from .kernels import InterruptWatch, notebook_kernel
 from .live import LiveNotebook
 
 __all__ = ["KernelAgentPersona"]
 
 log = logging.getLogger(__name__)
 
-_REDRAW_S = 0.1  # the chat message is redrawn at most this often while text streams
+_REDRAW_S = 0.2  # the chat message is redrawn at most this often while the run goes (each page re-renders it whole)
 _SYNCED = frozenset({"run_started", "round_finished", "finished"})  # events after which the notebook is synced
 _PATH = re.compile(r"[`'\"]?([\w./-]+\.[A-Za-z0-9]{1,8})[`'\"]?")
 
@@ -61,11 +64,15 @@ class KernelAgentPersona(BasePersona):
     api_key = Unicode(None, allow_none=True, config=True, help="API key [env: OPENAI_API_KEY]")
     max_rounds = Integer(None, allow_none=True, config=True, help="model replies per message (default 30)")
     exec_timeout = Float(None, allow_none=True, config=True, help="seconds per code execution (default 120)")
+    kernel = Enum(["sandbox", "notebook"], default_value="sandbox", config=True,
+                  help="where the code runs: the agent's own sandboxed kernel, or (opt-in) the notebook's own "
+                       "kernel, unconfined, seeing your variables")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._conversation: _Conversation | None = None
         self._running: asyncio.Task[None] | None = None
+        self._watch: InterruptWatch | None = None
 
     @property
     def defaults(self) -> PersonaDefaults:
@@ -90,7 +97,9 @@ class KernelAgentPersona(BasePersona):
             self.send_message(f"**Cannot start:** {_escaped(str(exc))}")
             return
         self._conversation = conversation
-        reply = ChatReply(notebook=conversation.notebook)
+        if self._watch is None:  # JupyterLab's stop button on the notebook stops the run as the chat's does
+            self._watch = InterruptWatch(self._serverapp, self._watched, self.cancel_response)
+        reply = ChatReply(notebook=conversation.notebook, kernel=self.kernel)
         message_id = self.chat.add_message(NewMessage(body=reply.body, sender=self.id))
         running = self._running = asyncio.ensure_future(self._run(conversation, task, data, reply, message_id))
         try:
@@ -109,6 +118,9 @@ class KernelAgentPersona(BasePersona):
 
     async def shutdown(self) -> None:
         await super().shutdown()
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
         await self.cancel_response()
         conversation, self._conversation = self._conversation, None
         if conversation is not None:
@@ -117,7 +129,7 @@ class KernelAgentPersona(BasePersona):
     # ----------------------------------------------------------------- internals
     async def _run(self, conversation: "_Conversation", task: str, data: list[str], reply: ChatReply,
                    message_id: str) -> None:
-        drawn = 0.0
+        redraw = _Redraw(lambda: self._draw(message_id, reply), _REDRAW_S)
         self.set_status("is analysing…")
         try:
             async for event in conversation.stream(task, data):
@@ -131,9 +143,7 @@ class KernelAgentPersona(BasePersona):
                     conversation.live.finished(event.round, list(result.outputs), result.execution_count)  # type: ignore[attr-defined]
                 elif event.kind == "execution_output":
                     conversation.live.output(event.round, event.text)  # type: ignore[attr-defined]
-                if event.kind not in ("text_delta", "reasoning_delta") or time.monotonic() - drawn >= _REDRAW_S:
-                    self._draw(message_id, reply)
-                    drawn = time.monotonic()
+                redraw.request()
         except asyncio.CancelledError:
             reply.stopped()
             await conversation.sync()
@@ -142,7 +152,7 @@ class KernelAgentPersona(BasePersona):
             log.warning("KernelAgent run failed: %s", conversation.hidden(str(exc)))
             await conversation.sync()
         finally:
-            self._draw(message_id, reply)
+            redraw.flush()
             self.clear_status()
 
     def _draw(self, message_id: str, reply: ChatReply) -> None:
@@ -153,30 +163,44 @@ class KernelAgentPersona(BasePersona):
     def _new_conversation(self, task: str) -> "_Conversation":
         options = {"model": self.model, "base_url": self.base_url, "api_key": self.api_key,
                    "max_rounds": self.max_rounds, "exec_timeout": self.exec_timeout}
-        settings = self.parent.parent.serverapp.web_app.settings
+        settings = self._serverapp.web_app.settings
         chat_path = Path(self.get_chat_path(relative=True))
         named = _named_notebook(task, Path(self.get_chat_dir()))
         notebook = (chat_path.parent / named) if named else chat_path.with_suffix(".ipynb")
-        return _Conversation(options, Path(self.get_chat_dir()), notebook.as_posix(),
-                             LiveNotebook(settings["jupyter_server_ydoc"], settings["contents_manager"],
-                                          notebook.as_posix()))
+        live = LiveNotebook(settings["jupyter_server_ydoc"], settings["contents_manager"], notebook.as_posix())
+        return _Conversation(options, Path(self.get_chat_dir()), notebook.as_posix(), live,
+                             self._serverapp if self.kernel == "notebook" else None)
+
+    def _watched(self) -> str | None:
+        """The notebook whose kernel's interrupt stops the run: while one runs, the one it writes into."""
+        running, conversation = self._running, self._conversation
+        return conversation.notebook if running is not None and not running.done() and conversation else None
+
+    @property
+    def _serverapp(self) -> Any:
+        return self.parent.parent.serverapp
 
     def _data_files(self, message: Message, task: str, folder: Path) -> list[str]:
         """Files the message names (relative to the chat's folder, never above it) and its attachments."""
         named = [folder / match for match in _PATH.findall(task)]
         files = [p for p in named if p.suffix != ".ipynb" and _inside(p, folder) and p.is_file()]
-        for attachment in message.attachments or []:
-            path = self.resolve_attachment_to_path(attachment)
-            if path and Path(path).suffix != ".ipynb":
-                files.append(Path(path))
+        attached = self.chat.get_attachments()
+        root = Path(self.parent.root_dir)
+        for attachment_id in message.attachments or []:
+            value = getattr(attached.get(attachment_id), "value", None)  # relative to the server's root
+            path = root / value if isinstance(value, str) and value else None
+            if path is not None and path.suffix != ".ipynb" and _inside(path, root) and path.is_file():
+                files.append(path)  # a client's claim: never an absolute path or one above the root
         return [str(p) for p in dict.fromkeys(files)]
 
 
 class _Conversation:
     """One chat's agent, its kernel (kept across messages), workspace and notebooks."""
 
-    def __init__(self, options: dict[str, Any], folder: Path, notebook: str, live: LiveNotebook) -> None:
+    def __init__(self, options: dict[str, Any], folder: Path, notebook: str, live: LiveNotebook,
+                 serverapp: Any = None) -> None:
         self.folder = folder
+        self.serverapp = serverapp  # given: the code runs in the notebook's own kernel, attached
         self.notebook = notebook
         self.live = live
         stem = Path(notebook).stem
@@ -204,6 +228,9 @@ class _Conversation:
         if self.session is not None and not await self.session.is_alive():
             await self.session.close()
             self.session = None
+        if self.session is None and self.serverapp is not None:
+            self.session = await notebook_kernel(self.serverapp, self.notebook, self.workspace,
+                                                 lambda provider: self.agent.new_session(self.workspace, provider=provider))
         if self.session is None:
             session = self.agent.new_session(self.workspace)
             await session.start()
@@ -221,6 +248,38 @@ class _Conversation:
                 await session.close()
         finally:
             await self.agent.close()
+
+
+class _Redraw:
+    """Draws the chat message at most every ``interval`` seconds while the run goes: the first change at once, the
+    changes inside an interval together at its end. Every draw re-renders the whole message in each open page,
+    whose main thread then also has the notebook's updates to show."""
+
+    def __init__(self, draw: Any, interval: float) -> None:
+        self.draw = draw
+        self.interval = interval
+        self.last = float("-inf")
+        self.pending: asyncio.TimerHandle | None = None
+
+    def request(self) -> None:
+        if self.pending is not None:
+            return
+        wait = self.last + self.interval - time.monotonic()
+        if wait <= 0:
+            self._now()
+        else:
+            self.pending = asyncio.get_running_loop().call_later(wait, self._now)
+
+    def flush(self) -> None:
+        """Draw now (the run ended), nothing left pending."""
+        if self.pending is not None:
+            self.pending.cancel()
+        self._now()
+
+    def _now(self) -> None:
+        self.pending = None
+        self.last = time.monotonic()
+        self.draw()
 
 
 class _Held:

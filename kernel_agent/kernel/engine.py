@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.2  # how often a silent kernel is checked for death
 _REPLY_WAIT_S = 5.0
+_PROBE_S = 0.5  # how often the probe after a lost message is sent again until its idle is seen
 
 
 class Outcome(Enum):
@@ -84,6 +85,33 @@ def classify(
     if owns_kernel:
         note += "; the kernel was restarted"
     return Verdict("died", state_lost=True, note=note, restart=owns_kernel)
+
+
+class _LostMessages:
+    """While outputs are collected: a message from the kernel over the size bound drops its connection
+    (``providers/guard.py``), and the execution's ``idle`` may be lost with it. Then a probe (an empty
+    silent execute) goes to the kernel, again every ``_PROBE_S`` until its ``idle`` comes: the kernel
+    answers requests in order, so that ``idle`` means the execution is over."""
+
+    def __init__(self, provider: KernelProvider) -> None:
+        self.provider = provider
+        self.dropped = provider.dropped_messages
+        self.probe: str | None = None
+        self.sent = 0.0
+
+    def check(self, collector: OutputCollector, client: ChannelClient, now: float) -> None:
+        dropped = self.provider.dropped_messages
+        if dropped != self.dropped:
+            collector.lost_messages += dropped - self.dropped
+            self.dropped, self.probe = dropped, None
+        if collector.lost_messages and (self.probe is None or now - self.sent >= _PROBE_S):
+            self.probe, self.sent = client.execute("", silent=True, store_history=False, allow_stdin=False), now
+
+    def seen(self, msg: dict[str, Any], collector: OutputCollector) -> None:
+        if (self.probe is not None and msg.get("msg_type") == "status"
+                and msg.get("content", {}).get("execution_state") == "idle"
+                and msg.get("parent_header", {}).get("msg_id") == self.probe):
+            collector.idle = True
 
 
 class ExecuteEngine:
@@ -203,13 +231,14 @@ class ExecuteEngine:
         self, collector: OutputCollector, deadline: float | None, partial: PartialOutput | None = None
     ) -> Outcome:
         """Feed iopub messages until idle (and ``partial``, if any); ``IDLE``, ``DEADLINE`` or ``DIED``."""
-        client = self.client
+        client, lost = self.client, _LostMessages(self.provider)
         while not collector.idle:
             now = time.monotonic()
             if partial is not None:
                 partial.tick(now)  # output held back by the throttle goes out even when the kernel falls silent
             if deadline is not None and now >= deadline:
                 return Outcome.DEADLINE
+            lost.check(collector, client, now)
             wait = POLL_S if deadline is None else max(min(POLL_S, deadline - now), 0.001)
             try:
                 msg = await client.get_iopub_msg(timeout=wait)
@@ -219,6 +248,7 @@ class ExecuteEngine:
                 continue
             if collector.feed(msg) and partial is not None:
                 partial.feed(msg, time.monotonic())
+            lost.seen(msg, collector)
         return Outcome.IDLE
 
     async def _shell_reply(self, msg_id: str) -> dict[str, Any]:

@@ -12,7 +12,6 @@ notebook is validated whole when it is written.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +69,7 @@ class OutputCollector:
         self.dropped_chars = 0  # characters of output not kept: stream text and display data
         self.dropped_images = 0
         self.dropped_displays = 0
+        self.lost_messages = 0  # messages over the size bound, dropped unread (``providers/guard.py``)
         self._not_sent = 0  # of dropped_chars, what the kernel's own cap did not send
         self._kept_chars = 0
         self._dropped_tail = ""
@@ -120,6 +120,10 @@ class OutputCollector:
                 "(figures past the cap are closed without being rendered)]\n"
             )
             self.outputs.append(_stream("stdout", note))
+        if self.lost_messages:
+            self.outputs.append(_stream("stdout", (
+                "[kernel-agent: a message from the kernel over the size bound was dropped unread (output written to "
+                "the kernel's sockets past its output cap); what it carried is not shown]\n")))
         return self.outputs
 
     def _on_clear(self, wait: bool) -> None:
@@ -227,12 +231,10 @@ def _stream(name: str, text: str) -> dict[str, Any]:
     return output_node("stream", {"name": name, "text": text})
 
 
-_CR_LINE = re.compile(r"[^\n]*\r(?!\n)")
-
-
 def resolve_carriage_returns(text: str) -> str:
-    r"""Keep what a terminal would show: text before a bare ``\r`` on a line is overwritten."""
+    r"""Keep what a terminal would show: text before a bare ``\r`` on a line is overwritten. Linear in
+    the text's length (a regular expression for it backtracks quadratically on a long line)."""
     if "\r" not in text:
         return text
     lines = text.split("\n")
-    return "\n".join(_CR_LINE.sub("", line.rstrip("\r")) if "\r" in line else line for line in lines)
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] if "\r" in line else line for line in lines)

@@ -84,7 +84,8 @@ class AsyncKernelSession:
             settings = gateway if isinstance(gateway, GatewaySettings) else GatewaySettings(
                 gateway, gateway_token, kernel_name=kernel_name, startup_timeout=startup_timeout
             )
-            provider = GatewayProvider(settings, kernel_id=gateway_kernel_id, env=env, adopt=gateway_adopt)
+            provider = GatewayProvider(settings, kernel_id=gateway_kernel_id, env=env, adopt=gateway_adopt,
+                                       max_output_bytes=self.caps.max_output_bytes)
         if provider is None:
             provider = LocalProvider(
                 self.local_folder, kernel_name=kernel_name or KERNEL_NAME, env=env, allow_env=allow_env,
@@ -174,7 +175,9 @@ class AsyncKernelSession:
     async def connect(cls, connection_file: str | os.PathLike[str], **kwargs: Any) -> "AsyncKernelSession":
         """Attach to a running kernel by its connection file; ``close()`` never kills it.
         Raises ``KernelStartError`` when it does not answer."""
-        provider = AttachedProvider(connection_file, startup_timeout=kwargs.pop("startup_timeout", 60.0))
+        caps = kwargs.get("caps") or OutputCaps()
+        provider = AttachedProvider(connection_file, startup_timeout=kwargs.pop("startup_timeout", 60.0),
+                                    max_output_bytes=caps.max_output_bytes)
         session = cls(provider=provider, **kwargs)
         return await session.start()
 

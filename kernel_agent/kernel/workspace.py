@@ -8,8 +8,10 @@ round's ``Artifact`` list.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,7 +21,7 @@ from ..result import Artifact
 from .door import Door
 
 __all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "fresh_folder", "recorded_workspace",
-           "records_beside", "snapshot", "workspace_from"]
+           "records_beside", "resolve_outside_workspaces", "snapshot", "workspace_from", "workspace_holding"]
 
 Snapshot = dict[str, tuple[int, int]]
 _MAX_FILES = 20_000
@@ -55,6 +57,60 @@ def records_beside(workspace: Path, suffix: str = ".ipynb") -> Path:
     (``agent-runs/<run>`` → ``agent-runs/<run>.ipynb``), out of the kernel's reach."""
     folder = Path(os.path.abspath(workspace))
     return folder.parent / f"{folder.name or 'workspace'}{suffix}"
+
+
+def workspace_holding(path: str | os.PathLike[str]) -> Path | None:
+    """The run's workspace ``path`` lies in (the nearest ancestor, never ``path`` itself), else None.
+
+    A folder is taken for a run's workspace when its record is beside it (``records_beside``: written
+    by the host, out of the kernel's reach, so the kernel cannot hide its folder by deleting a marker)
+    or when it sits in an ``agent-runs`` folder (the default layout, before its first record). A
+    user's folder that happens to have a notebook of its name beside it counts too: the cost is only
+    that links in it are not followed."""
+    folder = Path(os.path.abspath(path))
+    for ancestor in folder.parents:
+        if ancestor.parent == ancestor:
+            break
+        if ancestor.parent.name == "agent-runs" or os.path.lexists(records_beside(ancestor)):
+            return ancestor
+    return None
+
+
+def resolve_outside_workspaces(path: str | os.PathLike[str]) -> str:
+    """``os.path.realpath(path)``, except that a link lying inside a run's workspace is never followed.
+
+    The analysed code can plant a link anywhere in its workspace (``out.csv -> /root/.ssh/id_rsa``); a
+    host that follows it reads, as the user, whatever it names. Links elsewhere (the user's own) are
+    followed as usual, hop by hop, so a chain of links is checked at every hop. Raises ``ConfigError``
+    naming the link, and ``OSError`` (``ELOOP``) past 40 hops."""
+    pending = list(reversed(Path(os.path.abspath(os.path.expanduser(path))).parts[1:]))
+    current, hops = "/", 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, part)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(candidate).st_mode)
+        except OSError:  # missing, or not a folder on the way: the caller's own check names it
+            return os.path.join(candidate, *reversed(pending))
+        if not is_link:
+            current = candidate
+            continue
+        workspace = workspace_holding(candidate)
+        if workspace is not None:
+            raise ConfigError(f"{candidate} is a link inside the run workspace {workspace}, where the analysed code "
+                              "writes: links there are not followed; name the file it leads to instead")
+        hops += 1
+        if hops > 40:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+        target = Path(os.readlink(candidate))
+        current = "/" if target.is_absolute() else current
+        pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+    return current
 
 
 def recorded_workspace(workspace: Path, notebook: Path) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from .._loop import LoopThread, in_thread
 from .._nbformat import NotebookNode
 from ..errors import NotebookError, SandboxUnavailableError
+from ..kernel.outputs import resolve_carriage_returns
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
 from ..result import png_size, strip_ansi
@@ -47,7 +48,6 @@ _TOKEN = re.compile(
     r"|(?P<duration>(?<![\w.])\d+(?:\.\d+)?\s?(?:ns|[µμu]s|ms|s|secs?|seconds?|mins?|minutes?|h|hours?)\b)"
     r"|(?P<loops>\b\d[\d,]* loops?\b)"
 )
-_CARRIAGE = re.compile(r"[^\n]*\r(?=[^\n])")  # what a terminal overwrites, as nbclient's coalescing does
 _RECENT = timedelta(days=1)
 
 
@@ -346,7 +346,7 @@ def normalise_text(text: str, *, anchors: Sequence[datetime] = (), paths: Sequen
     counts), dates and times within a day of an ``anchor``, the given
     ``paths``, ANSI codes and terminal-overwritten text (``\\r``).
     """
-    text = _CARRIAGE.sub("", strip_ansi(text))
+    text = resolve_carriage_returns(strip_ansi(text))  # what a terminal overwrites, as nbclient's coalescing does
     for folder in sorted((p for p in paths if p), key=len, reverse=True):
         text = text.replace(folder, "<workspace>")
     days = [anchor.date() for anchor in anchors]

@@ -22,7 +22,24 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ..sandbox.limits import Limits
 
-__all__ = ["ChannelClient", "KernelProvider"]
+__all__ = ["ChannelClient", "KernelProvider", "bound_messages", "max_message_bytes"]
+
+_HEADROOM = 4 * 1024 * 1024  # a message's header, metadata and JSON escapes around its data
+
+
+def max_message_bytes(max_output_bytes: int) -> int:
+    """The largest message the host reads from a kernel: twice what one execution may show, plus
+    headroom. The kernel's own cap sends no more than that; model code that writes to the kernel's
+    sockets directly is not bound by it."""
+    return 2 * max_output_bytes + _HEADROOM
+
+
+def bound_messages(client: Any, limit: int) -> None:
+    """Make every socket ``client`` opens drop (ZMQ ``MAXMSGSIZE``: disconnect, then reconnect) a
+    message over ``limit`` bytes, before the host holds it in memory. Call before ``start_channels``."""
+    import zmq
+
+    client.context.setsockopt(zmq.MAXMSGSIZE, limit)
 
 
 class ChannelClient(Protocol):
@@ -66,6 +83,12 @@ class KernelProvider(Protocol):
         ...
 
     async def is_alive(self) -> bool: ...
+
+    @property
+    def dropped_messages(self) -> int:
+        """How many times a message from the kernel was (or may have been) lost unread: one over the
+        size bound (``max_message_bytes``) drops its connection, which is then made again."""
+        ...
 
     async def interrupt(self) -> None: ...
 

@@ -36,14 +36,32 @@ from ..sandbox.bwrap import SandboxView, protected_files, sandboxed_pid
 from ..sandbox.cgroup import pid_alive
 from ..sandbox.environment import kernel_environment
 from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
+from .base import bound_messages, max_message_bytes
+from .guard import MessageGuard
 
-__all__ = ["AttachedProvider", "LocalProvider", "sweep_stale_runtime_dirs"]
+__all__ = ["AttachedProvider", "LocalProvider", "runtime_root", "sweep_stale_runtime_dirs"]
 
 log = logging.getLogger(__name__)
 
 _RUNTIME_PREFIX = "kernel-agent-"
 _OWNER_FILE = "owner.pid"
 _POLL_S = 0.2  # how often a starting kernel is checked for an early exit
+# A unix socket's path has at most 107 bytes; ours is <root>/kernel-agent-<8>/sockets/kernel-<port>-<n>.
+_SOCKET_TAIL = len("/kernel-agent-xxxxxxxx/sockets/kernel-65535-99")
+_SOCKET_PATH_MAX = 107
+_SHORT_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def runtime_root() -> Path:
+    """Where runtime dirs go: the temp dir, unless its path is too long for the kernel's ipc sockets
+    (ZMQ: "File name too long"), then the first short, writable system temp dir. Raises nothing."""
+    root = tempfile.gettempdir()
+    if len(os.fsencode(root)) + _SOCKET_TAIL <= _SOCKET_PATH_MAX:
+        return Path(root)
+    for short in _SHORT_ROOTS:
+        if os.path.isdir(short) and os.access(short, os.W_OK | os.X_OK):
+            return Path(short)
+    return Path(root)  # nothing shorter: the kernel's start will say why
 
 
 def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
@@ -53,7 +71,7 @@ def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
     has already exited by then (ipykernel's parent poller). Returns what was removed.
     """
     removed = []
-    for folder in Path(root or tempfile.gettempdir()).glob(f"{_RUNTIME_PREFIX}*"):
+    for folder in Path(root or runtime_root()).glob(f"{_RUNTIME_PREFIX}*"):
         try:
             owner = int((folder / _OWNER_FILE).read_text())
         except (OSError, ValueError):
@@ -71,7 +89,7 @@ def _make_runtime_dir() -> Path:
     leak check in another process never sees a ``kernel-agent-*`` dir whose owner
     is not yet written.
     """
-    staging = Path(tempfile.mkdtemp(prefix=".staging-" + _RUNTIME_PREFIX))
+    staging = Path(tempfile.mkdtemp(prefix=".staging-" + _RUNTIME_PREFIX, dir=runtime_root()))
     (staging / _OWNER_FILE).write_text(str(os.getpid()))
     final = staging.with_name(staging.name.removeprefix(".staging-"))
     os.rename(staging, final)  # mkdtemp's random suffix: the final name is free in practice
@@ -108,11 +126,13 @@ class LocalProvider:
         self.limits = limits or Limits()
         self._env_extra = {**figure_cap_env(max_images), OUTPUT_CAP_ENV: str(max_output_bytes), **(env or {})}
         self._allow_env = allow_env
+        self._max_message_bytes = max_message_bytes(max_output_bytes)
         self.python = python  # another environment's interpreter (probed when the kernel starts)
         self.choice: KernelChoice | None = None  # the kernel checked by prepare()
         self._inside_path: Path | None = None
         self.manager: AsyncKernelManager | None = None
         self.client: AsyncKernelClient | None = None
+        self.guard: MessageGuard | None = None  # keeps the client connected past messages over the bound
         self.confinement: Confinement | None = None
         self._runtime_dir: Path | None = None
         self._stderr_file: IO[bytes] | None = None
@@ -168,7 +188,10 @@ class LocalProvider:
                 cwd=str(self._workspace), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr_file
             )
             self.client = self.manager.client()
+            bound_messages(self.client, self._max_message_bytes)
             self.client.start_channels()
+            self.guard = MessageGuard(self.client, self._max_message_bytes)
+            self.guard.start()
             return await self._wait_ready()
         except Exception as exc:  # jupyter_client raises RuntimeError, OSError, NoSuchKernel (KeyError)...
             if self._returncode() == CONFINEMENT_FAILED:
@@ -262,6 +285,11 @@ class LocalProvider:
         except Exception as exc:
             raise KernelStartError(f"the kernel could not be restarted: {exc}. {self.log_tail()}") from exc
 
+    @property
+    def dropped_messages(self) -> int:
+        """How often a channel's connection dropped (a message over the bound, or the kernel gone)."""
+        return self.guard.dropped if self.guard is not None else 0
+
     def describe_exit(self) -> str:
         returncode = self._returncode()
         if returncode is None and self.confinement is not None and self.confinement.cpu_killed:
@@ -292,6 +320,8 @@ class LocalProvider:
 
     async def close(self) -> None:
         """Shut the kernel down and remove its runtime dir and cgroup. Idempotent."""
+        if self.guard is not None:
+            await self.guard.close()
         if self.client is not None:
             self.client.stop_channels()
         if self.manager is not None:
@@ -325,35 +355,51 @@ class LocalProvider:
 
 
 class AttachedProvider:
-    """A kernel someone else started, reached by its connection file. Never restarted or killed."""
+    """A kernel someone else started, reached by its connection file. Never restarted or killed.
+
+    ``workspace``: the kernel's working folder on this machine, when the caller knows it shares our
+    files (a kernel of this machine's Jupyter server that the caller moved into that folder); then the
+    session's files are that folder's (``LocalFiles``). None: its files are not ours (``RemoteFiles``)."""
 
     owns_kernel = False
 
-    def __init__(self, connection_file: str | os.PathLike[str], *, startup_timeout: float = 60.0) -> None:
+    def __init__(self, connection_file: str | os.PathLike[str], *, startup_timeout: float = 60.0,
+                 max_output_bytes: int = 10_000_000, workspace: Path | None = None) -> None:
         self.connection_file = str(connection_file)
         self.startup_timeout = startup_timeout
+        self.max_output_bytes = max_output_bytes
+        self.guard: MessageGuard | None = None
         self.limits = replace(Limits.off(), sandbox="off")  # not ours: we confine nothing there
         self.client: AsyncKernelClient | None = None
+        self._workspace = workspace
 
     def __repr__(self) -> str:
         return f"<AttachedProvider {self.connection_file}>"
 
     @property
     def workspace(self) -> Path | None:
-        return None
+        return self._workspace
 
     async def start(self) -> dict[str, Any]:
         """Connect and wait until the kernel answers. Raises ``KernelStartError``."""
         client = AsyncKernelClient()
+        limit = max_message_bytes(self.max_output_bytes)
         try:
             client.load_connection_file(self.connection_file)
+            bound_messages(client, limit)
             client.start_channels()
             await client.wait_for_ready(timeout=self.startup_timeout)
         except (OSError, RuntimeError, ValueError) as exc:
             client.stop_channels()
             raise KernelStartError(f"cannot attach to the kernel in {self.connection_file}: {exc}") from exc
         self.client = client
+        self.guard = MessageGuard(client, limit)
+        self.guard.start()
         return {}
+
+    @property
+    def dropped_messages(self) -> int:
+        return self.guard.dropped if self.guard is not None else 0
 
     async def is_alive(self) -> bool:
         return self.client is not None and self.client.hb_channel.is_beating()
@@ -369,5 +415,7 @@ class AttachedProvider:
         return "its heartbeat stopped"
 
     async def close(self) -> None:
+        if self.guard is not None:
+            await self.guard.close()
         if self.client is not None:
             self.client.stop_channels()

@@ -28,6 +28,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from ....errors import KernelError, KernelStartError
+from ..base import max_message_bytes
 from .settings import GatewaySettings
 
 __all__ = ["GatewayChannels", "parse_frame"]
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 _RECONNECT_S = (0.05, 0.2, 0.5, 1.0, 2.0, 3.0)  # back-off between reconnection attempts
 _SEEN = 10_000  # message ids remembered to drop what a reconnect replays twice
-_MAX_FRAME = 512 * 1024 * 1024
+_TOO_BIG = 1009  # the websocket close code for a message over max_size
 _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only; elsewhere ACKs stay as the OS does them
 
 
@@ -60,9 +61,11 @@ def parse_frame(frame: str | bytes) -> dict[str, Any]:
 class GatewayChannels:
     """The channels of kernel ``kernel_id`` on the gateway. ``open()`` then use; ``close()`` when done."""
 
-    def __init__(self, settings: GatewaySettings, kernel_id: str) -> None:
+    def __init__(self, settings: GatewaySettings, kernel_id: str, *, max_message: int = max_message_bytes(10_000_000)) -> None:
         self.settings = settings
         self.kernel_id = kernel_id
+        self.max_message = max_message  # a bigger frame closes the websocket unread (then it reconnects)
+        self.dropped = 0  # frames over max_message
         self.session_id = uuid.uuid4().hex
         self.lost = False  # the gateway said restarting/dead since the kernel last answered
         self.lost_reason = ""
@@ -94,7 +97,7 @@ class GatewayChannels:
         url = f"{self.settings.websocket_url}/api/kernels/{self.kernel_id}/channels?session_id={self.session_id}"
         try:
             self._ws = await connect(
-                url, additional_headers=self.settings.headers(), compression=None, max_size=_MAX_FRAME,
+                url, additional_headers=self.settings.headers(), compression=None, max_size=self.max_message,
                 open_timeout=self.settings.request_timeout, ping_interval=20, ping_timeout=20,
             )
         except (OSError, InvalidHandshake, TimeoutError) as exc:
@@ -223,8 +226,11 @@ class GatewayChannels:
                 async for frame in self._ws:
                     self._ack_now()
                     self._dispatch(frame)
-            except ConnectionClosed:
-                pass
+            except ConnectionClosed as exc:
+                if exc.sent is not None and exc.sent.code == _TOO_BIG:
+                    self.dropped += 1
+                    log.warning("kernel %s sent a message over %d bytes: dropped unread", self.kernel_id,
+                                self.max_message)
             if self.gone:
                 return
             await self._reconnect()

@@ -24,6 +24,7 @@ from typing import Any
 from ....errors import KernelError, KernelStartError
 from ...sandbox.environment import gateway_environment
 from ...sandbox.limits import Limits
+from ..base import max_message_bytes
 from .channels import GatewayChannels
 from .rest import GatewayREST
 from .settings import GatewaySettings
@@ -45,9 +46,10 @@ class GatewayProvider:
 
     def __init__(
         self, settings: GatewaySettings, *, kernel_id: str | None = None, env: dict[str, str] | None = None,
-        private_cwd: bool = True, adopt: bool = False,
+        private_cwd: bool = True, adopt: bool = False, max_output_bytes: int = 10_000_000,
     ) -> None:
         self.settings = settings
+        self._max_message = max_message_bytes(max_output_bytes)
         self.kernel_id = kernel_id
         self.owns_kernel = kernel_id is None or adopt
         self._adopted = adopt and kernel_id is not None
@@ -80,7 +82,7 @@ class GatewayProvider:
         elif await self._rest.kernel(self.kernel_id or "") is None:
             raise KernelStartError(f"the gateway at {self.settings.url} has no kernel {self.kernel_id!r}")
         assert self.kernel_id is not None
-        self.client = GatewayChannels(self.settings, self.kernel_id)
+        self.client = GatewayChannels(self.settings, self.kernel_id, max_message=self._max_message)
         await self.client.open()
         info = await self.client.kernel_info(self.settings.startup_timeout)
         await self._enter_cwd()
@@ -118,6 +120,10 @@ class GatewayProvider:
     def disown(self) -> None:
         """Stop owning the kernel: ``close`` then disconnects and leaves it (and its folder) running."""
         self.owns_kernel = False
+
+    @property
+    def dropped_messages(self) -> int:
+        return self.client.dropped if self.client is not None else 0
 
     async def is_alive(self) -> bool:
         return self.client is not None and not self.client.lost and not self.client.gone
