@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import nbformat
 import pandas as pd
 import pytest
+from leaks import kernels_of
 from openai_server import HTTPError, OpenAIServer, Reply, python_call
 
 from kernel_agent import Agent
@@ -265,6 +267,19 @@ def test_missing_data_file_fails_before_any_model_call(openai_server: OpenAIServ
     with agent_for(openai_server) as agent, pytest.raises(DataFileError, match="nope.csv"):
         agent.run("x", data=[tmp_path / "nope.csv"], workspace=tmp_path / "ws")
     assert openai_server.requests == []
+
+
+def test_an_unreadable_data_file_fails_before_any_model_call_and_leaves_no_kernel(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """The files are described while the kernel runs its setup cell: a failure there still ends the run
+    before the model is asked, with the kernel shut down."""
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not a parquet file at all\n" * 10)
+    with agent_for(openai_server) as agent, pytest.raises(DataFileError, match="broken.parquet"):
+        agent.run("x", data=[broken], workspace=tmp_path / "ws")
+    assert openai_server.requests == []
+    assert kernels_of(os.getpid()) == []
 
 
 def test_no_model_configured_is_a_config_error() -> None:

@@ -420,3 +420,21 @@ def test_preload_description_is_one_line() -> None:
     assert "pandas as pd" in text and "plt" in text and '`data.sales` == "sales.csv"' in text
     assert "seaborn" not in preload_description([], seaborn=False)
     assert "`data` is empty" in preload_description([])
+
+
+def test_line_counts_are_exact_across_chunks_and_extrapolated_past_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernel_agent.agent import reading
+
+    lines = [b"x" * (n % 97) for n in range(60_000)]  # ~2.9 MB: three chunks counted by numpy
+    ended, open_end = tmp_path / "ended.txt", tmp_path / "open.txt"
+    ended.write_bytes(b"\n".join(lines) + b"\n")
+    open_end.write_bytes(b"\n".join(lines))
+    assert reading.count_lines(ended, ended.stat().st_size) == (60_000, True)
+    assert reading.count_lines(open_end, open_end.stat().st_size) == (60_000, True)
+    small = write(tmp_path / "small.txt", "a\nb\nc")  # under a chunk: counted by bytes.count
+    assert reading.count_lines(small, small.stat().st_size) == (3, True)
+    monkeypatch.setattr(reading, "COUNT_BYTES", 1 << 20)
+    count, exact = reading.count_lines(ended, ended.stat().st_size)
+    assert not exact and abs(count - 60_000) < 600

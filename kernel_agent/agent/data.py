@@ -1,4 +1,5 @@
-"""The data files of a run: ``DataFile``, ``prepare_data``, ``summarize``, ``data_summary``, ``preload_code``.
+"""The data files of a run: ``DataFile``, ``prepare_data``, ``describe_files``, ``summarize``, ``data_summary``,
+``preload_code``.
 
 Owns checking the input paths, copying them read-only into the workspace,
 the prompt's ``# Data`` section and the kernel's setup cell with its ``data``
@@ -19,7 +20,7 @@ import re
 import tempfile
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import ConfigError, DataFileError, KernelAgentError, WorkspaceFileError
@@ -36,6 +37,7 @@ __all__ = [
     "Kind",
     "data_attributes",
     "data_summary",
+    "describe_files",
     "file_kind",
     "files_line",
     "identifier",
@@ -69,11 +71,13 @@ class DataFile:
 
 
 def prepare_data(
-    paths: Iterable[str | os.PathLike[str]], workspace: str | os.PathLike[str]
+    paths: Iterable[str | os.PathLike[str]], workspace: str | os.PathLike[str], *, described: bool = True
 ) -> tuple[DataFile, ...]:
     """Check every path, then copy each into ``workspace`` as a read-only file of the same name.
 
-    Nothing is copied until every file has been checked and summarised. A file
+    Nothing is copied until every file has been checked and (``described``) summarised; without
+    ``described`` the files come back without summaries, for ``describe_files`` to add later
+    (the agent does it while the kernel runs its setup cell). A file
     that already *is* the workspace file is left as it is (neither copied nor
     made read-only: it is the user's own file); an earlier read-only copy of
     the same name is replaced.
@@ -96,12 +100,19 @@ def prepare_data(
                     f"cannot copy {source.name} into the workspace: {target / source.name} is a directory",
                     path=str(source.shown),
                 )
-        summaries = [describe(source.read) for source in sources]
+        summaries = [describe(source.read) if described else "" for source in sources]
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create the workspace {target}: {exc.strerror or exc}") from exc
         return tuple(_install(source, target, summary) for source, summary in zip(sources, summaries))
+
+
+def describe_files(files: Sequence[DataFile]) -> tuple[DataFile, ...]:
+    """``files`` from ``prepare_data(..., described=False)`` with their summaries, each made from its
+    source as ``summarize`` reads a user-named path (checked again: never the workspace's copy, which a
+    kernel may already reach). Raises ``DataFileError`` for a file that cannot be read as its kind says."""
+    return tuple(replace(f, summary=summarize(f.source)) for f in files)
 
 
 def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) -> tuple[DataFile, ...]:

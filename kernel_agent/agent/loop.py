@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import in_thread
-from ..errors import ConfigError, KernelError, ModelError, NotebookError
+from ..errors import ConfigError, DataFileError, KernelError, ModelError, NotebookError
 from ..events import (
     AnswerReady,
     CodeReady,
@@ -53,7 +53,7 @@ from ..notebook.writer import RunWriter
 from ..records import Round, Run, RunInfo, Usage
 from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, prepare_data, stage_recorded
+from .data import DataFile, data_summary, describe_files, prepare_data, stage_recorded
 from .languages import PYTHON, Language, language_of
 from .environment import Environment, probe
 from .execution import StreamedExecution
@@ -227,9 +227,9 @@ class AsyncAgent:
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
         await in_thread(self._check_kernel)  # before any model call
-        files = await asyncio.to_thread(prepare_data, list(data), root)  # summaries read files: off the loop
+        # Checked and copied now, off the loop; described while the kernel runs the setup cell (``_begin``).
+        files = await asyncio.to_thread(prepare_data, list(data), root, described=False)
         async with self._session_factory(root) as session:
-            await session.files.put([root / f.name for f in files])
             live = await self._begin(session, task, files, root, notebook_path, setup)
             async with aclosing(self._drive(live)) as events:  # closing this stream stops the code too
                 async for event in events:
@@ -356,9 +356,18 @@ class AsyncAgent:
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
-        # While the kernel runs the setup cell, this process is idle: compile the notebook validator then.
-        setup, _ = await asyncio.gather(session.execute(setup_code, _setup_timeout(self.config.exec_timeout)),
-                                        asyncio.to_thread(warm_up))
+        put = session.files.put([root / f.name for f in files])  # the kernel's copies (a pooled kernel's folder)
+        if extra_setup:  # it may load its variables from the data files: they must be there first
+            await put
+        # While the kernel runs the setup cell, this process is idle: describe the data files and compile the
+        # notebook validator then, and copy the data files in when the cell only names them (the preload never
+        # opens them). A file that cannot be described is raised once the cell is done (nothing left running).
+        setup, _, described, *_ = await asyncio.gather(
+            session.execute(setup_code, _setup_timeout(self.config.exec_timeout)), asyncio.to_thread(warm_up),
+            _described(files), *([] if extra_setup else [put]))
+        if isinstance(described, DataFileError):
+            raise described
+        files = described
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
@@ -442,11 +451,12 @@ class AsyncAgent:
                             yield event
                 assert round_ is not None  # _round ends with _RoundDone
                 live.run = replace(live.run, rounds=(*live.run.rounds, round_), usage=live.run.usage + round_.usage)
+                if round_.answer is not None:  # the run ends with this round: its save is the finished run's
+                    stop = "answer"
+                    live.run = replace(live.run, answer=round_.answer, stop_reason=stop, finished_at=_now())
                 await self._save(live)
                 yield RoundFinished(round_)
                 if round_.answer is not None:
-                    live.run = replace(live.run, answer=round_.answer)
-                    stop = "answer"
                     yield AnswerReady(index, round_.answer)
                     break
                 if guard.add(round_):
@@ -476,8 +486,9 @@ class AsyncAgent:
             await self._save(live)
             exc.run = live.run
             raise
-        live.run = replace(live.run, stop_reason=stop, finished_at=_now())  # type: ignore[arg-type]
-        await self._save(live)
+        if not live.run.finished_at:  # an answer's round saved the finished run already
+            live.run = replace(live.run, stop_reason=stop, finished_at=_now())  # type: ignore[arg-type]
+            await self._save(live)
         yield RunFinished(live.run)
 
     async def _round(self, live: _Live, index: int) -> AsyncIterator[Event | _RoundDone]:
@@ -593,6 +604,14 @@ class AsyncAgent:
         live.run = replace(live.run, notebook_path=live.notebook)
         # The full view now (off the loop: a service runs many threads on it); the clean view alongside the next round.
         await in_thread(live.writer.save, live.run)
+
+
+async def _described(files: Sequence[DataFile]) -> tuple[DataFile, ...] | DataFileError:
+    """``files`` with their summaries (made in a worker thread), or the ``DataFileError`` one raised."""
+    try:
+        return await asyncio.to_thread(describe_files, files)
+    except DataFileError as exc:
+        return exc
 
 
 async def _last_run(events: AsyncIterator[Event]) -> Run:

@@ -167,18 +167,22 @@ def _validate(nb: NotebookNode) -> None:
         raise
 
 
-def write_notebook(nb: NotebookNode, path: str | os.PathLike[str]) -> Path:
+def write_notebook(nb: NotebookNode, path: str | os.PathLike[str], *, durable: bool = True) -> Path:
     """Validate ``nb`` and write it to ``path`` atomically; return the path.
 
     The text goes to a temporary file in the same folder, is flushed and
-    fsynced, then renamed over ``path``: an interruption leaves either the old
-    file or the new one, never a torn one, and no temporary file. Raises
+    (``durable``) fsynced, then renamed over ``path`` (and the folder fsynced):
+    an interruption leaves either the old file or the new one, never a torn one,
+    and no temporary file. Without ``durable`` a killed process still loses
+    nothing (the kernel's page cache holds the rename); only a power cut or an OS
+    crash may lose it, until a later durable write. Raises
     ``NotebookError`` when ``nb`` is invalid or cannot be serialised (the old
     file is untouched) or the file cannot be written.
     """
     path = Path(path)
-    _write(nb, path)
-    _fsync_folder(path.parent)
+    _write(nb, path, durable)
+    if durable:
+        _fsync_folder(path.parent)
     return path
 
 
@@ -210,12 +214,13 @@ def notebook_text(nb: NotebookNode, path: str | os.PathLike[str]) -> str:
         raise NotebookError(f"cannot serialise the notebook for {path}: {exc}", path=str(path)) from exc
 
 
-def _write(nb: NotebookNode, path: Path) -> None:
-    """Validate, serialise and atomically replace ``path`` (the folder is not fsynced here)."""
+def _write(nb: NotebookNode, path: Path, durable: bool = True) -> None:
+    """Validate, serialise and atomically replace ``path``, fsynced when ``durable`` (the folder is not
+    fsynced here)."""
     text = notebook_text(nb, path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, text)
+        _atomic_write(path, text, durable)
     except OSError as exc:
         raise NotebookError(f"cannot write notebook {path}: {exc}", path=str(path)) from exc
 
@@ -588,14 +593,15 @@ def _clean_rounds(rounds: tuple[Round, ...], language: str = "python") -> list[t
 # -- writing ---------------------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic_write(path: Path, text: str, durable: bool = True) -> None:
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(temporary, path)
     except BaseException:  # Ctrl-C included: never leave the temporary file behind
         temporary.unlink(missing_ok=True)
