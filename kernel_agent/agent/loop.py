@@ -376,16 +376,19 @@ class AsyncAgent:
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
         )
-        protocol, messages = await self._conversation(session, task, files)
+        # A kernel whose first cell was the setup holds only the setup's names: nothing to ask for.
+        protocol, messages = await self._conversation(session, task, files, names=setup.execution_count != 1)
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
                      calls={setup.call: 0})
 
     async def _conversation(
-        self, session: Kernel, task: str, files: Sequence[DataFile]
+        self, session: Kernel, task: str, files: Sequence[DataFile], *, names: bool = True
     ) -> tuple[Protocol, list[dict[str, Any]]]:
-        """The protocol and the opening messages that describe the task and the kernel."""
+        """The protocol and the opening messages that describe the task and the kernel (``names``: ask
+        it which names the code defined so far)."""
         protocol = self._protocol(language_of(session.kernel_info.get("language_info")))
-        return protocol, protocol.initial_messages(await self._context(session, task, files, protocol.language))
+        context = await self._context(session, task, files, protocol.language, names=names)
+        return protocol, protocol.initial_messages(context)
 
     def _protocol(self, language: Language = PYTHON) -> Protocol:
         config = self.config
@@ -394,8 +397,9 @@ class AsyncAgent:
             vllm_extras=config.vllm_extras, max_new_tokens=config.max_new_tokens, language=language,
         )
 
-    async def _context(self, session: Kernel, task: str, files: Sequence[DataFile], language: Language) -> PromptContext:
-        environment = await self._environment(session, language)
+    async def _context(self, session: Kernel, task: str, files: Sequence[DataFile], language: Language, *,
+                       names: bool = True) -> PromptContext:
+        environment = await self._environment(session, language, names=names)
         self._installed = environment.packages
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=environment.packages,
@@ -404,22 +408,21 @@ class AsyncAgent:
             files=tuple(FileInfo(f.name, f.size, f.summary) for f in files), names=environment.names,
         )
 
-    async def _environment(self, session: Kernel, language: Language) -> Environment:
+    async def _environment(self, session: Kernel, language: Language, *, names: bool = True) -> Environment:
         """What the kernel has: its analysis packages, probed once per environment in this process (a
         local kernel's packages cannot change between its starts; a gateway's kernels are asked each
-        time), and the names the code defined so far, asked every time."""
+        time), and the names the code defined so far, asked every time (unless not ``names``)."""
+        names_probe = language.names_probe if names else ""
         config = self.config
         key = None if config.gateway_url else (language.key, config.kernel or "", config.python or "")
         cached = _PROBED.get(key) if key is not None else None
         if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes
             packages = cached if cached is not None else (
                 language.parse_probe(await session.run_quietly(language.probe)) if language.probe else ())
-            names = language.parse_probe(await session.run_quietly(language.names_probe)) \
-                if language.names_probe else ()
-            found = Environment(packages, names)
+            defined = language.parse_probe(await session.run_quietly(names_probe)) if names_probe else ()
+            found = Environment(packages, defined)
         else:
-            found = await probe(session, packages=language.probe if cached is None else "",
-                                names=language.names_probe)
+            found = await probe(session, packages=language.probe if cached is None else "", names=names_probe)
             if cached is not None:
                 found = Environment(cached, found.names)
         if key is not None:
