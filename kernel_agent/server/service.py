@@ -24,9 +24,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .._loop import in_thread
 from ..agent.config import AgentConfig
-from ..errors import KernelAgentError, ServiceError
+from ..errors import ConfigError, KernelAgentError, ServiceError
 from ..kernel.pool import KernelPool
-from .config import ServerConfig
+from .config import NO_KEY_HELP, ServerConfig
+from .keys import SQLITE_TTL_S, Keys
 from .leases import Leases
 from .metrics import Metrics
 from .records import FileRecord, GeneratedFile, RunRecord, ThreadRecord
@@ -58,6 +59,7 @@ class Service:
         self.metrics = Metrics(self._state)
         self.replica = new_id("replica")
         self._leases: Leases | None = None
+        self._keys: Keys | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._lost: set[str] = set()  # runs whose lease another replica took: nothing more of them is written
         self._drain_until: float | None = None  # set by begin_drain: no new runs, the running ones may finish
@@ -68,9 +70,20 @@ class Service:
             raise RuntimeError("the service is not started")
         return self._leases
 
+    @property
+    def keys(self) -> Keys:
+        if self._keys is None:
+            raise RuntimeError("the service is not started")
+        return self._keys
+
     async def __aenter__(self) -> Service:
         await self.store.load()
         self._leases = Leases(self.store.engine, self.replica, self.config.lease_ttl)
+        try:
+            await self._open_keys()
+        except BaseException:
+            await self.store.close()
+            raise
         await self.recover()
         if self.store.shared:
             sweeper = Sweeper(self.store, self.leases, self.metrics, busy=self._runs_here)
@@ -79,6 +92,15 @@ class Service:
             self.pool = await pool_for(self.config).start()
         self._reaper = asyncio.create_task(self._reap_idle())
         return self
+
+    async def _open_keys(self) -> None:
+        """The keys table, with the configured keys imported. Raises ``ConfigError`` when auth is on
+        and no key is active."""
+        self._keys = Keys(self.store.engine, ttl=0.0 if self.store.shared else SQLITE_TTL_S)
+        if added := await self.keys.import_keys(self.config.keys):
+            log.info("imported %d service keys (their hashes) into the database", added)
+        if self.config.auth and not await self.keys.active():
+            raise ConfigError(NO_KEY_HELP)
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
