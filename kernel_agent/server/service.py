@@ -281,7 +281,7 @@ class Service:
         for record in self.store.runs():
             runs[record.status] = runs.get(record.status, 0) + 1
         return {"runs": runs, "live_kernels": self.runtimes.live, "running": self.executor.running,
-                "pending_writes": self.store.pending}
+                "starting": self._starting, "pending_writes": self.store.pending}
 
     # ----------------------------------------------------------------- internals
     def _new_thread(self, owner: str, task: str, protocol: str | None) -> ThreadRecord:
