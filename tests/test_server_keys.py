@@ -200,6 +200,7 @@ def test_two_replicas_accept_a_key_added_through_the_cli_and_both_refuse_it_once
         for replica in (a, b):
             refused = httpx.get(replica.url + "/v1/threads", headers=as_bob)
             assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+            assert key not in refused.text
             assert replica.client.get("/v1/threads").status_code == 200  # the imported key still works
     logs = "".join(path.read_text() for path in tmp_path.glob("replica-*.log"))
     assert "imported 1 service keys" in logs
