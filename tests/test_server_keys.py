@@ -171,12 +171,15 @@ def test_serve_starts_on_the_databases_keys_alone_and_refuses_with_none(tmp_path
     refused = CliRunner().invoke(cli, ["serve", "--data-dir", str(data), "--model", "m"])
     assert refused.exit_code == 2 and "kernel-agent keys add" in refused.output
 
-    async def start() -> None:
-        async with Service(ServerConfig(data, auth=True, agent={"model": "m"})):
-            pass
+    async def start() -> str | None:
+        async with Service(ServerConfig(data, auth=True, agent={"model": "m"})) as service:
+            return await service.keys.owner(key)
 
     with pytest.raises(ConfigError, match="needs at least one key"):
         asyncio.run(start())
+    added = CliRunner().invoke(cli, ["keys", "add", "--data-dir", str(data)])
+    key = added.stdout.strip()
+    assert asyncio.run(start()) == owner_of(key)  # no key file, no environment: the database's key
 
 
 def test_two_replicas_accept_a_key_added_through_the_cli_and_both_refuse_it_once_revoked(
