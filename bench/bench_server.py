@@ -166,7 +166,9 @@ def takeover(postgres: PostgresServer, model: OpenAIServer, data: Path, ttl: flo
                 break
             time.sleep(0.05)
         accepted = time.monotonic() - killed
-        answered = follow(b.client, response.json()["id"])[-1][1]["run"]["answer"]
+        assert response.status_code == 201, response.text
+        closing = follow(b.client, response.json()["id"])[-1][1]
+        answered = closing["run"]["answer"] if closing["event"] == "finished" else f"no answer: {closing}"
         took = time.monotonic() - killed
         kernels_gone = not kernels_of(a.pid)
     verdict = "met" if took <= ttl + 2 else "MISSED"

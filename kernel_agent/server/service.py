@@ -212,7 +212,9 @@ class Service:
                         created_at=now())
         try:  # the lease before the run is saved (an open run without one is an orphan), the workspace
             # before the kernel needs it
-            if not await self.leases.take(thread.id):
+            async with self.leases.guard(thread.id):  # not while this replica's sweeper takes the thread over
+                took = await self.leases.take(thread.id)
+            if not took:
                 raise ServiceError(f"thread {thread.id} is running a run on another replica; wait for it",
                                    status=409)
             await asyncio.to_thread(self.store.prepare, thread.id, run.id)
