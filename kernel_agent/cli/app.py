@@ -416,7 +416,7 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8200, show_default=True, help="Port to listen on.")
 @click.option("--data-dir", "--workspace-root", "data_dir", default="kernel-agent-data", show_default=True, metavar="DIR", help="Where uploads, thread workspaces, notebooks and run records live.")
-@click.option("--keys-file", "--key-file", "keys_file", metavar="FILE", help="Service keys, one a line [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated].")
+@click.option("--keys-file", "--key-file", "keys_file", metavar="FILE", help="Service keys, one a line, imported (hashed) into the database at start; `kernel-agent keys` manages them there [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated].")
 @click.option("--no-auth", is_flag=True, help="Serve without keys (allowed only on a loopback address).")
 @click.option("--max-running", type=click.IntRange(min=1), default=4, show_default=True, help="Runs executing at once; more get 429.")
 @click.option("--max-live-kernels", type=click.IntRange(min=1), default=8, show_default=True, help="Thread kernels kept alive at once (the idlest is shut down).")
