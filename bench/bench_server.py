@@ -15,9 +15,11 @@ threads (disk, notebooks) is not in it. Server CPU is this process's (all thread
 runs; kernel CPU is every kernel process's (and their bwraps') as last sampled while the load runs
 (every 0.2 s, as memory: RSS of this process; of the kernels and their bwraps).
 
-``--replicas 1,2,3`` (issue 28) runs the same load, spread round-robin over N ``kernel-agent serve``
-processes on one real PostgreSQL (started here) and one data dir, each run followed by SSE on the
-*next* replica, after a baseline row for the single process on SQLite; then the takeover time: a
+``--replicas 1,2,3`` (issue 28) runs the same load, ``--concurrent`` runs in flight at once in all (the
+client holds the rest back), spread round-robin over N ``kernel-agent serve`` processes on one real
+PostgreSQL (started here) and one data dir, each replica running and keeping alive ``--concurrent``/N
+(rounded up), each run followed by SSE on the *next* replica, after a baseline row for the single
+process on SQLite (``--concurrent`` of each); then the takeover time: a
 replica SIGKILLed mid-round with ``--lease-ttl T``, until the next turn, sent to the other replica,
 has answered (target: within T + 2 s)::
 
@@ -86,13 +88,20 @@ async def one(start_on: httpx.AsyncClient, follow_on: httpx.AsyncClient, index: 
     return first or float("nan"), time.monotonic() - start, record["status"], refused
 
 
-async def load(urls: list[str], runs: int, key: str | None = None) -> list[tuple[float, float, str, int]]:
-    """``runs`` runs at once, run i started on replica i mod N and followed on the next one."""
+async def load(urls: list[str], runs: int, key: str | None = None, at_once: int | None = None,
+               ) -> list[tuple[float, float, str, int]]:
+    """``runs`` runs, at most ``at_once`` in flight (None: all at once), run i started on replica i mod N
+    and followed on the next one."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     clients = [httpx.AsyncClient(base_url=url, timeout=600, headers=headers) for url in urls]
+    gate = asyncio.Semaphore(at_once or runs)
+
+    async def gated(index: int) -> tuple[float, float, str, int]:
+        async with gate:
+            return await one(clients[index % len(clients)], clients[(index + 1) % len(clients)], index)
+
     try:
-        return await asyncio.gather(*(one(clients[i % len(clients)], clients[(i + 1) % len(clients)], i)
-                                      for i in range(runs)))
+        return await asyncio.gather(*(gated(i) for i in range(runs)))
     finally:
         for client in clients:
             await client.aclose()
@@ -110,26 +119,28 @@ def summary(label: str, results: list[tuple[float, float, str, int]], wall: floa
 def replicas(args: argparse.Namespace) -> None:
     """The load on the SQLite single process, then on 1, 2, 3... replicas on PostgreSQL; then a takeover."""
     counts = [int(n) for n in args.replicas.split(",")]
-    print(f"{args.runs} runs, {args.concurrent} at once per replica; times in s")
+    print(f"{args.runs} runs, {args.concurrent} in flight at once in all (each replica runs and keeps alive "
+          f"{args.concurrent}/N, rounded up); times in s")
     print(f"{'':<28} {'done':>7} {'runs/s':>7} {'ttft50':>7} {'ttft95':>7} {'ans50':>7} {'ans95':>7}")
     with tempfile.TemporaryDirectory(prefix="bench-server-") as data, OpenAIServer() as model:
         model.add(*([scripted] * (3 * args.runs * (len(counts) + 1))))
         with ServiceServer(Path(data) / "sqlite", model.base_url, max_running=args.concurrent,
                            max_threads_live=args.concurrent) as server:
             started = time.monotonic()
-            results = asyncio.run(load([server.url], args.runs))
+            results = asyncio.run(load([server.url], args.runs, at_once=args.concurrent))
             print(summary("sqlite, 1 process", results, time.monotonic() - started), flush=True)
         with PostgresServer() as postgres:
             for count in counts:
                 database = postgres.database(f"bench_{count}")
-                options = ("--max-running", str(args.concurrent), "--max-live-kernels", str(args.concurrent),
-                           "--drain-grace", "0")
+                share = str(-(-args.concurrent // count))
+                options = ("--max-running", share, "--max-live-kernels", share, "--drain-grace", "0")
                 folder = Path(data) / f"pg{count}"
                 with contextlib.ExitStack() as stack:
                     up = [stack.enter_context(Replica(folder, model.base_url, database=database, options=options))
                           for _ in range(count)]
                     started = time.monotonic()
-                    results = asyncio.run(load([r.url for r in up], args.runs, key="replica-key"))
+                    results = asyncio.run(load([r.url for r in up], args.runs, key="replica-key",
+                                               at_once=args.concurrent))
                     print(summary(f"postgresql, {count} replica(s)", results, time.monotonic() - started), flush=True)
             takeover(postgres, model, Path(data) / "takeover", args.lease_ttl)
     print(f"kernels left: {len(our_kernel_pids())}")
@@ -155,7 +166,9 @@ def takeover(postgres: PostgresServer, model: OpenAIServer, data: Path, ttl: flo
                 break
             time.sleep(0.05)
         accepted = time.monotonic() - killed
-        answered = follow(b.client, response.json()["id"])[-1][1]["run"]["answer"]
+        assert response.status_code == 201, response.text
+        closing = follow(b.client, response.json()["id"])[-1][1]
+        answered = closing["run"]["answer"] if closing["event"] == "finished" else f"no answer: {closing}"
         took = time.monotonic() - killed
         kernels_gone = not kernels_of(a.pid)
     verdict = "met" if took <= ttl + 2 else "MISSED"

@@ -206,11 +206,15 @@ THROUGH_THE_DOOR = {
         "stage_recorded": "makes the workspace folder; describes private copies it read through the door",
     },
     "notebook/claims.py": {},
-    "server/store.py": {
-        # Each of these touches the data dir's own records (thread.json, run.json, uploads), which no kernel
-        # sees; the only workspace access (move_records_out) goes through the door.
-        name: "the service's own records beside the workspaces" for name in (
-            "__init__", "_make_layout", "prepare", "_place_file", "write")
+    "server/store.py": {"__init__": "resolves the data dir itself"},  # move_records_out goes through the door
+    "server/blobs.py": {
+        # The data dir's own bytes: uploads (which no kernel sees), and whole thread folders made or removed
+        # by name; nothing inside a workspace is read or written here.
+        "make_layout": "makes the data dir's own top folders",
+        "put_file": "moves a spooled upload into the store's own files folder",
+        "remove_file": "removes an upload's own folder",
+        "prepare": "makes the workspace folder itself, the host's choice",
+        "remove_thread": "removes a deleted thread's folder (rmtree never follows a link in it)",
     },
     "mcp/files.py": {},
     "mcp/server.py": {"_new": "makes a client's workspace folder itself"},

@@ -68,6 +68,7 @@ def test_metrics_start_at_zero(server: ServiceServer) -> None:
     seen = samples(server.url)
     assert seen[("kernel_agent_runs", (("status", "completed"),))] == 0
     assert seen[("kernel_agent_live_kernels", ())] == 0
+    assert seen[("kernel_agent_starting_runs", ())] == 0 and seen[("kernel_agent_pending_writes", ())] == 0
     assert seen[("kernel_agent_lease_takeovers_total", ())] == 0
     assert seen[("kernel_agent_model_latency_seconds_count", ())] == 0
 
@@ -84,7 +85,7 @@ def test_metrics_count_runs_kernels_and_model_replies(server: ServiceServer, ope
     assert seen[("kernel_agent_runs", (("status", "completed"),))] == 1
     assert seen[("kernel_agent_runs", (("status", "running"),))] == 0
     assert seen[("kernel_agent_live_kernels", ())] == 1  # the thread keeps its kernel for a follow-up
-    assert seen[("kernel_agent_running_runs", ())] == 0
+    assert seen[("kernel_agent_running_runs", ())] == 0 and seen[("kernel_agent_starting_runs", ())] == 0
     assert seen[("kernel_agent_model_latency_seconds_count", ())] == 2  # one reply with code, one answer
 
 

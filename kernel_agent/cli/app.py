@@ -1,7 +1,7 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``plan``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install``.
+"""The ``kernel-agent`` commands (click): ``run``, ``plan``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install`` (``keys`` is in ``keys.py``).
 
 Each command reads its options, calls the library, renders with ``render``
-or ``show``, and translates errors at the edge (``_edge``): ``ConfigError``,
+or ``show``, and translates errors at the edge (``edge.py``): ``ConfigError``,
 ``DataFileError`` and ``NotebookError`` exit 2 with their message, a
 ``ModelError`` or ``KernelError`` exits 1, never with a traceback. Exit
 codes of runs come from ``drive``: 0 answer, 1 no answer, 130 Ctrl-C,
@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,9 +25,12 @@ import click
 
 from .._version import __version__
 from ..agent.names import DATA_FORMATS, PROTOCOLS
-from ..errors import ConfigError, KernelAgentError, NotebookError
+from ..errors import ConfigError
 from ..redact import read_secret
-from .drive import EXIT_INTERRUPTED, EXIT_USAGE, Job
+from .drive import EXIT_USAGE, Job
+from .edge import Failure
+from .edge import edge as _edge
+from .keys import keys as _keys
 from .logs import hide_in_logs, install_log_handler
 
 if TYPE_CHECKING:
@@ -51,28 +53,6 @@ The key: prefer --api-key-file FILE (or --api-key-stdin, or OPENAI_API_KEY) to
 --api-key, which every user of this machine can read from the process list.
 It never reaches the kernel, the notebook, the events or the log.
 """
-
-
-class Failure(click.ClickException):
-    """An expected failure: ``Error: <message>`` on stderr and ``exit_code``, no traceback."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-@contextmanager
-def _edge() -> Iterator[None]:
-    """Translate library errors into exit codes and plain messages."""
-    try:
-        yield
-    except (ConfigError, NotebookError) as exc:  # DataFileError is a ConfigError
-        raise Failure(str(exc), EXIT_USAGE) from None
-    except KernelAgentError as exc:  # ModelError, KernelError: the machinery failed, not the user
-        raise Failure(str(exc), 1) from None
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
 
 
 def _model_options(function: F) -> F:
@@ -436,7 +416,7 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8200, show_default=True, help="Port to listen on.")
 @click.option("--data-dir", "--workspace-root", "data_dir", default="kernel-agent-data", show_default=True, metavar="DIR", help="Where uploads, thread workspaces, notebooks and run records live.")
-@click.option("--keys-file", "--key-file", "keys_file", metavar="FILE", help="Service keys, one a line [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated].")
+@click.option("--keys-file", "--key-file", "keys_file", metavar="FILE", help="Service keys, one a line, imported (hashed) into the database at start; `kernel-agent keys` manages them there [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated].")
 @click.option("--no-auth", is_flag=True, help="Serve without keys (allowed only on a loopback address).")
 @click.option("--max-running", type=click.IntRange(min=1), default=4, show_default=True, help="Runs executing at once; more get 429.")
 @click.option("--max-live-kernels", type=click.IntRange(min=1), default=8, show_default=True, help="Thread kernels kept alive at once (the idlest is shut down).")
@@ -465,12 +445,12 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
     with _edge():
         arguments = _agent_arguments(options)
         keys = frozenset() if no_auth else load_keys(keys_file)
+        stored = bool(keys) or no_auth or _stored_keys(database, data_dir, host if demo else None)
         if demo:
-            from .._net import is_loopback
             from .demo import demo_serve
 
             agent = demo_serve(arguments)
-            no_auth = no_auth or (not keys and is_loopback(host))
+            no_auth = no_auth or not stored  # on loopback: _stored_keys let it through
         elif not AgentConfig.resolve(**arguments).model:  # bad options fail now, not on every request
             raise ConfigError(NO_MODEL_HELP)
         else:
@@ -527,6 +507,20 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
         serve(mcp_options, _session_builder(kernel_options))
 
 
+def _stored_keys(database: str | None, data_dir: str, loopback_demo: str | None) -> bool:
+    """True when the service's database holds an active key. Raises ``ConfigError`` when it holds none
+    (unless ``loopback_demo`` is a loopback host: the demo there needs no key)."""
+    from .._net import is_loopback
+    from ..server.config import NO_KEY_HELP
+    from .keys import active_keys
+
+    if active_keys(database, data_dir):
+        return True
+    if loopback_demo is not None and is_loopback(loopback_demo):
+        return False
+    raise ConfigError(NO_KEY_HELP)
+
+
 def _session_builder(kernel_options: dict[str, Any]) -> Callable[[Path], Any]:
     """A connection's kernel session with ``kernel_options``; the kernel modules load on the first
     build, after the MCP server is up (it answers ``initialize`` without them)."""
@@ -580,6 +574,9 @@ def kernelspec_install(user: bool, prefix: str | None) -> None:
     with _edge():
         where = install_kernelspec(user=user, prefix=prefix)
     click.echo(f"installed the kernel-agent kernelspec in {where}")
+
+
+cli.add_command(_keys)
 
 
 def main(argv: list[str] | None = None) -> None:

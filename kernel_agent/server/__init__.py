@@ -1,8 +1,9 @@
 """``kernel-agent serve``: the HTTP service (FastAPI on uvicorn) and its web page (``static/``).
 
-``config`` (settings and keys), ``store`` (records in the database, blobs on disk), ``threads`` (a
-thread's live kernel, a run's events), ``service`` (runs and threads of many
-owners), ``app`` (the native HTTP API and the page), ``compat`` (the
+``config`` (settings), ``keys`` (service keys, hashed, in the database), ``store`` (records in the
+database), ``blobs`` (the bytes on disk), ``threads`` (a thread's live kernel, a run's events),
+``runtimes`` (the kernels alive on this replica), ``executor`` (a run's execution), ``service`` (runs
+and threads of many owners), ``app`` (the native HTTP API and the page), ``compat`` (the
 DeepAnalyze/OpenAI-compatible routes). Importing this package does not import
 FastAPI; ``create_app`` does.
 """

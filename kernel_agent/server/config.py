@@ -1,11 +1,13 @@
 """The service's settings: ``ServerConfig`` and where its keys come from.
 
 Precedence as everywhere in kernel-agent: explicit argument > environment
-variable > default. Service keys come from ``--keys-file`` (one key a line,
-``#`` comments) or ``KERNEL_AGENT_SERVER_KEYS`` (comma-separated); without
-any the server refuses to start unless auth is off, which is allowed only on
-a loopback address. Keys are never logged, echoed or stored: a client is
-known by a hash of its key (``owner_of``).
+variable > default. Service keys live in the database (``keys.py``: only their
+hashes; ``kernel-agent keys add/list/revoke``); keys from ``--keys-file`` (one
+a line, ``#`` comments) or ``KERNEL_AGENT_SERVER_KEYS`` (comma-separated) are
+imported there at start. Without an active key the server refuses to start
+unless auth is off, which is allowed only on a loopback address. Keys are
+never logged, echoed or stored: a client is known by a hash of its key
+(``owner_of``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Any
 from .._net import is_loopback
 from ..errors import ConfigError
 
-__all__ = ["KEYS_VARIABLE", "ServerConfig", "load_keys", "owner_of"]
+__all__ = ["KEYS_VARIABLE", "NO_KEY_HELP", "ServerConfig", "key_hash", "load_keys", "owner_of"]
 
 KEYS_VARIABLE = "KERNEL_AGENT_SERVER_KEYS"
 NO_AUTH_OWNER = "local"
+NO_KEY_HELP = (f"the service needs at least one key: `kernel-agent keys add`, or set {KEYS_VARIABLE} (comma-separated) "
+               "or pass --keys-file FILE; or pass --no-auth to serve without keys on a loopback address")
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,8 @@ class ServerConfig:
     """How the service runs.
 
     data_dir: where files, threads (workspaces, notebooks) and runs live.
-    keys: the bearer keys clients may send (empty with ``auth=False`` only).
+    keys: bearer keys to import into the database's keys at start (``--keys-file``, the
+        environment); the service refuses to start with auth on and no active key there.
     auth: False serves everyone as one owner (loopback only; see ``check_host``).
     agent: ``AsyncAgent`` keyword arguments for every thread's agent (model,
         base_url, api_key, protocol, max_rounds, exec_timeout, sandbox, ...);
@@ -69,11 +74,6 @@ class ServerConfig:
     drain_grace: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.auth and not self.keys:
-            raise ConfigError(
-                f"the service needs at least one key: set {KEYS_VARIABLE} (comma-separated) or pass "
-                "--keys-file FILE; or pass --no-auth to serve without keys on a loopback address"
-            )
         if self.max_running < 1 or self.max_threads_live < 1:
             raise ConfigError("max_running and max_threads_live must be at least 1")
         if not 0 <= self.pool_size <= self.max_threads_live:
@@ -114,8 +114,14 @@ def check_host(host: str, auth: bool) -> None:
         raise ConfigError(f"--no-auth is allowed only on a loopback address (127.0.0.1, ::1), not {host}")
 
 
+def key_hash(key: str) -> str:
+    """The hex SHA-256 of ``key``: what the database keeps instead of the key."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 def owner_of(key: str | None) -> str:
-    """The stable, non-secret name of a key's owner (a hash prefix); ``local`` without auth."""
+    """The stable, non-secret name of a key's owner, which is also the key's id in the database
+    (``key-`` and 16 hex digits of its hash); ``local`` without auth."""
     if key is None:
         return NO_AUTH_OWNER
-    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    return "key-" + key_hash(key)[:16]

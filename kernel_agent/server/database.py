@@ -1,8 +1,9 @@
 """The service's database: which one (a URL), its tables, and its migrations (Alembic).
 
 Owns the engine (SQLAlchemy 2, async: aiosqlite for the embedded SQLite default, asyncpg for
-PostgreSQL), the schema the migrations in ``migrations/versions`` build (records, events, leases, gateway kernels), bringing a database up to
-date (``migrate``) and telling whether it is (``readiness``). Nothing about records or HTTP.
+PostgreSQL), the schema the migrations in ``migrations/versions`` build (records, events, leases,
+gateway kernels, service keys), bringing a database up to date (``migrate``) and telling whether it
+is (``readiness``). Nothing about records or HTTP.
 
 A record is stored whole as its JSON (``body``) beside the columns it is looked up by, so a field
 added to a record needs no migration; events are rows keyed by (run, position).
@@ -29,7 +30,7 @@ __all__ = ["DATABASE_FILE", "HEAD", "database_url", "engine_for", "migrate", "re
            "upsert"]
 
 DATABASE_FILE = "kernel-agent.db"  # the embedded default, under the data dir
-HEAD = "0003"  # the newest migration in migrations/versions
+HEAD = "0004"  # the newest migration in migrations/versions
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
 _MIGRATION_LOCK = 7_280_028  # a PostgreSQL advisory lock: one replica migrates at a time
@@ -51,6 +52,9 @@ tables = {
                     Column("holder", String(100), nullable=False), Column("expires_at", Float, nullable=False)),
     "kernels": Table("kernels", metadata, Column("thread_id", String(100), primary_key=True),
                      Column("kernel_id", String(100), nullable=False), Column("holder", String(100), nullable=False)),
+    "keys": Table("keys", metadata, Column("id", String(100), primary_key=True),
+                  Column("hash", String(64), nullable=False, unique=True), Column("name", String(200), nullable=False),
+                  Column("created_at", Float, nullable=False), Column("revoked_at", Float, nullable=True)),
 }
 
 

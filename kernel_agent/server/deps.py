@@ -20,17 +20,16 @@ __all__ = ["Owner", "fresh", "owner", "public", "service_of"]
 
 
 async def owner(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    """The caller's owner name from ``Authorization: Bearer KEY``. Raises ``ServiceError`` 401.
-
-    ``async`` though it never waits: FastAPI runs a plain function dependency in a worker thread,
-    a thread hop on every request (a sixth of the service loop's time under the load bench)."""
+    """The caller's owner name from ``Authorization: Bearer KEY``, an active key of the database's
+    (``keys.Keys.owner``). Raises ``ServiceError`` 401, or 503 when the database cannot say."""
     config: ServerConfig = request.app.state.config
     if not config.auth:
         return owner_of(None)
     scheme, _, key = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or key.strip() not in config.keys:
+    found = await service_of(request).keys.owner(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+    if found is None:
         raise ServiceError("a valid service key is needed: send Authorization: Bearer KEY", status=401)
-    return owner_of(key.strip())
+    return found
 
 
 Owner = Annotated[str, Depends(owner)]

@@ -6,6 +6,10 @@ never both hold one) and finding the runs whose executor stopped renewing (``orp
 is held from a run's start until its records are committed at its end; a replica that loses one
 (it renewed too late, another took it) must stop the run and write nothing more of it. Expiry is
 wall-clock time, so replicas' clocks must agree (NTP) to well within the lease's length.
+
+Within one replica the database cannot tell a run's lease from a sweep's (same holder), so both take
+it under that thread's ``guard``: a sweep's take, mark and release never interleaves with a run's
+start (a release there would drop the lease the new run just took, and the run would stop as lost).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Callable
 
 from sqlalchemy import and_, delete, or_, select
@@ -36,9 +41,17 @@ class Leases:
         self.engine = engine
         self.holder = holder
         self.ttl = ttl
+        self._guards: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def __repr__(self) -> str:
         return f"<Leases {self.holder} ttl={self.ttl}>"
+
+    def guard(self, thread_id: str) -> asyncio.Lock:
+        """This replica's lock on the thread's lease (see the module's docstring); forgotten once unused."""
+        lock = self._guards.get(thread_id)
+        if lock is None:
+            lock = self._guards[thread_id] = asyncio.Lock()
+        return lock
 
     async def take(self, thread_id: str) -> bool:
         """Take (or renew) the thread's lease: True when this replica holds it now, False when another

@@ -1,7 +1,7 @@
 """What the service tells Prometheus: ``Metrics`` (a registry of its own per service) and its text.
 
 Owns the metric names and how each is measured; nothing else. Gauges that describe state (runs by
-status, live kernels, runs executing, writes not yet committed) are read from the service when
+status, live kernels, runs executing or about to, writes not yet committed) are read from the service when
 scraped, so they can never drift; what happens over time (lease takeovers, the model's latency) is
 counted as it happens. The service calls ``model_replied``; the HTTP layer serves ``exposition()``.
 """
@@ -23,7 +23,7 @@ _LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 class Metrics:
     """The service's metrics. ``state`` is called at each scrape and returns the current values:
-    ``runs`` (status → count), ``live_kernels``, ``running``, ``pending_writes``."""
+    ``runs`` (status → count), ``live_kernels``, ``running``, ``starting``, ``pending_writes``."""
 
     def __init__(self, state: Callable[[], dict[str, Any]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -55,5 +55,8 @@ class _State(Collector):
                                 value=now["live_kernels"])
         yield GaugeMetricFamily("kernel_agent_running_runs", "Runs executing on this replica (the queue "
                                 "that --max-running caps).", value=now["running"])
+        yield GaugeMetricFamily("kernel_agent_starting_runs", "Runs let in and not executing yet (making room for "
+                                "their kernel, taking their lease): this replica's queue; over --max-running, "
+                                "429.", value=now["starting"])
         yield GaugeMetricFamily("kernel_agent_pending_writes", "Record writes queued and not yet committed.",
                                 value=now["pending_writes"])

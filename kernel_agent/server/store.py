@@ -1,7 +1,8 @@
 """The service's state: uploaded files, threads, runs and each run's events, in a SQL database.
 
-Owns the records' life in the database (``database.py`` says which one and migrates it) and the
-layout of the blobs under the data dir, which stay files (``Blobs``)::
+Owns the records' life in the database (``database.py`` says which one and migrates it); the bytes
+under the data dir stay files, laid out, written and removed by ``Blobs`` (``blobs.py``), which the
+store extends with the records::
 
     DATA/kernel-agent.db                         the embedded database (unless --database names another)
     DATA/files/<file-id>/<name>                  an upload under its (sanitised) file name
@@ -24,7 +25,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,15 +37,15 @@ from .._loop import in_thread
 from ..errors import KernelAgentError
 from ..kernel.door import Door
 from . import legacy
+from .blobs import NOTEBOOK, Blobs
 from .database import database_url, engine_for, migrate, readiness, row_of, safe_url, tables, upsert
 from .notify import EVENTS, RECORDS, Listener, announce
 from .records import FileRecord, RunRecord, ThreadRecord
 
-__all__ = ["NOTEBOOK", "Blobs", "Store", "new_id"]
+__all__ = ["NOTEBOOK", "Store", "new_id"]
 
 log = logging.getLogger(__name__)
 
-NOTEBOOK = "analysis.ipynb"  # a thread's notebook, in its folder beside the workspace
 _BATCH = 256  # writes committed in one transaction at most
 POLL_S = 1.0  # how often a follower looks for new events when no notification wakes it
 
@@ -61,27 +61,6 @@ def new_id(prefix: str) -> str:
 
 def _safe_id(value: str) -> bool:
     return bool(value) and all(c.isalnum() or c in "-_" for c in value) and len(value) < 100
-
-
-class Blobs:
-    """Where the bytes live: uploads, notebooks and workspaces, as files under one (shared) folder.
-    The one place that knows the layout, so another home for uploads and notebooks (an object store)
-    replaces this class, not its callers."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def file_dir(self, file_id: str) -> Path:
-        return self.root / "files" / file_id
-
-    def thread_dir(self, thread_id: str) -> Path:
-        return self.root / "threads" / thread_id
-
-    def workspace(self, thread_id: str) -> Path:
-        return self.thread_dir(thread_id) / "workspace"
-
-    def notebook(self, thread_id: str) -> Path:
-        return self.thread_dir(thread_id) / NOTEBOOK
 
 
 class Store(Blobs):
@@ -120,7 +99,7 @@ class Store(Blobs):
         """Make the layout, migrate the database, import a JSON data dir once, read every record.
         Raises ``ConfigError`` when the database cannot be reached or migrated."""
         self._loop = asyncio.get_running_loop()
-        await in_thread(self._make_layout)
+        await in_thread(self.make_layout)
         await migrate(self.url)
         self._engine = engine_for(self.url)
         await legacy.import_once(self.engine, self.root)
@@ -137,10 +116,6 @@ class Store(Blobs):
     def shared(self) -> bool:
         """True on a database other replicas may share (PostgreSQL), where records change elsewhere."""
         return self.url.get_backend_name() == "postgresql"
-
-    def _make_layout(self) -> None:
-        for part in ("files", "threads", "tmp"):
-            (self.root / part).mkdir(parents=True, exist_ok=True)
 
     async def flush(self) -> None:
         """Wait until every queued write is committed. Raises what the last write raised."""
@@ -234,10 +209,6 @@ class Store(Blobs):
         self._enqueue(write, record.id)
 
     # ----------------------------------------------------------------- paths
-    def prepare(self, thread_id: str, run_id: str) -> None:
-        """Make a run's workspace before its kernel needs it (blocking)."""
-        self.workspace(thread_id).mkdir(parents=True, exist_ok=True)
-
     def move_records_out(self) -> int:
         """Copy each thread's notebooks out of its workspace (where earlier servers kept them) to beside
         it; return how many (blocking). Read through the door: a link there leads nowhere."""
@@ -258,15 +229,12 @@ class Store(Blobs):
     # ----------------------------------------------------------------- files
     async def add_file(self, record: FileRecord, content: Path) -> None:
         """Move the uploaded ``content`` (a temp file on the same disk) into place, then commit its record."""
-        await in_thread(_place_file, self.file_dir(record.id), content, record.filename)
+        await in_thread(self.put_file, record, content)
         self._save(self._files, record, "files")
         await self.flush()
 
     def file(self, file_id: str) -> FileRecord | None:
         return self._files.get(file_id) if _safe_id(file_id) else None
-
-    def file_content(self, record: FileRecord) -> Path:
-        return self.file_dir(record.id) / record.filename
 
     def files(self) -> list[FileRecord]:
         return _ordered(self._files)
@@ -274,12 +242,11 @@ class Store(Blobs):
     def delete_file(self, record: FileRecord) -> None:
         """Forget the file at once; its row, then its bytes, go behind (a half-deleted file is simply gone)."""
         self._files.pop(record.id, None)
-        folder = self.file_dir(record.id)
 
         async def write(connection: AsyncConnection) -> None:
             await connection.execute(delete(tables["files"]).where(tables["files"].c.id == record.id))
             await announce(connection, RECORDS, f"files:{record.id}")
-            await in_thread(shutil.rmtree, folder, ignore_errors=True)
+            await in_thread(self.remove_file, record.id)
 
         self._enqueue(write, record.id)
 
@@ -298,7 +265,7 @@ class Store(Blobs):
         self._threads.pop(record.id, None)
         for run_id in record.runs:
             self._runs.pop(run_id, None)
-        folder, runs = self.thread_dir(record.id), list(record.runs)
+        runs = list(record.runs)
 
         async def write(connection: AsyncConnection) -> None:
             await connection.execute(delete(tables["threads"]).where(tables["threads"].c.id == record.id))
@@ -307,7 +274,7 @@ class Store(Blobs):
             await announce(connection, RECORDS, f"threads:{record.id}")
             for run_id in runs:
                 await announce(connection, RECORDS, f"runs:{run_id}")
-            await in_thread(shutil.rmtree, folder, ignore_errors=True)
+            await in_thread(self.remove_thread, record.id)
 
         self._enqueue(write, record.id)
 
@@ -405,11 +372,6 @@ async def _all(connection: AsyncConnection, name: str, kind: type[R]) -> dict[st
         record = kind.model_validate_json(body)
         records[record.id] = record
     return records
-
-
-def _place_file(folder: Path, content: Path, filename: str) -> None:
-    folder.mkdir(parents=True, exist_ok=False)
-    os.replace(content, folder / filename)
 
 
 def _ordered(records: dict[str, R]) -> list[R]:

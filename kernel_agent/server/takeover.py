@@ -94,19 +94,23 @@ class Sweeper:
         """Take over every orphaned run now; return how many."""
         taken = 0
         for run_id, thread_id in await self.leases.orphans():
-            if self.busy(thread_id) or not await self.leases.take(thread_id):
-                continue
-            try:
-                await self.store.refresh("runs", run_id)
-                await self.store.refresh("threads", thread_id)
-                run = self.store.run(run_id)
-                if run is None or run.status not in _OPEN:
-                    continue
-                await interrupt(self.store, run, ORPHANED)
-                taken += 1
-                self.metrics.takeovers.inc()
-                log.warning("took over run %s of thread %s: marked interrupted", run_id, thread_id,
-                            extra={"run_id": run_id, "thread_id": thread_id})
-            finally:
-                await self.leases.release(thread_id)
+            async with self.leases.guard(thread_id):  # a run of this thread starting here waits, or is seen busy
+                taken += await self._take_over(run_id, thread_id)
         return taken
+
+    async def _take_over(self, run_id: str, thread_id: str) -> int:
+        if self.busy(thread_id) or not await self.leases.take(thread_id):
+            return 0
+        try:
+            await self.store.refresh("runs", run_id)
+            await self.store.refresh("threads", thread_id)
+            run = self.store.run(run_id)
+            if run is None or run.status not in _OPEN:
+                return 0
+            await interrupt(self.store, run, ORPHANED)
+            self.metrics.takeovers.inc()
+            log.warning("took over run %s of thread %s: marked interrupted", run_id, thread_id,
+                        extra={"run_id": run_id, "thread_id": thread_id})
+            return 1
+        finally:
+            await self.leases.release(thread_id)

@@ -1,0 +1,40 @@
+"""The CLI's edge: library errors become plain messages and exit codes (``edge``), never tracebacks.
+
+``ConfigError``, ``DataFileError`` and ``NotebookError`` exit 2 with their message; a ``ModelError``
+or ``KernelError`` exits 1; Ctrl-C exits 130. Every command wraps its library calls in ``edge()``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+
+from ..errors import ConfigError, KernelAgentError, NotebookError
+from .drive import EXIT_INTERRUPTED, EXIT_USAGE
+
+__all__ = ["Failure", "edge"]
+
+
+class Failure(click.ClickException):
+    """An expected failure: ``Error: <message>`` on stderr and ``exit_code``, no traceback."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextmanager
+def edge() -> Iterator[None]:
+    """Translate library errors into exit codes and plain messages."""
+    try:
+        yield
+    except (ConfigError, NotebookError) as exc:  # DataFileError is a ConfigError
+        raise Failure(str(exc), EXIT_USAGE) from None
+    except KernelAgentError as exc:  # ModelError, KernelError: the machinery failed, not the user
+        raise Failure(str(exc), 1) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)

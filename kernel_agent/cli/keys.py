@@ -1,0 +1,98 @@
+"""``kernel-agent keys add/list/revoke``: the service keys in the database every replica shares.
+
+A thin front end on ``server.keys``: a new key is printed once, on stdout, and kept nowhere (the
+database holds its hash); ``list`` and ``revoke`` name keys by their id (``key-…``, the owner name the
+service's logs and records use). The database is ``--database`` (or ``KERNEL_AGENT_DATABASE``), else
+the embedded SQLite file under ``--data-dir``, as for ``serve``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from .edge import edge
+
+__all__ = ["active_keys", "keys"]
+
+T = TypeVar("T")
+
+_WHERE = (
+    click.option("--data-dir", "data_dir", default="kernel-agent-data", show_default=True, metavar="DIR",
+                 help="The service's data dir (its embedded database, unless --database names another)."),
+    click.option("--database", envvar="KERNEL_AGENT_DATABASE", metavar="URL",
+                 help="The service's database: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
+                      "[default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db]."),
+)
+
+
+def _where(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_WHERE):
+        command = option(command)
+    return command
+
+
+def _on_keys(database: str | None, data_dir: str, work: Callable[[Any], Awaitable[T]]) -> T:
+    """``work(keys)`` on the database's keys (migrated first), then the engine disposed."""
+    from ..server.database import database_url
+    from ..server.keys import open_keys
+
+    async def main() -> T:
+        store, engine = await open_keys(database_url(database, data_dir))
+        try:
+            return await work(store)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(main())
+
+
+def active_keys(database: str | None, data_dir: str) -> int:
+    """How many active keys the service's database holds (for ``serve``'s start-up check)."""
+    return _on_keys(database, data_dir, lambda keys: keys.active())
+
+
+@click.group()
+def keys() -> None:
+    """Manage the service keys (hashes in the service's database; every replica sees the same)."""
+
+
+@keys.command("add")
+@click.option("--name", default="", metavar="TEXT", help="What the key is for (shown by `keys list`).")
+@_where
+def keys_add(name: str, database: str | None, data_dir: str) -> None:
+    """Make a new key and print it, this once: the database keeps only its hash."""
+    with edge():
+        record, key = _on_keys(database, data_dir, lambda store: store.add(name))
+    click.echo(f"added {record.id}{f' ({name})' if name else ''}; clients send Authorization: Bearer KEY. "
+               "The key is shown this once:", err=True)
+    click.echo(key)
+
+
+@keys.command("list")
+@_where
+def keys_list(database: str | None, data_dir: str) -> None:
+    """List the keys: id, state, when made, name (never the keys)."""
+    with edge():
+        records = _on_keys(database, data_dir, lambda store: store.list())
+    for record in records:
+        state = "active" if record.active else f"revoked {_when(record.revoked_at)}"
+        click.echo(f"{record.id}  {state:<28}  {_when(record.created_at)}  {record.name}".rstrip())
+
+
+@keys.command("revoke")
+@click.argument("key_id", metavar="KEY-ID")
+@_where
+def keys_revoke(key_id: str, database: str | None, data_dir: str) -> None:
+    """Revoke a key by its id (from `keys list`): every replica refuses it from then on."""
+    with edge():
+        _on_keys(database, data_dir, lambda store: store.revoke(key_id))
+    click.echo(f"revoked {key_id}")
+
+
+def _when(stamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stamp or 0)) + " UTC"
