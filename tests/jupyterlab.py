@@ -30,6 +30,15 @@ from nbformat.v4 import new_code_cell, new_notebook
 _START_S = 90.0  # bound on JupyterLab's start on a loaded 2-core machine
 
 
+def saved_cells(path: Path) -> list[dict[str, Any]] | None:
+    """The cells of the notebook Jupyter saved at ``path``; None while a save is under way (Jupyter's
+    atomic writing keeps a backup and writes the file in place, so a reader can see it empty or cut)."""
+    try:
+        return json.loads(path.read_text())["cells"]
+    except (ValueError, KeyError):
+        return None
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

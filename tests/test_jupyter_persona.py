@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import nbformat
 import pytest
-from jupyterlab import JupyterLab, start_jupyterlab, stop_jupyterlab
+from jupyterlab import JupyterLab, saved_cells, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
 from ydoc_client import notebook_cells, shared_document, until
 
@@ -96,8 +96,9 @@ def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equ
                 assert cells[-1]["metadata"]["kernel_agent"]["role"] == "answer" and "60" in cells[-1]["source"]
 
                 def saved_equals_document() -> bool:
-                    on_disk = json.loads((lab.root / "analysis.ipynb").read_text())["cells"]
-                    return [_comparable(c) for c in on_disk] == [_comparable(c) for c in notebook_cells(notebook)]
+                    on_disk = saved_cells(lab.root / "analysis.ipynb")
+                    return on_disk is not None and \
+                        [_comparable(c) for c in on_disk] == [_comparable(c) for c in notebook_cells(notebook)]
 
                 await until(saved_equals_document, 30, "the saved notebook to equal the document")
                 assert SECRET not in (lab.root / "analysis.ipynb").read_text()
