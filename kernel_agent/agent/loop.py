@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -227,13 +227,17 @@ class AsyncAgent:
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
         await in_thread(self._check_kernel)  # before any model call
-        # Checked and copied now, off the loop; described while the kernel runs the setup cell (``_begin``).
+        # Checked and copied now, off the loop; described while the kernel starts and runs its setup cell.
         files = await asyncio.to_thread(prepare_data, list(data), root, described=False)
-        async with self._session_factory(root) as session:
-            live = await self._begin(session, task, files, root, notebook_path, setup)
-            async with aclosing(self._drive(live)) as events:  # closing this stream stops the code too
-                async for event in events:
-                    yield event
+        described = asyncio.ensure_future(_described(files))
+        try:
+            async with self._session_factory(root) as session:
+                live = await self._begin(session, task, files, root, notebook_path, setup, described)
+                async with aclosing(self._drive(live)) as events:  # closing this stream stops the code too
+                    async for event in events:
+                        yield event
+        finally:
+            described.cancel()  # a kernel that would not start: the description is not wanted (no-op when done)
 
     async def resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
@@ -348,7 +352,7 @@ class AsyncAgent:
     # ----------------------------------------------------------------- the loop
     async def _begin(
         self, session: Kernel, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
-        extra_setup: str,
+        extra_setup: str, described: Awaitable[tuple[DataFile, ...] | DataFileError],
     ) -> _Live:
         names = [f.name for f in files]
         language = language_of(session.kernel_info.get("language_info"))
@@ -359,15 +363,16 @@ class AsyncAgent:
         put = session.files.put([root / f.name for f in files])  # the kernel's copies (a pooled kernel's folder)
         if extra_setup:  # it may load its variables from the data files: they must be there first
             await put
-        # While the kernel runs the setup cell, this process is idle: describe the data files and compile the
-        # notebook validator then, and copy the data files in when the cell only names them (the preload never
-        # opens them). A file that cannot be described is raised once the cell is done (nothing left running).
-        setup, _, described, *_ = await asyncio.gather(
+        # While the kernel runs the setup cell, this process is idle: finish describing the data files (begun
+        # as the kernel started) and compile the notebook validator then, and copy the data files in when the
+        # cell only names them (the preload never opens them). A file that cannot be described is raised
+        # once the cell is done (nothing left running).
+        setup, _, summarised, *_ = await asyncio.gather(
             session.execute(setup_code, _setup_timeout(self.config.exec_timeout)), asyncio.to_thread(warm_up),
-            _described(files), *([] if extra_setup else [put]))
-        if isinstance(described, DataFileError):
-            raise described
-        files = described
+            described, *([] if extra_setup else [put]))
+        if isinstance(summarised, DataFileError):
+            raise summarised
+        files = summarised
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
