@@ -33,6 +33,7 @@ from pathlib import Path
 from bench_agent import _through_agent, side_by_side
 from report import Row, median, p95
 
+from kernel_agent.agent.loop import warm_host
 from kernel_agent.kernel.pool import KernelPool
 from kernel_agent.kernel.session import AsyncKernelSession
 
@@ -167,8 +168,8 @@ def analysis(quick: bool) -> list[Row]:
 
 
 async def _warm_run(csv: Path, workspace: Path) -> tuple[float, list[float], list[str]]:
-    async with KernelPool(size=1) as kernels:
-        await kernels.wait_ready()
+    async with KernelPool(size=1) as kernels:  # warm as `serve --pool` is: its kernels and this process
+        await asyncio.gather(kernels.wait_ready(), asyncio.to_thread(warm_host))
         return await _through_agent(csv, workspace, kernels.acquire)
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -438,3 +439,12 @@ def test_line_counts_are_exact_across_chunks_and_extrapolated_past_the_limit(
     monkeypatch.setattr(reading, "COUNT_BYTES", 1 << 20)
     count, exact = reading.count_lines(ended, ended.stat().st_size)
     assert not exact and abs(count - 60_000) < 600
+
+
+def test_warming_the_host_twice_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernel_agent.agent.loop import warm_host
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    warm_host()
+    warm_host()
+    assert list(tmp_path.iterdir()) == []

@@ -204,6 +204,7 @@ THROUGH_THE_DOOR = {
         "_install": "stats the user's own input file; the copy goes through the door",
         "prepare_data": "makes the workspace folder itself, the host's choice, before the copies",
         "stage_recorded": "makes the workspace folder; describes private copies it read through the door",
+        "warm_describer": "writes a sample table in a private temp folder, which no kernel sees",
     },
     "notebook/claims.py": {},
     "server/store.py": {"__init__": "resolves the data dir itself"},  # move_records_out goes through the door

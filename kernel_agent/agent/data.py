@@ -47,6 +47,7 @@ __all__ = [
     "prepare_data",
     "stage_recorded",
     "summarize",
+    "warm_describer",
 ]
 
 MAX_SECTION_CHARS = 24_000  # the whole "# Data" section
@@ -113,6 +114,18 @@ def describe_files(files: Sequence[DataFile]) -> tuple[DataFile, ...]:
     source as ``summarize`` reads a user-named path (checked again: never the workspace's copy, which a
     kernel may already reach). Raises ``DataFileError`` for a file that cannot be read as its kind says."""
     return tuple(replace(f, summary=summarize(f.source)) for f in files)
+
+
+def warm_describer() -> None:
+    """Describe a small table once, so this process's first run does not pay pandas' first parse and
+    the date sniffing's first use (~60-100 ms). Blocking (call it in a thread); raises nothing."""
+    with tempfile.TemporaryDirectory(prefix="kernel-agent-warm-") as folder:
+        sample = Path(folder) / "warm.csv"
+        sample.write_text("day,region,value\n2024-01-31,north,1.5\n2024-02-29,south,2.5\n")
+        try:
+            describe(sample)
+        except KernelAgentError:  # a warm-up: the run that follows says what is wrong, if anything
+            pass
 
 
 def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) -> tuple[DataFile, ...]:

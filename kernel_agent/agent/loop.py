@@ -53,7 +53,7 @@ from ..notebook.writer import RunWriter
 from ..records import Round, Run, RunInfo, Usage
 from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, describe_files, prepare_data, stage_recorded
+from .data import DataFile, data_summary, describe_files, prepare_data, stage_recorded, warm_describer
 from .languages import PYTHON, Language, language_of
 from .environment import Environment, probe
 from .execution import StreamedExecution
@@ -61,7 +61,7 @@ from .history import StuckGuard, clip_old_feedback
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
 from .quota import over_quota, workspace_usage
 
-__all__ = ["AsyncAgent"]
+__all__ = ["AsyncAgent", "warm_host"]
 
 log = logging.getLogger(__name__)
 
@@ -612,6 +612,13 @@ class AsyncAgent:
         live.run = replace(live.run, notebook_path=live.notebook)
         # The full view now (off the loop: a service runs many threads on it); the clean view alongside the next round.
         await in_thread(live.writer.save, live.run)
+
+
+def warm_host() -> None:
+    """Pay this process's first-run costs ahead (the notebook validator's compile, the data describer's
+    first parse), e.g. while a server's warm pool starts. Blocking (call it in a thread); raises nothing."""
+    warm_up()
+    warm_describer()
 
 
 async def _described(files: Sequence[DataFile]) -> tuple[DataFile, ...] | DataFileError:

@@ -40,16 +40,18 @@ log = logging.getLogger(__name__)
 # Imports only warm the module cache (no names are left behind: the run's own setup cell binds pd, np,
 # plt, sns); ANSI is stripped from tracebacks on our side, for any kernel. seaborn (optional, as in the
 # setup cell) pulls in scipy.stats and statsmodels: ~1 s the setup cell would otherwise pay. The PNG
-# format is the inline default, set here too because its first setting costs ~30 ms.
+# format is the inline default, set here too because its first setting costs ~30 ms. One version lookup
+# fills importlib.metadata's directory caches, which a package probe (the agent's) would otherwise fill.
 PRELOAD = (
-    "import pandas, numpy, matplotlib.pyplot\n"
+    "import importlib.metadata, pandas, numpy, matplotlib.pyplot\n"
+    "importlib.metadata.version('pandas')\n"
     "try:\n"
     "    import seaborn\n"
     "except ImportError:\n"
     "    seaborn = None\n"
     "get_ipython().run_line_magic('matplotlib', 'inline')\n"
     "get_ipython().run_line_magic('config', 'InlineBackend.figure_formats = [\"png\"]')\n"
-    "del pandas, numpy, matplotlib, seaborn"
+    "del importlib, pandas, numpy, matplotlib, seaborn"
 )
 
 

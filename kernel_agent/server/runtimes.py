@@ -14,7 +14,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from .._loop import in_thread
 from ..agent.config import AgentConfig
+from ..agent.loop import warm_host
 from ..errors import KernelAgentError, ServiceError
 from ..kernel.pool import KernelPool
 from .config import ServerConfig
@@ -38,6 +40,7 @@ class Runtimes:
         self._by_thread: dict[str, ThreadRuntime] = {}
         self.pool: KernelPool | None = None
         self._reaper: asyncio.Task[None] | None = None
+        self._warming: asyncio.Future[None] | None = None
 
     def get(self, thread_id: str) -> ThreadRuntime | None:
         return self._by_thread.get(thread_id)
@@ -55,6 +58,7 @@ class Runtimes:
     async def start(self) -> None:
         if self.config.pool_size:
             self.pool = await pool_for(self.config).start()
+            self._warming = asyncio.ensure_future(in_thread(warm_host))  # the pool's first runs as fast as later ones
         self._reaper = asyncio.create_task(self._reap_idle())
 
     async def of(self, thread: ThreadRecord) -> ThreadRuntime:
@@ -98,6 +102,9 @@ class Runtimes:
     async def close(self) -> None:
         """Shut every kernel here down, and the pool. Idempotent."""
         await self.stop_reaping()
+        if self._warming is not None:
+            await self._warming  # a thread: let it end rather than leave it behind
+            self._warming = None
         runtimes, self._by_thread = list(self._by_thread.values()), {}
         for runtime in runtimes:
             await runtime.close()
