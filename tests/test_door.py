@@ -202,7 +202,9 @@ THROUGH_THE_DOOR = {
     "agent/data.py": {
         "_checked_source": "the user's own input file, named on the command line, outside any run's workspace",
         "_install": "stats the user's own input file; the copy goes through the door",
-        "prepare_data": "makes the workspace folder itself, the host's choice, before the copies",
+        "check_data": "whether the workspace folder (the host's choice) exists yet; what is in it, the door says",
+        "make_workspace": "makes the workspace folder itself, the host's choice, before the copies",
+        "check_unchanged": "stats the user's own input file again (or our private copy), never a workspace's",
         "stage_recorded": "makes the workspace folder; describes private copies it read through the door",
         "warm_describer": "writes a sample table in a private temp folder, which no kernel sees",
     },

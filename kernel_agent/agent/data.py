@@ -1,4 +1,4 @@
-"""The data files of a run: ``DataFile``, ``prepare_data``, ``describe_files``, ``summarize``, ``data_summary``,
+"""The data files of a run: ``DataFile``, ``check_data`` and ``prepare_data``, ``summarize``, ``data_summary``,
 ``preload_code``.
 
 Owns checking the input paths, copying them read-only into the workspace,
@@ -8,7 +8,7 @@ helper. Does not own describing one file's contents (``summaries.py``, whose
 runs the setup cell, nor the rest of the prompt.
 
 Everything here is a function of its inputs and the files it reads; only
-``prepare_data`` writes (into the workspace).
+``CheckedData.install`` (``prepare_data``'s copy) writes, into the workspace.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ __all__ = [
     "DataFile",
     "Kind",
     "data_attributes",
+    "CheckedData",
+    "check_data",
     "data_summary",
-    "describe_files",
     "file_kind",
     "files_line",
     "identifier",
@@ -77,21 +78,33 @@ def prepare_data(
     """Check every path, then copy each into ``workspace`` as a read-only file of the same name.
 
     Nothing is copied until every file has been checked and (``described``) summarised; without
-    ``described`` the files come back without summaries, for ``describe_files`` to add later
-    (the agent does it while the kernel runs its setup cell). A file
-    that already *is* the workspace file is left as it is (neither copied nor
-    made read-only: it is the user's own file); an earlier read-only copy of
-    the same name is replaced.
+    ``described`` the files come back without summaries. A file that already *is* the workspace
+    file is left as it is (neither copied nor made read-only: it is the user's own file); an
+    earlier read-only copy of the same name is replaced. (The agent uses ``check_data`` instead,
+    to copy and describe at once while its kernel starts.)
 
     Raises ``DataFileError`` for a path that is missing, a directory, not a
     regular file, unreadable or unparseable, for two inputs with the same file
     name, and for a workspace entry of that name that is a directory.
     Raises ``ConfigError`` if the workspace cannot be created.
     """
+    with check_data(paths, workspace) as checked:
+        summaries = checked.summaries() if described else None
+        checked.install()
+        return checked.with_summaries(summaries) if summaries is not None else checked.files
+
+
+def check_data(paths: Iterable[str | os.PathLike[str]], workspace: str | os.PathLike[str]) -> CheckedData:
+    """The user-named data files ``paths``, checked, for ``workspace`` (nothing written there yet).
+
+    Raises ``DataFileError`` for a path that is missing, a directory, not a regular file or
+    unreadable, for two inputs with the same file name, and for a workspace entry of that name that
+    is a directory. Close the result (a context manager) when done with it."""
     if isinstance(paths, str | os.PathLike):  # one path, not an iterable of characters
         paths = [paths]
-    with tempfile.TemporaryDirectory(prefix="kernel-agent-data-") as private:
-        sources = [_checked_source(path, Path(private)) for path in paths]
+    private = _Scratch()
+    try:
+        sources = [_checked_source(path, private) for path in paths]
         _check_unique_names(sources)
         target = Path(workspace).expanduser()
         door = Door(target)
@@ -101,19 +114,82 @@ def prepare_data(
                     f"cannot copy {source.name} into the workspace: {target / source.name} is a directory",
                     path=str(source.shown),
                 )
-        summaries = [describe(source.read) if described else "" for source in sources]
+    except BaseException:
+        private.cleanup()
+        raise
+    return CheckedData(tuple(sources), target, private)
+
+
+class CheckedData:
+    """Checked data files (``check_data``) on their way into a workspace.
+
+    Each is read from where it was checked, never from the workspace (which a kernel may reach): the
+    user's file (their own links followed) or a private copy of one that lies in a run's workspace,
+    kept until ``close``. ``files`` are the run's ``DataFile``s without summaries; ``install`` copies
+    them in, ``summaries`` describes them. The two read the files only, so they may run at once in
+    two threads (the agent does both while its kernel starts); ``close`` once both are done."""
+
+    def __init__(self, sources: tuple[_Source, ...], workspace: Path, private: _Scratch) -> None:
+        self._sources = sources
+        self.workspace = workspace
+        self._private = private
+        self.files = tuple(
+            DataFile(s.name, str(s.shown), file_kind(s.read), s.info.st_size) for s in sources
+        )
+
+    def __repr__(self) -> str:
+        return f"<CheckedData {[f.name for f in self.files]} -> {self.workspace}>"
+
+    def __enter__(self) -> "CheckedData":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the private copies. Idempotent."""
+        self._private.cleanup()
+
+    def make_workspace(self) -> None:
+        """Create the workspace folder (and its parents). Raises ``ConfigError`` when it cannot be."""
         try:
-            target.mkdir(parents=True, exist_ok=True)
+            self.workspace.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"cannot create the workspace {target}: {exc.strerror or exc}") from exc
-        return tuple(_install(source, target, summary) for source, summary in zip(sources, summaries))
+            raise ConfigError(f"cannot create the workspace {self.workspace}: {exc.strerror or exc}") from exc
 
+    def install(self) -> None:
+        """Create the workspace and copy each file in, read-only (see ``prepare_data``). Raises
+        ``ConfigError`` when the workspace cannot be created, ``DataFileError`` when a copy fails."""
+        self.make_workspace()
+        for source in self._sources:
+            _install(source, self.workspace)
 
-def describe_files(files: Sequence[DataFile]) -> tuple[DataFile, ...]:
-    """``files`` from ``prepare_data(..., described=False)`` with their summaries, each made from its
-    source as ``summarize`` reads a user-named path (checked again: never the workspace's copy, which a
-    kernel may already reach). Raises ``DataFileError`` for a file that cannot be read as its kind says."""
-    return tuple(replace(f, summary=summarize(f.source)) for f in files)
+    def summaries(self) -> tuple[str, ...]:
+        """Each file's summary (``summarize``), in order. Raises ``DataFileError`` for a file that cannot be
+        read as its kind says."""
+        return tuple(describe(source.read) for source in self._sources)
+
+    @property
+    def reads(self) -> tuple[Path, ...]:
+        """Where each file's bytes are read (host paths of the user's or ours, never a workspace's)."""
+        return tuple(source.read for source in self._sources)
+
+    def check_unchanged(self) -> None:
+        """Raise ``DataFileError`` when a file changed (size or modification time) since it was checked: its
+        copies and description, each read separately, might then differ."""
+        for source in (source for source in self._sources if not source.private):
+            try:
+                now = os.stat(source.read)
+            except OSError as exc:
+                raise DataFileError(f"cannot read data file {source.shown}: {exc.strerror or exc}",
+                                    path=str(source.shown)) from exc
+            if (now.st_size, now.st_mtime_ns) != (source.info.st_size, source.info.st_mtime_ns):
+                raise DataFileError(f"the data file {source.shown} changed while it was being copied; "
+                                    "run again once nothing is writing it", path=str(source.shown))
+
+    def with_summaries(self, summaries: Sequence[str]) -> tuple[DataFile, ...]:
+        """``files`` with these summaries."""
+        return tuple(replace(f, summary=summary) for f, summary in zip(self.files, summaries, strict=True))
 
 
 def warm_describer() -> None:
@@ -164,13 +240,31 @@ class _Source:
     shown: Path
     read: Path
     info: os.stat_result
+    private: bool = False  # ``read`` is our own copy (nobody else writes it)
 
     @property
     def name(self) -> str:
         return self.shown.name
 
 
-def _checked_source(path: str | os.PathLike[str], private: Path) -> _Source:
+class _Scratch:
+    """A private temp folder made on first use (only a data file inside a run's workspace needs one)."""
+
+    def __init__(self) -> None:
+        self._folder: tempfile.TemporaryDirectory[str] | None = None
+
+    def path(self) -> Path:
+        if self._folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="kernel-agent-data-")
+        return Path(self._folder.name)
+
+    def cleanup(self) -> None:
+        """Remove the folder, if made. Idempotent."""
+        if self._folder is not None:
+            self._folder.cleanup()
+
+
+def _checked_source(path: str | os.PathLike[str], private: _Scratch) -> _Source:
     """Check a user-named data file. Links are followed (a user's own), except links inside a run's
     workspace, which the analysed code may have planted (``workspace.resolve_outside_workspaces``); a
     file that lies in a workspace is read once through the door into ``private`` (the kernel may swap
@@ -200,9 +294,9 @@ def _checked_source(path: str | os.PathLike[str], private: Path) -> _Source:
         raise DataFileError(f"cannot read data file {source}: {exc.strerror or exc}", path=str(source)) from exc
 
 
-def _private_copy(shown: Path, real: Path, workspace: Path, private: Path) -> _Source:
+def _private_copy(shown: Path, real: Path, workspace: Path, private: _Scratch) -> _Source:
     relative = real.relative_to(workspace).as_posix()
-    door, copy = Door(workspace), Path(tempfile.mkdtemp(dir=private)) / shown.name
+    door, copy = Door(workspace), Path(tempfile.mkdtemp(dir=private.path())) / shown.name
     try:
         info = door.file_stat(relative)
         _size, chunks = door.stream(relative)
@@ -210,7 +304,7 @@ def _private_copy(shown: Path, real: Path, workspace: Path, private: Path) -> _S
     except WorkspaceFileError as exc:
         raise DataFileError(f"cannot read data file {shown} in the run workspace {workspace}: {exc}",
                             path=str(shown)) from exc
-    return _Source(shown, copy, info)
+    return _Source(shown, copy, info, private=True)
 
 
 def _check_unique_names(sources: Sequence[_Source]) -> None:
@@ -225,11 +319,10 @@ def _check_unique_names(sources: Sequence[_Source]) -> None:
         seen[source.name] = source.shown
 
 
-def _install(source: _Source, workspace: Path, summary: str) -> DataFile:
-    done = DataFile(source.name, str(source.shown), file_kind(source.read), source.info.st_size, summary)
+def _install(source: _Source, workspace: Path) -> None:
     door = Door(workspace)  # the kernel may have planted a link at the name, or at any temp name
     if door.same_file(source.name, source.info):
-        return done
+        return
     try:
         door.copy_in(source.read, source.name, mode=0o444)  # also replaces an earlier read-only copy
     except (OSError, WorkspaceFileError) as exc:
@@ -237,7 +330,6 @@ def _install(source: _Source, workspace: Path, summary: str) -> DataFile:
             f"cannot copy {source.shown} into {workspace}: {getattr(exc, 'strerror', None) or exc}",
             path=str(source.shown),
         ) from exc
-    return done
 
 
 def summarize(path: str | os.PathLike[str]) -> str:
@@ -252,8 +344,11 @@ def summarize(path: str | os.PathLike[str]) -> str:
     Raises ``DataFileError`` if the file is missing, unreadable, or cannot be
     parsed as its kind says.
     """
-    with tempfile.TemporaryDirectory(prefix="kernel-agent-data-") as private:
-        return describe(_checked_source(path, Path(private)).read)
+    private = _Scratch()
+    try:
+        return describe(_checked_source(path, private).read)
+    finally:
+        private.cleanup()
 
 
 # --- the prompt section and the setup cell ----------------------------------------------------

@@ -44,7 +44,14 @@ from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
 from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside, workspace_from
+from ..kernel.workspace import (
+    Snapshot,
+    check_outside,
+    default_workspace,
+    fresh_beside,
+    records_beside,
+    workspace_from,
+)
 from ..model.chat import ChatModel, ModelReply
 from ..notebook.claims import DataSources
 from ..notebook.export import clean_path, warm_up
@@ -53,7 +60,7 @@ from ..notebook.writer import RunWriter
 from ..records import Round, Run, RunInfo, Usage
 from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
-from .data import DataFile, data_summary, describe_files, prepare_data, stage_recorded, warm_describer
+from .data import CheckedData, DataFile, check_data, data_summary, prepare_data, stage_recorded, warm_describer
 from .languages import PYTHON, Language, language_of
 from .environment import Environment, probe
 from .execution import StreamedExecution
@@ -105,6 +112,9 @@ class _Live:
     baseline: int = 0  # bytes the workspace took when the run started (its disk quota counts growth)
     running: Round | None = None  # the round whose code is executing: kept in the notebook if the run is cancelled
     calls: dict[int, int] = field(default_factory=dict)  # session execute() number -> round (0: setup or rebuild)
+    # The kernel's files as the last round left them: the next round's "before" (files written between
+    # rounds, by a thread the code started, count for the next round instead of for none).
+    listing: Snapshot | None = None
     writer: RunWriter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -227,17 +237,19 @@ class AsyncAgent:
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
         await in_thread(self._check_kernel)  # before any model call
-        # Checked and copied now, off the loop; described while the kernel starts and runs its setup cell.
-        files = await asyncio.to_thread(prepare_data, list(data), root, described=False)
-        described = asyncio.ensure_future(_described(files))
+        # Checked now, off the loop; copied in and described, in two threads, while the kernel starts and runs
+        # its setup cell (both read the checked files, never the workspace the kernel reaches).
+        checked = await asyncio.to_thread(_checked_data, list(data), root)
+        installed = asyncio.ensure_future(asyncio.to_thread(checked.install))
+        described = asyncio.ensure_future(_described(checked))
         try:
             async with self._session_factory(root) as session:
-                live = await self._begin(session, task, files, root, notebook_path, setup, described)
+                live = await self._begin(session, task, checked, root, notebook_path, setup, installed, described)
                 async with aclosing(self._drive(live)) as events:  # closing this stream stops the code too
                     async for event in events:
                         yield event
         finally:
-            described.cancel()  # a kernel that would not start: the description is not wanted (no-op when done)
+            _close_when_done(checked, installed, described)  # a kernel that would not start: once they end
 
     async def resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
@@ -351,28 +363,40 @@ class AsyncAgent:
 
     # ----------------------------------------------------------------- the loop
     async def _begin(
-        self, session: Kernel, task: str, files: Sequence[DataFile], root: Path, notebook: Path,
-        extra_setup: str, described: Awaitable[tuple[DataFile, ...] | DataFileError],
+        self, session: Kernel, task: str, checked: CheckedData, root: Path, notebook: Path,
+        extra_setup: str, installed: Awaitable[None], described: Awaitable[tuple[str, ...] | DataFileError],
     ) -> _Live:
+        files = checked.files
         names = [f.name for f in files]
         language = language_of(session.kernel_info.get("language_info"))
         setup_code = language.setup(files) if self.config.preload else language.plain_setup
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
-        put = session.files.put([root / f.name for f in files])  # the kernel's copies (a pooled kernel's folder)
+        put = _put(session, installed, checked)  # the record's copies and the kernel's (a pooled kernel's folder)
         if extra_setup:  # it may load its variables from the data files: they must be there first
             await put
-        # While the kernel runs the setup cell, this process is idle: finish describing the data files (begun
-        # as the kernel started) and compile the notebook validator then, and copy the data files in when the
-        # cell only names them (the preload never opens them). A file that cannot be described is raised
-        # once the cell is done (nothing left running).
-        setup, _, summarised, *_ = await asyncio.gather(
-            session.execute(setup_code, _setup_timeout(self.config.exec_timeout)), asyncio.to_thread(warm_up),
-            described, *([] if extra_setup else [put]))
-        if isinstance(summarised, DataFileError):
-            raise summarised
-        files = summarised
+        protocol = self._protocol(language)
+
+        async def setup_then_environment() -> tuple[ExecutionResult, Environment]:
+            ran = await session.execute(setup_code, _setup_timeout(self.config.exec_timeout))
+            # A kernel whose first cell was the setup holds only the setup's names: nothing to ask for.
+            return ran, await self._environment(session, language, names=ran.execution_count != 1)
+
+        # While the kernel runs the setup cell and answers the probe, this process is idle: finish describing
+        # the data files and copying them in (begun as the kernel started; the cell only names them, the
+        # preload never opens them) and compile the notebook validator then. A file that cannot be described
+        # or copied is raised once all of it is done (nothing left running).
+        done = await asyncio.gather(
+            setup_then_environment(), asyncio.to_thread(warm_up), described, *([] if extra_setup else [put]),
+            return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        (setup, environment), _, summaries, *_ = done
+        if isinstance(summaries, DataFileError):
+            raise summaries
+        files = tuple(replace(f, summary=summary) for f, summary in zip(files, summaries, strict=True))
         info = RunInfo(
             task=task, model=self.chat_model.name, protocol=self.config.protocol,
             endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
@@ -381,19 +405,9 @@ class AsyncAgent:
             started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
         )
-        # A kernel whose first cell was the setup holds only the setup's names: nothing to ask for.
-        protocol, messages = await self._conversation(session, task, files, names=setup.execution_count != 1)
+        messages = protocol.initial_messages(self._prompt_context(environment, task, files, language))
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
                      calls={setup.call: 0})
-
-    async def _conversation(
-        self, session: Kernel, task: str, files: Sequence[DataFile], *, names: bool = True
-    ) -> tuple[Protocol, list[dict[str, Any]]]:
-        """The protocol and the opening messages that describe the task and the kernel (``names``: ask
-        it which names the code defined so far)."""
-        protocol = self._protocol(language_of(session.kernel_info.get("language_info")))
-        context = await self._context(session, task, files, protocol.language, names=names)
-        return protocol, protocol.initial_messages(context)
 
     def _protocol(self, language: Language = PYTHON) -> Protocol:
         config = self.config
@@ -402,9 +416,13 @@ class AsyncAgent:
             vllm_extras=config.vllm_extras, max_new_tokens=config.max_new_tokens, language=language,
         )
 
-    async def _context(self, session: Kernel, task: str, files: Sequence[DataFile], language: Language, *,
-                       names: bool = True) -> PromptContext:
-        environment = await self._environment(session, language, names=names)
+    async def _context(self, session: Kernel, task: str, files: Sequence[DataFile], language: Language) -> PromptContext:
+        return self._prompt_context(await self._environment(session, language), task, files, language)
+
+    def _prompt_context(
+        self, environment: Environment, task: str, files: Sequence[DataFile], language: Language
+    ) -> PromptContext:
+        """What the opening prompt tells the model: the task, the data, and the kernel as probed."""
         self._installed = environment.packages
         return PromptContext(
             task=task, data_summary=data_summary(files), packages=environment.packages,
@@ -532,7 +550,8 @@ class AsyncAgent:
         yield CodeReady(index, step.code, step.reasoning)
         yield ExecutionStarted(index, self.config.exec_timeout)
         exclude = (live.notebook, clean_path(live.notebook))
-        before = await live.session.files.snapshot(exclude)
+        before = live.listing if live.listing is not None else await live.session.files.snapshot(exclude)
+        live.listing = None  # taken again after this round's code (a round cancelled meanwhile leaves none)
         live.running = base
         execution = StreamedExecution(live.session, step.code, self.config.exec_timeout, index)
         try:
@@ -547,7 +566,9 @@ class AsyncAgent:
         live.running = None
         live.calls[result.call] = index
         result = _in_rounds(result, live.calls)
-        artifacts = await live.session.files.changes(before, exclude)
+        after = await live.session.files.snapshot(exclude)
+        artifacts = await live.session.files.changes(before, exclude, after=after)
+        live.listing = after
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(
             step, self._feedback(result, artifacts, step.problem, live.protocol.language))
@@ -621,12 +642,44 @@ def warm_host() -> None:
     warm_describer()
 
 
-async def _described(files: Sequence[DataFile]) -> tuple[DataFile, ...] | DataFileError:
-    """``files`` with their summaries (made in a worker thread), or the ``DataFileError`` one raised."""
+def _checked_data(paths: list[Any], root: Path) -> CheckedData:
+    """The data files checked and the workspace made (the kernel starts there). Blocking; raises
+    ``DataFileError`` and ``ConfigError`` as ``check_data`` and ``make_workspace`` do."""
+    checked = check_data(paths, root)
     try:
-        return await asyncio.to_thread(describe_files, files)
+        checked.make_workspace()
+    except BaseException:
+        checked.close()
+        raise
+    return checked
+
+
+async def _described(checked: CheckedData) -> tuple[str, ...] | DataFileError:
+    """The checked files' summaries (made in a worker thread), or the ``DataFileError`` one raised."""
+    try:
+        return await asyncio.to_thread(checked.summaries)
     except DataFileError as exc:
         return exc
+
+
+async def _put(session: Kernel, installed: Awaitable[None], checked: CheckedData) -> None:
+    """The data files copied into the workspace (``installed``, under way) and to the kernel (``KernelFiles.put``,
+    a no-op where the kernel works in the workspace), both from the checked files at once; then checked
+    unchanged, so the two copies are the same bytes. Raises ``DataFileError``, ``KernelError``."""
+    await asyncio.gather(installed, session.files.put(list(checked.reads), [f.name for f in checked.files]))
+    await asyncio.to_thread(checked.check_unchanged)
+
+
+def _close_when_done(checked: CheckedData, *work: asyncio.Future[Any]) -> None:
+    """Close ``checked`` (its private copies) once the threads reading it are done: now, or when they end."""
+    running = [future for future in work if not future.done()]
+    for future in work:  # their errors are not this run's to report when it failed before it awaited them
+        if future.done() and not future.cancelled():
+            future.exception()
+    if not running:
+        checked.close()
+        return
+    asyncio.gather(*running, return_exceptions=True).add_done_callback(lambda _: checked.close())
 
 
 async def _last_run(events: AsyncIterator[Event]) -> Run:

@@ -48,14 +48,19 @@ class KernelFiles(Protocol):
 
     local: Path
 
-    async def put(self, paths: Sequence[Path]) -> None:
-        """Make these local files (in ``local``) available under the same names in the kernel's cwd."""
+    async def put(self, paths: Sequence[Path], names: Sequence[str] | None = None) -> None:
+        """Make these host files (the caller's own, trusted paths) available in the kernel's cwd under
+        ``names`` (default: each path's own name). Where the kernel works in ``local`` itself, the data
+        files are already there and nothing is done."""
         ...
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot: ...
 
-    async def changes(self, before: Snapshot, exclude: Iterable[Path] = ()) -> tuple[Artifact, ...]:
-        """What changed since ``before``, with each changed file present in ``local`` afterwards."""
+    async def changes(
+        self, before: Snapshot, exclude: Iterable[Path] = (), *, after: Snapshot | None = None
+    ) -> tuple[Artifact, ...]:
+        """What changed since ``before``, with each changed file present in ``local`` afterwards. ``after``:
+        the caller's ``snapshot`` just taken (kept as the next round's ``before``), else one is taken."""
         ...
 
 
@@ -65,14 +70,16 @@ class LocalFiles:
     def __init__(self, local: Path) -> None:
         self.local = local
 
-    async def put(self, paths: Sequence[Path]) -> None:
+    async def put(self, paths: Sequence[Path], names: Sequence[str] | None = None) -> None:
         return None  # already there: the data files were copied into the kernel's cwd
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
         return await asyncio.to_thread(snapshot, self.local, tuple(exclude))
 
-    async def changes(self, before: Snapshot, exclude: Iterable[Path] = ()) -> tuple[Artifact, ...]:
-        return changed_files(before, await self.snapshot(exclude))
+    async def changes(
+        self, before: Snapshot, exclude: Iterable[Path] = (), *, after: Snapshot | None = None
+    ) -> tuple[Artifact, ...]:
+        return changed_files(before, after if after is not None else await self.snapshot(exclude))
 
 
 class CopiedFiles:
@@ -83,14 +90,18 @@ class CopiedFiles:
         self.kernel_folder = kernel_folder
         self.local = local
 
-    async def put(self, paths: Sequence[Path]) -> None:
-        await asyncio.to_thread(_copy_in, paths, Door(self.kernel_folder))
+    async def put(self, paths: Sequence[Path], names: Sequence[str] | None = None) -> None:
+        await asyncio.to_thread(_copy_in, paths, _names(paths, names), Door(self.kernel_folder))
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
         return await asyncio.to_thread(snapshot, self.kernel_folder, ())
 
-    async def changes(self, before: Snapshot, exclude: Iterable[Path] = ()) -> tuple[Artifact, ...]:
-        artifacts = changed_files(before, await self.snapshot())
+    async def changes(
+        self, before: Snapshot, exclude: Iterable[Path] = (), *, after: Snapshot | None = None
+    ) -> tuple[Artifact, ...]:
+        artifacts = changed_files(before, after if after is not None else await self.snapshot())
+        if not artifacts:
+            return artifacts
         await asyncio.to_thread(_copy_back, [a.path for a in artifacts], Door(self.kernel_folder), Door(self.local))
         return artifacts
 
@@ -102,13 +113,15 @@ class NoFiles:
         self.error = error
         self.local = Path()
 
-    async def put(self, paths: Sequence[Path]) -> None:
+    async def put(self, paths: Sequence[Path], names: Sequence[str] | None = None) -> None:
         raise self.error
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
         raise self.error
 
-    async def changes(self, before: Snapshot, exclude: Iterable[Path] = ()) -> tuple[Artifact, ...]:
+    async def changes(
+        self, before: Snapshot, exclude: Iterable[Path] = (), *, after: Snapshot | None = None
+    ) -> tuple[Artifact, ...]:
         raise self.error
 
 
@@ -119,21 +132,23 @@ class RemoteFiles:
         self.local = local
         self._run = run
 
-    async def put(self, paths: Sequence[Path]) -> None:
+    async def put(self, paths: Sequence[Path], names: Sequence[str] | None = None) -> None:
         """Send each file in chunks. Raises ``KernelError`` when the kernel refuses one."""
-        for path in paths:
+        for path, name in zip(paths, _names(paths, names), strict=True):
             data = await asyncio.to_thread(path.read_bytes)
             for offset in range(0, max(len(data), 1), CHUNK):
-                reply = await self._run(put_code(path.name, data[offset : offset + CHUNK], append=offset > 0), {})
+                reply = await self._run(put_code(name, data[offset : offset + CHUNK], append=offset > 0), {})
                 if reply.get("status") != "ok":
-                    raise KernelError(f"could not copy {path.name} to the kernel: {reply.get('evalue', reply)}")
+                    raise KernelError(f"could not copy {name} to the kernel: {reply.get('evalue', reply)}")
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
         listing = await self._evaluate(_LISTING)
         return {path: (size, mtime) for path, (size, mtime) in json.loads(listing or "{}").items()}
 
-    async def changes(self, before: Snapshot, exclude: Iterable[Path] = ()) -> tuple[Artifact, ...]:
-        artifacts = changed_files(before, await self.snapshot())
+    async def changes(
+        self, before: Snapshot, exclude: Iterable[Path] = (), *, after: Snapshot | None = None
+    ) -> tuple[Artifact, ...]:
+        artifacts = changed_files(before, after if after is not None else await self.snapshot())
         for artifact in artifacts:
             if artifact.size > MAX_PULL:
                 log.warning("%s (%d bytes) stays on the kernel's side: larger than %d", artifact.path, artifact.size, MAX_PULL)
@@ -177,10 +192,18 @@ def read_expression(path: str, offset: int, size: int) -> str:
     )
 
 
-def _copy_in(paths: Sequence[Path], kernel: Door) -> None:
-    """The run's data files (the host's own copies) into a pooled kernel's folder, by name."""
-    for path in paths:
-        kernel.copy_in(path, path.name)
+def _names(paths: Sequence[Path], names: Sequence[str] | None) -> Sequence[str]:
+    if names is None:
+        return [path.name for path in paths]
+    if len(names) != len(paths):
+        raise ValueError(f"{len(paths)} files but {len(names)} names")
+    return names
+
+
+def _copy_in(paths: Sequence[Path], names: Sequence[str], kernel: Door) -> None:
+    """The run's data files (the host's own files) into a pooled kernel's folder, each by its name."""
+    for path, name in zip(paths, names, strict=True):
+        kernel.copy_in(path, name)
 
 
 def _copy_back(paths: Sequence[str], kernel: Door, local: Door) -> None:

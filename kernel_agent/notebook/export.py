@@ -43,6 +43,7 @@ from ..errors import NotebookError
 from ..records import PYTHON3_KERNELSPEC, Round, Run, Turn
 from ..result import ExecutionResult
 from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
+from .text import NotebookText
 
 _VALIDATOR_BACKEND = "fastjsonschema"
 NBFORMAT = nbformat.v4.nbformat
@@ -167,7 +168,9 @@ def _validate(nb: NotebookNode) -> None:
         raise
 
 
-def write_notebook(nb: NotebookNode, path: str | os.PathLike[str], *, durable: bool = True) -> Path:
+def write_notebook(
+    nb: NotebookNode, path: str | os.PathLike[str], *, durable: bool = True, text: NotebookText | None = None
+) -> Path:
     """Validate ``nb`` and write it to ``path`` atomically; return the path.
 
     The text goes to a temporary file in the same folder, is flushed and
@@ -175,36 +178,43 @@ def write_notebook(nb: NotebookNode, path: str | os.PathLike[str], *, durable: b
     an interruption leaves either the old file or the new one, never a torn one,
     and no temporary file. Without ``durable`` a killed process still loses
     nothing (the kernel's page cache holds the rename); only a power cut or an OS
-    crash may lose it, until a later durable write. Raises
-    ``NotebookError`` when ``nb`` is invalid or cannot be serialised (the old
-    file is untouched) or the file cannot be written.
+    crash may lose it, until a later durable write. ``text`` serialises it, reusing
+    what it wrote of the same file before (``NotebookText``); the result is the
+    same. Raises ``NotebookError`` when ``nb`` is invalid or cannot be serialised
+    (the old file is untouched) or the file cannot be written.
     """
     path = Path(path)
-    _write(nb, path, durable)
+    _write(nb, path, durable, text)
     if durable:
         _fsync_folder(path.parent)
     return path
 
 
-def export_run(run: Run, path: str | os.PathLike[str]) -> Path:
+def export_run(
+    run: Run, path: str | os.PathLike[str], texts: tuple[NotebookText, NotebookText] | None = None
+) -> Path:
     """Write the full view to ``path`` and the clean view to ``clean_path(path)``; return ``path``.
 
-    Called after every round: both files are complete and durable when it returns. Raises
-    ``NotebookError`` as ``write_notebook`` does (for the clean view, after the full one is written).
+    Both files are complete and durable when it returns. ``texts`` serialise the two views (as
+    ``write_notebook``'s ``text``). Raises ``NotebookError`` as ``write_notebook`` does (for the
+    clean view, after the full one is written).
     """
     path = Path(path)
-    _write(build_notebook(run, view="full", notebook_dir=path.parent), path)
+    full, clean = texts or (None, None)
+    _write(build_notebook(run, view="full", notebook_dir=path.parent), path, serialise=full)
     try:
-        _write(build_notebook(run, view="clean", notebook_dir=path.parent), clean_path(path))
+        _write(build_notebook(run, view="clean", notebook_dir=path.parent), clean_path(path), serialise=clean)
     finally:
         _fsync_folder(path.parent)  # one fsync makes both renames durable
     return path
 
 
-def notebook_text(nb: NotebookNode, path: str | os.PathLike[str]) -> str:
-    """``nb`` validated and serialised, as it would be written to ``path`` (named in errors).
-    Raises ``NotebookError`` for an invalid notebook or one that cannot be serialised."""
+def notebook_text(nb: NotebookNode, path: str | os.PathLike[str], text: NotebookText | None = None) -> str:
+    """``nb`` validated and serialised, as it would be written to ``path`` (named in errors), by ``text``
+    when given. Raises ``NotebookError`` for an invalid notebook or one that cannot be serialised."""
     try:
+        if text is not None:  # validates the cells it has not written before, then writes as nbformat does
+            return text(nb, _validate) + "\n"
         _validate(nb)
         # The v4 writer itself: nbformat.writes would validate the notebook a second time.
         return nbformat.v4.writes_json(nb) + "\n"  # as nbformat.write ends the file
@@ -214,10 +224,10 @@ def notebook_text(nb: NotebookNode, path: str | os.PathLike[str]) -> str:
         raise NotebookError(f"cannot serialise the notebook for {path}: {exc}", path=str(path)) from exc
 
 
-def _write(nb: NotebookNode, path: Path, durable: bool = True) -> None:
+def _write(nb: NotebookNode, path: Path, durable: bool = True, serialise: NotebookText | None = None) -> None:
     """Validate, serialise and atomically replace ``path``, fsynced when ``durable`` (the folder is not
     fsynced here)."""
-    text = notebook_text(nb, path)
+    text = notebook_text(nb, path, serialise)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, text, durable)

@@ -19,6 +19,9 @@ a crash, an OOM kill) loses nothing, as the OS still holds what it wrote; a
 power cut or an OS crash mid-run may lose the rounds since the last fsync,
 never tear a file. Two fsyncs a round cost 1–7 ms each on a loaded disk,
 more than the rest of the save.
+
+Each view has its ``NotebookText``: a save serialises and validates only the
+cells that are new or changed since the last one (the text is nbformat's own).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 
 from ..records import Run
 from .export import build_notebook, clean_path, export_run, write_notebook
+from .text import NotebookText
 
 __all__ = ["RunWriter"]
 
@@ -58,6 +62,7 @@ class RunWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._pending: Future[None] | None = None
+        self._texts = (NotebookText(), NotebookText())  # the full and clean views' serialisers
 
     def __repr__(self) -> str:
         return f"<RunWriter {self.path} writing={self._pending is not None}>"
@@ -69,9 +74,10 @@ class RunWriter:
         view (reported here, the first chance after it failed)."""
         self.flush()
         if run.finished_at:
-            export_run(run, self.path)
+            export_run(run, self.path, self._texts)
             return
-        write_notebook(build_notebook(run, view="full", notebook_dir=self.path.parent), self.path, durable=False)
+        write_notebook(build_notebook(run, view="full", notebook_dir=self.path.parent), self.path, durable=False,
+                       text=self._texts[0])
         self._pending = _background().submit(self._write_clean, run)
 
     def flush(self) -> None:
@@ -83,7 +89,7 @@ class RunWriter:
     def _write_clean(self, run: Run) -> None:
         try:
             write_notebook(build_notebook(run, view="clean", notebook_dir=self.path.parent), clean_path(self.path),
-                           durable=False)
+                           durable=False, text=self._texts[1])
         except Exception as exc:  # raised by the next save, as a save in the foreground would have
             log.warning("could not write the clean notebook: %s", exc)
             raise
