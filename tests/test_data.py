@@ -23,6 +23,7 @@ from kernel_agent.agent.data import (
     MAX_SECTION_CHARS,
     MAX_SUMMARY_CHARS,
     DataFile,
+    check_data,
     data_attributes,
     data_summary,
     file_kind,
@@ -448,3 +449,15 @@ def test_warming_the_host_twice_leaves_nothing_behind(tmp_path: Path, monkeypatc
     warm_host()
     warm_host()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_data_file_that_changes_after_its_check_is_refused(sales_csv: Path, tmp_path: Path) -> None:
+    """The copies and the description are read separately; a file changed meanwhile could make them
+    differ, so the agent checks each file unchanged once they are made."""
+    with check_data([sales_csv], tmp_path / "ws") as checked:
+        checked.install()
+        checked.check_unchanged()  # as checked
+        with sales_csv.open("a") as handle:
+            handle.write("2024-12-31,North,Widget,1,1.0\n")
+        with pytest.raises(DataFileError, match="changed while it was being copied"):
+            checked.check_unchanged()

@@ -150,3 +150,33 @@ def test_a_cancelled_run_hands_its_kernel_back_and_close_leaves_nothing(tmp_path
         assert not our_kernel_pids()
 
     asyncio.run(run())
+
+
+def test_a_pooled_run_has_its_data_in_the_kernel_and_in_the_record_and_the_quota_counts_only_growth(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    """A pooled kernel gets its copy before the first request; the workspace's copy (the run's record) is
+    made while the first round runs and is in place before that round's files come back; the disk quota
+    (1 MB here) counts what the run wrote, not a 3 MB data file."""
+    data = tmp_path / "big.csv"
+    data.write_text("x\n" + "7\n" * (1536 << 10))
+    code = "print(len(pd.read_csv(data.big)))\nopen('out.txt', 'w').write('made')"
+    openai_server.add(Reply("Rows.", tool_calls=(python_call(code),)), Reply("Done."))
+
+    async def run() -> Any:
+        async with KernelPool(size=1) as pool:
+            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool.acquire,
+                               disk_quota_mb=1)
+            try:
+                return await agent.run("Count", [data], tmp_path / "run")
+            finally:
+                await agent.close()
+
+    run_ = asyncio.run(run())
+    assert (run_.stop_reason, run_.answer) == ("answer", "Done."), run_.error
+    assert run_.rounds[0].result.stdout == f"{1536 << 10}\n"
+    assert [a.path for a in run_.rounds[0].artifacts] == ["out.txt"]
+    record = tmp_path / "run" / "big.csv"
+    assert record.read_bytes() == data.read_bytes() and (record.stat().st_mode & 0o777) == 0o444
+    assert (tmp_path / "run" / "out.txt").read_text() == "made"
+    assert not our_kernel_pids()

@@ -115,6 +115,10 @@ class _Live:
     # The kernel's files as the last round left them: the next round's "before" (files written between
     # rounds, by a thread the code started, count for the next round instead of for none).
     listing: Snapshot | None = None
+    # The data files' copies into the workspace, made while the first round runs when the kernel has copies
+    # of its own (a pooled or remote kernel): the run's record, awaited before any file comes back from the
+    # kernel and before the first round is saved.
+    recording: asyncio.Future[None] | None = None
     writer: RunWriter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -237,19 +241,18 @@ class AsyncAgent:
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
         await in_thread(self._check_kernel)  # before any model call
-        # Checked now, off the loop; copied in and described, in two threads, while the kernel starts and runs
-        # its setup cell (both read the checked files, never the workspace the kernel reaches).
+        # Checked now, off the loop; described while the kernel starts and runs its setup cell, and copied (``_begin``),
+        # in worker threads that read the checked files, never the workspace the kernel reaches.
         checked = await asyncio.to_thread(_checked_data, list(data), root)
-        installed = asyncio.ensure_future(asyncio.to_thread(checked.install))
-        described = asyncio.ensure_future(_described(checked))
+        reading: list[asyncio.Future[Any]] = [asyncio.ensure_future(_described(checked))]
         try:
             async with self._session_factory(root) as session:
-                live = await self._begin(session, task, checked, root, notebook_path, setup, installed, described)
+                live = await self._begin(session, task, checked, root, notebook_path, setup, reading)
                 async with aclosing(self._drive(live)) as events:  # closing this stream stops the code too
                     async for event in events:
                         yield event
-        finally:
-            _close_when_done(checked, installed, described)  # a kernel that would not start: once they end
+        finally:  # a kernel that would not start, a run stopped early: once what reads the files has ended
+            _close_when_done(checked, *reading)
 
     async def resume(
         self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
@@ -363,9 +366,12 @@ class AsyncAgent:
 
     # ----------------------------------------------------------------- the loop
     async def _begin(
-        self, session: Kernel, task: str, checked: CheckedData, root: Path, notebook: Path,
-        extra_setup: str, installed: Awaitable[None], described: Awaitable[tuple[str, ...] | DataFileError],
+        self, session: Kernel, task: str, checked: CheckedData, root: Path, notebook: Path, extra_setup: str,
+        reading: list[asyncio.Future[Any]],
     ) -> _Live:
+        """The setup cell run, the data files copied and described, the opening messages made. ``reading``
+        holds the description under way (its first item); the copies' tasks join it."""
+        described = reading[0]
         files = checked.files
         names = [f.name for f in files]
         language = language_of(session.kernel_info.get("language_info"))
@@ -373,7 +379,12 @@ class AsyncAgent:
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
-        put = _put(session, installed, checked)  # the record's copies and the kernel's (a pooled kernel's folder)
+        # The kernel's copies (a pooled or remote kernel's own), and the record's copies in the workspace. Where
+        # the kernel works in the workspace those are its copies; else they are made while the first request
+        # and round run (``_Live.recording``), off the way to the first request.
+        apart = not session.files.in_local and not extra_setup
+        installed = None if apart else _started(reading, asyncio.to_thread(checked.install))
+        put = _put(session, installed, checked)
         if extra_setup:  # it may load its variables from the data files: they must be there first
             await put
         protocol = self._protocol(language)
@@ -406,8 +417,9 @@ class AsyncAgent:
             kernelspec=session.kernelspec,
         )
         messages = protocol.initial_messages(self._prompt_context(environment, task, files, language))
+        recording = _started(reading, _recorded_copies(checked)) if apart else None
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
-                     calls={setup.call: 0})
+                     calls={setup.call: 0}, recording=recording)
 
     def _protocol(self, language: Language = PYTHON) -> Protocol:
         config = self.config
@@ -462,7 +474,8 @@ class AsyncAgent:
             yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                          f"({live.session.limits.describe()})")
         guard = StuckGuard(self.config.stuck_after)
-        live.baseline = await self._disk_usage(live)
+        if live.recording is None:  # else measured once the data files' record copies are in (``_recorded``)
+            live.baseline = await self._disk_usage(live)
         last = live.first_round + self.config.max_rounds - 1
         stop: str | None = None
         try:
@@ -476,6 +489,7 @@ class AsyncAgent:
                         else:
                             yield event
                 assert round_ is not None  # _round ends with _RoundDone
+                await self._recorded(live)
                 live.run = replace(live.run, rounds=(*live.run.rounds, round_), usage=live.run.usage + round_.usage)
                 if round_.answer is not None:  # the run ends with this round: its save is the finished run's
                     stop = "answer"
@@ -507,7 +521,7 @@ class AsyncAgent:
                                error="cancelled by the user", finished_at=_now())
             await self._save(live)
             raise
-        except KernelError as exc:  # the machinery, not the analysed code: raise, carrying the saved run
+        except (KernelError, DataFileError) as exc:  # the machinery, not the analysed code: raise, carrying the saved run
             live.run = replace(live.run, error=f"{type(exc).__name__}: {exc}", finished_at=_now())
             await self._save(live)
             exc.run = live.run
@@ -567,6 +581,7 @@ class AsyncAgent:
         live.calls[result.call] = index
         result = _in_rounds(result, live.calls)
         after = await live.session.files.snapshot(exclude)
+        await self._recorded(live)  # the record's copies first: a file coming back may bear a data file's name
         artifacts = await live.session.files.changes(before, exclude, after=after)
         live.listing = after
         yield ExecutionFinished(index, result, artifacts)
@@ -617,6 +632,15 @@ class AsyncAgent:
         note = f"\n[about your reply: {problem}]\n" if problem else ""  # a partly used reply: what was not
         return Feedback(text=text, images=images, files=files, note=note)
 
+    async def _recorded(self, live: _Live) -> None:
+        """Wait for the data files' record copies when they are still being made (``_Live.recording``), then
+        measure the disk quota's baseline, which counts them. Raises ``DataFileError`` when they failed."""
+        if live.recording is None:
+            return
+        recording, live.recording = live.recording, None
+        await recording
+        live.baseline = await self._disk_usage(live)
+
     async def _disk_usage(self, live: _Live) -> int:
         if not self.config.disk_quota_mb:
             return 0
@@ -662,12 +686,31 @@ async def _described(checked: CheckedData) -> tuple[str, ...] | DataFileError:
         return exc
 
 
-async def _put(session: Kernel, installed: Awaitable[None], checked: CheckedData) -> None:
-    """The data files copied into the workspace (``installed``, under way) and to the kernel (``KernelFiles.put``,
-    a no-op where the kernel works in the workspace), both from the checked files at once; then checked
-    unchanged, so the two copies are the same bytes. Raises ``DataFileError``, ``KernelError``."""
-    await asyncio.gather(installed, session.files.put(list(checked.reads), [f.name for f in checked.files]))
+async def _put(session: Kernel, installed: Awaitable[None] | None, checked: CheckedData) -> None:
+    """The data files copied to the kernel (``KernelFiles.put``, a no-op where the kernel works in the workspace)
+    and, unless ``installed`` is None (then ``_recorded_copies`` does it later), into the workspace
+    (``installed``, under way), both from the checked files at once, then checked unchanged, so the
+    copies are the same bytes. Raises ``DataFileError``, ``KernelError``."""
+    put = session.files.put(list(checked.reads), [f.name for f in checked.files])
+    if installed is None:
+        await put
+        return
+    await asyncio.gather(installed, put)
     await asyncio.to_thread(checked.check_unchanged)
+
+
+async def _recorded_copies(checked: CheckedData) -> None:
+    """The workspace's copies of the data files, then each file checked unchanged since the kernel's copy
+    was made from it. Raises ``DataFileError``, ``ConfigError``."""
+    await asyncio.to_thread(checked.install)
+    await asyncio.to_thread(checked.check_unchanged)
+
+
+def _started(reading: list[asyncio.Future[Any]], work: Awaitable[Any]) -> asyncio.Future[Any]:
+    """``work`` as a task, added to ``reading`` (what must end before the checked files are closed)."""
+    task = asyncio.ensure_future(work)
+    reading.append(task)
+    return task
 
 
 def _close_when_done(checked: CheckedData, *work: asyncio.Future[Any]) -> None:

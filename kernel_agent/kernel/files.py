@@ -47,6 +47,9 @@ class KernelFiles(Protocol):
     """The files of a run, seen from both sides."""
 
     local: Path
+    # Whether the kernel works in ``local`` itself: its data files are the ones copied there (else it has
+    # copies of its own, from ``put``, and ``local``'s are only the run's record).
+    in_local: bool
 
     async def put(self, paths: Sequence[Path], names: Sequence[str] | None = None) -> None:
         """Make these host files (the caller's own, trusted paths) available in the kernel's cwd under
@@ -67,6 +70,8 @@ class KernelFiles(Protocol):
 class LocalFiles:
     """The kernel works in ``local`` itself."""
 
+    in_local = True
+
     def __init__(self, local: Path) -> None:
         self.local = local
 
@@ -85,6 +90,8 @@ class LocalFiles:
 class CopiedFiles:
     """The kernel works in its own folder on this machine (a pooled kernel, started before the run had one):
     data files are copied in, changed files copied back into ``local``. The kernel never writes ``local``."""
+
+    in_local = False
 
     def __init__(self, kernel_folder: Path, local: Path) -> None:
         self.kernel_folder = kernel_folder
@@ -109,6 +116,8 @@ class CopiedFiles:
 class NoFiles:
     """Files of a kernel that has none to give (not started, closed, no local folder): each call raises ``error``."""
 
+    in_local = False
+
     def __init__(self, error: Exception) -> None:
         self.error = error
         self.local = Path()
@@ -127,6 +136,8 @@ class NoFiles:
 
 class RemoteFiles:
     """The kernel works in a folder we cannot see; ``run`` executes silent code there."""
+
+    in_local = False
 
     def __init__(self, local: Path, run: SilentRun) -> None:
         self.local = local
