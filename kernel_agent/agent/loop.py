@@ -11,10 +11,11 @@ replies (``protocols``), talk HTTP (``llm``), fold kernel messages
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -115,14 +116,25 @@ class _Live:
     # The kernel's files as the last round left them: the next round's "before" (files written between
     # rounds, by a thread the code started, count for the next round instead of for none).
     listing: Snapshot | None = None
-    # The data files' copies into the workspace, made while the first round runs when the kernel has copies
-    # of its own (a pooled or remote kernel): the run's record, awaited before any file comes back from the
-    # kernel and before the first round is saved.
+    # The data files' copies into the workspace when the kernel has copies of its own (a pooled or remote
+    # kernel): the run's record, begun as the first round's code starts, awaited before any file comes back
+    # from the kernel and before the first round is saved.
+    start_recording: Callable[[], asyncio.Future[None]] | None = None
     recording: asyncio.Future[None] | None = None
     writer: RunWriter = field(init=False)
 
     def __post_init__(self) -> None:
         self.writer = RunWriter(self.notebook)
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the data files' record copies are made (or were never this run's to make)."""
+        return self.start_recording is None and self.recording is None
+
+    def begin_recording(self) -> None:
+        """Start the record copies if they are still to start (``start_recording``)."""
+        if self.start_recording is not None:
+            self.recording, self.start_recording = self.start_recording(), None
 
 
 class AsyncAgent:
@@ -245,6 +257,7 @@ class AsyncAgent:
         # in worker threads that read the checked files, never the workspace the kernel reaches.
         checked = await asyncio.to_thread(_checked_data, list(data), root)
         reading: list[asyncio.Future[Any]] = [asyncio.ensure_future(_described(checked))]
+        live: _Live | None = None
         try:
             async with self._session_factory(root) as session:
                 live = await self._begin(session, task, checked, root, notebook_path, setup, reading)
@@ -252,6 +265,8 @@ class AsyncAgent:
                     async for event in events:
                         yield event
         finally:  # a kernel that would not start, a run stopped early: once what reads the files has ended
+            if live is not None:
+                live.begin_recording()  # a run stopped before its first code: its record still gets the data
             _close_when_done(checked, *reading)
 
     async def resume(
@@ -381,7 +396,7 @@ class AsyncAgent:
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
         # The kernel's copies (a pooled or remote kernel's own), and the record's copies in the workspace. Where
         # the kernel works in the workspace those are its copies; else they are made while the first request
-        # and round run (``_Live.recording``), off the way to the first request.
+        # round's code runs (``_Live.recording``), off the way to the first request.
         apart = not session.files.in_local and not extra_setup
         installed = None if apart else _started(reading, asyncio.to_thread(checked.install))
         put = _put(session, installed, checked)
@@ -417,9 +432,9 @@ class AsyncAgent:
             kernelspec=session.kernelspec,
         )
         messages = protocol.initial_messages(self._prompt_context(environment, task, files, language))
-        recording = _started(reading, _recorded_copies(checked)) if apart else None
+        start = functools.partial(_started, reading, functools.partial(_recorded_copies, checked)) if apart else None
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
-                     calls={setup.call: 0}, recording=recording)
+                     calls={setup.call: 0}, start_recording=start)
 
     def _protocol(self, language: Language = PYTHON) -> Protocol:
         config = self.config
@@ -474,7 +489,7 @@ class AsyncAgent:
             yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                          f"({live.session.limits.describe()})")
         guard = StuckGuard(self.config.stuck_after)
-        if live.recording is None:  # else measured once the data files' record copies are in (``_recorded``)
+        if live.recorded:  # else measured once the data files' record copies are in (``_recorded``)
             live.baseline = await self._disk_usage(live)
         last = live.first_round + self.config.max_rounds - 1
         stop: str | None = None
@@ -567,6 +582,7 @@ class AsyncAgent:
         before = live.listing if live.listing is not None else await live.session.files.snapshot(exclude)
         live.listing = None  # taken again after this round's code (a round cancelled meanwhile leaves none)
         live.running = base
+        live.begin_recording()  # the record copies beside the kernel's work, not before the first request
         execution = StreamedExecution(live.session, step.code, self.config.exec_timeout, index)
         try:
             async with aclosing(execution.events()) as outputs:
@@ -633,8 +649,9 @@ class AsyncAgent:
         return Feedback(text=text, images=images, files=files, note=note)
 
     async def _recorded(self, live: _Live) -> None:
-        """Wait for the data files' record copies when they are still being made (``_Live.recording``), then
+        """Wait for the data files' record copies when they are still to make (``_Live.recording``), then
         measure the disk quota's baseline, which counts them. Raises ``DataFileError`` when they failed."""
+        live.begin_recording()
         if live.recording is None:
             return
         recording, live.recording = live.recording, None
@@ -706,9 +723,10 @@ async def _recorded_copies(checked: CheckedData) -> None:
     await asyncio.to_thread(checked.check_unchanged)
 
 
-def _started(reading: list[asyncio.Future[Any]], work: Awaitable[Any]) -> asyncio.Future[Any]:
-    """``work`` as a task, added to ``reading`` (what must end before the checked files are closed)."""
-    task = asyncio.ensure_future(work)
+def _started(reading: list[asyncio.Future[Any]], work: Awaitable[Any] | Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]:
+    """``work`` (or what it returns) as a task, added to ``reading`` (what must end before the checked files
+    are closed)."""
+    task = asyncio.ensure_future(work() if callable(work) else work)
     reading.append(task)
     return task
 
