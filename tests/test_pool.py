@@ -10,10 +10,12 @@ import pytest
 from leaks import our_kernel_pids
 from openai_server import OpenAIServer, Reply, python_call
 
+from kernel_agent.agent.data import CheckedData
 from kernel_agent.agent.loop import AsyncAgent
-from kernel_agent.errors import ConfigError, KernelError
+from kernel_agent.errors import ConfigError, DataFileError, KernelError
 from kernel_agent.kernel.pool import KernelPool
 from kernel_agent.kernel.session import SessionState
+from kernel_agent.notebook.load import load_run
 
 pytestmark = pytest.mark.kernel
 
@@ -179,4 +181,37 @@ def test_a_pooled_run_has_its_data_in_the_kernel_and_in_the_record_and_the_quota
     record = tmp_path / "run" / "big.csv"
     assert record.read_bytes() == data.read_bytes() and (record.stat().st_mode & 0o777) == 0o444
     assert (tmp_path / "run" / "out.txt").read_text() == "made"
+    assert not our_kernel_pids()
+
+
+def test_a_record_copy_that_fails_ends_the_run_with_its_round_kept(
+    tmp_path: Path, openai_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run folder's copy of the data (made while the first round runs, for a pooled kernel) fails, as
+    on a full disk: the round that ran is saved, then the run ends with the error (no more model calls)."""
+    data = tmp_path / "numbers.csv"
+    data.write_text("x\n1\n2\n")
+
+    def no_space(self: CheckedData) -> None:
+        raise DataFileError(f"cannot copy {data} into {self.workspace}: No space left on device", path=str(data))
+
+    monkeypatch.setattr(CheckedData, "install", no_space)
+    openai_server.add(Reply("Sum.", tool_calls=(python_call("print(int(pd.read_csv(data.numbers).x.sum()))"),)),
+                      Reply("Never asked."))
+
+    async def run() -> Any:
+        async with KernelPool(size=1) as pool:
+            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool.acquire)
+            try:
+                return await agent.run("Sum x", [data], tmp_path / "run")
+            finally:
+                await agent.close()
+
+    with pytest.raises(DataFileError, match="No space left") as raised:
+        asyncio.run(run())
+    assert openai_server.remaining == 1
+    saved = load_run(tmp_path / "run.ipynb")
+    assert [r.result.stdout for r in saved.rounds] == ["3\n"]
+    assert "No space left" in (saved.run.error or "") and saved.run.finished_at
+    assert raised.value.run.rounds[0].result.stdout == "3\n"  # type: ignore[attr-defined]
     assert not our_kernel_pids()

@@ -121,6 +121,7 @@ class _Live:
     # from the kernel and before the first round is saved.
     start_recording: Callable[[], asyncio.Future[None]] | None = None
     recording: asyncio.Future[None] | None = None
+    record_error: DataFileError | None = None  # why they failed: raised once the round is saved
     writer: RunWriter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -395,8 +396,8 @@ class AsyncAgent:
             setup_code = _merged_setup(setup_code, extra_setup)
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
         # The kernel's copies (a pooled or remote kernel's own), and the record's copies in the workspace. Where
-        # the kernel works in the workspace those are its copies; else they are made while the first request
-        # round's code runs (``_Live.recording``), off the way to the first request.
+        # the kernel works in the workspace those are its copies; else they are made while the first round's
+        # code runs (``_Live.recording``), off the way to the first request.
         apart = not session.files.in_local and not extra_setup
         installed = None if apart else _started(reading, asyncio.to_thread(checked.install))
         put = _put(session, installed, checked)
@@ -510,6 +511,8 @@ class AsyncAgent:
                     stop = "answer"
                     live.run = replace(live.run, answer=round_.answer, stop_reason=stop, finished_at=_now())
                 await self._save(live)
+                if live.record_error is not None:  # the round is kept; the run cannot go on without its record
+                    raise live.record_error
                 yield RoundFinished(round_)
                 if round_.answer is not None:
                     yield AnswerReady(index, round_.answer)
@@ -650,12 +653,16 @@ class AsyncAgent:
 
     async def _recorded(self, live: _Live) -> None:
         """Wait for the data files' record copies when they are still to make (``_Live.recording``), then
-        measure the disk quota's baseline, which counts them. Raises ``DataFileError`` when they failed."""
+        measure the disk quota's baseline, which counts them. When they failed, ``live.record_error`` says
+        why (``_drive`` raises it once the round is saved)."""
         live.begin_recording()
         if live.recording is None:
             return
         recording, live.recording = live.recording, None
-        await recording
+        try:
+            await recording
+        except DataFileError as exc:
+            live.record_error = exc
         live.baseline = await self._disk_usage(live)
 
     async def _disk_usage(self, live: _Live) -> int:
@@ -718,8 +725,13 @@ async def _put(session: Kernel, installed: Awaitable[None] | None, checked: Chec
 
 async def _recorded_copies(checked: CheckedData) -> None:
     """The workspace's copies of the data files, then each file checked unchanged since the kernel's copy
-    was made from it. Raises ``DataFileError``, ``ConfigError``."""
-    await asyncio.to_thread(checked.install)
+    was made from it. Raises ``DataFileError``."""
+    try:
+        await asyncio.to_thread(checked.install)
+    except DataFileError:
+        raise
+    except ConfigError as exc:  # the workspace is gone and cannot be made again
+        raise DataFileError(f"cannot copy the data files into {checked.workspace}: {exc}") from exc
     await asyncio.to_thread(checked.check_unchanged)
 
 
