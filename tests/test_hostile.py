@@ -10,6 +10,7 @@ copy), ``neighbour`` (another session to attack), ``offline`` (``network=False``
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -389,6 +390,36 @@ def test_data_copy_and_original_cannot_be_modified(victim: KernelSession, origin
     assert "done" not in out
     assert sha(copy) == copied and sha(original) == before
     assert copy.stat().st_mode & 0o222 == 0
+
+
+def test_an_agent_runs_data_copies_are_read_only_to_its_kernel_from_its_start(
+    tmp_path: Path, original: Path, openai_server: OpenAIServer
+) -> None:
+    """Through the agent, as a user runs it: the workspace's copy is there before the kernel starts, so the
+    sandbox binds it read-only, and the model's code can neither chmod it back nor write it."""
+    code = textwrap.dedent(f"""
+        import os
+        for step in (lambda: os.chmod({original.name!r}, 0o644), lambda: open({original.name!r}, 'a').write('x'),
+                     lambda: os.remove({original.name!r})):
+            try:
+                step()
+                print('done')
+            except OSError as exc:
+                print(type(exc).__name__)
+    """)
+    openai_server.add(Reply("Try.", tool_calls=(python_call(code),)), Reply("Done."))
+    from kernel_agent.agent.loop import AsyncAgent
+
+    async def run() -> object:
+        async with AsyncAgent(model="m", base_url=openai_server.base_url) as agent:
+            return await agent.run("Change the data", [original], tmp_path / "ws")
+
+    before = sha(original)
+    run_ = asyncio.run(run())
+    out = run_.rounds[0].result.stdout  # type: ignore[attr-defined]
+    assert "done" not in out and len(out.split()) == 3, out
+    copy = tmp_path / "ws" / original.name
+    assert sha(copy) == before and sha(original) == before and copy.stat().st_mode & 0o222 == 0
 
 
 # ------------------------------------------------------------------ network

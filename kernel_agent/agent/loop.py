@@ -40,7 +40,7 @@ from ..events import (
     TextDelta,
     TextReset,
 )
-from ..kernel.interface import Kernel, KernelFactory
+from ..kernel.interface import Kernel, KernelFactory, kernels_apart
 from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
@@ -254,14 +254,19 @@ class AsyncAgent:
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
         await in_thread(self._check_kernel)  # before any model call
-        # Checked now, off the loop; described while the kernel starts and runs its setup cell, and copied (``_begin``),
-        # in worker threads that read the checked files, never the workspace the kernel reaches.
+        # Checked now, off the loop, then described while the kernel starts and runs its setup cell, in a worker
+        # thread that reads the checked files, never the workspace the kernel reaches. A kernel that works in
+        # the workspace finds its copies there when it starts (the sandbox binds them read-only); a kernel
+        # apart gets its own in ``_begin``, and the workspace's, the run's record, are made later.
         checked = await asyncio.to_thread(_checked_data, list(data), root)
         reading: list[asyncio.Future[Any]] = [asyncio.ensure_future(_described(checked))]
         live: _Live | None = None
         try:
+            installed = not self._kernels_apart()
+            if installed:
+                await _started(reading, asyncio.to_thread(checked.install))
             async with self._session_factory(root) as session:
-                live = await self._begin(session, task, checked, root, notebook_path, setup, reading)
+                live = await self._begin(session, task, checked, root, notebook_path, setup, reading, installed)
                 async with aclosing(self._drive(live)) as events:  # closing this stream stops the code too
                     async for event in events:
                         yield event
@@ -383,10 +388,11 @@ class AsyncAgent:
     # ----------------------------------------------------------------- the loop
     async def _begin(
         self, session: Kernel, task: str, checked: CheckedData, root: Path, notebook: Path, extra_setup: str,
-        reading: list[asyncio.Future[Any]],
+        reading: list[asyncio.Future[Any]], installed: bool,
     ) -> _Live:
-        """The setup cell run, the data files copied and described, the opening messages made. ``reading``
-        holds the description under way (its first item); the copies' tasks join it."""
+        """The setup cell run, the data files copied to the kernel and described, the opening messages made.
+        ``reading`` holds the description under way (its first item); the copies' tasks join it.
+        ``installed``: the workspace has its copies already (else they are made while the first round runs)."""
         described = reading[0]
         files = checked.files
         names = [f.name for f in files]
@@ -395,12 +401,14 @@ class AsyncAgent:
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
-        # The kernel's copies (a pooled or remote kernel's own), and the record's copies in the workspace. Where
-        # the kernel works in the workspace those are its copies; else they are made while the first round's
-        # code runs (``_Live.recording``), off the way to the first request.
-        apart = not session.files.in_local and not extra_setup
-        installed = None if apart else _started(reading, asyncio.to_thread(checked.install))
-        put = _put(session, installed, checked)
+        if not installed and session.files.in_local:  # a factory said its kernels work apart, and this one does not
+            log.warning("the kernel works in the run's folder after all: its data files are copied in now")
+            await _started(reading, asyncio.to_thread(checked.install))
+            installed = True
+        # The kernel's own copies (a pooled or remote kernel's; nothing where it works in the workspace), then
+        # each file checked unchanged when the workspace's copies are made too. Else those, the run's record,
+        # are made while the first round's code runs (``_Live.recording``), off the way to the first request.
+        put = _put(session, checked, installed)
         if extra_setup:  # it may load its variables from the data files: they must be there first
             await put
         protocol = self._protocol(language)
@@ -433,7 +441,7 @@ class AsyncAgent:
             kernelspec=session.kernelspec,
         )
         messages = protocol.initial_messages(self._prompt_context(environment, task, files, language))
-        start = functools.partial(_started, reading, functools.partial(_recorded_copies, checked)) if apart else None
+        start = None if installed else functools.partial(_started, reading, functools.partial(_recorded_copies, checked))
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
                      calls={setup.call: 0}, start_recording=start)
 
@@ -651,6 +659,13 @@ class AsyncAgent:
         note = f"\n[about your reply: {problem}]\n" if problem else ""  # a partly used reply: what was not
         return Feedback(text=text, images=images, files=files, note=note)
 
+    def _kernels_apart(self) -> bool:
+        """Whether this agent's kernels work in folders of their own, known before one starts: on a gateway
+        (the default factory), or as the factory says (a pool's ``acquire``: ``interface.kernels_apart``)."""
+        if self._session_factory == self.new_session:
+            return bool(self.config.gateway_url)
+        return kernels_apart(self._session_factory)
+
     async def _recorded(self, live: _Live) -> None:
         """Wait for the data files' record copies when they are still to make (``_Live.recording``), then
         measure the disk quota's baseline, which counts them. When they failed, ``live.record_error`` says
@@ -710,17 +725,14 @@ async def _described(checked: CheckedData) -> tuple[str, ...] | DataFileError:
         return exc
 
 
-async def _put(session: Kernel, installed: Awaitable[None] | None, checked: CheckedData) -> None:
-    """The data files copied to the kernel (``KernelFiles.put``, a no-op where the kernel works in the workspace)
-    and, unless ``installed`` is None (then ``_recorded_copies`` does it later), into the workspace
-    (``installed``, under way), both from the checked files at once, then checked unchanged, so the
-    copies are the same bytes. Raises ``DataFileError``, ``KernelError``."""
-    put = session.files.put(list(checked.reads), [f.name for f in checked.files])
-    if installed is None:
-        await put
-        return
-    await asyncio.gather(installed, put)
-    await asyncio.to_thread(checked.check_unchanged)
+async def _put(session: Kernel, checked: CheckedData, installed: bool) -> None:
+    """The data files copied to the kernel from the checked files (``KernelFiles.put``, a no-op where the kernel
+    works in the workspace); when the workspace has its copies (``installed``), each file is then checked
+    unchanged, so every copy holds the same bytes (else ``_recorded_copies`` checks). Raises
+    ``DataFileError``, ``KernelError``."""
+    await session.files.put(list(checked.reads), [f.name for f in checked.files])
+    if installed:
+        await asyncio.to_thread(checked.check_unchanged)
 
 
 async def _recorded_copies(checked: CheckedData) -> None:

@@ -9,7 +9,10 @@ Owns two typing protocols and the session state enum, nothing else (where a kern
 * ``KernelFactory``: what front ends and the agent are given instead of a
   class: called with the run's local folder, it returns an async context
   manager that yields a started ``Kernel`` and closes it on exit (an
-  ``AsyncKernelSession`` is one; so is a pool's ``acquire``).
+  ``AsyncKernelSession`` is one; so is a pool's ``acquire``). A factory
+  whose kernels always work in folders of their own, not in the run's
+  folder (``KernelFiles.in_local`` false), may say so before any kernel
+  starts: ``kernels_apart(factory)``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
     from .files import KernelFiles
     from .partial import OutputCallback
 
-__all__ = ["Kernel", "KernelFactory", "SessionState"]
+__all__ = ["KERNELS_APART", "Kernel", "KernelFactory", "SessionState", "kernels_apart"]
 
 
 class SessionState(Enum):
@@ -99,3 +102,11 @@ class Kernel(Protocol):
 
 
 KernelFactory = Callable[[Path], AbstractAsyncContextManager[Kernel]]
+
+KERNELS_APART = "kernels_apart"  # the attribute a factory sets (true) when its kernels never work in the run's folder
+
+
+def kernels_apart(factory: KernelFactory) -> bool:
+    """Whether ``factory`` says its kernels work in folders of their own (a pooled kernel's, a remote one's),
+    so a run's folder holds only the run's record, never the kernel's files. False unless it says so."""
+    return getattr(factory, KERNELS_APART, False) is True

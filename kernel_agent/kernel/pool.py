@@ -31,6 +31,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..errors import ConfigError, KernelError
+from .interface import KERNELS_APART
 from .session import AsyncKernelSession
 
 __all__ = ["PRELOAD", "KernelPool"]
@@ -129,6 +130,9 @@ class KernelPool:
             yield session
         finally:
             self._discard_later(session)  # no await: a cancelled run still hands its kernel back
+
+    # A pooled kernel started before its run had a folder: it works in its own (``interface.kernels_apart``).
+    setattr(acquire, KERNELS_APART, True)
 
     async def close(self) -> None:
         """Stop refilling and shut every kernel of the pool down (in use ones, and those still
