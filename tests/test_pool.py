@@ -162,7 +162,8 @@ def test_a_pooled_run_has_its_data_in_the_kernel_and_in_the_record_and_the_quota
     (1 MB here) counts what the run wrote, not a 3 MB data file."""
     data = tmp_path / "big.csv"
     data.write_text("x\n" + "7\n" * (1536 << 10))
-    code = "print(len(pd.read_csv(data.big)))\nopen('out.txt', 'w').write('made')"
+    code = ("import os\nprint(len(pd.read_csv(data.big)), oct(os.stat(data.big).st_mode & 0o777))\n"
+            "open('out.txt', 'w').write('made')")
     openai_server.add(Reply("Rows.", tool_calls=(python_call(code),)), Reply("Done."))
 
     async def run() -> Any:
@@ -176,7 +177,7 @@ def test_a_pooled_run_has_its_data_in_the_kernel_and_in_the_record_and_the_quota
 
     run_ = asyncio.run(run())
     assert (run_.stop_reason, run_.answer) == ("answer", "Done."), run_.error
-    assert run_.rounds[0].result.stdout == f"{1536 << 10}\n"
+    assert run_.rounds[0].result.stdout == f"{1536 << 10} 0o444\n"  # the kernel's own copy is read-only too
     assert [a.path for a in run_.rounds[0].artifacts] == ["out.txt"]
     record = tmp_path / "run" / "big.csv"
     assert record.read_bytes() == data.read_bytes() and (record.stat().st_mode & 0o777) == 0o444

@@ -214,7 +214,7 @@ def _names(paths: Sequence[Path], names: Sequence[str] | None) -> Sequence[str]:
 def _copy_in(paths: Sequence[Path], names: Sequence[str], kernel: Door) -> None:
     """The run's data files (the host's own files) into a pooled kernel's folder, each by its name."""
     for path, name in zip(paths, names, strict=True):
-        kernel.copy_in(path, name)
+        kernel.copy_in(path, name, mode=0o444)  # read-only, as in a run folder (the prompt says so)
 
 
 def _copy_back(paths: Sequence[str], kernel: Door, local: Door) -> None:
