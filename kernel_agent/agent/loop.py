@@ -11,7 +11,6 @@ replies (``protocols``), talk HTTP (``llm``), fold kernel messages
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import time
@@ -441,7 +440,7 @@ class AsyncAgent:
             kernelspec=session.kernelspec,
         )
         messages = protocol.initial_messages(self._prompt_context(environment, task, files, language))
-        start = None if installed else functools.partial(_started, reading, functools.partial(_recorded_copies, checked))
+        start = None if installed else lambda: _started(reading, _recorded_copies(checked))
         return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
                      calls={setup.call: 0}, start_recording=start)
 
@@ -747,10 +746,9 @@ async def _recorded_copies(checked: CheckedData) -> None:
     await asyncio.to_thread(checked.check_unchanged)
 
 
-def _started(reading: list[asyncio.Future[Any]], work: Awaitable[Any] | Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]:
-    """``work`` (or what it returns) as a task, added to ``reading`` (what must end before the checked files
-    are closed)."""
-    task = asyncio.ensure_future(work() if callable(work) else work)
+def _started(reading: list[asyncio.Future[Any]], work: Awaitable[Any]) -> asyncio.Future[Any]:
+    """``work`` as a task, added to ``reading`` (what must end before the checked files are closed)."""
+    task = asyncio.ensure_future(work)
     reading.append(task)
     return task
 

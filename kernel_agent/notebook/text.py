@@ -46,26 +46,18 @@ class NotebookText:
                 validate(nb)
             return nbformat.v4.writes_json(nb)
         version = (nb.get("nbformat"), nb.get("nbformat_minor"))
-        known, used, fresh, keys = self._cells if version == self._version else {}, {}, [], []
-        for cell in cells:
-            key = json.dumps(cell, sort_keys=True, ensure_ascii=False, default=_ascii)
-            keys.append(key)
-            if key not in known and key not in used:
-                fresh.append(cell)
-                used[key] = ""
+        known = self._cells if version == self._version else {}
+        keys = [json.dumps(cell, sort_keys=True, ensure_ascii=False, default=_ascii) for cell in cells]
+        fresh = {key: cell for key, cell in zip(keys, cells) if key not in known}
         if validate is not None:
-            validate(NotebookNode({**nb, "cells": fresh}))
+            validate(NotebookNode({**nb, "cells": list(fresh.values())}))
         rest = nbformat.v4.writes_json(NotebookNode({**nb, "cells": []}))
         if not rest.startswith(_HEAD):  # not the layout this splices into: nbformat's own, whole
             return nbformat.v4.writes_json(nb)
-        texts = []
-        for key, cell in zip(keys, cells):
-            text = used.get(key) or known.get(key) or _cell_text(cell)
-            used[key] = text
-            texts.append(text)
-        self._cells, self._version = used, version  # only this notebook's cells: what the next save can reuse
-        return '{\n "cells": [\n  ' + ",\n  ".join(texts) + "\n ]," + rest[len(_HEAD):]
-
+        texts = {key: known[key] for key in keys if key in known}
+        texts.update((key, _cell_text(cell)) for key, cell in fresh.items())
+        self._cells, self._version = texts, version  # only this notebook's cells: what the next save can reuse
+        return '{\n "cells": [\n  ' + ",\n  ".join(texts[key] for key in keys) + "\n ]," + rest[len(_HEAD):]
 
 def _cell_text(cell: Any) -> str:
     """One cell as nbformat writes it inside the ``cells`` list (two spaces deep)."""
