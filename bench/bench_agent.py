@@ -67,22 +67,29 @@ def _standalone(index: int) -> str:
     """The same round as a DeepAnalyze-style model must write it: everything again."""
     if index == 0:
         return _PRELUDE + _LOAD
-    return _PRELUDE + _LOAD.split("\n")[0] + "\n" + _CLEAN.replace("print(len(df))", "") + (
-        _CLEAN if index == 1 else _BODIES[index - 2]).replace("plt.show()", "plt.savefig('fig.png')")
+    return (
+        _PRELUDE
+        + _LOAD.split("\n")[0]
+        + "\n"
+        + _CLEAN.replace("print(len(df))", "")
+        + (_CLEAN if index == 1 else _BODIES[index - 2]).replace("plt.show()", "plt.savefig('fig.png')")
+    )
 
 
 def _make_csv(path: Path, rows: int) -> None:
     rng = np.random.default_rng(7)
-    frame = pd.DataFrame({
-        "date": pd.Timestamp("2022-01-01") + pd.to_timedelta(rng.integers(0, 1095, rows), unit="D"),
-        "region": rng.choice(["North", "South", "East", "West"], rows),
-        "category": rng.choice(["Electronics", "Furniture", "Office"], rows),
-        "product": rng.choice([f"P{i:03d}" for i in range(200)], rows),
-        "units": rng.integers(1, 50, rows).astype(float),
-        "price": rng.uniform(1, 500, rows).round(2),
-        "discount": rng.choice([0, 0.05, 0.1, 0.2, np.nan], rows),
-        "note": rng.choice(["", "rush", "gift", "returning customer"], rows),
-    })
+    frame = pd.DataFrame(
+        {
+            "date": pd.Timestamp("2022-01-01") + pd.to_timedelta(rng.integers(0, 1095, rows), unit="D"),
+            "region": rng.choice(["North", "South", "East", "West"], rows),
+            "category": rng.choice(["Electronics", "Furniture", "Office"], rows),
+            "product": rng.choice([f"P{i:03d}" for i in range(200)], rows),
+            "units": rng.integers(1, 50, rows).astype(float),
+            "price": rng.uniform(1, 500, rows).round(2),
+            "discount": rng.choice([0, 0.05, 0.1, 0.2, np.nan], rows),
+            "note": rng.choice(["", "rush", "gift", "returning customer"], rows),
+        }
+    )
     frame.loc[rng.integers(0, rows, rows // 200), "units"] = np.nan
     frame.to_csv(path, index=False)
 
@@ -111,8 +118,9 @@ async def _through_agent(
     time from the model's reply to its next request, the execution's own duration taken out."""
     replies = [f"<Code>\n{code}\n</Code>" for code in _rounds()] + ["<Answer>done</Answer>"]
     model = _TimedModel(replies)
-    agent = AsyncAgent(protocol="tags", chat_model=model, exec_timeout=600, max_rounds=20,
-                       session_factory=session_factory)
+    agent = AsyncAgent(
+        protocol="tags", chat_model=model, exec_timeout=600, max_rounds=20, session_factory=session_factory
+    )
     started = time.perf_counter()
     per_round, outputs = [], []
     async with agent:
@@ -168,18 +176,32 @@ def side_by_side(
 def analysis(quick: bool) -> list[Row]:
     gaps: list[float] = []
     size_mb, (ours_total, ours_rounds, _), (theirs_total, theirs_rounds, _) = side_by_side(
-        quick, "ka-bench-agent-", lambda csv, workspace: _through_agent(csv, workspace, gaps=gaps))
+        quick, "ka-bench-agent-", lambda csv, workspace: _through_agent(csv, workspace, gaps=gaps)
+    )
     n = len(ours_rounds)
     return [
-        Row(f"{n}-round analysis of a {size_mb:.0f} MB CSV, whole run incl. kernel start: agent vs process per round",
-            ours_total, theirs_total, max_ratio=0.1),
-        Row(f"  ↳ the {n} executions only (kernel start and setup excluded)", sum(ours_rounds), theirs_total,
-            max_ratio=0.1),
-        Row("  ↳ rounds 3–10 (state already in memory), median per round", float(np.median(ours_rounds[2:])),
-            float(np.median(theirs_rounds[2:]))),
+        Row(
+            f"{n}-round analysis of a {size_mb:.0f} MB CSV, whole run incl. kernel start: agent vs process per round",
+            ours_total,
+            theirs_total,
+            max_ratio=0.1,
+        ),
+        Row(
+            f"  ↳ the {n} executions only (kernel start and setup excluded)",
+            sum(ours_rounds),
+            theirs_total,
+            max_ratio=0.1,
+        ),
+        Row(
+            "  ↳ rounds 3–10 (state already in memory), median per round",
+            float(np.median(ours_rounds[2:])),
+            float(np.median(theirs_rounds[2:])),
+        ),
         Row("  ↳ round 1 (read the CSV)", ours_rounds[0], theirs_rounds[0]),
-        Row("  ↳ the agent's own time from a reply to the next request (execution excluded), median",
-            float(np.median(gaps))),
+        Row(
+            "  ↳ the agent's own time from a reply to the next request (execution excluded), median",
+            float(np.median(gaps)),
+        ),
         Row("  ↳ the same, slowest round", max(gaps)),
     ]
 

@@ -39,13 +39,15 @@ def _timed(function: Callable[[], object], rounds: int) -> list[float]:
     return times
 
 
-def _alternate(ours: Callable[[], object], theirs: Callable[[], object], rounds: int, repeat: int) -> tuple[float, float]:
+def _alternate(
+    ours: Callable[[], object], theirs: Callable[[], object], rounds: int, repeat: int
+) -> tuple[float, float]:
     """Median seconds per call of each, run in alternating batches of ``repeat`` calls."""
     mine: list[float] = []
     plain: list[float] = []
     ours(), theirs()  # warm-up, discarded
     for index in range(rounds):
-        for side, out in (((ours, mine), (theirs, plain)) if index % 2 == 0 else ((theirs, plain), (ours, mine))):
+        for side, out in ((ours, mine), (theirs, plain)) if index % 2 == 0 else ((theirs, plain), (ours, mine)):
             out.append(sum(_timed(side, repeat)) / repeat)
     return median(mine), median(plain)
 
@@ -75,8 +77,9 @@ def download(quick: bool) -> list[Row]:
             # A tiny file's read is a few syscalls: there the door's extra open/fstat/close of the workspace
             # fd shows as a ratio but is microseconds against a request; the row informs, it has no target.
             target = 1.05 if size >= 1024 * 1024 else None
-            rows.append(Row(f"download of a {label} file: through the door vs a plain open", ours, theirs,
-                            max_ratio=target))
+            rows.append(
+                Row(f"download of a {label} file: through the door vs a plain open", ours, theirs, max_ratio=target)
+            )
     return rows
 
 
@@ -103,8 +106,9 @@ def artifacts(quick: bool) -> list[Row]:
         if through_door() != 2000 or walk_and_stat() != 2000:
             raise AssertionError("a listing missed files")
         ours, theirs = _alternate(through_door, walk_and_stat, 5 if quick else 15, 3)
-    return [Row("artifact listing of 2,000 files in 40 folders: the door vs os.walk + stat", ours, theirs,
-                max_ratio=1.05)]
+    return [
+        Row("artifact listing of 2,000 files in 40 folders: the door vs os.walk + stat", ours, theirs, max_ratio=1.05)
+    ]
 
 
 def network(quick: bool) -> list[Row]:
@@ -116,6 +120,7 @@ def network(quick: bool) -> list[Row]:
             with tempfile.TemporaryDirectory(prefix="kernel-agent-bench-net-") as folder:
                 with KernelSession(Path(folder), limits=Limits(network=on)) as session:
                     return session.execute("1").result_text
+
         return run
 
     ours, theirs = _alternate(start(True), start(False), 3 if quick else 7, 1)

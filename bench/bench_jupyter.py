@@ -91,8 +91,11 @@ def _round(k: int) -> str:
 def _open(page: Any, lab: Any, chat: str, notebook: str) -> None:
     page.goto(lab.url(f"lab/tree/{chat}"))
     page.locator(f"{CHAT} textarea").first.wait_for(timeout=WAIT_MS)
-    page.evaluate("async (path) => { await window.jupyterapp.commands.execute('docmanager:open', "
-                  "{path, options: {mode: 'split-right'}}); }", notebook)
+    page.evaluate(
+        "async (path) => { await window.jupyterapp.commands.execute('docmanager:open', "
+        "{path, options: {mode: 'split-right'}}); }",
+        notebook,
+    )
     page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=WAIT_MS)
     page.evaluate(_WATCH)
     page.wait_for_function(_SAVED, timeout=WAIT_MS)
@@ -108,13 +111,17 @@ def _send(page: Any, text: str) -> float:
 def _browser(playwright: Any) -> Any:
     from browser import FLAGS
 
-    return playwright.chromium.launch(executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=FLAGS,
-                                      headless=True)
+    return playwright.chromium.launch(
+        executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), args=FLAGS, headless=True
+    )
 
 
 def _lab(model: OpenAIServer) -> tuple[Any, Path]:
-    return start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "KERNEL_AGENT_MODEL": "scripted-m"},
-                            (f"--PersonaManager.default_persona_id={PERSONA}",), collaborative=True)
+    return start_jupyterlab(
+        {"OPENAI_BASE_URL": model.base_url, "KERNEL_AGENT_MODEL": "scripted-m"},
+        (f"--PersonaManager.default_persona_id={PERSONA}",),
+        collaborative=True,
+    )
 
 
 class _Listener:
@@ -185,21 +192,45 @@ def cells(quick: bool, pause: float = MODEL_PAUSE_S) -> list[Row]:
     wired = [wire[k] - finished for k, (finished, _shown) in seen.items()]
     page = [shown - wire[k] for k, (_finished, shown) in seen.items()]
     pace = f"the model answering after {pause:g} s" if pause else "rounds back to back (the model answering at once)"
-    return [Row(f"round's code finished → its output visible in the open notebook, {pace}, median of {rounds} rounds "
-                f"(max {max(delays) * 1000:.0f} ms)", median(delays), max_seconds=0.25 if pause else None),
-            Row(f"  ↳ code finished → the update at a second client of the document, off the browser (the server: "
-                f"kernel, agent, shared document; max {max(server) * 1000:.0f} ms)", median(server)),
-            Row(f"  ↳ code finished → the page's websocket hands the update to its script (the server, then the "
-                f"wait for the page's busy main thread; max {max(wired) * 1000:.0f} ms)", median(wired)),
-            Row(f"  ↳ handed to the script → the output in the page's DOM (JupyterLab; "
-                f"max {max(page) * 1000:.0f} ms)", median(page))]
+    return [
+        Row(
+            f"round's code finished → its output visible in the open notebook, {pace}, median of {rounds} rounds "
+            f"(max {max(delays) * 1000:.0f} ms)",
+            median(delays),
+            max_seconds=0.25 if pause else None,
+        ),
+        Row(
+            f"  ↳ code finished → the update at a second client of the document, off the browser (the server: "
+            f"kernel, agent, shared document; max {max(server) * 1000:.0f} ms)",
+            median(server),
+        ),
+        Row(
+            f"  ↳ code finished → the page's websocket hands the update to its script (the server, then the "
+            f"wait for the page's busy main thread; max {max(wired) * 1000:.0f} ms)",
+            median(wired),
+        ),
+        Row(
+            f"  ↳ handed to the script → the output in the page's DOM (JupyterLab; max {max(page) * 1000:.0f} ms)",
+            median(page),
+        ),
+    ]
 
 
 def _cli_first_token(model: OpenAIServer, folder: Path) -> float:
     model.add(Reply("Looking first.", tool_calls=(python_call("print(1)"),)), Reply("One."))
     started = time.monotonic()
-    command = [str(Path(sys.executable).with_name("kernel-agent")), "run", "--json", "--model", "m", "--base-url",
-               model.base_url, "-w", str(folder / f"cli-{time.monotonic_ns()}"), "Say one."]
+    command = [
+        str(Path(sys.executable).with_name("kernel-agent")),
+        "run",
+        "--json",
+        "--model",
+        "m",
+        "--base-url",
+        model.base_url,
+        "-w",
+        str(folder / f"cli-{time.monotonic_ns()}"),
+        "Say one.",
+    ]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=folder) as process:
         first = None
         assert process.stdout is not None
@@ -238,9 +269,18 @@ def first_token(quick: bool) -> list[Row]:
         finally:
             browser.close()
             stop_jupyterlab(lab, base)
-    return [Row(f"time to the first streamed token, median of {samples}: the chat (send click → text on the page) "
-                "vs kernel-agent run --json (start → first text_delta)", median(chat_times), median(cli_times))]
+    return [
+        Row(
+            f"time to the first streamed token, median of {samples}: the chat (send click → text on the page) "
+            "vs kernel-agent run --json (start → first text_delta)",
+            median(chat_times),
+            median(cli_times),
+        )
+    ]
 
 
-PARTS: dict[str, Any] = {"cells": cells, "cells_back_to_back": lambda quick: cells(quick, pause=0.0),
-                         "first_token": first_token}
+PARTS: dict[str, Any] = {
+    "cells": cells,
+    "cells_back_to_back": lambda quick: cells(quick, pause=0.0),
+    "first_token": first_token,
+}

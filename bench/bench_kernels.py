@@ -85,15 +85,18 @@ def gateway(quick: bool) -> list[Row]:
     """``1+1`` over a stock and a NODELAY Kernel Gateway and a stock Enterprise Gateway vs local, blocks of 10."""
     blocks = 3 if quick else 15
     rows = []
-    servers = (("gateway (without server TCP_NODELAY)", lambda: KernelGateway()),
-               ("gateway (with server TCP_NODELAY)", lambda: KernelGateway(nodelay=True)),
-               ("Enterprise Gateway (stock)", EnterpriseGateway))
+    servers = (
+        ("gateway (without server TCP_NODELAY)", lambda: KernelGateway()),
+        ("gateway (with server TCP_NODELAY)", lambda: KernelGateway(nodelay=True)),
+        ("Enterprise Gateway (stock)", EnterpriseGateway),
+    )
     for label, make in servers:
         with make() as server:
             remote, local = asyncio.run(_roundtrips(server, blocks))
         nodelay = "with server" in label
-        rows.append(Row(f"1+1 via {label} vs local, p50", median(remote), median(local),
-                        max_ratio=1.2 if nodelay else None))
+        rows.append(
+            Row(f"1+1 via {label} vs local, p50", median(remote), median(local), max_ratio=1.2 if nodelay else None)
+        )
         rows.append(Row(f"  ↳ p95 ({label}) vs local p95", p95(remote), p95(local)))
     return rows
 
@@ -164,16 +167,21 @@ def analysis(quick: bool) -> list[Row]:
     """The 10-round analysis from a warm pool vs its executions alone and vs a process per round."""
     runs: list[tuple[float, list[float], list[str]]] = []
     size_mb, _, (theirs_total, _, _) = side_by_side(
-        quick, "ka-bench-warm-", lambda csv, workspace: _warm_runs(csv, workspace, 1 if quick else WARM_RUNS, runs))
+        quick, "ka-bench-warm-", lambda csv, workspace: _warm_runs(csv, workspace, 1 if quick else WARM_RUNS, runs)
+    )
     n = len(runs[0][1])
     ratios = [total / sum(rounds) for total, rounds, _ in runs]
     middle = sorted(range(len(runs)), key=ratios.__getitem__)[len(runs) // 2]
     total, rounds, _ = runs[middle]
     first_total, first_rounds, _ = runs[0]
     return [
-        Row(f"{n}-round analysis of a {size_mb:.0f} MB CSV from a warm pool: whole run vs its {n} executions "
+        Row(
+            f"{n}-round analysis of a {size_mb:.0f} MB CSV from a warm pool: whole run vs its {n} executions "
             f"(median of {len(runs)} runs of one process; each: " + ", ".join(f"{r:.3f}×" for r in ratios) + ")",
-            total, sum(rounds), max_ratio=1.1),
+            total,
+            sum(rounds),
+            max_ratio=1.1,
+        ),
         Row("  ↳ the process's first run alone", first_total, sum(first_rounds)),
         Row("  ↳ whole run from a warm pool vs a fresh process per round", total, theirs_total),
     ]

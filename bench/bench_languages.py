@@ -62,8 +62,18 @@ def env(quick: bool) -> list[Row]:
     try:
         venv = scratch / "venv"
         subprocess.run([str(Path(sys.base_prefix) / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "ipykernel"], check=True)
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "ipykernel",
+            ],
+            check=True,
+        )
         ours, base = asyncio.run(_alternate(2 if quick else 6, scratch, {"python": str(venv / "bin" / "python")}))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -91,8 +101,13 @@ async def _probe(count: int) -> list[Row]:
                     samples.append(time.perf_counter() - started)
                 if language is PYTHON and not any(entry.startswith("pandas ") for entry in found):
                     raise RuntimeError(f"the Python probe did not find pandas: {found}")
-            rows.append(Row(f"package probe for the prompt ({language.name}, once per environment)",
-                            median(samples), max_seconds=0.3))
+            rows.append(
+                Row(
+                    f"package probe for the prompt ({language.name}, once per environment)",
+                    median(samples),
+                    max_seconds=0.3,
+                )
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return rows

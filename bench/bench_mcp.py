@@ -42,9 +42,13 @@ def _expect_two(result: object) -> None:
 async def _roundtrips(blocks: int, per_block: int, root: Path) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {"mcp": [], "session": []}
     with (root / "server.log").open("w") as log:
-        async with stdio_client(_params(root / "mcp"), errlog=log) as (read, write), ClientSession(read, write) as client:
+        async with (
+            stdio_client(_params(root / "mcp"), errlog=log) as (read, write),
+            ClientSession(read, write) as client,
+        ):
             await client.initialize()
             async with AsyncKernelSession(root / "direct") as session:
+
                 async def mcp_call() -> None:
                     _expect_two(await client.call_tool("execute_python", {"code": "1+1"}))
 
@@ -58,7 +62,7 @@ async def _roundtrips(blocks: int, per_block: int, root: Path) -> dict[str, list
                     for _ in range(10):  # warm-up, discarded
                         await runner()
                 for block in range(blocks):
-                    for name in (list(runners) if block % 2 == 0 else list(reversed(runners))):
+                    for name in list(runners) if block % 2 == 0 else list(reversed(runners)):
                         for _ in range(per_block):
                             started = time.perf_counter()
                             await runners[name]()
@@ -73,8 +77,12 @@ def roundtrip(quick: bool) -> list[Row]:
     n = blocks * per_block
     direct = median(samples["session"])
     return [  # issue 25's target: within 2x a direct execute + 3 ms
-        Row(f"`1+1` as an MCP tool call over stdio vs AsyncKernelSession.execute, median, n={n}",
-            median(samples["mcp"]), direct, max_seconds=2 * direct + 0.003),
+        Row(
+            f"`1+1` as an MCP tool call over stdio vs AsyncKernelSession.execute, median, n={n}",
+            median(samples["mcp"]),
+            direct,
+            max_seconds=2 * direct + 0.003,
+        ),
         Row("  ↳ p95: same", p95(samples["mcp"]), p95(samples["session"])),
     ]
 
@@ -82,7 +90,10 @@ def roundtrip(quick: bool) -> list[Row]:
 async def _first_mcp(root: Path) -> float:
     started = time.perf_counter()
     with (root / "server.log").open("a") as log:
-        async with stdio_client(_params(root / "first"), errlog=log) as (read, write), ClientSession(read, write) as client:
+        async with (
+            stdio_client(_params(root / "first"), errlog=log) as (read, write),
+            ClientSession(read, write) as client,
+        ):
             await client.initialize()
             _expect_two(await client.call_tool("execute_python", {"code": "1+1"}))
             return time.perf_counter() - started
@@ -103,8 +114,14 @@ def firstcall(quick: bool) -> list[Row]:
         for _ in range(runs):
             ours.append(asyncio.run(_first_mcp(Path(root))))
             base.append(asyncio.run(_first_session(Path(root))))
-    return [Row(f"server spawn + handshake + first result vs a session's start + first result, median, n={runs}",
-                median(ours), median(base), max_seconds=6.0)]
+    return [
+        Row(
+            f"server spawn + handshake + first result vs a session's start + first result, median, n={runs}",
+            median(ours),
+            median(base),
+            max_seconds=6.0,
+        )
+    ]
 
 
 PARTS = {"roundtrip": roundtrip, "firstcall": firstcall}

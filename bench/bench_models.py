@@ -44,15 +44,24 @@ def figures(quick: bool) -> list[Row]:
     samples: dict[str, list[float]] = {"capped": [], "rendered": []}
     for _ in range(runs):
         for side, cap in (("capped", 50), ("rendered", 10_000)):
-            with tempfile.TemporaryDirectory() as workspace, KernelSession(workspace, caps=OutputCaps(max_images=cap)) as session:
+            with (
+                tempfile.TemporaryDirectory() as workspace,
+                KernelSession(workspace, caps=OutputCaps(max_images=cap)) as session,
+            ):
                 session.execute("%matplotlib inline\nimport matplotlib.pyplot as plt")
                 started = time.perf_counter()
                 result = session.execute(FIGURES, timeout=300)
                 samples[side].append(time.perf_counter() - started)
                 if result.status != "ok" or len(result.images) != min(cap, 300):
                     raise AssertionError(f"{side}: {result!r}")
-    return [Row(f"300 figures in one cell, median of {runs}: cap 50 in the kernel vs all rendered",
-                median(samples["capped"]), median(samples["rendered"]), max_ratio=0.8)]
+    return [
+        Row(
+            f"300 figures in one cell, median of {runs}: cap 50 in the kernel vs all rendered",
+            median(samples["capped"]),
+            median(samples["rendered"]),
+            max_ratio=0.8,
+        )
+    ]
 
 
 def exit_time(quick: bool) -> list[Row]:
@@ -64,8 +73,13 @@ def exit_time(quick: bool) -> list[Row]:
         script.write_text(FORGOTTEN)
         samples = []
         for n in range(runs):
-            done = subprocess.run([sys.executable, str(script), str(scratch / f"ws{n}")],
-                                  capture_output=True, text=True, timeout=120, check=True)
+            done = subprocess.run(
+                [sys.executable, str(script), str(scratch / f"ws{n}")],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=True,
+            )
             samples.append(time.time() - float(done.stdout.strip().splitlines()[-1]))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -90,8 +104,14 @@ def parse(quick: bool) -> list[Row]:
     runs = 1 if quick else 3
     big = median([_parse_all(1_000_000, 1) for _ in range(runs)])
     small = median([_parse_all(100_000, 10) for _ in range(runs)])
-    return [Row(f"parse {len(_HOSTILE)} hostile replies × 2 protocols: 1 MB once vs 100 kB ten times, median of {runs}",
-                big, small, max_ratio=1.5)]
+    return [
+        Row(
+            f"parse {len(_HOSTILE)} hostile replies × 2 protocols: 1 MB once vs 100 kB ten times, median of {runs}",
+            big,
+            small,
+            max_ratio=1.5,
+        )
+    ]
 
 
 PARTS = {"figures": figures, "exit": exit_time, "parse": parse}

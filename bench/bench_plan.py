@@ -33,14 +33,24 @@ from kernel_agent.model.scripted import ScriptedChatModel
 NAME = "plan"
 _KERNEL_PRELUDE = "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\n"  # inline figures, as the agent's kernel shows them
 
-_NODES = [("load", _KERNEL_PRELUDE + _LOAD, []), ("clean", _CLEAN, ["load"]), ("by_region", _BODIES[0], ["clean"]),
-          ("by_category", _BODIES[1], ["clean"]), ("plot", _BODIES[3], ["clean"]), ("fit", _BODIES[4], ["clean"])]
+_NODES = [
+    ("load", _KERNEL_PRELUDE + _LOAD, []),
+    ("clean", _CLEAN, ["load"]),
+    ("by_region", _BODIES[0], ["clean"]),
+    ("by_category", _BODIES[1], ["clean"]),
+    ("plot", _BODIES[3], ["clean"]),
+    ("fit", _BODIES[4], ["clean"]),
+]
 
 
 def _plan_replies() -> list[str]:
-    plan = {"directions": ["descriptive"], "nodes": [
-        {"id": i, "title": i.replace("_", " "), "kind": "visualisation" if i == "plot" else "code", "depends_on": d}
-        for i, _, d in _NODES]}
+    plan = {
+        "directions": ["descriptive"],
+        "nodes": [
+            {"id": i, "title": i.replace("_", " "), "kind": "visualisation" if i == "plot" else "code", "depends_on": d}
+            for i, _, d in _NODES
+        ],
+    }
     replies = [json.dumps(plan)]
     for node_id, code, _ in _NODES:
         replies.append(f"```python\n{code}\n```")
@@ -55,8 +65,9 @@ async def _through_plan(csv: Path, workspace: Path) -> tuple[float, dict[str, st
     notebook = workspace.with_name(f"{workspace.name}.plan.ipynb")
     started = time.perf_counter()
     async with agent:
-        async for _ in agent.stream_plan("bench", (), workspace, notebook,
-                                         options=PlanOptions(max_fix_attempts=0, exec_timeout=600)):
+        async for _ in agent.stream_plan(
+            "bench", (), workspace, notebook, options=PlanOptions(max_fix_attempts=0, exec_timeout=600)
+        ):
             pass
     elapsed = time.perf_counter() - started
     results = PlanState.load(state_path(notebook)).results
@@ -90,8 +101,14 @@ def plan_vs_process(quick: bool) -> list[Row]:
         theirs, theirs_last = _per_process(csv, theirs_dir)
     if ours_last != theirs_last:
         raise RuntimeError(f"the two sides disagree: {ours_last} vs {theirs_last}")
-    return [Row(f"6-node plan on a {size_mb:.0f} MB CSV, whole run incl. kernel start: one kernel vs process per node",
-                ours, theirs, max_ratio=0.6)]
+    return [
+        Row(
+            f"6-node plan on a {size_mb:.0f} MB CSV, whole run incl. kernel start: one kernel vs process per node",
+            ours,
+            theirs,
+            max_ratio=0.6,
+        )
+    ]
 
 
 PARTS = {"plan_vs_process": plan_vs_process}

@@ -39,8 +39,10 @@ _ROUNDS = [
     "print(df.groupby(['region', 'category'])['units'].mean().round(4).to_string())",
     "print(df[['units', 'price', 'revenue']].describe().round(3).to_string())",
     "print(df[['units', 'price', 'discount', 'revenue']].corr().round(4).to_string())",
-    ("means = df.groupby('product', as_index=False)['revenue'].mean().rename(columns={'revenue': 'mean_rev'})\n"
-     "merged = df.merge(means, on='product')\nprint(len(merged), round(float((merged.revenue > merged.mean_rev).mean()), 4))"),
+    (
+        "means = df.groupby('product', as_index=False)['revenue'].mean().rename(columns={'revenue': 'mean_rev'})\n"
+        "merged = df.merge(means, on='product')\nprint(len(merged), round(float((merged.revenue > merged.mean_rev).mean()), 4))"
+    ),
     "fig, ax = plt.subplots(figsize=(6, 3))\ndf.groupby('region')['revenue'].sum().plot.bar(ax=ax)\nplt.show()\nprint('plotted')",
     "print(df.pivot_table(index='region', columns='category', values='revenue', aggfunc='sum').round(1).to_string())",
     "print(df.nlargest(3, 'revenue')[['region', 'category', 'revenue']].round(2).to_string())",
@@ -79,8 +81,10 @@ def roundtrip(quick: bool) -> list[Row]:
     samples: dict[str, list[float]] = {"strict": [], "off": []}
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-sandbox-"))
     try:
-        with KernelSession(scratch / "strict", limits=_limits("strict")) as strict, \
-                KernelSession(scratch / "off", limits=_limits("off")) as off:
+        with (
+            KernelSession(scratch / "strict", limits=_limits("strict")) as strict,
+            KernelSession(scratch / "off", limits=_limits("off")) as off,
+        ):
             sessions = {"strict": strict, "off": off}
             for block in range(10 if quick else 100):
                 for mode in ("strict", "off") if block % 2 == 0 else ("off", "strict"):
@@ -93,8 +97,12 @@ def roundtrip(quick: bool) -> list[Row]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return [
-        Row("1+1 round trip, median: sandboxed vs unconfined", median(samples["strict"]), median(samples["off"]),
-            max_ratio=1.10),
+        Row(
+            "1+1 round trip, median: sandboxed vs unconfined",
+            median(samples["strict"]),
+            median(samples["off"]),
+            max_ratio=1.10,
+        ),
         Row("  ↳ p95", p95(samples["strict"]), p95(samples["off"])),
     ]
 
@@ -115,9 +123,12 @@ def _ours(workspace: Path) -> tuple[float, list[str]]:
 async def _stock(workspace: Path) -> tuple[float, list[str]]:
     manager = AsyncKernelManager(kernel_name="python3")
     manager.connection_file = str(workspace / "stock-kernel.json")
-    await manager.start_kernel(cwd=str(workspace), env={"IPYTHONDIR": str(workspace / ".ipython"),
-                                                        "PATH": "/usr/bin:/bin"},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    await manager.start_kernel(
+        cwd=str(workspace),
+        env={"IPYTHONDIR": str(workspace / ".ipython"), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     client = manager.client()
     client.start_channels()
     try:
@@ -126,8 +137,13 @@ async def _stock(workspace: Path) -> tuple[float, list[str]]:
         started, outputs = time.perf_counter(), []
         for code in _ROUNDS:
             messages = await raw.iopub_messages(client, code, timeout=600)
-            outputs.append("".join(m["content"]["text"] for m in messages
-                                   if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"))
+            outputs.append(
+                "".join(
+                    m["content"]["text"]
+                    for m in messages
+                    if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"
+                )
+            )
         return time.perf_counter() - started, outputs
     finally:
         client.stop_channels()
@@ -157,8 +173,15 @@ def compute(quick: bool) -> list[Row]:
                 raise RuntimeError("the sandboxed and the stock kernel printed different results")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return [Row(f"10-round analysis of a {size_mb:.0f} MB CSV: sandboxed session vs stock python3 kernel (raw "
-                "jupyter_client)", median(times["ours"]), median(times["stock"]), max_ratio=1.05)]
+    return [
+        Row(
+            f"10-round analysis of a {size_mb:.0f} MB CSV: sandboxed session vs stock python3 kernel (raw "
+            "jupyter_client)",
+            median(times["ours"]),
+            median(times["stock"]),
+            max_ratio=1.05,
+        )
+    ]
 
 
 PARTS = {"start": start, "roundtrip": roundtrip, "compute": compute}

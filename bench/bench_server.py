@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import json
 import resource
-import contextlib
 import statistics
 import subprocess
 import sys
@@ -88,8 +88,12 @@ async def one(start_on: httpx.AsyncClient, follow_on: httpx.AsyncClient, index: 
     return first or float("nan"), time.monotonic() - start, record["status"], refused
 
 
-async def load(urls: list[str], runs: int, key: str | None = None, at_once: int | None = None,
-               ) -> list[tuple[float, float, str, int]]:
+async def load(
+    urls: list[str],
+    runs: int,
+    key: str | None = None,
+    at_once: int | None = None,
+) -> list[tuple[float, float, str, int]]:
     """``runs`` runs, at most ``at_once`` in flight (None: all at once), run i started on replica i mod N
     and followed on the next one."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -112,20 +116,25 @@ def summary(label: str, results: list[tuple[float, float, str, int]], wall: floa
     answer = sorted(r[1] for r in results)
     p95 = lambda xs: xs[min(len(xs) - 1, int(0.95 * len(xs)))]  # noqa: E731
     completed = sum(1 for r in results if r[2] == "completed")
-    return (f"{label:<28} {completed:>3}/{len(results)} {len(results) / wall:>7.2f} "
-            f"{statistics.median(first):>7.2f} {p95(first):>7.2f} {statistics.median(answer):>7.2f} {p95(answer):>7.2f}")
+    return (
+        f"{label:<28} {completed:>3}/{len(results)} {len(results) / wall:>7.2f} "
+        f"{statistics.median(first):>7.2f} {p95(first):>7.2f} {statistics.median(answer):>7.2f} {p95(answer):>7.2f}"
+    )
 
 
 def replicas(args: argparse.Namespace) -> None:
     """The load on the SQLite single process, then on 1, 2, 3... replicas on PostgreSQL; then a takeover."""
     counts = [int(n) for n in args.replicas.split(",")]
-    print(f"{args.runs} runs, {args.concurrent} in flight at once in all (each replica runs and keeps alive "
-          f"{args.concurrent}/N, rounded up); times in s")
+    print(
+        f"{args.runs} runs, {args.concurrent} in flight at once in all (each replica runs and keeps alive "
+        f"{args.concurrent}/N, rounded up); times in s"
+    )
     print(f"{'':<28} {'done':>7} {'runs/s':>7} {'ttft50':>7} {'ttft95':>7} {'ans50':>7} {'ans95':>7}")
     with tempfile.TemporaryDirectory(prefix="bench-server-") as data, OpenAIServer() as model:
         model.add(*([scripted] * (3 * args.runs * (len(counts) + 1))))
-        with ServiceServer(Path(data) / "sqlite", model.base_url, max_running=args.concurrent,
-                           max_threads_live=args.concurrent) as server:
+        with ServiceServer(
+            Path(data) / "sqlite", model.base_url, max_running=args.concurrent, max_threads_live=args.concurrent
+        ) as server:
             started = time.monotonic()
             results = asyncio.run(load([server.url], args.runs, at_once=args.concurrent))
             print(summary("sqlite, 1 process", results, time.monotonic() - started), flush=True)
@@ -136,11 +145,14 @@ def replicas(args: argparse.Namespace) -> None:
                 options = ("--max-running", share, "--max-live-kernels", share, "--drain-grace", "0")
                 folder = Path(data) / f"pg{count}"
                 with contextlib.ExitStack() as stack:
-                    up = [stack.enter_context(Replica(folder, model.base_url, database=database, options=options))
-                          for _ in range(count)]
+                    up = [
+                        stack.enter_context(Replica(folder, model.base_url, database=database, options=options))
+                        for _ in range(count)
+                    ]
                     started = time.monotonic()
-                    results = asyncio.run(load([r.url for r in up], args.runs, key="replica-key",
-                                               at_once=args.concurrent))
+                    results = asyncio.run(
+                        load([r.url for r in up], args.runs, key="replica-key", at_once=args.concurrent)
+                    )
                     print(summary(f"postgresql, {count} replica(s)", results, time.monotonic() - started), flush=True)
             takeover(postgres, model, Path(data) / "takeover", args.lease_ttl)
     print(f"kernels left: {len(our_kernel_pids())}")
@@ -150,8 +162,10 @@ def takeover(postgres: PostgresServer, model: OpenAIServer, data: Path, ttl: flo
     """Seconds from SIGKILL of the replica running a thread to the next turn's answer on the other."""
     database = postgres.database("bench_takeover")
     options = ("--lease-ttl", str(ttl), "--drain-grace", "0", "--pool", "1")  # the rebuild needs no kernel start
-    with Replica(data, model.base_url, database=database, options=options) as a, \
-            Replica(data, model.base_url, database=database, options=options) as b:
+    with (
+        Replica(data, model.base_url, database=database, options=options) as a,
+        Replica(data, model.base_url, database=database, options=options) as b,
+    ):
         model.add(Reply("Set.", tool_calls=(python_call("x = 1"),)), Reply("never sent", pause=600))
         run = a.client.post("/v1/runs", json={"task": "Set x"}).json()
         follow(b.client, run["id"], until="round_finished")
@@ -172,9 +186,11 @@ def takeover(postgres: PostgresServer, model: OpenAIServer, data: Path, ttl: flo
         took = time.monotonic() - killed
         kernels_gone = not kernels_of(a.pid)
     verdict = "met" if took <= ttl + 2 else "MISSED"
-    print(f"takeover: SIGKILL to the next turn's answer {took:.2f} s with --lease-ttl {ttl:g} "
-          f"(target {ttl + 2:g} s: {verdict}; the turn was accepted after {accepted:.2f} s, the rest is its kernel's "
-          f"rebuild and the answer); answer {answered!r}; dead replica's kernels gone: {kernels_gone}")
+    print(
+        f"takeover: SIGKILL to the next turn's answer {took:.2f} s with --lease-ttl {ttl:g} "
+        f"(target {ttl + 2:g} s: {verdict}; the turn was accepted after {accepted:.2f} s, the rest is its kernel's "
+        f"rebuild and the answer); answer {answered!r}; dead replica's kernels gone: {kernels_gone}"
+    )
 
 
 class PeakMemory:
@@ -268,16 +284,24 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="bench-server-") as data, OpenAIServer() as model:
         model.add(*([scripted] * (3 * args.runs)))
-        server = ServiceServer(Path(data), model.base_url, max_running=args.concurrent,
-                               max_threads_live=args.max_live_kernels or args.concurrent, pool_size=args.pool)
+        server = ServiceServer(
+            Path(data),
+            model.base_url,
+            max_running=args.concurrent,
+            max_threads_live=args.max_live_kernels or args.concurrent,
+            pool_size=args.pool,
+        )
         if args.profile:
             _profiled(server, args.profile)
         with server:
             asyncio.run(warm(server, args.pool))
             with PeakMemory() as memory:
                 started, server_before = time.monotonic(), _cpu(resource.RUSAGE_SELF)
-                load_client = subprocess.Popen([sys.executable, __file__, "--client", server.url, str(args.runs)],
-                                               stdout=subprocess.PIPE, text=True)
+                load_client = subprocess.Popen(
+                    [sys.executable, __file__, "--client", server.url, str(args.runs)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 memory.skip.add(load_client.pid)
                 out, _ = load_client.communicate()
                 wall, server_cpu = time.monotonic() - started, _cpu(resource.RUSAGE_SELF) - server_before
@@ -288,15 +312,21 @@ def main() -> None:
     answer = sorted(r[1] for r in results)
     p95 = lambda xs: xs[min(len(xs) - 1, int(0.95 * len(xs)))]
     completed = sum(1 for r in results if r[2] == "completed")
-    print(f"runs {args.runs}, {args.concurrent} at once, pool {args.pool}: {completed} completed in {wall:.1f} s "
-          f"({args.runs / wall:.2f} runs/s)")
+    print(
+        f"runs {args.runs}, {args.concurrent} at once, pool {args.pool}: {completed} completed in {wall:.1f} s "
+        f"({args.runs / wall:.2f} runs/s)"
+    )
     print(f"time to first token: p50 {statistics.median(first):.2f} s, p95 {p95(first):.2f} s")
     print(f"time to answer:      p50 {statistics.median(answer):.2f} s, p95 {p95(answer):.2f} s")
     print(f"refused with 429 and resubmitted: {sum(r[3] for r in results)} requests")
-    print(f"CPU per run: server {server_cpu / args.runs:.2f} s, kernels {kernels_cpu / args.runs:.2f} s "
-          f"(server {server_cpu:.1f} s, kernels {kernels_cpu:.1f} s in all)")
-    print(f"peak memory: server {memory.server / 2**20:.0f} MiB, kernels {memory.kernels / 2**20:.0f} MiB, "
-          f"both at once {memory.peak / 2**20:.0f} MiB")
+    print(
+        f"CPU per run: server {server_cpu / args.runs:.2f} s, kernels {kernels_cpu / args.runs:.2f} s "
+        f"(server {server_cpu:.1f} s, kernels {kernels_cpu:.1f} s in all)"
+    )
+    print(
+        f"peak memory: server {memory.server / 2**20:.0f} MiB, kernels {memory.kernels / 2**20:.0f} MiB, "
+        f"both at once {memory.peak / 2**20:.0f} MiB"
+    )
     print(f"kernels left: {len(our_kernel_pids())}")
 
 

@@ -73,8 +73,12 @@ def roundtrip(quick: bool) -> list[Row]:
         messages = session._loop.run(raw.iopub_messages(session.async_session.client, ROUNDTRIP_CODE))
     base, n = samples["raw"], blocks * per_block
     return [
-        Row(f"`1+1` round-trip, median, n={n}: KernelSession vs raw jupyter_client",
-            median(samples["sync"]), median(base), max_ratio=1.10),
+        Row(
+            f"`1+1` round-trip, median, n={n}: KernelSession vs raw jupyter_client",
+            median(samples["sync"]),
+            median(base),
+            max_ratio=1.10,
+        ),
         Row("`1+1` round-trip, p95: same", p95(samples["sync"]), p95(base)),
         Row("  ↳ AsyncKernelSession (no thread hop) vs raw, median", median(samples["async"]), median(base)),
         Row("  ↳ raw + the facade's thread hop vs raw, median", median(samples["raw_hop"]), median(base)),
@@ -155,10 +159,16 @@ def cold_start(quick: bool) -> list[Row]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return [
-        Row(f"cold start → `1+1` done, median of {runs}: KernelSession vs stock ipykernel",
-            median(samples["ours"]), median(samples["stock"])),
-        Row(f"cold start → pandas + pyplot imported, median of {runs}: same",
-            median(samples["ours_imports"]), median(samples["stock_imports"])),
+        Row(
+            f"cold start → `1+1` done, median of {runs}: KernelSession vs stock ipykernel",
+            median(samples["ours"]),
+            median(samples["stock"]),
+        ),
+        Row(
+            f"cold start → pandas + pyplot imported, median of {runs}: same",
+            median(samples["ours_imports"]),
+            median(samples["stock_imports"]),
+        ),
     ]
 
 
@@ -197,10 +207,18 @@ def timeouts(quick: bool) -> list[Row]:
         spin = _interleaved({"ours": lambda: ours(SPIN, False), "raw": lambda: floor(SPIN, False)}, spins)
         stuck = _interleaved({"ours": lambda: ours(STUBBORN, True), "raw": lambda: floor(STUBBORN, True)}, stubborn)
     return [
-        Row(f"past a 1 s deadline, `while True: pass`, median of {spins}: ours vs bare interrupt",
-            median(spin["ours"]), median(spin["raw"]), max_seconds=0.5),
-        Row(f"past a 1 s deadline, loop swallowing KeyboardInterrupt, median of {stubborn}: ours vs bare restart",
-            median(stuck["ours"]), median(stuck["raw"]), max_seconds=3.0),
+        Row(
+            f"past a 1 s deadline, `while True: pass`, median of {spins}: ours vs bare interrupt",
+            median(spin["ours"]),
+            median(spin["raw"]),
+            max_seconds=0.5,
+        ),
+        Row(
+            f"past a 1 s deadline, loop swallowing KeyboardInterrupt, median of {stubborn}: ours vs bare restart",
+            median(stuck["ours"]),
+            median(stuck["raw"]),
+            max_seconds=3.0,
+        ),
     ]
 
 
@@ -232,8 +250,11 @@ def subprocess_executor(quick: bool) -> list[Row]:
         return median([t for run in runs for t in run["steps"][kind]])
 
     return [
-        Row(f"{len(steps)}-step workload, median of {reps}: warm KernelSession vs a process per call",
-            pick(ours, "warm"), pick(theirs, "warm")),
+        Row(
+            f"{len(steps)}-step workload, median of {reps}: warm KernelSession vs a process per call",
+            pick(ours, "warm"),
+            pick(theirs, "warm"),
+        ),
         Row("  ↳ same, our session's start included", pick(ours, "cold"), pick(theirs, "warm")),
         Row("  ↳ one `print(1+1)` step, median", step(ours, "print"), step(theirs, "print")),
         Row("  ↳ one pandas step, median", step(ours, "pandas"), step(theirs, "pandas")),

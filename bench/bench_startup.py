@@ -44,8 +44,11 @@ import kernel_agent
 NAME = "startup"
 
 TARGET_SECONDS = 0.3
-COMMANDS = {"kernel-agent --version": ["--version"], "kernel-agent --help": ["--help"],
-            "kernel-agent run --help": ["run", "--help"]}
+COMMANDS = {
+    "kernel-agent --version": ["--version"],
+    "kernel-agent --help": ["--help"],
+    "kernel-agent run --help": ["run", "--help"],
+}
 BASELINE = "python -c pass"
 
 
@@ -78,7 +81,7 @@ def _medians(runs: dict[str, tuple[list[str], str]], rounds: int) -> dict[str, f
     times: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
     for index in range(rounds):
-        turn = names[index % len(names):] + names[:index % len(names)]
+        turn = names[index % len(names) :] + names[: index % len(names)]
         for name in turn:
             argv, expect = runs[name]
             times[name].append(_timed(argv, environment, expect))
@@ -87,18 +90,30 @@ def _medians(runs: dict[str, tuple[list[str], str]], rounds: int) -> dict[str, f
 
 def cli(quick: bool) -> list[Row]:
     python = [sys.executable]
-    runs = {name: ([*_cli(), *args], "Usage" if "--help" in args else kernel_agent.__version__)
-            for name, args in COMMANDS.items()}
+    runs = {
+        name: ([*_cli(), *args], "Usage" if "--help" in args else kernel_agent.__version__)
+        for name, args in COMMANDS.items()
+    }
     runs[BASELINE] = ([*python, "-c", "print('ok')"], "ok")
     runs["import nbformat"] = ([*python, "-c", "import nbformat; print('ok')"], "ok")
     runs["ours"] = ([*python, "-c", "import kernel_agent._nbformat; print('ok')"], "ok")
     medians = _medians(runs, 3 if quick else 10)
     floor = medians[BASELINE]
     rows = [Row(f"{name} vs {BASELINE}", medians[name], floor, max_seconds=TARGET_SECONDS) for name in COMMANDS]
-    rows.append(Row(f"import nbformat vs {BASELINE} (what reading or writing a notebook adds)",
-                    medians["import nbformat"], floor))
-    rows.append(Row("  ↳ the same through kernel_agent._nbformat (the grammar deferred) vs import nbformat",
-                    medians["ours"], medians["import nbformat"]))
+    rows.append(
+        Row(
+            f"import nbformat vs {BASELINE} (what reading or writing a notebook adds)",
+            medians["import nbformat"],
+            floor,
+        )
+    )
+    rows.append(
+        Row(
+            "  ↳ the same through kernel_agent._nbformat (the grammar deferred) vs import nbformat",
+            medians["ours"],
+            medians["import nbformat"],
+        )
+    )
     return rows
 
 
@@ -132,8 +147,20 @@ def _stopped(process: subprocess.Popen[bytes], argv: list[str], signalled: bool 
 def _serve_ready(environment: dict[str, str], root: Path, extra: tuple[str, ...] = (), path: str = "/health") -> float:
     """Seconds from spawning ``kernel-agent serve`` to its first 200 on ``path``."""
     port = _free_port()
-    argv = [*_cli(), "serve", "--no-auth", "--port", str(port), "--data-dir", str(root / f"serve-{port}"),
-            "--model", "bench-model", "--base-url", "http://127.0.0.1:9/v1", *extra]
+    argv = [
+        *_cli(),
+        "serve",
+        "--no-auth",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(root / f"serve-{port}"),
+        "--model",
+        "bench-model",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        *extra,
+    ]
     started = time.perf_counter()
     process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -148,16 +175,21 @@ def _serve_ready(environment: dict[str, str], root: Path, extra: tuple[str, ...]
     return elapsed
 
 
-_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}}
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}},
+}
 
 
 def _mcp_ready(environment: dict[str, str], root: Path) -> float:
     """Seconds from spawning ``kernel-agent mcp`` (stdio) to its answer to ``initialize``."""
     argv = [*_cli(), "mcp", "--workspace", str(root / f"mcp-{time.monotonic_ns()}")]
     started = time.perf_counter()
-    process = subprocess.Popen(argv, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        argv, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert process.stdin is not None and process.stdout is not None
     try:
         process.stdin.write(json.dumps(_INITIALIZE).encode() + b"\n")
@@ -187,14 +219,24 @@ def servers(quick: bool) -> list[Row]:
         medians = _taking_turns(timers, 3 if quick else 10)
     floor = medians[BASELINE]
     return [
-        Row(f"kernel-agent serve: spawn to /health answered vs {BASELINE}", medians["serve"], floor,
-            max_seconds=1.0),
-        Row(f"  ↳ with --pool 2 (kernels start in the background) vs {BASELINE}", medians["serve --pool 2"], floor,
-            max_seconds=1.0),
-        Row(f"  ↳ spawn to the first /v1/info answered (the whole app up) vs {BASELINE}", medians["serve, /v1/info"],
-            floor),
-        Row(f"kernel-agent mcp (stdio): spawn to initialize answered vs {BASELINE}", medians["mcp"], floor,
-            max_seconds=1.0),
+        Row(f"kernel-agent serve: spawn to /health answered vs {BASELINE}", medians["serve"], floor, max_seconds=1.0),
+        Row(
+            f"  ↳ with --pool 2 (kernels start in the background) vs {BASELINE}",
+            medians["serve --pool 2"],
+            floor,
+            max_seconds=1.0,
+        ),
+        Row(
+            f"  ↳ spawn to the first /v1/info answered (the whole app up) vs {BASELINE}",
+            medians["serve, /v1/info"],
+            floor,
+        ),
+        Row(
+            f"kernel-agent mcp (stdio): spawn to initialize answered vs {BASELINE}",
+            medians["mcp"],
+            floor,
+            max_seconds=1.0,
+        ),
     ]
 
 
@@ -205,7 +247,7 @@ def _taking_turns(timers: dict[str, Callable[[], float]], rounds: int) -> dict[s
     times: dict[str, list[float]] = {name: [] for name in timers}
     names = list(timers)
     for index in range(rounds):
-        for name in names[index % len(names):] + names[:index % len(names)]:
+        for name in names[index % len(names) :] + names[: index % len(names)]:
             times[name].append(timers[name]())
     return {name: median(values) for name, values in times.items()}
 
@@ -237,8 +279,11 @@ def magic(quick: bool) -> list[Row]:
         load, one = asyncio.run(_load_ext_once(environment))
         loads.append(load)
         plain.append(one)
-    return [Row("%load_ext kernel_agent in a fresh stock kernel vs 1+1 there", median(loads), median(plain),
-                max_seconds=1.0)]
+    return [
+        Row(
+            "%load_ext kernel_agent in a fresh stock kernel vs 1+1 there", median(loads), median(plain), max_seconds=1.0
+        )
+    ]
 
 
 PARTS = {"cli": cli, "servers": servers, "magic": magic}

@@ -34,7 +34,7 @@ def chatty(quick: bool) -> list[Row]:
     with KernelSession() as session:
         session.execute(CHATTY)  # warm-up, discarded
         for index in range(rounds):
-            for streamed in ((True, False) if index % 2 == 0 else (False, True)):
+            for streamed in (True, False) if index % 2 == 0 else (False, True):
                 chunks: list[OutputChunk] = []
                 started = time.perf_counter()
                 result = session.execute(CHATTY, on_output=chunks.append if streamed else None)
@@ -50,8 +50,12 @@ def chatty(quick: bool) -> list[Row]:
                     without.append(elapsed)
     chunks_seen = f"{min(chunk_counts)}–{max(chunk_counts)}"
     return [
-        Row(f"200,000-line cell, median of {rounds}: execute with on_output ({chunks_seen} chunks) vs without",
-            median(with_callback), median(without), max_ratio=1.05),
+        Row(
+            f"200,000-line cell, median of {rounds}: execute with on_output ({chunks_seen} chunks) vs without",
+            median(with_callback),
+            median(without),
+            max_ratio=1.05,
+        ),
     ]
 
 

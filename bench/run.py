@@ -95,29 +95,47 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="kernel-agent benchmarks (not tests): prints a table.")
     parser.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not numbers to quote")
-    parser.add_argument("--only", action="append", metavar="NAME",
-                        help="run one benchmark (e.g. session) or one part (roundtrip, session.timeout); repeatable")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="run one benchmark (e.g. session) or one part (roundtrip, session.timeout); repeatable",
+    )
     parser.add_argument("--markdown", action="store_true", help="print a markdown table (for bench/README.md)")
     return parser
 
 
 def _select(modules: list[ModuleType], only: list[str]) -> list[tuple[str, Part]]:
     """The (label, part) pairs to run, in registry order. Unknown names are an error."""
-    every = [(f"{module.NAME}.{part}", part, module.NAME, function)
-             for module in modules for part, function in module.PARTS.items()]
+    every = [
+        (f"{module.NAME}.{part}", part, module.NAME, function)
+        for module in modules
+        for part, function in module.PARTS.items()
+    ]
     unknown = [name for name in only if not any(name in (label, part, bench) for label, part, bench, _ in every)]
     if unknown:
         names = sorted({bench for *_, bench, _ in every} | {label for label, *_ in every})
         raise SystemExit(f"unknown --only {unknown}; choose from {names}")
-    return [(label, function) for label, part, bench, function in every
-            if not only or any(name in (label, part, bench) for name in only)]
+    return [
+        (label, function)
+        for label, part, bench, function in every
+        if not only or any(name in (label, part, bench) for name in only)
+    ]
 
 
 def _machine(markdown: bool) -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
-                if line.startswith("model name")), platform.processor() or "?")
-    versions = ", ".join(f"{name} {_version(name)}" for name in
-                         ("kernel-agent", "jupyter_client", "ipykernel", "pyzmq", "pandas", "matplotlib"))
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in _read("/proc/cpuinfo").splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "?",
+    )
+    versions = ", ".join(
+        f"{name} {_version(name)}"
+        for name in ("kernel-agent", "jupyter_client", "ipykernel", "pyzmq", "pandas", "matplotlib")
+    )
     lines = [
         f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
         f"machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}",

@@ -43,6 +43,7 @@ _ORIGIN = [0.0]
 def _timed(owner: Any, name: str, label: str) -> None:
     function: Callable[..., Any] = getattr(owner, name)
     if asyncio.iscoroutinefunction(function):
+
         @functools.wraps(function)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
@@ -51,6 +52,7 @@ def _timed(owner: Any, name: str, label: str) -> None:
             finally:
                 PHASES[label].append((started - _ORIGIN[0], time.perf_counter() - started))
     else:
+
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
             started = time.perf_counter()
@@ -58,6 +60,7 @@ def _timed(owner: Any, name: str, label: str) -> None:
                 return function(*args, **kwargs)
             finally:
                 PHASES[label].append((started - _ORIGIN[0], time.perf_counter() - started))
+
     setattr(owner, name, wrapper)
 
 
@@ -84,8 +87,9 @@ async def _runs(csv: Path, scratch: Path, count: int) -> None:
             await kernels.wait_ready()
             PHASES.clear()
             model = _TimedModel([f"<Code>\n{code}\n</Code>" for code in _rounds()] + ["<Answer>done</Answer>"])
-            agent = loop_module.AsyncAgent(protocol="tags", chat_model=model, exec_timeout=600, max_rounds=20,
-                                           session_factory=kernels.acquire)
+            agent = loop_module.AsyncAgent(
+                protocol="tags", chat_model=model, exec_timeout=600, max_rounds=20, session_factory=kernels.acquire
+            )
             _ORIGIN[0] = started = time.perf_counter()
             marks: list[tuple[float, Any]] = []
             async with agent:
@@ -97,19 +101,25 @@ async def _runs(csv: Path, scratch: Path, count: int) -> None:
 
 def _report(number: int, total: float, marks: list[tuple[float, Any]], model: _TimedModel, started: float) -> None:
     executions = [event.result.duration_s for _, event in marks if isinstance(event, ExecutionFinished)]
-    print(f"run {number}: {total * 1000:.0f} ms in all, {sum(executions) * 1000:.0f} ms of executions "
-          f"({total / sum(executions):.3f}x); first request at {(model.asked[0] - started) * 1000:.0f} ms")
+    print(
+        f"run {number}: {total * 1000:.0f} ms in all, {sum(executions) * 1000:.0f} ms of executions "
+        f"({total / sum(executions):.3f}x); first request at {(model.asked[0] - started) * 1000:.0f} ms"
+    )
     runs = PHASES.get("execute", [])[1:]  # the first is the setup cell
     saved = [at for at, event in marks if isinstance(event, RoundFinished) and event.round.result is not None]
     answered = [at - started for at in model.answered]
     to_code = sum(start - reply for (start, _), reply in zip(runs, answered, strict=False))
     to_saved = sum(end - (start + duration) for (start, duration), end in zip(runs, saved, strict=False))
-    print(f"  between rounds, summed: reply -> code running {to_code * 1000:.1f} ms, "
-          f"code done -> round saved {to_saved * 1000:.1f} ms; last round saved -> run's end "
-          f"{(total - marks[-1][0]) * 1000:.1f} ms")
+    print(
+        f"  between rounds, summed: reply -> code running {to_code * 1000:.1f} ms, "
+        f"code done -> round saved {to_saved * 1000:.1f} ms; last round saved -> run's end "
+        f"{(total - marks[-1][0]) * 1000:.1f} ms"
+    )
     for label, calls in sorted(PHASES.items(), key=lambda item: item[1][0][0]):
-        print(f"  {label:26s} x{len(calls):<3d} {sum(d for _, d in calls) * 1000:7.1f} ms, first at "
-              f"{calls[0][0] * 1000:6.1f} ms")
+        print(
+            f"  {label:26s} x{len(calls):<3d} {sum(d for _, d in calls) * 1000:7.1f} ms, first at "
+            f"{calls[0][0] * 1000:6.1f} ms"
+        )
 
 
 def main() -> int:

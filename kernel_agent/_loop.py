@@ -13,8 +13,8 @@ is cancelled meanwhile, so what it wrote or made is whole for the clean-up.
 from __future__ import annotations
 
 import asyncio
-import logging
 import atexit
+import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 _UNWIND_S = 30.0  # how long an interrupted call may take to save its work and stop its kernel
 
-_open_loops: "weakref.WeakSet[LoopThread]" = weakref.WeakSet()
+_open_loops: weakref.WeakSet[LoopThread] = weakref.WeakSet()
 
 
 class LoopThread:
@@ -112,7 +112,7 @@ async def _as_coroutine(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-async def _spawn(awaitable: Awaitable[T], finished: threading.Event) -> "asyncio.Task[T]":
+async def _spawn(awaitable: Awaitable[T], finished: threading.Event) -> asyncio.Task[T]:
     """Start ``awaitable`` as a task on this loop; ``finished`` is set once it is done (even cancelled)."""
     task = asyncio.ensure_future(_as_coroutine(awaitable))
     task.add_done_callback(lambda _task: finished.set())

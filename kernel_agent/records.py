@@ -41,7 +41,7 @@ class Usage:
     total_tokens: int = 0
     reasoning_tokens: int = 0
 
-    def __add__(self, other: "Usage") -> "Usage":
+    def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
@@ -174,9 +174,17 @@ class Run:
         first = self.turns[-1].last_round + 1 if self.turns else 1
         last = self.rounds[-1].index if self.rounds else first - 1
         return Turn(
-            task=info.question or info.task if self.turns else info.task, first_round=first, last_round=last,
-            answer=self.answer, stop_reason=self.stop_reason, error=self.error, model=info.model,
-            protocol=info.protocol, endpoint=info.endpoint, started_at=info.started_at, finished_at=self.finished_at,
+            task=info.question or info.task if self.turns else info.task,
+            first_round=first,
+            last_round=last,
+            answer=self.answer,
+            stop_reason=self.stop_reason,
+            error=self.error,
+            model=info.model,
+            protocol=info.protocol,
+            endpoint=info.endpoint,
+            started_at=info.started_at,
+            finished_at=self.finished_at,
         )
 
     def all_turns(self) -> tuple[Turn, ...]:

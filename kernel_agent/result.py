@@ -19,8 +19,17 @@ from typing import Any, Literal
 from .errors import ExecutionError
 
 __all__ = [
-    "Artifact", "DisplayUpdate", "ErrorInfo", "ExecutionResult", "FoldedTraceback", "RebuildReport", "Status",
-    "compact_traceback", "fold_traceback", "png_size", "strip_ansi",
+    "Artifact",
+    "DisplayUpdate",
+    "ErrorInfo",
+    "ExecutionResult",
+    "FoldedTraceback",
+    "RebuildReport",
+    "Status",
+    "compact_traceback",
+    "fold_traceback",
+    "png_size",
+    "strip_ansi",
 ]
 
 Status = Literal["ok", "error", "timeout", "died", "cancelled"]
@@ -212,7 +221,7 @@ class ExecutionResult:
             if out.get("output_type") in ("display_data", "execute_result") and "image/png" in out.get("data", {})
         ]
 
-    def raise_for_status(self) -> "ExecutionResult":
+    def raise_for_status(self) -> ExecutionResult:
         """Return self when ok; raise ``ExecutionError`` (carrying self) otherwise."""
         if self.status != "ok":
             detail = str(self.error) if self.error else self.note or self.status
@@ -252,9 +261,7 @@ class ExecutionResult:
                 frames = [strip_ansi(line) for line in out.get("traceback", [])]
                 parts.append("\n".join(compact_traceback(frames)) + "\n")
         if self.dropped_chars or self.dropped_images:
-            parts.append(
-                f"[output cap: {self.dropped_chars} characters and {self.dropped_images} images not kept]\n"
-            )
+            parts.append(f"[output cap: {self.dropped_chars} characters and {self.dropped_images} images not kept]\n")
         body = "".join(parts)
         tail_share = 0.7 if self.status == "error" else 0.4
         body = clip_middle(body, max_chars, tail_share=tail_share)
@@ -287,7 +294,7 @@ def clip_middle(text: str, max_chars: int, *, tail_share: float = 0.4) -> str:
     tail = int(keep * tail_share)
     head = keep - tail
     omitted = len(text) - head - tail
-    return f"{text[:head]}\n... [{omitted} characters omitted] ...\n{text[len(text) - tail:] if tail else ''}"
+    return f"{text[:head]}\n... [{omitted} characters omitted] ...\n{text[len(text) - tail :] if tail else ''}"
 
 
 def _text(value: Any) -> str:
@@ -322,24 +329,37 @@ class RebuildReport:
 
     def relabel(self, labels: dict[int, int]) -> RebuildReport | None:
         """The report with every label mapped through ``labels``; None when one is not in it."""
-        every = [*self.rerun, *(n for n, _ in self.failed), *(n for n, _ in self.skipped),
-                 *(n for n, _ in self.not_rerun)]
+        every = [
+            *self.rerun,
+            *(n for n, _ in self.failed),
+            *(n for n, _ in self.skipped),
+            *(n for n, _ in self.not_rerun),
+        ]
         if any(n not in labels for n in every):
             return None
         return RebuildReport(
-            tuple(labels[n] for n in self.rerun), tuple((labels[n], e) for n, e in self.failed),
-            tuple((labels[n], g) for n, g in self.skipped), tuple((labels[n], s) for n, s in self.not_rerun),
+            tuple(labels[n] for n in self.rerun),
+            tuple((labels[n], e) for n, e in self.failed),
+            tuple((labels[n], g) for n, g in self.skipped),
+            tuple((labels[n], s) for n, s in self.not_rerun),
             self.missing,
         )
 
     def describe(self, unit: str = "round") -> str:
         """One paragraph for the model and the user; never claims more than happened."""
         rounds = [n for n in self.rerun if n]
-        parts = [f"re-ran {_count(len(rounds), unit)}" + (f" ({_labels(rounds)})" if rounds else "")
-                 + (" after the setup cell" if 0 in self.rerun else "")]
+        parts = [
+            f"re-ran {_count(len(rounds), unit)}"
+            + (f" ({_labels(rounds)})" if rounds else "")
+            + (" after the setup cell" if 0 in self.rerun else "")
+        ]
         parts += [f"{_name(label, unit)} failed on re-run ({error})" for label, error in self.failed]
-        parts += [f"{unit} {label} was skipped (it reads {', '.join(names)}, now gone)" for label, names in self.skipped]
-        parts += [f"{unit} {label} was not re-run (it {_ENDED.get(status, status)})" for label, status in self.not_rerun]
+        parts += [
+            f"{unit} {label} was skipped (it reads {', '.join(names)}, now gone)" for label, names in self.skipped
+        ]
+        parts += [
+            f"{unit} {label} was not re-run (it {_ENDED.get(status, status)})" for label, status in self.not_rerun
+        ]
         parts.append(f"names now missing: {', '.join(self.missing)}" if self.missing else "no names are missing")
         return "; ".join(parts)
 

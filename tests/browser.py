@@ -27,8 +27,14 @@ import pytest
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--disable-dev-shm-usage",
 ]
 
@@ -43,7 +49,8 @@ def chromium_path() -> str:
     if not (Path(path).is_file() and os.access(path, os.X_OK)):
         pytest.fail(
             f"the browser tests need chromium at {path}: run `make test` as root (it apt-get installs it), "
-            "or `apt-get install chromium`, or set CHROMIUM=/path/to/chromium", pytrace=False,
+            "or `apt-get install chromium`, or set CHROMIUM=/path/to/chromium",
+            pytrace=False,
         )
     return path
 
@@ -58,7 +65,11 @@ def browser() -> Iterator[object]:
     try:
         with sync_playwright() as playwright:
             context = playwright.chromium.launch_persistent_context(
-                profile, executable_path=executable, args=FLAGS, headless=True, viewport={"width": 1280, "height": 900},
+                profile,
+                executable_path=executable,
+                args=FLAGS,
+                headless=True,
+                viewport={"width": 1280, "height": 900},
             )
             try:
                 yield context
@@ -78,8 +89,11 @@ class PageLog:
 
     def external(self) -> list[str]:
         """Requests that left this machine (anything but 127.0.0.1 and file:, data:, blob: URLs)."""
-        return [url for url in self.requests
-                if urlsplit(url).scheme not in ("data", "blob", "about", "file") and urlsplit(url).hostname != "127.0.0.1"]
+        return [
+            url
+            for url in self.requests
+            if urlsplit(url).scheme not in ("data", "blob", "about", "file") and urlsplit(url).hostname != "127.0.0.1"
+        ]
 
 
 @pytest.fixture

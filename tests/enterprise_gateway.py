@@ -59,9 +59,14 @@ class EnterpriseGateway(KernelGateway):
 
     def _command(self) -> list[str]:
         return [
-            str(enterprise_gateway_python()), "-m", "enterprise_gateway", "--EnterpriseGatewayApp.ip=127.0.0.1",
-            f"--EnterpriseGatewayApp.port={self.port}", "--EnterpriseGatewayApp.port_retries=0",
-            "--EnterpriseGatewayApp.list_kernels=True", "--EnterpriseGatewayApp.default_kernel_name=python3",
+            str(enterprise_gateway_python()),
+            "-m",
+            "enterprise_gateway",
+            "--EnterpriseGatewayApp.ip=127.0.0.1",
+            f"--EnterpriseGatewayApp.port={self.port}",
+            "--EnterpriseGatewayApp.port_retries=0",
+            "--EnterpriseGatewayApp.list_kernels=True",
+            "--EnterpriseGatewayApp.default_kernel_name=python3",
             f"--EnterpriseGatewayApp.authorized_users={USERNAME}",
         ]
 
@@ -71,11 +76,16 @@ class EnterpriseGateway(KernelGateway):
         share = self.folder / "share" / "jupyter"
         spec = share / "kernels" / "python3"
         spec.mkdir(parents=True)
-        (spec / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (kernel-agent tests)", "language": "python",
-            "metadata": {"process_proxy": {"class_name": _LOCAL_PROXY}},
-        }))
+        (spec / "kernel.json").write_text(
+            json.dumps(
+                {
+                    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "display_name": "Python 3 (kernel-agent tests)",
+                    "language": "python",
+                    "metadata": {"process_proxy": {"class_name": _LOCAL_PROXY}},
+                }
+            )
+        )
         return {**env, "EG_AUTH_TOKEN": self.token, "JUPYTER_PATH": str(share)}
 
 

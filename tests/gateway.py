@@ -56,7 +56,9 @@ class KernelGateway:
             raise
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         try:
             left = self.kernels() if self.process is not None and self.process.poll() is None else []
             folders = sorted(p.name for p in self.folder.glob("kernel-agent.remote-*"))  # kernels' TMPDIR is ours
@@ -80,8 +82,12 @@ class KernelGateway:
 
     def _command(self) -> list[str]:
         command = [
-            sys.executable, "-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1",
-            f"--KernelGatewayApp.port={self.port}", "--KernelGatewayApp.port_retries=0",
+            sys.executable,
+            "-m",
+            "kernel_gateway",
+            "--KernelGatewayApp.ip=127.0.0.1",
+            f"--KernelGatewayApp.port={self.port}",
+            "--KernelGatewayApp.port_retries=0",
             "--JupyterWebsocketPersonality.list_kernels=True",
             "--KernelGatewayApp.default_kernel_name=python3",
         ]
@@ -97,8 +103,12 @@ class KernelGateway:
         runtime = self.folder / "runtime"
         runtime.mkdir()
         return {
-            "PATH": os.environ.get("PATH", ""), "HOME": str(self.folder), "TMPDIR": str(self.folder),
-            "JUPYTER_RUNTIME_DIR": str(runtime), "KG_AUTH_TOKEN": self.token, "LANG": "C.UTF-8",
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(self.folder),
+            "TMPDIR": str(self.folder),
+            "JUPYTER_RUNTIME_DIR": str(runtime),
+            "KG_AUTH_TOKEN": self.token,
+            "LANG": "C.UTF-8",
             "MPLBACKEND": "module://matplotlib_inline.backend_inline",
         }
 
@@ -106,7 +116,12 @@ class KernelGateway:
         command, env = self._command(), self._environment()
         with open(self.folder / "log", "wb") as log:  # the child keeps its own descriptor
             self.process = subprocess.Popen(
-                command, env=env, cwd=self.folder, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                command,
+                env=env,
+                cwd=self.folder,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
             )
         self._wait_ready()
 

@@ -69,16 +69,20 @@ class JupyterLab:
     def api(self, path: str, body: Any = None) -> Any:
         """GET ``/api/<path>``, or POST ``body`` (JSON) there when given; the JSON answer (None when empty)."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/{path}", data=data,
-                                         headers={"Authorization": f"token {self.token}",
-                                                  "Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/api/{path}",
+            data=data,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             answer = response.read()
         return json.loads(answer) if answer else None
 
     def open_kernel(self, notebook: str, kernel: str = "python3") -> str:
         """What opening ``notebook`` in JupyterLab does: a session with a kernel for it; the kernel's id."""
-        session = self.api("sessions", {"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": kernel}})
+        session = self.api(
+            "sessions", {"path": notebook, "type": "notebook", "name": notebook, "kernel": {"name": kernel}}
+        )
         return str(session["kernel"]["id"])
 
     def interrupt(self, kernel_id: str) -> None:
@@ -89,8 +93,9 @@ class JupyterLab:
         return self.data_dir.parent / "runtime" / f"kernel-{kernel_id}.json"
 
 
-def start_jupyterlab(extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = (), *,
-                     collaborative: bool = False) -> tuple[JupyterLab, Path]:
+def start_jupyterlab(
+    extra_env: dict[str, str] | None = None, extra_args: tuple[str, ...] = (), *, collaborative: bool = False
+) -> tuple[JupyterLab, Path]:
     """Start JupyterLab and wait until it answers; return it and the temp folder to remove afterwards.
     ``extra_env`` is added to its environment (e.g. the model for the chat persona), ``extra_args`` to its
     command line. Real-time collaboration (jupyter-collaboration, installed for the chat persona) is off
@@ -98,14 +103,24 @@ def start_jupyterlab(extra_env: dict[str, str] | None = None, extra_args: tuple[
     base = Path(tempfile.mkdtemp(prefix="jupyterlab-test-"))
     root, data = base / "notebooks", base / "data"
     root.mkdir()
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(base / "config"), "JUPYTER_DATA_DIR": str(data),
-           "JUPYTER_RUNTIME_DIR": str(base / "runtime"), "IPYTHONDIR": str(base / "ipython"),
-           "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces")}
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(base / "config"),
+        "JUPYTER_DATA_DIR": str(data),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        "IPYTHONDIR": str(base / "ipython"),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+    }
     env.pop("PYTEST_CURRENT_TEST", None)
     env.update(extra_env or {})
     try:
-        subprocess.run([str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            [str(Path(sys.executable).with_name("kernel-agent")), "kernelspec", "install", "--user"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
     except subprocess.CalledProcessError:
         shutil.rmtree(base, ignore_errors=True)
         raise
@@ -115,12 +130,28 @@ def start_jupyterlab(extra_env: dict[str, str] | None = None, extra_args: tuple[
     port, token = free_port(), secrets.token_hex(16)
     log = open(base / "jupyterlab.log", "wb")  # noqa: SIM115 - closed with the process below
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.extension_manager=readonly", *(["--allow-root"] if os.geteuid() == 0 else []),
-         *([] if collaborative else ["--YDocExtension.disable_rtc=True"]), *extra_args],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root,
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+            *([] if collaborative else ["--YDocExtension.disable_rtc=True"]),
+            *extra_args,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=root,
     )
     log.close()
     lab = JupyterLab(process, port, token, root, data)

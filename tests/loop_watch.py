@@ -26,9 +26,25 @@ from openai_server import OpenAIServer, Reply, python_call
 from service_server import ServiceServer
 
 WATCHED = {
-    "open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.listdir", "os.scandir",
-    "os.truncate", "os.link", "os.symlink", "shutil.copyfile", "shutil.copytree", "shutil.rmtree",
-    "subprocess.Popen", "os.system", "os.posix_spawn", "os.fork", "os.exec",
+    "open",
+    "os.rename",
+    "os.remove",
+    "os.rmdir",
+    "os.mkdir",
+    "os.chmod",
+    "os.listdir",
+    "os.scandir",
+    "os.truncate",
+    "os.link",
+    "os.symlink",
+    "shutil.copyfile",
+    "shutil.copytree",
+    "shutil.rmtree",
+    "subprocess.Popen",
+    "os.system",
+    "os.posix_spawn",
+    "os.fork",
+    "os.exec",
 }
 OURS = str(Path(__file__).resolve().parents[1] / "kernel_agent")
 STDLIB = sysconfig.get_paths()["stdlib"]
@@ -44,7 +60,7 @@ def audit(event: str, _args: tuple[Any, ...]) -> None:
         if caller is None and not (name.startswith(STDLIB) or name.startswith("<")):
             caller = "ours" if name.startswith(OURS) else "library"  # who made the call: us, or a library
         if name.startswith(OURS):
-            frames.append(f"{name[len(OURS) + 1:]}:{frame.f_lineno} {frame.f_code.co_name}")
+            frames.append(f"{name[len(OURS) + 1 :]}:{frame.f_lineno} {frame.f_code.co_name}")
         frame = frame.f_back
     frames.reverse()
     key = (event, caller or "stdlib", tuple(frames))
@@ -92,8 +108,10 @@ def main(folder: Path) -> None:
                     done.result()
             client.get("/v1/threads").raise_for_status()
             _watch["thread"] = None
-    seen = [{"event": event, "caller": caller, "count": count, "stack": list(frames)}
-            for (event, caller, frames), count in _watch["seen"].items()]
+    seen = [
+        {"event": event, "caller": caller, "count": count, "stack": list(frames)}
+        for (event, caller, frames), count in _watch["seen"].items()
+    ]
     print(json.dumps(seen))
 
 

@@ -68,9 +68,12 @@ class HeldClient:
         self._loop = asyncio.get_running_loop()
         self._jobs = asyncio.Queue()
         try:
-            async with self._opener() as streams, ClientSession(
-                streams[0], streams[1], client_info=Implementation(name="pytest-client", version="1.0")
-            ) as session:
+            async with (
+                self._opener() as streams,
+                ClientSession(
+                    streams[0], streams[1], client_info=Implementation(name="pytest-client", version="1.0")
+                ) as session,
+            ):
                 self.server_info = await session.initialize()
                 self._ready.set_result(None)
                 await self._serve(session)

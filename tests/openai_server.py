@@ -95,7 +95,7 @@ class HTTPError:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Entry = Union[Reply, HTTPError, Callable[[dict[str, Any]], Union[Reply, HTTPError]]]
+Entry = Union[Reply, HTTPError, Callable[[dict[str, Any]], Reply | HTTPError]]
 
 
 def tool_call(name: str, arguments: str | dict[str, Any], id: str | None = None) -> dict[str, Any]:
@@ -141,7 +141,7 @@ class OpenAIServer:
 
     # -- lifecycle --------------------------------------------------------
 
-    def start(self) -> "OpenAIServer":
+    def start(self) -> OpenAIServer:
         """Bind an ephemeral port on 127.0.0.1 and serve in a background thread."""
         if self._httpd is not None:
             return self
@@ -170,7 +170,7 @@ class OpenAIServer:
             first, self.errors = self.errors[0], []
             raise AssertionError(f"a scripted entry raised: {first!r}") from first
 
-    def __enter__(self) -> "OpenAIServer":
+    def __enter__(self) -> OpenAIServer:
         return self.start()
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -182,7 +182,7 @@ class OpenAIServer:
 
     # -- script -----------------------------------------------------------
 
-    def add(self, *entries: Entry) -> "OpenAIServer":
+    def add(self, *entries: Entry) -> OpenAIServer:
         """Append entries to the script (played first in, first out)."""
         with self._lock:
             self._script.extend(entries)
@@ -324,8 +324,11 @@ class _Handler(BaseHTTPRequestHandler):
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
             message["tool_calls"] = [
-                {"id": _call_id(call, i), "type": "function",
-                 "function": {"name": call["name"], "arguments": call["arguments"]}}
+                {
+                    "id": _call_id(call, i),
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
                 for i, call in enumerate(reply.tool_calls)
             ]
         payload = _envelope(body, "chat.completion")
@@ -405,7 +408,11 @@ def _usage(reply: Reply, body: dict[str, Any]) -> dict[str, Any] | None:
         completion = (len(reply.content or "") + sum(len(c["arguments"]) for c in reply.tool_calls)) // 4 + 1
     else:
         prompt, completion = reply.usage  # type: ignore[misc]
-    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
     if reply.reasoning_tokens is not None:
         usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
     return usage
@@ -425,8 +432,12 @@ def _stream_chunks(reply: Reply, body: dict[str, Any]) -> Iterable[dict[str, Any
     for start in range(0, len(text), size):
         yield chunk({"content": text[start : start + size]})
     for index, call in enumerate(reply.tool_calls):
-        head = {"index": index, "id": _call_id(call, index), "type": "function",
-                "function": {"name": call["name"], "arguments": ""}}
+        head = {
+            "index": index,
+            "id": _call_id(call, index),
+            "type": "function",
+            "function": {"name": call["name"], "arguments": ""},
+        }
         yield chunk({"tool_calls": [head]})
         args = call["arguments"]
         for start in range(0, len(args), size):

@@ -34,8 +34,10 @@ def postgres_binaries() -> Path:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
     if initdb is None:
-        raise RuntimeError("PostgreSQL's server binaries are not installed: `make test` installs them "
-                           "(Debian: apt-get install postgresql)")
+        raise RuntimeError(
+            "PostgreSQL's server binaries are not installed: `make test` installs them "
+            "(Debian: apt-get install postgresql)"
+        )
     return Path(initdb).parent
 
 
@@ -76,8 +78,9 @@ class PostgresServer:
         self.close()
 
     def _run(self, tool: str, *args: str) -> None:
-        done = subprocess.run([str(self.bin / tool), *args], capture_output=True, cwd=self.folder, timeout=120,
-                              **self._as)
+        done = subprocess.run(
+            [str(self.bin / tool), *args], capture_output=True, cwd=self.folder, timeout=120, **self._as
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{tool} failed: {done.stderr.decode(errors='replace')[-2000:]}")
 
@@ -91,12 +94,34 @@ class PostgresServer:
         log = open(self.folder / "postgres.log", "ab")  # noqa: SIM115 - the server writes it until it stops
         with log:
             self.process = subprocess.Popen(
-                [str(self.bin / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.folder),
-                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"],
-                stdout=log, stderr=log, cwd=self.folder, start_new_session=True, **self._as)
+                [
+                    str(self.bin / "postgres"),
+                    "-D",
+                    str(self.data),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.folder),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdout=log,
+                stderr=log,
+                cwd=self.folder,
+                start_new_session=True,
+                **self._as,
+            )
         deadline = time.monotonic() + 60
-        while subprocess.run([str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"],
-                             timeout=30).returncode != 0:
+        while (
+            subprocess.run(
+                [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"], timeout=30
+            ).returncode
+            != 0
+        ):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("PostgreSQL did not start: " + (self.folder / "postgres.log").read_text()[-2000:])
             time.sleep(0.1)

@@ -37,9 +37,25 @@ class Replica:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [sys.executable, "-m", "kernel_agent.cli", "serve", "--port", str(self.port), "--data-dir",
-                        str(data_dir), "--database", database, "--model", "scripted-test-model", "--base-url",
-                        model_url, "--protocol", "tools", *options]
+        self.command = [
+            sys.executable,
+            "-m",
+            "kernel_agent.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(data_dir),
+            "--database",
+            database,
+            "--model",
+            "scripted-test-model",
+            "--base-url",
+            model_url,
+            "--protocol",
+            "tools",
+            *options,
+        ]
         self.log = data_dir.parent / f"replica-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
@@ -79,8 +95,13 @@ class Replica:
         self.process.wait(30)
 
 
-def follow(client: httpx.Client, run_id: str, *, after: int | None = None, until: str = "finished",
-           ) -> list[tuple[int, dict[str, Any]]]:
+def follow(
+    client: httpx.Client,
+    run_id: str,
+    *,
+    after: int | None = None,
+    until: str = "finished",
+) -> list[tuple[int, dict[str, Any]]]:
     """The run's SSE events with their ids, from ``after`` (``Last-Event-ID``) until event ``until``."""
     headers = {} if after is None else {"Last-Event-ID": str(after)}
     seen: list[tuple[int, dict[str, Any]]] = []

@@ -28,8 +28,14 @@ class ServiceServer:
     """The service in-process. ``agent`` adds or overrides ``AsyncAgent`` options."""
 
     def __init__(self, data_dir: Path, model_url: str, *, keys: set[str] | None = None, **options: Any) -> None:
-        agent = {"model": "scripted-test-model", "base_url": model_url, "api_key": "model-secret-key",
-                 "protocol": "tools", "max_rounds": 6, **options.pop("agent", {})}
+        agent = {
+            "model": "scripted-test-model",
+            "base_url": model_url,
+            "api_key": "model-secret-key",
+            "protocol": "tools",
+            "max_rounds": 6,
+            **options.pop("agent", {}),
+        }
         options.setdefault("drain_grace", 0.0)  # a test that leaves with a run in flight stops it at once
         self.config = ServerConfig(data_dir, keys=frozenset(keys or ()), auth=bool(keys), agent=agent, **options)
         self.socket = socket.socket()

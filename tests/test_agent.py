@@ -28,27 +28,46 @@ def sales_csv(tmp_path: Path) -> Path:
     rows = []
     for day in range(1, 21):
         for product, price, region in (("Apple", 1.5, "East"), ("Banana", 0.8, "West"), ("Orange", 1.2, "South")):
-            rows.append({"date": f"2024-01-{day:02d}", "product": product, "quantity": day % 7 + 3,
-                         "price": price, "region": region})
+            rows.append(
+                {
+                    "date": f"2024-01-{day:02d}",
+                    "product": product,
+                    "quantity": day % 7 + 3,
+                    "price": price,
+                    "region": region,
+                }
+            )
     path = tmp_path / "sales_data.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
 
 
 def agent_for(server: OpenAIServer, protocol: str = "tags", **kwargs: Any) -> Agent:
-    return Agent(model="test-model", base_url=server.base_url, api_key="sk-test-not-for-the-kernel",
-                 protocol=protocol, model_options=FAST, **kwargs)
+    return Agent(
+        model="test-model",
+        base_url=server.base_url,
+        api_key="sk-test-not-for-the-kernel",
+        protocol=protocol,
+        model_options=FAST,
+        **kwargs,
+    )
 
 
 SEED_ROUNDS = [
     ("Load and inspect.", "df = pd.read_csv(data.sales_data)\nprint('Shape:', df.shape)\nprint(df.dtypes)"),
-    ("Totals.", "df['total_sales'] = df['quantity'] * df['price']\n"
-                "print(df.groupby('product')['total_sales'].sum().sort_values(ascending=False))\n"
-                "print(f\"Total Revenue: ${df['total_sales'].sum():.2f}\")"),
-    ("Plot.", "fig, axes = plt.subplots(1, 2, figsize=(8, 3))\n"
-              "df.groupby('product')['total_sales'].sum().plot.bar(ax=axes[0])\n"
-              "df.groupby('region')['total_sales'].sum().plot.bar(ax=axes[1])\n"
-              "plt.savefig('sales_analysis.png')\nplt.show()"),
+    (
+        "Totals.",
+        "df['total_sales'] = df['quantity'] * df['price']\n"
+        "print(df.groupby('product')['total_sales'].sum().sort_values(ascending=False))\n"
+        "print(f\"Total Revenue: ${df['total_sales'].sum():.2f}\")",
+    ),
+    (
+        "Plot.",
+        "fig, axes = plt.subplots(1, 2, figsize=(8, 3))\n"
+        "df.groupby('product')['total_sales'].sum().plot.bar(ax=axes[0])\n"
+        "df.groupby('region')['total_sales'].sum().plot.bar(ax=axes[1])\n"
+        "plt.savefig('sales_analysis.png')\nplt.show()",
+    ),
 ]
 
 
@@ -73,13 +92,13 @@ def seed_script(protocol: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("protocol", ["tags", "deepanalyze", "tools"])
-def test_seed_sales_analysis_end_to_end(protocol: str, openai_server: OpenAIServer, sales_csv: Path,
-                                        tmp_path: Path) -> None:
+def test_seed_sales_analysis_end_to_end(
+    protocol: str, openai_server: OpenAIServer, sales_csv: Path, tmp_path: Path
+) -> None:
     for entry in seed_script(protocol):
         openai_server.add(entry)
     with agent_for(openai_server, protocol) as agent:
-        run = agent.run("Analyze sales_data.csv and create visualizations", data=[sales_csv],
-                        workspace=tmp_path / "ws")
+        run = agent.run("Analyze sales_data.csv and create visualizations", data=[sales_csv], workspace=tmp_path / "ws")
     assert run.stop_reason == "answer"
     assert run.answer == "Apple leads revenue."
     assert [r.status for r in run.rounds] == ["ok", "ok", "ok", "answer"]
@@ -99,8 +118,9 @@ def test_seed_sales_analysis_end_to_end(protocol: str, openai_server: OpenAIServ
         assert openai_server.requests[0]["tools"][0]["function"]["name"] == "execute_python"
 
 
-def test_model_fixes_its_own_error_after_seeing_the_traceback(openai_server: OpenAIServer, sales_csv: Path,
-                                                             tmp_path: Path) -> None:
+def test_model_fixes_its_own_error_after_seeing_the_traceback(
+    openai_server: OpenAIServer, sales_csv: Path, tmp_path: Path
+) -> None:
     def fix(body: dict[str, Any]) -> Reply:
         feedback = body["messages"][-1]["content"]
         assert "KeyError" in feedback and "qty" in feedback
@@ -171,8 +191,9 @@ def test_code_runs_with_and_without_the_closing_tag(openai_server: OpenAIServer,
 
 
 @pytest.mark.parametrize("protocol", ["tags", "deepanalyze", "tools"])
-def test_a_partly_used_reply_is_explained_to_the_model(protocol: str, openai_server: OpenAIServer,
-                                                        tmp_path: Path) -> None:
+def test_a_partly_used_reply_is_explained_to_the_model(
+    protocol: str, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
     """Two code blocks (tags, deepanalyze) or two tool calls (tools): the first runs, and the feedback
     says what was not."""
     if protocol != "tools":
@@ -287,8 +308,9 @@ def test_no_model_configured_is_a_config_error() -> None:
         Agent()
 
 
-def test_environment_supplies_defaults_and_arguments_win(openai_server: OpenAIServer,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_supplies_defaults_and_arguments_win(
+    openai_server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KERNEL_AGENT_MODEL", "from-env")
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
     with Agent() as agent:
@@ -297,8 +319,9 @@ def test_environment_supplies_defaults_and_arguments_win(openai_server: OpenAISe
         assert agent.config.model == "explicit"
 
 
-def test_the_api_key_never_reaches_the_kernel(openai_server: OpenAIServer, tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_key_never_reaches_the_kernel(
+    openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env-secret")
     openai_server.add(Reply("<Code>import os\nprint(sorted(os.environ.items()))</Code>"))
     openai_server.add(Reply("<Answer>done</Answer>"))
@@ -349,7 +372,9 @@ def test_resume_continues_with_the_old_variables(openai_server: OpenAIServer, tm
 
 def test_old_feedback_is_clipped_so_long_runs_fit_the_context(openai_server: OpenAIServer, tmp_path: Path) -> None:
     def check(body: dict[str, Any]) -> Reply:
-        feedback = [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"].startswith("<Execute>")]
+        feedback = [
+            m["content"] for m in body["messages"] if m["role"] == "user" and m["content"].startswith("<Execute>")
+        ]
         assert len(feedback) == 5
         assert all(len(text) < 1000 and "characters omitted" in text for text in feedback[:3])  # clipped
         assert all(len(text) > 4000 and "characters omitted" not in text for text in feedback[3:])  # latest 2 full

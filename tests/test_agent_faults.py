@@ -48,7 +48,7 @@ def test_server_dying_mid_stream_once_is_retried(openai_server: OpenAIServer, tm
     assert run.rounds[0].code is None  # the broken stream never ran anything
     kinds = [e.kind for e in events]
     assert kinds.count("text_reset") == 1  # the front ends are told the streamed text is void...
-    after_reset = events[kinds.index("text_reset") + 1:]
+    after_reset = events[kinds.index("text_reset") + 1 :]
     streamed = "".join(e.text for e in after_reset if isinstance(e, TextDelta))
     assert streamed == "<Answer>second try</Answer>"  # ...and then see exactly the reply that counts
     reset = events[kinds.index("text_reset")]
@@ -98,11 +98,16 @@ def test_agent_killed_mid_run_leaves_every_completed_round(openai_server: OpenAI
     openai_server.add(Reply("<Code>second = 2</Code>"))
     openai_server.add(Reply("<Code>import time\ntime.sleep(120)</Code>"))
     notebook = tmp_path / "run.ipynb"
-    agent = subprocess.Popen([sys.executable, "-c", _SCRIPT, openai_server.base_url, str(tmp_path / "ws"), str(notebook)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    agent = subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT, openai_server.base_url, str(tmp_path / "ws"), str(notebook)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for(lambda: len(openai_server.requests) == 3 and bool(kernels_of(agent.pid)), "round 3 to start")
-        wait_for(lambda: "second = 2" in _text(clean_path(notebook)), "round 2's clean view (written alongside round 3)")
+        wait_for(
+            lambda: "second = 2" in _text(clean_path(notebook)), "round 2's clean view (written alongside round 3)"
+        )
         kernels = kernels_of(agent.pid)
         runtime_dirs = _runtime_dirs_of(agent.pid)
         assert len(runtime_dirs) == 1
@@ -130,8 +135,11 @@ def _text(path: Path) -> str:
 
 
 def _runtime_dirs_of(pid: int) -> list[Path]:
-    return [d for d in Path(tempfile.gettempdir()).glob("kernel-agent-*")
-            if (d / "owner.pid").is_file() and (d / "owner.pid").read_text() == str(pid)]
+    return [
+        d
+        for d in Path(tempfile.gettempdir()).glob("kernel-agent-*")
+        if (d / "owner.pid").is_file() and (d / "owner.pid").read_text() == str(pid)
+    ]
 
 
 def test_sweep_removes_only_dirs_of_dead_owners(tmp_path: Path) -> None:

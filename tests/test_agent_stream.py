@@ -18,8 +18,9 @@ pytestmark = pytest.mark.kernel
 
 
 def test_output_events_come_between_start_and_finish(openai_server: OpenAIServer, tmp_path: Path) -> None:
-    openai_server.add(Reply("Count.", tool_calls=(python_call("for i in range(3):\n    print('line', i)"),)),
-                      Reply("Counted."))
+    openai_server.add(
+        Reply("Count.", tool_calls=(python_call("for i in range(3):\n    print('line', i)"),)), Reply("Counted.")
+    )
     with Agent(model="m", base_url=openai_server.base_url) as agent:
         events = list(agent.stream("Count.", workspace=tmp_path / "ws"))
     kinds = [event.kind for event in events]

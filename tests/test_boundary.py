@@ -6,7 +6,6 @@ unchanged, the secret never returned. Real service, real MCP server, real sandbo
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sys
 from collections.abc import Iterator
@@ -57,7 +56,9 @@ def host_secret(tmp_path: Path) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="module")
-def service(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceServer, httpx.Client]]:
+def service(
+    model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServiceServer, httpx.Client]]:
     with ServiceServer(tmp_path_factory.mktemp("service"), model.base_url, keys={"boundary-key"}) as server:
         with httpx.Client(base_url=server.url, headers=KEY, timeout=120) as client:
             yield server, client
@@ -77,14 +78,17 @@ def test_an_upload_never_writes_through_links_the_kernel_planted(
     folder, secret = host_secret
     target = folder / "target.txt"
     uploaded = client.post("/v1/files", files={"file": ("sales.csv", b"a,b\n1,2\n", "text/csv")}).json()
-    plant = (f"import os\nos.symlink({str(target)!r}, '.sales.csv.kernel-agent-partial')\n"
-             f"os.remove('sales.csv')\nos.symlink({str(target)!r}, 'sales.csv')\nprint('planted')")
+    plant = (
+        f"import os\nos.symlink({str(target)!r}, '.sales.csv.kernel-agent-partial')\n"
+        f"os.remove('sales.csv')\nos.symlink({str(target)!r}, 'sales.csv')\nprint('planted')"
+    )
     model.add(Reply("Plant.", tool_calls=(python_call(plant),)), Reply("Planted."))
     first = client.post("/v1/runs", json={"task": "Plant links", "file_ids": [uploaded["id"]]}).json()
     assert finished(client, first["id"])["status"] == "completed"
     model.add(Reply("Read.", tool_calls=(python_call("print(open('sales.csv').read())"),)), Reply("Read it."))
-    second = client.post("/v1/runs", json={"task": "Again", "thread_id": first["thread_id"],
-                                          "file_ids": [uploaded["id"]]}).json()
+    second = client.post(
+        "/v1/runs", json={"task": "Again", "thread_id": first["thread_id"], "file_ids": [uploaded["id"]]}
+    ).json()
     assert finished(client, second["id"])["status"] == "completed"
     assert target.read_text() == secret + "\n" and target.stat().st_mode & 0o777 == 0o600
     workspace = server.config.data_dir / "threads" / first["thread_id"] / "workspace"
@@ -98,14 +102,16 @@ def test_downloads_never_serve_what_a_link_points_at(
     folder, secret = host_secret
     # A link as a generated file, and a thread that keeps swapping the notebook for a link to the secret
     # after the run's last save (the kernel lives on between turns).
-    code = (f"import os, threading, time\nos.symlink({str(folder / 'secret.txt')!r}, 'leak.txt')\n"
-            "def _plant(until=time.monotonic() + 8):\n"
-            "    while time.monotonic() < until:\n"
-            f"        os.symlink({str(folder / 'secret.txt')!r}, '.planted')\n"
-            "        os.replace('.planted', 'analysis.ipynb')\n"
-            "        os.symlink(" + repr(str(folder / 'secret.txt')) + ", '.planted')\n"
-            "        os.replace('.planted', 'analysis.clean.ipynb')\n"
-            "threading.Thread(target=_plant, daemon=True).start()\nprint('planting')")
+    code = (
+        f"import os, threading, time\nos.symlink({str(folder / 'secret.txt')!r}, 'leak.txt')\n"
+        "def _plant(until=time.monotonic() + 8):\n"
+        "    while time.monotonic() < until:\n"
+        f"        os.symlink({str(folder / 'secret.txt')!r}, '.planted')\n"
+        "        os.replace('.planted', 'analysis.ipynb')\n"
+        "        os.symlink(" + repr(str(folder / "secret.txt")) + ", '.planted')\n"
+        "        os.replace('.planted', 'analysis.clean.ipynb')\n"
+        "threading.Thread(target=_plant, daemon=True).start()\nprint('planting')"
+    )
     model.add(Reply("Plant.", tool_calls=(python_call(code),)), Reply("Planted."))
     run_ = client.post("/v1/runs", json={"task": "Plant a notebook link"}).json()
     record = finished(client, run_["id"])
@@ -113,8 +119,12 @@ def test_downloads_never_serve_what_a_link_points_at(
     thread = run_["thread_id"]
     served = 0
     for _ in range(150):
-        for path in (f"/v1/threads/{thread}/notebook", f"/v1/threads/{thread}/notebook/clean",
-                     f"/v1/threads/{thread}/files/leak.txt", f"/v1/threads/{thread}/notebook/html"):
+        for path in (
+            f"/v1/threads/{thread}/notebook",
+            f"/v1/threads/{thread}/notebook/clean",
+            f"/v1/threads/{thread}/files/leak.txt",
+            f"/v1/threads/{thread}/notebook/html",
+        ):
             response = client.get(path)
             assert secret not in response.text, path
             assert response.status_code in (200, 404, 500), (path, response.status_code)
@@ -184,8 +194,10 @@ def test_a_pooled_kernels_link_is_not_copied_back_as_a_file(tmp_path: Path, host
         async with KernelPool(size=1) as pool:
             async with pool.acquire(tmp_path / "run") as session:
                 before = await session.files.snapshot()
-                await session.execute(f"import os\nos.symlink({str(folder / 'secret.txt')!r}, 'leak.txt')\n"
-                                      "open('real.txt', 'w').write('ok')")
+                await session.execute(
+                    f"import os\nos.symlink({str(folder / 'secret.txt')!r}, 'leak.txt')\n"
+                    "open('real.txt', 'w').write('ok')"
+                )
                 artifacts = await session.files.changes(before)
                 return [a.path for a in artifacts]
 

@@ -23,8 +23,9 @@ def test_show_html_renders_the_run_offline(page: object, tmp_path: Path) -> None
     source = tmp_path / "run.ipynb"
     nbformat.write(nb, source)
     kernel_agent = Path(sys.executable).with_name("kernel-agent")
-    subprocess.run([str(kernel_agent), "show", str(source), "--html", str(tmp_path / "run.html")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(kernel_agent), "show", str(source), "--html", str(tmp_path / "run.html")], check=True, capture_output=True
+    )
 
     page.goto((tmp_path / "run.html").as_uri())
 

@@ -28,9 +28,15 @@ NOTEBOOK = ".jp-NotebookPanel"
 
 @pytest.fixture(scope="module")
 def lab(model: OpenAIServer) -> Iterator[JupyterLab]:
-    server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-browser-test-key-000000",
-                                     "KERNEL_AGENT_MODEL": "scripted-m"},
-                                    (f"--PersonaManager.default_persona_id={PERSONA}",), collaborative=True)
+    server, base = start_jupyterlab(
+        {
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "sk-browser-test-key-000000",
+            "KERNEL_AGENT_MODEL": "scripted-m",
+        },
+        (f"--PersonaManager.default_persona_id={PERSONA}",),
+        collaborative=True,
+    )
     try:
         yield server
     finally:
@@ -95,10 +101,16 @@ def saved_equals_page(page: Any, path: Path) -> None:
         if shown == saved:
             assert any(c["cell_type"] == "code" and c["outputs"] for c in saved)
             return
-        differ = [(a.get("id"), k, a.get(k, "-"), b.get(k, "-")) for a, b in zip(shown, saved, strict=False)
-                  for k in set(a) | set(b) if a.get(k, "-") != b.get(k, "-")]
-        assert time.monotonic() < deadline, (f"the saved notebook differs from the page: {str(differ)[:3000]}, "
-                                             f"cells {[c.get('id') for c in shown]} vs {[c.get('id') for c in saved]}")
+        differ = [
+            (a.get("id"), k, a.get(k, "-"), b.get(k, "-"))
+            for a, b in zip(shown, saved, strict=False)
+            for k in set(a) | set(b)
+            if a.get(k, "-") != b.get(k, "-")
+        ]
+        assert time.monotonic() < deadline, (
+            f"the saved notebook differs from the page: {str(differ)[:3000]}, "
+            f"cells {[c.get('id') for c in shown]} vs {[c.get('id') for c in saved]}"
+        )
         page.wait_for_timeout(200)  # the server saves the shared document a moment after it changes
 
 
@@ -116,24 +128,37 @@ def console_errors(page: Any) -> list[str]:
     return [text for text in page.log.console_errors if "status of 404" not in text]
 
 
-def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: JupyterLab, model: OpenAIServer) -> None:
+def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(
+    page: Any, lab: JupyterLab, model: OpenAIServer
+) -> None:
     tolerate_file_browser_notice(page)
-    plot = ("import matplotlib.pyplot as plt\nsales = pd.read_csv('sales.csv')\ntotal = int(sales.revenue.sum())\n"
-            "print('total', total)\nplt.plot(sales.month, sales.revenue)\nplt.show()")
+    plot = (
+        "import matplotlib.pyplot as plt\nsales = pd.read_csv('sales.csv')\ntotal = int(sales.revenue.sum())\n"
+        "print('total', total)\nplt.plot(sales.month, sales.revenue)\nplt.show()"
+    )
     model.add(Reply("**Summing** the revenue.", tool_calls=(python_call(plot),), chunk_size=4, chunk_pause=0.05))
     model.add(Reply("## Answer\n\nRevenue totals **60**.", pause=2.0))
-    model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
+    model.add(
+        Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),))
+    )
     model.add(Reply("Adding.", tool_calls=(python_call("print('total + 1 =', total + 1)"),)))
     model.add(Reply("## Answer\n\nOne more is **61**."))
-    model.add(Reply("Waiting again.", tool_calls=(python_call("import time\nprint('still waiting', flush=True)\ntime.sleep(120)"),)))
+    model.add(
+        Reply(
+            "Waiting again.",
+            tool_calls=(python_call("import time\nprint('still waiting', flush=True)\ntime.sleep(120)"),),
+        )
+    )
     (lab.root / "sales.csv").write_text("month,revenue\n1,10\n2,20\n3,30\n")
     (lab.root / "analysis.chat").write_text("{}")
     lab.notebook("analysis.ipynb", ["import pandas as pd"])
 
     page.goto(lab.url("lab/tree/analysis.chat"))
     page.locator(f"{CHAT} .jp-chat-input-container textarea").first.wait_for(timeout=LAB_TIMEOUT_MS)
-    page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:open', "
-                  "{path: 'analysis.ipynb', options: {mode: 'split-right'}}); }")
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('docmanager:open', "
+        "{path: 'analysis.ipynb', options: {mode: 'split-right'}}); }"
+    )
     page.locator(f"{NOTEBOOK} .jp-Cell").first.wait_for(timeout=LAB_TIMEOUT_MS)
     note_order(page)
 
@@ -170,8 +195,10 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
     saved_equals_page(page, lab.root / "analysis.ipynb")
 
     notebook.first.click()  # the notebook is the current widget: Run All in its own kernel
-    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
-                           timeout=LAB_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+        timeout=LAB_TIMEOUT_MS,
+    )
     page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     outputs = page.evaluate("""() => Array.from(window.jupyterapp.shell.currentWidget.content.model.cells)
         .filter(cell => cell.type === 'code').map(cell => cell.outputs.toJSON())""")
@@ -185,21 +212,35 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(page: Any, lab: 
 @pytest.fixture(scope="module")
 def own_lab(model: OpenAIServer) -> Iterator[JupyterLab]:
     """A JupyterLab whose KernelAgent runs in the notebook's own kernel (``c.KernelAgentPersona.kernel``)."""
-    server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-browser-test-key-000000",
-                                     "KERNEL_AGENT_MODEL": "scripted-m"},
-                                    (f"--PersonaManager.default_persona_id={PERSONA}", "--KernelAgentPersona.kernel=notebook"),
-                                    collaborative=True)
+    server, base = start_jupyterlab(
+        {
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "sk-browser-test-key-000000",
+            "KERNEL_AGENT_MODEL": "scripted-m",
+        },
+        (f"--PersonaManager.default_persona_id={PERSONA}", "--KernelAgentPersona.kernel=notebook"),
+        collaborative=True,
+    )
     try:
         yield server
     finally:
         stop_jupyterlab(server, base)
 
 
-def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables_and_an_attached_file(page: Any, own_lab: JupyterLab,
-                                                                         model: OpenAIServer) -> None:
+def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables_and_an_attached_file(
+    page: Any, own_lab: JupyterLab, model: OpenAIServer
+) -> None:
     tolerate_file_browser_notice(page)
-    model.add(Reply("Reading yours.", tool_calls=(python_call(
-        "doubled = my_threshold * 2\nprint('doubled is', doubled, 'costs', int(pd.read_csv(data.costs).cost.sum()))"),)))
+    model.add(
+        Reply(
+            "Reading yours.",
+            tool_calls=(
+                python_call(
+                    "doubled = my_threshold * 2\nprint('doubled is', doubled, 'costs', int(pd.read_csv(data.costs).cost.sum()))"
+                ),
+            ),
+        )
+    )
     model.add(Reply("## Answer\n\nDoubled, it is **34**."))
     (own_lab.root / "own.chat").write_text("{}")
     own_lab.notebook("own.ipynb", ["my_threshold = 17"])
@@ -208,14 +249,20 @@ def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables_and_an_a
 
     page.goto(own_lab.url("lab/tree/own.chat"))
     page.locator(f"{CHAT} .jp-chat-input-container textarea").first.wait_for(timeout=LAB_TIMEOUT_MS)
-    page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:open', "
-                  "{path: 'own.ipynb', options: {mode: 'split-right'}}); }")
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('docmanager:open', "
+        "{path: 'own.ipynb', options: {mode: 'split-right'}}); }"
+    )
     notebook = page.locator(NOTEBOOK)
     notebook.locator(".jp-Cell").first.wait_for(timeout=LAB_TIMEOUT_MS)
     notebook.first.click()
-    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'",
-                           timeout=LAB_TIMEOUT_MS)
-    page.evaluate("async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }")  # the user's cell
+    page.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel?.status === 'idle'",
+        timeout=LAB_TIMEOUT_MS,
+    )
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
+    )  # the user's cell
     notebook.locator(".jp-InputArea-prompt", has_text="[1]").first.wait_for(timeout=LAB_TIMEOUT_MS)
 
     page.locator(f"{CHAT} .jp-chat-attach-button").first.click()  # the chat's attach button: a file dialog

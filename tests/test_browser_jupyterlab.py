@@ -73,7 +73,8 @@ def watch_for(page: Any, texts: list[str]) -> None:
     are delivered in batches, and a status that is replaced within one batch (the agent's kernel
     can start that fast) would otherwise never be seen although it was shown.
     """
-    page.evaluate("""texts => {
+    page.evaluate(
+        """texts => {
       window.__seen = [];
       const note = (shown) => {
         for (const text of texts) if (shown.includes(text) && !window.__seen.includes(text)) window.__seen.push(text);
@@ -84,18 +85,25 @@ def watch_for(page: Any, texts: list[str]) -> None:
           for (const node of record.addedNodes) note(node.textContent || '');
         }
       }).observe(document.body, {subtree: true, childList: true, characterData: true});
-    }""", texts)
+    }""",
+        texts,
+    )
 
 
-def test_agent_cell_shows_the_run_and_its_notebook_replays(page: Any, lab: JupyterLab, openai_server: OpenAIServer) -> None:
+def test_agent_cell_shows_the_run_and_its_notebook_replays(
+    page: Any, lab: JupyterLab, openai_server: OpenAIServer
+) -> None:
     plot = "import matplotlib.pyplot as plt\nprint(df.describe())\nplt.plot(df['x'], df['y'])\nplt.show()"
     openai_server.add(Reply("**Looking** at `df` first.", tool_calls=(python_call(plot),)))
     openai_server.add(Reply("## Answer\n\nThe mean of y is **5.0**."))
-    lab.notebook("analysis.ipynb", [
-        "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3], 'y': [4.0, 5.0, 6.0]})\n%load_ext kernel_agent",
-        f"%%agent --share df --model m --base-url {openai_server.base_url} -w run1\nWhat is the mean of y? Plot y.",
-        "print(type(_agent_run).__name__, _agent_run.stop_reason, _agent_run.answer.splitlines()[-1])",
-    ])
+    lab.notebook(
+        "analysis.ipynb",
+        [
+            "import pandas as pd\ndf = pd.DataFrame({'x': [1, 2, 3], 'y': [4.0, 5.0, 6.0]})\n%load_ext kernel_agent",
+            f"%%agent --share df --model m --base-url {openai_server.base_url} -w run1\nWhat is the mean of y? Plot y.",
+            "print(type(_agent_run).__name__, _agent_run.stop_reason, _agent_run.answer.splitlines()[-1])",
+        ],
+    )
     cells = open_notebook(page, lab, "analysis.ipynb")
     run_cell(page, 0)
     watch_for(page, ["kernel-agent: starting…", "starting the agent's own kernel", "Round 1/"])
@@ -131,17 +139,20 @@ def test_problems_look_like_problems(page: Any, lab: JupyterLab, openai_server: 
     failing = "import warnings\nwarnings.warn('careful with y')\n1 / 0"
     openai_server.add(Reply("Trying.", tool_calls=(python_call(failing),)), Reply("It failed, as expected."))
     openai_server.add(Reply("Waiting.", tool_calls=(python_call("import time\ntime.sleep(120)"),)))
-    lab.notebook("problems.ipynb", [
-        "%load_ext kernel_agent\nimport glob, os, tempfile",
-        f"%%agent --model m --base-url {openai_server.base_url} -w p1\nDivide.",
-        f"%%agent --model m --base-url {openai_server.base_url} --data nope.csv\nRead nope.csv.",
-        f"%%agent --model m --base-url http://127.0.0.1:{free_port()}/v1 -w p3\nHello?",
-        f"%%agent --model m --base-url {openai_server.base_url} -w p4\nSleep.",
-        # a dir another process is still creating has no owner file yet: not ours
-        "mine = [d for d in glob.glob(tempfile.gettempdir() + '/kernel-agent-*')\n"
-        "        if os.path.isfile(d + '/owner.pid') and open(d + '/owner.pid').read() == str(os.getpid())]\n"
-        "print(_agent_run.stop_reason, mine)",
-    ])
+    lab.notebook(
+        "problems.ipynb",
+        [
+            "%load_ext kernel_agent\nimport glob, os, tempfile",
+            f"%%agent --model m --base-url {openai_server.base_url} -w p1\nDivide.",
+            f"%%agent --model m --base-url {openai_server.base_url} --data nope.csv\nRead nope.csv.",
+            f"%%agent --model m --base-url http://127.0.0.1:{free_port()}/v1 -w p3\nHello?",
+            f"%%agent --model m --base-url {openai_server.base_url} -w p4\nSleep.",
+            # a dir another process is still creating has no owner file yet: not ours
+            "mine = [d for d in glob.glob(tempfile.gettempdir() + '/kernel-agent-*')\n"
+            "        if os.path.isfile(d + '/owner.pid') and open(d + '/owner.pid').read() == str(os.getpid())]\n"
+            "print(_agent_run.stop_reason, mine)",
+        ],
+    )
     cells = open_notebook(page, lab, "problems.ipynb")
     for index in range(4):
         run_cell(page, index)

@@ -83,8 +83,9 @@ def run_events(openai_server: OpenAIServer, workspace: Path) -> list[dict[str, A
     return events
 
 
-def test_run_view_draws_rounds_answer_and_problems(page: Any, static_site: str, openai_server: OpenAIServer,
-                                                   tmp_path: Path) -> None:
+def test_run_view_draws_rounds_answer_and_problems(
+    page: Any, static_site: str, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
     events = run_events(openai_server, tmp_path / "ws")
     page.goto(static_site)
     split = next(i for i, e in enumerate(events) if e["event"] == "execution_finished")  # the code still runs
@@ -124,8 +125,13 @@ def test_run_view_draws_rounds_answer_and_problems(page: Any, static_site: str, 
     answer = run.locator(".answer")
     assert answer.is_visible() and "The total is 780." in answer.inner_text()
     assert answer.locator("h3").count() == 1 and answer.locator("h2").count() == 0
-    assert run.evaluate("n => Boolean(n.querySelector('.answer').compareDocumentPosition(n.querySelector('.round')) & 4)")
-    assert run.locator(".status").all_inner_texts() == ["completed"] and run.get_by_role("button", name="Cancel").is_hidden()
+    assert run.evaluate(
+        "n => Boolean(n.querySelector('.answer').compareDocumentPosition(n.querySelector('.round')) & 4)"
+    )
+    assert (
+        run.locator(".status").all_inner_texts() == ["completed"]
+        and run.get_by_role("button", name="Cancel").is_hidden()
+    )
     assert run.locator(".problem").is_hidden()
     assert run.locator("h2", has_text="Answer").count() == 0  # the model's own heading, nowhere
     assert "tokens" in run.locator(".run-head").inner_text()
@@ -139,10 +145,19 @@ def test_run_view_draws_rounds_answer_and_problems(page: Any, static_site: str, 
 def test_a_streaming_reply_reads_as_markdown_and_failures_are_said_once(page: Any, static_site: str) -> None:
     """A tags-protocol reply mid-stream: no raw tags or asterisks; a failed turn: one badge, one message."""
     page.goto(static_site)
-    reply = "<Analyze>\nFirst **load** the table,\nthen check it.\n</Analyze>\n<Code>\n```python\nsales = data['sales']\n"
-    chunks = [reply[i:i + 7] for i in range(0, len(reply), 7)]
-    started = {"event": "run_started", "task": "Total the amounts.\n\nFollow-up: And by month?", "model": "m",
-               "protocol": "tags", "workspace": "/w", "notebook_path": None, "question": "And by month?"}
+    reply = (
+        "<Analyze>\nFirst **load** the table,\nthen check it.\n</Analyze>\n<Code>\n```python\nsales = data['sales']\n"
+    )
+    chunks = [reply[i : i + 7] for i in range(0, len(reply), 7)]
+    started = {
+        "event": "run_started",
+        "task": "Total the amounts.\n\nFollow-up: And by month?",
+        "model": "m",
+        "protocol": "tags",
+        "workspace": "/w",
+        "notebook_path": None,
+        "question": "And by month?",
+    }
     events = [started, {"event": "round_started", "round": 4, "max_rounds": 9}]
     events += [{"event": "text_delta", "round": 4, "text": chunk} for chunk in chunks]
     page.evaluate("events => events.forEach(e => window.view.handle(e))", events)
@@ -155,14 +170,21 @@ def test_a_streaming_reply_reads_as_markdown_and_failures_are_said_once(page: An
     assert "at most 6 rounds" in page.locator(".run-meta").inner_text()
 
     failure = "Error code: 400 - the context is too long"
-    page.evaluate("events => events.forEach(e => window.view.handle(e))", [
-        {"event": "text_reset", "round": 4, "reason": "timeout"}, {"event": "text_reset", "round": 4, "reason": "timeout"},
-        {"event": "error", "message": failure, "error_type": "ModelError", "round": None},
-        {"event": "finished", "run": {"answer": None, "stop_reason": "llm_error", "error": failure, "rounds": 0}},
-    ])
+    page.evaluate(
+        "events => events.forEach(e => window.view.handle(e))",
+        [
+            {"event": "text_reset", "round": 4, "reason": "timeout"},
+            {"event": "text_reset", "round": 4, "reason": "timeout"},
+            {"event": "error", "message": failure, "error_type": "ModelError", "round": None},
+            {"event": "finished", "run": {"answer": None, "stop_reason": "llm_error", "error": failure, "rounds": 0}},
+        ],
+    )
     run = page.locator(".run")
     assert run.locator(".status").all_inner_texts() == ["failed"]
     assert run.locator(".problem").count() == 1 and run.inner_text().count(failure) == 1
-    assert run.locator(".problem").inner_text().splitlines() == ["Stopped: the model endpoint failed after 0 round(s).", failure]
+    assert run.locator(".problem").inner_text().splitlines() == [
+        "Stopped: the model endpoint failed after 0 round(s).",
+        failure,
+    ]
     assert run.locator(".note").all_inner_texts() == ["Model request failed, retrying (2 times): timeout"]
     assert page.log.console_errors == [] and page.log.page_errors == []

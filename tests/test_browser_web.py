@@ -49,8 +49,9 @@ UPLOAD_LIMIT = 256 * 1024
 
 @pytest.fixture(scope="module")
 def service(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
-    with ServiceServer(tmp_path_factory.mktemp("web-service"), model.base_url, keys={KEY},
-                       max_upload_bytes=UPLOAD_LIMIT) as running:
+    with ServiceServer(
+        tmp_path_factory.mktemp("web-service"), model.base_url, keys={KEY}, max_upload_bytes=UPLOAD_LIMIT
+    ) as running:
         yield running
 
 
@@ -59,12 +60,17 @@ def no_problems(page: Any) -> None:
     assert page.log.external() == []  # everything the page needs is served by the service itself
 
 
-def test_analysis_from_upload_to_downloads(page: Any, service: ServiceServer, model: OpenAIServer,
-                                           tmp_path: Path) -> None:
+def test_analysis_from_upload_to_downloads(
+    page: Any, service: ServiceServer, model: OpenAIServer, tmp_path: Path
+) -> None:
     model.add(Reply("**Loading** the sales file.", tool_calls=(python_call(LOAD),)))
     model.add(Reply("## Answer\n\nThe total is **780**."))
-    model.add(Reply("The frame is still there.",
-                    tool_calls=(python_call("import os\nprint('rows', len(sales), os.path.getsize('extra.csv'))"),)))
+    model.add(
+        Reply(
+            "The frame is still there.",
+            tool_calls=(python_call("import os\nprint('rows', len(sales), os.path.getsize('extra.csv'))"),),
+        )
+    )
     model.add(Reply("It has **12** rows."))
     data = tmp_path / "sales.csv"
     data.write_text(SALES, encoding="utf-8")
@@ -100,7 +106,9 @@ def test_analysis_from_upload_to_downloads(page: Any, service: ServiceServer, mo
     # A follow-up continues in the same live kernel (`sales` is still defined), with a file of its own.
     page.locator("#follow-up").wait_for(state="visible")
     page.locator("#follow-up-task").fill("How many rows?")
-    page.locator("#follow-up-files").set_input_files([{"name": "extra.csv", "mimeType": "text/csv", "buffer": b"a\n1\n"}])
+    page.locator("#follow-up-files").set_input_files(
+        [{"name": "extra.csv", "mimeType": "text/csv", "buffer": b"a\n1\n"}]
+    )
     page.locator("#follow-up-list li", has_text="extra.csv · 4 B").wait_for()
     page.locator("#follow-up-task").press("Control+Enter")
     second = page.locator(".run").nth(1)
@@ -165,7 +173,8 @@ def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, m
     page.locator("#key-form button[type=submit]").click()
     dropped = page.evaluate_handle(
         "() => { const dt = new DataTransfer();"
-        " dt.items.add(new File(['a,b\\n1,2\\n'], 'dropped.csv', {type: 'text/csv'})); return dt; }")
+        " dt.items.add(new File(['a,b\\n1,2\\n'], 'dropped.csv', {type: 'text/csv'})); return dt; }"
+    )
     page.dispatch_event("#drop-zone", "drop", {"dataTransfer": dropped})  # drag and drop, as a file manager does
     page.locator("#file-list li", has_text="dropped.csv · 8 B").wait_for()
     page.locator("#task").fill("Wait for a long time.")
@@ -212,7 +221,9 @@ def test_a_bad_drop_is_refused_with_its_reason_before_start(page: Any, service: 
         " dt.items.add(new File([], 'empty.csv', {type: 'text/csv'}));"
         " dt.items.add(new File([new Uint8Array(limit + 1)], 'big.csv', {type: 'text/csv'}));"
         " dt.items.add(new File([new Uint8Array([37, 80, 68, 70, 0, 1])], 'scan.pdf', {type: 'application/pdf'}));"
-        " dt.items.add(new File(['a,b\\n1,2\\n'], 'good.csv', {type: 'text/csv'})); return dt; }", UPLOAD_LIMIT)
+        " dt.items.add(new File(['a,b\\n1,2\\n'], 'good.csv', {type: 'text/csv'})); return dt; }",
+        UPLOAD_LIMIT,
+    )
     page.dispatch_event("#drop-zone", "drop", {"dataTransfer": dropped})
     refused = page.locator("#file-list li.refused")
     refused.filter(has_text="empty.csv").filter(has_text="refused: the file is empty").wait_for()
@@ -229,7 +240,8 @@ def test_a_bad_drop_is_refused_with_its_reason_before_start(page: Any, service: 
 
 
 def test_a_failed_run_shows_one_status_one_message_and_the_models_line_first(
-        page: Any, service: ServiceServer, model: OpenAIServer) -> None:
+    page: Any, service: ServiceServer, model: OpenAIServer
+) -> None:
     code = "sales = pd.DataFrame({'month': [1, 2], 'amount': [10, 20]})\nsales['profit']"
     model.add(Reply("Look at **profit**.", tool_calls=(python_call(code),)), context_length_error())
     page.goto(service.url + "/")
@@ -248,7 +260,9 @@ def test_a_failed_run_shows_one_status_one_message_and_the_models_line_first(
     assert lead.inner_text().startswith("Cell In[") and "----> 2 sales['profit']" in lead.inner_text()
     assert lead.inner_text().splitlines()[-1] == "KeyError: 'profit'"
     assert "site-packages" not in lead.inner_text()
-    unfold = run.get_by_role("button", name=re.compile(r"Show the whole traceback \(\d+ frames inside installed packages\)"))
+    unfold = run.get_by_role(
+        "button", name=re.compile(r"Show the whole traceback \(\d+ frames inside installed packages\)")
+    )
     assert run.locator("pre.traceback-full").is_hidden()
     unfold.click()
     assert "pandas/core/frame.py" in run.locator("pre.traceback-full").inner_text()
@@ -265,8 +279,22 @@ def demo_server(tmp_path: Path) -> Iterator[str]:
         port = probe.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KERNEL_AGENT_"))}
     process = subprocess.Popen(
-        [sys.executable, "-m", "kernel_agent.cli", "serve", "--demo", "--port", str(port), "--data-dir",
-         str(tmp_path / "data")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "kernel_agent.cli",
+            "serve",
+            "--demo",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -83,8 +83,19 @@ def test_run_renders_rounds_and_exits_0_with_the_answer(
 def test_json_prints_one_event_per_line_and_max_rounds_exits_1(openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(Reply("Look.", tool_calls=(python_call("print(21 * 2)"),)))
 
-    result = invoke("run", "Compute", "--model", "m", "--base-url", openai_server.base_url, "--max-rounds", 1,
-                    "--workspace", tmp_path / "ws", "--json")
+    result = invoke(
+        "run",
+        "Compute",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--max-rounds",
+        1,
+        "--workspace",
+        tmp_path / "ws",
+        "--json",
+    )
 
     assert result.exit_code == 1
     events = [json.loads(line) for line in result.stdout.splitlines()]
@@ -102,8 +113,21 @@ def test_resume_continues_a_run_with_its_variables(openai_server: OpenAIServer, 
     openai_server.add(Reply("Set it.", tool_calls=(python_call("kept = 20 + 1"),)), Reply("Done: 21."))
     openai_server.add(Reply("Double it.", tool_calls=(python_call("print(kept * 2)"),)), Reply("Doubled: 42."))
     notebook = tmp_path / "run.ipynb"
-    first = invoke("run", "Set", "--model", "m", "--base-url", openai_server.base_url, "--protocol", "tools",
-                   "--workspace", tmp_path / "ws", "--out", notebook, "--quiet")
+    first = invoke(
+        "run",
+        "Set",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--protocol",
+        "tools",
+        "--workspace",
+        tmp_path / "ws",
+        "--out",
+        notebook,
+        "--quiet",
+    )
     assert first.exit_code == 0, first.output
 
     result = invoke("resume", notebook, "Now double it", "--base-url", openai_server.base_url, "--quiet")
@@ -122,8 +146,19 @@ def test_quiet_prints_only_the_answer_and_the_notebook_path(openai_server: OpenA
     openai_server.add(Reply("Forty-two."))
     notebook = tmp_path / "q.ipynb"
 
-    result = invoke("run", "Answer", "--model", "m", "--base-url", openai_server.base_url,
-                    "--workspace", tmp_path / "ws", "--out", notebook, "--quiet")
+    result = invoke(
+        "run",
+        "Answer",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--workspace",
+        tmp_path / "ws",
+        "--out",
+        notebook,
+        "--quiet",
+    )
 
     assert result.exit_code == 0
     assert result.stdout.splitlines() == ["Forty-two.", str(notebook)]
@@ -132,19 +167,46 @@ def test_quiet_prints_only_the_answer_and_the_notebook_path(openai_server: OpenA
 @pytest.mark.kernel
 def test_sandbox_flags_reach_the_kernel_and_off_is_loud(openai_server: OpenAIServer, tmp_path: Path) -> None:
     port = urlsplit(openai_server.base_url).port  # listening on this machine's loopback
-    probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
-             "    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)")
+    probe = (
+        f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()\n"
+        "    print('connected')\nexcept OSError as e:\n    print(type(e).__name__)"
+    )
     openai_server.add(Reply("Probe.", tool_calls=(python_call(probe),)), Reply("Probed."))
-    offline = invoke("run", "Probe", "--model", "m", "--base-url", openai_server.base_url, "--no-network",
-                     "--memory", 5000, "--workspace", tmp_path / "ws1", "--json")
+    offline = invoke(
+        "run",
+        "Probe",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--no-network",
+        "--memory",
+        5000,
+        "--workspace",
+        tmp_path / "ws1",
+        "--json",
+    )
     events = [json.loads(line) for line in offline.stdout.splitlines()]
     started = next(event for event in events if event["event"] == "run_started")
     assert started["confinement"].startswith("sandbox: bubblewrap (strict); network: off; memory: 5,000 MB")
-    assert next(e for e in events if e["event"] == "execution_finished")["result"]["stdout"] == "ConnectionRefusedError\n"
+    assert (
+        next(e for e in events if e["event"] == "execution_finished")["result"]["stdout"] == "ConnectionRefusedError\n"
+    )
 
     openai_server.add(Reply("Fine."))
-    loose = invoke("run", "Answer", "--model", "m", "--base-url", openai_server.base_url, "--sandbox", "off",
-                   "--workspace", tmp_path / "ws2", "--quiet")
+    loose = invoke(
+        "run",
+        "Answer",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--sandbox",
+        "off",
+        "--workspace",
+        tmp_path / "ws2",
+        "--quiet",
+    )
     assert loose.exit_code == 0 and loose.stdout.splitlines()[0] == "Fine."
     assert "warning: the kernel runs unconfined" in loose.stderr
     refused = invoke("run", "Answer", "--model", "m", "--sandbox", "off", "--no-network")
@@ -155,8 +217,18 @@ def test_sandbox_flags_reach_the_kernel_and_off_is_loud(openai_server: OpenAISer
 def test_unreachable_model_exits_1_with_a_clear_message_and_a_notebook(tmp_path: Path) -> None:
     notebook = tmp_path / "down.ipynb"
 
-    result = invoke("run", "Anything", "--model", "m", "--base-url", f"http://127.0.0.1:{free_port()}/v1",
-                    "--workspace", tmp_path / "ws", "--out", notebook)
+    result = invoke(
+        "run",
+        "Anything",
+        "--model",
+        "m",
+        "--base-url",
+        f"http://127.0.0.1:{free_port()}/v1",
+        "--workspace",
+        tmp_path / "ws",
+        "--out",
+        notebook,
+    )
 
     assert result.exit_code == 1
     assert "cannot reach the model endpoint" in result.output
@@ -165,12 +237,25 @@ def test_unreachable_model_exits_1_with_a_clear_message_and_a_notebook(tmp_path:
 
 
 @pytest.mark.kernel
-def test_a_slow_model_is_reported_as_slow_and_asked_once(openai_server: OpenAIServer, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_slow_model_is_reported_as_slow_and_asked_once(
+    openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     openai_server.add(Reply("<Answer>late</Answer>", pause=1.5), Reply("<Answer>never asked</Answer>"))
     monkeypatch.setenv("KERNEL_AGENT_REQUEST_TIMEOUT", "0.4")  # the flag wins over it
-    result = invoke("run", "Anything", "--model", "m", "--base-url", openai_server.base_url, "--protocol", "tags",
-                    "--request-timeout", 0.3, "--workspace", tmp_path / "ws")
+    result = invoke(
+        "run",
+        "Anything",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--protocol",
+        "tags",
+        "--request-timeout",
+        0.3,
+        "--workspace",
+        tmp_path / "ws",
+    )
     assert result.exit_code == 1
     said = " ".join(result.output.split())  # rich wraps lines at the terminal width
     assert "did not start replying within 0.3 s" in said and "--request-timeout" in said
@@ -200,8 +285,13 @@ def test_no_model_configured_exits_2_and_says_how_to_configure_one(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "args",
-    [("run", "t", "--max-rounds", "0"), ("run", "t", "--quiet", "--json", "--model", "m"),
-     ("run", "t", "--protocol", "xml"), ("run", "t", "--bogus"), ("kernelspec", "install", "--user", "--prefix", "p")],
+    [
+        ("run", "t", "--max-rounds", "0"),
+        ("run", "t", "--quiet", "--json", "--model", "m"),
+        ("run", "t", "--protocol", "xml"),
+        ("run", "t", "--bogus"),
+        ("kernelspec", "install", "--user", "--prefix", "p"),
+    ],
 )
 def test_bad_flags_exit_2(args: tuple[str, ...]) -> None:
     result = invoke(*args)
@@ -244,8 +334,22 @@ def test_signal_interrupts_saves_the_notebook_and_leaves_no_kernel(
     waiting = "print('partial output', flush=True)\nopen('started', 'w').close()\nimport time\ntime.sleep(60)"
     openai_server.add(Reply("Wait.", tool_calls=(python_call(waiting),)))
     notebook = tmp_path / "cancelled.ipynb"
-    command = [sys.executable, "-m", "kernel_agent.cli", "run", "Wait a minute", "--model", "m",
-               "--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--out", str(notebook), "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "kernel_agent.cli",
+        "run",
+        "Wait a minute",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--out",
+        str(notebook),
+        "--json",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -263,7 +367,11 @@ def test_signal_interrupts_saves_the_notebook_and_leaves_no_kernel(
             process.wait()
 
     assert process.returncode == code, errors
-    assert json.loads(rest.splitlines()[-1]) == {"event": "interrupted", "signal": sent.name, "notebook_path": str(notebook)}
+    assert json.loads(rest.splitlines()[-1]) == {
+        "event": "interrupted",
+        "signal": sent.name,
+        "notebook_path": str(notebook),
+    }
     assert "Traceback" not in errors
     meta = notebook_meta(notebook)
     assert meta["stop_reason"] == "cancelled"

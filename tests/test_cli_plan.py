@@ -13,9 +13,17 @@ from kernel_agent.events import NodeFinished, NodeStarted, PlanFinished, PlanRea
 
 
 def test_a_piped_plan_prints_each_node_as_it_goes(capsys: pytest.CaptureFixture[str]) -> None:
-    nodes = ({"id": "load", "title": "Load", "kind": "code", "depends_on": [], "status": "done", "attempts": 3},
-             {"id": "plot", "title": "Plot", "kind": "visualisation", "depends_on": ["load"], "status": "pending",
-              "attempts": 0})
+    nodes = (
+        {"id": "load", "title": "Load", "kind": "code", "depends_on": [], "status": "done", "attempts": 3},
+        {
+            "id": "plot",
+            "title": "Plot",
+            "kind": "visualisation",
+            "depends_on": ["load"],
+            "status": "pending",
+            "attempts": 0,
+        },
+    )
     seen: list[str] = []
 
     def events() -> Iterator[Any]:

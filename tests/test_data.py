@@ -78,6 +78,7 @@ def test_fifo_is_not_a_regular_file(tmp_path: Path) -> None:
 def test_unreadable_file_is_refused(tmp_path: Path, sales_csv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sales_csv.chmod(0)
     if os.geteuid() == 0:  # root reads anything: give the module the denial a user would get
+
         def denying_open(file, *args, **kwargs):  # type: ignore[no-untyped-def]
             if Path(file) == sales_csv:
                 raise PermissionError(13, "Permission denied", str(file))
@@ -275,8 +276,10 @@ def test_npy_summary(tmp_path: Path) -> None:
 def test_mat_summary_lists_variables_with_scipy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import scipy.io
 
-    scipy.io.savemat(tmp_path / "m.mat", {"signal": np.arange(6.0).reshape(2, 3), "label": "run one",
-                                          **{f"v{i:02d}": np.array([i]) for i in range(22)}})
+    scipy.io.savemat(
+        tmp_path / "m.mat",
+        {"signal": np.arange(6.0).reshape(2, 3), "label": "run one", **{f"v{i:02d}": np.array([i]) for i in range(22)}},
+    )
     text = summarize(tmp_path / "m.mat")
     assert text.startswith("MATLAB file") and "Header: MATLAB 5.0 MAT-file" in text
     assert "24 variables" in text and "- `signal`: double 2 x 3 · min 0 · max 5 · mean 2.5" in text
@@ -382,7 +385,7 @@ def run_setup(code: str) -> dict[str, object]:
     magics = [line for line in code.splitlines() if line.startswith("%")]
     assert code.splitlines()[: len(magics)] == magics, "magic lines must come first"
     namespace: dict[str, object] = {}
-    exec(compile("\n".join(code.splitlines()[len(magics):]), "<setup>", "exec"), namespace)
+    exec(compile("\n".join(code.splitlines()[len(magics) :]), "<setup>", "exec"), namespace)
     return namespace
 
 
@@ -396,7 +399,7 @@ def test_preload_code_runs_and_defines_the_helpers() -> None:
     data = namespace["data"]
     assert data.sales == "sales.csv"  # type: ignore[attr-defined]
     assert data.file_2024_sales_final == "2024 sales-final.csv"  # type: ignore[attr-defined]
-    assert getattr(data, "class_") == "class.csv"
+    assert data.class_ == "class.csv"
     assert data.odd_quote == 'odd "quote".csv'  # type: ignore[attr-defined]
     assert repr(data).startswith("DataFiles(sales='sales.csv', file_2024_sales_final='2024 sales-final.csv'")
     assert "import seaborn as sns" in code and "except ImportError" in code

@@ -45,7 +45,9 @@ def test_a_plain_file_a_run_wrote_is_a_data_file(layout: tuple[Path, Path], tmp_
 
 
 @pytest.mark.parametrize("recognised_by", ["agent-runs", "record beside"])
-def test_a_link_planted_in_a_workspace_is_refused(layout: tuple[Path, Path], tmp_path: Path, recognised_by: str) -> None:
+def test_a_link_planted_in_a_workspace_is_refused(
+    layout: tuple[Path, Path], tmp_path: Path, recognised_by: str
+) -> None:
     workspace, host = layout
     if recognised_by == "record beside":  # any folder with its run record beside it (the persona's, --workspace)
         workspace = tmp_path / "chats" / "sales-agent"
@@ -125,8 +127,9 @@ def test_a_folder_swapped_for_a_link_while_the_host_reads_never_yields_the_secre
 
 
 @pytest.mark.kernel
-def test_a_link_a_real_kernel_planted_is_refused_as_the_next_runs_data(openai_server: OpenAIServer,
-                                                                       tmp_path: Path) -> None:
+def test_a_link_a_real_kernel_planted_is_refused_as_the_next_runs_data(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
     secret = tmp_path / "host-secret.csv"
     secret.write_text(SECRET)
     plant = f"import os\nos.symlink({str(secret)!r}, 'results.csv')\nprint(sorted(os.listdir('.')))"
@@ -138,8 +141,18 @@ def test_a_link_a_real_kernel_planted_is_refused_as_the_next_runs_data(openai_se
     assert (workspace / "results.csv").is_symlink()  # the kernel planted it
     asked = len(openai_server.requests)
 
-    second = CliRunner().invoke(cli, ["run", "Look", *common, "--data", str(workspace / "results.csv"),
-                                      "--workspace", str(tmp_path / "agent-runs" / "r2")])
+    second = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "Look",
+            *common,
+            "--data",
+            str(workspace / "results.csv"),
+            "--workspace",
+            str(tmp_path / "agent-runs" / "r2"),
+        ],
+    )
 
     assert second.exit_code == 2, second.output
     assert "is a link inside the run workspace" in second.output and "hunter2" not in second.output

@@ -12,14 +12,16 @@ from kernel_agent.agent.dates import DateColumn, date_columns
 
 def test_day_first_month_first_year_first_and_ambiguous_columns(tmp_path: Path) -> None:
     path = tmp_path / "orders.csv"
-    pd.DataFrame({
-        "ordered": ["03/01/2024", "23/01/2024", "11/02/2024"],
-        "shipped": ["01-05-24 10:30", "01-25-24 09:00", "02-13-24 17:45"],
-        "billed": ["2024-01-03", "2024-01-23", "2024-02-11"],
-        "unclear": ["01.02.2024", "03.04.2024", "05.06.2024"],
-        "units": [1, 2, 3],
-        "note": ["12/13 of stock", "x", "y"],
-    }).to_csv(path, index=False)
+    pd.DataFrame(
+        {
+            "ordered": ["03/01/2024", "23/01/2024", "11/02/2024"],
+            "shipped": ["01-05-24 10:30", "01-25-24 09:00", "02-13-24 17:45"],
+            "billed": ["2024-01-03", "2024-01-23", "2024-02-11"],
+            "unclear": ["01.02.2024", "03.04.2024", "05.06.2024"],
+            "units": [1, 2, 3],
+            "note": ["12/13 of stock", "x", "y"],
+        }
+    ).to_csv(path, index=False)
     frame = pd.read_csv(path)
     assert date_columns(frame) == [
         DateColumn("ordered", "day-first", "%d/%m/%Y", "23/01/2024"),

@@ -45,12 +45,18 @@ def sales(tmp_path: Path) -> Path:
 
 
 def deepanalyze_agent(server: OpenAIServer, **options: Any) -> Agent:
-    return Agent(model="DeepAnalyze-8B", base_url=server.base_url, protocol="deepanalyze",
-                 model_options={"max_retries": 1, "backoff": 0.01}, **options)
+    return Agent(
+        model="DeepAnalyze-8B",
+        base_url=server.base_url,
+        protocol="deepanalyze",
+        model_options={"max_retries": 1, "backoff": 0.01},
+        **options,
+    )
 
 
-def test_recorded_turns_send_exactly_what_deepanalyze_sends(openai_server: OpenAIServer, sales: Path,
-                                                           tmp_path: Path) -> None:
+def test_recorded_turns_send_exactly_what_deepanalyze_sends(
+    openai_server: OpenAIServer, sales: Path, tmp_path: Path
+) -> None:
     openai_server.add(
         Reply(TURN_1, finish_reason="stop", stop_reason="</Code>"),
         Reply(TURN_2, finish_reason="stop", stop_reason=151676),
@@ -98,8 +104,9 @@ def test_a_server_rejecting_the_extras_names_the_option_to_turn_them_off(
     openai_server: OpenAIServer, sales: Path, tmp_path: Path
 ) -> None:
     # What api.openai.com answers for a field it does not know.
-    openai_server.add(HTTPError(400, "Unrecognized request argument supplied: add_generation_prompt",
-                                type="invalid_request_error"))
+    openai_server.add(
+        HTTPError(400, "Unrecognized request argument supplied: add_generation_prompt", type="invalid_request_error")
+    )
     with deepanalyze_agent(openai_server) as agent:
         run = agent.run(TASK, data=[sales], workspace=tmp_path / "ws")
     assert run.stop_reason == "llm_error" and len(openai_server.requests) == 1  # a 400 is not retried
@@ -120,15 +127,28 @@ def test_people_read_the_tagged_transcript(openai_server: OpenAIServer, sales: P
     assert shown.output == f"{TURN_1}</Code>\n<Execute>\n(3, 2)\n</Execute>\n{TURN_3}\n"
 
 
-def test_a_deepanalyze_model_by_name_speaks_deepanalyze(openai_server: OpenAIServer, sales: Path, tmp_path: Path) -> None:
+def test_a_deepanalyze_model_by_name_speaks_deepanalyze(
+    openai_server: OpenAIServer, sales: Path, tmp_path: Path
+) -> None:
     """`run --model <org>/DeepAnalyze-8B` without --protocol: DeepAnalyze's wire format, and run_started says why."""
     from click.testing import CliRunner
 
     from kernel_agent.cli.app import cli
 
     openai_server.add(Reply("<Answer>East</Answer>"))
-    args = ["run", TASK, "--data", str(sales), "--model", "RUC-DataLab/DeepAnalyze-8B", "--base-url",
-            openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--json"]
+    args = [
+        "run",
+        TASK,
+        "--data",
+        str(sales),
+        "--model",
+        "RUC-DataLab/DeepAnalyze-8B",
+        "--base-url",
+        openai_server.base_url,
+        "--workspace",
+        str(tmp_path / "ws"),
+        "--json",
+    ]
     done = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert done.exit_code == 0, done.output
     started = next(json.loads(line) for line in done.output.splitlines() if '"run_started"' in line)

@@ -74,7 +74,11 @@ def test_demo_notebook_replays_with_check(demo: tuple[Result, Path]) -> None:
 def test_replay_check_reports_a_changed_output_and_exits_1(demo: tuple[Result, Path]) -> None:
     notebook = demo[1]
     nb = nbformat.read(notebook, as_version=4)
-    first = next(cell for cell in nb.cells if cell.metadata.get("kernel_agent", {}).get("round") == 1 and cell.cell_type == "code")
+    first = next(
+        cell
+        for cell in nb.cells
+        if cell.metadata.get("kernel_agent", {}).get("round") == 1 and cell.cell_type == "code"
+    )
     first.outputs[0]["text"] = first.outputs[0]["text"].replace("3,000 rows", "3,001 rows")
     tampered = notebook.with_name("tampered.ipynb")
     nbformat.write(nb, tampered)
@@ -97,7 +101,9 @@ def test_show_reviews_the_demo_in_the_terminal_and_as_html(demo: tuple[Result, P
     assert "<html" in html and html.count("data:image/png;base64") >= 3
 
 
-def test_demo_uses_a_configured_model(openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_uses_a_configured_model(
+    openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     openai_server.add(Reply("Revenue grew."))
     monkeypatch.setenv("KERNEL_AGENT_MODEL", "demo-model")
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)

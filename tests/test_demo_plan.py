@@ -24,19 +24,38 @@ def test_plan_demo_runs_the_scripted_plan_on_the_bundled_data(tmp_path: Path, mo
         if name.startswith(("OPENAI_", "KERNEL_AGENT_")):
             monkeypatch.delenv(name)
     notebook = tmp_path / "demo-plan.ipynb"
-    result = CliRunner().invoke(cli, ["plan", "--demo", "--workspace", str(tmp_path / "run"), "--out", str(notebook),
-                                      "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        ["plan", "--demo", "--workspace", str(tmp_path / "run"), "--out", str(notebook), "--json"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     events = [json.loads(line) for line in result.output.splitlines()]
     finished = {e["node_id"]: (e["status"], e["attempts"]) for e in events if e["event"] == "node_finished"}
-    assert finished == {"clean": ("done", 1), "breakdown": ("done", 1), "trend": ("done", 1),
-                        "discounts": ("done", 2), "findings": ("done", 1)}
+    assert finished == {
+        "clean": ("done", 1),
+        "breakdown": ("done", 1),
+        "trend": ("done", 1),
+        "discounts": ("done", 2),
+        "findings": ("done", 1),
+    }
 
     state = PlanState.load(state_path(notebook))
     printed = "".join(r.output_text(5000) for r in state.results.values())
     findings = state.results["findings"].text
-    for number in ("2,981 of 3,000", "2,895,658.01", "35.6", "58.5", "+22.9%", "+64%", "r = 0.12", "0.28 to 0.39",
-                   "mean 0.33", "10.80", "18.85"):
+    for number in (
+        "2,981 of 3,000",
+        "2,895,658.01",
+        "35.6",
+        "58.5",
+        "+22.9%",
+        "+64%",
+        "r = 0.12",
+        "0.28 to 0.39",
+        "mean 0.33",
+        "10.80",
+        "18.85",
+    ):
         assert number in printed, number  # the code really computed what the findings quote
     assert "2,895,658.01" in findings and "r = 0.12" in findings and "+64%" in findings
     assert state.results["discounts"].failures == ("KeyError: 'discount_rate'",)

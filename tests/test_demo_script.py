@@ -43,7 +43,10 @@ def test_dataset_is_small_and_as_described() -> None:
     assert tuple(frame.columns) == COLUMNS
     assert len(frame) == 3000
     assert frame[["region", "units", "discount", "revenue"]].isna().sum().to_dict() == {
-        "region": 18, "units": 12, "discount": 25, "revenue": 12,
+        "region": 18,
+        "units": 12,
+        "discount": 25,
+        "revenue": 12,
     }
     assert frame.duplicated().sum() == 4
     assert frame["units"].max() > 20 * frame["units"].median()  # outliers left for the cleaning round
@@ -96,10 +99,7 @@ def test_replies_parse_with_the_tags_protocols() -> None:
     for name in ("tags", "deepanalyze"):
         protocol = get_protocol(name)
         model = ScriptedChatModel(replies)
-        steps = [
-            protocol.parse(asyncio.run(model.complete([], options=protocol.request_options())))
-            for _ in replies
-        ]
+        steps = [protocol.parse(asyncio.run(model.complete([], options=protocol.request_options()))) for _ in replies]
         assert [step.problem for step in steps] == [None] * len(replies), name
         assert [step.code for step in steps[:-1]] == [code_of(reply) for reply in replies[:-1]], name
         assert steps[-1].answer and steps[-1].code is None, name
@@ -123,8 +123,8 @@ def test_script_runs_in_one_kernel_and_its_answer_is_true(tmp_path: Path) -> Non
             "rows": "f'{len(df):,}'",
             "total": "f'{df.revenue.sum():,.0f}'",
             "growth": "f'{by_year[2024] / by_year[2023] - 1:.1%}'",
-            "west": "f'+{by_region.loc[\"West\", \"growth_%\"]:.1f}%'",
-            "south": "f'{by_region.loc[\"South\", \"growth_%\"]:.1f}%'",
+            "west": 'f\'+{by_region.loc["West", "growth_%"]:.1f}%\'',
+            "south": 'f\'{by_region.loc["South", "growth_%"]:.1f}%\'',
             "trend": "f'+{trend:,.0f} per month'",
             "r2": "f'R² = {r2:.2f}'",
             "elasticity": "f'{elasticity:.2f}'",

@@ -19,7 +19,9 @@ UPDATE = "progress.update('step 3 of 3')\nprint('updated')"
 
 
 def test_a_later_cell_updates_an_earlier_cells_display(openai_server: OpenAIServer, tmp_path: Path) -> None:
-    openai_server.add(Reply(f"<Code>\n{SHOW}\n</Code>"), Reply(f"<Code>\n{UPDATE}\n</Code>"), Reply("<Answer>done</Answer>"))
+    openai_server.add(
+        Reply(f"<Code>\n{SHOW}\n</Code>"), Reply(f"<Code>\n{UPDATE}\n</Code>"), Reply("<Answer>done</Answer>")
+    )
     with Agent(model="m", base_url=openai_server.base_url, protocol="tags") as agent:
         run = agent.run("progress", workspace=tmp_path / "ws")
     first, second = run.rounds[0].result, run.rounds[1].result

@@ -229,12 +229,49 @@ THROUGH_THE_DOOR = {
         "demo_data": "serves the demo's bundled data from the installed package",
     },
 }
-PATH_METHODS = {"read_text", "read_bytes", "write_text", "write_bytes", "iterdir", "rglob", "glob", "open", "stat",
-                "lstat", "exists", "is_file", "is_dir", "is_symlink", "mkdir", "unlink", "rmdir", "touch", "chmod",
-                "samefile", "resolve"}
+PATH_METHODS = {
+    "read_text",
+    "read_bytes",
+    "write_text",
+    "write_bytes",
+    "iterdir",
+    "rglob",
+    "glob",
+    "open",
+    "stat",
+    "lstat",
+    "exists",
+    "is_file",
+    "is_dir",
+    "is_symlink",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "touch",
+    "chmod",
+    "samefile",
+    "resolve",
+}
 OS_PATH_CHECKS = {"exists", "lexists", "isfile", "isdir", "islink", "realpath", "getsize", "samefile"}
-OS_CALLS = {"open", "walk", "scandir", "listdir", "remove", "unlink", "rename", "replace", "chmod", "mkdir",
-            "makedirs", "rmdir", "symlink", "link", "stat", "lstat", "readlink"}
+OS_CALLS = {
+    "open",
+    "walk",
+    "scandir",
+    "listdir",
+    "remove",
+    "unlink",
+    "rename",
+    "replace",
+    "chmod",
+    "mkdir",
+    "makedirs",
+    "rmdir",
+    "symlink",
+    "link",
+    "stat",
+    "lstat",
+    "readlink",
+}
 
 
 def plain_file_io(path: Path) -> list[tuple[str, str, int]]:
@@ -260,8 +297,12 @@ def plain_file_io(path: Path) -> list[tuple[str, str, int]]:
                 owner = func.value.id if isinstance(func.value, ast.Name) else None
                 if owner == "shutil" or (owner == "os" and func.attr in OS_CALLS):
                     call = f"{owner}.{func.attr}"
-                elif (isinstance(func.value, ast.Attribute) and func.value.attr == "path"
-                      and isinstance(func.value.value, ast.Name) and func.value.value.id == "os"):
+                elif (
+                    isinstance(func.value, ast.Attribute)
+                    and func.value.attr == "path"
+                    and isinstance(func.value.value, ast.Name)
+                    and func.value.value.id == "os"
+                ):
                     call = f"os.path.{func.attr}" if func.attr in OS_PATH_CHECKS else None
                 elif func.attr in PATH_METHODS:
                     call = f".{func.attr}()"
@@ -274,15 +315,26 @@ def plain_file_io(path: Path) -> list[tuple[str, str, int]]:
 
 
 def test_workspace_paths_are_touched_only_through_the_door() -> None:
-    strays = [f"{module}:{line} {function} calls {call}"
-              for module, allowed in THROUGH_THE_DOOR.items()
-              for function, call, line in plain_file_io(PACKAGE / module) if function not in allowed]
+    strays = [
+        f"{module}:{line} {function} calls {call}"
+        for module, allowed in THROUGH_THE_DOOR.items()
+        for function, call, line in plain_file_io(PACKAGE / module)
+        if function not in allowed
+    ]
     assert strays == []
 
 
 def test_the_rule_sees_plain_file_io(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("import os, shutil\ndef f(p):\n    p.read_text(); open(p); os.scandir(p); shutil.copy(p, p)\n"
-                      "    os.path.exists(p); p.parent.mkdir(); 'a'.replace('a', 'b')\n")
+    sample.write_text(
+        "import os, shutil\ndef f(p):\n    p.read_text(); open(p); os.scandir(p); shutil.copy(p, p)\n"
+        "    os.path.exists(p); p.parent.mkdir(); 'a'.replace('a', 'b')\n"
+    )
     assert [call for _, call, _ in plain_file_io(sample)] == [
-        ".read_text()", "open", "os.scandir", "shutil.copy", "os.path.exists", ".mkdir()"]
+        ".read_text()",
+        "open",
+        "os.scandir",
+        "shutil.copy",
+        "os.path.exists",
+        ".mkdir()",
+    ]

@@ -26,7 +26,9 @@ def test_a_finished_request_is_ok_or_error_from_the_reply_and_the_outputs() -> N
     assert verdict(Outcome.IDLE, {"status": "ok"}) == Verdict("ok")
     assert verdict(Outcome.IDLE, {"status": "error"}).status == "error"
     assert verdict(Outcome.IDLE, {}, ErrorInfo("ValueError", "x")).status == "error"
-    assert verdict(Outcome.IDLE, {"status": "aborted"}) == Verdict("error", note="the request was aborted by the kernel")
+    assert verdict(Outcome.IDLE, {"status": "aborted"}) == Verdict(
+        "error", note="the request was aborted by the kernel"
+    )
 
 
 def test_an_error_caused_by_our_limit_names_the_limit() -> None:

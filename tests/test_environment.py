@@ -11,8 +11,17 @@ from kernel_agent.agent.environment import MAX_NAMES, Environment, names_express
 
 
 def test_the_names_probe_lists_the_analysis_names_with_types_and_shapes() -> None:
-    namespace = {"df": pd.DataFrame({"a": [1, 2], "b": [3, 4]}), "ratios": [0.5, 0.25], "_hidden": 1, "math": math,
-                 "In": [], "data": object(), "Frame": pd.DataFrame, "mean": 2.5, "__builtins__": __builtins__}
+    namespace = {
+        "df": pd.DataFrame({"a": [1, 2], "b": [3, 4]}),
+        "ratios": [0.5, 0.25],
+        "_hidden": 1,
+        "math": math,
+        "In": [],
+        "data": object(),
+        "Frame": pd.DataFrame,
+        "mean": 2.5,
+        "__builtins__": __builtins__,
+    }
     listed = eval(names_expression(), namespace)  # the kernel evaluates it as a user expression, in its globals
     assert listed == ["df: DataFrame 2x2", "ratios: list len 2", "mean: float"]  # no modules, classes, setup names
 

@@ -17,8 +17,13 @@ HERE = Path(__file__).parent
 
 
 def test_no_blocking_file_or_process_work_of_ours_on_the_service_loop(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(HERE / "loop_watch.py"), str(tmp_path / "data")], cwd=HERE,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(HERE / "loop_watch.py"), str(tmp_path / "data")],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout)
     assert any(item["caller"] == "library" for item in seen)  # the hook does see the loop (kernel starts)

@@ -50,7 +50,10 @@ def kernel_pid(session: KernelSession) -> int:
     """The host pid of the ipykernel process itself (inside the sandbox: below bwrap and its init)."""
     for pid in kernel_tree(session):
         try:
-            if "kernel_agent.kernel.inside.launcher" in psutil.Process(pid).cmdline() and psutil.Process(pid).name() != "bwrap":
+            if (
+                "kernel_agent.kernel.inside.launcher" in psutil.Process(pid).cmdline()
+                and psutil.Process(pid).name() != "bwrap"
+            ):
                 return pid
         except psutil.NoSuchProcess:
             continue
@@ -131,8 +134,10 @@ def test_long_sleep_is_interrupted_and_state_kept(steady: KernelSession) -> None
 
 def test_swallowed_keyboard_interrupt_ends_in_a_restart(crashy: KernelSession) -> None:
     crashy.execute("doomed = 1")
-    code = ("import time\nwhile True:\n    try:\n        time.sleep(10)\n"
-            "    except KeyboardInterrupt:\n        print('caught')")
+    code = (
+        "import time\nwhile True:\n    try:\n        time.sleep(10)\n"
+        "    except KeyboardInterrupt:\n        print('caught')"
+    )
     started = time.monotonic()
     result = crashy.execute(code, timeout=2)
     assert time.monotonic() - started < 10
@@ -143,8 +148,10 @@ def test_swallowed_keyboard_interrupt_ends_in_a_restart(crashy: KernelSession) -
 
 def test_long_c_call_ends_in_a_restart(crashy: KernelSession) -> None:
     # An endless recursive query runs inside sqlite's C code, where SIGINT is only noted, never acted on.
-    code = ("import sqlite3\nsqlite3.connect(':memory:').execute("
-            "'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchall()")
+    code = (
+        "import sqlite3\nsqlite3.connect(':memory:').execute("
+        "'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchall()"
+    )
     started = time.monotonic()
     result = crashy.execute(code, timeout=2)
     assert time.monotonic() - started < 10
@@ -213,16 +220,21 @@ with KernelSession(Path.cwd() / "flood") as session:  # the test's own tmp_path:
 """
 
 
-@pytest.mark.parametrize("code", [
-    "print('x' * 400_000_000)",
-    "import sys\nfor _ in range(400):\n    sys.stdout.write('y' * 1_000_000)",
-    "from IPython.display import HTML, display\nfor _ in range(300):\n    display(HTML('<p>' + 'z' * 1_000_000 + '</p>'))",
-], ids=["one-400MB-print", "400x1MB-writes", "300x1MB-HTML"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "print('x' * 400_000_000)",
+        "import sys\nfor _ in range(400):\n    sys.stdout.write('y' * 1_000_000)",
+        "from IPython.display import HTML, display\nfor _ in range(300):\n    display(HTML('<p>' + 'z' * 1_000_000 + '</p>'))",
+    ],
+    ids=["one-400MB-print", "400x1MB-writes", "300x1MB-HTML"],
+)
 def test_a_flood_raises_the_hosts_peak_memory_by_little(code: str, tmp_path: Path) -> None:
     """One byte budget per execution, all outputs together: the peak resident memory of the process holding
     the session (a fresh one, so ru_maxrss is this execution's) grows by well under 100 MB, not by the flood."""
-    done = subprocess.run([sys.executable, "-c", FLOOD_RSS, code], capture_output=True, text=True, timeout=600,
-                          check=True, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", FLOOD_RSS, code], capture_output=True, text=True, timeout=600, check=True, cwd=tmp_path
+    )
     report = json.loads(done.stdout.splitlines()[-1])
     assert report["status"] == "ok" and report["dropped"] > 250_000_000
     assert report["kept"] < 11_000_000 and "not" in report["llm"]  # what was dropped is said
@@ -249,20 +261,25 @@ def test_hundred_megabytes_printed_are_capped(steady: KernelSession) -> None:
 
 def test_invalid_utf8_becomes_replacement_characters(steady: KernelSession) -> None:
     # Undecodable bytes as Python holds them (surrogate escapes), e.g. a file name from os.listdir.
-    surrogates = steady.execute("import sys\nsys.stdout.write(b'\\xff\\xfe text bad\\n'"
-                                ".decode('utf-8', 'surrogateescape'))")
+    surrogates = steady.execute(
+        "import sys\nsys.stdout.write(b'\\xff\\xfe text bad\\n'.decode('utf-8', 'surrogateescape'))"
+    )
     assert surrogates.status == "ok" and surrogates.stdout == "\ufffd\ufffd text bad\n"
     # Raw bytes on fd 1 reach us through ipykernel's pipe reader; wait until it has taken them.
-    code = ("import os, fcntl, struct, termios\nos.write(1, b'\\xff\\xfe raw bad\\n')\n"
-            "while struct.unpack('i', fcntl.ioctl(1, termios.FIONREAD, b'0000'))[0]:\n    pass")
+    code = (
+        "import os, fcntl, struct, termios\nos.write(1, b'\\xff\\xfe raw bad\\n')\n"
+        "while struct.unpack('i', fcntl.ioctl(1, termios.FIONREAD, b'0000'))[0]:\n    pass"
+    )
     raw = steady.execute(code, timeout=30)
     assert raw.status == "ok" and "\ufffd\ufffd raw bad" in raw.stdout, raw.to_llm_text()
     assert steady.execute("'still fine'").result_text == "'still fine'"
 
 
 def test_five_hundred_figures_are_capped(steady: KernelSession) -> None:
-    code = ("import matplotlib.pyplot as plt\nfor i in range(500):\n"
-            "    fig, ax = plt.subplots(figsize=(1, 1), dpi=20)\n    ax.axis('off')")
+    code = (
+        "import matplotlib.pyplot as plt\nfor i in range(500):\n"
+        "    fig, ax = plt.subplots(figsize=(1, 1), dpi=20)\n    ax.axis('off')"
+    )
     result = steady.execute(code, timeout=120)
     cap = steady.async_session.caps.max_images
     assert result.status == "ok"
@@ -355,13 +372,17 @@ def test_with_the_network_on_the_kernel_has_its_own_and_still_not_this_machine(t
     with socket.create_server(("127.0.0.1", 0)) as host_server:
         host_port = host_server.getsockname()[1]
         with KernelSession(tmp_path, limits=Limits(network=True)) as session:
-            host = session.execute(f"import socket\nsocket.create_connection(('127.0.0.1', {host_port}), timeout=5)",
-                                   timeout=30)
+            host = session.execute(
+                f"import socket\nsocket.create_connection(('127.0.0.1', {host_port}), timeout=5)", timeout=30
+            )
             assert host.error is not None and host.error.ename == "ConnectionRefusedError"
             host = session.execute(f"socket.create_connection(('127.0.0.1', {listener}), timeout=5)", timeout=30)
             assert host.error is not None and host.error.ename == "ConnectionRefusedError"
-            own = session.execute("own = socket.create_server(('127.0.0.1', 0))\n"
-                                  "socket.create_connection(own.getsockname(), timeout=5).close()\n'own'", timeout=30)
+            own = session.execute(
+                "own = socket.create_server(('127.0.0.1', 0))\n"
+                "socket.create_connection(own.getsockname(), timeout=5).close()\n'own'",
+                timeout=30,
+            )
             assert own.result_text == "'own'"
             names = session.execute("[name for _, name in socket.if_nameindex()]").result_text
             assert names != "['lo']" and "'lo'" in names  # a route out, through pasta
@@ -399,8 +420,10 @@ def test_offline_kernel_is_interrupted_like_any_other(offline: KernelSession) ->
 
 
 def test_loopback_inside_the_offline_kernel_works(offline: KernelSession) -> None:
-    code = ("import socket\nwith socket.create_server(('127.0.0.1', 0)) as server:\n"
-            "    socket.create_connection(server.getsockname(), timeout=5).close()\n'local ok'")
+    code = (
+        "import socket\nwith socket.create_server(('127.0.0.1', 0)) as server:\n"
+        "    socket.create_connection(server.getsockname(), timeout=5).close()\n'local ok'"
+    )
     assert offline.execute(code, timeout=30).result_text == "'local ok'"
 
 
@@ -418,7 +441,8 @@ def test_secrets_are_invisible_inside_the_kernel(offline: KernelSession) -> None
 def test_no_network_when_the_machine_cannot_isolate_is_an_error(tmp_path: Path) -> None:
     # A user namespace where no further namespace may be made stands in for a machine without them.
     script = tmp_path / "refused.py"
-    script.write_text(textwrap.dedent("""\
+    script.write_text(
+        textwrap.dedent("""\
         import ctypes, os, sys
         libc = ctypes.CDLL(None, use_errno=True)
         uid, gid = os.getuid(), os.getgid()
@@ -439,11 +463,17 @@ def test_no_network_when_the_machine_cannot_isolate_is_an_error(tmp_path: Path) 
             print("refused:", exc)
         else:
             print("started")
-    """))
+    """)
+    )
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "ws")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "TMPDIR": str(tmp)})
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ws")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("refused:") and "cannot make a sandbox here" in done.stdout
     assert "sandbox='off'" in done.stdout  # says how to run unconfined on purpose
@@ -469,15 +499,22 @@ with session:
 """
 
 
-@pytest.mark.parametrize(("how", "says"), [("interrupt", "KeyboardInterrupt"),
-                                           ("exception", "RuntimeError: the owner failed"), ("forgotten", "")])
+@pytest.mark.parametrize(
+    ("how", "says"),
+    [("interrupt", "KeyboardInterrupt"), ("exception", "RuntimeError: the owner failed"), ("forgotten", "")],
+)
 def test_owner_going_away_leaves_nothing_behind(tmp_path: Path, how: str, says: str) -> None:
     workspace, tmp = tmp_path / "ws", tmp_path / "tmp"
     tmp.mkdir()
     script = tmp_path / "owner.py"
     script.write_text(OWNER)
-    owner = subprocess.Popen([sys.executable, str(script), str(workspace), how], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)})
+    owner = subprocess.Popen(
+        [sys.executable, str(script), str(workspace), how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
+    )
     try:
         assert owner.stdout is not None
         cgroup = Path(owner.stdout.readline().strip())
@@ -502,20 +539,22 @@ def test_owner_going_away_leaves_nothing_behind(tmp_path: Path, how: str, says: 
 def test_limits_off_gives_an_unconfined_kernel(tmp_path: Path) -> None:
     with KernelSession(tmp_path, limits=replace(Limits.off())) as session:
         assert session.async_session._confinement.cgroup is None  # type: ignore[union-attr]
-        limits = session.execute("import resource\n[resource.getrlimit(r)[0] for r in "
-                                 "(resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE)]")
+        limits = session.execute(
+            "import resource\n[resource.getrlimit(r)[0] for r in "
+            "(resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE)]"
+        )
         assert limits.result_text == "[-1, -1, -1]"
 
 
 def test_cpu_time_limit_counts_the_whole_process_tree(tmp_path: Path) -> None:
     # Three children each stay under the per-process RLIMIT_CPU (2.5 s of 3 s), so only a limit on
     # the tree together (7.5 s) can stop them; the kernel itself stays idle in a quiet sleep.
-    spin = ("import resource, time\n"
-            "while resource.getrusage(resource.RUSAGE_SELF).ru_utime < 2.5: pass\n"
-            "time.sleep(300)")
-    code = ("import subprocess, sys, time\n"
-            f"children = [subprocess.Popen([sys.executable, '-c', {spin!r}]) for _ in range(3)]\n"
-            "time.sleep(120)")
+    spin = "import resource, time\nwhile resource.getrusage(resource.RUSAGE_SELF).ru_utime < 2.5: pass\ntime.sleep(300)"
+    code = (
+        "import subprocess, sys, time\n"
+        f"children = [subprocess.Popen([sys.executable, '-c', {spin!r}]) for _ in range(3)]\n"
+        "time.sleep(120)"
+    )
     with KernelSession(tmp_path, limits=Limits(cpu_seconds=3)) as session:
         result = session.execute(code, timeout=100)
         assert result.status == "died" and result.state_lost

@@ -33,7 +33,9 @@ def test_frames_inside_installed_packages_are_one_line_each_for_the_model(tmp_pa
     folded = fold_traceback([strip_ansi(line) for line in notebook_traceback])  # the same rule, for people
     assert folded.lead[0].startswith("Cell In[1], line 3") and "----> 3 df['nope']" in folded.lead[0]
     assert folded.lead[-1] == "KeyError: 'nope'" and len(folded.lead) == 2
-    assert "  pandas/core/frame.py:" in "\n".join(folded.library) and all("site-packages" not in f for f in folded.library)
+    assert "  pandas/core/frame.py:" in "\n".join(folded.library) and all(
+        "site-packages" not in f for f in folded.library
+    )
 
 
 def test_frames_of_the_analysed_code_stay_whole() -> None:
@@ -55,7 +57,8 @@ def test_frames_of_the_analysed_code_stay_whole() -> None:
 
 def test_a_chained_traceback_leads_with_the_cell_line_and_the_last_exception() -> None:
     frames = [
-        "-" * 75, "KeyError                                  Traceback (most recent call last)",
+        "-" * 75,
+        "KeyError                                  Traceback (most recent call last)",
         "File /venv/lib/python3.11/site-packages/pandas/core/indexes/base.py:3816, in Index.get_loc(self, key)\n"
         "-> 3816     return self._engine.get_loc(casted_key)\n",
         "File pandas/_libs/index.pyx:172, in pandas._libs.index.IndexEngine.get_loc()\n",
@@ -67,10 +70,15 @@ def test_a_chained_traceback_leads_with_the_cell_line_and_the_last_exception() -
         "KeyError: 'profit'",
     ]
     folded = fold_traceback(frames)
-    assert folded.lead == ("Cell In[7], line 2\n      1 sales = data['sales']\n----> 2 sales['profit']", "KeyError: 'profit'")
-    assert folded.library == ("  pandas/core/indexes/base.py:3816 in Index.get_loc(self, key)",
-                              "  pandas/_libs/index.pyx:172 in pandas._libs.index.IndexEngine.get_loc()",
-                              "  pandas/core/frame.py:4102 in DataFrame.__getitem__(self, key)")
+    assert folded.lead == (
+        "Cell In[7], line 2\n      1 sales = data['sales']\n----> 2 sales['profit']",
+        "KeyError: 'profit'",
+    )
+    assert folded.library == (
+        "  pandas/core/indexes/base.py:3816 in Index.get_loc(self, key)",
+        "  pandas/_libs/index.pyx:172 in pandas._libs.index.IndexEngine.get_loc()",
+        "  pandas/core/frame.py:4102 in DataFrame.__getitem__(self, key)",
+    )
     assert fold_traceback([]).lead == () and fold_traceback(["SyntaxError: bad"]).lead == ("SyntaxError: bad",)
 
 
@@ -92,11 +100,17 @@ def test_a_file_past_the_size_limit_names_the_limit(tmp_path: Path) -> None:
 
 
 def test_limit_notes_only_for_limits_that_are_on() -> None:
-    eagain = ErrorInfo("BlockingIOError", "[Errno 11] Resource temporarily unavailable",
-                       ("Cell In[4], line 3\n----> 3 pid = os.fork()\n",))
+    eagain = ErrorInfo(
+        "BlockingIOError",
+        "[Errno 11] Resource temporarily unavailable",
+        ("Cell In[4], line 3\n----> 3 pid = os.fork()\n",),
+    )
     thread = ErrorInfo("RuntimeError", "can't start new thread")
-    socket_eagain = ErrorInfo("BlockingIOError", "[Errno 11] Resource temporarily unavailable",
-                              ("Cell In[5], line 1\n----> 1 sock.recv(10)\n",))
+    socket_eagain = ErrorInfo(
+        "BlockingIOError",
+        "[Errno 11] Resource temporarily unavailable",
+        ("Cell In[5], line 1\n----> 1 sock.recv(10)\n",),
+    )
     assert "limit of 64 processes and threads" in limit_note(eagain, Limits(max_processes=64))
     assert limit_note(socket_eagain, Limits(max_processes=64)) == ""  # a non-blocking socket, not the limit
     assert "Limits.max_processes" in limit_note(thread, Limits(max_processes=64))

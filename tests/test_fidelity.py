@@ -36,10 +36,25 @@ INTERRUPTED = new_output("error", ename="KeyboardInterrupt", evalue="", tracebac
 def hazardous_run() -> Run:
     """A run whose rounds hung (then were interrupted) and killed the kernel, between two good rounds."""
     rounds = (
-        Round(1, reply="r1", code="x = 1\nprint(x)", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="1\n"),), 2, 0.1)),
-        Round(2, reply="r2", code=LOOP, result=ExecutionResult("timeout", (INTERRUPTED,), 3, 5.0, note="interrupted at the time limit")),
+        Round(
+            1,
+            reply="r1",
+            code="x = 1\nprint(x)",
+            result=ExecutionResult("ok", (new_output("stream", name="stdout", text="1\n"),), 2, 0.1),
+        ),
+        Round(
+            2,
+            reply="r2",
+            code=LOOP,
+            result=ExecutionResult("timeout", (INTERRUPTED,), 3, 5.0, note="interrupted at the time limit"),
+        ),
         Round(3, reply="r3", code=EXIT, result=ExecutionResult("died", (), 4, 0.2, state_lost=True)),
-        Round(4, reply="r4", code="print('after')", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="after\n"),), 5, 0.1)),
+        Round(
+            4,
+            reply="r4",
+            code="print('after')",
+            result=ExecutionResult("ok", (new_output("stream", name="stdout", text="after\n"),), 5, 0.1),
+        ),
         Round(5, reply="r5", answer="done"),
     )
     info = RunInfo(task="t", model="m", setup_code="import sys", started_at="2025-01-02T10:00:00+00:00")
@@ -50,8 +65,14 @@ def test_run_all_in_stock_jupyter_neither_hangs_nor_kills_the_kernel(tmp_path: P
     nb = build_notebook(hazardous_run())
     nb.cells.append(nbformat.v4.new_code_cell("print('kernel alive')"))
     # Stock JupyterLab ignores skip-execution: use a tag no cell has, and a per-cell timeout a hang would hit.
-    client = NotebookClient(nb, timeout=20, kernel_name="python3", allow_errors=True,
-                            skip_cells_with_tag="no-such-tag", resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(
+        nb,
+        timeout=20,
+        kernel_name="python3",
+        allow_errors=True,
+        skip_cells_with_tag="no-such-tag",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
     client.execute()  # a hang raises CellTimeoutError, a kernel death DeadKernelError
     assert nb.cells[-1].outputs[0]["text"] == "kernel alive\n"
     after = next(c for c in nb.cells if c.cell_type == "code" and c.source == "print('after')")
@@ -66,7 +87,13 @@ def test_guarded_cells_keep_the_code_and_load_back_as_recorded(tmp_path: Path) -
     assert "# while True:" in looped.source and "recorded status: timeout" in looped.source
     loaded = load_run(path)
     statuses = [r.status for r in loaded.rounds]
-    assert statuses == ["ok", "timeout", "died", "ok", "answer"]  # the KeyboardInterrupt output does not make it an error
+    assert statuses == [
+        "ok",
+        "timeout",
+        "died",
+        "ok",
+        "answer",
+    ]  # the KeyboardInterrupt output does not make it an error
     assert [r.code for r in loaded.rounds[:4]] == ["x = 1\nprint(x)", LOOP, EXIT, "print('after')"]
     assert loaded.rounds[1].result is not None and loaded.rounds[1].result.code == LOOP
     again = export_run(loaded.run, tmp_path / "again.ipynb")  # a re-export (as resume does) stays guarded
@@ -77,8 +104,14 @@ def test_guarded_cells_keep_the_code_and_load_back_as_recorded(tmp_path: Path) -
 
 def _agent(server: OpenAIServer, model: str, host: str, **options: Any) -> Agent:
     base_url = server.base_url.replace("127.0.0.1", host)
-    return Agent(model=model, base_url=base_url, api_key="sk-test-not-for-the-kernel", protocol="tags",
-                 model_options={"max_retries": 2, "backoff": 0.01}, **options)
+    return Agent(
+        model=model,
+        base_url=base_url,
+        api_key="sk-test-not-for-the-kernel",
+        protocol="tags",
+        model_options={"max_retries": 2, "backoff": 0.01},
+        **options,
+    )
 
 
 def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
@@ -141,8 +174,10 @@ def test_resume_after_a_timeout_reports_exactly_what_was_rebuilt_and_which_names
     with _agent(openai_server, "m", "127.0.0.1") as agent:
         agent.resume(first.notebook_path, "and now?")
     assert "## Round 2 (timeout)" in briefings[0]
-    assert ("state rebuilt: re-ran 2 rounds (1, 4) after the setup cell; round 3 was skipped (it reads i, now gone); "
-            "round 2 was not re-run (it timed out); names now missing: i, time") in briefings[0]
+    assert (
+        "state rebuilt: re-ran 2 rounds (1, 4) after the setup cell; round 3 was skipped (it reads i, now gone); "
+        "round 2 was not re-run (it timed out); names now missing: i, time"
+    ) in briefings[0]
 
 
 def test_a_kernel_death_after_a_timeout_rebuilds_what_it_can_and_names_what_is_missing(
@@ -158,26 +193,51 @@ def test_a_kernel_death_after_a_timeout_rebuilds_what_it_can_and_names_what_is_m
         run = agent.run("crash", workspace=tmp_path / "ws")
     died = run.rounds[3].result
     assert died is not None and died.status == "died" and died.state_lost
-    assert ("state rebuilt: re-ran 1 round (1) after the setup cell; round 3 was skipped (it reads i, now gone); "
-            "round 2 was not re-run (it timed out); names now missing: i, run, time") in died.note
+    assert (
+        "state rebuilt: re-ran 1 round (1) after the setup cell; round 3 was skipped (it reads i, now gone); "
+        "round 2 was not re-run (it timed out); names now missing: i, run, time"
+    ) in died.note
     assert died.lost_names == ("i", "run", "time") and died.rebuilt_cells == (0, 1)
     assert "all variables were lost" not in died.to_llm_text()
     assert run.rounds[4].result is not None and run.rounds[4].result.stdout == "1\n"  # x came back
     loaded = load_run(run.notebook_path)  # type: ignore[arg-type]
     assert loaded.rounds[3].result is not None and loaded.rounds[3].result.lost_names == ("i", "run", "time")
     assert loaded.rounds[3].status == "died"
-    note = next(c.source for c in nbformat.read(run.notebook_path, as_version=4).cells  # type: ignore[arg-type]
-                if c.metadata["kernel_agent"].get("role") == "note" and c.metadata["kernel_agent"].get("round") == 4)
+    note = next(
+        c.source
+        for c in nbformat.read(run.notebook_path, as_version=4).cells  # type: ignore[arg-type]
+        if c.metadata["kernel_agent"].get("role") == "note" and c.metadata["kernel_agent"].get("round") == 4
+    )
     assert "names now missing: `i`, `run`, `time`" in note and "all variables were lost" not in note.lower()
 
 
 def timed_out_dependency_run() -> Run:
     """Round 2 timed out after setting ``step``; round 3 used it (and succeeded live)."""
     rounds = (
-        Round(1, reply="r1", code="x = 1\nprint(x)", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="1\n"),), 2, 0.1)),
-        Round(2, reply="r2", code=LOOP, result=ExecutionResult("timeout", (INTERRUPTED,), 3, 5.0, note="interrupted at the time limit")),
-        Round(3, reply="r3", code="print(step + x)", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="2\n"),), 4, 0.1)),
-        Round(4, reply="r4", code="print(x * 3)", result=ExecutionResult("ok", (new_output("stream", name="stdout", text="3\n"),), 5, 0.1)),
+        Round(
+            1,
+            reply="r1",
+            code="x = 1\nprint(x)",
+            result=ExecutionResult("ok", (new_output("stream", name="stdout", text="1\n"),), 2, 0.1),
+        ),
+        Round(
+            2,
+            reply="r2",
+            code=LOOP,
+            result=ExecutionResult("timeout", (INTERRUPTED,), 3, 5.0, note="interrupted at the time limit"),
+        ),
+        Round(
+            3,
+            reply="r3",
+            code="print(step + x)",
+            result=ExecutionResult("ok", (new_output("stream", name="stdout", text="2\n"),), 4, 0.1),
+        ),
+        Round(
+            4,
+            reply="r4",
+            code="print(x * 3)",
+            result=ExecutionResult("ok", (new_output("stream", name="stdout", text="3\n"),), 5, 0.1),
+        ),
         Round(5, reply="r5", answer="done"),
     )
     info = RunInfo(task="t", model="m", setup_code="import sys", started_at="2025-01-02T10:00:00+00:00")
@@ -219,16 +279,30 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
     assert path is not None
     shown = CliRunner().invoke(cli, ["show", str(path)], catch_exceptions=False).output
     assert "round 2: timeout" in shown and "round 2: error" not in shown
-    assert shown.index("first") < shown.index("Follow-up question 1") < shown.index("times five") < shown.index("second")
+    assert (
+        shown.index("first") < shown.index("Follow-up question 1") < shown.index("times five") < shown.index("second")
+    )
     looped = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"][2]
     assert SKIP_TAG in looped.metadata["tags"] and RAISES_TAG not in looped.metadata["tags"]
     report = replay(path, tmp_path / "ws", timeout=30)
     assert report.ok and report.counts() == {"match": 3, "skipped": 1}, report.to_text()
     out = tmp_path / "executed.ipynb"
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("jupyter-nbconvert")), "--to", "notebook", "--execute",
-         "--ExecutePreprocessor.timeout=60", "--output", str(out), str(path)],
-        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path / "ws",
+        [
+            str(Path(sys.executable).with_name("jupyter-nbconvert")),
+            "--to",
+            "notebook",
+            "--execute",
+            "--ExecutePreprocessor.timeout=60",
+            "--output",
+            str(out),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path / "ws",
     )
     assert done.returncode == 0, done.stderr[-2000:]
     executed = [c for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"]

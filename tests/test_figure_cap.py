@@ -36,7 +36,6 @@ def test_figures_past_the_cap_are_closed_unrendered_and_counted(tmp_path: Path) 
     assert len(again.images) == 2 and "not rendered" not in again.stdout  # counted per cell
 
 
-
 def test_the_users_own_pythonstartup_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     startup = tmp_path / "startup.py"
     startup.write_text("greeting = 'from my PYTHONSTARTUP'\n")
@@ -44,6 +43,8 @@ def test_the_users_own_pythonstartup_still_runs(tmp_path: Path, monkeypatch: pyt
     with KernelSession(tmp_path / "ws", caps=OutputCaps(max_images=1)) as session:
         session.execute("%matplotlib inline")
         greeting = session.execute("import os\nprint(greeting, os.environ['PYTHONSTARTUP'] == %r)" % str(startup))
-        capped = session.execute("import matplotlib.pyplot as plt\nfor i in range(3):\n    plt.figure(); plt.plot([0, i])")
+        capped = session.execute(
+            "import matplotlib.pyplot as plt\nfor i in range(3):\n    plt.figure(); plt.plot([0, i])"
+        )
     assert greeting.stdout == "from my PYTHONSTARTUP True\n"
     assert len(capped.images) == 1 and capped.dropped_images == 2

@@ -142,7 +142,9 @@ def test_files_go_in_and_artifacts_come_back(tmp_path: Path, remote: KernelGatew
                 "import pandas as pd\ndf = pd.read_csv('data.csv')\ndf.a.sum(), __import__('os').getcwd()"
             )
             (tmp_path / "data.csv").unlink()  # what comes back must come from the kernel's side
-            await session.execute("df.to_csv('out.csv', index=False)\nopen('big.bin', 'wb').write(bytes(range(256)) * 40000)")
+            await session.execute(
+                "df.to_csv('out.csv', index=False)\nopen('big.bin', 'wb').write(bytes(range(256)) * 40000)"
+            )
             artifacts = await session.files.changes(before)
             return result, artifacts
 
@@ -157,7 +159,9 @@ def test_close_deletes_the_remote_kernel_and_attach_never_kills(tmp_path: Path, 
     with KernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token) as owner:
         kernel_id = owner._async.provider.kernel_id
         assert kernel_id in remote.kernels()
-        with KernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token, gateway_kernel_id=kernel_id) as guest:
+        with KernelSession(
+            tmp_path, gateway=remote.url, gateway_token=remote.token, gateway_kernel_id=kernel_id
+        ) as guest:
             assert guest.execute("40 + 2").result_text == "42"
         assert kernel_id in remote.kernels()  # the attached session left it running
     assert kernel_id not in remote.kernels()
@@ -176,7 +180,9 @@ def test_a_dropped_websocket_reconnects_without_losing_the_execution(tmp_path: P
                     first_line.set()
 
             channels._dispatch = watch
-            task = asyncio.ensure_future(session.execute("import time\nfor i in range(3):\n    print(i); time.sleep(0.4)"))
+            task = asyncio.ensure_future(
+                session.execute("import time\nfor i in range(3):\n    print(i); time.sleep(0.4)")
+            )
             await asyncio.wait_for(first_line.wait(), 30)  # cut the wire mid-execution, after the first line
             channels.drop()
             result = await task
@@ -222,7 +228,9 @@ def test_enterprise_gateway_refusing_the_user_is_said_as_it_said_it(
     tmp_path: Path, enterprise: EnterpriseGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KERNEL_USERNAME", "mallory")
-    with pytest.raises(KernelStartError, match="did not start a kernel: 403 User 'mallory' .*KERNEL_USERNAME") as refused:
+    with pytest.raises(
+        KernelStartError, match="did not start a kernel: 403 User 'mallory' .*KERNEL_USERNAME"
+    ) as refused:
         KernelSession(tmp_path, gateway=enterprise.url, gateway_token=enterprise.token).start()
     assert enterprise.url in str(refused.value) and "token" not in str(refused.value)
     assert enterprise.kernels() == []
@@ -241,8 +249,12 @@ def test_tcp_nodelay_is_set_on_our_socket(tmp_path: Path, gateway: KernelGateway
 
 def test_the_start_request_carries_our_kernel_names_but_not_our_settings_or_secrets() -> None:
     base = {
-        "KERNEL_USERNAME": "alice", "KERNEL_NAMESPACE": "shell", "KERNEL_AGENT_GATEWAY_URL": "http://gw",
-        "KERNEL_AGENT_GATEWAY_TOKEN": "t", "KERNEL_DB_PASSWORD": "p", "HOME": "/home/alice",
+        "KERNEL_USERNAME": "alice",
+        "KERNEL_NAMESPACE": "shell",
+        "KERNEL_AGENT_GATEWAY_URL": "http://gw",
+        "KERNEL_AGENT_GATEWAY_TOKEN": "t",
+        "KERNEL_DB_PASSWORD": "p",
+        "HOME": "/home/alice",
     }
     env = gateway_environment({"KERNEL_NAMESPACE": "explicit", "KERNEL_API_KEY": "k", "EXTRA": "1"}, base)
     assert env == {"KERNEL_USERNAME": "alice", "KERNEL_NAMESPACE": "explicit", "EXTRA": "1"}
@@ -272,11 +284,29 @@ def test_cli_runs_on_the_gateway_with_a_token_file_and_keeps_the_token_out(
     code = "import pandas as pd\nprint(pd.read_csv('numbers.csv').x.sum())\npd.DataFrame({'y': [1]}).to_csv('made.csv')"
     openai_server.add(Reply("Sum.", tool_calls=(python_call(code),)), Reply("Six."))
     notebook = tmp_path / "run.ipynb"
-    result = CliRunner().invoke(cli, [
-        "run", "Sum x", "--model", "m", "--base-url", openai_server.base_url, "--data", str(tmp_path / "numbers.csv"),
-        "--gateway", remote.url, "--gateway-token-file", str(token_file), "--workspace", str(tmp_path / "ws"),
-        "--out", str(notebook), "--json",
-    ], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "Sum x",
+            "--model",
+            "m",
+            "--base-url",
+            openai_server.base_url,
+            "--data",
+            str(tmp_path / "numbers.csv"),
+            "--gateway",
+            remote.url,
+            "--gateway-token-file",
+            str(token_file),
+            "--workspace",
+            str(tmp_path / "ws"),
+            "--out",
+            str(notebook),
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     events = [json.loads(line) for line in result.stdout.splitlines()]
     started = next(e for e in events if e["event"] == "run_started")
@@ -310,10 +340,13 @@ def test_the_magic_runs_on_the_gateway(
     tmp_path: Path, gateway: KernelGateway, openai_server: OpenAIServer, shell: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KERNEL_AGENT_GATEWAY_TOKEN", gateway.token)
-    openai_server.add(Reply("Where?", tool_calls=(python_call("import os\nprint('KERNEL_GATEWAY' in os.environ)"),)),
-                      Reply("On the gateway."))
+    openai_server.add(
+        Reply("Where?", tool_calls=(python_call("import os\nprint('KERNEL_GATEWAY' in os.environ)"),)),
+        Reply("On the gateway."),
+    )
     shell.run_cell_magic(
-        "agent", f"--model m --base-url {openai_server.base_url} --gateway {gateway.url} --workspace {tmp_path / 'ws'}",
+        "agent",
+        f"--model m --base-url {openai_server.base_url} --gateway {gateway.url} --workspace {tmp_path / 'ws'}",
         "Where do you run?",
     )
     run = shell.user_ns["_agent_run"]

@@ -35,8 +35,13 @@ def test_clip_old_feedback_keeps_the_latest_rounds_and_drops_old_images() -> Non
     messages = [
         {"role": "system", "content": "s" * 5000},
         {"role": "tool", "tool_call_id": "1", "content": long},
-        {"role": "user", "content": [{"type": "text", "text": long},
-                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": long},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}},
+            ],
+        },
         {"role": "tool", "tool_call_id": "2", "content": long},
     ]
     sent = clip_old_feedback(messages, [range(1, 3), range(3, 4)], keep=1, clip_chars=500)
@@ -48,12 +53,18 @@ def test_clip_old_feedback_keeps_the_latest_rounds_and_drops_old_images() -> Non
 
 
 def test_resume_briefing_lists_code_and_output_then_the_question() -> None:
-    ok = Round(1, reply="r", code="total = 42", result=ExecutionResult(
-        "ok", (output_node("stream", {"name": "stdout", "text": "42\n"}),)))
+    ok = Round(
+        1,
+        reply="r",
+        code="total = 42",
+        result=ExecutionResult("ok", (output_node("stream", {"name": "stdout", "text": "42\n"}),)),
+    )
     answer = Round(2, reply="r", answer="It is 42.")
     report = RebuildReport(rerun=(0,), failed=((1, "NameError: name 'x' is not defined"),), missing=("total",))
     text = resume_context([ok, answer], "Double it", report=report)
     assert text.index("total = 42") < text.index("42\n") < text.index("It is 42.") < text.index("Double it")
-    assert ("re-ran 0 rounds after the setup cell; round 1 failed on re-run (NameError: name 'x' is not defined); "
-            "names now missing: total") in text
+    assert (
+        "re-ran 0 rounds after the setup cell; round 1 failed on re-run (NameError: name 'x' is not defined); "
+        "names now missing: total"
+    ) in text
     assert "still holds the state" in resume_context([ok], "Double it")

@@ -91,7 +91,9 @@ def neighbour(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSessio
 
 # ------------------------------------------------------------------ who the code is
 def test_code_runs_unprivileged_without_capabilities(victim: KernelSession) -> None:
-    out = attack(victim, """
+    out = attack(
+        victim,
+        """
         import os
         caps = [line.split()[1] for line in open('/proc/self/status') if line.startswith(('CapEff', 'CapPrm', 'CapBnd'))]
         print(os.getuid(), os.getgid(), caps)
@@ -100,32 +102,39 @@ def test_code_runs_unprivileged_without_capabilities(victim: KernelSession) -> N
         except OSError:
             pass
         print(os.getuid())
-    """)
+    """,
+    )
     assert out.splitlines() == ["1000 1000 ['0000000000000000', '0000000000000000', '0000000000000000']", "1000"]
 
 
 # ------------------------------------------------------------------ planting code for the next run
 def test_pth_file_in_site_packages_is_refused(victim: KernelSession) -> None:
     target = SITE_PACKAGES / "zz_kernel_agent_hostile.pth"
-    out = attack(victim, f"""
+    out = attack(
+        victim,
+        f"""
         import site
         for folder in [*site.getsitepackages(), {str(SITE_PACKAGES)!r}]:
             try:
                 open(folder + '/zz_kernel_agent_hostile.pth', 'w').write('import os; os.system("id")')
             except OSError as exc:
                 print(type(exc).__name__)
-    """)
+    """,
+    )
     assert not target.exists()
     assert "OSError" in out  # EROFS: the venv is bound read-only
 
 
 def test_ipython_startup_file_reaches_no_other_kernel(victim: KernelSession, tmp_path: Path) -> None:
-    attack(victim, """
+    attack(
+        victim,
+        """
         import os
         startup = os.path.expanduser('~/.ipython/profile_default/startup')
         os.makedirs(startup, exist_ok=True)
         open(startup + '/00-steal.py', 'w').write('STOLEN = True')
-    """)
+    """,
+    )
     assert not (Path.home() / ".ipython/profile_default/startup/00-steal.py").exists()
     with KernelSession(tmp_path) as fresh:  # the next run: its own empty $HOME
         assert fresh.execute("'STOLEN' in dir()").result_text == "False"
@@ -133,14 +142,17 @@ def test_ipython_startup_file_reaches_no_other_kernel(victim: KernelSession, tmp
 
 def test_system_and_project_files_cannot_be_written(victim: KernelSession) -> None:
     before = sha(PACKAGE / "__init__.py")
-    out = attack(victim, f"""
+    out = attack(
+        victim,
+        f"""
         for path in ['/etc/kernel-agent-hostile', '/usr/lib/kernel-agent-hostile',
-                     {str(PACKAGE / 'hostile_plant.py')!r}, {str(PACKAGE / '__init__.py')!r}]:
+                     {str(PACKAGE / "hostile_plant.py")!r}, {str(PACKAGE / "__init__.py")!r}]:
             try:
                 open(path, 'a').write('# planted')
             except OSError as exc:
                 print(type(exc).__name__)
-    """)
+    """,
+    )
     assert out.split() == ["OSError"] * 4
     assert not Path("/etc/kernel-agent-hostile").exists() and not Path("/usr/lib/kernel-agent-hostile").exists()
     assert not (PACKAGE / "hostile_plant.py").exists() and sha(PACKAGE / "__init__.py") == before
@@ -152,14 +164,17 @@ def test_a_workspace_holding_the_venv_and_source_keeps_them_read_only() -> None:
     assert all(str(plant).startswith(str(project)) for plant in plants[1:])
     try:
         with KernelSession(project) as session:
-            out = attack(session, f"""
+            out = attack(
+                session,
+                f"""
                 for path in {[str(p) for p in plants]!r}:
                     try:
                         open(path, 'w').write('import os')
                         print('written')
                     except OSError as exc:
                         print(type(exc).__name__)
-            """)
+            """,
+            )
         assert "written" not in out and not any(plant.exists() for plant in plants)
     finally:
         for plant in plants:
@@ -169,18 +184,24 @@ def test_a_workspace_holding_the_venv_and_source_keeps_them_read_only() -> None:
 def test_host_tmp_and_homes_are_out_of_view(victim: KernelSession, tmp_path: Path) -> None:
     mine = tmp_path / "host-secret.txt"
     mine.write_text("host only")
-    out = attack(victim, f"""
+    out = attack(
+        victim,
+        f"""
         import os
         for path in [{str(mine)!r}, '/root', '/home', '/etc/shadow']:
             print(repr((path, os.path.exists(path) and (os.listdir(path) if os.path.isdir(path) else open(path).read()))))
         open('/tmp/from-the-sandbox', 'w').write('x')
-    """)
+    """,
+    )
     lines = out.splitlines()
     assert lines[0] == repr((str(mine), False)) and lines[2] == "('/home', ['kernel'])"
     assert lines[3].startswith("PermissionError") and "/etc/shadow" in lines[3]  # masked (nodev /dev/null)
     # Of /root only what the interpreter needs (a pyenv Python lives there) may show, read-only.
-    needed = {Path(p).parts[2] for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.executable))
-              if p.startswith("/root/")}
+    needed = {
+        Path(p).parts[2]
+        for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.executable))
+        if p.startswith("/root/")
+    }
     assert lines[1] == "('/root', False)" or set(eval(lines[1])[1]) <= needed
     assert not Path("/tmp/from-the-sandbox").exists()  # its /tmp is its own
 
@@ -193,7 +214,9 @@ def test_another_sessions_connection_file_and_kernel_are_unreachable(
     assert manager is not None
     connection_file = Path(manager.connection_file)
     info = json.loads(connection_file.read_text())  # stronger than the attack could get: the key too
-    out = attack(victim, f"""
+    out = attack(
+        victim,
+        f"""
         import glob, os, queue
         print(os.path.exists({str(connection_file)!r}), glob.glob('/tmp/kernel-agent-*/*'))
         from jupyter_client import BlockingKernelClient
@@ -207,7 +230,8 @@ def test_another_sessions_connection_file_and_kernel_are_unreachable(
         except queue.Empty:
             print('unreachable')
         client.stop_channels()
-    """)
+    """,
+    )
     assert out.splitlines()[0].startswith("False [")
     assert str(connection_file.parent) not in out  # it sees only its own runtime dir
     assert "reached" not in out.replace("unreachable", "")
@@ -218,7 +242,9 @@ def test_another_sessions_connection_file_and_kernel_are_unreachable(
 def test_signals_reach_nothing_outside(victim: KernelSession) -> None:
     bystander = subprocess.Popen(["sleep", "300"])
     try:
-        out = attack(victim, f"""
+        out = attack(
+            victim,
+            f"""
             import os, signal
             for pid in ({bystander.pid}, {os.getpid()}, os.getppid(), 1):
                 try:
@@ -226,9 +252,12 @@ def test_signals_reach_nothing_outside(victim: KernelSession) -> None:
                     print(pid, 'sent')
                 except OSError as exc:
                     print(pid, type(exc).__name__)
-        """)
+        """,
+        )
         assert bystander.poll() is None and psutil.pid_exists(os.getpid())
-        assert f"{bystander.pid} ProcessLookupError" in out or f"{bystander.pid} sent" in out  # a pid of its own, if any
+        assert (
+            f"{bystander.pid} ProcessLookupError" in out or f"{bystander.pid} sent" in out
+        )  # a pid of its own, if any
         assert victim.execute("'still here'").result_text == "'still here'"  # pid 1 inside ignores it too
     finally:
         bystander.kill()
@@ -248,7 +277,9 @@ def test_killing_every_process_it_can_kills_only_its_own(tmp_path: Path) -> None
 
 
 def test_agent_environment_is_unreachable_through_proc(victim: KernelSession) -> None:
-    out = attack(victim, f"""
+    out = attack(
+        victim,
+        f"""
         import os, glob
         found = []
         for path in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline') + ['/proc/{os.getpid()}/environ']:
@@ -258,7 +289,8 @@ def test_agent_environment_is_unreachable_through_proc(victim: KernelSession) ->
             except OSError:
                 pass
         print('found', found, {SECRET!r} in str(os.environ), sorted(glob.glob('/proc/[0-9]*')))
-    """)
+    """,
+    )
     assert out.startswith("found [] False")
     assert f"/proc/{os.getpid()}'" not in out  # the agent has no /proc entry in there at all
 
@@ -267,7 +299,9 @@ def test_cgroup_cannot_be_left(tmp_path: Path) -> None:
     with KernelSession(tmp_path, limits=Limits(max_processes=64)) as session:
         confinement = session.async_session._confinement
         assert confinement is not None and confinement.cgroup is not None
-        out = attack(session, """
+        out = attack(
+            session,
+            """
             import glob, os
             for path in glob.glob('/sys/fs/cgroup/**/cgroup.procs', recursive=True)[:50]:
                 try:
@@ -276,7 +310,8 @@ def test_cgroup_cannot_be_left(tmp_path: Path) -> None:
                 except OSError:
                     pass
             print('done')
-        """)
+        """,
+        )
         assert "moved" not in out
         inside = {int(pid) for pid in (confinement.cgroup.path / "cgroup.procs").read_text().split()}
         assert set(tree(session)) <= inside
@@ -286,7 +321,9 @@ def test_fork_bomb_is_bounded(tmp_path: Path) -> None:
     with KernelSession(tmp_path, limits=Limits(max_processes=64)) as session:
         confinement = session.async_session._confinement
         assert confinement is not None and confinement.cgroup is not None
-        out = attack(session, """
+        out = attack(
+            session,
+            """
             import os, time
             count = 0
             try:
@@ -297,7 +334,8 @@ def test_fork_bomb_is_bounded(tmp_path: Path) -> None:
                     count += 1
             except OSError as exc:
                 print(count, type(exc).__name__)
-        """)
+        """,
+        )
         count, error = out.split()[:2]
         assert int(count) < 64 and error == "BlockingIOError"
         assert int((confinement.cgroup.path / "pids.current").read_text()) <= 64
@@ -310,7 +348,9 @@ def test_memory_of_the_whole_process_tree_is_capped(tmp_path: Path) -> None:
     with KernelSession(tmp_path, limits=Limits(memory_mb=1500)) as session:
         confinement = session.async_session._confinement
         assert confinement is not None and confinement.memory is not None
-        out = attack(session, """
+        out = attack(
+            session,
+            """
             import subprocess, sys
             hog = "import time; block = b'x' * (600 * 1024 * 1024); time.sleep(60)"
             children = [subprocess.Popen([sys.executable, '-c', hog]) for _ in range(3)]
@@ -321,7 +361,8 @@ def test_memory_of_the_whole_process_tree_is_capped(tmp_path: Path) -> None:
             for c in children:
                 c.kill()
             print([c.wait() for c in children])
-        """)
+        """,
+        )
         assert "-9" in out  # one was OOM-killed inside the tree (the others by us, after)
         assert (confinement.memory.oom_kills() or 0) >= 1
         assert session.execute("'the kernel lives on'").result_text == "'the kernel lives on'"
@@ -329,7 +370,8 @@ def test_memory_of_the_whole_process_tree_is_capped(tmp_path: Path) -> None:
 
 def test_double_forked_setsid_child_does_not_outlive_close(tmp_path: Path) -> None:
     with KernelSession(tmp_path) as session:
-        session.execute(textwrap.dedent("""
+        session.execute(
+            textwrap.dedent("""
             import os, time
             if os.fork() == 0:
                 os.setsid()
@@ -337,7 +379,8 @@ def test_double_forked_setsid_child_does_not_outlive_close(tmp_path: Path) -> No
                     time.sleep(300)
                     open('written-after-close', 'w').write('too late')
                 os._exit(0)
-        """))
+        """)
+        )
         pids = tree(session)
         assert len(pids) >= 4  # bwrap, its init, the kernel, the escaped grandchild
     assert all(process_gone(pid) for pid in pids)
@@ -345,11 +388,15 @@ def test_double_forked_setsid_child_does_not_outlive_close(tmp_path: Path) -> No
 
 def test_agent_killed_mid_run_leaves_no_process(tmp_path: Path) -> None:
     owner = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             from kernel_agent.kernel.session_sync import KernelSession
-            session = KernelSession({str(tmp_path / 'ws')!r}).start()
+            session = KernelSession({str(tmp_path / "ws")!r}).start()
             session.execute("open('running', 'w').close()\\nimport time\\ntime.sleep(300)")
-        """)],
+        """),
+        ],
     )
     try:
         deadline = time.monotonic() + 60
@@ -377,7 +424,9 @@ def test_data_copy_and_original_cannot_be_modified(victim: KernelSession, origin
     assert workspace is not None
     copy, before = workspace / original.name, sha(original)
     copied = sha(copy)
-    out = attack(victim, f"""
+    out = attack(
+        victim,
+        f"""
         import os
         for step in (lambda: os.chmod({original.name!r}, 0o644), lambda: open({original.name!r}, 'a').write('x'),
                      lambda: os.remove({original.name!r}), lambda: open({str(original)!r}, 'a').write('x')):
@@ -386,7 +435,8 @@ def test_data_copy_and_original_cannot_be_modified(victim: KernelSession, origin
                 print('done')
             except OSError as exc:
                 print(type(exc).__name__)
-    """)
+    """,
+    )
     assert "done" not in out
     assert sha(copy) == copied and sha(original) == before
     assert copy.stat().st_mode & 0o222 == 0
@@ -427,7 +477,9 @@ def test_no_network_reaches_nothing(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
         with KernelSession(tmp_path, limits=Limits(network=False)) as session:
-            out = attack(session, f"""
+            out = attack(
+                session,
+                f"""
                 import socket
                 for host in ('127.0.0.1', '10.0.0.1', '8.8.8.8'):
                     try:
@@ -435,7 +487,8 @@ def test_no_network_reaches_nothing(tmp_path: Path) -> None:
                         print(host, 'connected')
                     except OSError as exc:
                         print(host, type(exc).__name__)
-            """)
+            """,
+            )
         assert "connected" not in out
         server.settimeout(0)
         with pytest.raises(BlockingIOError):
@@ -446,17 +499,26 @@ def test_no_network_reaches_nothing(tmp_path: Path) -> None:
 def test_replay_runs_confined(tmp_path: Path) -> None:
     target = SITE_PACKAGES / "zz_kernel_agent_replay.pth"
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(textwrap.dedent(f"""
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            textwrap.dedent(f"""
         import os, glob
         leaked = [p for p in glob.glob('/proc/*/environ') if {SECRET!r}.encode() in open(p, 'rb').read()]
         print('key' if os.environ.get('OPENAI_API_KEY') else 'no key', leaked)
         open({str(target)!r}, 'w').write('import os')
-    """))]
+    """)
+        )
+    ]
     path = tmp_path / "hostile.ipynb"
     nbformat.write(nb, path)
-    done = subprocess.run([sys.executable, "-m", "kernel_agent.cli", "replay", str(path), "--no-check"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": SECRET},
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "kernel_agent.cli", "replay", str(path), "--no-check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OPENAI_API_KEY": SECRET},
+        check=False,
+    )
     assert not target.exists()
     assert SECRET not in done.stdout + done.stderr
     assert done.returncode == 1  # the cell failed on the read-only venv
@@ -484,12 +546,29 @@ def test_agent_run_and_resume_through_the_cli_keep_the_key_and_the_venv(
     notebook = tmp_path / "run.ipynb"
     env = {**os.environ, "OPENAI_API_KEY": SECRET}
     outputs = []
-    for command in (["run", "Attack", "--model", "m", "--protocol", "tools", "-w", str(tmp_path / "ws")],
-                    ["resume", str(notebook), "Again"]):
+    for command in (
+        ["run", "Attack", "--model", "m", "--protocol", "tools", "-w", str(tmp_path / "ws")],
+        ["resume", str(notebook), "Again"],
+    ):
         openai_server.add(Reply("Look.", tool_calls=(python_call(code),)), Reply("Done."))
-        done = subprocess.run([sys.executable, "-m", "kernel_agent.cli", *command, "--base-url",
-                               openai_server.base_url, "--out", str(notebook), "--json"],
-                              capture_output=True, text=True, timeout=180, env=env, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kernel_agent.cli",
+                *command,
+                "--base-url",
+                openai_server.base_url,
+                "--out",
+                str(notebook),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)
     for stdout in outputs:
@@ -523,12 +602,18 @@ def test_missing_bwrap_is_a_clear_error(tmp_path: Path) -> None:
         from kernel_agent.errors import SandboxUnavailableError
         from kernel_agent.kernel.session_sync import KernelSession
         try:
-            KernelSession({str(tmp_path / 'ws')!r}).start()
+            KernelSession({str(tmp_path / "ws")!r}).start()
         except SandboxUnavailableError as exc:
             print('refused:', exc)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PATH": "/nonexistent"}, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": "/nonexistent"},
+        check=False,
+    )
     assert done.stdout.startswith("refused:"), done.stderr
     assert "apt-get install bubblewrap" in done.stdout and "sandbox='off'" in done.stdout
 

@@ -11,19 +11,39 @@ from pathlib import Path
 import kernel_agent
 from kernel_agent import errors
 
-FRONT_END_LIBRARIES = ("click", "rich", "IPython", "openai", "mcp", "jupyter_ai_persona_manager", "jupyterlab_chat",
-                       "jupyter_server_ydoc")
+FRONT_END_LIBRARIES = (
+    "click",
+    "rich",
+    "IPython",
+    "openai",
+    "mcp",
+    "jupyter_ai_persona_manager",
+    "jupyterlab_chat",
+    "jupyter_server_ydoc",
+)
 
 DOCUMENTED = {
     "__version__",
-    "KernelSession", "AsyncKernelSession",  # one live kernel
-    "ExecutionResult", "ErrorInfo",  # what one execution gave back
-    "Agent", "AsyncAgent", "AgentConfig", "Event",  # the analysis loop, its settings and events
-    "Run", "Round", "Usage", "Artifact",  # the record of a run
+    "KernelSession",
+    "AsyncKernelSession",  # one live kernel
+    "ExecutionResult",
+    "ErrorInfo",  # what one execution gave back
+    "Agent",
+    "AsyncAgent",
+    "AgentConfig",
+    "Event",  # the analysis loop, its settings and events
+    "Run",
+    "Round",
+    "Usage",
+    "Artifact",  # the record of a run
     "PythonTool",
-    "replay", "ReplayReport",
-    "Limits", "OutputCaps",
-    "ChatModel", "ModelReply", "SessionState",  # public in practice: plug in a model, read a session's state
+    "replay",
+    "ReplayReport",
+    "Limits",
+    "OutputCaps",
+    "ChatModel",
+    "ModelReply",
+    "SessionState",  # public in practice: plug in a model, read a session's state
     *errors.__all__,
 }
 
@@ -144,8 +164,9 @@ def test_layers_never_import_upwards_or_across() -> None:
 def test_code_inside_the_kernel_imports_nothing_from_outside_it() -> None:
     inside = [m for m in MODULES if m == INSIDE or m.startswith(INSIDE + ".")]
     assert {f"{INSIDE}.launcher", f"{INSIDE}.figure_cap"} <= set(inside)
-    leaks = [f"{m} imports {name}" for m in sorted(inside) for name in sorted(imports_of(m))
-             if not name.startswith(INSIDE)]
+    leaks = [
+        f"{m} imports {name}" for m in sorted(inside) for name in sorted(imports_of(m)) if not name.startswith(INSIDE)
+    ]
     assert leaks == []
 
 
@@ -188,6 +209,7 @@ def test_no_import_cycles() -> None:
 def test_the_checks_see_what_they_must() -> None:
     # relative imports, names that are modules (``from . import files``), and a cycle when there is one
     assert {"kernel_agent.kernel.session", "kernel_agent.model.chat", "kernel_agent.notebook.export"} <= imports_of(
-        "kernel_agent.agent.loop")
+        "kernel_agent.agent.loop"
+    )
     assert "kernel_agent.mcp.files" in imports_of("kernel_agent.mcp.server")
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -54,7 +54,6 @@ def test_keyboard_interrupt_unwinds_the_run_before_it_propagates(openai_server: 
     assert saved.metadata["kernel_agent"]["stop_reason"] == "cancelled"
 
 
-
 def test_interrupted_magic_says_so_and_keeps_the_partial_run(
     shell: InteractiveShell, openai_server: OpenAIServer, tmp_path: Path
 ) -> None:

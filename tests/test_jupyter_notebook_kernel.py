@@ -22,9 +22,15 @@ pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def lab(model: OpenAIServer) -> Iterator[JupyterLab]:
-    server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-notebook-kernel-0000",
-                                     "KERNEL_AGENT_MODEL": "scripted-m"},
-                                    ("--KernelAgentPersona.kernel=notebook",), collaborative=True)
+    server, base = start_jupyterlab(
+        {
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "sk-notebook-kernel-0000",
+            "KERNEL_AGENT_MODEL": "scripted-m",
+        },
+        ("--KernelAgentPersona.kernel=notebook",),
+        collaborative=True,
+    )
     try:
         (server.root / "sales.csv").write_text("month,revenue\n1,10\n2,20\n3,30\n")
         yield server
@@ -46,10 +52,20 @@ async def in_kernel(lab: JupyterLab, kernel_id: str, code: str) -> str:
 def test_the_agent_runs_in_the_notebooks_own_kernel_sees_its_variables_and_the_stop_button_stops_it(
     lab: JupyterLab, model: OpenAIServer
 ) -> None:
-    model.add(Reply("Reading your variable.", tool_calls=(python_call(
-        "revenue = pd.read_csv(data.sales).revenue.sum()\nprint('mine is', my_threshold, 'and revenue', revenue)"),)))
+    model.add(
+        Reply(
+            "Reading your variable.",
+            tool_calls=(
+                python_call(
+                    "revenue = pd.read_csv(data.sales).revenue.sum()\nprint('mine is', my_threshold, 'and revenue', revenue)"
+                ),
+            ),
+        )
+    )
     model.add(Reply("## Answer\n\nYour threshold is **17**."))
-    model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
+    model.add(
+        Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),))
+    )
     (lab.root / "own.chat").write_text("{}")
     lab.notebook("own.ipynb", ["my_threshold = 17"])
     kernel_id = lab.open_kernel("own.ipynb")
@@ -65,15 +81,23 @@ def test_the_agent_runs_in_the_notebooks_own_kernel_sees_its_variables_and_the_s
             assert "60" in await in_kernel(lab, kernel_id, "print(revenue)")
 
             send(chat, "@KernelAgent wait")
-            await until(lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S,
-                        "the long round to run")
+            await until(
+                lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S, "the long round to run"
+            )
             await asyncio.to_thread(lab.interrupt, kernel_id)  # JupyterLab's stop button, on the agent's kernel
             stopped = await until(lambda: [b for b in replies(chat) if "**Stopped.**" in b], 60, "the stop")
             assert "✗ stopped" in stopped[0]
             async with shared_document(lab.port, lab.token, "own.ipynb", "notebook") as notebook:
-                await until(lambda: [c for c in notebook_cells(notebook) if "time.sleep(120)" in c["source"]
-                                     and c["source"].startswith("# kernel-agent: not run on Run All")], 30,
-                            "the stopped round, kept and commented out")
+                await until(
+                    lambda: [
+                        c
+                        for c in notebook_cells(notebook)
+                        if "time.sleep(120)" in c["source"]
+                        and c["source"].startswith("# kernel-agent: not run on Run All")
+                    ],
+                    30,
+                    "the stopped round, kept and commented out",
+                )
                 assert notebook_cells(notebook)[0]["source"] == "my_threshold = 17"  # the user's cell stays first
 
     asyncio.run(scenario())
@@ -81,14 +105,18 @@ def test_the_agent_runs_in_the_notebooks_own_kernel_sees_its_variables_and_the_s
     assert "sk-notebook-kernel" not in json.dumps(lab.api("sessions"))
 
 
-def test_without_a_running_kernel_for_the_notebook_the_chat_says_to_open_it(lab: JupyterLab, model: OpenAIServer) -> None:
+def test_without_a_running_kernel_for_the_notebook_the_chat_says_to_open_it(
+    lab: JupyterLab, model: OpenAIServer
+) -> None:
     model.add(Reply("Trying.", tool_calls=(python_call("print(1)"),)))
     (lab.root / "closed.chat").write_text("{}")
 
     async def scenario() -> None:
         async with joined_chat(lab, "closed.chat") as chat:
             send(chat, "@KernelAgent print one")
-            failed = await until(lambda: [b for b in replies(chat) if "**The run failed:**" in b], WAIT_S, "the refusal")
+            failed = await until(
+                lambda: [b for b in replies(chat) if "**The run failed:**" in b], WAIT_S, "the refusal"
+            )
             assert "`closed.ipynb` has no running kernel here: open it in JupyterLab" in failed[0]
 
     asyncio.run(scenario())

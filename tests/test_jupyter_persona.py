@@ -29,8 +29,10 @@ WAIT_S = 150.0  # JupyterLab, the persona manager and a sandboxed kernel startin
 
 @pytest.fixture(scope="module")
 def lab(model: OpenAIServer) -> Iterator[JupyterLab]:
-    server, base = start_jupyterlab({"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": SECRET,
-                                     "KERNEL_AGENT_MODEL": "scripted-m"}, collaborative=True)
+    server, base = start_jupyterlab(
+        {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": SECRET, "KERNEL_AGENT_MODEL": "scripted-m"},
+        collaborative=True,
+    )
     try:
         (server.root / "sales.csv").write_text("month,revenue\n1,10\n2,20\n3,30\n")
         yield server
@@ -57,8 +59,12 @@ def replies(chat: Any) -> list[str]:
 
 def cancel(lab: JupyterLab, chat_id: str) -> list[str]:
     """The chat's stop button: the persona manager's cancel endpoint."""
-    response = httpx.post(f"http://127.0.0.1:{lab.port}/api/ai/personas/cancel", params={"chat_id": chat_id},
-                          headers={"Authorization": f"token {lab.token}"}, timeout=60)
+    response = httpx.post(
+        f"http://127.0.0.1:{lab.port}/api/ai/personas/cancel",
+        params={"chat_id": chat_id},
+        headers={"Authorization": f"token {lab.token}"},
+        timeout=60,
+    )
     response.raise_for_status()
     return response.json()["cancelled"]
 
@@ -66,8 +72,10 @@ def cancel(lab: JupyterLab, chat_id: str) -> list[str]:
 def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equals_the_document(
     lab: JupyterLab, model: OpenAIServer
 ) -> None:
-    plot = ("import matplotlib.pyplot as plt\nsales = pd.read_csv('sales.csv')\ntotal = int(sales.revenue.sum())\n"
-            "print('total', total)\nplt.plot(sales.month, sales.revenue)\nplt.show()")
+    plot = (
+        "import matplotlib.pyplot as plt\nsales = pd.read_csv('sales.csv')\ntotal = int(sales.revenue.sum())\n"
+        "print('total', total)\nplt.plot(sales.month, sales.revenue)\nplt.show()"
+    )
     model.add(Reply("**Summing** the revenue.", tool_calls=(python_call(plot),)))
     model.add(Reply("## Answer\n\nRevenue totals **60**."))
     (lab.root / "analysis.chat").write_text("{}")
@@ -79,7 +87,7 @@ def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equ
             body = answer[0]
             assert "Revenue totals **60**." in body and "**Round 1** · ✓ ok" in body and "total 60" in body
             assert "`analysis.ipynb`" in body
-            assert SECRET not in json.dumps(chat.all()) and model.base_url.split('//')[1].split('/')[0] not in body
+            assert SECRET not in json.dumps(chat.all()) and model.base_url.split("//")[1].split("/")[0] not in body
             async with shared_document(lab.port, lab.token, "analysis.ipynb", "notebook") as notebook:
                 record = lab.root / "analysis-agent.ipynb"
 
@@ -97,8 +105,9 @@ def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equ
 
                 def saved_equals_document() -> bool:
                     on_disk = saved_cells(lab.root / "analysis.ipynb")
-                    return on_disk is not None and \
-                        [_comparable(c) for c in on_disk] == [_comparable(c) for c in notebook_cells(notebook)]
+                    return on_disk is not None and [_comparable(c) for c in on_disk] == [
+                        _comparable(c) for c in notebook_cells(notebook)
+                    ]
 
                 await until(saved_equals_document, 30, "the saved notebook to equal the document")
                 assert SECRET not in (lab.root / "analysis.ipynb").read_text()
@@ -112,7 +121,9 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
 ) -> None:
     model.add(Reply("Counting.", tool_calls=(python_call("n = 41\nprint('n is', n)"),)))
     model.add(Reply("## Answer\n\nn is 41."))
-    model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
+    model.add(
+        Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),))
+    )
     model.add(Reply("Adding.", tool_calls=(python_call("print('n + 1 =', n + 1)"),)))
     model.add(Reply("## Answer\n\nn + 1 is 42."))
     (lab.root / "follow.chat").write_text("{}")
@@ -122,11 +133,19 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
             send(chat, "@KernelAgent set n")
             await until(lambda: [b for b in replies(chat) if "n is 41." in b], WAIT_S, "the first answer")
             send(chat, "@KernelAgent wait")
-            await until(lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S,
-                        "the long round to run")
+            await until(
+                lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S, "the long round to run"
+            )
             async with shared_document(lab.port, lab.token, "follow.ipynb", "notebook") as live:
-                running = await until(lambda: [c for c in notebook_cells(live) if c["id"] == "round-3-code"
-                                               and "waiting" in json.dumps(c["outputs"])], 30, "the running cell")
+                running = await until(
+                    lambda: [
+                        c
+                        for c in notebook_cells(live)
+                        if c["id"] == "round-3-code" and "waiting" in json.dumps(c["outputs"])
+                    ],
+                    30,
+                    "the running cell",
+                )
                 assert running[0]["source"].startswith("import time")  # shown while it runs, not yet guarded
             assert await asyncio.to_thread(cancel, lab, chat.get_id()) == [PERSONA]
             stopped = await until(lambda: [b for b in replies(chat) if "**Stopped.**" in b], 30, "the stop")
@@ -135,8 +154,14 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
             await until(lambda: [b for b in replies(chat) if "n + 1 is 42." in b], WAIT_S, "the follow-up answer")
             assert "n + 1 = 42" in [b for b in replies(chat) if "n + 1 is 42." in b][0]
             async with shared_document(lab.port, lab.token, "follow.ipynb", "notebook") as notebook:
-                cells = await until(lambda: [c for c in notebook_cells(notebook) if "n + 1 is 42" in c["source"]]
-                                    and notebook_cells(notebook), 30, "the follow-up's cells")
+                cells = await until(
+                    lambda: (
+                        [c for c in notebook_cells(notebook) if "n + 1 is 42" in c["source"]]
+                        and notebook_cells(notebook)
+                    ),
+                    30,
+                    "the follow-up's cells",
+                )
                 guarded = [c for c in cells if c["cell_type"] == "code" and "time.sleep(120)" in c["source"]]
                 assert len(guarded) == 1 and guarded[0]["source"].startswith("# kernel-agent: not run on Run All")
                 assert guarded[0]["metadata"]["tags"] == ["skip-execution"]
@@ -148,7 +173,9 @@ def test_stop_from_the_chat_keeps_the_round_and_a_follow_up_reads_an_earlier_var
 def test_jupyterlabs_stop_button_on_the_notebook_stops_the_run_with_the_round_kept(
     lab: JupyterLab, model: OpenAIServer
 ) -> None:
-    model.add(Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),)))
+    model.add(
+        Reply("Waiting.", tool_calls=(python_call("import time\nprint('waiting', flush=True)\ntime.sleep(120)"),))
+    )
     (lab.root / "halt.chat").write_text("{}")
     lab.notebook("halt.ipynb", ["x = 1"])
     kernel_id = lab.open_kernel("halt.ipynb")  # the notebook is open in JupyterLab, with its own kernel
@@ -156,15 +183,22 @@ def test_jupyterlabs_stop_button_on_the_notebook_stops_the_run_with_the_round_ke
     async def scenario() -> None:
         async with joined_chat(lab, "halt.chat") as chat:
             send(chat, "@KernelAgent wait")
-            await until(lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S,
-                        "the long round to run")
+            await until(
+                lambda: [b for b in replies(chat) if "waiting" in b and "running" in b], WAIT_S, "the long round to run"
+            )
             await asyncio.to_thread(lab.interrupt, kernel_id)  # Kernel > Interrupt on halt.ipynb
             stopped = await until(lambda: [b for b in replies(chat) if "**Stopped.**" in b], 60, "the stop")
             assert "✗ stopped" in stopped[0]
             async with shared_document(lab.port, lab.token, "halt.ipynb", "notebook") as notebook:
-                guarded = await until(lambda: [c for c in notebook_cells(notebook) if c["id"] == "round-1-code"
-                                               and c["source"].startswith("# kernel-agent: not run on Run All")],
-                                      30, "the stopped round, kept and commented out")
+                guarded = await until(
+                    lambda: [
+                        c
+                        for c in notebook_cells(notebook)
+                        if c["id"] == "round-1-code" and c["source"].startswith("# kernel-agent: not run on Run All")
+                    ],
+                    30,
+                    "the stopped round, kept and commented out",
+                )
                 assert any("waiting" in "".join(o.get("text", "")) for o in guarded[0]["outputs"])
 
     asyncio.run(scenario())
@@ -178,16 +212,28 @@ def test_an_attached_file_is_a_data_file_and_an_attachment_outside_the_root_is_n
     (lab.root / "inputs" / "costs.csv").write_text("item,cost\na,3\nb,4\n")
     outside = lab.root.parent / "outside.csv"
     outside.write_text("secret,1\n")
-    model.add(Reply("Reading the attachment.", tool_calls=(python_call(
-        "import os\ncosts = pd.read_csv(data.costs)\nprint('total cost', int(costs.cost.sum()))\n"
-        "print('files', sorted(f for f in os.listdir('.') if f.endswith('.csv')))"),)))
+    model.add(
+        Reply(
+            "Reading the attachment.",
+            tool_calls=(
+                python_call(
+                    "import os\ncosts = pd.read_csv(data.costs)\nprint('total cost', int(costs.cost.sum()))\n"
+                    "print('files', sorted(f for f in os.listdir('.') if f.endswith('.csv')))"
+                ),
+            ),
+        )
+    )
     model.add(Reply("## Answer\n\nThe costs total **7**."))
     (lab.root / "attach.chat").write_text("{}")
 
     async def scenario() -> None:
         async with joined_chat(lab, "attach.chat") as chat:
-            chat.send("tester", "@KernelAgent what do the attached costs total?", {"to_persona": PERSONA},
-                      attachments=("inputs/costs.csv", str(outside), "../outside.csv"))
+            chat.send(
+                "tester",
+                "@KernelAgent what do the attached costs total?",
+                {"to_persona": PERSONA},
+                attachments=("inputs/costs.csv", str(outside), "../outside.csv"),
+            )
             answer = await until(lambda: [b for b in replies(chat) if "### Answer" in b], WAIT_S, "the answer")
             assert "total cost 7" in answer[0] and "files ['costs.csv']" in answer[0]
 

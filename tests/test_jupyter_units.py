@@ -28,15 +28,26 @@ from kernel_agent.result import ErrorInfo, ExecutionResult
 
 def test_the_chat_message_folds_reasoning_says_each_rounds_status_and_ends_with_the_answer() -> None:
     reply = ChatReply(notebook="analysis.ipynb")
-    failed = ExecutionResult("error", ({"output_type": "stream", "name": "stdout", "text": "half\n"},), 2, 0.4,
-                             error=ErrorInfo("ZeroDivisionError", "division by zero", ()))
+    failed = ExecutionResult(
+        "error",
+        ({"output_type": "stream", "name": "stdout", "text": "half\n"},),
+        2,
+        0.4,
+        error=ErrorInfo("ZeroDivisionError", "division by zero", ()),
+    )
     for event in [
         RunStarted("t", "m", "tools", "/w", "/w.ipynb"),
-        RoundStarted(1, 30), ReasoningDelta(1, "secret <plan>"), TextDelta(1, "Dividing"), TextDelta(1, " now."),
-        CodeReady(1, "1/0", "Dividing now."), ExecutionStarted(1, 120.0),
-        ExecutionOutput(1, "half\n", 0.1), ExecutionFinished(1, failed, ()),
+        RoundStarted(1, 30),
+        ReasoningDelta(1, "secret <plan>"),
+        TextDelta(1, "Dividing"),
+        TextDelta(1, " now."),
+        CodeReady(1, "1/0", "Dividing now."),
+        ExecutionStarted(1, 120.0),
+        ExecutionOutput(1, "half\n", 0.1),
+        ExecutionFinished(1, failed, ()),
         RoundFinished(Round(1, "Dividing now.", "Dividing now.", "1/0", failed)),
-        RoundStarted(2, 30), TextDelta(2, "It is **undefined**."),
+        RoundStarted(2, 30),
+        TextDelta(2, "It is **undefined**."),
         RoundFinished(Round(2, "It is **undefined**.", answer="It is **undefined**.")),
         AnswerReady(2, "## Answer\n\nIt is **undefined**."),
     ]:
@@ -59,8 +70,12 @@ def test_a_stopped_run_says_so_on_its_running_round() -> None:
 
 
 def _cell(cell_id: str, source: str, kind: str = "markdown") -> dict[str, Any]:
-    cell: dict[str, Any] = {"id": cell_id, "cell_type": kind, "metadata": {"kernel_agent": {"role": cell_id}},
-                            "source": source}
+    cell: dict[str, Any] = {
+        "id": cell_id,
+        "cell_type": kind,
+        "metadata": {"kernel_agent": {"role": cell_id}},
+        "source": source,
+    }
     if kind == "code":
         cell.update(outputs=[], execution_count=1)
     return cell
@@ -87,8 +102,12 @@ def test_sync_adds_the_runs_cells_after_the_users_and_keeps_the_users_edits() ->
     code = _cell("round-1-code", "x = 1", "code")
     written = live.sync([_cell("header", "# Task"), code, _cell("answer", "## Answer\n\n1")])
     assert written == 2  # the new code cell and the changed answer; the header the user edited is left alone
-    assert _sources(notebook) == [("mine", "# my notes"), ("header", "# Task, edited by the user"),
-                                  ("round-1-code", "x = 1"), ("answer", "## Answer\n\n1")]
+    assert _sources(notebook) == [
+        ("mine", "# my notes"),
+        ("header", "# Task, edited by the user"),
+        ("round-1-code", "x = 1"),
+        ("answer", "## Answer\n\n1"),
+    ]
     assert live.sync([_cell("header", "# Task"), code, _cell("answer", "## Answer\n\n1")]) == 0
 
 
@@ -98,12 +117,19 @@ def test_a_running_round_shows_its_code_and_output_before_the_answer_then_the_ru
     live.running(1, "Looking.", "print(1)")
     live.output(1, "1\n")
     live.output(1, "2\n")
-    assert _sources(notebook) == [("mine", "# my notes"), ("header", "# Task"), ("round-1-reasoning", "Looking."),
-                                  ("round-1-code", "print(1)"), ("answer", "## In progress")]
+    assert _sources(notebook) == [
+        ("mine", "# my notes"),
+        ("header", "# Task"),
+        ("round-1-reasoning", "Looking."),
+        ("round-1-code", "print(1)"),
+        ("answer", "## In progress"),
+    ]
     running = json.loads(json.dumps(notebook.get()["cells"]))[3]
     assert running["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "1\n2\n"}]
     finished = _cell("round-1-code", "print(1)", "code")
-    live.sync([_cell("header", "# Task"), _cell("round-1-reasoning", "Looking."), finished, _cell("answer", "## Answer")])
+    live.sync(
+        [_cell("header", "# Task"), _cell("round-1-reasoning", "Looking."), finished, _cell("answer", "## Answer")]
+    )
     cells = json.loads(json.dumps(notebook.get()["cells"]))
     assert [c["id"] for c in cells] == ["mine", "header", "round-1-reasoning", "round-1-code", "answer"]
     assert cells[3]["outputs"] == [] and cells[3]["metadata"] == finished["metadata"]  # the run's version now
@@ -118,9 +144,14 @@ def test_the_runs_cells_change_in_place_so_the_page_keeps_its_cell_widgets() -> 
     figure = {"output_type": "display_data", "data": {"image/png": "iVBOR"}, "metadata": {}}
     live.output(1, "1\n")
     live.finished(1, [{"output_type": "stream", "name": "stdout", "text": "1\n"}, figure], 3)
-    code = {**_cell("round-1-code", "print(1)  # guarded", "code"), "execution_count": 3,
-            "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}, figure]}
-    live.sync([_cell("header", "# Task"), _cell("round-1-reasoning", "Looking, said."), code, _cell("answer", "## Done")])
+    code = {
+        **_cell("round-1-code", "print(1)  # guarded", "code"),
+        "execution_count": 3,
+        "outputs": [{"output_type": "stream", "name": "stdout", "text": "1\n"}, figure],
+    }
+    live.sync(
+        [_cell("header", "# Task"), _cell("round-1-reasoning", "Looking, said."), code, _cell("answer", "## Done")]
+    )
     assert replaced == []
     cells = json.loads(json.dumps(notebook.get()["cells"]))
     assert {k: v for k, v in cells[3].items() if k != "execution_state"} == code
@@ -138,8 +169,14 @@ def test_the_answer_shows_the_runs_last_figures_as_data_uris_size_capped_and_onl
     pngs = [f"iVBORw0KGgo{k}AAAA==" for k in range(6)]
     outputs = (*[_figure(p) for p in pngs[:5]], _figure("A" * 500_000), _figure("x)](javascript:alert(1)"))
     result = ExecutionResult("ok", outputs, 1, 0.2)
-    for event in [RoundStarted(1, 30), CodeReady(1, "plot()", "Plotting."), ExecutionStarted(1, None),
-                  ExecutionFinished(1, result, ()), RoundStarted(2, 30), TextDelta(2, "Done")]:
+    for event in [
+        RoundStarted(1, 30),
+        CodeReady(1, "plot()", "Plotting."),
+        ExecutionStarted(1, None),
+        ExecutionFinished(1, result, ()),
+        RoundStarted(2, 30),
+        TextDelta(2, "Done"),
+    ]:
         reply.feed(event)
     assert "data:image" not in reply.body  # not while the run streams: each redraw would carry them
     reply.feed(AnswerReady(2, "Done."))

@@ -31,8 +31,13 @@ def r_call(code: str) -> tuple[dict[str, Any], ...]:
 
 
 def r_has(package: str) -> bool:
-    done = subprocess.run(["Rscript", "-e", f"cat(requireNamespace('{package}', quietly = TRUE))"],
-                          capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        ["Rscript", "-e", f"cat(requireNamespace('{package}', quietly = TRUE))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return done.stdout.strip() == "TRUE"
 
 
@@ -53,8 +58,25 @@ def test_a_whole_analysis_in_r_with_a_figure_a_timeout_and_a_crash_replays(
     )
     notebook = tmp_path / "run.ipynb"
 
-    result = invoke("run", "Total x", "--kernel", "ir", "--model", "m", "--base-url", openai_server.base_url,
-                    "--data", data, "--workspace", tmp_path / "ws", "--out", notebook, "--timeout", 3, "--json")
+    result = invoke(
+        "run",
+        "Total x",
+        "--kernel",
+        "ir",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--data",
+        data,
+        "--workspace",
+        tmp_path / "ws",
+        "--out",
+        notebook,
+        "--timeout",
+        3,
+        "--json",
+    )
 
     assert result.exit_code == 0, result.output
     finished = [json.loads(line) for line in result.stdout.splitlines()]
@@ -69,9 +91,9 @@ def test_a_whole_analysis_in_r_with_a_figure_a_timeout_and_a_crash_replays(
     assert [tool["function"]["name"] for tool in first["tools"]] == ["execute_r"]
     system = first["messages"][0]["content"]
     assert "runs R in a live Jupyter kernel" in system and "IRkernel" in system and "IPython" not in system
-    assert "`data$numbers` == \"numbers.csv\"" in system
+    assert '`data$numbers` == "numbers.csv"' in system
     listed = re.search(r"Installed packages: (.*)\.", system)
-    for entry in (listed.group(1).split(", ") if listed else ()):
+    for entry in listed.group(1).split(", ") if listed else ():
         assert r_has(entry.split(" ")[0]), entry  # the environment line says what loads there
     assert "Python" not in json.dumps(first["tools"])
 
@@ -99,8 +121,18 @@ def test_a_whole_analysis_in_r_with_a_figure_a_timeout_and_a_crash_replays(
 
 @pytest.mark.kernel
 def test_an_unknown_kernel_is_refused_before_any_model_call(openai_server: OpenAIServer, tmp_path: Path) -> None:
-    result = invoke("run", "Anything", "--kernel", "no-such-kernel", "--model", "m", "--base-url",
-                    openai_server.base_url, "--workspace", tmp_path / "ws")
+    result = invoke(
+        "run",
+        "Anything",
+        "--kernel",
+        "no-such-kernel",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--workspace",
+        tmp_path / "ws",
+    )
 
     assert result.exit_code == 2
     assert "no Jupyter kernel named 'no-such-kernel'" in result.stderr and "ir" in result.stderr
@@ -109,8 +141,18 @@ def test_an_unknown_kernel_is_refused_before_any_model_call(openai_server: OpenA
 
 @pytest.mark.kernel
 def test_plan_mode_says_it_writes_python(openai_server: OpenAIServer, tmp_path: Path) -> None:
-    result = invoke("plan", "Anything", "--kernel", "ir", "--model", "m", "--base-url", openai_server.base_url,
-                    "--workspace", tmp_path / "ws")
+    result = invoke(
+        "plan",
+        "Anything",
+        "--kernel",
+        "ir",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--workspace",
+        tmp_path / "ws",
+    )
 
     assert result.exit_code == 2
     assert "plan mode writes Python, and this kernel runs R" in result.stderr
@@ -134,7 +176,8 @@ def test_the_language_profile_comes_from_the_kernel() -> None:
     assert (julia.fence, julia.tool, julia.setup(["a.csv"])) == ("julia", "execute_code", "")
     assert R.fence_line.search("```r\nx <- 1\n```") and not R.fence_line.search("```python\n")
     assert R.hint("ERROR", "Error in library(dplyr): there is no package called ‘dplyr’", ()).startswith(
-        "dplyr is not installed here")
+        "dplyr is not installed here"
+    )
 
 
 def test_rebuild_reads_r_assignments() -> None:

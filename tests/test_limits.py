@@ -47,7 +47,11 @@ def test_default_memory_is_three_quarters_of_physical_memory() -> None:
 def test_off_switches_everything_off() -> None:
     off = Limits.off()
     assert (off.memory_mb, off.cpu_seconds, off.max_processes, off.max_file_mb, off.network) == (
-        None, None, None, None, True
+        None,
+        None,
+        None,
+        None,
+        True,
     )
     assert not off.active
     assert replace(off, network=False).active
@@ -121,8 +125,10 @@ def test_the_cgroup_join_prefix_moves_the_command_in_before_it_runs(tmp_path: Pa
 
 def test_memory_cgroup_goes_where_the_memory_controller_is() -> None:
     own = "9:name=systemd:/\n8:pids:/agents/a1\n4:memory:/process_api/x\n0::/agents\n"
-    assert _cgroup_parents("memory", MOUNTINFO, own) == [Path("/sys/fs/cgroup/memory/process_api/x"),
-                                                         Path("/sys/fs/cgroup/unified/agents")]
+    assert _cgroup_parents("memory", MOUNTINFO, own) == [
+        Path("/sys/fs/cgroup/memory/process_api/x"),
+        Path("/sys/fs/cgroup/unified/agents"),
+    ]
 
 
 def test_a_cgroup_we_did_not_make_is_never_touched() -> None:
@@ -147,13 +153,18 @@ MOUNTINFO = """\
 
 def test_pids_cgroup_goes_under_our_own_cgroup_v1_first() -> None:
     own = "9:name=systemd:/\n8:pids:/agents/a1\n4:memory:/process_api/x\n0::/agents\n"
-    assert _cgroup_parents("pids", MOUNTINFO, own) == [Path("/sys/fs/cgroup/pids/agents/a1"), Path("/sys/fs/cgroup/unified/agents")]
+    assert _cgroup_parents("pids", MOUNTINFO, own) == [
+        Path("/sys/fs/cgroup/pids/agents/a1"),
+        Path("/sys/fs/cgroup/unified/agents"),
+    ]
 
 
 def test_pids_cgroup_on_a_pure_cgroup2_machine() -> None:
     mountinfo = "29 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
     own = "0::/user.slice/user-1000.slice/user@1000.service/app.slice\n"
-    assert _cgroup_parents("pids", mountinfo, own) == [Path("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice")]
+    assert _cgroup_parents("pids", mountinfo, own) == [
+        Path("/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice")
+    ]
 
 
 def test_no_cgroup_mounts_means_no_parents() -> None:
@@ -168,8 +179,12 @@ def test_no_cgroup_mounts_means_no_parents() -> None:
         (-signal.SIGXCPU, Limits(cpu_seconds=30), False, "signal SIGXCPU: CPU time limit of 30 s reached"),
         (-signal.SIGXFSZ, Limits(max_file_mb=5), False, "signal SIGXFSZ: file size limit of 5 MB exceeded"),
         (-signal.SIGKILL, Limits.off(), False, "signal SIGKILL: killed from outside"),
-        (-signal.SIGKILL, Limits(memory_mb=2048), True,
-         "signal SIGKILL: out of memory (the system's out-of-memory killer ran; memory limit 2,048 MB per process and for all processes together)"),
+        (
+            -signal.SIGKILL,
+            Limits(memory_mb=2048),
+            True,
+            "signal SIGKILL: out of memory (the system's out-of-memory killer ran; memory limit 2,048 MB per process and for all processes together)",
+        ),
         (-40, Limits(), False, "signal 40"),
     ],
 )

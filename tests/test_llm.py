@@ -33,8 +33,9 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
-async def complete(server: OpenAIServer, *, deltas: list[str] | None = None, options: dict | None = None,
-                   **model_kw: Any) -> ModelReply:
+async def complete(
+    server: OpenAIServer, *, deltas: list[str] | None = None, options: dict | None = None, **model_kw: Any
+) -> ModelReply:
     model_kw.setdefault("backoff", 0.01)
     async with OpenAIChatModel("test-model", base_url=server.base_url, **model_kw) as model:
         on_delta = deltas.append if deltas is not None else None
@@ -86,8 +87,10 @@ def test_missing_usage_is_none(openai_server: OpenAIServer) -> None:
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_tool_calls_are_assembled(openai_server: OpenAIServer, stream: bool) -> None:
-    calls = (python_call("import pandas as pd\nprint(pd.__version__)", id="call_1"),
-             tool_call("execute_python", '{"code": "x', id="call_2"))
+    calls = (
+        python_call("import pandas as pd\nprint(pd.__version__)", id="call_1"),
+        tool_call("execute_python", '{"code": "x', id="call_2"),
+    )
     openai_server.add(Reply("Checking versions.", tool_calls=calls, chunk_size=3))
     deltas: list[str] = []
     reply = run(complete(openai_server, deltas=deltas, stream=stream))
@@ -350,8 +353,15 @@ def test_server_reraises_a_failing_callable() -> None:
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_reasoning_content_is_kept_apart_from_the_text(openai_server: OpenAIServer, stream: bool) -> None:
-    openai_server.add(Reply("<Answer>42</Answer>", reasoning="The user wants 6*7. That is 42.",
-                            usage=(50, 30), reasoning_tokens=12, chunk_size=5))
+    openai_server.add(
+        Reply(
+            "<Answer>42</Answer>",
+            reasoning="The user wants 6*7. That is 42.",
+            usage=(50, 30),
+            reasoning_tokens=12,
+            chunk_size=5,
+        )
+    )
     thoughts: list[str] = []
     deltas: list[str] = []
 

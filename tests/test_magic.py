@@ -40,8 +40,9 @@ def rendered(outputs: list[Any], mime: str) -> str:
 def test_share_defines_the_variables_from_round_1_and_the_notebook_replays(
     shell: InteractiveShell, openai_server: OpenAIServer, tmp_path: Path
 ) -> None:
-    shell.user_ns.update(df=pd.DataFrame({"x": [1, 2, 3], "y": [4.0, 5.0, 6.0]}), threshold=0.5,
-                         arr=np.arange(4), labels={"a": [1, 2]})
+    shell.user_ns.update(
+        df=pd.DataFrame({"x": [1, 2, 3], "y": [4.0, 5.0, 6.0]}), threshold=0.5, arr=np.arange(4), labels={"a": [1, 2]}
+    )
     openai_server.add(Reply("Check.", tool_calls=(python_call("print(df.shape, threshold, int(arr.sum()), labels)"),)))
 
     def answer(body: dict[str, Any]) -> Reply:
@@ -84,9 +85,13 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
 
 
 @pytest.mark.kernel
-def test_an_interrupted_cell_keeps_the_output_it_had_shown(shell: InteractiveShell, openai_server: OpenAIServer) -> None:
-    code = ("import matplotlib.pyplot as plt, time\nplt.plot([1, 2])\nplt.show()\nprint('half way there', flush=True)\n"
-            "time.sleep(120)")
+def test_an_interrupted_cell_keeps_the_output_it_had_shown(
+    shell: InteractiveShell, openai_server: OpenAIServer
+) -> None:
+    code = (
+        "import matplotlib.pyplot as plt, time\nplt.plot([1, 2])\nplt.show()\nprint('half way there', flush=True)\n"
+        "time.sleep(120)"
+    )
     openai_server.add(Reply("Working.", tool_calls=(python_call(code),)))
     done = threading.Event()
 
@@ -108,8 +113,9 @@ def test_an_interrupted_cell_keeps_the_output_it_had_shown(shell: InteractiveShe
             done.set()
             watcher.join()
 
-    after = captured.outputs[[i for i, out in enumerate(captured.outputs)
-                              if "✗ interrupted" in rendered([out], "text/plain")][0]:]
+    after = captured.outputs[
+        [i for i, out in enumerate(captured.outputs) if "✗ interrupted" in rendered([out], "text/plain")][0] :
+    ]
     assert "half way there" in rendered(after, "text/plain")  # still shown below the status, not replaced
     assert rendered(after, "image/png")  # the figure it had shown too
     assert "KeyboardInterrupt" not in rendered(after, "text/plain")  # the user's own ■ is no error to show
@@ -123,7 +129,9 @@ def test_sandbox_off_says_so_in_the_cell_and_the_run(shell: InteractiveShell) ->
     with capture_output() as captured:
         shell.run_cell_magic("agent", "--scripted-demo -w loose --sandbox off --memory 6000", "Analyse sales.csv.")
     assert "the kernel runs unconfined (sandbox off)" in rendered(captured.outputs, "text/markdown")
-    assert shell.user_ns["_agent_run"].info.confinement.startswith("sandbox: OFF (unconfined); network: on; memory: 6,000 MB")
+    assert shell.user_ns["_agent_run"].info.confinement.startswith(
+        "sandbox: OFF (unconfined); network: on; memory: 6,000 MB"
+    )
 
 
 @pytest.mark.parametrize(
@@ -154,13 +162,19 @@ def test_a_missing_data_file_after_sharing_leaves_no_folder(shell: InteractiveSh
 
 @pytest.mark.kernel
 def test_magic_inside_a_kernel_renders_the_answer_and_an_image(openai_server: OpenAIServer, tmp_path: Path) -> None:
-    openai_server.add(Reply("Plotting.", tool_calls=(python_call("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"),)))
+    openai_server.add(
+        Reply(
+            "Plotting.", tool_calls=(python_call("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"),)
+        )
+    )
     openai_server.add(Reply("The line rises from 1 to 3."))
-    nb = new_notebook(cells=[
-        new_code_cell("%load_ext kernel_agent"),
-        new_code_cell(f"%%agent --model m --base-url {openai_server.base_url} --max-rounds 3 -w ws\nPlot a line."),
-        new_code_cell("print(_agent_run.answer)"),
-    ])
+    nb = new_notebook(
+        cells=[
+            new_code_cell("%load_ext kernel_agent"),
+            new_code_cell(f"%%agent --model m --base-url {openai_server.base_url} --max-rounds 3 -w ws\nPlot a line."),
+            new_code_cell("print(_agent_run.answer)"),
+        ]
+    )
 
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
 

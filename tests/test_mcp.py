@@ -52,8 +52,9 @@ def wait_until_gone(workspace: Path, seconds: float = 15) -> list[int]:
 
 def stdio_params(workspace: Path, *extra: str) -> StdioServerParameters:
     env = {**os.environ, "OPENAI_API_KEY": SECRET}
-    return StdioServerParameters(command=CLI, args=["mcp", "--workspace", str(workspace), *extra], env=env,
-                                 cwd=str(workspace.parent))
+    return StdioServerParameters(
+        command=CLI, args=["mcp", "--workspace", str(workspace), *extra], env=env, cwd=str(workspace.parent)
+    )
 
 
 @contextmanager
@@ -85,8 +86,17 @@ def run(client: HeldClient, code: str, **arguments: object):  # type: ignore[no-
 def test_tools_are_listed_with_descriptions_and_schemas(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
     tools = {tool.name: tool for tool in client.submit(lambda s: s.list_tools())[0].result(60).tools}
-    assert {"execute_python", "interrupt", "restart", "list_variables", "describe_data", "list_files",
-            "read_file", "write_file", "export_notebook"} <= set(tools)
+    assert {
+        "execute_python",
+        "interrupt",
+        "restart",
+        "list_variables",
+        "describe_data",
+        "list_files",
+        "read_file",
+        "write_file",
+        "export_notebook",
+    } <= set(tools)
     execute = tools["execute_python"]
     assert execute.input_schema["required"] == ["code"] and "timeout" in execute.input_schema["properties"]
     assert all(tool.description for tool in tools.values())
@@ -104,8 +114,10 @@ def test_state_persists_and_data_is_preloaded(served: tuple[HeldClient, Path]) -
 
 def test_figures_arrive_as_downscaled_image_content(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
-    result = run(client, "import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(30, 15), dpi=100)\n"
-                         "plt.plot([1, 3, 2]); plt.show()")
+    result = run(
+        client,
+        "import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(30, 15), dpi=100)\nplt.plot([1, 3, 2]); plt.show()",
+    )
     images = [block for block in result.content if block.type == "image"]
     assert len(images) == 1 and images[0].mime_type == "image/png"
     assert base64.b64decode(images[0].data)[:8] == b"\x89PNG\r\n\x1a\n"
@@ -143,8 +155,11 @@ def test_a_client_cancel_interrupts_the_code(served: tuple[HeldClient, Path]) ->
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         progressed.append(progress)
 
-    future, cancel = client.submit(lambda s: s.call_tool(
-        "execute_python", {"code": "import time\nwhile True:\n    time.sleep(0.05)"}, progress_callback=on_progress))
+    future, cancel = client.submit(
+        lambda s: s.call_tool(
+            "execute_python", {"code": "import time\nwhile True:\n    time.sleep(0.05)"}, progress_callback=on_progress
+        )
+    )
     end = time.monotonic() + 30
     while not progressed and time.monotonic() < end:  # a progress notification: the code is running
         time.sleep(0.05)
@@ -165,8 +180,11 @@ def test_the_interrupt_tool_stops_running_code(served: tuple[HeldClient, Path]) 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         progressed.append(progress)
 
-    future, _ = client.submit(lambda s: s.call_tool(
-        "execute_python", {"code": "import time\nwhile True:\n    time.sleep(0.05)"}, progress_callback=on_progress))
+    future, _ = client.submit(
+        lambda s: s.call_tool(
+            "execute_python", {"code": "import time\nwhile True:\n    time.sleep(0.05)"}, progress_callback=on_progress
+        )
+    )
     end = time.monotonic() + 30
     while not progressed and time.monotonic() < end:
         time.sleep(0.05)
@@ -186,7 +204,10 @@ def test_a_dead_kernel_is_reported_and_the_next_call_works(served: tuple[HeldCli
 
 def test_variables_restart_and_secrets(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
-    run(client, "frame = pd.read_csv(data.sales)\ngrid = np.zeros((3, 4))\nleak = __import__('os').environ.get('OPENAI_API_KEY')")
+    run(
+        client,
+        "frame = pd.read_csv(data.sales)\ngrid = np.zeros((3, 4))\nleak = __import__('os').environ.get('OPENAI_API_KEY')",
+    )
     listed = client.call("list_variables")
     rows = {row["name"]: row for row in listed.structured_content["variables"]}
     assert rows["grid"]["type"] == "ndarray" and rows["grid"]["shape"] == "(3, 4)"
@@ -221,11 +242,23 @@ def test_the_exported_notebook_replays(served: tuple[HeldClient, Path]) -> None:
     assert path == workspace / "export" / "session.ipynb" and path.exists()
     assert workspace.with_name("ws.ipynb").exists()  # the live record, written as it goes, beside the workspace
     # It claims '..' as its workspace, which replay never follows by itself: the user names the folder.
-    refused = subprocess.run([CLI, "replay", str(path), "--timeout", "60"], check=False, capture_output=True,
-                             text=True, timeout=300, cwd=workspace)
+    refused = subprocess.run(
+        [CLI, "replay", str(path), "--timeout", "60"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=workspace,
+    )
     assert refused.returncode == 2 and "pass --workspace" in refused.stderr
-    replay = subprocess.run([CLI, "replay", str(path), "--check", "--timeout", "60", "--workspace", str(workspace)],
-                            check=False, capture_output=True, text=True, timeout=300, cwd=workspace)
+    replay = subprocess.run(
+        [CLI, "replay", str(path), "--check", "--timeout", "60", "--workspace", str(workspace)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=workspace,
+    )
     assert replay.returncode == 0, replay.stdout + replay.stderr
 
 
@@ -268,9 +301,11 @@ def test_a_kernel_started_ahead_and_never_used_is_shut_down(tmp_path: Path) -> N
 def test_sandbox_flags_reach_the_kernel(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     with open_stdio(stdio_params(workspace, "--no-network", "--memory", "3000"), tmp_path / "server.log") as client:
-        probe = ("import os, resource, socket\n"
-                 "print('interfaces', sorted(name for _, name in socket.if_nameindex()))\n"
-                 "print('uid', os.getuid(), 'as', resource.getrlimit(resource.RLIMIT_AS)[0] // 2**20)")
+        probe = (
+            "import os, resource, socket\n"
+            "print('interfaces', sorted(name for _, name in socket.if_nameindex()))\n"
+            "print('uid', os.getuid(), 'as', resource.getrlimit(resource.RLIMIT_AS)[0] // 2**20)"
+        )
         text = text_of(run(client, probe))
         assert "interfaces ['lo']" in text  # a network namespace of its own: only its own loopback
         assert "uid 1000 as 3000" in text
@@ -279,8 +314,11 @@ def test_sandbox_flags_reach_the_kernel(tmp_path: Path) -> None:
 
 def test_the_notebook_and_workspace_files_are_resources(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
-    run(client, "import os, matplotlib.pyplot as plt\nos.makedirs('plots', exist_ok=True)\n"
-                "plt.plot([2, 1]); plt.savefig('plots/line.png'); plt.close()")
+    run(
+        client,
+        "import os, matplotlib.pyplot as plt\nos.makedirs('plots', exist_ok=True)\n"
+        "plt.plot([2, 1]); plt.savefig('plots/line.png'); plt.close()",
+    )
     templates = client.submit(lambda s: s.list_resource_templates())[0].result(60).resource_templates
     assert {t.uri_template for t in templates} == {"kernel-agent://notebook/{view}", "kernel-agent://files/{+path}"}
     notebook = client.submit(lambda s: s.read_resource("kernel-agent://notebook/full"))[0].result(60)
@@ -305,11 +343,13 @@ def test_progress_messages_carry_the_output_while_the_code_runs(tmp_path: Path) 
         if "early output" in (message or ""):
             (workspace / "progress-seen").touch()  # lets the cell go on: the output arrived while it ran
 
-    code = ("import pathlib, time\nprint('x' * 50_000)\nprint('early output', flush=True)\n"
-            "deadline = time.monotonic() + 60\n"
-            "while not pathlib.Path('progress-seen').exists() and time.monotonic() < deadline:\n"
-            "    time.sleep(0.02)\n"
-            "print('late output' if pathlib.Path('progress-seen').exists() else 'no marker came')")
+    code = (
+        "import pathlib, time\nprint('x' * 50_000)\nprint('early output', flush=True)\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not pathlib.Path('progress-seen').exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "print('late output' if pathlib.Path('progress-seen').exists() else 'no marker came')"
+    )
     with open_stdio(stdio_params(workspace), tmp_path / "server.log") as client:
         result = client.call("execute_python", {"code": code}, progress_callback=on_progress)
     body = text_of(result)

@@ -24,8 +24,9 @@ def test_mcp_runs_its_kernel_on_the_gateway(tmp_path: Path) -> None:
     with KernelGateway() as gateway:
         token_file = tmp_path / "token"
         token_file.write_text(gateway.token + "\n")
-        params = stdio_params(workspace, "--data", str(data), "--gateway", gateway.url,
-                              "--gateway-token-file", str(token_file))
+        params = stdio_params(
+            workspace, "--data", str(data), "--gateway", gateway.url, "--gateway-token-file", str(token_file)
+        )
         with open_stdio(params, tmp_path / "server.log") as client:
             where = run(client, "import os\nprint('KERNEL_GATEWAY' in os.environ)")
             assert text_of(where).strip().endswith("True")  # the kernel is the gateway's, not ours

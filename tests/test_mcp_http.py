@@ -57,9 +57,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     root = tmp_path_factory.mktemp("mcp-http") / "ws"
     port = free_port()
     with (root.parent / "server.log").open("wb") as log:
-        process = subprocess.Popen([CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root),
-                                    "--timeout", "60"], stdout=log, stderr=log,
-                                   env={**os.environ, "KERNEL_AGENT_MCP_KEY": KEY})
+        process = subprocess.Popen(
+            [CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root), "--timeout", "60"],
+            stdout=log,
+            stderr=log,
+            env={**os.environ, "KERNEL_AGENT_MCP_KEY": KEY},
+        )
         try:
             wait_for_port(port, process)
             yield f"http://127.0.0.1:{port}/mcp", root, process
@@ -83,10 +86,16 @@ def connect(url: str, key: str = KEY) -> HeldClient:
     return HeldClient(lambda: keyed(url, key))
 
 
-def test_a_request_without_the_key_is_refused_before_the_mcp_app(server: tuple[str, Path, subprocess.Popen[bytes]]) -> None:
+def test_a_request_without_the_key_is_refused_before_the_mcp_app(
+    server: tuple[str, Path, subprocess.Popen[bytes]],
+) -> None:
     url, root, _ = server
-    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}}}
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}},
+    }
     headers = {"Accept": "application/json, text/event-stream"}
     for extra in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": f"bearer {KEY}x"}):
         refused = httpx.post(url, json=hello, headers={**headers, **extra}, timeout=30)
@@ -97,9 +106,24 @@ def test_a_request_without_the_key_is_refused_before_the_mcp_app(server: tuple[s
 
 
 def test_http_refuses_a_non_loopback_address_without_allow_remote(tmp_path: Path) -> None:
-    done = subprocess.run([CLI, "mcp", "--transport", "http", "--host", "0.0.0.0", "--port", str(free_port()),
-                           "--workspace", str(tmp_path / "ws")], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "KERNEL_AGENT_MCP_KEY": KEY})
+    done = subprocess.run(
+        [
+            CLI,
+            "mcp",
+            "--transport",
+            "http",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+            "--workspace",
+            str(tmp_path / "ws"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "KERNEL_AGENT_MCP_KEY": KEY},
+    )
     assert done.returncode == 2 and "without TLS in front" in done.stderr and KEY not in done.stderr
 
 
@@ -146,9 +170,12 @@ def test_sigterm_shuts_every_kernel_down(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     port = free_port()
     with (tmp_path / "server.log").open("wb") as log:
-        process = subprocess.Popen([CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root)],
-                                   stdout=log, stderr=log, env={k: v for k, v in os.environ.items()
-                                                                if k != "KERNEL_AGENT_MCP_KEY"})
+        process = subprocess.Popen(
+            [CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root)],
+            stdout=log,
+            stderr=log,
+            env={k: v for k, v in os.environ.items() if k != "KERNEL_AGENT_MCP_KEY"},
+        )
         wait_for_port(port, process)
         printed = re.findall(r"Bearer KEY\): (\S+)", (tmp_path / "server.log").read_text())
         assert len(printed) == 1  # no key given: one is made and printed once

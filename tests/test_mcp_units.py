@@ -38,7 +38,9 @@ def test_large_images_are_scaled_down_and_small_ones_pass_unchanged() -> None:
 
 
 def test_execution_content_has_status_text_then_images_within_limits() -> None:
-    result = ExecutionResult(status="ok", outputs=tuple(figure_output(png(20, 20)) for _ in range(3)), execution_count=4)
+    result = ExecutionResult(
+        status="ok", outputs=tuple(figure_output(png(20, 20)) for _ in range(3)), execution_count=4
+    )
     content = execution_content(result, ContentLimits(max_images=2))
     assert [block.type for block in content.content] == ["text", "image", "image", "text"]
     assert content.content[0].text.startswith("status: ok [4]")
@@ -84,8 +86,14 @@ def test_reading_listing_and_writing_files(tmp_path: Path) -> None:
 
 def test_the_cli_refuses_a_missing_data_file(tmp_path: Path) -> None:
     cli = str(Path(sys.executable).with_name("kernel-agent"))
-    done = subprocess.run([cli, "mcp", "--data", str(tmp_path / "missing.csv"), "--workspace", str(tmp_path / "ws")],
-                          capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [cli, "mcp", "--data", str(tmp_path / "missing.csv"), "--workspace", str(tmp_path / "ws")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2 and "missing.csv" in done.stderr
     assert not (tmp_path / "ws").exists()
 

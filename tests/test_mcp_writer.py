@@ -20,7 +20,9 @@ OUTPUT = {"output_type": "execute_result", "execution_count": 1, "data": {"text/
 def record(bench: Workbench, code: str) -> None:
     index = len(bench.run.rounds) + 1
     result = ExecutionResult("ok", outputs=(OUTPUT,), execution_count=index, code=code)
-    bench.run = Run(info=bench.run.info, rounds=(*bench.run.rounds, Round(index=index, reply="", code=code, result=result)))
+    bench.run = Run(
+        info=bench.run.info, rounds=(*bench.run.rounds, Round(index=index, reply="", code=code, result=result))
+    )
     bench._schedule_save()
 
 
@@ -33,8 +35,9 @@ async def written(path: Path, text: str, seconds: float = 30) -> bool:
     return False
 
 
-def test_the_writer_rests_after_a_write_and_flush_cuts_the_rest_short(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_writer_rests_after_a_write_and_flush_cuts_the_rest_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(workbench_module, "WRITE_REST", 10_000.0)  # a rest longer than this test could wait
 
     async def scenario() -> None:

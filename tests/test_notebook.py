@@ -234,7 +234,7 @@ def test_code_that_never_ran_is_kept_but_skipped() -> None:
     nb = build_notebook(run)
     cell = code_cell(nb, 1)
     assert cell.metadata["tags"] == ["skip-execution"] and cell.execution_count is None and cell.outputs == []
-    assert cell.source == "# kernel-agent" + cell.source.split("\n")[0][len("# kernel-agent"):] + "\n# print(1)"
+    assert cell.source == "# kernel-agent" + cell.source.split("\n")[0][len("# kernel-agent") :] + "\n# print(1)"
     assert meta(cell)["code"] == "print(1)"
     assert "Not executed" in nb.cells[-3].source
     nbformat.validate(nb)
@@ -316,7 +316,12 @@ def test_clean_view_drops_failed_attempts_and_renumbers() -> None:
 
 def test_clean_view_keeps_a_failed_cell_whose_names_later_cells_use() -> None:
     rounds = (
-        Round(1, reply="", code="df = load()\ndf['r'] = df.a / df.b\ndf.plot(kind='no')", result=error(2, "ValueError", "no")),
+        Round(
+            1,
+            reply="",
+            code="df = load()\ndf['r'] = df.a / df.b\ndf.plot(kind='no')",
+            result=error(2, "ValueError", "no"),
+        ),
         Round(2, reply="", code="total = 1 +", result=error(3, "SyntaxError", "invalid syntax")),
         Round(3, reply="", code="x = undefined_name", result=error(4, "NameError", "undefined_name")),
         Round(4, reply="", code="x = 2\nprint(df['r'].sum() + x)", result=ok(5, stdout("3\n"))),
@@ -389,7 +394,8 @@ def test_write_refuses_an_invalid_notebook(tmp_path: Path) -> None:
 
 
 def test_saves_validate_on_the_fast_backend_whatever_the_environment_says(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("NBFORMAT_VALIDATOR", "jsonschema")
     nb = build_notebook(make_run())  # the test's own outputs (new_output) validate as the environment says
     used: list[str] = []

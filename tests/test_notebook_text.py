@@ -22,15 +22,25 @@ GOLDEN = Path(__file__).parent / "golden"
 def _hand_made() -> nbformat.NotebookNode:
     """Shapes nbformat's writer treats specially: multi-line sources and streams, a multi-line mimebundle,
     JSON data (never split), attachments, non-ASCII text, a transient field."""
-    code = new_code_cell("x = 'é'\nprint(x)\n", execution_count=3, outputs=[
-        new_output("stream", name="stdout", text="é\nline two\n"),
-        new_output("execute_result", execution_count=3, data={
-            "text/plain": "a\nb", "application/json": {"k": ["v\nw"]}, "text/html": "<b>\n</b>"}),
-    ])
+    code = new_code_cell(
+        "x = 'é'\nprint(x)\n",
+        execution_count=3,
+        outputs=[
+            new_output("stream", name="stdout", text="é\nline two\n"),
+            new_output(
+                "execute_result",
+                execution_count=3,
+                data={"text/plain": "a\nb", "application/json": {"k": ["v\nw"]}, "text/html": "<b>\n</b>"},
+            ),
+        ],
+    )
     code.metadata["trusted"] = True  # transient: nbformat leaves it out of the file
     markdown = new_markdown_cell("# 标题\n\n![x](attachment:x.png)")
     markdown["attachments"] = {"x.png": {"image/png": "iVBORw0KGgo=\n"}}
-    nb = new_notebook(cells=[markdown, code, new_code_cell("")], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}})
+    nb = new_notebook(
+        cells=[markdown, code, new_code_cell("")],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+    )
     nb.metadata["signature"] = "transient too"
     return nb
 

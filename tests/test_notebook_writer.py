@@ -26,8 +26,9 @@ def _written(nb: nbformat.NotebookNode) -> str:
 
 def _views_match(run: Run, path: Path) -> bool:
     run = replace(run, notebook_path=path)
-    return path.read_text() == _written(build_notebook(run, view="full")) and \
-        clean_path(path).read_text() == _written(build_notebook(run, view="clean"))
+    return path.read_text() == _written(build_notebook(run, view="full")) and clean_path(path).read_text() == _written(
+        build_notebook(run, view="clean")
+    )
 
 
 def test_each_save_writes_the_full_view_at_once_and_the_clean_view_by_the_next(tmp_path: Path) -> None:
@@ -35,8 +36,9 @@ def test_each_save_writes_the_full_view_at_once_and_the_clean_view_by_the_next(t
     path = tmp_path / "run.ipynb"
     writer = RunWriter(path)
     for count in range(1, len(finished.rounds) + 1):
-        growing = replace(finished, rounds=finished.rounds[:count], answer=None, stop_reason=None, finished_at="",
-                          notebook_path=path)
+        growing = replace(
+            finished, rounds=finished.rounds[:count], answer=None, stop_reason=None, finished_at="", notebook_path=path
+        )
         writer.save(growing)
         assert path.read_text() == _written(build_notebook(growing, view="full"))  # before anything else runs
         writer.flush()
@@ -78,8 +80,16 @@ def test_rounds_are_renamed_into_place_and_only_the_finished_run_is_fsynced(
     path = tmp_path / "run.ipynb"
     writer = RunWriter(path)
     for count in range(1, len(finished.rounds) + 1):
-        writer.save(replace(finished, rounds=finished.rounds[:count], answer=None, stop_reason=None, finished_at="",
-                            notebook_path=path))
+        writer.save(
+            replace(
+                finished,
+                rounds=finished.rounds[:count],
+                answer=None,
+                stop_reason=None,
+                finished_at="",
+                notebook_path=path,
+            )
+        )
     writer.flush()
     assert synced == [] and path.exists() and clean_path(path).exists()
     writer.save(replace(finished, notebook_path=path))
@@ -90,8 +100,12 @@ def test_rounds_are_renamed_into_place_and_only_the_finished_run_is_fsynced(
 
 @pytest.mark.kernel
 def test_the_agent_leaves_the_exact_clean_view_of_its_run(tmp_path: Path) -> None:
-    replies = ["<Code>x = 1\nprint(x)</Code>", "<Code>y = x + missing</Code>", "<Code>z = x * 2\nz</Code>",
-               "<Answer>z is 2</Answer>"]
+    replies = [
+        "<Code>x = 1\nprint(x)</Code>",
+        "<Code>y = x + missing</Code>",
+        "<Code>z = x * 2\nz</Code>",
+        "<Answer>z is 2</Answer>",
+    ]
     agent = AsyncAgent(protocol="tags", chat_model=ScriptedChatModel(replies), max_rounds=6)
     run = asyncio.run(agent.run("count", workspace=tmp_path / "ws"))
     assert run.answer == "z is 2" and [r.status for r in run.rounds][:3] == ["ok", "error", "ok"]

@@ -18,8 +18,12 @@ MSG_ID = "request-1"
 
 
 def msg(msg_type: str, content: dict[str, Any], parent: str = MSG_ID) -> dict[str, Any]:
-    return {"header": {"msg_type": msg_type}, "msg_type": msg_type, "parent_header": {"msg_id": parent},
-            "content": content}
+    return {
+        "header": {"msg_type": msg_type},
+        "msg_type": msg_type,
+        "parent_header": {"msg_id": parent},
+        "content": content,
+    }
 
 
 def stream(text: str, name: str = "stdout", parent: str = MSG_ID) -> dict[str, Any]:
@@ -27,7 +31,11 @@ def stream(text: str, name: str = "stdout", parent: str = MSG_ID) -> dict[str, A
 
 
 def display(data: dict[str, Any], display_id: str | None = None, kind: str = "display_data") -> dict[str, Any]:
-    content: dict[str, Any] = {"data": data, "metadata": {}, "transient": {"display_id": display_id} if display_id else {}}
+    content: dict[str, Any] = {
+        "data": data,
+        "metadata": {},
+        "transient": {"display_id": display_id} if display_id else {},
+    }
     if kind == "execute_result":
         content["execution_count"] = 3
     return msg(kind, content)
@@ -82,8 +90,12 @@ def test_clear_output_wait_clears_just_before_the_next_output() -> None:
 
 
 def test_update_display_data_replaces_by_display_id() -> None:
-    update = msg("update_display_data", {"data": {"text/plain": "'new'"}, "metadata": {}, "transient": {"display_id": "d1"}})
-    outputs = collect([display({"text/plain": "'old'"}, "d1"), display({"text/plain": "'other'"}, "d2"), update]).outputs
+    update = msg(
+        "update_display_data", {"data": {"text/plain": "'new'"}, "metadata": {}, "transient": {"display_id": "d1"}}
+    )
+    outputs = collect(
+        [display({"text/plain": "'old'"}, "d1"), display({"text/plain": "'other'"}, "d2"), update]
+    ).outputs
     assert [o["data"]["text/plain"] for o in outputs] == ["'new'", "'other'"]
     assert all("transient" not in o for o in outputs)
 
@@ -105,12 +117,21 @@ def test_one_budget_for_text_and_every_display() -> None:
     """Displays and streams share the budget: a display past it is not kept (counted, said), an update that
     would grow past it is not applied, and the kernel's own note of what it did not send is always kept."""
     big = {"text/html": "<p>" + "z" * 60 + "</p>"}
-    not_sent = msg("display_data", {"data": {"text/plain": "[kernel-agent: ... were not sent]"},
-                                    "metadata": {"kernel_agent": {"output_not_sent": 5000}}, "transient": {}})
-    update = msg("update_display_data", {"data": {"text/plain": "u" * 500}, "metadata": {},
-                                         "transient": {"display_id": "d1"}})
-    collector = collect([stream("a" * 40), display({"text/plain": "small"}, "d1"), display(big), display(big),
-                         update, not_sent], OutputCaps(max_output_bytes=120))
+    not_sent = msg(
+        "display_data",
+        {
+            "data": {"text/plain": "[kernel-agent: ... were not sent]"},
+            "metadata": {"kernel_agent": {"output_not_sent": 5000}},
+            "transient": {},
+        },
+    )
+    update = msg(
+        "update_display_data", {"data": {"text/plain": "u" * 500}, "metadata": {}, "transient": {"display_id": "d1"}}
+    )
+    collector = collect(
+        [stream("a" * 40), display({"text/plain": "small"}, "d1"), display(big), display(big), update, not_sent],
+        OutputCaps(max_output_bytes=120),
+    )
     kinds = [o["output_type"] for o in collector.outputs]
     assert kinds == ["stream", "display_data", "display_data", "display_data", "stream"]
     assert collector.outputs[1]["data"]["text/plain"] == "small"  # the update past the budget was not applied

@@ -132,8 +132,9 @@ def marker_writer(marker: Path, chunks: list[OutputChunk]):  # type: ignore[no-u
 def test_output_arrives_while_the_cell_runs_and_the_result_is_unchanged(shared: KernelSession) -> None:
     chunks: list[OutputChunk] = []
     assert shared.workspace is not None
-    result = shared.execute(WAIT_FOR_MARKER.format(marker="seen-sync"), 120,
-                            on_output=marker_writer(shared.workspace / "seen-sync", chunks))
+    result = shared.execute(
+        WAIT_FOR_MARKER.format(marker="seen-sync"), 120, on_output=marker_writer(shared.workspace / "seen-sync", chunks)
+    )
     assert result.ok
     text = "".join(chunk.text for chunk in chunks)
     assert "late output" in result.stdout and "no marker came" not in result.stdout
@@ -141,12 +142,16 @@ def test_output_arrives_while_the_cell_runs_and_the_result_is_unchanged(shared: 
     assert "early output" not in chunks[-1].text
     assert "to stderr" in text and sum(chunk.skipped_chars for chunk in chunks) == 0
     without = shared.execute("print('early output')\nprint('late output')")
-    assert without.outputs == shared.execute("print('early output')\nprint('late output')",
-                                             on_output=lambda chunk: None).outputs
+    assert (
+        without.outputs
+        == shared.execute("print('early output')\nprint('late output')", on_output=lambda chunk: None).outputs
+    )
 
 
 @pytest.mark.kernel
-def test_a_raising_callback_does_not_break_the_execution(shared: KernelSession, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_raising_callback_does_not_break_the_execution(
+    shared: KernelSession, caplog: pytest.LogCaptureFixture
+) -> None:
     def broken(chunk: OutputChunk) -> None:
         raise ValueError("the display is gone")
 
@@ -160,8 +165,9 @@ def test_a_raising_callback_does_not_break_the_execution(shared: KernelSession, 
 def test_a_timeout_still_interrupts_and_the_output_before_it_was_streamed(shared: KernelSession) -> None:
     chunks: list[OutputChunk] = []
     shared.execute("kept = 'yes'")
-    result = shared.execute("import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.05)", 2,
-                            on_output=chunks.append)
+    result = shared.execute(
+        "import time\nprint('started', flush=True)\nwhile True:\n    time.sleep(0.05)", 2, on_output=chunks.append
+    )
     assert result.status == "timeout" and not result.state_lost
     assert "started" in "".join(chunk.text for chunk in chunks)
     assert "yes" in shared.execute("kept").to_llm_text()
@@ -172,8 +178,10 @@ def test_the_async_session_streams_figures_on_its_own_loop(tmp_path: Path) -> No
     async def main() -> tuple[list[OutputChunk], bool]:
         chunks: list[OutputChunk] = []
         async with AsyncKernelSession(tmp_path / "ws") as session:
-            code = ("%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()\n"
-                    + WAIT_FOR_MARKER.format(marker="seen"))
+            code = (
+                "%matplotlib inline\nimport matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()\n"
+                + WAIT_FOR_MARKER.format(marker="seen")
+            )
             on_output = marker_writer(tmp_path / "ws" / "seen", chunks)
             result = await session.execute(code, 120, on_output=on_output)
         return chunks, result.ok and "late output" in result.stdout

@@ -20,15 +20,20 @@ from kernel_agent.events import NodeFinished, PlanFinished
 
 pytestmark = pytest.mark.kernel
 
-PLAN = {"directions": ["descriptive", "visualisation"], "nodes": [
-    {"id": "load", "title": "Load the survey"},
-    {"id": "noise", "title": "Something else"},
-    {"id": "rank", "title": "Rank the groups", "depends_on": ["load"]},
-    {"id": "plot", "title": "Plot the ranking", "kind": "visualisation", "depends_on": ["rank"]},
-]}
-LOAD = ("survey = pd.read_csv(data.survey, sep='\\t')\n"
-        "for i in range(200):\n    print('detail line', i, 'x' * 20)\n"
-        "print('SUMMARY: best group is b with mean 7.5')")
+PLAN = {
+    "directions": ["descriptive", "visualisation"],
+    "nodes": [
+        {"id": "load", "title": "Load the survey"},
+        {"id": "noise", "title": "Something else"},
+        {"id": "rank", "title": "Rank the groups", "depends_on": ["load"]},
+        {"id": "plot", "title": "Plot the ranking", "kind": "visualisation", "depends_on": ["rank"]},
+    ],
+}
+LOAD = (
+    "survey = pd.read_csv(data.survey, sep='\\t')\n"
+    "for i in range(200):\n    print('detail line', i, 'x' * 20)\n"
+    "print('SUMMARY: best group is b with mean 7.5')"
+)
 
 
 def code(text: str) -> Reply:
@@ -57,6 +62,7 @@ def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
         def answer(body: dict[str, Any]) -> Reply:
             prompts.setdefault(node, body["messages"][-1]["content"])
             return reply
+
         return answer
 
     openai_server.add(
@@ -69,20 +75,32 @@ def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
         ask("plot", code("ranking.plot.bar()\nplt.show()")),
     )
     notebook = tmp_path / "plan.ipynb"
-    with Agent(model="m", base_url=openai_server.base_url, api_key="sk-test", protocol="tags",
-               model_options={"max_retries": 0}) as agent:
-        events = list(agent.stream_plan("Which group scores best?", [survey(tmp_path / "in")], tmp_path / "run",
-                                        notebook, options=PlanOptions(max_fix_attempts=1)))
+    with Agent(
+        model="m", base_url=openai_server.base_url, api_key="sk-test", protocol="tags", model_options={"max_retries": 0}
+    ) as agent:
+        events = list(
+            agent.stream_plan(
+                "Which group scores best?",
+                [survey(tmp_path / "in")],
+                tmp_path / "run",
+                notebook,
+                options=PlanOptions(max_fix_attempts=1),
+            )
+        )
     assert openai_server.remaining == 0  # no figure analysis asked of a model that cannot see the figure
     assert {e.node_id: e.status for e in events if isinstance(e, NodeFinished)} == {
-        "load": "done", "noise": "done", "rank": "done", "plot": "done"}
+        "load": "done",
+        "noise": "done",
+        "rank": "done",
+        "plot": "done",
+    }
 
     rank = prompts["rank"]
     assert "`survey: DataFrame 12x3`" in rank and "`noise: int`" in rank  # names defined so far, typed
     assert "Installed packages: pandas " in rank
     assert "`survey.csv` (`data.survey`): CSV" in rank and "tab-separated" in rank
     assert "you only see a placeholder" in rank  # figures are not seen without --vision
-    context = rank[rank.index("Results of the tasks"):]
+    context = rank[rank.index("Results of the tasks") :]
     assert "SUMMARY: best group is b with mean 7.5" in context  # the tail survives the budget
     assert "PROBE NOISE" not in context and context.index("detail line 0") > 0
     assert "Defined in the kernel so far" not in prompts["load"]  # nothing yet: the setup's names are not listed

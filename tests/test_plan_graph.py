@@ -26,14 +26,25 @@ def test_parse_accepts_a_fenced_plan_and_reports_bad_json_and_bad_schema():
 
 
 def test_children_depth_budget_and_order():
-    plan = _plan([
-        {"id": "load", "title": "Load data"},
-        {"id": "explore", "title": "Explore", "depends_on": ["load"], "children": [
-            {"id": "hist", "title": "Histogram", "kind": "visualisation",
-             "children": [{"id": "deep", "title": "Too deep"}]},
-        ]},
-        {"id": "tail", "title": "Tail"},
-    ])
+    plan = _plan(
+        [
+            {"id": "load", "title": "Load data"},
+            {
+                "id": "explore",
+                "title": "Explore",
+                "depends_on": ["load"],
+                "children": [
+                    {
+                        "id": "hist",
+                        "title": "Histogram",
+                        "kind": "visualisation",
+                        "children": [{"id": "deep", "title": "Too deep"}],
+                    },
+                ],
+            },
+            {"id": "tail", "title": "Tail"},
+        ]
+    )
     nodes = build_dag(plan, max_depth=2)
     ids = [n.id for n in nodes]
     assert "deep" not in ids
@@ -45,11 +56,13 @@ def test_children_depth_budget_and_order():
 
 
 def test_similar_titles_merge_into_one_node():
-    plan = _plan([
-        {"id": "load", "title": "Load the data"},
-        {"id": "load2", "title": "load  the DATA."},
-        {"id": "plot", "title": "Plot", "depends_on": ["load2"]},
-    ])
+    plan = _plan(
+        [
+            {"id": "load", "title": "Load the data"},
+            {"id": "load2", "title": "load  the DATA."},
+            {"id": "plot", "title": "Plot", "depends_on": ["load2"]},
+        ]
+    )
     nodes = build_dag(plan)
     assert [n.id for n in nodes] == ["load", "plot"]
     assert nodes[1].depends_on == ("load",)
@@ -57,8 +70,9 @@ def test_similar_titles_merge_into_one_node():
 
 def test_cycles_unknown_and_duplicate_ids_are_plan_errors():
     with pytest.raises(PlanError, match="cycle") as info:
-        build_dag(_plan([{"id": "a", "title": "A", "depends_on": ["b"]},
-                         {"id": "b", "title": "B", "depends_on": ["a"]}]))
+        build_dag(
+            _plan([{"id": "a", "title": "A", "depends_on": ["b"]}, {"id": "b", "title": "B", "depends_on": ["a"]}])
+        )
     assert set(info.value.problems) >= {"a", "b"}
     with pytest.raises(PlanError, match="unknown"):
         build_dag(_plan([{"id": "a", "title": "A", "depends_on": ["zz"]}]))
@@ -72,12 +86,20 @@ def test_cli_renders_the_plan_tree_and_exits_by_completion(capsys: pytest.Captur
     from kernel_agent.cli.plan import drive_plan
     from kernel_agent.events import NodeFinished, NodeStarted, Notice, PlanFinished, PlanReady
 
-    nodes = ({"id": "a", "title": "Load", "kind": "code", "depends_on": [], "status": "pending"},
-             {"id": "b", "title": "Plot", "kind": "visualisation", "depends_on": ["a"], "status": "pending"})
-    events = [Notice("repaired"), PlanReady(("descriptive",), nodes), NodeStarted("a", "Load"),
-              NodeFinished("a", "done", 1, 0), NodeStarted("b", "Plot"), NodeStarted("b", "Plot", 2),
-              NodeFinished("b", "failed", 2, 0, "still failing"),
-              PlanFinished({"total": 2, "done": 1, "failed": 1, "skipped": 0, "pending": 0}, "p.ipynb", "p.report.md")]
+    nodes = (
+        {"id": "a", "title": "Load", "kind": "code", "depends_on": [], "status": "pending"},
+        {"id": "b", "title": "Plot", "kind": "visualisation", "depends_on": ["a"], "status": "pending"},
+    )
+    events = [
+        Notice("repaired"),
+        PlanReady(("descriptive",), nodes),
+        NodeStarted("a", "Load"),
+        NodeFinished("a", "done", 1, 0),
+        NodeStarted("b", "Plot"),
+        NodeStarted("b", "Plot", 2),
+        NodeFinished("b", "failed", 2, 0, "still failing"),
+        PlanFinished({"total": 2, "done": 1, "failed": 1, "skipped": 0, "pending": 0}, "p.ipynb", "p.report.md"),
+    ]
     assert drive_plan(events, as_json=False, quiet=False) == 1
     out = capsys.readouterr().out
     assert "failed" in out and "b: Plot" in out and "still failing" in out and "1/2 completed" in out
@@ -93,8 +115,9 @@ def test_design_repairs_once_then_raises_a_clear_plan_error() -> None:
     from kernel_agent.agent.plan.runner import PlanOptions, design_plan
     from kernel_agent.model.scripted import ScriptedChatModel
 
-    cycle = json.dumps({"nodes": [{"id": "a", "title": "A", "depends_on": ["b"]},
-                                  {"id": "b", "title": "B", "depends_on": ["a"]}]})
+    cycle = json.dumps(
+        {"nodes": [{"id": "a", "title": "A", "depends_on": ["b"]}, {"id": "b", "title": "B", "depends_on": ["a"]}]}
+    )
     good = json.dumps({"directions": ["descriptive"], "nodes": [{"id": "a", "title": "A"}]})
     notices: list = []
     spec, nodes = asyncio.run(design_plan(ScriptedChatModel([cycle, good]), "t", "", PlanOptions(), notices))

@@ -22,11 +22,14 @@ from kernel_agent.events import NodeFinished, PlanFinished
 
 pytestmark = pytest.mark.kernel
 
-PLAN = {"directions": ["descriptive", "visualisation"], "nodes": [
-    {"id": "load", "title": "Load"},
-    {"id": "plot", "title": "Plot", "kind": "visualisation", "purpose": "see the trend", "depends_on": ["load"]},
-    {"id": "wrap", "title": "Wrap up", "kind": "text", "depends_on": ["plot"]},
-]}
+PLAN = {
+    "directions": ["descriptive", "visualisation"],
+    "nodes": [
+        {"id": "load", "title": "Load"},
+        {"id": "plot", "title": "Plot", "kind": "visualisation", "purpose": "see the trend", "depends_on": ["load"]},
+        {"id": "wrap", "title": "Wrap up", "kind": "text", "depends_on": ["plot"]},
+    ],
+}
 
 
 def code_reply(protocol: str, code: str) -> Reply:
@@ -57,8 +60,10 @@ def result_of_last_call(protocol: str, body: dict[str, Any]) -> str:
     return last["content"]
 
 
-LOAD = ("import scipy.io\nx = list(pd.read_csv(data.counts)['n'])\nx[2] += int(np.load(data.extra).sum())\n"
-        "x[0] += int(scipy.io.loadmat(data.offsets)['offset'][0, 0])\nprint('total', sum(x))")
+LOAD = (
+    "import scipy.io\nx = list(pd.read_csv(data.counts)['n'])\nx[2] += int(np.load(data.extra).sum())\n"
+    "x[0] += int(scipy.io.loadmat(data.offsets)['offset'][0, 0])\nprint('total', sum(x))"
+)
 
 
 def data_files(folder: Path) -> list[Path]:
@@ -108,10 +113,23 @@ def script(protocol: str) -> list[Any]:
 def test_plan_nodes_speak_the_protocol(protocol: str, openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(*script(protocol))
     notebook = tmp_path / "plan.ipynb"
-    with Agent(model="m", base_url=openai_server.base_url, api_key="sk-test", protocol=protocol,
-               vision=protocol == "tools", model_options={"max_retries": 0}) as agent:
-        events = list(agent.stream_plan("Sum and plot", data_files(tmp_path / "in"), tmp_path / "run", notebook,
-                                        options=PlanOptions(max_fix_attempts=1)))
+    with Agent(
+        model="m",
+        base_url=openai_server.base_url,
+        api_key="sk-test",
+        protocol=protocol,
+        vision=protocol == "tools",
+        model_options={"max_retries": 0},
+    ) as agent:
+        events = list(
+            agent.stream_plan(
+                "Sum and plot",
+                data_files(tmp_path / "in"),
+                tmp_path / "run",
+                notebook,
+                options=PlanOptions(max_fix_attempts=1),
+            )
+        )
     assert openai_server.remaining == 0
     finished = {e.node_id: (e.status, e.attempts, e.figures) for e in events if isinstance(e, NodeFinished)}
     assert finished == {"load": ("done", 2, 0), "plot": ("done", 1, 1), "wrap": ("done", 1, 0)}

@@ -22,11 +22,14 @@ from kernel_agent.notebook.replay import replay
 
 pytestmark = pytest.mark.kernel
 
-PLAN = {"directions": ["descriptive"], "nodes": [
-    {"id": "load", "title": "Load"},
-    {"id": "double", "title": "Double it", "depends_on": ["load"]},
-    {"id": "sum_up", "title": "Sum up", "kind": "text", "depends_on": ["double"]},
-]}
+PLAN = {
+    "directions": ["descriptive"],
+    "nodes": [
+        {"id": "load", "title": "Load"},
+        {"id": "double", "title": "Double it", "depends_on": ["load"]},
+        {"id": "sum_up", "title": "Sum up", "kind": "text", "depends_on": ["double"]},
+    ],
+}
 
 
 def wait_for(condition: Callable[[], bool], what: str, limit: float = 60.0) -> None:
@@ -38,8 +41,18 @@ def wait_for(condition: Callable[[], bool], what: str, limit: float = 60.0) -> N
 
 
 def plan_cli(server: OpenAIServer, *args: str) -> list[str]:
-    return [sys.executable, "-m", "kernel_agent.cli", "plan", *args, "--model", "m", "--base-url", server.base_url,
-            "--json"]
+    return [
+        sys.executable,
+        "-m",
+        "kernel_agent.cli",
+        "plan",
+        *args,
+        "--model",
+        "m",
+        "--base-url",
+        server.base_url,
+        "--json",
+    ]
 
 
 def test_plan_killed_mid_run_resumes_from_its_state(openai_server: OpenAIServer, tmp_path: Path) -> None:
@@ -47,8 +60,11 @@ def test_plan_killed_mid_run_resumes_from_its_state(openai_server: OpenAIServer,
     openai_server.add(Reply(json.dumps(PLAN)))
     openai_server.add(Reply("```python\na = 21\nprint('a is', a)\n```"))
     openai_server.add(Reply("```python\nimport time\ntime.sleep(120)\n```"))
-    cli = subprocess.Popen(plan_cli(openai_server, "Double a number", "-w", str(workspace), "-o", str(notebook)),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    cli = subprocess.Popen(
+        plan_cli(openai_server, "Double a number", "-w", str(workspace), "-o", str(notebook)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         wait_for(lambda: len(openai_server.requests) == 3 and bool(kernels_of(cli.pid)), "the slow node to start")
         kernels = kernels_of(cli.pid)
@@ -66,8 +82,9 @@ def test_plan_killed_mid_run_resumes_from_its_state(openai_server: OpenAIServer,
 
     openai_server.add(Reply("```python\nb = a * 2\nprint('b is', b)\n```"))  # `a` comes from the rebuilt kernel
     openai_server.add(Reply("Doubling 21 gives 42."))
-    done = subprocess.run(plan_cli(openai_server, "--resume", str(notebook)), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        plan_cli(openai_server, "--resume", str(notebook)), capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     ready = next(e for e in events if e["event"] == "plan_ready")

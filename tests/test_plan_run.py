@@ -26,8 +26,13 @@ PLAN = {
         {"id": "stats", "title": "Mean", "depends_on": ["load"]},
         {"id": "broken", "title": "A task that cannot work"},
         {"id": "after_broken", "title": "Uses the broken task", "depends_on": ["broken"]},
-        {"id": "plot", "title": "Line plot", "kind": "visualisation", "purpose": "see the trend",
-         "depends_on": ["stats"]},
+        {
+            "id": "plot",
+            "title": "Line plot",
+            "kind": "visualisation",
+            "purpose": "see the trend",
+            "depends_on": ["stats"],
+        },
         {"id": "conclusion", "title": "Conclusion", "kind": "text", "depends_on": ["stats", "plot"]},
     ],
 }
@@ -48,8 +53,9 @@ REPLIES = [
     fence("print(undefined_name)"),
     fence("print(sum(base) / 0)"),
     fence("mean = sum(base) / len(base)\nprint('mean', mean)"),
-    fence("import matplotlib.pyplot as plt\nplt.plot(base)\nplt.title(f'mean {mean}')\nplt.show()\n"
-          "print('mean', mean)"),
+    fence(
+        "import matplotlib.pyplot as plt\nplt.plot(base)\nplt.title(f'mean {mean}')\nplt.show()\nprint('mean', mean)"
+    ),
     "The line wanders around its mean of 2.8.",
     "The mean of the numbers is 2.8; the plot shows no trend.",
 ]
@@ -58,16 +64,27 @@ REPLIES = [
 def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Path) -> None:
     notebook = tmp_path / "plan.ipynb"
     with Agent(chat_model=ScriptedChatModel(REPLIES)) as agent:
-        events = list(agent.stream_plan("Describe the numbers", workspace=tmp_path / "ws", notebook=notebook,
-                                        options=PlanOptions(max_fix_attempts=2)))
+        events = list(
+            agent.stream_plan(
+                "Describe the numbers",
+                workspace=tmp_path / "ws",
+                notebook=notebook,
+                options=PlanOptions(max_fix_attempts=2),
+            )
+        )
     notices = [e for e in events if isinstance(e, Notice)]
     assert len(notices) == 1 and "not valid JSON" in notices[0].message
     ready = next(e for e in events if isinstance(e, PlanReady))
     assert [n["id"] for n in ready.nodes] == ["load", "broken", "stats", "after_broken", "plot", "conclusion"]
     finished = {e.node_id: e for e in events if isinstance(e, NodeFinished)}
     assert {k: v.status for k, v in finished.items()} == {
-        "load": "done", "broken": "failed", "stats": "done", "after_broken": "skipped", "plot": "done",
-        "conclusion": "done"}
+        "load": "done",
+        "broken": "failed",
+        "stats": "done",
+        "after_broken": "skipped",
+        "plot": "done",
+        "conclusion": "done",
+    }
     assert finished["stats"].attempts == 3 and finished["broken"].attempts == 3
     assert "broken failed" in finished["after_broken"].reason
     assert finished["plot"].figures == 1
@@ -77,8 +94,10 @@ def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Pa
     assert done.counts == {"total": 6, "done": 4, "failed": 1, "skipped": 1, "pending": 0}
 
     state = PlanState.load(state_path(notebook))
-    assert state.results["stats"].failures == ("NameError: name 'undefined_name' is not defined",
-                                               "ZeroDivisionError: division by zero")
+    assert state.results["stats"].failures == (
+        "NameError: name 'undefined_name' is not defined",
+        "ZeroDivisionError: division by zero",
+    )
     assert state.results["broken"].failures[-1] == "the reply had no code"
     probe, load = state.results["load"].cells
     assert probe.probe and probe.outputs[0]["text"] == "42\n" and not load.probe
@@ -92,8 +111,14 @@ def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Pa
 
     nb = nbformat.read(notebook, as_version=4)
     headers = [c["source"] for c in nb["cells"] if c["cell_type"] == "markdown" and c["source"].startswith("## ")]
-    assert [h.splitlines()[0] for h in headers] == ["## Load the numbers", "## A task that cannot work", "## Mean",
-                                                     "## Uses the broken task", "## Line plot", "## Conclusion"]
+    assert [h.splitlines()[0] for h in headers] == [
+        "## Load the numbers",
+        "## A task that cannot work",
+        "## Mean",
+        "## Uses the broken task",
+        "## Line plot",
+        "## Conclusion",
+    ]
     code = [c["source"] for c in nb["cells"] if c["cell_type"] == "code"]
     assert "mean = sum(base) / len(base)\nprint('mean', mean)" in code and not any("raise" in c for c in code)
     page = Path(done.html).read_text()

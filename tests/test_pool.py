@@ -29,7 +29,9 @@ def test_acquire_gives_a_warm_kernel_bound_to_the_run_folder_and_never_reuses_it
             async with pool.acquire(tmp_path / "run1") as first:
                 assert (await first.evaluate({"m": "'pandas' in __import__('sys').modules"}))["m"] == "True"
                 # seaborn too (the setup cell imports it when installed: it brings scipy.stats, ~1 s), no name left
-                warmed = await first.evaluate({"sns": "'seaborn' in __import__('sys').modules", "left": "'seaborn' in dir()"})
+                warmed = await first.evaluate(
+                    {"sns": "'seaborn' in __import__('sys').modules", "left": "'seaborn' in dir()"}
+                )
                 assert warmed == {"sns": "True", "left": "False"}
                 await first.files.put([tmp_path / "data.csv"])
                 before = await first.files.snapshot()
@@ -162,14 +164,17 @@ def test_a_pooled_run_has_its_data_in_the_kernel_and_in_the_record_and_the_quota
     (1 MB here) counts what the run wrote, not a 3 MB data file."""
     data = tmp_path / "big.csv"
     data.write_text("x\n" + "7\n" * (1536 << 10))
-    code = ("import os\nprint(len(pd.read_csv(data.big)), oct(os.stat(data.big).st_mode & 0o777))\n"
-            "open('out.txt', 'w').write('made')")
+    code = (
+        "import os\nprint(len(pd.read_csv(data.big)), oct(os.stat(data.big).st_mode & 0o777))\n"
+        "open('out.txt', 'w').write('made')"
+    )
     openai_server.add(Reply("Rows.", tool_calls=(python_call(code),)), Reply("Done."))
 
     async def run() -> Any:
         async with KernelPool(size=1) as pool:
-            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool.acquire,
-                               disk_quota_mb=1)
+            agent = AsyncAgent(
+                model="m", base_url=openai_server.base_url, session_factory=pool.acquire, disk_quota_mb=1
+            )
             try:
                 return await agent.run("Count", [data], tmp_path / "run")
             finally:
@@ -197,8 +202,9 @@ def test_a_record_copy_that_fails_ends_the_run_with_its_round_kept(
         raise DataFileError(f"cannot copy {data} into {self.workspace}: No space left on device", path=str(data))
 
     monkeypatch.setattr(CheckedData, "install", no_space)
-    openai_server.add(Reply("Sum.", tool_calls=(python_call("print(int(pd.read_csv(data.numbers).x.sum()))"),)),
-                      Reply("Never asked."))
+    openai_server.add(
+        Reply("Sum.", tool_calls=(python_call("print(int(pd.read_csv(data.numbers).x.sum()))"),)), Reply("Never asked.")
+    )
 
     async def run() -> Any:
         async with KernelPool(size=1) as pool:

@@ -470,8 +470,11 @@ def test_tools_one_call() -> None:
         "role": "assistant",
         "content": "Counting rows.",
         "tool_calls": [
-            {"id": "call_a", "type": "function",
-             "function": {"name": "execute_python", "arguments": '{"code": "print(len(df))"}'}}
+            {
+                "id": "call_a",
+                "type": "function",
+                "function": {"name": "execute_python", "arguments": '{"code": "print(len(df))"}'},
+            }
         ],
     }
     feedback = protocol.feedback_messages(step, Feedback("3\n", (b64png(5, 5),)))
@@ -514,9 +517,13 @@ def test_tools_bad_arguments_still_answer_the_call(arguments: str, problem: str)
 
 
 def test_invalid_json_arguments_are_explained_with_the_parsers_message_and_position() -> None:
-    step = ToolsProtocol().parse(ModelReply("", tool_calls=(ToolCall("call_x", "execute_python", '{"code": "x = 1",}'),)))
-    assert step.problem == ("malformed tool arguments: invalid JSON (Expecting property name enclosed in double "
-                            "quotes: line 1 column 18 (char 17))")
+    step = ToolsProtocol().parse(
+        ModelReply("", tool_calls=(ToolCall("call_x", "execute_python", '{"code": "x = 1",}'),))
+    )
+    assert step.problem == (
+        "malformed tool arguments: invalid JSON (Expecting property name enclosed in double "
+        "quotes: line 1 column 18 (char 17))"
+    )
 
 
 def test_tools_unknown_tool() -> None:
@@ -536,7 +543,9 @@ def test_tools_several_calls_run_the_first_and_answer_all() -> None:
     assert [c["id"] for c in assistant["tool_calls"]] == ["c1", "c2", "c3"]
     feedback = protocol.feedback_messages(step, Feedback("ok\n"))
     assert [(m["tool_call_id"], m["content"].startswith("Not run")) for m in feedback] == [
-        ("c1", False), ("c2", True), ("c3", True)
+        ("c1", False),
+        ("c2", True),
+        ("c3", True),
     ]
     assert_valid_tool_history([assistant, *feedback, {"role": "assistant", "content": "done"}])
 
@@ -607,10 +616,17 @@ def test_only_the_chat_protocols_are_told_which_files_the_code_wrote() -> None:
     assert tagged == "<Execute>\nsaved\n[files written: plot.png (2048 bytes, created)]\n</Execute>"
 
 
-@pytest.mark.parametrize(("model", "expected"), [
-    ("DeepAnalyze-8B", "deepanalyze"), ("deepanalyze-8b", "deepanalyze"), ("RUC-DataLab/DeepAnalyze-8B", "deepanalyze"),
-    ("gpt-4o-mini", "tools"), (None, "tools"), ("my-deepanalyze-clone", "tools"),
-])
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("DeepAnalyze-8B", "deepanalyze"),
+        ("deepanalyze-8b", "deepanalyze"),
+        ("RUC-DataLab/DeepAnalyze-8B", "deepanalyze"),
+        ("gpt-4o-mini", "tools"),
+        (None, "tools"),
+        ("my-deepanalyze-clone", "tools"),
+    ],
+)
 def test_the_models_name_chooses_its_protocol_unless_one_is_asked_for(model: str | None, expected: str) -> None:
     from kernel_agent.agent.config import AgentConfig
 
@@ -626,9 +642,11 @@ def test_a_missing_module_is_answered_with_what_is_installed_that_does_the_job()
 
     installed = ("pandas 2.2.3", "numpy 2.1.0", "matplotlib 3.9.2", "scipy 1.14.1")
     assert module_hint("No module named 'seaborn'", installed) == (
-        "seaborn is not installed here (and cannot be installed); matplotlib 3.9.2 is.")
+        "seaborn is not installed here (and cannot be installed); matplotlib 3.9.2 is."
+    )
     assert module_hint("No module named 'sklearn.linear_model'", installed).startswith(
-        "sklearn is not installed here (and cannot be installed); scipy 1.14.1 or numpy 2.1.0 is")
+        "sklearn is not installed here (and cannot be installed); scipy 1.14.1 or numpy 2.1.0 is"
+    )
     assert "use what is: pandas 2.2.3" in module_hint("No module named 'weird_thing'", installed)
     assert module_hint("something else", installed) == ""
     assert "seaborn" in missing(installed) and "pandas" not in missing(installed)
@@ -640,12 +658,17 @@ def test_a_missing_module_is_answered_with_what_is_installed_that_does_the_job()
 def _two_turn_run() -> Run:
     def ran(index: int, code: str, printed: str, thought: str) -> Round:
         result = ExecutionResult("ok", outputs=({"output_type": "stream", "name": "stdout", "text": printed},))
-        return Round(index, reply=f"<Analyze>{thought}</Analyze>\n<Code>\n{code}\n", reasoning=thought, code=code,
-                     result=result)
+        return Round(
+            index, reply=f"<Analyze>{thought}</Analyze>\n<Code>\n{code}\n", reasoning=thought, code=code, result=result
+        )
 
-    rounds = (ran(1, "x = 6", "", "Set x."), ran(2, "print(x * 7)", "42\n", "Multiply."),
-              Round(3, reply="<Answer>42</Answer>", answer="42"),
-              ran(4, "print(x * 14)", "84\n", "Double."), Round(5, reply="<Answer>84</Answer>", answer="84"))
+    rounds = (
+        ran(1, "x = 6", "", "Set x."),
+        ran(2, "print(x * 7)", "42\n", "Multiply."),
+        Round(3, reply="<Answer>42</Answer>", answer="42"),
+        ran(4, "print(x * 14)", "84\n", "Double."),
+        Round(5, reply="<Answer>84</Answer>", answer="84"),
+    )
     turns = (Turn("What is 6*7?", 1, 3, answer="42"),)
     info = RunInfo(task="What is 6*7?\n\nFollow-up: Double it", question="Double it")
     return Run(info=info, rounds=rounds, answer="84", turns=turns)
@@ -656,9 +679,11 @@ def test_deepanalyze_resume_replays_each_turn_as_its_server_would() -> None:
     messages = get_protocol("deepanalyze").resume_messages(ctx, _two_turn_run(), "Triple it")
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
     assert messages[0]["content"] == "What is 6*7?" and messages[2]["content"] == "Double it"
-    assert messages[1]["content"] == ("<Analyze>Set x.</Analyze>\n<Code>\nx = 6\n</Code>\n<Execute>\n[no output]\n"
-                                      "</Execute>\n<Analyze>Multiply.</Analyze>\n<Code>\nprint(x * 7)\n</Code>\n"
-                                      "<Execute>\n42\n</Execute>\n<Answer>42</Answer>")
+    assert messages[1]["content"] == (
+        "<Analyze>Set x.</Analyze>\n<Code>\nx = 6\n</Code>\n<Execute>\n[no output]\n"
+        "</Execute>\n<Analyze>Multiply.</Analyze>\n<Code>\nprint(x * 7)\n</Code>\n"
+        "<Execute>\n42\n</Execute>\n<Answer>42</Answer>"
+    )
     assert messages[4]["content"].startswith("# Instruction\nTriple it\n\n# Data\nFile 1:\n")
 
 

@@ -26,16 +26,23 @@ def make_venv(root: Path, *packages: str) -> Path:
     subprocess.run([str(BASE), "-m", "venv", str(root)], check=True, timeout=300)
     python = root / "bin" / "python"
     if packages:
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages],
-                       check=True, timeout=900)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *packages],
+            check=True,
+            timeout=900,
+        )
     return python
 
 
 @pytest.fixture(scope="module")
 def other(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = make_venv(tmp_path_factory.mktemp("other") / "venv", "ipykernel")
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(purelib) / "env_marker.py").write_text("WHERE = 'the other environment'\n")
     return python
 
@@ -62,19 +69,36 @@ def test_an_environment_without_what_we_need_is_a_clear_error_before_any_model_c
     with pytest.raises(ConfigError, match="no such interpreter"):
         probe_python(str(tmp_path / "nope" / "python"))
     # the agent's setup cell needs pandas: said before the model (a port nothing listens on) is asked
-    args = ["run", "task", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--python", str(bare),
-            "--workspace", str(tmp_path / "ws")]
+    args = [
+        "run",
+        "task",
+        "--model",
+        "m",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--python",
+        str(bare),
+        "--workspace",
+        str(tmp_path / "ws"),
+    ]
     done = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert done.exit_code == 2 and "ipykernel is not installed" in done.output
 
 
-def test_a_kernelspec_pointing_at_the_other_environment(other: Path, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kernelspec_pointing_at_the_other_environment(
+    other: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = tmp_path / "jupyter" / "kernels" / "other-env"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(other), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Other env", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [str(other), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Other env",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
 
     with KernelSession(tmp_path / "ws", kernel_name="other-env") as session:
@@ -84,7 +108,17 @@ def test_a_kernelspec_pointing_at_the_other_environment(other: Path, tmp_path: P
         assert session.execute("import os\nos.getuid()").result_text == "1000"  # the same sandbox
         assert session.kernelspec == {"name": "other-env", "display_name": "Other env", "language": "python"}
     # without pandas there, a run is refused before any model call, naming the environment
-    args = ["run", "task", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--kernel", "other-env",
-            "--workspace", str(tmp_path / "ws2")]
+    args = [
+        "run",
+        "task",
+        "--model",
+        "m",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--kernel",
+        "other-env",
+        "--workspace",
+        str(tmp_path / "ws2"),
+    ]
     done = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert done.exit_code == 2 and "pandas not installed in" in done.output

@@ -65,10 +65,24 @@ def test_a_run_over_its_quota_ends_cleanly_with_every_round_kept(openai_server: 
     openai_server.add(Reply("Then smaller ones.", tool_calls=(python_call(MANY_FILES),)))
     openai_server.add(Reply("Never asked.", tool_calls=(python_call("print('no')"),)))
     workspace, notebook = tmp_path / "ws", tmp_path / "run.ipynb"
-    result = CliRunner().invoke(cli, [
-        "run", "Fill the disk", "--model", "m", "--base-url", openai_server.base_url, "--disk-quota", "8",
-        "--workspace", str(workspace), "--out", str(notebook), "--json",
-    ])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "Fill the disk",
+            "--model",
+            "m",
+            "--base-url",
+            openai_server.base_url,
+            "--disk-quota",
+            "8",
+            "--workspace",
+            str(workspace),
+            "--out",
+            str(notebook),
+            "--json",
+        ],
+    )
     assert result.exit_code == 1, result.output
     events = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
     assert events[-1]["event"] == "finished"

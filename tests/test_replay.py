@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import nbformat
@@ -32,7 +32,9 @@ from kernel_agent.records import Round, Run, RunInfo
 from kernel_agent.result import ErrorInfo, ExecutionResult, strip_ansi
 
 SALES = "a,b\n1,2\n3,4\n5,10\n7,7\n"
-SETUP = "import matplotlib\nmatplotlib.rcParams['figure.dpi'] = 50\nimport matplotlib.pyplot as plt\nimport pandas as pd"
+SETUP = (
+    "import matplotlib\nmatplotlib.rcParams['figure.dpi'] = 50\nimport matplotlib.pyplot as plt\nimport pandas as pd"
+)
 CODES = {
     1: "df = pd.read_csv('sales.csv')\nprint('rows:', len(df))\ndf.describe()",
     2: "df['ratio'] = df['a'] / df['b']\ndf['missing'].sum()",  # raises after changing df
@@ -64,7 +66,7 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
 
 
 def test_normalise_text_hides_what_changes_between_runs() -> None:
-    anchor = datetime(2025, 1, 2, 10, 0, tzinfo=timezone.utc)
+    anchor = datetime(2025, 1, 2, 10, 0, tzinfo=UTC)
     text = (
         "[<matplotlib.lines.Line2D at 0x7f3a2c1d5e10>]\n"
         "took 1.25 s; 340 ms per step; "
@@ -240,8 +242,10 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         Round(5, reply="r5", reasoning="Plot it.", code=CODES[5], result=results[5]),
         Round(6, reply="r6", reasoning="Done.", answer="2.75"),
     )
-    now = datetime.now(timezone.utc).isoformat()
-    info = RunInfo("Sum the ratios", data_files=("sales.csv",), workspace=str(workspace), setup_code=SETUP, started_at=now)
+    now = datetime.now(UTC).isoformat()
+    info = RunInfo(
+        "Sum the ratios", data_files=("sales.csv",), workspace=str(workspace), setup_code=SETUP, started_at=now
+    )
     run = Run(info, rounds, answer="2.75", stop_reason="answer", setup_result=result_of(cells[0]), finished_at=now)
     assert results[2].status == "error" and len(results[5].images) == 1  # the recording itself is what we meant
     out = tmp_path_factory.mktemp("runs")

@@ -14,7 +14,6 @@ from typing import Any
 import nbformat
 import pytest
 from click.testing import CliRunner, Result
-
 from openai_server import OpenAIServer, Reply
 
 from kernel_agent import Agent
@@ -95,7 +94,9 @@ def test_a_forged_notebook_never_chooses_the_folder_or_the_files(tmp_path: Path,
     assert run.answer == "done"
     listing = run.rounds[-2].result.stdout  # type: ignore[union-attr]
     assert "ran" in listing and "data.csv" not in listing  # the setup cell ran, in a folder without the link's file
-    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"] and (victim / "keep.txt").read_text() == "host data\n"
+    assert (
+        sorted(p.name for p in victim.iterdir()) == ["keep.txt"] and (victim / "keep.txt").read_text() == "host data\n"
+    )
     assert private.stat().st_mode & 0o777 == 0o600
     (workspace,) = [p for p in folder.iterdir() if p.is_dir()]
     assert workspace.name.startswith("run-") and (workspace / "ran").read_text() == "ran"
@@ -108,21 +109,23 @@ def test_a_run_cannot_rewrite_its_own_record_and_resume_continues_elsewhere(
 ) -> None:
     """Model code tries to rewrite the run's notebook, beside its workspace, during the run and from a thread
     that lives on after the last save: it is out of the kernel's reach, so the record stays the run's own."""
-    attack = ("import os, threading, time\n"
-              "target = os.path.join('..', os.path.basename(os.getcwd()) + '.ipynb')\n"
-              "def forge():\n"
-              "    try:\n"
-              "        open(target, 'w').write('{}')\n"
-              "        open(os.path.join('..', 'planted.txt'), 'w').write('x')\n"
-              "        return 'wrote'\n"
-              "    except OSError as exc:\n"
-              "        return type(exc).__name__\n"
-              "print(forge())\n"
-              "def keep_trying():\n"
-              "    for _ in range(200):\n"
-              "        forge(); time.sleep(0.01)\n"
-              "threading.Thread(target=keep_trying, daemon=True).start()\n"
-              "secret = 41")
+    attack = (
+        "import os, threading, time\n"
+        "target = os.path.join('..', os.path.basename(os.getcwd()) + '.ipynb')\n"
+        "def forge():\n"
+        "    try:\n"
+        "        open(target, 'w').write('{}')\n"
+        "        open(os.path.join('..', 'planted.txt'), 'w').write('x')\n"
+        "        return 'wrote'\n"
+        "    except OSError as exc:\n"
+        "        return type(exc).__name__\n"
+        "print(forge())\n"
+        "def keep_trying():\n"
+        "    for _ in range(200):\n"
+        "        forge(); time.sleep(0.01)\n"
+        "threading.Thread(target=keep_trying, daemon=True).start()\n"
+        "secret = 41"
+    )
     openai_server.add(Reply(f"<Code>{attack}</Code>"))
     openai_server.add(Reply("<Answer>done</Answer>"))
     openai_server.add(Reply("<Code>print(secret + 1)</Code>"))

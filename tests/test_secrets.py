@@ -144,9 +144,24 @@ def test_a_run_leaves_the_key_in_no_artifact(openai_server: OpenAIServer, tmp_pa
     key_file = tmp_path / "key.txt"
     key_file.write_text(KEY + "\n")
     workspace, notebook = tmp_path / "ws", tmp_path / "run.ipynb"
-    command = [sys.executable, "-m", "kernel_agent.cli", "run", "Find the key", "--model", "m",
-               "--base-url", openai_server.base_url, "--api-key-file", str(key_file),
-               "--workspace", str(workspace), "--out", str(notebook), "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "kernel_agent.cli",
+        "run",
+        "Find the key",
+        "--model",
+        "m",
+        "--base-url",
+        openai_server.base_url,
+        "--api-key-file",
+        str(key_file),
+        "--workspace",
+        str(workspace),
+        "--out",
+        str(notebook),
+        "--json",
+    ]
     environment = {k: v for k, v in __import__("os").environ.items() if k != "OPENAI_API_KEY"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=environment)
 

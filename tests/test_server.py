@@ -22,8 +22,9 @@ BOB = {"Authorization": "Bearer bob-key"}
 
 @pytest.fixture(scope="module")
 def server(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
-    with ServiceServer(tmp_path_factory.mktemp("service"), model.base_url, keys={"alice-key", "bob-key"},
-                       max_upload_bytes=4096) as running:
+    with ServiceServer(
+        tmp_path_factory.mktemp("service"), model.base_url, keys={"alice-key", "bob-key"}, max_upload_bytes=4096
+    ) as running:
         yield running
 
 
@@ -58,7 +59,10 @@ def upload(client: httpx.Client, name: str, content: bytes) -> dict[str, Any]:
 def test_info_is_open_and_everything_else_needs_a_key(server: ServiceServer) -> None:
     info = httpx.get(server.url + "/v1/info").json()
     assert info["auth"] is True and info["default_model"] == "scripted-test-model" and "tools" in info["protocols"]
-    assert info["max_upload_bytes"] == 4096 and info["stop_words"]["max_rounds"] == "stopped at the maximum number of rounds"
+    assert (
+        info["max_upload_bytes"] == 4096
+        and info["stop_words"]["max_rounds"] == "stopped at the maximum number of rounds"
+    )
     assert httpx.get(server.url + "/v1/threads").status_code == 401
     assert httpx.get(server.url + "/v1/threads", headers={"Authorization": "Bearer wrong"}).status_code == 401
     page = httpx.get(server.url + "/")
@@ -71,7 +75,9 @@ def test_a_run_streams_events_and_its_notebook_report_and_files_download(
 ) -> None:
     uploaded = upload(client, "../../numbers.csv", b"x,y\n1,2\n3,4\n")
     assert uploaded["filename"] == "numbers.csv" and uploaded["bytes"] == 12
-    code = "frame = pd.read_csv(data.numbers)\ntotal = int(frame.x.sum())\nframe.to_csv('out.csv')\nprint('total', total)"
+    code = (
+        "frame = pd.read_csv(data.numbers)\ntotal = int(frame.x.sum())\nframe.to_csv('out.csv')\nprint('total', total)"
+    )
     model.add(Reply("Sum it.", tool_calls=(python_call(code),)), Reply("The total is 4."))
     run = client.post("/v1/runs", json={"task": "Sum x", "file_ids": [uploaded["id"]]}).json()
     assert run["status"] == "running" and run["thread_id"]
@@ -85,7 +91,9 @@ def test_a_run_streams_events_and_its_notebook_report_and_files_download(
     assert record["status"] == "completed" and record["answer"] == "The total is 4." and "owner" not in record
     assert seen[-1][1]["run"]["status"] == "completed" and record["model"] == "scripted-test-model"
     assert 0 < record["elapsed_s"] == client.get(f"/v1/runs/{run['id']}").json()["elapsed_s"]  # recorded, not ticking
-    assert record["files"] == [{"name": "out.csv", "size": record["files"][0]["size"], "url": record["files"][0]["url"]}]
+    assert record["files"] == [
+        {"name": "out.csv", "size": record["files"][0]["size"], "url": record["files"][0]["url"]}
+    ]
     assert client.get(record["files"][0]["url"]).text.startswith(",x,y")
     notebook = nbformat.reads(client.get(record["notebook_url"]).text, as_version=4)
     assert "model-secret-key" not in json.dumps(notebook)
@@ -98,8 +106,7 @@ def test_a_run_streams_events_and_its_notebook_report_and_files_download(
 
 @pytest.mark.kernel
 def test_a_follow_up_runs_in_the_threads_live_kernel(client: httpx.Client, model: OpenAIServer) -> None:
-    model.add(Reply("Set.", tool_calls=(python_call("import os\nkept = 20 + 1\npid = os.getpid()"),)),
-              Reply("Set it."))
+    model.add(Reply("Set.", tool_calls=(python_call("import os\nkept = 20 + 1\npid = os.getpid()"),)), Reply("Set it."))
     first = client.post("/v1/runs", json={"task": "Set kept"}).json()
     events(client, first["id"])
     model.add(Reply("Use.", tool_calls=(python_call("print(kept * 2, os.getpid() == pid)"),)), Reply("42."))
@@ -145,8 +152,13 @@ def test_keys_see_only_their_own_files_threads_and_runs(client: httpx.Client, mo
     model.add(Reply("Done."))
     run = client.post("/v1/runs", json={"task": "Nothing"}).json()
     events(client, run["id"])
-    for path in (f"/v1/runs/{run['id']}", f"/v1/threads/{run['thread_id']}", f"/v1/files/{uploaded['id']}",
-                 f"/v1/threads/{run['thread_id']}/notebook", f"/v1/runs/{run['id']}/events"):
+    for path in (
+        f"/v1/runs/{run['id']}",
+        f"/v1/threads/{run['thread_id']}",
+        f"/v1/files/{uploaded['id']}",
+        f"/v1/threads/{run['thread_id']}/notebook",
+        f"/v1/runs/{run['id']}/events",
+    ):
         assert client.get(path, headers=BOB).status_code == 404, path
     assert client.get("/v1/threads", headers=BOB).json()["threads"] == []
     refused = client.post("/v1/runs", json={"task": "x", "file_ids": [uploaded["id"]]}, headers=BOB)
@@ -160,7 +172,9 @@ def test_bad_requests_get_clear_errors_and_change_nothing(client: httpx.Client) 
     assert client.post("/v1/runs", json={"task": "x", "thread_id": "thread-nope"}).status_code == 404
     assert client.post("/v1/runs", json={"task": ""}).status_code == 422
     assert client.post("/v1/runs", json={"task": "x", "protocol": "telepathy"}).status_code == 422
-    assert client.post("/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"}).status_code == 422
+    assert (
+        client.post("/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"}).status_code == 422
+    )
     too_big = client.post("/v1/files", files={"file": ("big.csv", b"x" * 5000, "text/csv")})
     assert too_big.status_code == 413
     empty = client.post("/v1/files", files={"file": ("empty.csv", b"", "text/csv")})
@@ -174,8 +188,10 @@ def test_bad_requests_get_clear_errors_and_change_nothing(client: httpx.Client) 
 def test_an_oversized_body_is_refused_before_it_is_read(server: ServiceServer, client: httpx.Client) -> None:
     # Declares 10 GB and sends none of it: only a check on the declared length can answer at all.
     with socket.create_connection(("127.0.0.1", server.port), timeout=60) as raw:
-        raw.sendall(b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n"
-                    b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 10000000000\r\n\r\n")
+        raw.sendall(
+            b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 10000000000\r\n\r\n"
+        )
         answer = raw.makefile("rb").read().decode()  # the server closes after its answer
     assert answer.startswith("HTTP/1.1 413") and "byte limit" in answer
     # No length, chunked: cut off once it passes the limit (4096 + 1 MiB of slack), not read to the end.
@@ -183,13 +199,15 @@ def test_an_oversized_body_is_refused_before_it_is_read(server: ServiceServer, c
 
     def chunks() -> Iterator[bytes]:
         nonlocal sent
-        yield b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.csv\"\r\n\r\n"
+        yield b'--b\r\nContent-Disposition: form-data; name="file"; filename="big.csv"\r\n\r\n'
         while sent < 64 << 20:
             sent += 1 << 16
             yield b"x" * (1 << 16)
 
     try:
-        refused = client.post("/v1/files", content=chunks(), headers={"Content-Type": "multipart/form-data; boundary=b"})
+        refused = client.post(
+            "/v1/files", content=chunks(), headers={"Content-Type": "multipart/form-data; boundary=b"}
+        )
     except httpx.TransportError:
         pass  # the 413 was sent, but closing on an unread body resets the connection before some clients read it
     else:
@@ -213,7 +231,9 @@ def test_deleting_a_thread_removes_its_kernel_workspace_and_runs(client: httpx.C
 
 
 @pytest.mark.kernel
-def test_a_model_failure_ends_the_run_as_failed_with_its_notebook_kept(client: httpx.Client, model: OpenAIServer) -> None:
+def test_a_model_failure_ends_the_run_as_failed_with_its_notebook_kept(
+    client: httpx.Client, model: OpenAIServer
+) -> None:
     model.add(Reply("Set.", tool_calls=(python_call("x = 1"),)), context_length_error())
     run = client.post("/v1/runs", json={"task": "Overflow"}).json()
     finished = events(client, run["id"])[-1][1]["run"]

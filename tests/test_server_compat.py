@@ -47,7 +47,8 @@ def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
     code = "frame = pd.read_csv(data.sales)\ntotal = int(frame.amount.sum())\nframe.to_csv('summary.csv')\nprint(total)"
     model.add(Reply("Read and sum.", tool_calls=(python_call(code),)), Reply("The total is 8."))
     first = client.chat.completions.create(
-        model="DeepAnalyze-8B", messages=[{"role": "user", "content": "Total amount?", "file_ids": [data.id]}],
+        model="DeepAnalyze-8B",
+        messages=[{"role": "user", "content": "Total amount?", "file_ids": [data.id]}],
     )
     message = first.choices[0].message
     assert message.content.index("<Code>") < message.content.index("<Execute>\n8") < message.content.index("<Answer>")
@@ -62,9 +63,13 @@ def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
 
     model.add(Reply("Double.", tool_calls=(python_call("print(total * 2)"),)), Reply("Doubled: 16."))
     stream = client.chat.completions.create(
-        model="DeepAnalyze-8B", stream=True,
-        messages=[{"role": "user", "content": "Total amount?"}, {"role": "assistant", "content": message.content},
-                  {"role": "user", "content": "Double it", "thread_id": thread_id}],
+        model="DeepAnalyze-8B",
+        stream=True,
+        messages=[
+            {"role": "user", "content": "Total amount?"},
+            {"role": "assistant", "content": message.content},
+            {"role": "user", "content": "Double it", "thread_id": thread_id},
+        ],
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -77,12 +82,16 @@ def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
 
 
 @pytest.mark.kernel
-def test_deepanalyze_protocol_streams_the_models_own_tags(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_deepanalyze_protocol_streams_the_models_own_tags(
+    model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     # serve --model DeepAnalyze-8B alone: the model's name chooses its protocol
     agent = {"model": "DeepAnalyze-8B", "protocol": None}
     with ServiceServer(tmp_path_factory.mktemp("da"), model.base_url, keys={KEY}, agent=agent) as running:
-        model.add(Reply("<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n", stop_reason="</Code>"),
-                  Reply("<Answer>It is 42.</Answer>"))
+        model.add(
+            Reply("<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n", stop_reason="</Code>"),
+            Reply("<Answer>It is 42.</Answer>"),
+        )
         with openai.OpenAI(base_url=running.url + "/v1", api_key=KEY, max_retries=0) as sdk:
             reply = sdk.chat.completions.create(model="DeepAnalyze-8B", messages=[{"role": "user", "content": "6*7?"}])
     assert reply.choices[0].message.content == (
@@ -95,7 +104,9 @@ def test_deepanalyze_protocol_streams_the_models_own_tags(model: OpenAIServer, t
 def test_bad_chat_requests_get_clear_errors(client: openai.OpenAI) -> None:
     """Each refusal reaches the SDK in OpenAI's error shape, so its exception prints the reason."""
     with pytest.raises(openai.NotFoundError) as missing:
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x", "thread_id": "thread-nope"}])
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x", "thread_id": "thread-nope"}]
+        )
     assert str(missing.value) == "Error code: 404 - no thread thread-nope" and missing.value.code == "not_found"
     with pytest.raises(openai.UnprocessableEntityError) as unusable:
         client.chat.completions.create(model="m", messages=[{"role": "system", "content": "only a system message"}])
@@ -116,11 +127,15 @@ def test_a_tagged_protocol_passes_through_once(protocol: str) -> None:
     """The model already writes <Analyze>/<Code>/<Answer>: the transcript has each once, never nested."""
     writer = TagWriter(protocol)
     reply = "<Analyze>Look.</Analyze>\n<Code>\n```python\nprint(1)\n```\n</Code>"
-    events = [{"event": "round_started"}, {"event": "text_delta", "text": reply},
-              {"event": "code_ready", "code": "print(1)", "reasoning": "Look."},
-              {"event": "execution_finished", "result": {"text": "1\n"}},
-              {"event": "round_started"}, {"event": "text_delta", "text": "<Answer>one</Answer>"},
-              {"event": "answer", "answer": "one"}]
+    events = [
+        {"event": "round_started"},
+        {"event": "text_delta", "text": reply},
+        {"event": "code_ready", "code": "print(1)", "reasoning": "Look."},
+        {"event": "execution_finished", "result": {"text": "1\n"}},
+        {"event": "round_started"},
+        {"event": "text_delta", "text": "<Answer>one</Answer>"},
+        {"event": "answer", "answer": "one"},
+    ]
     text = "".join(writer.feed(event) for event in events)
     assert text.count("print(1)") == 1 and text.count("<Analyze>") == 1 and text.count("<Answer>") == 1
     assert "<Analyze>\n<Analyze>" not in text and "<Execute>" in text
@@ -134,38 +149,55 @@ def test_a_deepanalyze_thread_replays_its_turns_and_marks_a_rejected_reply(
     the first turn as DeepAnalyze's server sends it: the question, then the assistant's own tagged turn."""
     agent = {"model": "DeepAnalyze-8B", "protocol": None}
     with ServiceServer(tmp_path_factory.mktemp("da2"), model.base_url, keys={KEY}, agent=agent) as running:
-        model.add(Reply("I will just think about it."),
-                  Reply("<Analyze>Compute.</Analyze>\n<Code>\nanswer = 6 * 7\nprint(answer)\n", stop_reason="</Code>"),
-                  Reply("<Answer>It is 42.</Answer>"))
+        model.add(
+            Reply("I will just think about it."),
+            Reply("<Analyze>Compute.</Analyze>\n<Code>\nanswer = 6 * 7\nprint(answer)\n", stop_reason="</Code>"),
+            Reply("<Answer>It is 42.</Answer>"),
+        )
         with openai.OpenAI(base_url=running.url + "/v1", api_key=KEY, max_retries=0) as sdk:
-            chunks = list(sdk.chat.completions.create(model="DeepAnalyze-8B", stream=True,
-                                                      messages=[{"role": "user", "content": "6*7?"}]))
+            chunks = list(
+                sdk.chat.completions.create(
+                    model="DeepAnalyze-8B", stream=True, messages=[{"role": "user", "content": "6*7?"}]
+                )
+            )
             text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             thread_id = (chunks[-1].model_extra or {})["thread_id"]
             model.add(Reply("<Answer>Doubled: 84.</Answer>"))
-            sdk.chat.completions.create(model="DeepAnalyze-8B", messages=[
-                {"role": "user", "content": "6*7?"}, {"role": "assistant", "content": text},
-                {"role": "user", "content": "Double it", "thread_id": thread_id}])
+            sdk.chat.completions.create(
+                model="DeepAnalyze-8B",
+                messages=[
+                    {"role": "user", "content": "6*7?"},
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": "Double it", "thread_id": thread_id},
+                ],
+            )
     assert text.startswith("I will just think about it.\n[reply rejected: no <Code> or <Answer> tag]\n<Analyze>")
     follow_up = model.requests[-1]["messages"]
     assert [m["role"] for m in follow_up] == ["user", "assistant", "user"]
     assert follow_up[0]["content"] == "6*7?"
-    assert follow_up[1]["content"] == ("<Analyze>Compute.</Analyze>\n<Code>\nanswer = 6 * 7\nprint(answer)\n</Code>\n"
-                                       "<Execute>\n42\n</Execute>\n<Answer>It is 42.</Answer>")
+    assert follow_up[1]["content"] == (
+        "<Analyze>Compute.</Analyze>\n<Code>\nanswer = 6 * 7\nprint(answer)\n</Code>\n"
+        "<Execute>\n42\n</Execute>\n<Answer>It is 42.</Answer>"
+    )
     assert follow_up[2]["content"].startswith("# Instruction\nDouble it")
 
 
 @pytest.mark.parametrize("protocol", ["tags", "tools"])
 def test_a_rejected_reply_is_marked_not_glued_to_the_next(protocol: str) -> None:
     writer = TagWriter(protocol)
-    events = [{"event": "round_started"}, {"event": "text_delta", "text": "Let me think."},
-              {"event": "notice", "message": "round 1: no <Code> or <Answer> tag", "round": 1},
-              {"event": "round_finished", "round": {"status": "no-code", "problem": "no <Code> or <Answer> tag"}},
-              {"event": "round_started"},
-              {"event": "text_delta", "text": "<Answer>done</Answer>" if protocol == "tags" else "done"},
-              {"event": "answer", "answer": "done"}]
+    events = [
+        {"event": "round_started"},
+        {"event": "text_delta", "text": "Let me think."},
+        {"event": "notice", "message": "round 1: no <Code> or <Answer> tag", "round": 1},
+        {"event": "round_finished", "round": {"status": "no-code", "problem": "no <Code> or <Answer> tag"}},
+        {"event": "round_started"},
+        {"event": "text_delta", "text": "<Answer>done</Answer>" if protocol == "tags" else "done"},
+        {"event": "answer", "answer": "done"},
+    ]
     text = "".join(writer.feed(event) for event in events)
-    assert text.index("Let me think.") < text.index("\n[reply rejected: no <Code> or <Answer> tag]\n") < text.index("done")
+    assert (
+        text.index("Let me think.") < text.index("\n[reply rejected: no <Code> or <Answer> tag]\n") < text.index("done")
+    )
     assert "Let me think.<Answer>" not in text and text.count("done") == 1
 
 
@@ -173,9 +205,12 @@ def test_a_partly_used_reply_is_marked_before_its_output() -> None:
     writer = TagWriter("deepanalyze")
     problem = "a second <Code> block was not run"
     reply = "<Code>\nprint(1)\n</Code>\n<Code>\nprint(2)\n</Code>"
-    events = [{"event": "round_started"}, {"event": "text_delta", "text": reply},
-              {"event": "notice", "message": f"round 1: {problem}", "round": 1},
-              {"event": "code_ready", "code": "print(1)", "reasoning": ""},
-              {"event": "execution_finished", "result": {"text": "1\n"}}]
+    events = [
+        {"event": "round_started"},
+        {"event": "text_delta", "text": reply},
+        {"event": "notice", "message": f"round 1: {problem}", "round": 1},
+        {"event": "code_ready", "code": "print(1)", "reasoning": ""},
+        {"event": "execution_finished", "result": {"text": "1\n"}},
+    ]
     text = "".join(writer.feed(event) for event in events)
     assert text.endswith(f"</Code>\n[about this reply: {problem}]\n\n<Execute>\n1\n</Execute>\n")

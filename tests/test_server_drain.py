@@ -51,12 +51,17 @@ def test_sigterm_lets_the_run_in_flight_finish_then_exits(openai_server: OpenAIS
                 if seen[-1]["event"] == "finished":
                     break
         assert seen[-1]["run"]["answer"] == "It is 42."
-        assert replica.process is not None and replica.process.wait(60) in (0, -signal.SIGTERM)  # uvicorn exits by the signal it got
+        assert replica.process is not None and replica.process.wait(60) in (
+            0,
+            -signal.SIGTERM,
+        )  # uvicorn exits by the signal it got
     lines = [json.loads(line) for line in replica.log.read_text().splitlines() if line.startswith("{")]
     ours = [line for line in lines if line.get("run_id") == run["id"]]
     runs_logged = ("kernel_agent.server.service", "kernel_agent.server.executor")  # admitted, then executed
     assert [line["message"].split()[-4:] for line in ours if line["logger"] in runs_logged] == [
-        ["started", "in", "thread", run["thread_id"]], ["completed", "after", "2", "rounds"]]
+        ["started", "in", "thread", run["thread_id"]],
+        ["completed", "after", "2", "rounds"],
+    ]
     assert all(line["thread_id"] == run["thread_id"] for line in ours)
     assert any(line["message"].startswith("draining") for line in lines)
     with Replica(data, model.base_url, database=database) as again:

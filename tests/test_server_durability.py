@@ -29,8 +29,22 @@ def service(data_dir: Path, model_url: str) -> Iterator[tuple[subprocess.Popen[b
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "kernel_agent.cli", "serve", "--port", str(port), "--data-dir", str(data_dir),
-               "--model", "scripted-test-model", "--base-url", model_url, "--protocol", "tools"]
+    command = [
+        sys.executable,
+        "-m",
+        "kernel_agent.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--model",
+        "scripted-test-model",
+        "--base-url",
+        model_url,
+        "--protocol",
+        "tools",
+    ]
     env = {**os.environ, "KERNEL_AGENT_SERVER_KEYS": "durable-key"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=60)

@@ -50,8 +50,11 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def rows_of(database: str) -> str:
     """Every row of every table of ``database``, as one text."""
-    listing = ("SELECT name FROM sqlite_master WHERE type='table'" if database.startswith("sqlite")
-               else "SELECT tablename FROM pg_tables WHERE schemaname='public'")
+    listing = (
+        "SELECT name FROM sqlite_master WHERE type='table'"
+        if database.startswith("sqlite")
+        else "SELECT tablename FROM pg_tables WHERE schemaname='public'"
+    )
 
     async def read() -> str:
         engine = create_async_engine(database_url(database, "/"))
@@ -145,10 +148,13 @@ def test_a_database_from_before_keys_were_rows_imports_the_key_file_and_its_reco
         config.set_main_option("script_location", str(Path(kernel_agent.server.__file__).parent / "migrations"))
         config.attributes["connection"] = connection
         command.upgrade(config, "0003")
-        thread = ThreadRecord(id="thread-old", owner=owner_of("old-secret-key"), task="t", created_at="1",
-                              updated_at="1")
-        connection.execute(text("INSERT INTO threads (id, owner, status, body) VALUES (:id, :owner, 'idle', :body)"),
-                           {"id": thread.id, "owner": thread.owner, "body": thread.model_dump_json()})
+        thread = ThreadRecord(
+            id="thread-old", owner=owner_of("old-secret-key"), task="t", created_at="1", updated_at="1"
+        )
+        connection.execute(
+            text("INSERT INTO threads (id, owner, status, body) VALUES (:id, :owner, 'idle', :body)"),
+            {"id": thread.id, "owner": thread.owner, "body": thread.model_dump_json()},
+        )
         connection.execute(text("INSERT INTO meta (key, value) VALUES ('json_imported', '0')"))
     engine.dispose()
 
@@ -162,8 +168,9 @@ def test_a_database_from_before_keys_were_rows_imports_the_key_file_and_its_reco
     assert owner_of("old-secret-key") in stored and "old-secret-key" not in stored
 
     with ServiceServer(data, NO_MODEL, keys={"another-key"}) as server:  # no longer in the file: still a key
-        assert httpx.get(server.url + "/v1/threads",
-                         headers={"Authorization": "Bearer old-secret-key"}).status_code == 200
+        assert (
+            httpx.get(server.url + "/v1/threads", headers={"Authorization": "Bearer old-secret-key"}).status_code == 200
+        )
 
 
 def test_serve_starts_on_the_databases_keys_alone_and_refuses_with_none(tmp_path: Path) -> None:
@@ -188,13 +195,19 @@ def test_two_replicas_accept_a_key_added_through_the_cli_and_both_refuse_it_once
     database = postgres.database("replica_keys")
 
     def keys_cli(*args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "kernel_agent.cli", "keys", *args, "--database", database],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "kernel_agent.cli", "keys", *args, "--database", database],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done
 
-    with Replica(tmp_path / "data", NO_MODEL, database=database) as a, \
-            Replica(tmp_path / "data", NO_MODEL, database=database) as b:
+    with (
+        Replica(tmp_path / "data", NO_MODEL, database=database) as a,
+        Replica(tmp_path / "data", NO_MODEL, database=database) as b,
+    ):
         key = keys_cli("add", "--name", "bob").stdout.strip()
         as_bob = {"Authorization": f"Bearer {key}"}
         for replica in (a, b):

@@ -42,8 +42,20 @@ class ServeProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "KERNEL_AGENT_SERVER_KEYS": KEY, "OPENAI_API_KEY": MODEL_KEY}
-        command = [str(Path(sys.executable).parent / "kernel-agent"), "serve", "--port", str(self.port), "--data-dir",
-                   str(data_dir), "--model", "scripted-test-model", "--base-url", model_url, "--protocol", "tools"]
+        command = [
+            str(Path(sys.executable).parent / "kernel-agent"),
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(data_dir),
+            "--model",
+            "scripted-test-model",
+            "--base-url",
+            model_url,
+            "--protocol",
+            "tools",
+        ]
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the process; closed in stop()
         self.process = subprocess.Popen(command, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
@@ -102,21 +114,29 @@ def until_second_execution(client: httpx.Client, run_id: str) -> None:
     raise AssertionError("the run ended before its second execution started")
 
 
-def test_a_killed_server_loses_nothing_finished_and_a_follow_up_continues(
-    model: OpenAIServer, tmp_path: Path
-) -> None:
+def test_a_killed_server_loses_nothing_finished_and_a_follow_up_continues(model: OpenAIServer, tmp_path: Path) -> None:
     data = tmp_path / "data"
     first = ServeProcess(data, model.base_url)
     try:
         with httpx.Client(base_url=first.url, headers=AUTH, timeout=60) as client:
             upload = client.post("/v1/files", files={"file": ("sales.csv", b"amount\n5\n7\n", "text/csv")}).json()
-            model.add(Reply("Sum.", tool_calls=(python_call(
-                "frame = pd.read_csv(data.sales)\nframe.to_csv('summed.csv')\nprint(int(frame.amount.sum()))"),)),
-                Reply("The sum is 12."))
+            model.add(
+                Reply(
+                    "Sum.",
+                    tool_calls=(
+                        python_call(
+                            "frame = pd.read_csv(data.sales)\nframe.to_csv('summed.csv')\nprint(int(frame.amount.sum()))"
+                        ),
+                    ),
+                ),
+                Reply("The sum is 12."),
+            )
             done = client.post("/v1/runs", json={"task": "Sum the sales", "file_ids": [upload["id"]]}).json()
             assert events(client, done["id"])[-1]["event"] == "finished"
-            model.add(Reply("Keep.", tool_calls=(python_call("kept = 41\nprint('kept')"),)),
-                      Reply("Wait.", tool_calls=(python_call("import time\ntime.sleep(300)"),)))
+            model.add(
+                Reply("Keep.", tool_calls=(python_call("kept = 41\nprint('kept')"),)),
+                Reply("Wait.", tool_calls=(python_call("import time\ntime.sleep(300)"),)),
+            )
             killed = client.post("/v1/runs", json={"task": "Keep a value, then wait"}).json()
             until_second_execution(client, killed["id"])
         killed_pid = first.process.pid
@@ -139,8 +159,11 @@ def test_a_killed_server_loses_nothing_finished_and_a_follow_up_continues(
             outputs = [e["result"]["stdout"] for e in seen if e["event"] == "execution_finished"]
             assert "42\n" in outputs, seen  # the notebook's completed round was replayed into a new kernel
             assert client.get(f"/v1/runs/{follow.json()['id']}").json()["status"] == "completed"
-        assert not [d for d in Path(tempfile.gettempdir()).glob("kernel-agent-*")
-                    if (d / "owner.pid").exists() and (d / "owner.pid").read_text() == str(killed_pid)]
+        assert not [
+            d
+            for d in Path(tempfile.gettempdir()).glob("kernel-agent-*")
+            if (d / "owner.pid").exists() and (d / "owner.pid").read_text() == str(killed_pid)
+        ]
         second_pid = second.process.pid
     finally:
         second.stop()

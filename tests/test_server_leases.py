@@ -20,8 +20,9 @@ def test_a_sweep_never_drops_the_lease_of_a_run_starting_here_meanwhile(tmp_path
         await store.load()
         try:
             here, dead = Leases(store.engine, "replica-b", ttl=30), Leases(store.engine, "replica-a", ttl=-1)
-            store.save_thread(ThreadRecord(id="thread-1", owner="o", task="t", created_at="1", updated_at="1",
-                                           runs=["run-1"]))
+            store.save_thread(
+                ThreadRecord(id="thread-1", owner="o", task="t", created_at="1", updated_at="1", runs=["run-1"])
+            )
             store.save_run(RunRecord(id="run-1", owner="o", thread_id="thread-1", task="t", created_at="1"))
             await store.flush()
             assert await dead.take("thread-1")  # the dead replica's lease, expired already

@@ -18,8 +18,10 @@ pytestmark = pytest.mark.kernel
 @pytest.fixture(scope="module")
 def client(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     data = tmp_path_factory.mktemp("limits")
-    with ServiceServer(data, model.base_url, max_running=1, idle_ttl=1.0) as server, \
-            httpx.Client(base_url=server.url, timeout=60) as http:  # keys=None: auth off, one owner
+    with (
+        ServiceServer(data, model.base_url, max_running=1, idle_ttl=1.0) as server,
+        httpx.Client(base_url=server.url, timeout=60) as http,
+    ):  # keys=None: auth off, one owner
         yield http
 
 

@@ -14,8 +14,12 @@ from service_server import ServiceServer
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
-    with OpenAIServer() as model, ServiceServer(tmp_path_factory.mktemp("files"), model.base_url,
-                                                keys={"sdk-key", "other-key"}, max_upload_bytes=1024) as running:
+    with (
+        OpenAIServer() as model,
+        ServiceServer(
+            tmp_path_factory.mktemp("files"), model.base_url, keys={"sdk-key", "other-key"}, max_upload_bytes=1024
+        ) as running,
+    ):
         yield running
 
 
@@ -51,7 +55,9 @@ def test_the_sdk_sees_clear_errors(client: openai.OpenAI, server: ServiceServer)
             other.files.content(mine.id)
         assert str(hidden.value) == f"Error code: 404 - no file {mine.id}"
         assert mine.id not in [f.id for f in other.files.list()]
-    with (openai.OpenAI(base_url=server.url + "/v1", api_key="wrong-key", max_retries=0) as stranger,
-          pytest.raises(openai.AuthenticationError)):
+    with (
+        openai.OpenAI(base_url=server.url + "/v1", api_key="wrong-key", max_retries=0) as stranger,
+        pytest.raises(openai.AuthenticationError),
+    ):
         stranger.files.list()
     assert client.files.retrieve(mine.id).bytes == 4

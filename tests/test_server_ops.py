@@ -32,8 +32,11 @@ def server(openai_server: OpenAIServer, tmp_path: Path) -> Iterator[ServiceServe
 def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     response = httpx.get(url + "/metrics")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(response.text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
 
 
 def test_ready_is_true_only_at_the_current_migration(server: ServiceServer) -> None:
@@ -53,8 +56,10 @@ def test_ready_is_true_only_at_the_current_migration(server: ServiceServer) -> N
 
 
 def test_ready_follows_the_database_going_away_and_coming_back(openai_server: OpenAIServer, tmp_path: Path) -> None:
-    with PostgresServer() as postgres, \
-            ServiceServer(tmp_path / "data", openai_server.base_url, keys={"ops-key"}, database=postgres.url) as server:
+    with (
+        PostgresServer() as postgres,
+        ServiceServer(tmp_path / "data", openai_server.base_url, keys={"ops-key"}, database=postgres.url) as server,
+    ):
         assert httpx.get(server.url + "/ready").status_code == 200
         postgres.stop()
         gone = httpx.get(server.url + "/ready", timeout=30)
@@ -92,8 +97,11 @@ def test_metrics_count_runs_kernels_and_model_replies(server: ServiceServer, ope
 @pytest.mark.kernel
 def test_requests_at_once_never_start_more_runs_than_the_cap(openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(*[Reply("Done.", pause=3.0)] * 2)
-    with ServiceServer(tmp_path / "data", openai_server.base_url, keys={"ops-key"}, max_running=2) as server, \
-            httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as client, ThreadPoolExecutor(8) as pool:
+    with (
+        ServiceServer(tmp_path / "data", openai_server.base_url, keys={"ops-key"}, max_running=2) as server,
+        httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as client,
+        ThreadPoolExecutor(8) as pool,
+    ):
         codes = sorted(pool.map(lambda i: client.post("/v1/runs", json={"task": f"Run {i}"}).status_code, range(8)))
         assert codes == [201, 201] + [429] * 6  # each start takes a moment: all 8 arrive while 2 are starting
         assert len(client.get("/v1/threads").json()["threads"]) == 2

@@ -40,8 +40,10 @@ def wait_for_kernels(count: int) -> list[int]:
 
 
 def test_threads_run_on_pooled_kernels_keep_state_return_files_and_leave_nothing(tmp_path: Path) -> None:
-    with OpenAIServer() as model, ServiceServer(tmp_path / "data", model.base_url, keys={"pool-key"},
-                                                pool_size=1) as server:
+    with (
+        OpenAIServer() as model,
+        ServiceServer(tmp_path / "data", model.base_url, keys={"pool-key"}, pool_size=1) as server,
+    ):
         warm = wait_for_kernels(1)  # the pool fills at start-up, before any request
         with httpx.Client(base_url=server.url, headers=KEY, timeout=90) as client:
             code = "import os\nkept = 20 + 1\nopen('made.txt', 'w').write('from the pool')\nprint(os.getcwd())"
@@ -66,7 +68,18 @@ def test_serve_refuses_a_pool_larger_than_the_live_kernel_cap(tmp_path: Path) ->
 
     from kernel_agent.cli import cli
 
-    arguments = ["serve", "--data-dir", str(tmp_path), "--no-auth", "--model", "m", "--pool", "3", "--max-live-kernels", "2"]
+    arguments = [
+        "serve",
+        "--data-dir",
+        str(tmp_path),
+        "--no-auth",
+        "--model",
+        "m",
+        "--pool",
+        "3",
+        "--max-live-kernels",
+        "2",
+    ]
     result = CliRunner().invoke(cli, arguments)
     assert result.exit_code == 2 and "the pool size must be between 0 and max_threads_live (2)" in result.output
 
@@ -76,9 +89,12 @@ def test_threads_kernels_run_on_the_gateway_pooled_or_not_and_none_is_left(tmp_p
     with KernelGateway() as gateway, OpenAIServer() as model:
         where = {"gateway_url": gateway.url, "gateway_token": gateway.token}
         for pool_size in (1, 0):
-            with ServiceServer(tmp_path / f"data{pool_size}", model.base_url, keys={"pool-key"}, agent=where,
-                               pool_size=pool_size) as server, \
-                    httpx.Client(base_url=server.url, headers=KEY, timeout=90) as client:
+            with (
+                ServiceServer(
+                    tmp_path / f"data{pool_size}", model.base_url, keys={"pool-key"}, agent=where, pool_size=pool_size
+                ) as server,
+                httpx.Client(base_url=server.url, headers=KEY, timeout=90) as client,
+            ):
                 model.add(Reply("Set.", tool_calls=(python_call("kept = 21"),)), Reply("Set it."))
                 first = client.post("/v1/runs", json={"task": "Set kept"}).json()
                 assert finished(client, first["id"])[-1]["run"]["stop_reason"] != "llm_error"

@@ -28,11 +28,14 @@ def postgres() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
-def pair(postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path,
-         request: pytest.FixtureRequest) -> Iterator[tuple[Replica, Replica]]:
+def pair(
+    postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Replica, Replica]]:
     database = postgres.database(request.node.name.replace("[", "_").replace("]", "").lower()[:60])
-    with Replica(tmp_path / "data", openai_server.base_url, database=database) as a, \
-            Replica(tmp_path / "data", openai_server.base_url, database=database) as b:
+    with (
+        Replica(tmp_path / "data", openai_server.base_url, database=database) as a,
+        Replica(tmp_path / "data", openai_server.base_url, database=database) as b,
+    ):
         yield a, b
 
 
@@ -41,8 +44,10 @@ def test_a_run_started_on_one_replica_is_followed_and_continued_on_the_other(
 ) -> None:
     a, b = pair
     upload = b.client.post("/v1/files", files={"file": ("n.csv", b"x\n1\n2\n")}).json()
-    openai_server.add(Reply("Sum.", tool_calls=(python_call("total = int(pd.read_csv(data.n).x.sum())\nprint(total)"),)),
-                      Reply("The total is 3.", pause=1.0))
+    openai_server.add(
+        Reply("Sum.", tool_calls=(python_call("total = int(pd.read_csv(data.n).x.sum())\nprint(total)"),)),
+        Reply("The total is 3.", pause=1.0),
+    )
     run = a.client.post("/v1/runs", json={"task": "Sum x", "file_ids": [upload["id"]]}).json()  # B's upload, on A
 
     on_b = follow(b.client, run["id"])  # live from the database, while A runs it
@@ -70,13 +75,17 @@ def test_a_replica_killed_mid_round_is_taken_over_with_every_completed_round_and
 ) -> None:
     model, database = openai_server, postgres.database("takeover")
     fast = ("--lease-ttl", "2")
-    with Replica(tmp_path / "data", model.base_url, database=database, options=fast) as a, \
-            Replica(tmp_path / "data", model.base_url, database=database, options=fast) as b:
+    with (
+        Replica(tmp_path / "data", model.base_url, database=database, options=fast) as a,
+        Replica(tmp_path / "data", model.base_url, database=database, options=fast) as b,
+    ):
         model.add(Reply("Set.", tool_calls=(python_call("kept = 41 + 1"),)), Reply("Kept is 42."))
         done = a.client.post("/v1/runs", json={"task": "Set kept"}).json()
         follow(b.client, done["id"])
-        model.add(Reply("Next.", tool_calls=(python_call("second = kept + 1\nprint('ran once')"),)),
-                  Reply("never sent", pause=120))
+        model.add(
+            Reply("Next.", tool_calls=(python_call("second = kept + 1\nprint('ran once')"),)),
+            Reply("never sent", pause=120),
+        )
         flying = a.client.post("/v1/runs", json={"task": "More", "thread_id": done["thread_id"]}).json()
         follow(b.client, flying["id"], until="round_finished")  # round 1 is committed, as B sees it
         deadline = time.monotonic() + 30
@@ -117,10 +126,14 @@ def test_with_kernels_on_a_gateway_the_replica_taking_over_adopts_the_live_kerne
     with KernelGateway() as gateway:
         token_file.write_text(gateway.token)
         options = ("--lease-ttl", "2", "--gateway", gateway.url, "--gateway-token-file", str(token_file))
-        with Replica(tmp_path / "data", model.base_url, database=database, options=options) as a, \
-                Replica(tmp_path / "data", model.base_url, database=database, options=options) as b:
-            model.add(Reply("Draw.", tool_calls=(python_call("import random\ntoken = random.random()\nprint(token)"),)),
-                      Reply("Drawn."))
+        with (
+            Replica(tmp_path / "data", model.base_url, database=database, options=options) as a,
+            Replica(tmp_path / "data", model.base_url, database=database, options=options) as b,
+        ):
+            model.add(
+                Reply("Draw.", tool_calls=(python_call("import random\ntoken = random.random()\nprint(token)"),)),
+                Reply("Drawn."),
+            )
             done = a.client.post("/v1/runs", json={"task": "Draw a token"}).json()
             drawn = [e for _, e in follow(b.client, done["id"]) if e["event"] == "execution_finished"]
             token = drawn[0]["result"]["stdout"]
@@ -133,8 +146,9 @@ def test_with_kernels_on_a_gateway_the_replica_taking_over_adopts_the_live_kerne
                 time.sleep(0.05)
             a.kill()  # its kernel lives on, on the gateway
 
-            model.add(Reply("Again.", tool_calls=(python_call("print(token)\nprint(twice == token * 2)"),)),
-                      Reply("Same."))
+            model.add(
+                Reply("Again.", tool_calls=(python_call("print(token)\nprint(twice == token * 2)"),)), Reply("Same.")
+            )
             while True:  # 409 until the dead replica's lease has expired
                 more = b.client.post("/v1/runs", json={"task": "Token?", "thread_id": done["thread_id"]})
                 if more.status_code != 409:

@@ -24,8 +24,9 @@ class Lifespan:
     def __init__(self, app: Any) -> None:
         self.inbox: asyncio.Queue[dict] = asyncio.Queue()
         self.outbox: asyncio.Queue[dict] = asyncio.Queue()
-        self.task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
-                                            self.inbox.get, self.outbox.put))
+        self.task = asyncio.create_task(
+            app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, self.inbox.get, self.outbox.put)
+        )
 
     async def send(self, kind: str) -> str:
         await self.inbox.put({"type": f"lifespan.{kind}"})
@@ -68,6 +69,7 @@ def recording_app(events: list[str]) -> Any:
 
 def held_build(release: threading.Event, events: list[str]) -> Any:
     """A build that waits for ``release``, then gives a recording app (a slow import, held by the test)."""
+
     def build() -> Any:
         assert release.wait(30)
         return recording_app(events)
@@ -169,9 +171,23 @@ def _get(port: int, path: str) -> tuple[int, dict] | None:
 def test_kernel_agent_serve_answers_health_then_serves_and_stops_cleanly(tmp_path: Path) -> None:
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "kernel_agent.cli", "serve", "--no-auth", "--port", str(port), "--data-dir",
-         str(tmp_path / "data"), "--model", "m", "--base-url", "http://127.0.0.1:9/v1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "kernel_agent.cli",
+            "serve",
+            "--no-auth",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 60

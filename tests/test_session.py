@@ -153,8 +153,9 @@ def test_rebuild_reruns_successful_cells_after_death(tmp_path: Path) -> None:
         result = session.execute("import os\nos._exit(3)", timeout=30)
         assert result.status == "died"
         assert result.rebuilt_cells == (1, 3)  # labels are the session's execute calls
-        assert ("state rebuilt: re-ran 2 cells (1, 3); cell 2 was not re-run (it raised an error); "
-                "no names are missing") in result.note
+        assert (
+            "state rebuilt: re-ran 2 cells (1, 3); cell 2 was not re-run (it raised an error); no names are missing"
+        ) in result.note
         assert "names missing: none" in result.to_llm_text() and "were lost" not in result.to_llm_text()
         assert session.execute("derived").result_text == "10"
 
@@ -185,7 +186,9 @@ def test_workspace_is_the_cwd_and_is_created(tmp_path: Path) -> None:
         assert session.execute("import os; os.getcwd()").result_text == repr(str(workspace))
 
 
-def test_a_temp_dir_too_long_for_ipc_sockets_still_starts_a_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_temp_dir_too_long_for_ipc_sockets_still_starts_a_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     long_temp = tmp_path / ("t" * 60) / ("u" * 40)  # with ours, past a unix socket's 107 bytes
     long_temp.mkdir(parents=True)
     monkeypatch.setattr(tempfile, "tempdir", str(long_temp))
@@ -210,9 +213,11 @@ def test_kernel_never_sees_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("REDIS_URL", "redis://:redis-pw-1@cache:6379")
     monkeypatch.setenv("SENTRY_DSN", "https://sentry-pw-1@sentry.example/1")
     with KernelSession(tmp_path, allow_env=("ALLOWED_KEY",), env={"EXTRA": "1"}) as session:
-        seen = session.execute("import os; sorted(k for k in os.environ if k in "
-                               "{'OPENAI_API_KEY','MY_SERVICE_TOKEN','DB_PASSWORD','ALLOWED_KEY','HARMLESS','EXTRA',"
-                               "'LC_ALL'})")
+        seen = session.execute(
+            "import os; sorted(k for k in os.environ if k in "
+            "{'OPENAI_API_KEY','MY_SERVICE_TOKEN','DB_PASSWORD','ALLOWED_KEY','HARMLESS','EXTRA',"
+            "'LC_ALL'})"
+        )
         dump = session.execute("import os; print(repr(dict(os.environ)))").stdout
     assert seen.result_text == "['ALLOWED_KEY', 'EXTRA', 'LC_ALL']"
     for secret in ("sk-live-123", "hunter2", "mysql-pw-1", "ghp_pat1", "proxy-pw-1", "redis-pw-1", "sentry-pw-1"):

@@ -16,8 +16,20 @@ import pytest
 
 from kernel_agent.cli import cli
 
-HEAVY = ("nbformat", "jsonschema", "jupyter_client", "pandas", "numpy", "fastapi", "uvicorn", "mcp", "rich",
-         "openai", "zmq", "matplotlib")
+HEAVY = (
+    "nbformat",
+    "jsonschema",
+    "jupyter_client",
+    "pandas",
+    "numpy",
+    "fastapi",
+    "uvicorn",
+    "mcp",
+    "rich",
+    "openai",
+    "zmq",
+    "matplotlib",
+)
 
 
 def heavy_loaded_by(code: str) -> list[str]:
@@ -80,6 +92,8 @@ def test_the_mcp_server_answers_initialize_without_the_kernel_modules() -> None:
 
 def test_serve_binds_before_importing_the_app() -> None:
     """What ``kernel-agent serve`` imports before uvicorn binds; FastAPI and the rest load in a thread after."""
-    loaded = heavy_loaded_by("import kernel_agent.cli, kernel_agent.agent.config, kernel_agent.server.config, "
-                             "kernel_agent.server.run, uvicorn")
+    loaded = heavy_loaded_by(
+        "import kernel_agent.cli, kernel_agent.agent.config, kernel_agent.server.config, "
+        "kernel_agent.server.run, uvicorn"
+    )
     assert loaded == ["uvicorn"]

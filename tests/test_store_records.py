@@ -59,8 +59,9 @@ def thread(store: Store, loop: asyncio.AbstractEventLoop, thread_id: str) -> Pat
     return store.workspace(thread_id)
 
 
-def test_saves_land_in_order_and_a_restart_reads_them_back(store: Store, tmp_path: Path, database: str | None,
-                                                          loop: asyncio.AbstractEventLoop) -> None:
+def test_saves_land_in_order_and_a_restart_reads_them_back(
+    store: Store, tmp_path: Path, database: str | None, loop: asyncio.AbstractEventLoop
+) -> None:
     async def work() -> RunRecord:
         run = RunRecord(id="run_1", owner="o", thread_id="thread_1", task="t", created_at="2026-11-25")
         for rounds in range(1, 51):  # many saves of one record: the last one wins in the database too
@@ -97,17 +98,35 @@ def test_an_event_position_is_taken_once(store: Store, loop: asyncio.AbstractEve
     assert loop.run_until_complete(store.events("run_x")) == [{"event": "first"}]
 
 
-def test_a_json_data_dir_from_before_the_database_is_imported_once(tmp_path: Path, database: str | None,
-                                                                   loop: asyncio.AbstractEventLoop) -> None:
+def test_a_json_data_dir_from_before_the_database_is_imported_once(
+    tmp_path: Path, database: str | None, loop: asyncio.AbstractEventLoop
+) -> None:
     data = tmp_path / "data"  # today's layout, as the JSON store wrote it
     upload = FileRecord(id="file-1", owner="o", filename="kept.csv", bytes=4, purpose="assistants", created_at=1)
-    thread_record = ThreadRecord(id="thread-1", owner="o", task="t", status="completed", runs=["run-1"],
-                                 created_at="2026-01-01", updated_at="2026-01-01")
-    run = RunRecord(id="run-1", owner="o", thread_id="thread-1", task="t", status="completed", answer="42",
-                    rounds=1, created_at="2026-01-01")
-    for folder, name, record in ((data / "files" / "file-1", "meta.json", upload),
-                                 (data / "threads" / "thread-1", "thread.json", thread_record),
-                                 (data / "runs" / "run-1", "run.json", run)):
+    thread_record = ThreadRecord(
+        id="thread-1",
+        owner="o",
+        task="t",
+        status="completed",
+        runs=["run-1"],
+        created_at="2026-01-01",
+        updated_at="2026-01-01",
+    )
+    run = RunRecord(
+        id="run-1",
+        owner="o",
+        thread_id="thread-1",
+        task="t",
+        status="completed",
+        answer="42",
+        rounds=1,
+        created_at="2026-01-01",
+    )
+    for folder, name, record in (
+        (data / "files" / "file-1", "meta.json", upload),
+        (data / "threads" / "thread-1", "thread.json", thread_record),
+        (data / "runs" / "run-1", "run.json", run),
+    ):
         folder.mkdir(parents=True)
         (folder / name).write_text(record.model_dump_json())
     (data / "files" / "file-1" / "kept.csv").write_text("a\n1\n")
@@ -152,8 +171,9 @@ def test_an_unreachable_database_is_a_clear_error(tmp_path: Path, loop: asyncio.
     assert "hunter2" not in str(refused.value)
 
 
-def test_notebooks_in_an_old_workspace_move_beside_it(store: Store, tmp_path: Path,
-                                                      loop: asyncio.AbstractEventLoop) -> None:
+def test_notebooks_in_an_old_workspace_move_beside_it(
+    store: Store, tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
     old = thread(store, loop, "thread_old")
     (old / NOTEBOOK).write_text('{"cells": []}')
     (old / "analysis.clean.ipynb").write_text('{"clean": 1}')
@@ -179,5 +199,7 @@ def test_a_runs_elapsed_time_is_its_recorded_start_to_finish_or_to_now() -> None
     assert run.elapsed_s(now) == 30.0  # running: to the moment of asking
     run.finished_at = "2026-11-25T12:00:12.250+00:00"
     assert run.elapsed_s(now) == 12.25 and public(run)["elapsed_s"] == 12.25  # finished: what was recorded
-    assert RunRecord(id="r", owner="o", thread_id="t", task="t", created_at="2026-11-25T12:00:00").elapsed_s(now) == 30.0
+    assert (
+        RunRecord(id="r", owner="o", thread_id="t", task="t", created_at="2026-11-25T12:00:00").elapsed_s(now) == 30.0
+    )
     assert RunRecord(id="r", owner="o", thread_id="t", task="t", created_at="not a time").elapsed_s(now) is None

@@ -30,8 +30,11 @@ def test_python_tool_in_a_hand_written_openai_loop(openai_server: OpenAIServer, 
         assert body["messages"][-1]["content"] == "8\n"  # state persisted between the two calls
         return Reply("The reversed secret is aQue9ScN (8 characters).")
 
-    openai_server.add(Reply("", tool_calls=(python_call("reversed_secret = 'NcS9euQa'[::-1]\nreversed_secret",
-                                                        id="call_1"),)), second_call, final)
+    openai_server.add(
+        Reply("", tool_calls=(python_call("reversed_secret = 'NcS9euQa'[::-1]\nreversed_secret", id="call_1"),)),
+        second_call,
+        final,
+    )
     client = OpenAI(base_url=openai_server.base_url, api_key="test")
     messages: list[Any] = [{"role": "user", "content": "Reverse 'NcS9euQa' exactly and count it."}]
     with KernelSession(tmp_path) as session:
@@ -71,8 +74,11 @@ def test_python_tool_with_an_async_session(tmp_path: Path) -> None:
 
 def test_installed_kernelspec_starts_a_kernel_with_clean_output(tmp_path: Path) -> None:
     jupyter = Path(sys.executable).with_name("jupyter")
-    subprocess.run([str(jupyter), "kernelspec", "install", str(kernelspec_dir() / KERNEL_NAME), "--prefix",
-                    str(tmp_path)], check=True, capture_output=True)
+    subprocess.run(
+        [str(jupyter), "kernelspec", "install", str(kernelspec_dir() / KERNEL_NAME), "--prefix", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
     kernels = tmp_path / "share" / "jupyter" / "kernels"
     assert (kernels / KERNEL_NAME / "kernel.json").is_file()
     manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
@@ -82,8 +88,11 @@ def test_installed_kernelspec_starts_a_kernel_with_clean_output(tmp_path: Path) 
     try:
         client.wait_for_ready(timeout=60)
         outputs: list[dict[str, Any]] = []
-        client.execute_interactive("import matplotlib.pyplot as plt\nplt.plot([1, 2]);\n1/0", timeout=60,
-                                   output_hook=lambda msg: outputs.append(msg))
+        client.execute_interactive(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2]);\n1/0",
+            timeout=60,
+            output_hook=lambda msg: outputs.append(msg),
+        )
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

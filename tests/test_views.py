@@ -18,8 +18,10 @@ def test_page_title_is_the_tasks_first_line_shortened() -> None:
 
 
 def test_merged_setup_keeps_one_copy_of_each_import() -> None:
-    merged = _merged_setup("import pandas as pd\nimport numpy as np\ndata = 1\n",
-                           "# shared\nimport pandas as pd\nimport json\ndf = pd.read_parquet('df.parquet')\n")
+    merged = _merged_setup(
+        "import pandas as pd\nimport numpy as np\ndata = 1\n",
+        "# shared\nimport pandas as pd\nimport json\ndf = pd.read_parquet('df.parquet')\n",
+    )
     assert merged.count("import pandas as pd") == 1 and "import json" in merged
     assert merged.index("data = 1") < merged.index("df = pd.read_parquet")
 

@@ -34,7 +34,7 @@ class _Channel:
     def path(self) -> str:
         return self._path
 
-    def __aiter__(self) -> "_Channel":
+    def __aiter__(self) -> _Channel:
         return self
 
     async def __anext__(self) -> bytes:
@@ -109,8 +109,16 @@ class ChatClient:
             self.users.update({sender: {"username": sender, "name": sender, "display_name": sender}})
             attachments_map = self.doc.get("attachments", type=Map)
             attachments_map.update({i: {"type": "file", "value": v} for i, v in zip(ids, attachments, strict=True)})
-            message = {"type": "msg", "body": body, "id": f"{sender}-{len(self.messages)}", "time": time.time(),
-                       "sender": sender, "raw_time": True, "mentions": [], "metadata": metadata}
+            message = {
+                "type": "msg",
+                "body": body,
+                "id": f"{sender}-{len(self.messages)}",
+                "time": time.time(),
+                "sender": sender,
+                "raw_time": True,
+                "mentions": [],
+                "metadata": metadata,
+            }
             self.messages.append(Map({**message, **({"attachments": ids} if ids else {})}))
 
     def all(self) -> list[dict[str, Any]]:

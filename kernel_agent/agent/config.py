@@ -132,7 +132,7 @@ class AgentConfig:
     kernel: str | None = None
 
     @classmethod
-    def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> "AgentConfig":
+    def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> AgentConfig:
         """Build a config from explicit values (None means unset), then the environment.
 
         Raises ``ConfigError`` for unknown or invalid settings.

@@ -133,14 +133,12 @@ class CheckedData:
         self._sources = sources
         self.workspace = workspace
         self._private = private
-        self.files = tuple(
-            DataFile(s.name, str(s.shown), file_kind(s.read), s.info.st_size) for s in sources
-        )
+        self.files = tuple(DataFile(s.name, str(s.shown), file_kind(s.read), s.info.st_size) for s in sources)
 
     def __repr__(self) -> str:
         return f"<CheckedData {[f.name for f in self.files]} -> {self.workspace}>"
 
-    def __enter__(self) -> "CheckedData":
+    def __enter__(self) -> CheckedData:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -181,11 +179,15 @@ class CheckedData:
             try:
                 now = os.stat(source.read)
             except OSError as exc:
-                raise DataFileError(f"cannot read data file {source.shown}: {exc.strerror or exc}",
-                                    path=str(source.shown)) from exc
+                raise DataFileError(
+                    f"cannot read data file {source.shown}: {exc.strerror or exc}", path=str(source.shown)
+                ) from exc
             if (now.st_size, now.st_mtime_ns) != (source.info.st_size, source.info.st_mtime_ns):
-                raise DataFileError(f"the data file {source.shown} changed while it was being copied; "
-                                    "run again once nothing is writing it", path=str(source.shown))
+                raise DataFileError(
+                    f"the data file {source.shown} changed while it was being copied; "
+                    "run again once nothing is writing it",
+                    path=str(source.shown),
+                )
 
     def with_summaries(self, summaries: Sequence[str]) -> tuple[DataFile, ...]:
         """``files`` with these summaries."""
@@ -302,8 +304,9 @@ def _private_copy(shown: Path, real: Path, workspace: Path, private: _Scratch) -
         _size, chunks = door.stream(relative)
         Door(copy.parent).write_from(copy.name, chunks)
     except WorkspaceFileError as exc:
-        raise DataFileError(f"cannot read data file {shown} in the run workspace {workspace}: {exc}",
-                            path=str(shown)) from exc
+        raise DataFileError(
+            f"cannot read data file {shown} in the run workspace {workspace}: {exc}", path=str(shown)
+        ) from exc
     return _Source(shown, copy, info, private=True)
 
 
@@ -488,8 +491,10 @@ def opened_beside(setup: str, workspace: str | None) -> str:
     magics = 0
     while magics < len(lines) and lines[magics].startswith("%"):
         magics += 1
-    step = (f"import os\nif os.path.isdir({json.dumps(workspace)}):  # opened in Jupyter beside the run's workspace: "
-            f"work there\n    os.chdir({json.dumps(workspace)})\n")
+    step = (
+        f"import os\nif os.path.isdir({json.dumps(workspace)}):  # opened in Jupyter beside the run's workspace: "
+        f"work there\n    os.chdir({json.dumps(workspace)})\n"
+    )
     return "".join(lines[:magics]) + step + "".join(lines[magics:])
 
 

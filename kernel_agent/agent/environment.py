@@ -21,8 +21,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..kernel.interface import Kernel
 
-__all__ = ["MAX_ENTRY", "MAX_NAMES", "MAX_PROBE_TEXT", "PACKAGES", "Environment", "missing", "module_hint", "names_expression", "parse_list",
-           "probe", "probe_expression"]
+__all__ = [
+    "MAX_ENTRY",
+    "MAX_NAMES",
+    "MAX_PROBE_TEXT",
+    "PACKAGES",
+    "Environment",
+    "missing",
+    "module_hint",
+    "names_expression",
+    "parse_list",
+    "probe",
+    "probe_expression",
+]
 
 MAX_NAMES = 40  # names listed in a prompt; the rest are counted
 MAX_ENTRY = 120  # characters of one "name: type shape" entry
@@ -30,17 +41,44 @@ MAX_PROBE_TEXT = 64_000  # characters of a probe's answer parsed at all
 # What the setup cell and IPython define: not the analysis's names.
 _SETUP_NAMES = ("In", "Out", "get_ipython", "exit", "quit", "open", "data", "DataFiles", "SimpleNamespace", "random")
 
-PACKAGES = ("pandas", "numpy", "matplotlib", "seaborn", "scipy", "sklearn", "statsmodels", "pyarrow", "openpyxl",
-            "polars", "plotly", "sympy", "networkx", "xgboost", "lightgbm")
+PACKAGES = (
+    "pandas",
+    "numpy",
+    "matplotlib",
+    "seaborn",
+    "scipy",
+    "sklearn",
+    "statsmodels",
+    "pyarrow",
+    "openpyxl",
+    "polars",
+    "plotly",
+    "sympy",
+    "networkx",
+    "xgboost",
+    "lightgbm",
+)
 _DIST = {"sklearn": "scikit-learn"}
 # What does the job when a module is missing, best first.
 _INSTEAD = {
-    "seaborn": ("matplotlib",), "plotly": ("matplotlib",), "bokeh": ("matplotlib",), "altair": ("matplotlib",),
-    "polars": ("pandas",), "pyspark": ("pandas",), "dask": ("pandas",),
-    "sklearn": ("scipy", "statsmodels", "numpy"), "xgboost": ("sklearn",), "lightgbm": ("sklearn",),
-    "catboost": ("sklearn",), "statsmodels": ("scipy", "sklearn"), "scipy": ("numpy",),
-    "tensorflow": ("sklearn",), "torch": ("sklearn",), "prophet": ("statsmodels",),
-    "openpyxl": ("pandas",), "pyarrow": ("pandas",),
+    "seaborn": ("matplotlib",),
+    "plotly": ("matplotlib",),
+    "bokeh": ("matplotlib",),
+    "altair": ("matplotlib",),
+    "polars": ("pandas",),
+    "pyspark": ("pandas",),
+    "dask": ("pandas",),
+    "sklearn": ("scipy", "statsmodels", "numpy"),
+    "xgboost": ("sklearn",),
+    "lightgbm": ("sklearn",),
+    "catboost": ("sklearn",),
+    "statsmodels": ("scipy", "sklearn"),
+    "scipy": ("numpy",),
+    "tensorflow": ("sklearn",),
+    "torch": ("sklearn",),
+    "prophet": ("statsmodels",),
+    "openpyxl": ("pandas",),
+    "pyarrow": ("pandas",),
 }
 _MISSING = re.compile(r"No module named '([^'.]+)")
 
@@ -48,8 +86,10 @@ _MISSING = re.compile(r"No module named '([^'.]+)")
 def probe_expression() -> str:
     """A Python expression for the kernel: ``['pandas 2.2.3', ...]`` for each package that imports there."""
     pairs = repr([(module, _DIST.get(module, module)) for module in PACKAGES])
-    return (f"[m + ' ' + __import__('importlib.metadata').metadata.version(d) for m, d in {pairs} "
-            "if __import__('importlib.util').util.find_spec(m)]")
+    return (
+        f"[m + ' ' + __import__('importlib.metadata').metadata.version(d) for m, d in {pairs} "
+        "if __import__('importlib.util').util.find_spec(m)]"
+    )
 
 
 def missing(installed: Sequence[str]) -> tuple[str, ...]:
@@ -68,19 +108,26 @@ def module_hint(evalue: str, installed: Sequence[str]) -> str:
     versions = dict(entry.split(" ", 1) for entry in installed if " " in entry)
     alternatives = [f"{name} {versions[name]}" for name in _INSTEAD.get(wanted, ()) if name in versions]
     if not alternatives:
-        return f"{wanted} is not installed here and cannot be installed; use what is: {', '.join(installed)}." \
-            if installed else ""
+        return (
+            f"{wanted} is not installed here and cannot be installed; use what is: {', '.join(installed)}."
+            if installed
+            else ""
+        )
     return f"{wanted} is not installed here (and cannot be installed); {' or '.join(alternatives)} is."
 
 
 def names_expression() -> str:
     """A Python expression for the kernel: ``['df: DataFrame 944x8', 'model: RegressionResultsWrapper', ...]``,
     one entry per global the analysis defined (modules, classes, IPython's and the setup cell's names left out)."""
-    shape = ("(' ' + 'x'.join(map(str, v.shape)) if isinstance(getattr(v, 'shape', None), tuple) else "
-             "' len ' + str(len(v)) if isinstance(v, (list, tuple, dict, set)) else '')")
-    return (f"[k + ': ' + type(v).__name__ + {shape} for k, v in list(globals().items()) "
-            f"if not k.startswith('_') and k not in {_SETUP_NAMES!r} and not isinstance(v, type) "
-            "and type(v).__name__ != 'module'][:200]")
+    shape = (
+        "(' ' + 'x'.join(map(str, v.shape)) if isinstance(getattr(v, 'shape', None), tuple) else "
+        "' len ' + str(len(v)) if isinstance(v, (list, tuple, dict, set)) else '')"
+    )
+    return (
+        f"[k + ': ' + type(v).__name__ + {shape} for k, v in list(globals().items()) "
+        f"if not k.startswith('_') and k not in {_SETUP_NAMES!r} and not isinstance(v, type) "
+        "and type(v).__name__ != 'module'][:200]"
+    )
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,9 @@ class StuckGuard:
         return False
 
 
-def resume_context(rounds: Sequence[Round], task: str, *, report: RebuildReport | None = None,
-                   fence: str = "python") -> str:
+def resume_context(
+    rounds: Sequence[Round], task: str, *, report: RebuildReport | None = None, fence: str = "python"
+) -> str:
     """The message that brings a model up to date before a follow-up question.
 
     ``report`` is what re-running the earlier cells restored (None: the kernel kept its state);
@@ -55,10 +56,14 @@ def resume_context(rounds: Sequence[Round], task: str, *, report: RebuildReport 
                 parts.append(f"## Your earlier answer\n{clip_middle(round_.answer, 3000)}")
             continue
         output = round_.result.to_llm_text(max_chars=1500) if round_.result else "[no result recorded]\n"
-        parts.append(f"## Round {round_.index} ({round_.status})\n{thought}```{fence}\n{round_.code}\n```\n"
-                     f"Output:\n{output}")
-    restored = ("The kernel still holds the state of the rounds above." if report is None
-                else f"The kernel was started afresh and its state rebuilt: {report.describe()}.")
+        parts.append(
+            f"## Round {round_.index} ({round_.status})\n{thought}```{fence}\n{round_.code}\n```\nOutput:\n{output}"
+        )
+    restored = (
+        "The kernel still holds the state of the rounds above."
+        if report is None
+        else f"The kernel was started afresh and its state rebuilt: {report.describe()}."
+    )
     body = clip_middle("\n\n".join(parts), _RESUME_CHARS, tail_share=0.7)
     return f"{body}\n\n{restored}\n\n# New question\n{task}"
 
@@ -82,7 +87,8 @@ def _clipped(message: dict[str, Any], limit: int) -> dict[str, Any]:
         return {**message, "content": clip_middle(content, limit, tail_share=0.5)}
     if isinstance(content, list):
         parts = [
-            {**part, "text": clip_middle(part["text"], limit, tail_share=0.5)} if part.get("type") == "text"
+            {**part, "text": clip_middle(part["text"], limit, tail_share=0.5)}
+            if part.get("type") == "text"
             else {"type": "text", "text": "[image from an earlier round omitted]"}
             for part in content
         ]

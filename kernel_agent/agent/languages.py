@@ -67,11 +67,20 @@ def _python_hint(ename: str, evalue: str, installed: Sequence[str]) -> str:
 
 
 PYTHON = Language(
-    key="python", name="Python", fence="python", fences=("python", "python3", "py", "ipython"),
-    tool="execute_python", kernel_words="a persistent Jupyter (IPython) kernel",
+    key="python",
+    name="Python",
+    fence="python",
+    fences=("python", "python3", "py", "ipython"),
+    tool="execute_python",
+    kernel_words="a persistent Jupyter (IPython) kernel",
     figure_words="Figures drawn with matplotlib (plt) are captured automatically when the code finishes",
-    setup=preload_code, setup_words=preload_description, plain_setup="%matplotlib inline\n", beside=opened_beside,
-    probe=environment.probe_expression(), parse_probe=environment.parse_list, packages=environment.PACKAGES,
+    setup=preload_code,
+    setup_words=preload_description,
+    plain_setup="%matplotlib inline\n",
+    beside=opened_beside,
+    probe=environment.probe_expression(),
+    parse_probe=environment.parse_list,
+    packages=environment.PACKAGES,
     names_probe=environment.names_expression(),
     hint=_python_hint,
 )
@@ -79,8 +88,25 @@ PYTHON = Language(
 
 # -- R ----------------------------------------------------------------------------------------------
 
-R_PACKAGES = ("readr", "dplyr", "tidyr", "ggplot2", "data.table", "readxl", "jsonlite", "lubridate", "stringr",
-              "broom", "MASS", "survival", "lme4", "caret", "randomForest", "forecast", "arrow")
+R_PACKAGES = (
+    "readr",
+    "dplyr",
+    "tidyr",
+    "ggplot2",
+    "data.table",
+    "readxl",
+    "jsonlite",
+    "lubridate",
+    "stringr",
+    "broom",
+    "MASS",
+    "survival",
+    "lme4",
+    "caret",
+    "randomForest",
+    "forecast",
+    "arrow",
+)
 _R_MISSING = re.compile(r"there is no package called [‘'`\"]?([A-Za-z0-9._]+)")
 
 
@@ -95,7 +121,7 @@ def _r_setup(files: Sequence[DataFile | str]) -> str:
         listed = "\n" + ",\n".join(f"    {pair}" for pair in pairs) + "\n"
     return (
         "# Figures inline as PNG; a fixed seed; `data` names the data files' paths.\n"
-        "options(jupyter.plot_mimetypes = \"image/png\", repr.plot.width = 7, repr.plot.height = 5, width = 120)\n"
+        'options(jupyter.plot_mimetypes = "image/png", repr.plot.width = 7, repr.plot.height = 5, width = 120)\n'
         f"set.seed({SEED})\n"
         f"data <- list({listed})\n"
     )
@@ -103,28 +129,36 @@ def _r_setup(files: Sequence[DataFile | str]) -> str:
 
 def _r_setup_words(files: Sequence[DataFile | str]) -> str:
     helper = data_helper_words(files, kind="is a list of", access="$")
-    return (f"plots show inline as PNG; the random seed is {SEED}; {helper}. Read the files with base R "
-            "(read.csv, read.delim) or the packages listed as installed.")
+    return (
+        f"plots show inline as PNG; the random seed is {SEED}; {helper}. Read the files with base R "
+        "(read.csv, read.delim) or the packages listed as installed."
+    )
 
 
 def _r_beside(setup: str, workspace: str | None) -> str:
     if not workspace:
         return setup
-    return (f"if (dir.exists({_r_string(workspace)})) setwd({_r_string(workspace)})  "
-            "# opened in Jupyter beside the run's workspace: work there\n" + setup)
+    return (
+        f"if (dir.exists({_r_string(workspace)})) setwd({_r_string(workspace)})  "
+        "# opened in Jupyter beside the run's workspace: work there\n" + setup
+    )
 
 
 def _r_probe_code() -> str:
     names = ", ".join(_r_string(name) for name in R_PACKAGES)
-    return (f"local(cat(unlist(lapply(c({names}), function(x) if (nzchar(system.file(package = x))) "
-            "paste(x, as.character(utils::packageVersion(x))))), sep = '|'))")
+    return (
+        f"local(cat(unlist(lapply(c({names}), function(x) if (nzchar(system.file(package = x))) "
+        "paste(x, as.character(utils::packageVersion(x))))), sep = '|'))"
+    )
 
 
 def _r_names_code() -> str:
-    return ("local({ns <- setdiff(ls(globalenv()), 'data'); if (length(ns)) cat(vapply(ns, function(n) {"
-            "v <- get(n, envir = globalenv()); d <- dim(v); paste0(n, ': ', class(v)[1], if (!is.null(d)) "
-            "paste0(' ', paste(d, collapse = 'x')) else if (is.atomic(v) && length(v) > 1) "
-            "paste0(' length ', length(v)) else '')}, ''), sep = '|')})")
+    return (
+        "local({ns <- setdiff(ls(globalenv()), 'data'); if (length(ns)) cat(vapply(ns, function(n) {"
+        "v <- get(n, envir = globalenv()); d <- dim(v); paste0(n, ': ', class(v)[1], if (!is.null(d)) "
+        "paste0(' ', paste(d, collapse = 'x')) else if (is.atomic(v) && length(v) > 1) "
+        "paste0(' length ', length(v)) else '')}, ''), sep = '|')})"
+    )
 
 
 def _r_parse_probe(text: str | None) -> tuple[str, ...]:
@@ -144,11 +178,23 @@ def _r_hint(ename: str, evalue: str, installed: Sequence[str]) -> str:
 
 
 R = Language(
-    key="r", name="R", fence="r", fences=("r", "R", "rscript"), tool="execute_r",
+    key="r",
+    name="R",
+    fence="r",
+    fences=("r", "R", "rscript"),
+    tool="execute_r",
     kernel_words="a persistent Jupyter kernel running R (IRkernel)",
     figure_words="Plots (base graphics or ggplot2 objects printed) are captured as PNG when the code finishes",
-    setup=_r_setup, setup_words=_r_setup_words, plain_setup="", beside=_r_beside,
-    probe=_r_probe_code(), probe_prints=True, parse_probe=_r_parse_probe, names_probe=_r_names_code(), packages=R_PACKAGES, hint=_r_hint,
+    setup=_r_setup,
+    setup_words=_r_setup_words,
+    plain_setup="",
+    beside=_r_beside,
+    probe=_r_probe_code(),
+    probe_prints=True,
+    parse_probe=_r_parse_probe,
+    names_probe=_r_names_code(),
+    packages=R_PACKAGES,
+    hint=_r_hint,
 )
 
 _KNOWN = {language.key: language for language in (PYTHON, R)}
@@ -156,9 +202,17 @@ _KNOWN = {language.key: language for language in (PYTHON, R)}
 
 def _generic(key: str, name: str) -> Language:
     return Language(
-        key=key, name=name, fence=key, fences=(key, name), tool="execute_code",
-        kernel_words=f"a persistent Jupyter kernel running {name}", figure_words="Images the code displays are captured",
-        setup=lambda files: "", setup_words=lambda files: "", plain_setup="", beside=lambda setup, workspace: setup,
+        key=key,
+        name=name,
+        fence=key,
+        fences=(key, name),
+        tool="execute_code",
+        kernel_words=f"a persistent Jupyter kernel running {name}",
+        figure_words="Images the code displays are captured",
+        setup=lambda files: "",
+        setup_words=lambda files: "",
+        plain_setup="",
+        beside=lambda setup, workspace: setup,
     )
 
 

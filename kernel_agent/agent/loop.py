@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,9 @@ from ..events import (
     TextReset,
 )
 from ..kernel.interface import Kernel, KernelFactory, kernels_apart
-from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
+from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import (
     Snapshot,
@@ -61,10 +61,10 @@ from ..records import Round, Run, RunInfo, Usage
 from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import CheckedData, DataFile, check_data, data_summary, prepare_data, stage_recorded, warm_describer
-from .languages import PYTHON, Language, language_of
 from .environment import Environment, probe
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback
+from .languages import PYTHON, Language, language_of
 from .protocols import Feedback, FileInfo, PromptContext, Protocol, get_protocol
 from .quota import over_quota, workspace_usage
 
@@ -169,8 +169,15 @@ class AsyncAgent:
         **options: Any,
     ) -> None:
         self.config = AgentConfig.resolve(
-            model=model, base_url=base_url, api_key=api_key, protocol=protocol, max_rounds=max_rounds,
-            exec_timeout=exec_timeout, temperature=temperature, vision=vision, **options,
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            protocol=protocol,
+            max_rounds=max_rounds,
+            exec_timeout=exec_timeout,
+            temperature=temperature,
+            vision=vision,
+            **options,
         )
         if chat_model is None:
             if not self.config.model:
@@ -181,8 +188,12 @@ class AsyncAgent:
             if self.config.request_timeout is not None:
                 options.setdefault("request_timeout", self.config.request_timeout)
             chat_model = OpenAIChatModel(
-                self.config.model, base_url=self.config.base_url, api_key=self.config.api_key,
-                temperature=self.config.temperature, stream=self.config.stream, **options,
+                self.config.model,
+                base_url=self.config.base_url,
+                api_key=self.config.api_key,
+                temperature=self.config.temperature,
+                stream=self.config.stream,
+                **options,
             )
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
@@ -212,8 +223,13 @@ class AsyncAgent:
         that name, confined as any other; a claim, so nothing else of it is used) when the user named none
         and the kernels are this agent's own local ones; else the usual factory."""
         recorded = info.kernelspec.get("name", "")
-        if (self._session_factory != self.new_session or self.config.kernel or self.config.python
-                or self.config.gateway_url or recorded in ("", "python3", KERNEL_NAME)):
+        if (
+            self._session_factory != self.new_session
+            or self.config.kernel
+            or self.config.python
+            or self.config.gateway_url
+            or recorded in ("", "python3", KERNEL_NAME)
+        ):
             return self._session_factory
         return lambda workspace: self.new_session(workspace, kernel_name=recorded)
 
@@ -221,7 +237,7 @@ class AsyncAgent:
         """Release the model client. Idempotent."""
         await self.chat_model.aclose()
 
-    async def __aenter__(self) -> "AsyncAgent":
+    async def __aenter__(self) -> AsyncAgent:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -229,8 +245,13 @@ class AsyncAgent:
 
     # ----------------------------------------------------------------- public
     async def run(
-        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
-        notebook: str | os.PathLike[str] | None = None, *, setup: str = "",
+        self,
+        task: str,
+        data: Sequence[str | os.PathLike[str]] = (),
+        workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None,
+        *,
+        setup: str = "",
     ) -> Run:
         """Run the analysis to its end and return the ``Run`` (also on disk as a notebook).
 
@@ -241,8 +262,13 @@ class AsyncAgent:
         return await _last_run(self.stream(task, data, workspace, notebook, setup=setup))
 
     async def stream(
-        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
-        notebook: str | os.PathLike[str] | None = None, *, setup: str = "",
+        self,
+        task: str,
+        data: Sequence[str | os.PathLike[str]] = (),
+        workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None,
+        *,
+        setup: str = "",
     ) -> AsyncIterator[Event]:
         """The same run as ``run()``, as an async iterator of events ending with ``RunFinished``.
 
@@ -275,16 +301,27 @@ class AsyncAgent:
             _close_when_done(checked, *reading)
 
     async def resume(
-        self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
-        workspace: str | os.PathLike[str] | None = None, data: Sequence[str | os.PathLike[str]] = (),
+        self,
+        notebook_path: str | os.PathLike[str],
+        task: str,
+        *,
+        notebook: str | os.PathLike[str] | None = None,
+        workspace: str | os.PathLike[str] | None = None,
+        data: Sequence[str | os.PathLike[str]] = (),
     ) -> Run:
         """Continue an earlier run with a new question (see ``stream_resume``)."""
-        return await _last_run(self.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace,
-                                                  data=data))
+        return await _last_run(
+            self.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace, data=data)
+        )
 
     async def stream_resume(
-        self, notebook_path: str | os.PathLike[str], task: str, *, notebook: str | os.PathLike[str] | None = None,
-        workspace: str | os.PathLike[str] | None = None, data: Sequence[str | os.PathLike[str]] = (),
+        self,
+        notebook_path: str | os.PathLike[str],
+        task: str,
+        *,
+        notebook: str | os.PathLike[str] | None = None,
+        workspace: str | os.PathLike[str] | None = None,
+        data: Sequence[str | os.PathLike[str]] = (),
         restore: bool = True,
     ) -> AsyncIterator[Event]:
         """Rebuild the kernel state from ``notebook_path``'s successful cells, tell the model
@@ -305,8 +342,11 @@ class AsyncAgent:
         target = Path(notebook) if notebook is not None else source
         given = Path(workspace) if workspace is not None else None
         if given is not None and not given.is_dir():
-            raise NotebookError(f"the workspace {given} is not a folder; pass the folder to continue in "
-                                "(or none: a new one beside the notebook)", path=str(source))
+            raise NotebookError(
+                f"the workspace {given} is not a folder; pass the folder to continue in "
+                "(or none: a new one beside the notebook)",
+                path=str(source),
+            )
         root = given if given is not None else fresh_beside(source)
         check_outside(target, root)
         files = await in_thread(_resume_data, loaded.info, source, given, root, list(data))
@@ -319,15 +359,14 @@ class AsyncAgent:
             context = await self._context(session, loaded.info.task, files, protocol.language)
             messages = protocol.resume_messages(context, loaded.run, task, report)
             run = self._next_turn(loaded.run, task, session, str(root.resolve()), names)
-            live = _Live(run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1,
-                         calls=calls)
+            live = _Live(
+                run, session, protocol, messages, target, root, first_round=len(loaded.rounds) + 1, calls=calls
+            )
             async with aclosing(self._drive(live)) as events:
                 async for event in events:
                     yield event
 
-    async def _restore(
-        self, session: Kernel, cells: Sequence[RebuildCell], calls: dict[int, int]
-    ) -> RebuildReport:
+    async def _restore(self, session: Kernel, cells: Sequence[RebuildCell], calls: dict[int, int]) -> RebuildReport:
         """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost.
         ``calls`` learns which session execute() ran which round."""
         plan = RebuildPlan(tuple(cells), str(session.kernel_info.get("language_info", {}).get("name") or "python"))
@@ -345,18 +384,30 @@ class AsyncAgent:
         protocol and endpoint this agent uses, not the ones of the session that started the run.
         """
         info = replace(
-            run.info, task=f"{run.info.task}\n\nFollow-up: {task}", question=task, model=self.chat_model.name,
-            protocol=self.config.protocol, endpoint=_endpoint(self.config.base_url, self.chat_model),
-            scripted=self.chat_model.scripted, started_at=_now(), confinement=_confinement(session),
-            workspace=workspace, data_files=data_files, kernelspec=session.kernelspec,
+            run.info,
+            task=f"{run.info.task}\n\nFollow-up: {task}",
+            question=task,
+            model=self.chat_model.name,
+            protocol=self.config.protocol,
+            endpoint=_endpoint(self.config.base_url, self.chat_model),
+            scripted=self.chat_model.scripted,
+            started_at=_now(),
+            confinement=_confinement(session),
+            workspace=workspace,
+            data_files=data_files,
+            kernelspec=session.kernelspec,
             language_info=dict(session.kernel_info.get("language_info") or run.info.language_info),
         )
-        return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None,
-                       finished_at="")
+        return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None, finished_at="")
 
     async def plan(
-        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
-        notebook: str | os.PathLike[str] | None = None, *, options: Any = None,
+        self,
+        task: str,
+        data: Sequence[str | os.PathLike[str]] = (),
+        workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None,
+        *,
+        options: Any = None,
         resume: str | os.PathLike[str] | None = None,
     ) -> Any:
         """Run ``task`` in plan mode to its end (see ``stream_plan``); return the ``PlanFinished`` event."""
@@ -366,8 +417,13 @@ class AsyncAgent:
         return finished
 
     async def stream_plan(
-        self, task: str, data: Sequence[str | os.PathLike[str]] = (), workspace: str | os.PathLike[str] | None = None,
-        notebook: str | os.PathLike[str] | None = None, *, options: Any = None,
+        self,
+        task: str,
+        data: Sequence[str | os.PathLike[str]] = (),
+        workspace: str | os.PathLike[str] | None = None,
+        notebook: str | os.PathLike[str] | None = None,
+        *,
+        options: Any = None,
         resume: str | os.PathLike[str] | None = None,
     ) -> AsyncIterator[Any]:
         """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
@@ -379,15 +435,31 @@ class AsyncAgent:
         from .plan.runner import PlanOptions
 
         options = options or PlanOptions(exec_timeout=self.config.exec_timeout)
-        async for event in stream_plan(self.chat_model, self._session_factory, task, data, workspace, notebook,
-                                       options=options, resume=resume, preload=self.config.preload,
-                                       protocol=self._protocol()):
+        async for event in stream_plan(
+            self.chat_model,
+            self._session_factory,
+            task,
+            data,
+            workspace,
+            notebook,
+            options=options,
+            resume=resume,
+            preload=self.config.preload,
+            protocol=self._protocol(),
+        ):
             yield event
 
     # ----------------------------------------------------------------- the loop
     async def _begin(
-        self, session: Kernel, task: str, checked: CheckedData, root: Path, notebook: Path, extra_setup: str,
-        reading: list[asyncio.Future[Any]], installed: bool,
+        self,
+        session: Kernel,
+        task: str,
+        checked: CheckedData,
+        root: Path,
+        notebook: Path,
+        extra_setup: str,
+        reading: list[asyncio.Future[Any]],
+        installed: bool,
     ) -> _Live:
         """The setup cell run, the data files copied to the kernel and described, the opening messages made.
         ``reading`` holds the description under way (its first item); the copies' tasks join it.
@@ -422,8 +494,12 @@ class AsyncAgent:
         # preload never opens them) and compile the notebook validator then. A file that cannot be described
         # or copied is raised once all of it is done (nothing left running).
         done = await asyncio.gather(
-            setup_then_environment(), asyncio.to_thread(warm_up), described, *([] if extra_setup else [put]),
-            return_exceptions=True)
+            setup_then_environment(),
+            asyncio.to_thread(warm_up),
+            described,
+            *([] if extra_setup else [put]),
+            return_exceptions=True,
+        )
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -432,26 +508,46 @@ class AsyncAgent:
             raise summaries
         files = tuple(replace(f, summary=summary) for f, summary in zip(files, summaries, strict=True))
         info = RunInfo(
-            task=task, model=self.chat_model.name, protocol=self.config.protocol,
-            endpoint=_endpoint(self.config.base_url, self.chat_model), data_files=tuple(names),
-            workspace=str(root.resolve()), setup_code=setup_code, scripted=self.chat_model.scripted,
+            task=task,
+            model=self.chat_model.name,
+            protocol=self.config.protocol,
+            endpoint=_endpoint(self.config.base_url, self.chat_model),
+            data_files=tuple(names),
+            workspace=str(root.resolve()),
+            setup_code=setup_code,
+            scripted=self.chat_model.scripted,
             confinement=_confinement(session),
-            started_at=_now(), language_info=dict(session.kernel_info.get("language_info", {})),
+            started_at=_now(),
+            language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
         )
         messages = protocol.initial_messages(self._prompt_context(environment, task, files, language))
         start = None if installed else lambda: _started(reading, _recorded_copies(checked))
-        return _Live(Run(info=info, setup_result=setup), session, protocol, messages, notebook, root,
-                     calls={setup.call: 0}, start_recording=start)
+        return _Live(
+            Run(info=info, setup_result=setup),
+            session,
+            protocol,
+            messages,
+            notebook,
+            root,
+            calls={setup.call: 0},
+            start_recording=start,
+        )
 
     def _protocol(self, language: Language = PYTHON) -> Protocol:
         config = self.config
         return get_protocol(
-            config.protocol, vision=config.vision, data_format=config.data_format,
-            vllm_extras=config.vllm_extras, max_new_tokens=config.max_new_tokens, language=language,
+            config.protocol,
+            vision=config.vision,
+            data_format=config.data_format,
+            vllm_extras=config.vllm_extras,
+            max_new_tokens=config.max_new_tokens,
+            language=language,
         )
 
-    async def _context(self, session: Kernel, task: str, files: Sequence[DataFile], language: Language) -> PromptContext:
+    async def _context(
+        self, session: Kernel, task: str, files: Sequence[DataFile], language: Language
+    ) -> PromptContext:
         return self._prompt_context(await self._environment(session, language), task, files, language)
 
     def _prompt_context(
@@ -460,10 +556,13 @@ class AsyncAgent:
         """What the opening prompt tells the model: the task, the data, and the kernel as probed."""
         self._installed = environment.packages
         return PromptContext(
-            task=task, data_summary=data_summary(files), packages=environment.packages,
+            task=task,
+            data_summary=data_summary(files),
+            packages=environment.packages,
             missing=language.missing(environment.packages),
             preloaded=language.setup_words(files) if self.config.preload else "",
-            files=tuple(FileInfo(f.name, f.size, f.summary) for f in files), names=environment.names,
+            files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
+            names=environment.names,
         )
 
     async def _environment(self, session: Kernel, language: Language, *, names: bool = True) -> Environment:
@@ -475,8 +574,11 @@ class AsyncAgent:
         key = None if config.gateway_url else (language.key, config.kernel or "", config.python or "")
         cached = _PROBED.get(key) if key is not None else None
         if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes
-            packages = cached if cached is not None else (
-                language.parse_probe(await session.run_quietly(language.probe)) if language.probe else ())
+            packages = (
+                cached
+                if cached is not None
+                else (language.parse_probe(await session.run_quietly(language.probe)) if language.probe else ())
+            )
             defined = language.parse_probe(await session.run_quietly(names_probe)) if names_probe else ()
             found = Environment(packages, defined)
         else:
@@ -491,11 +593,24 @@ class AsyncAgent:
         run = live.run
         info = run.info
         await self._save(live)
-        yield RunStarted(info.task, info.model, info.protocol, str(live.workspace), str(live.notebook), info.scripted,
-                         info.confinement, self.config.protocol_reason, info.question or info.task)
-        if live.session.workspace is not None and live.session.limits.sandbox == "off":  # a remote kernel is the gateway's
-            yield Notice(f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
-                         f"({live.session.limits.describe()})")
+        yield RunStarted(
+            info.task,
+            info.model,
+            info.protocol,
+            str(live.workspace),
+            str(live.notebook),
+            info.scripted,
+            info.confinement,
+            self.config.protocol_reason,
+            info.question or info.task,
+        )
+        if (
+            live.session.workspace is not None and live.session.limits.sandbox == "off"
+        ):  # a remote kernel is the gateway's
+            yield Notice(
+                f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
+                f"({live.session.limits.describe()})"
+            )
         guard = StuckGuard(self.config.stuck_after)
         if live.recorded:  # else measured once the data files' record copies are in (``_recorded``)
             live.baseline = await self._disk_usage(live)
@@ -542,11 +657,19 @@ class AsyncAgent:
             yield RunError(str(exc), type(exc).__name__)
         except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):  # GeneratorExit: the stream was closed
             kept = (live.running,) if live.running is not None else ()
-            live.run = replace(live.run, rounds=(*live.run.rounds, *kept), stop_reason="cancelled",
-                               error="cancelled by the user", finished_at=_now())
+            live.run = replace(
+                live.run,
+                rounds=(*live.run.rounds, *kept),
+                stop_reason="cancelled",
+                error="cancelled by the user",
+                finished_at=_now(),
+            )
             await self._save(live)
             raise
-        except (KernelError, DataFileError) as exc:  # the machinery, not the analysed code: raise, carrying the saved run
+        except (
+            KernelError,
+            DataFileError,
+        ) as exc:  # the machinery, not the analysed code: raise, carrying the saved run
             live.run = replace(live.run, error=f"{type(exc).__name__}: {exc}", finished_at=_now())
             await self._save(live)
             exc.run = live.run
@@ -560,8 +683,12 @@ class AsyncAgent:
         started_at = _now()
         t0 = time.monotonic()
         reply: ModelReply | None = None
-        sent = clip_old_feedback(live.messages, live.feedback_at, keep=self.config.full_feedback_rounds,
-                                 clip_chars=self.config.old_feedback_chars)
+        sent = clip_old_feedback(
+            live.messages,
+            live.feedback_at,
+            keep=self.config.full_feedback_rounds,
+            clip_chars=self.config.old_feedback_chars,
+        )
         async for piece in self._ask(sent, live.protocol):
             if isinstance(piece, str):
                 yield TextDelta(index, piece)
@@ -578,8 +705,15 @@ class AsyncAgent:
         if step.problem:
             yield Notice(f"round {index}: {step.problem}", round=index)
         base = Round(
-            index=index, reply=reply.text, reasoning=step.reasoning, code=step.code, usage=reply.usage or Usage(),
-            model_s=model_s, started_at=started_at, problem=step.problem, reasoning_content=reply.reasoning,
+            index=index,
+            reply=reply.text,
+            reasoning=step.reasoning,
+            code=step.code,
+            usage=reply.usage or Usage(),
+            model_s=model_s,
+            started_at=started_at,
+            problem=step.problem,
+            reasoning_content=reply.reasoning,
         )
         if step.code is None:
             if step.answer is None:
@@ -612,7 +746,8 @@ class AsyncAgent:
         live.listing = after
         yield ExecutionFinished(index, result, artifacts)
         feedback = live.protocol.feedback_messages(
-            step, self._feedback(result, artifacts, step.problem, live.protocol.language))
+            step, self._feedback(result, artifacts, step.problem, live.protocol.language)
+        )
         live.feedback_at.append(range(len(live.messages), len(live.messages) + len(feedback)))
         live.messages.extend(feedback)
         yield _RoundDone(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
@@ -624,7 +759,9 @@ class AsyncAgent:
         queue: asyncio.Queue[str | _Retry | _Thought] = asyncio.Queue()
         task = asyncio.ensure_future(
             self.chat_model.complete(
-                list(messages), options=protocol.request_options(), on_delta=queue.put_nowait,
+                list(messages),
+                options=protocol.request_options(),
+                on_delta=queue.put_nowait,
                 on_retry=lambda reason: queue.put_nowait(_Retry(reason)),
                 on_reasoning=lambda text: queue.put_nowait(_Thought(text)),
             )
@@ -644,8 +781,9 @@ class AsyncAgent:
                 if pending is not None and not pending.done():
                     pending.cancel()
 
-    def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None,
-                  language: Language = PYTHON) -> Feedback:
+    def _feedback(
+        self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None, language: Language = PYTHON
+    ) -> Feedback:
         text = result.to_llm_text(max_chars=self.config.feedback_chars)
         if result.error is not None:
             hint = language.hint(result.error.ename, result.error.evalue, self._installed)
@@ -810,8 +948,9 @@ def _merged_setup(preload: str, extra: str) -> str:
     return f"{preload.rstrip()}\n\n" + "\n".join(kept) + "\n"
 
 
-def _resume_data(info: RunInfo, notebook: Path, given: Path | None, root: Path,
-                 data: list[Any]) -> tuple[DataFile, ...]:
+def _resume_data(
+    info: RunInfo, notebook: Path, given: Path | None, root: Path, data: list[Any]
+) -> tuple[DataFile, ...]:
     """The data files of a resumed run, now in ``root``: ``data`` copied in as for a new run, then each
     recorded name ``data`` does not supply, staged from where the notebook's claims allow."""
     given_files = prepare_data(data, root) if data else ()
@@ -822,7 +961,7 @@ def _resume_data(info: RunInfo, notebook: Path, given: Path | None, root: Path,
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _confinement(session: Kernel) -> str:

@@ -101,8 +101,10 @@ def _delimited(path: Path, size: int, separator: str, label: str) -> str:
     whole = size <= FULL_READ_BYTES
     sample = start if whole and size <= len(start) else sample_lines(start)
     if sample is None and not whole:
-        return (f"{label} · {human_size(size)} · no line break in its first {human_size(len(start))}: "
-                "lines this long are not parsed for a summary")
+        return (
+            f"{label} · {human_size(size)} · no line break in its first {human_size(len(start))}: "
+            "lines this long are not parsed for a summary"
+        )
     first = (sample or start).split(b"\n", 1)[0].decode("utf-8", errors="replace")
     written = max([separator, ",", ";", "\t", "|"], key=first.count)
     width = first.count(written) + 1
@@ -176,8 +178,10 @@ def _excel(path: Path, size: int) -> str:
 
     unpacked = unpacked_size(path)  # a 250 KB xlsx can unpack to a million rows
     if unpacked is not None and unpacked > MAX_UNPACKED_BYTES:
-        return (f"Excel workbook · {human_size(size)}, unpacking to {human_size(unpacked)}: too big to open "
-                "for a summary (read it in the kernel, e.g. with `pd.read_excel(..., nrows=...)`)")
+        return (
+            f"Excel workbook · {human_size(size)}, unpacking to {human_size(unpacked)}: too big to open "
+            "for a summary (read it in the kernel, e.g. with `pd.read_excel(..., nrows=...)`)"
+        )
     whole = (unpacked or size) <= FULL_READ_BYTES
     with pd.ExcelFile(path) as book:
         names = [str(name) for name in book.sheet_names]

@@ -49,11 +49,13 @@ class Agent:
         """The run as an iterator of events; see ``AsyncAgent.stream``."""
         return self._loop.iterate(self._async.stream(task, data, workspace, notebook, setup=setup))
 
-    def resume(self, notebook_path: Any, task: str, *, notebook: Any = None, workspace: Any = None,
-               data: Any = ()) -> Run:
+    def resume(
+        self, notebook_path: Any, task: str, *, notebook: Any = None, workspace: Any = None, data: Any = ()
+    ) -> Run:
         """Continue an earlier run; see ``AsyncAgent.resume``."""
-        return self._loop.run(self._async.resume(notebook_path, task, notebook=notebook, workspace=workspace,
-                                                 data=data))
+        return self._loop.run(
+            self._async.resume(notebook_path, task, notebook=notebook, workspace=workspace, data=data)
+        )
 
     def stream_resume(
         self, notebook_path: Any, task: str, *, notebook: Any = None, workspace: Any = None, data: Any = ()
@@ -63,22 +65,39 @@ class Agent:
             self._async.stream_resume(notebook_path, task, notebook=notebook, workspace=workspace, data=data)
         )
 
-    def plan(self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None, *, options: Any = None,
-             resume: Any = None) -> Any:
+    def plan(
+        self,
+        task: str,
+        data: Any = (),
+        workspace: Any = None,
+        notebook: Any = None,
+        *,
+        options: Any = None,
+        resume: Any = None,
+    ) -> Any:
         """Sync facade of ``AsyncAgent.plan``: the ``PlanFinished`` event; raises the same."""
         return self._loop.run(self._async.plan(task, data, workspace, notebook, options=options, resume=resume))
 
-    def stream_plan(self, task: str, data: Any = (), workspace: Any = None, notebook: Any = None, *,
-                    options: Any = None, resume: Any = None) -> Iterator[Any]:
+    def stream_plan(
+        self,
+        task: str,
+        data: Any = (),
+        workspace: Any = None,
+        notebook: Any = None,
+        *,
+        options: Any = None,
+        resume: Any = None,
+    ) -> Iterator[Any]:
         """Sync facade of ``AsyncAgent.stream_plan``: its events, as they come."""
         return self._loop.iterate(
-            self._async.stream_plan(task, data, workspace, notebook, options=options, resume=resume))
+            self._async.stream_plan(task, data, workspace, notebook, options=options, resume=resume)
+        )
 
     def close(self) -> None:
         """Release the model client and stop the loop thread. Idempotent."""
         self._loop.close(self._async.close)
 
-    def __enter__(self) -> "Agent":
+    def __enter__(self) -> Agent:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -36,9 +36,7 @@ class PythonTool:
     name = EXECUTE_PYTHON_TOOL["function"]["name"]
     schema: dict[str, Any] = EXECUTE_PYTHON_TOOL
 
-    def __init__(
-        self, session: KernelSession | Kernel, *, timeout: float | None = 60.0, max_chars: int = 6000
-    ) -> None:
+    def __init__(self, session: KernelSession | Kernel, *, timeout: float | None = 60.0, max_chars: int = 6000) -> None:
         self.session = session
         self._blocking = not inspect.iscoroutinefunction(session.execute)  # which of handle/ahandle fits
         self.timeout = timeout
@@ -79,7 +77,7 @@ def _code(arguments: str | dict[str, Any]) -> tuple[str | None, str]:
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as exc:
-            return None, f"[error] the arguments are not valid JSON ({exc}); send {{\"code\": \"...\"}}"
+            return None, f'[error] the arguments are not valid JSON ({exc}); send {{"code": "..."}}'
     code = arguments.get("code") if isinstance(arguments, dict) else None
     if not isinstance(code, str) or not code.strip():
         return None, '[error] missing "code": send {"code": "<python source>"}'

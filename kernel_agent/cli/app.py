@@ -58,19 +58,64 @@ It never reaches the kernel, the notebook, the events or the log.
 def _model_options(function: F) -> F:
     options = [
         click.option("--model", "-m", metavar="NAME", help="Model name [env: KERNEL_AGENT_MODEL]."),
-        click.option("--base-url", metavar="URL", help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]."),
-        click.option("--api-key", metavar="KEY", help="API key for the endpoint; visible to other users in `ps`, prefer the next two [env: OPENAI_API_KEY]."),
+        click.option(
+            "--base-url",
+            metavar="URL",
+            help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL].",
+        ),
+        click.option(
+            "--api-key",
+            metavar="KEY",
+            help="API key for the endpoint; visible to other users in `ps`, prefer the next two [env: OPENAI_API_KEY].",
+        ),
         click.option("--api-key-file", metavar="FILE", help="Read the API key from FILE (one line; '-' reads stdin)."),
         click.option("--api-key-stdin", is_flag=True, help="Read the API key from standard input (one line)."),
-        click.option("--protocol", type=click.Choice(PROTOCOLS), help="How the model writes code: tools (function calling), tags (any chat model), deepanalyze (DeepAnalyze-8B) [default: deepanalyze for a DeepAnalyze model's name, else tools]."),
-        click.option("--max-rounds", type=click.IntRange(min=1), metavar="N", help="Model replies before the run stops [default: 30]."),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds each code execution may take [default: 120]."),
+        click.option(
+            "--protocol",
+            type=click.Choice(PROTOCOLS),
+            help="How the model writes code: tools (function calling), tags (any chat model), deepanalyze (DeepAnalyze-8B) [default: deepanalyze for a DeepAnalyze model's name, else tools].",
+        ),
+        click.option(
+            "--max-rounds",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Model replies before the run stops [default: 30].",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="S",
+            help="Seconds each code execution may take [default: 120].",
+        ),
         click.option("--vision", is_flag=True, help="Send figures back to the model as images (tools protocol)."),
-        click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), metavar="S", help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."),
-        click.option("--data-format", type=click.Choice(DATA_FORMATS), help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."),
-        click.option("--vllm-extras/--no-vllm-extras", default=None, help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS]."),
-        click.option("--disk-quota", type=click.IntRange(min=0), metavar="MB", help="How much the workspace may grow during the run; each file the code writes is capped at it too; 0: off [default: 1024]."),
-        click.option("--max-new-tokens", type=click.IntRange(min=1), metavar="N", help="deepanalyze protocol: the max_new_tokens vLLM extra [default: 32768]."),
+        click.option(
+            "--request-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="S",
+            help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600].",
+        ),
+        click.option(
+            "--data-format",
+            type=click.Choice(DATA_FORMATS),
+            help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT].",
+        ),
+        click.option(
+            "--vllm-extras/--no-vllm-extras",
+            default=None,
+            help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS].",
+        ),
+        click.option(
+            "--disk-quota",
+            type=click.IntRange(min=0),
+            metavar="MB",
+            help="How much the workspace may grow during the run; each file the code writes is capped at it too; 0: off [default: 1024].",
+        ),
+        click.option(
+            "--max-new-tokens",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="deepanalyze protocol: the max_new_tokens vLLM extra [default: 32768].",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -80,14 +125,54 @@ def _model_options(function: F) -> F:
 def _kernel_options(function: F) -> F:
     """The kernel's confinement: the same names as ``AgentConfig``'s and ``Limits``' fields."""
     options = [
-        click.option("--sandbox", type=click.Choice(["strict", "off"]), default=None, help="strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace writable, no view of other processes), and refuse to start where that is impossible; off: run it unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX]."),
-        click.option("--network/--no-network", "network", default=None, help="--network gives the kernel a network of its own behind pasta (the outside world, never this machine's loopback); by default (and with --no-network) it has none."),
-        click.option("--kernel", "kernel", metavar="NAME", help="Run the analysis in this Jupyter kernel (any installed kernelspec: `jupyter kernelspec list`; e.g. ir for R), in the same sandbox; with --gateway, the gateway's kernelspec [default: kernel-agent's Python; env: KERNEL_AGENT_KERNEL]."),
-        click.option("--python", "python", metavar="PATH", help="Run the kernel in this Python environment (its interpreter, e.g. /opt/conda/envs/x/bin/python, with ipykernel), in the same sandbox [env: KERNEL_AGENT_PYTHON]."),
-        click.option("--gateway", "gateway_url", metavar="URL", help="Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL]."),
-        click.option("--gateway-token-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE", help="Read the gateway's token from FILE (keeps it off the command line) [env: KERNEL_AGENT_GATEWAY_TOKEN holds the token itself]."),
-        click.option("--gateway-kernel", metavar="NAME", help="The gateway's kernelspec to start [default: the gateway's; env: KERNEL_AGENT_GATEWAY_KERNEL]."),
-        click.option("--memory", "memory_mb", type=click.IntRange(min=1), metavar="MB", help="Memory limit of each kernel process [default: 3/4 of RAM, at least 4096]."),
+        click.option(
+            "--sandbox",
+            type=click.Choice(["strict", "off"]),
+            default=None,
+            help="strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace writable, no view of other processes), and refuse to start where that is impossible; off: run it unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX].",
+        ),
+        click.option(
+            "--network/--no-network",
+            "network",
+            default=None,
+            help="--network gives the kernel a network of its own behind pasta (the outside world, never this machine's loopback); by default (and with --no-network) it has none.",
+        ),
+        click.option(
+            "--kernel",
+            "kernel",
+            metavar="NAME",
+            help="Run the analysis in this Jupyter kernel (any installed kernelspec: `jupyter kernelspec list`; e.g. ir for R), in the same sandbox; with --gateway, the gateway's kernelspec [default: kernel-agent's Python; env: KERNEL_AGENT_KERNEL].",
+        ),
+        click.option(
+            "--python",
+            "python",
+            metavar="PATH",
+            help="Run the kernel in this Python environment (its interpreter, e.g. /opt/conda/envs/x/bin/python, with ipykernel), in the same sandbox [env: KERNEL_AGENT_PYTHON].",
+        ),
+        click.option(
+            "--gateway",
+            "gateway_url",
+            metavar="URL",
+            help="Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL].",
+        ),
+        click.option(
+            "--gateway-token-file",
+            type=click.Path(exists=True, dir_okay=False),
+            metavar="FILE",
+            help="Read the gateway's token from FILE (keeps it off the command line) [env: KERNEL_AGENT_GATEWAY_TOKEN holds the token itself].",
+        ),
+        click.option(
+            "--gateway-kernel",
+            metavar="NAME",
+            help="The gateway's kernelspec to start [default: the gateway's; env: KERNEL_AGENT_GATEWAY_KERNEL].",
+        ),
+        click.option(
+            "--memory",
+            "memory_mb",
+            type=click.IntRange(min=1),
+            metavar="MB",
+            help="Memory limit of each kernel process [default: 3/4 of RAM, at least 4096].",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -97,11 +182,16 @@ def _kernel_options(function: F) -> F:
 def _kernel_arguments(options: dict[str, Any]) -> dict[str, Any]:
     """``AgentConfig``'s sandbox fields from ``_kernel_options`` (None: environment or default)."""
     token_file = options.pop("gateway_token_file")
-    return {"sandbox": options.pop("sandbox"), "network": options.pop("network"),
-            "memory_mb": options.pop("memory_mb"), "gateway_url": options.pop("gateway_url"),
-            "gateway_token": _read_token(token_file) if token_file else None,
-            "gateway_kernel": options.pop("gateway_kernel"), "python": options.pop("python"),
-            "kernel": options.pop("kernel")}
+    return {
+        "sandbox": options.pop("sandbox"),
+        "network": options.pop("network"),
+        "memory_mb": options.pop("memory_mb"),
+        "gateway_url": options.pop("gateway_url"),
+        "gateway_token": _read_token(token_file) if token_file else None,
+        "gateway_kernel": options.pop("gateway_kernel"),
+        "python": options.pop("python"),
+        "kernel": options.pop("kernel"),
+    }
 
 
 def _read_token(path: str) -> str:
@@ -113,7 +203,9 @@ def _read_token(path: str) -> str:
 
 
 def _output_options(function: F) -> F:
-    function = click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line (for scripts).")(function)
+    function = click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line (for scripts).")(
+        function
+    )
     return click.option("--quiet", "-q", is_flag=True, help="Print only the answer and the notebook path.")(function)
 
 
@@ -139,11 +231,18 @@ def _api_key(options: dict[str, Any], task: str | None = None) -> str | None:
 def _agent_arguments(options: dict[str, Any], task: str | None = None) -> dict[str, Any]:
     """``AsyncAgent`` keyword arguments from the shared model options (None: environment or default)."""
     return {
-        "model": options["model"], "base_url": options["base_url"], "api_key": _api_key(options, task),
-        "protocol": options["protocol"], "max_rounds": options["max_rounds"], "exec_timeout": options["timeout"],
-        "vision": True if options["vision"] else None, "request_timeout": options["request_timeout"],
-        "data_format": options["data_format"], "vllm_extras": options["vllm_extras"],
-        "max_new_tokens": options["max_new_tokens"], "disk_quota_mb": options["disk_quota"],
+        "model": options["model"],
+        "base_url": options["base_url"],
+        "api_key": _api_key(options, task),
+        "protocol": options["protocol"],
+        "max_rounds": options["max_rounds"],
+        "exec_timeout": options["timeout"],
+        "vision": True if options["vision"] else None,
+        "request_timeout": options["request_timeout"],
+        "data_format": options["data_format"],
+        "vllm_extras": options["vllm_extras"],
+        "max_new_tokens": options["max_new_tokens"],
+        "disk_quota_mb": options["disk_quota"],
         **_kernel_arguments(dict(options)),
     }
 
@@ -205,10 +304,19 @@ def cli() -> None:
 @click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file for the analysis (repeatable).")
 @_model_options
 @_kernel_options
-@click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>].")
-@click.option("--out", "-o", metavar="RUN.ipynb", help="Where the notebook goes, outside the workspace [default: WORKSPACE.ipynb, beside it].")
+@click.option(
+    "--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>]."
+)
+@click.option(
+    "--out",
+    "-o",
+    metavar="RUN.ipynb",
+    help="Where the notebook goes, outside the workspace [default: WORKSPACE.ipynb, beside it].",
+)
 @_output_options
-def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None, quiet: bool, as_json: bool, **options: Any) -> None:
+def run(
+    task: str, data: tuple[str, ...], workspace: str | None, out: str | None, quiet: bool, as_json: bool, **options: Any
+) -> None:
     """Analyse data: the model writes code, a live kernel runs it, round after round, until an answer.
 
     TASK is the question in plain words ("-" reads it from stdin). The notebook is written after every
@@ -235,17 +343,60 @@ def run(task: str, data: tuple[str, ...], workspace: str | None, out: str | None
 @click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file for the analysis (repeatable).")
 @_model_options
 @_kernel_options
-@click.option("--max-depth", type=click.IntRange(min=1), default=3, show_default=True, help="Levels of sub-tasks the plan may have.")
-@click.option("--node-budget", type=click.IntRange(min=1), default=20, show_default=True, help="Most tasks the plan may have.")
-@click.option("--max-fix-attempts", type=click.IntRange(min=0), default=5, show_default=True, help="Fixes asked for a failing task.")
-@click.option("--resume", metavar="PLAN.ipynb", help="Finish an interrupted plan run: done tasks are kept (their cells re-run), the rest run.")
-@click.option("--workspace", "-w", metavar="DIR", help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>; with --resume, the notebook's folder].")
-@click.option("--out", "-o", metavar="PLAN.ipynb", help="Where the notebook goes, outside the workspace [default: WORKSPACE.ipynb]; the report and state go beside it.")
-@click.option("--demo", is_flag=True, help="Plan the bundled task on the bundled sales data (scripted replies when no model is configured) into notebooks/demo-plan*.")
+@click.option(
+    "--max-depth",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Levels of sub-tasks the plan may have.",
+)
+@click.option(
+    "--node-budget", type=click.IntRange(min=1), default=20, show_default=True, help="Most tasks the plan may have."
+)
+@click.option(
+    "--max-fix-attempts",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Fixes asked for a failing task.",
+)
+@click.option(
+    "--resume",
+    metavar="PLAN.ipynb",
+    help="Finish an interrupted plan run: done tasks are kept (their cells re-run), the rest run.",
+)
+@click.option(
+    "--workspace",
+    "-w",
+    metavar="DIR",
+    help="The run's folder (kernel cwd) [default: ./agent-runs/<time>-<task>; with --resume, the notebook's folder].",
+)
+@click.option(
+    "--out",
+    "-o",
+    metavar="PLAN.ipynb",
+    help="Where the notebook goes, outside the workspace [default: WORKSPACE.ipynb]; the report and state go beside it.",
+)
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Plan the bundled task on the bundled sales data (scripted replies when no model is configured) into notebooks/demo-plan*.",
+)
 @_output_options
-def plan(task: str | None, data: tuple[str, ...], max_depth: int, node_budget: int, max_fix_attempts: int,
-         resume: str | None, workspace: str | None, out: str | None, demo: bool, quiet: bool, as_json: bool,
-         **options: Any) -> None:
+def plan(
+    task: str | None,
+    data: tuple[str, ...],
+    max_depth: int,
+    node_budget: int,
+    max_fix_attempts: int,
+    resume: str | None,
+    workspace: str | None,
+    out: str | None,
+    demo: bool,
+    quiet: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Plan mode: the model designs the analysis as a task DAG, each task runs in one live kernel
     (later tasks use earlier tasks' variables), failures get fixes, and a report grows as figures appear.
 
@@ -270,8 +421,12 @@ def plan(task: str | None, data: tuple[str, ...], max_depth: int, node_budget: i
     from .plan import drive_plan
 
     with _edge():
-        budgets = PlanOptions(max_depth=max_depth, node_budget=node_budget, max_fix_attempts=max_fix_attempts,
-                              exec_timeout=arguments["exec_timeout"])
+        budgets = PlanOptions(
+            max_depth=max_depth,
+            node_budget=node_budget,
+            max_fix_attempts=max_fix_attempts,
+            exec_timeout=arguments["exec_timeout"],
+        )
         _make_parent(out)
         with Agent(**arguments) as agent:
             events = agent.stream_plan(task or "", data, workspace, out, options=budgets, resume=resume)
@@ -283,14 +438,32 @@ def plan(task: str | None, data: tuple[str, ...], max_depth: int, node_budget: i
 @click.argument("task")
 @_model_options
 @_kernel_options
-@click.option("--data", "-d", "data", multiple=True, metavar="FILE",
-              help="A data file for the run (repeatable); replaces a recorded one of the same name.")
-@click.option("--workspace", "-w", metavar="DIR",
-              help="The folder to continue in, with the data files [default: a new folder beside RUN.ipynb].")
+@click.option(
+    "--data",
+    "-d",
+    "data",
+    multiple=True,
+    metavar="FILE",
+    help="A data file for the run (repeatable); replaces a recorded one of the same name.",
+)
+@click.option(
+    "--workspace",
+    "-w",
+    metavar="DIR",
+    help="The folder to continue in, with the data files [default: a new folder beside RUN.ipynb].",
+)
 @click.option("--out", "-o", metavar="NEW.ipynb", help="Write the continued run here [default: append to RUN.ipynb].")
 @_output_options
-def resume(notebook: str, task: str, data: tuple[str, ...], workspace: str | None, out: str | None, quiet: bool,
-           as_json: bool, **options: Any) -> None:
+def resume(
+    notebook: str,
+    task: str,
+    data: tuple[str, ...],
+    workspace: str | None,
+    out: str | None,
+    quiet: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Continue an earlier run with a follow-up question.
 
     A fresh kernel re-runs the notebook's setup cell and every cell that succeeded, so the earlier
@@ -319,8 +492,17 @@ def resume(notebook: str, task: str, data: tuple[str, ...], workspace: str | Non
 @_model_options
 @_kernel_options
 @click.option("--scripted", is_flag=True, help="Play the bundled scripted replies even when a model is configured.")
-@click.option("--out", "-o", default="notebooks/demo-run.ipynb", show_default=True, metavar="RUN.ipynb", help="Where the notebook goes.")
-@click.option("--workspace", "-w", default="notebooks/demo-run", show_default=True, metavar="DIR", help="The run's folder.")
+@click.option(
+    "--out",
+    "-o",
+    default="notebooks/demo-run.ipynb",
+    show_default=True,
+    metavar="RUN.ipynb",
+    help="Where the notebook goes.",
+)
+@click.option(
+    "--workspace", "-w", default="notebooks/demo-run", show_default=True, metavar="DIR", help="The run's folder."
+)
 @_output_options
 def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, **options: Any) -> None:
     """A complete analysis of the bundled sales dataset, exported as a notebook with figures.
@@ -339,7 +521,9 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
     made: list[Any] = []
 
     def make_agent() -> Any:
-        made.append(demo_agent(_agent_arguments(options), scripted=scripted, typing=bool(live and live.console.is_terminal)))
+        made.append(
+            demo_agent(_agent_arguments(options), scripted=scripted, typing=bool(live and live.console.is_terminal))
+        )
         if live is not None and made[0].chat_model.scripted:
             why = "--scripted" if scripted else "No model configured"
             live.console.print(Text(f"{why}: playing the scripted demo replies.", style="yellow"))
@@ -353,9 +537,23 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
 
 @cli.command()
 @click.argument("notebook", metavar="RUN.ipynb")
-@click.option("--workspace", "-w", metavar="DIR", help="Where the data files are [default: beside the notebook, or in its recorded workspace when that is a folder under the notebook's].")
-@click.option("--check/--no-check", default=True, show_default=True, help="Compare the new outputs with the recorded ones.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=600, show_default=True, metavar="S", help="Seconds per cell.")
+@click.option(
+    "--workspace",
+    "-w",
+    metavar="DIR",
+    help="Where the data files are [default: beside the notebook, or in its recorded workspace when that is a folder under the notebook's].",
+)
+@click.option(
+    "--check/--no-check", default=True, show_default=True, help="Compare the new outputs with the recorded ones."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600,
+    show_default=True,
+    metavar="S",
+    help="Seconds per cell.",
+)
 @_kernel_options
 def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **options: Any) -> None:
     """Re-execute a run's notebook in a fresh kernel and report cell by cell.
@@ -378,17 +576,32 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **
         limits = config.limits()
         if limits.sandbox == "off":
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
-        report = replay_notebook(notebook, workspace=workspace, check=check, timeout=timeout, limits=limits,
-                                 kernel_name=config.kernel, python=config.python)
+        report = replay_notebook(
+            notebook,
+            workspace=workspace,
+            check=check,
+            timeout=timeout,
+            limits=limits,
+            kernel_name=config.kernel,
+            python=config.python,
+        )
     show_replay(Console(highlight=False), report)
     sys.exit(0 if report.ok else 1)
 
 
 @cli.command()
 @click.argument("notebook", metavar="RUN.ipynb")
-@click.option("--html", "html", metavar="OUT.html", help="Render the notebook as HTML (nbconvert) for the browser instead.")
-@click.option("--thinking", is_flag=True, help="Expand reasoning models' hidden reasoning (folded to one line by default).")
-@click.option("--transcript", is_flag=True, help="Print the run as DeepAnalyze's tagged transcript (<Analyze>, <Code>, <Execute>, <Answer>) instead.")
+@click.option(
+    "--html", "html", metavar="OUT.html", help="Render the notebook as HTML (nbconvert) for the browser instead."
+)
+@click.option(
+    "--thinking", is_flag=True, help="Expand reasoning models' hidden reasoning (folded to one line by default)."
+)
+@click.option(
+    "--transcript",
+    is_flag=True,
+    help="Print the run as DeepAnalyze's tagged transcript (<Analyze>, <Code>, <Execute>, <Answer>) instead.",
+)
 def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> None:
     """Review a run in the terminal: reasoning, code, outputs, status and timing per round, the answer."""
     from rich.console import Console
@@ -415,24 +628,116 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 @cli.command(epilog=_ENVIRONMENT)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8200, show_default=True, help="Port to listen on.")
-@click.option("--data-dir", "--workspace-root", "data_dir", default="kernel-agent-data", show_default=True, metavar="DIR", help="Where uploads, thread workspaces, notebooks and run records live.")
-@click.option("--keys-file", "--key-file", "keys_file", metavar="FILE", help="Service keys, one a line, imported (hashed) into the database at start; `kernel-agent keys` manages them there [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated].")
+@click.option(
+    "--data-dir",
+    "--workspace-root",
+    "data_dir",
+    default="kernel-agent-data",
+    show_default=True,
+    metavar="DIR",
+    help="Where uploads, thread workspaces, notebooks and run records live.",
+)
+@click.option(
+    "--keys-file",
+    "--key-file",
+    "keys_file",
+    metavar="FILE",
+    help="Service keys, one a line, imported (hashed) into the database at start; `kernel-agent keys` manages them there [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated].",
+)
 @click.option("--no-auth", is_flag=True, help="Serve without keys (allowed only on a loopback address).")
-@click.option("--max-running", type=click.IntRange(min=1), default=4, show_default=True, help="Runs executing at once; more get 429.")
-@click.option("--max-live-kernels", type=click.IntRange(min=1), default=8, show_default=True, help="Thread kernels kept alive at once (the idlest is shut down).")
-@click.option("--idle-ttl", type=click.FloatRange(min=0, min_open=True), default=1800, show_default=True, metavar="S", help="Seconds before an idle thread's kernel is shut down (a follow-up rebuilds it).")
-@click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=100, show_default=True, metavar="MB", help="Largest upload accepted.")
-@click.option("--pool", "pool_size", type=click.IntRange(min=0), default=0, show_default=True, metavar="N", help="Keep N warm kernels for new threads (0: off); they count toward --max-live-kernels.")
-@click.option("--demo", is_flag=True, help="Try it without a model: the scripted demo replies and the bundled sales data (no key needed on a loopback address).")
-@click.option("--lease-ttl", type=click.FloatRange(min=0, min_open=True), default=15, show_default=True, metavar="S", help="Replicas: seconds before a dead replica's running thread is taken over by another.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="json: one JSON object a line (time, level, logger, message, run_id, thread_id) for a log pipeline.")
-@click.option("--drain-grace", type=click.FloatRange(min=0), default=30, show_default=True, metavar="S", help="On SIGTERM: seconds the runs in flight get to finish (no new runs meanwhile) before they are stopped.")
-@click.option("--database", envvar="KERNEL_AGENT_DATABASE", metavar="URL", help="Where the records live: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB (replicas share one) [default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db].")
+@click.option(
+    "--max-running",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Runs executing at once; more get 429.",
+)
+@click.option(
+    "--max-live-kernels",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Thread kernels kept alive at once (the idlest is shut down).",
+)
+@click.option(
+    "--idle-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1800,
+    show_default=True,
+    metavar="S",
+    help="Seconds before an idle thread's kernel is shut down (a follow-up rebuilds it).",
+)
+@click.option(
+    "--max-upload-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=100,
+    show_default=True,
+    metavar="MB",
+    help="Largest upload accepted.",
+)
+@click.option(
+    "--pool",
+    "pool_size",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Keep N warm kernels for new threads (0: off); they count toward --max-live-kernels.",
+)
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Try it without a model: the scripted demo replies and the bundled sales data (no key needed on a loopback address).",
+)
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    default=15,
+    show_default=True,
+    metavar="S",
+    help="Replicas: seconds before a dead replica's running thread is taken over by another.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object a line (time, level, logger, message, run_id, thread_id) for a log pipeline.",
+)
+@click.option(
+    "--drain-grace",
+    type=click.FloatRange(min=0),
+    default=30,
+    show_default=True,
+    metavar="S",
+    help="On SIGTERM: seconds the runs in flight get to finish (no new runs meanwhile) before they are stopped.",
+)
+@click.option(
+    "--database",
+    envvar="KERNEL_AGENT_DATABASE",
+    metavar="URL",
+    help="Where the records live: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB (replicas share one) [default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db].",
+)
 @_model_options
 @_kernel_options
-def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: bool, max_running: int,
-          max_live_kernels: int, idle_ttl: float, max_upload_mb: float, pool_size: int, demo: bool,
-          database: str | None, lease_ttl: float, drain_grace: float, log_format: str, **options: Any) -> None:
+def serve(
+    host: str,
+    port: int,
+    data_dir: str,
+    keys_file: str | None,
+    no_auth: bool,
+    max_running: int,
+    max_live_kernels: int,
+    idle_ttl: float,
+    max_upload_mb: float,
+    pool_size: int,
+    demo: bool,
+    database: str | None,
+    lease_ttl: float,
+    drain_grace: float,
+    log_format: str,
+    **options: Any,
+) -> None:
     """Serve the agent over HTTP: the web page at /, the native runs API and a DeepAnalyze/OpenAI-compatible
     /v1/chat/completions, with a live kernel per thread. Clients send ``Authorization: Bearer KEY``.
 
@@ -457,26 +762,77 @@ def serve(host: str, port: int, data_dir: str, keys_file: str | None, no_auth: b
             agent = {k: v for k, v in arguments.items() if v is not None}
         check_host(host, auth=not no_auth)
         config = ServerConfig(
-            Path(data_dir), keys=frozenset() if no_auth else keys, auth=not no_auth, agent=agent,
-            max_running=max_running, max_threads_live=max_live_kernels, idle_ttl=idle_ttl,
-            max_upload_bytes=int(max_upload_mb * 1024 * 1024), pool_size=pool_size, demo=demo,
-            database=database, lease_ttl=lease_ttl, drain_grace=drain_grace,
+            Path(data_dir),
+            keys=frozenset() if no_auth else keys,
+            auth=not no_auth,
+            agent=agent,
+            max_running=max_running,
+            max_threads_live=max_live_kernels,
+            idle_ttl=idle_ttl,
+            max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+            pool_size=pool_size,
+            demo=demo,
+            database=database,
+            lease_ttl=lease_ttl,
+            drain_grace=drain_grace,
         )
         run_server(config, host, port, log_format)  # type: ignore[arg-type]
 
 
 @cli.command()
-@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True, help="stdio for a client that starts the server; http for streamable HTTP at http://HOST:PORT/mcp.")
-@click.option("--workspace", "-w", metavar="DIR", help="The kernel's folder [default: ./agent-runs/<time>-mcp]; HTTP sessions get a subfolder each.")
-@click.option("--data", "-d", "data", multiple=True, metavar="FILE", help="A data file copied into the workspace and preloaded (repeatable).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120, show_default=True, metavar="S", help="Default seconds per execution (a call may ask for another).")
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio for a client that starts the server; http for streamable HTTP at http://HOST:PORT/mcp.",
+)
+@click.option(
+    "--workspace",
+    "-w",
+    metavar="DIR",
+    help="The kernel's folder [default: ./agent-runs/<time>-mcp]; HTTP sessions get a subfolder each.",
+)
+@click.option(
+    "--data",
+    "-d",
+    "data",
+    multiple=True,
+    metavar="FILE",
+    help="A data file copied into the workspace and preloaded (repeatable).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=120,
+    show_default=True,
+    metavar="S",
+    help="Default seconds per execution (a call may ask for another).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: the address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="HTTP: the port.")
-@click.option("--key-file", metavar="FILE", help="HTTP: the bearer key clients must send (else $KERNEL_AGENT_MCP_KEY; else one is made and printed once on stderr).")
-@click.option("--allow-remote", is_flag=True, help="HTTP: listen on an address other than loopback (only with TLS and access control in front).")
+@click.option(
+    "--key-file",
+    metavar="FILE",
+    help="HTTP: the bearer key clients must send (else $KERNEL_AGENT_MCP_KEY; else one is made and printed once on stderr).",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="HTTP: listen on an address other than loopback (only with TLS and access control in front).",
+)
 @_kernel_options
-def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: float, host: str, port: int,
-        key_file: str | None, allow_remote: bool, **options: Any) -> None:
+def mcp(
+    transport: str,
+    workspace: str | None,
+    data: tuple[str, ...],
+    timeout: float,
+    host: str,
+    port: int,
+    key_file: str | None,
+    allow_remote: bool,
+    **options: Any,
+) -> None:
     """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
 
     Tools: execute_python, interrupt, restart, list_variables, describe_data, list_files, read_file,
@@ -492,15 +848,25 @@ def mcp(transport: str, workspace: str | None, data: tuple[str, ...], timeout: f
     root = Path(workspace) if workspace else default_workspace("mcp")
     with _edge():
         key = _mcp_key(key_file) if transport == "http" else None
-        mcp_options = McpOptions(workspace=root.resolve(), data=tuple(str(Path(d).resolve()) for d in data),
-                                 timeout=timeout, transport="http" if transport == "http" else "stdio", host=host,
-                                 port=port, key=key, allow_remote=allow_remote)
+        mcp_options = McpOptions(
+            workspace=root.resolve(),
+            data=tuple(str(Path(d).resolve()) for d in data),
+            timeout=timeout,
+            transport="http" if transport == "http" else "stdio",
+            host=host,
+            port=port,
+            key=key,
+            allow_remote=allow_remote,
+        )
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
         config = AgentConfig.resolve(**_kernel_arguments(options))
         kernel_options = config.kernel_options()
         if config.kernel and not config.gateway_url:
-            _require_python_kernel(config.kernel, config.python, "the MCP server's tools (execute_python, "
-                                   "list_variables, describe_data) are Python's")
+            _require_python_kernel(
+                config.kernel,
+                config.python,
+                "the MCP server's tools (execute_python, list_variables, describe_data) are Python's",
+            )
         limits = kernel_options.get("limits")
         if limits is not None and limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)

@@ -21,9 +21,16 @@ from .drive import Job
 
 __all__ = ["TYPING_DELAY_S", "demo_agent", "demo_job", "demo_plan", "demo_serve", "epilogue"]
 
-_MODEL_SETTINGS = ("model", "base_url", "api_key", "protocol", "request_timeout", "data_format", "vllm_extras",
-                   "max_new_tokens")
-
+_MODEL_SETTINGS = (
+    "model",
+    "base_url",
+    "api_key",
+    "protocol",
+    "request_timeout",
+    "data_format",
+    "vllm_extras",
+    "max_new_tokens",
+)
 
 
 def demo_agent(arguments: dict[str, Any], *, scripted: bool = False, typing: bool = False) -> AsyncAgent:

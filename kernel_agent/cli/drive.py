@@ -47,8 +47,9 @@ class Job:
     def events(self, agent: AsyncAgent) -> Any:
         """The agent's event stream for this job."""
         if self.resume_from is not None:
-            return agent.stream_resume(self.resume_from, self.task, notebook=self.notebook, workspace=self.workspace,
-                                       data=self.data)
+            return agent.stream_resume(
+                self.resume_from, self.task, notebook=self.notebook, workspace=self.workspace, data=self.data
+            )
         return agent.stream(self.task, self.data, self.workspace, self.notebook)
 
 

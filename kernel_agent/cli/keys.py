@@ -22,11 +22,21 @@ __all__ = ["active_keys", "keys"]
 T = TypeVar("T")
 
 _WHERE = (
-    click.option("--data-dir", "data_dir", default="kernel-agent-data", show_default=True, metavar="DIR",
-                 help="The service's data dir (its embedded database, unless --database names another)."),
-    click.option("--database", envvar="KERNEL_AGENT_DATABASE", metavar="URL",
-                 help="The service's database: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
-                      "[default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db]."),
+    click.option(
+        "--data-dir",
+        "data_dir",
+        default="kernel-agent-data",
+        show_default=True,
+        metavar="DIR",
+        help="The service's data dir (its embedded database, unless --database names another).",
+    ),
+    click.option(
+        "--database",
+        envvar="KERNEL_AGENT_DATABASE",
+        metavar="URL",
+        help="The service's database: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
+        "[default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db].",
+    ),
 )
 
 
@@ -68,8 +78,11 @@ def keys_add(name: str, database: str | None, data_dir: str) -> None:
     """Make a new key and print it, this once: the database keeps only its hash."""
     with edge():
         record, key = _on_keys(database, data_dir, lambda store: store.add(name))
-    click.echo(f"added {record.id}{f' ({name})' if name else ''}; clients send Authorization: Bearer KEY. "
-               "The key is shown this once:", err=True)
+    click.echo(
+        f"added {record.id}{f' ({name})' if name else ''}; clients send Authorization: Bearer KEY. "
+        "The key is shown this once:",
+        err=True,
+    )
     click.echo(key)
 
 

@@ -62,8 +62,11 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
                 if live is not None:
                     live.update(_tree(ready, states, notes), refresh=True)
                 else:
-                    console.print(f"{states[event.node_id]:8} {event.node_id}"
-                                  + (f" · {notes[event.node_id]}" if event.node_id in notes else ""), markup=False)
+                    console.print(
+                        f"{states[event.node_id]:8} {event.node_id}"
+                        + (f" · {notes[event.node_id]}" if event.node_id in notes else ""),
+                        markup=False,
+                    )
             elif isinstance(event, PlanFinished):
                 code = _finish(event)
     finally:
@@ -80,13 +83,17 @@ def _update(event: NodeStarted | NodeFinished, states: dict[str, str], notes: di
     else:
         states[event.node_id] = event.status
         extra = [f"{event.figures} figure(s)"] if event.figures else []
-        notes[event.node_id] = "; ".join(extra + ([event.reason] if event.reason else [])) or f"{event.attempts} attempt(s)"
+        notes[event.node_id] = (
+            "; ".join(extra + ([event.reason] if event.reason else [])) or f"{event.attempts} attempt(s)"
+        )
 
 
 def _finish(event: PlanFinished) -> int:
     counts = event.counts
-    sys.stdout.write(f"{counts['done']}/{counts['total']} completed, {counts['failed']} failed, "
-                     f"{counts['skipped']} skipped\nnotebook: {event.notebook}\nreport: {event.report}\n")
+    sys.stdout.write(
+        f"{counts['done']}/{counts['total']} completed, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped\nnotebook: {event.notebook}\nreport: {event.report}\n"
+    )
     return 0 if counts["done"] == counts["total"] else 1
 
 
@@ -98,5 +105,3 @@ def _json(events: Iterable[Any]) -> int:
         if isinstance(event, PlanFinished):
             code = 0 if event.counts["done"] == event.counts["total"] else 1
     return code
-
-

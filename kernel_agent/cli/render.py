@@ -44,7 +44,14 @@ SCRIPTED_NOTE = (
     "Scripted replies: no model is configured, so the model's text is played back from replies "
     "shipped with kernel-agent. The code really runs in a live kernel; the numbers and figures are real."
 )
-_STATUS_STYLE = {"ok": "green", "answer": "green", "error": "red", "timeout": "yellow", "died": "red", "cancelled": "yellow"}
+_STATUS_STYLE = {
+    "ok": "green",
+    "answer": "green",
+    "error": "red",
+    "timeout": "yellow",
+    "died": "red",
+    "cancelled": "yellow",
+}
 _STATUS_MARK = {"ok": "✓", "answer": "✓", "error": "✗", "timeout": "⏱", "died": "✗", "cancelled": "⏹", "no-code": "·"}
 _TAIL_LINES = 8  # of the model's streamed text, in the live area
 _LIVE_OUTPUT_CHARS = 4000  # of a running cell's output kept for the live area (it shows the last lines)
@@ -84,7 +91,9 @@ def thinking_text(thinking: str, *, expanded: bool = True, max_lines: int = 30) 
 def round_status(round_: Round) -> Text:
     """One line: mark, status, timings and tokens of a finished round."""
     status = round_.status
-    text = Text(f"{_STATUS_MARK.get(status, '·')} round {round_.index}: {status}", style=_STATUS_STYLE.get(status, "dim"))
+    text = Text(
+        f"{_STATUS_MARK.get(status, '·')} round {round_.index}: {status}", style=_STATUS_STYLE.get(status, "dim")
+    )
     parts = [f"model {round_.model_s:.1f} s"]
     if round_.result is not None:
         parts.append(f"code {round_.exec_s:.1f} s")
@@ -211,7 +220,9 @@ class LiveRenderer:
 
     def _on_run_started(self, event: Any) -> None:
         why = f" ({event.protocol_reason})" if event.protocol_reason not in ("", "asked for") else ""
-        self.console.print(Text.assemble(("kernel-agent", "bold"), f" · model {event.model} · protocol {event.protocol}{why}"))
+        self.console.print(
+            Text.assemble(("kernel-agent", "bold"), f" · model {event.model} · protocol {event.protocol}{why}")
+        )
         self.console.print(Text(f"workspace {event.workspace}", style="dim"), soft_wrap=True)
         if event.scripted:
             self.console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))

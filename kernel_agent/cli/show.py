@@ -24,7 +24,12 @@ from .render import artifacts_text, code_block, output_renderables, round_status
 __all__ = ["export_html", "show_replay", "show_run"]
 
 _CHECK_STYLE = {
-    "match": "green", "executed": "green", "expected": "yellow", "mismatch": "red", "error": "bold red", "skipped": "dim",
+    "match": "green",
+    "executed": "green",
+    "expected": "yellow",
+    "mismatch": "red",
+    "error": "bold red",
+    "skipped": "dim",
 }
 
 

@@ -24,8 +24,17 @@ from typing import Any
 from ..model.scripted import ScriptedChatModel
 
 __all__ = [
-    "DATASET", "PLAN_SCRIPT", "SCRIPT", "SCRIPTED_NOTE", "TYPING_DELAY_S", "dataset_path", "demo_model",
-    "demo_plan_model", "demo_plan_task", "demo_replies", "demo_task",
+    "DATASET",
+    "PLAN_SCRIPT",
+    "SCRIPT",
+    "SCRIPTED_NOTE",
+    "TYPING_DELAY_S",
+    "dataset_path",
+    "demo_model",
+    "demo_plan_model",
+    "demo_plan_task",
+    "demo_replies",
+    "demo_task",
 ]
 
 DATASET = Path(__file__).with_name("sales.csv")

@@ -21,8 +21,15 @@ __all__ = ["COLUMNS", "DEFAULT_PATH", "make_rows", "write_dataset"]
 
 DEFAULT_PATH = Path(__file__).with_name("sales.csv")
 COLUMNS = (
-    "order_id", "date", "region", "product", "category",
-    "units", "unit_price", "discount", "revenue",
+    "order_id",
+    "date",
+    "region",
+    "product",
+    "category",
+    "units",
+    "unit_price",
+    "discount",
+    "revenue",
 )
 SEED = 20240917
 BASE_ROWS = 2996
@@ -59,8 +66,13 @@ def _order_line(rng: random.Random, day: date) -> dict[str, object]:
     mean_units = typical_units * (1 + REGIONS[region][1] * years) * paid_ratio**ELASTICITY
     units = max(1, round(mean_units * math.exp(rng.gauss(0.0, 0.3))))
     return {
-        "date": day.isoformat(), "region": region, "product": product, "category": category,
-        "units": units, "unit_price": price, "discount": discount,
+        "date": day.isoformat(),
+        "region": region,
+        "product": product,
+        "category": category,
+        "units": units,
+        "unit_price": price,
+        "discount": discount,
         "revenue": _revenue(units, price, discount),
     }
 

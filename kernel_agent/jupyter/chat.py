@@ -85,8 +85,10 @@ class ChatReply:
         where = f" in `{self.notebook}`" if self.notebook else ""
         scripted = " (scripted replies)" if event.scripted else ""
         if self.kernel == "notebook":
-            self.preface = (f"**The code runs unconfined in your notebook's own kernel**{scripted}: it sees your "
-                            f"variables and can change them and your files. Each round becomes cells{where}.")
+            self.preface = (
+                f"**The code runs unconfined in your notebook's own kernel**{scripted}: it sees your "
+                f"variables and can change them and your files. Each round becomes cells{where}."
+            )
         else:
             self.preface = f"*Working in my own sandboxed kernel{scripted}; each round becomes cells{where}.*"
 
@@ -167,8 +169,10 @@ def _round_text(rnd: _Round) -> str:
     lines = [f"**Round {rnd.index}** · {rnd.status}" if rnd.status != "answer" else f"**Round {rnd.index}**"]
     thinking = rnd.thinking.strip()
     if thinking:
-        lines.append(f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary>\n\n"
-                     f"{_escape(thinking)}\n\n</details>")
+        lines.append(
+            f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary>\n\n"
+            f"{_escape(thinking)}\n\n</details>"
+        )
     text = rnd.reasoning if rnd.reasoning is not None else rnd.text
     if text.strip() and rnd.status != "answer":
         lines.append(text.strip())

@@ -35,16 +35,20 @@ async def notebook_kernel_id(serverapp: Any, path: str) -> str | None:
     return None
 
 
-async def notebook_kernel(serverapp: Any, path: str, workspace: Path,
-                          session_for: Callable[[AttachedProvider], AsyncKernelSession]) -> AsyncKernelSession:
+async def notebook_kernel(
+    serverapp: Any, path: str, workspace: Path, session_for: Callable[[AttachedProvider], AsyncKernelSession]
+) -> AsyncKernelSession:
     """A started session (``session_for(provider)`` makes it) on the kernel the server runs for the notebook at
     ``path``, its working folder moved to ``workspace``. Raises ``KernelStartError`` when the notebook has no
     kernel (it is not open, or its kernel is not started) or it cannot be reached."""
     kernel_id = await notebook_kernel_id(serverapp, path)
-    connection_file = getattr(serverapp.kernel_manager.get_kernel(kernel_id), "connection_file", "") if kernel_id else ""
+    connection_file = (
+        getattr(serverapp.kernel_manager.get_kernel(kernel_id), "connection_file", "") if kernel_id else ""
+    )
     if not connection_file:
-        raise KernelStartError(f"`{path}` has no running kernel here: open it in JupyterLab (its kernel starts), "
-                               "then ask again")
+        raise KernelStartError(
+            f"`{path}` has no running kernel here: open it in JupyterLab (its kernel starts), then ask again"
+        )
     session = session_for(AttachedProvider(connection_file, workspace=workspace))
     await session.start()
     try:
@@ -60,7 +64,9 @@ class InterruptWatch:
     when the interrupt comes: the notebook's kernel may change; None: nothing to watch now, no look-up).
     ``close`` stops watching."""
 
-    def __init__(self, serverapp: Any, path: Callable[[], str | None], on_interrupt: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, serverapp: Any, path: Callable[[], str | None], on_interrupt: Callable[[], Awaitable[None]]
+    ) -> None:
         self.serverapp = serverapp
         self.path = path
         self.on_interrupt = on_interrupt

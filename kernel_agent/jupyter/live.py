@@ -66,11 +66,14 @@ class LiveNotebook:
         """Create the notebook when it does not exist, then join its shared document.
         Raises ``NotebookError`` when the server has no shared document for it."""
         if not await _maybe_async(self.contents.file_exists(self.path)):
-            nb = nbformat.v4.new_notebook(metadata={"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}})
+            nb = nbformat.v4.new_notebook(
+                metadata={"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+            )
             await _maybe_async(self.contents.save({"type": "notebook", "format": "json", "content": nb}, self.path))
             self._created = True
-        self.document = await self.ydoc.get_document(path=self.path, content_type="notebook", file_format="json",
-                                                     copy=False, create=True)
+        self.document = await self.ydoc.get_document(
+            path=self.path, content_type="notebook", file_format="json", copy=False, create=True
+        )
         if self.document is None:
             raise NotebookError("the server has no shared document for the notebook", path=self.path)
 
@@ -108,10 +111,28 @@ class LiveNotebook:
         """Show round ``index``'s reasoning and code while the code runs, where the run's view will have
         them (before its answer cell); ``sync`` replaces them with the finished round's cells."""
         meta = {"round": index, "running": True}
-        cells = [{"id": f"round-{index}-reasoning", "cell_type": "markdown", "source": reasoning,
-                  "metadata": {METADATA_KEY: {"role": "reasoning", **meta}}}] if reasoning.strip() else []
-        cells.append({"id": f"round-{index}-code", "cell_type": "code", "source": code, "outputs": [],
-                      "execution_count": None, "metadata": {METADATA_KEY: {"role": "code", **meta}}})
+        cells = (
+            [
+                {
+                    "id": f"round-{index}-reasoning",
+                    "cell_type": "markdown",
+                    "source": reasoning,
+                    "metadata": {METADATA_KEY: {"role": "reasoning", **meta}},
+                }
+            ]
+            if reasoning.strip()
+            else []
+        )
+        cells.append(
+            {
+                "id": f"round-{index}-code",
+                "cell_type": "code",
+                "source": code,
+                "outputs": [],
+                "execution_count": None,
+                "metadata": {METADATA_KEY: {"role": "code", **meta}},
+            }
+        )
         document = self.document
         ids = [str(ycell.get("id")) for ycell in document.ycells]
         at = ids.index(self._tail) if self._tail in ids else len(ids)
@@ -128,8 +149,11 @@ class LiveNotebook:
         document = self.document
         for position, ycell in enumerate(document.ycells):
             if ycell.get("id") == f"round-{index}-code":
-                cell = {**self._written.get(f"round-{index}-code", {}), "outputs": _plain(outputs),
-                        "execution_count": execution_count}
+                cell = {
+                    **self._written.get(f"round-{index}-code", {}),
+                    "outputs": _plain(outputs),
+                    "execution_count": execution_count,
+                }
                 if "source" in cell:
                     _update(document, position, cell)
                     self._written[cell["id"]] = cell

@@ -37,7 +37,6 @@ from traitlets import Enum, Float, Integer, Unicode
 
 from ..agent.loop import AsyncAgent
 from ..errors import KernelAgentError
-from ..events import Event
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside
 from ..redact import redact
@@ -59,14 +58,22 @@ class KernelAgentPersona(BasePersona):
     its agent, kernel, workspace and notebooks live as long as the chat's persona."""
 
     model = Unicode(None, allow_none=True, config=True, help="model name [env: KERNEL_AGENT_MODEL]")
-    base_url = Unicode(None, allow_none=True, config=True,
-                       help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]")
+    base_url = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]",
+    )
     api_key = Unicode(None, allow_none=True, config=True, help="API key [env: OPENAI_API_KEY]")
     max_rounds = Integer(None, allow_none=True, config=True, help="model replies per message (default 30)")
     exec_timeout = Float(None, allow_none=True, config=True, help="seconds per code execution (default 120)")
-    kernel = Enum(["sandbox", "notebook"], default_value="sandbox", config=True,
-                  help="where the code runs: the agent's own sandboxed kernel, or (opt-in) the notebook's own "
-                       "kernel, unconfined, seeing your variables")
+    kernel = Enum(
+        ["sandbox", "notebook"],
+        default_value="sandbox",
+        config=True,
+        help="where the code runs: the agent's own sandboxed kernel, or (opt-in) the notebook's own "
+        "kernel, unconfined, seeing your variables",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -79,7 +86,7 @@ class KernelAgentPersona(BasePersona):
         return PersonaDefaults(
             name="KernelAgent",
             description="Analyses your data by writing code in rounds in a sandboxed kernel; "
-                        "each round becomes cells in the open notebook.",
+            "each round becomes cells in the open notebook.",
             avatar_path=str(Path(__file__).with_name("avatar.svg")),
             system_prompt="",
         )
@@ -127,8 +134,9 @@ class KernelAgentPersona(BasePersona):
             await conversation.close()
 
     # ----------------------------------------------------------------- internals
-    async def _run(self, conversation: "_Conversation", task: str, data: list[str], reply: ChatReply,
-                   message_id: str) -> None:
+    async def _run(
+        self, conversation: _Conversation, task: str, data: list[str], reply: ChatReply, message_id: str
+    ) -> None:
         redraw = _Redraw(lambda: self._draw(message_id, reply), _REDRAW_S)
         self.set_status("is analysing…")
         try:
@@ -157,19 +165,30 @@ class KernelAgentPersona(BasePersona):
 
     def _draw(self, message_id: str, reply: ChatReply) -> None:
         body = self._conversation.hidden(reply.body) if self._conversation is not None else reply.body
-        self.chat.update_message(Message(id=message_id, body=body, time=time.time(), sender=self.id,
-                                          raw_time=False), trigger_actions=[])
+        self.chat.update_message(
+            Message(id=message_id, body=body, time=time.time(), sender=self.id, raw_time=False), trigger_actions=[]
+        )
 
-    def _new_conversation(self, task: str) -> "_Conversation":
-        options = {"model": self.model, "base_url": self.base_url, "api_key": self.api_key,
-                   "max_rounds": self.max_rounds, "exec_timeout": self.exec_timeout}
+    def _new_conversation(self, task: str) -> _Conversation:
+        options = {
+            "model": self.model,
+            "base_url": self.base_url,
+            "api_key": self.api_key,
+            "max_rounds": self.max_rounds,
+            "exec_timeout": self.exec_timeout,
+        }
         settings = self._serverapp.web_app.settings
         chat_path = Path(self.get_chat_path(relative=True))
         named = _named_notebook(task, Path(self.get_chat_dir()))
         notebook = (chat_path.parent / named) if named else chat_path.with_suffix(".ipynb")
         live = LiveNotebook(settings["jupyter_server_ydoc"], settings["contents_manager"], notebook.as_posix())
-        return _Conversation(options, Path(self.get_chat_dir()), notebook.as_posix(), live,
-                             self._serverapp if self.kernel == "notebook" else None)
+        return _Conversation(
+            options,
+            Path(self.get_chat_dir()),
+            notebook.as_posix(),
+            live,
+            self._serverapp if self.kernel == "notebook" else None,
+        )
 
     def _watched(self) -> str | None:
         """The notebook whose kernel's interrupt stops the run: while one runs, the one it writes into."""
@@ -197,8 +216,9 @@ class KernelAgentPersona(BasePersona):
 class _Conversation:
     """One chat's agent, its kernel (kept across messages), workspace and notebooks."""
 
-    def __init__(self, options: dict[str, Any], folder: Path, notebook: str, live: LiveNotebook,
-                 serverapp: Any = None) -> None:
+    def __init__(
+        self, options: dict[str, Any], folder: Path, notebook: str, live: LiveNotebook, serverapp: Any = None
+    ) -> None:
         self.folder = folder
         self.serverapp = serverapp  # given: the code runs in the notebook's own kernel, attached
         self.notebook = notebook
@@ -229,8 +249,12 @@ class _Conversation:
             await self.session.close()
             self.session = None
         if self.session is None and self.serverapp is not None:
-            self.session = await notebook_kernel(self.serverapp, self.notebook, self.workspace,
-                                                 lambda provider: self.agent.new_session(self.workspace, provider=provider))
+            self.session = await notebook_kernel(
+                self.serverapp,
+                self.notebook,
+                self.workspace,
+                lambda provider: self.agent.new_session(self.workspace, provider=provider),
+            )
         if self.session is None:
             session = self.agent.new_session(self.workspace)
             await session.start()

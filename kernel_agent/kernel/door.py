@@ -233,16 +233,18 @@ class Door:
     def write_from(self, relative: str, chunks: Iterator[bytes], *, mode: int = 0o644, make_dirs: bool = True) -> int:
         """Write ``chunks`` to a new temp file (random name, ``O_EXCL``) beside ``relative``, then rename it
         over the entry: never through a planted link, never a half-written file. Returns the size."""
-        return self._replace(relative, lambda fd: sum(_write_all(fd, chunk) for chunk in chunks), mode=mode,
-                             make_dirs=make_dirs)
+        return self._replace(
+            relative, lambda fd: sum(_write_all(fd, chunk) for chunk in chunks), mode=mode, make_dirs=make_dirs
+        )
 
     def _replace(self, relative: str, fill: Callable[[int], int], *, mode: int, make_dirs: bool = True) -> int:
         """``fill(fd)`` writes a new temp file beside ``relative`` and returns its size; then it is renamed over
         the entry (``write_from``)."""
         with self._parent(relative, create=make_dirs) as (dir_fd, name):
             temp = f".{name[:80]}.{secrets.token_hex(8)}.kernel-agent-partial"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=dir_fd)
+            fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+            )
             try:
                 try:
                     size = fill(fd)
@@ -338,13 +340,15 @@ class Door:
 def _refusal(exc: OSError, relative: str) -> BaseException:
     """The words for an open the door refused (a link on the way, a way out), else ``exc`` itself."""
     if exc.errno == errno.ELOOP:
-        return WorkspaceFileError(f"{relative!r} leads through a link; links in the workspace are not followed",
-                                  path=relative)
+        return WorkspaceFileError(
+            f"{relative!r} leads through a link; links in the workspace are not followed", path=relative
+        )
     if exc.errno == errno.EXDEV:
         return WorkspaceFileError(f"{relative!r} is outside the workspace", path=relative)
     if exc.errno == errno.ENOTDIR:  # O_DIRECTORY | O_NOFOLLOW on a link, or a file where a folder should be
-        return WorkspaceFileError(f"{relative!r} leads through a link or through a file that is not a folder",
-                                  path=relative)
+        return WorkspaceFileError(
+            f"{relative!r} leads through a link or through a file that is not a folder", path=relative
+        )
     return exc
 
 

@@ -64,8 +64,15 @@ class Verdict:
 
 
 def classify(
-    outcome: Outcome, reply: dict[str, Any], error: ErrorInfo | None, *, limits: Limits,
-    timeout: float | None, grace: float, death: str = "", owns_kernel: bool = True,
+    outcome: Outcome,
+    reply: dict[str, Any],
+    error: ErrorInfo | None,
+    *,
+    limits: Limits,
+    timeout: float | None,
+    grace: float,
+    death: str = "",
+    owns_kernel: bool = True,
 ) -> Verdict:
     """The verdict for ``outcome`` (pure). ``death`` is the provider's description of an exit."""
     if outcome is Outcome.IDLE:
@@ -108,9 +115,12 @@ class _LostMessages:
             self.probe, self.sent = client.execute("", silent=True, store_history=False, allow_stdin=False), now
 
     def seen(self, msg: dict[str, Any], collector: OutputCollector) -> None:
-        if (self.probe is not None and msg.get("msg_type") == "status"
-                and msg.get("content", {}).get("execution_state") == "idle"
-                and msg.get("parent_header", {}).get("msg_id") == self.probe):
+        if (
+            self.probe is not None
+            and msg.get("msg_type") == "status"
+            and msg.get("content", {}).get("execution_state") == "idle"
+            and msg.get("parent_header", {}).get("msg_id") == self.probe
+        ):
             collector.idle = True
 
 
@@ -136,7 +146,12 @@ class ExecuteEngine:
 
     # ----------------------------------------------------------------- public
     async def execute(
-        self, code: str, timeout: float | None, *, rebuild: bool, rebuild_timeout: float | None = None,
+        self,
+        code: str,
+        timeout: float | None,
+        *,
+        rebuild: bool,
+        rebuild_timeout: float | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run ``code``; on state loss with ``rebuild``, re-run the earlier successful cells (each
@@ -287,19 +302,36 @@ class ExecuteEngine:
     def _cancelled(self, code: str, collector: OutputCollector, duration: float) -> ExecutionResult:
         """What ran of ``code`` before its owner was cancelled (status ``cancelled``)."""
         return ExecutionResult(
-            status="cancelled", outputs=tuple(collector.finish()), execution_count=collector.execution_count,
-            duration_s=duration, error=collector.error, note="cancelled by the user (Ctrl-C or SIGTERM)", code=code,
-            dropped_chars=collector.dropped_chars, dropped_images=collector.dropped_images,
+            status="cancelled",
+            outputs=tuple(collector.finish()),
+            execution_count=collector.execution_count,
+            duration_s=duration,
+            error=collector.error,
+            note="cancelled by the user (Ctrl-C or SIGTERM)",
+            code=code,
+            dropped_chars=collector.dropped_chars,
+            dropped_images=collector.dropped_images,
         )
 
     async def _finish(
-        self, code: str, collector: OutputCollector, outcome: Outcome, reply: dict[str, Any], duration: float,
+        self,
+        code: str,
+        collector: OutputCollector,
+        outcome: Outcome,
+        reply: dict[str, Any],
+        duration: float,
         timeout: float | None,
     ) -> ExecutionResult:
         death = self.provider.describe_exit() if outcome is Outcome.DIED else ""
         verdict = classify(
-            outcome, reply, collector.error, limits=self.provider.limits, timeout=timeout,
-            grace=self.interrupt_grace, death=death, owns_kernel=self.provider.owns_kernel,
+            outcome,
+            reply,
+            collector.error,
+            limits=self.provider.limits,
+            timeout=timeout,
+            grace=self.interrupt_grace,
+            death=death,
+            owns_kernel=self.provider.owns_kernel,
         )
         if verdict.restart:
             await self.provider.restart()

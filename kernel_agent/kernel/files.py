@@ -162,7 +162,9 @@ class RemoteFiles:
         artifacts = changed_files(before, after if after is not None else await self.snapshot())
         for artifact in artifacts:
             if artifact.size > MAX_PULL:
-                log.warning("%s (%d bytes) stays on the kernel's side: larger than %d", artifact.path, artifact.size, MAX_PULL)
+                log.warning(
+                    "%s (%d bytes) stays on the kernel's side: larger than %d", artifact.path, artifact.size, MAX_PULL
+                )
                 continue
             await self._pull(artifact)
         return artifacts

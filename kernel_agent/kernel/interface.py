@@ -71,7 +71,11 @@ class Kernel(Protocol):
     async def start(self) -> Kernel: ...
 
     async def execute(
-        self, code: str, timeout: float | None = None, *, rebuild: bool | None = None,
+        self,
+        code: str,
+        timeout: float | None = None,
+        *,
+        rebuild: bool | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run ``code``; a timeout interrupts (then restarts if need be). ``on_output`` gets the

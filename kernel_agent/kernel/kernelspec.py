@@ -36,8 +36,16 @@ from .sandbox.network import network_prefix, require_pasta
 if TYPE_CHECKING:
     from .sandbox.limits import Confinement
 
-__all__ = ["KERNEL_NAME", "KernelChoice", "choose_kernel", "install_kernelspec", "installed_kernels",
-           "kernel_spec_manager", "kernelspec_dir", "launch_spec"]
+__all__ = [
+    "KERNEL_NAME",
+    "KernelChoice",
+    "choose_kernel",
+    "install_kernelspec",
+    "installed_kernels",
+    "kernel_spec_manager",
+    "kernelspec_dir",
+    "launch_spec",
+]
 
 KERNEL_NAME = "kernel-agent"
 LAUNCHER = "kernel_agent.kernel.inside.launcher"
@@ -125,28 +133,45 @@ def choose_kernel(kernel_name: str = KERNEL_NAME, python: str | None = None) -> 
         if kernel_name == "python3":  # what notebooks usually name: our Python, where ipykernel installed no spec
             return choose_kernel(KERNEL_NAME, python)
         installed = ", ".join(installed_kernels())
-        raise KernelChoiceError(f"no Jupyter kernel named {kernel_name!r} here (installed: {installed}; "
-                          "see `jupyter kernelspec list`)") from exc
+        raise KernelChoiceError(
+            f"no Jupyter kernel named {kernel_name!r} here (installed: {installed}; see `jupyter kernelspec list`)"
+        ) from exc
     argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
     env = tuple(sorted((str(k), str(v)) for k, v in (spec.env or {}).items()))
     language = str(spec.language or "").lower()
     program = _python_program(argv[0]) if argv else None
     if kernel_name == KERNEL_NAME or program is not None or python is not None:
         if language not in ("python", ""):
-            raise KernelChoiceError(f"--python picks a Python environment, but kernel {kernel_name!r} runs {spec.language}: "
-                              "give one of them")
+            raise KernelChoiceError(
+                f"--python picks a Python environment, but kernel {kernel_name!r} runs {spec.language}: "
+                "give one of them"
+            )
         interpreter = python or program or sys.executable
         other = None if os.path.abspath(interpreter) == os.path.abspath(sys.executable) else probe_python(interpreter)
         name = KERNEL_NAME if kernel_name == KERNEL_NAME else kernel_name
-        return KernelChoice(name, spec.display_name, "python", python=other, env=env,
-                            read_paths=other.paths if other is not None else ())
+        return KernelChoice(
+            name,
+            spec.display_name,
+            "python",
+            python=other,
+            env=env,
+            read_paths=other.paths if other is not None else (),
+        )
     found = shutil.which(argv[0]) if argv else None
     if found is None:
-        raise KernelChoiceError(f"kernel {kernel_name!r} ({spec.display_name}) runs {argv[:1] or 'nothing'}, which is not "
-                          "installed here (not on PATH)")
+        raise KernelChoiceError(
+            f"kernel {kernel_name!r} ({spec.display_name}) runs {argv[:1] or 'nothing'}, which is not "
+            "installed here (not on PATH)"
+        )
     command = (found, *argv[1:])
-    return KernelChoice(kernel_name, spec.display_name, spec.language or "unknown", command=command, env=env,
-                        read_paths=_program_paths(found, spec.resource_dir))
+    return KernelChoice(
+        kernel_name,
+        spec.display_name,
+        spec.language or "unknown",
+        command=command,
+        env=env,
+        read_paths=_program_paths(found, spec.resource_dir),
+    )
 
 
 def _python_program(program: str) -> str | None:
@@ -162,8 +187,11 @@ def _python_program(program: str) -> str | None:
 def _program_paths(program: str, resource_dir: str) -> tuple[Path, ...]:
     """What the sandbox must show read-only for a kernel of another kind: its program's folder (resolved,
     unless the system's folders already hold it) and the kernelspec's own folder."""
-    found = {Path(os.path.realpath(program)).parent, Path(os.path.dirname(os.path.abspath(program))),
-             Path(os.path.realpath(resource_dir))}
+    found = {
+        Path(os.path.realpath(program)).parent,
+        Path(os.path.dirname(os.path.abspath(program))),
+        Path(os.path.realpath(resource_dir)),
+    }
     return tuple(sorted(p for p in found if not str(p).startswith(("/usr/", "/etc/"))))
 
 

@@ -121,9 +121,15 @@ class OutputCollector:
             )
             self.outputs.append(_stream("stdout", note))
         if self.lost_messages:
-            self.outputs.append(_stream("stdout", (
-                "[kernel-agent: a message from the kernel over the size bound was dropped unread (output written to "
-                "the kernel's sockets past its output cap); what it carried is not shown]\n")))
+            self.outputs.append(
+                _stream(
+                    "stdout",
+                    (
+                        "[kernel-agent: a message from the kernel over the size bound was dropped unread (output written to "
+                        "the kernel's sockets past its output cap); what it carried is not shown]\n"
+                    ),
+                )
+            )
         return self.outputs
 
     def _on_clear(self, wait: bool) -> None:

@@ -58,7 +58,11 @@ class PartialOutput:
     """
 
     def __init__(
-        self, callback: OutputCallback, started: float, *, interval_s: float = CHUNK_INTERVAL_S,
+        self,
+        callback: OutputCallback,
+        started: float,
+        *,
+        interval_s: float = CHUNK_INTERVAL_S,
         max_chars: int = CHUNK_MAX_CHARS,
     ) -> None:
         self.callback = callback
@@ -103,11 +107,11 @@ class PartialOutput:
         self._chars += len(text)
         self._held += len(text)
         if self._held > 2 * self.max_chars:  # keep memory bounded between chunks: only the tail is sent
-            self._text = ["".join(self._text)[-self.max_chars:]]
+            self._text = ["".join(self._text)[-self.max_chars :]]
             self._held = self.max_chars
 
     def _send(self, now: float) -> None:
-        text = "".join(self._text)[-self.max_chars:]
+        text = "".join(self._text)[-self.max_chars :]
         chunk = OutputChunk(text, round(now - self.started, 3), self._chars - len(text), self._figures)
         self._text, self._chars, self._held, self._figures = [], 0, 0, 0
         self._last_sent = now
@@ -151,5 +155,5 @@ class OutputTail:
         """The tail, with a leading ``…`` when earlier output is not shown."""
         shown = resolve_carriage_returns(self._raw)
         cut = self._cut or len(shown) > self.max_chars
-        shown = shown[-self.max_chars:]
+        shown = shown[-self.max_chars :]
         return ("…" + shown) if cut and shown else shown

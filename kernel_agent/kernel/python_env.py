@@ -21,10 +21,12 @@ from ..errors import ConfigError
 __all__ = ["PythonEnvironment", "inside_path", "probe_python", "require_setup_packages"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # kernel_agent/
-_PROBE = ("import importlib.util, json, sys; print(json.dumps({'prefix': sys.prefix, 'base': sys.base_prefix, "
-          "'exec_prefix': sys.exec_prefix, 'version': sys.version.split()[0], "
-          "'ipykernel': importlib.util.find_spec('ipykernel') is not None, "
-          "'has': [m for m in ('pandas', 'numpy', 'matplotlib') if importlib.util.find_spec(m)]}))")
+_PROBE = (
+    "import importlib.util, json, sys; print(json.dumps({'prefix': sys.prefix, 'base': sys.base_prefix, "
+    "'exec_prefix': sys.exec_prefix, 'version': sys.version.split()[0], "
+    "'ipykernel': importlib.util.find_spec('ipykernel') is not None, "
+    "'has': [m for m in ('pandas', 'numpy', 'matplotlib') if importlib.util.find_spec(m)]}))"
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,13 @@ class PythonEnvironment:
     @property
     def paths(self) -> tuple[Path, ...]:
         """What the sandbox shows read-only for it: its prefixes and the interpreter's folder."""
-        found = {self.prefix, self.base_prefix, self.exec_prefix, os.path.dirname(self.executable),
-                 os.path.dirname(os.path.realpath(self.executable))}
+        found = {
+            self.prefix,
+            self.base_prefix,
+            self.exec_prefix,
+            os.path.dirname(self.executable),
+            os.path.dirname(os.path.realpath(self.executable)),
+        }
         return tuple(sorted(Path(os.path.realpath(p)) for p in found if p))
 
 
@@ -52,19 +59,23 @@ def probe_python(path: str) -> PythonEnvironment:
     that is not a runnable Python, or one without ipykernel."""
     executable = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(executable) or not os.access(executable, os.X_OK):
-        raise ConfigError(f"--python {path}: no such interpreter (give the path of a python executable, e.g. "
-                          "/opt/conda/envs/x/bin/python)")
+        raise ConfigError(
+            f"--python {path}: no such interpreter (give the path of a python executable, e.g. "
+            "/opt/conda/envs/x/bin/python)"
+        )
     try:
-        done = subprocess.run([executable, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60,
-                              check=False)
+        done = subprocess.run([executable, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False)
         facts = json.loads(done.stdout)
     except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
         raise ConfigError(f"--python {path} did not answer as a Python interpreter: {exc}") from exc
     if not facts["ipykernel"]:
-        raise ConfigError(f"ipykernel is not installed in {facts['prefix']}: {executable} -m pip install ipykernel "
-                          "there, then try again")
-    return PythonEnvironment(executable, facts["prefix"], facts["base"], facts["exec_prefix"], facts["version"],
-                             frozenset(facts["has"]))
+        raise ConfigError(
+            f"ipykernel is not installed in {facts['prefix']}: {executable} -m pip install ipykernel "
+            "there, then try again"
+        )
+    return PythonEnvironment(
+        executable, facts["prefix"], facts["base"], facts["exec_prefix"], facts["version"], frozenset(facts["has"])
+    )
 
 
 def require_setup_packages(path: str) -> PythonEnvironment:
@@ -73,9 +84,11 @@ def require_setup_packages(path: str) -> PythonEnvironment:
     environment = probe_python(path)
     missing = sorted({"pandas", "numpy", "matplotlib"} - environment.has)
     if missing:
-        raise ConfigError(f"{', '.join(missing)} not installed in {environment.prefix}, and the analysis setup cell "
-                          f"needs them: {environment.executable} -m pip install {' '.join(missing)} there "
-                          "(or pass preload=False)")
+        raise ConfigError(
+            f"{', '.join(missing)} not installed in {environment.prefix}, and the analysis setup cell "
+            f"needs them: {environment.executable} -m pip install {' '.join(missing)} there "
+            "(or pass preload=False)"
+        )
     return environment
 
 

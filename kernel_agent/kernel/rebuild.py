@@ -81,8 +81,13 @@ class RebuildPlan:
             self._lose(binds | touched, cell.label)
 
     def report(self) -> RebuildReport:
-        return RebuildReport(tuple(self._rerun), tuple(self._failed), tuple(self._skipped), tuple(self._not_rerun),
-                             tuple(sorted(self._lost)))
+        return RebuildReport(
+            tuple(self._rerun),
+            tuple(self._failed),
+            tuple(self._skipped),
+            tuple(self._not_rerun),
+            tuple(sorted(self._lost)),
+        )
 
     def _lose(self, names: Set[str], label: int) -> None:
         for name in names:

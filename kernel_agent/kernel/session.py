@@ -81,16 +81,29 @@ class AsyncKernelSession:
         if provider is None and gateway is not None:
             from .providers.gateway.provider import GatewayProvider
 
-            settings = gateway if isinstance(gateway, GatewaySettings) else GatewaySettings(
-                gateway, gateway_token, kernel_name=kernel_name, startup_timeout=startup_timeout
+            settings = (
+                gateway
+                if isinstance(gateway, GatewaySettings)
+                else GatewaySettings(gateway, gateway_token, kernel_name=kernel_name, startup_timeout=startup_timeout)
             )
-            provider = GatewayProvider(settings, kernel_id=gateway_kernel_id, env=env, adopt=gateway_adopt,
-                                       max_output_bytes=self.caps.max_output_bytes)
+            provider = GatewayProvider(
+                settings,
+                kernel_id=gateway_kernel_id,
+                env=env,
+                adopt=gateway_adopt,
+                max_output_bytes=self.caps.max_output_bytes,
+            )
         if provider is None:
             provider = LocalProvider(
-                self.local_folder, kernel_name=kernel_name or KERNEL_NAME, env=env, allow_env=allow_env,
-                startup_timeout=startup_timeout, max_images=self.caps.max_images,
-                max_output_bytes=self.caps.max_output_bytes, limits=limits, python=python,
+                self.local_folder,
+                kernel_name=kernel_name or KERNEL_NAME,
+                env=env,
+                allow_env=allow_env,
+                startup_timeout=startup_timeout,
+                max_images=self.caps.max_images,
+                max_output_bytes=self.caps.max_output_bytes,
+                limits=limits,
+                python=python,
             )
         self.kernel_name = kernel_name or getattr(provider, "kernel_name", None) or "default"
         self.provider = provider
@@ -172,16 +185,17 @@ class AsyncKernelSession:
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod
-    async def connect(cls, connection_file: str | os.PathLike[str], **kwargs: Any) -> "AsyncKernelSession":
+    async def connect(cls, connection_file: str | os.PathLike[str], **kwargs: Any) -> AsyncKernelSession:
         """Attach to a running kernel by its connection file; ``close()`` never kills it.
         Raises ``KernelStartError`` when it does not answer."""
         caps = kwargs.get("caps") or OutputCaps()
-        provider = AttachedProvider(connection_file, startup_timeout=kwargs.pop("startup_timeout", 60.0),
-                                    max_output_bytes=caps.max_output_bytes)
+        provider = AttachedProvider(
+            connection_file, startup_timeout=kwargs.pop("startup_timeout", 60.0), max_output_bytes=caps.max_output_bytes
+        )
         session = cls(provider=provider, **kwargs)
         return await session.start()
 
-    async def start(self) -> "AsyncKernelSession":
+    async def start(self) -> AsyncKernelSession:
         """Start the kernel and wait until it answers. Raises ``KernelStartError``."""
         if self.state is not SessionState.NEW:
             return self
@@ -215,7 +229,7 @@ class AsyncKernelSession:
 
     shutdown = close
 
-    async def __aenter__(self) -> "AsyncKernelSession":
+    async def __aenter__(self) -> AsyncKernelSession:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -245,11 +259,17 @@ class AsyncKernelSession:
         if self.state is SessionState.CLOSED:
             raise SessionClosedError("this kernel session is closed")
         if self.state is SessionState.NEW:
-            raise SessionClosedError("this kernel session was not started (use it as a context manager or call start())")
+            raise SessionClosedError(
+                "this kernel session was not started (use it as a context manager or call start())"
+            )
 
     # ----------------------------------------------------------------- execute
     async def execute(
-        self, code: str, timeout: float | None = None, *, rebuild: bool | None = None,
+        self,
+        code: str,
+        timeout: float | None = None,
+        *,
+        rebuild: bool | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run ``code``; return what happened. Errors in the code are data, not exceptions.
@@ -265,8 +285,11 @@ class AsyncKernelSession:
         """
         self._check_open()
         return await self.engine.execute(
-            code, self.timeout if timeout is None else timeout,
-            rebuild=self.rebuild if rebuild is None else rebuild, rebuild_timeout=self.timeout, on_output=on_output,
+            code,
+            self.timeout if timeout is None else timeout,
+            rebuild=self.rebuild if rebuild is None else rebuild,
+            rebuild_timeout=self.timeout,
+            on_output=on_output,
         )
 
     async def evaluate(self, expressions: dict[str, str], timeout: float = 30.0) -> dict[str, str | None]:

@@ -33,7 +33,7 @@ class KernelSession:
         self._loop.on_exit(self._close_at_exit)
 
     @classmethod
-    def connect(cls, connection_file: str | os.PathLike[str], **kwargs: Any) -> "KernelSession":
+    def connect(cls, connection_file: str | os.PathLike[str], **kwargs: Any) -> KernelSession:
         """Attach to a running kernel; ``close()`` never kills it."""
         self = cls.__new__(cls)
         self._loop = LoopThread("kernel-agent-session")
@@ -70,7 +70,7 @@ class KernelSession:
         """The async session underneath (lives on this facade's private loop)."""
         return self._async
 
-    def start(self) -> "KernelSession":
+    def start(self) -> KernelSession:
         """Start the kernel. Raises ``KernelStartError``."""
         try:
             self._loop.run(self._async.start())
@@ -80,7 +80,11 @@ class KernelSession:
         return self
 
     def execute(
-        self, code: str, timeout: float | None = None, *, rebuild: bool | None = None,
+        self,
+        code: str,
+        timeout: float | None = None,
+        *,
+        rebuild: bool | None = None,
         on_output: OutputCallback | None = None,
     ) -> ExecutionResult:
         """Run ``code`` and return its ``ExecutionResult`` (see ``AsyncKernelSession.execute``).
@@ -126,7 +130,7 @@ class KernelSession:
 
     shutdown = close
 
-    def __enter__(self) -> "KernelSession":
+    def __enter__(self) -> KernelSession:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -20,8 +20,20 @@ from ..errors import ConfigError
 from ..result import Artifact
 from .door import Door
 
-__all__ = ["Snapshot", "changed_files", "check_outside", "default_workspace", "fresh_beside", "fresh_folder", "recorded_workspace",
-           "records_beside", "resolve_outside_workspaces", "snapshot", "workspace_from", "workspace_holding"]
+__all__ = [
+    "Snapshot",
+    "changed_files",
+    "check_outside",
+    "default_workspace",
+    "fresh_beside",
+    "fresh_folder",
+    "recorded_workspace",
+    "records_beside",
+    "resolve_outside_workspaces",
+    "snapshot",
+    "workspace_from",
+    "workspace_holding",
+]
 
 Snapshot = dict[str, tuple[int, int]]
 _MAX_FILES = 20_000
@@ -102,8 +114,10 @@ def resolve_outside_workspaces(path: str | os.PathLike[str]) -> str:
             continue
         workspace = workspace_holding(candidate)
         if workspace is not None:
-            raise ConfigError(f"{candidate} is a link inside the run workspace {workspace}, where the analysed code "
-                              "writes: links there are not followed; name the file it leads to instead")
+            raise ConfigError(
+                f"{candidate} is a link inside the run workspace {workspace}, where the analysed code "
+                "writes: links there are not followed; name the file it leads to instead"
+            )
         hops += 1
         if hops > 40:
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
@@ -144,8 +158,11 @@ def snapshot(root: Path, exclude: Iterable[Path] = ()) -> Snapshot:
     """Size and mtime of every regular file under ``root`` (hidden names skipped, links neither listed
     nor followed, bounded in count), read through the door. ``exclude``: files the host itself writes."""
     skip = {os.path.abspath(path) for path in exclude}
-    names = {Path(path).relative_to(os.path.abspath(root)).as_posix() for path in skip
-             if Path(path).is_relative_to(os.path.abspath(root))}
+    names = {
+        Path(path).relative_to(os.path.abspath(root)).as_posix()
+        for path in skip
+        if Path(path).is_relative_to(os.path.abspath(root))
+    }
     try:
         listing, _ = Door(root).listing(limit=_MAX_FILES + len(names))
     except FileNotFoundError:

@@ -32,8 +32,9 @@ __all__ = ["WarmKernels"]
 
 
 class CellStream(Protocol):
-    def __call__(self, task: str, data: list[str], workspace: Path, notebook: str | None, *,
-                 setup: str = "") -> Iterator[Event]: ...
+    def __call__(
+        self, task: str, data: list[str], workspace: Path, notebook: str | None, *, setup: str = ""
+    ) -> Iterator[Event]: ...
 
 
 class WarmKernels:
@@ -64,8 +65,9 @@ class WarmKernels:
         agent = loop.run(_build(options, self._acquire))
         interrupted = False
 
-        def stream(task: str, data: list[str], workspace: Path, notebook: str | None, *,
-                   setup: str = "") -> Iterator[Event]:
+        def stream(
+            task: str, data: list[str], workspace: Path, notebook: str | None, *, setup: str = ""
+        ) -> Iterator[Event]:
             nonlocal interrupted
             try:
                 yield from loop.iterate(agent.stream(task, data, workspace, notebook, setup=setup))
@@ -118,5 +120,7 @@ async def _build(options: dict[str, Any], acquire: Callable[[dict[str, Any], Pat
 
     # The factory reads the agent's own resolved config (flags > environment > defaults) when the run
     # starts, so the pool's kernels get the very options a kernel of this agent would get.
-    agent: AsyncAgent = AsyncAgent(**options, session_factory=lambda folder: acquire(agent.config.kernel_options(), folder))
+    agent: AsyncAgent = AsyncAgent(
+        **options, session_factory=lambda folder: acquire(agent.config.kernel_options(), folder)
+    )
     return agent

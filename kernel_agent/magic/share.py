@@ -96,7 +96,9 @@ def _write_variable(name: str, value: Any, folder: Path) -> tuple[Path, str, str
 
 def _pickle(name: str, value: Any, folder: Path) -> tuple[Path, str, str, str]:
     if type(value).__module__ == "__main__":
-        raise UsageError(f"cannot share {name!r}: its class is defined in this notebook, which the agent's kernel cannot import")
+        raise UsageError(
+            f"cannot share {name!r}: its class is defined in this notebook, which the agent's kernel cannot import"
+        )
     try:
         payload = pickle.dumps(value)
     except (pickle.PicklingError, TypeError, AttributeError) as exc:

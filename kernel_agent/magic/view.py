@@ -128,7 +128,9 @@ class CellView:
         thinking, self._thinking = self._thinking.strip(), ""
         if thinking:
             body = html.escape(thinking)
-            folded = f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary><pre>{body}</pre></details>"
+            folded = (
+                f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary><pre>{body}</pre></details>"
+            )
             display({"text/html": folded, "text/plain": thinking}, raw=True)
 
     def _on_text_reset(self, event: Any) -> None:

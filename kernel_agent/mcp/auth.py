@@ -41,9 +41,17 @@ class BearerKey:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._allowed(scope):
             body = json.dumps({"error": "a valid key is needed: send Authorization: Bearer KEY"}).encode()
-            await send({"type": "http.response.start", "status": 401, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="kernel-agent mcp"')]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"www-authenticate", b'Bearer realm="kernel-agent mcp"'),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
@@ -57,5 +65,7 @@ def check_listen(host: str, allow_remote: bool) -> None:
     """Raises ``ConfigError`` for an address other than loopback, unless ``allow_remote`` says TLS and
     access control are in front."""
     if not allow_remote and not is_loopback(host):
-        raise ConfigError(f"refusing to serve live kernels on {host} without TLS in front: listen on 127.0.0.1 "
-                          "behind a TLS proxy, or pass --allow-remote if one already stands in front")
+        raise ConfigError(
+            f"refusing to serve live kernels on {host} without TLS in front: listen on 127.0.0.1 "
+            "behind a TLS proxy, or pass --allow-remote if one already stands in front"
+        )

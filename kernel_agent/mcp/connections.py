@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +46,15 @@ class Workbenches:
     seconds per execution; ``factory`` builds a connection's kernel session (None: the agent's default).
     """
 
-    def __init__(self, workspace: Path, *, data: Sequence[str] = (), timeout: float = 120.0, stdio: bool = True,
-                 factory: SessionBuilder | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        data: Sequence[str] = (),
+        timeout: float = 120.0,
+        stdio: bool = True,
+        factory: SessionBuilder | None = None,
+    ) -> None:
         self.workspace = workspace
         self.data = tuple(data)
         self.timeout = timeout
@@ -106,8 +112,9 @@ class Workbenches:
             workspace.mkdir(parents=True, exist_ok=True)
             installed = prepare_data(self.data, workspace)
         ahead, self._ahead = self._ahead, None  # stdio's one connection: the kernel started for it
-        bench = Workbench(workspace, files=installed, session_factory=self.factory,
-                          timeout=self.timeout, client=client, ahead=ahead)
+        bench = Workbench(
+            workspace, files=installed, session_factory=self.factory, timeout=self.timeout, client=client, ahead=ahead
+        )
         self.open.add(bench)
         return bench
 

@@ -25,7 +25,13 @@ MAX_LIST = 500
 MAX_READ_CHARS = 20_000
 MAX_IMAGE_BYTES = 5_000_000
 MAX_WRITE_BYTES = 50_000_000
-_IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+_IMAGE_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
 _SKIP_DIRS = {".git", "__pycache__", ".ipynb_checkpoints", ".venv"}
 
 
@@ -83,7 +89,9 @@ def read_file(workspace: Path, relative: str, max_chars: int = MAX_READ_CHARS) -
     head, size = read_head(workspace, relative, MAX_IMAGE_BYTES if mime else max_chars * 4 + 4)
     if mime is not None:
         if size > MAX_IMAGE_BYTES:
-            raise WorkspaceFileError(f"{relative!r} is {size} bytes, over the {MAX_IMAGE_BYTES}-byte image limit", path=relative)
+            raise WorkspaceFileError(
+                f"{relative!r} is {size} bytes, over the {MAX_IMAGE_BYTES}-byte image limit", path=relative
+            )
         return FileRead(relative, "image", data=base64.b64encode(head).decode("ascii"), mime_type=mime, size=size)
     if b"\x00" in head[:8192]:
         return FileRead(relative, "binary", size=size)

@@ -82,8 +82,13 @@ def build_server(options: McpOptions, session_factory: SessionBuilder | None = N
     """The MCP server with its tools; each connection gets its own kernel from ``session_factory``
     (None: the agent's default session). Once it runs, the kernel modules load (and, on stdio,
     the connection's kernel starts) in the background (``Workbenches.start_ahead``)."""
-    benches = Workbenches(options.workspace, data=options.data, timeout=options.timeout,
-                          stdio=options.transport == "stdio", factory=session_factory)
+    benches = Workbenches(
+        options.workspace,
+        data=options.data,
+        timeout=options.timeout,
+        stdio=options.transport == "stdio",
+        factory=session_factory,
+    )
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
@@ -94,8 +99,9 @@ def build_server(options: McpOptions, session_factory: SessionBuilder | None = N
             with anyio.CancelScope(shield=True):
                 await benches.close_all()
 
-    server = MCPServer("kernel-agent", instructions=_INSTRUCTIONS, version=__version__, lifespan=lifespan,
-                       log_level="WARNING")
+    server = MCPServer(
+        "kernel-agent", instructions=_INSTRUCTIONS, version=__version__, lifespan=lifespan, log_level="WARNING"
+    )
     _add_kernel_tools(server, benches, options)
     _add_file_tools(server, benches, options.limits.max_side)
     _add_resources(server, benches)
@@ -106,13 +112,15 @@ def _add_kernel_tools(server: MCPServer, benches: Workbenches, options: McpOptio
     limits = options.limits
     default_timeout = options.timeout
 
-    @server.tool(description=(
-        "Run Python code in the live kernel; variables persist between calls. Returns the status "
-        "(ok, error, timeout, died; state_lost says whether variables are gone), the printed output and "
-        "results (long output keeps its head and tail and says what was cut; errors keep their tail), "
-        f"and each figure as an image. timeout is in seconds (default {default_timeout:g}): when it passes "
-        "the code is interrupted and the variables are kept when possible."
-    ))
+    @server.tool(
+        description=(
+            "Run Python code in the live kernel; variables persist between calls. Returns the status "
+            "(ok, error, timeout, died; state_lost says whether variables are gone), the printed output and "
+            "results (long output keeps its head and tail and says what was cut; errors keep their tail), "
+            f"and each figure as an image. timeout is in seconds (default {default_timeout:g}): when it passes "
+            "the code is interrupted and the variables are kept when possible."
+        )
+    )
     async def execute_python(code: str, ctx: Context, timeout: Seconds | None = None) -> CallToolResult:
         bench = benches.get(ctx)
         with edge():
@@ -139,26 +147,36 @@ def _add_kernel_tools(server: MCPServer, benches: Workbenches, options: McpOptio
             text += f"\nthe setup code failed:\n{setup.to_llm_text(limits.max_chars)}"
         return text_result(text, structured={"status": setup.status, "state_lost": True})
 
-    @server.tool(description="List the kernel's variables: name, type, shape (DataFrames, arrays) and a short repr.",
-                 annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(
+        description="List the kernel's variables: name, type, shape (DataFrames, arrays) and a short repr.",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
     async def list_variables(ctx: Context, limit: int = 100) -> CallToolResult:
         with edge():
             rows = await benches.get(ctx).variables(max(1, min(limit, 500)))
-        lines = [f"{name}: {kind}" + (f" shape={shape}" if shape else "") + (f" = {value}" if value else "")
-                 for name, kind, shape, value in rows]
-        return text_result("\n".join(lines) or "no variables defined",
-                           structured={"variables": [dict(zip(("name", "type", "shape", "repr"), row)) for row in rows]})
+        lines = [
+            f"{name}: {kind}" + (f" shape={shape}" if shape else "") + (f" = {value}" if value else "")
+            for name, kind, shape, value in rows
+        ]
+        return text_result(
+            "\n".join(lines) or "no variables defined",
+            structured={"variables": [dict(zip(("name", "type", "shape", "repr"), row)) for row in rows]},
+        )
 
-    @server.tool(description="Describe the session's data files: types, sizes, columns and previews.",
-                 annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(
+        description="Describe the session's data files: types, sizes, columns and previews.",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
     async def describe_data(ctx: Context) -> str:
         return benches.get(ctx).describe_data()
 
-    @server.tool(description=(
-        "Write everything executed in this session so far as an executable Jupyter notebook (python3 "
-        "kernelspec; it replays with `kernel-agent replay`). path is relative to the workspace "
-        "(default: the live session notebook). Returns the notebook's path."
-    ))
+    @server.tool(
+        description=(
+            "Write everything executed in this session so far as an executable Jupyter notebook (python3 "
+            "kernelspec; it replays with `kernel-agent replay`). path is relative to the workspace "
+            "(default: the live session notebook). Returns the notebook's path."
+        )
+    )
     async def export_notebook(ctx: Context, path: str | None = None) -> str:
         bench = benches.get(ctx)
         with edge():
@@ -168,8 +186,10 @@ def _add_kernel_tools(server: MCPServer, benches: Workbenches, options: McpOptio
 
 def _add_file_tools(server: MCPServer, benches: Workbenches, max_side: int) -> None:
 
-    @server.tool(description="List the files in the kernel's workspace (or a folder in it), with sizes.",
-                 annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(
+        description="List the files in the kernel's workspace (or a folder in it), with sizes.",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
     async def list_files(ctx: Context, folder: str = ".") -> str:
         bench = benches.get(ctx)
         with edge():
@@ -179,10 +199,13 @@ def _add_file_tools(server: MCPServer, benches: Workbenches, max_side: int) -> N
             lines.append(f"[{total - len(found)} more files not listed]")
         return "\n".join(lines) or "the folder is empty"
 
-    @server.tool(description=(
-        "Read a file in the workspace: images (png, jpeg, gif, webp) come back as images, text is cut "
-        f"after {files.MAX_READ_CHARS} characters (and says so)."
-    ), annotations=ToolAnnotations(read_only_hint=True))
+    @server.tool(
+        description=(
+            "Read a file in the workspace: images (png, jpeg, gif, webp) come back as images, text is cut "
+            f"after {files.MAX_READ_CHARS} characters (and says so)."
+        ),
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
     async def read_file(ctx: Context, path: str) -> CallToolResult:
         bench = benches.get(ctx)
         with edge():
@@ -196,10 +219,12 @@ def _add_file_tools(server: MCPServer, benches: Workbenches, max_side: int) -> N
         note = f"\n[cut: the file has {found.size} bytes; only the start is shown]" if found.truncated else ""
         return text_result(found.text + note)
 
-    @server.tool(description=(
-        "Upload a file into the workspace (folders are created). encoding is 'text' (UTF-8) or 'base64' "
-        "for binary files. The kernel sees it at the same relative path."
-    ))
+    @server.tool(
+        description=(
+            "Upload a file into the workspace (folders are created). encoding is 'text' (UTF-8) or 'base64' "
+            "for binary files. The kernel sees it at the same relative path."
+        )
+    )
     async def write_file(ctx: Context, path: str, content: str, encoding: Literal["text", "base64"] = "text") -> str:
         bench = benches.get(ctx)
         with edge():
@@ -208,8 +233,11 @@ def _add_file_tools(server: MCPServer, benches: Workbenches, max_side: int) -> N
 
 
 def _add_resources(server: MCPServer, benches: Workbenches) -> None:
-    @server.resource(NOTEBOOK_URI, mime_type="application/x-ipynb+json", description=(
-        "This session's notebook so far: view 'full' (every execution) or 'clean' (what worked)."))
+    @server.resource(
+        NOTEBOOK_URI,
+        mime_type="application/x-ipynb+json",
+        description=("This session's notebook so far: view 'full' (every execution) or 'clean' (what worked)."),
+    )
     async def session_notebook(view: str, ctx: Context) -> str:
         bench = benches.get(ctx)
         if view not in ("full", "clean"):

@@ -48,10 +48,11 @@ WRITE_REST = 4.0  # the writer's pause after a write, in multiples of that write
 SessionBuilder = Callable[[Path], AsyncKernelSession]
 
 _RESTART_NOTE = (
-    "> **Kernel restarted** by the MCP client: the variables defined above are gone. "
-    "The setup code runs again below."
+    "> **Kernel restarted** by the MCP client: the variables defined above are gone. The setup code runs again below."
 )
-_LOST_NOTE = "> **The kernel was restarted** after the cell above: its variables are gone. The setup code runs again below."
+_LOST_NOTE = (
+    "> **The kernel was restarted** after the cell above: its variables are gone. The setup code runs again below."
+)
 # Evaluated silently in the kernel: a JSON list of the user's variables, bounded, never raising.
 _VARIABLES = """__import__('json').dumps([
     [n, type(v).__name__, str(getattr(v, 'shape', '')), (repr(v) if not hasattr(v, 'shape') else '')[:80]]
@@ -78,8 +79,14 @@ class Workbench:
     """
 
     def __init__(
-        self, workspace: Path, *, files: Sequence[DataFile] = (), session_factory: SessionBuilder = default_session,
-        timeout: float = 120.0, client: str = "an MCP client", notebook: Path | None = None,
+        self,
+        workspace: Path,
+        *,
+        files: Sequence[DataFile] = (),
+        session_factory: SessionBuilder = default_session,
+        timeout: float = 120.0,
+        client: str = "an MCP client",
+        notebook: Path | None = None,
         ahead: asyncio.Future[AsyncKernelSession] | None = None,
     ) -> None:
         self.workspace = workspace
@@ -159,8 +166,14 @@ class Workbench:
         except asyncio.CancelledError:
             # The client cancelled: the engine interrupted the code. Keep the record honest
             # without a cell that a replay would run.
-            self._record(Round(index=len(self.run.rounds) + 1, reply="", started_at=started,
-                               reasoning=_stopped_note("Cancelled by the MCP client", code, time.monotonic() - clock)))
+            self._record(
+                Round(
+                    index=len(self.run.rounds) + 1,
+                    reply="",
+                    started_at=started,
+                    reasoning=_stopped_note("Cancelled by the MCP client", code, time.monotonic() - clock),
+                )
+            )
             self._settling = asyncio.ensure_future(self._settle(session))
             self._schedule_save()
             raise
@@ -169,8 +182,16 @@ class Workbench:
             note = _stopped_note("Interrupted by the MCP client", code, result.duration_s)
             self._record(Round(index=len(self.run.rounds) + 1, reply="", reasoning=note, started_at=started))
         else:
-            self._record(Round(index=len(self.run.rounds) + 1, reply="", code=code, result=result,
-                               exec_s=result.duration_s, started_at=started))
+            self._record(
+                Round(
+                    index=len(self.run.rounds) + 1,
+                    reply="",
+                    code=code,
+                    result=result,
+                    exec_s=result.duration_s,
+                    started_at=started,
+                )
+            )
         if before is not None and not result.state_lost:  # what the kernel wrote, back where list/read_file look
             await session.files.changes(before)
         if result.state_lost:  # a fresh kernel: plotting and data files as the client had them
@@ -199,8 +220,9 @@ class Workbench:
         # whole notebook) it drops the variables here as the restart did.
         code = "%reset -f\n" + self.setup_code
         setup = await session.execute(code, self.timeout)
-        self._record(Round(index=len(self.run.rounds) + 1, reply="", reasoning=note,
-                           code=code, result=setup, started_at=_now()))
+        self._record(
+            Round(index=len(self.run.rounds) + 1, reply="", reasoning=note, code=code, result=setup, started_at=_now())
+        )
         return setup
 
     async def upload(self, relative: str, content: str, encoding: Literal["text", "base64"] = "text") -> FileEntry:
@@ -263,8 +285,9 @@ class Workbench:
         try:
             # The client's own cells: setup re-runs after restarts carry a note, cancelled code has no cell.
             count = sum(1 for rnd in self.run.rounds if rnd.code is not None and not rnd.reasoning)
-            self.run = replace(self.run, answer=f"The MCP session ended after {count} code execution(s).",
-                               finished_at=_now())
+            self.run = replace(
+                self.run, answer=f"The MCP session ended after {count} code execution(s).", finished_at=_now()
+            )
             await self._save()
         finally:
             await session.close()
@@ -320,8 +343,12 @@ class Workbench:
     def _info(self, session: AsyncKernelSession) -> RunInfo:
         return RunInfo(
             task=f"Code run through the kernel-agent MCP server by {self._client}.",
-            model=self._client, protocol="mcp", data_files=self._data_names(),
-            workspace=str(self.workspace.resolve()), setup_code=self.setup_code, started_at=_now(),
+            model=self._client,
+            protocol="mcp",
+            data_files=self._data_names(),
+            workspace=str(self.workspace.resolve()),
+            setup_code=self.setup_code,
+            started_at=_now(),
             language_info=dict(session.kernel_info.get("language_info", {})),
         )
 
@@ -344,8 +371,10 @@ async def close_ahead(ahead: asyncio.Future[AsyncKernelSession]) -> None:
 
 def _stopped_note(what: str, code: str, seconds: float) -> str:
     fence = "````" if "```" in code else "```"
-    return (f"> **{what}** after {seconds:.1f} s: the code did not finish, so it is not kept as a "
-            f"cell.\n\n{fence}python\n{code.rstrip()}\n{fence}")
+    return (
+        f"> **{what}** after {seconds:.1f} s: the code did not finish, so it is not kept as a "
+        f"cell.\n\n{fence}python\n{code.rstrip()}\n{fence}"
+    )
 
 
 def _now() -> str:

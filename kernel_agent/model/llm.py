@@ -57,7 +57,11 @@ _CONNECT_TIMEOUTS = frozenset({"ConnectTimeout", "PoolTimeout"})
 _NO_KEY = "not-needed"
 _MAX_DELAY_S = 30.0
 _CONTEXT_MARKERS = (
-    "context_length_exceeded", "context length", "maximum context", "context window", "context size",
+    "context_length_exceeded",
+    "context length",
+    "maximum context",
+    "context window",
+    "context size",
 )
 
 
@@ -156,7 +160,7 @@ class OpenAIChatModel:
     def __repr__(self) -> str:
         return f"<OpenAIChatModel {self.name} @ {self.endpoint}>"
 
-    async def __aenter__(self) -> "OpenAIChatModel":
+    async def __aenter__(self) -> OpenAIChatModel:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -248,7 +252,7 @@ class OpenAIChatModel:
     def _ready_client(self) -> None:
         self._sdk_client().chat.completions  # noqa: B018 - the SDK imports its resources on first access
 
-    def _sdk_client(self) -> "openai.AsyncOpenAI":
+    def _sdk_client(self) -> openai.AsyncOpenAI:
         if self._client is None:
             sdk = _sdk()
             self._client = sdk.AsyncOpenAI(

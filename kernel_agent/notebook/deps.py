@@ -71,8 +71,11 @@ def unreplayed_dependencies(rounds: tuple[Round, ...], language: str = "python")
     what such a cell left (``i`` from an interrupted loop) cannot give its recorded output; nor can
     cells that in turn read what those cells set. Static, like ``needed_failures``.
     """
-    cells = [RebuildCell(rnd.code, rnd.index, rnd.result.status if rnd.result.status in UNREPLAYED else "ok")
-             for rnd in rounds if rnd.code and rnd.result is not None]
+    cells = [
+        RebuildCell(rnd.code, rnd.index, rnd.result.status if rnd.result.status in UNREPLAYED else "ok")
+        for rnd in rounds
+        if rnd.code and rnd.result is not None
+    ]
     plan = RebuildPlan(tuple(cells), language)
     for cell in cells:
         if plan.should_run(cell):
@@ -86,8 +89,15 @@ def unreplayed_sources(rounds: tuple[Round, ...], language: str = "python") -> d
     sources: dict[int, set[str]] = {}
     for reader, names in readers.items():
         for name in names:
-            setters = [rnd.index for rnd in rounds if rnd.index < reader and rnd.code and rnd.result is not None
-                       and rnd.result.status in UNREPLAYED and name in _bound(rnd.code, language)]
+            setters = [
+                rnd.index
+                for rnd in rounds
+                if rnd.index < reader
+                and rnd.code
+                and rnd.result is not None
+                and rnd.result.status in UNREPLAYED
+                and name in _bound(rnd.code, language)
+            ]
             if setters:
                 sources.setdefault(setters[-1], set()).add(name)
     return sources

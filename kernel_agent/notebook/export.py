@@ -71,12 +71,16 @@ SCHEMA = 1  # version of the layout of our metadata, bumped on incompatible chan
 RAISES_TAG = "raises-exception"
 SKIP_TAG = "skip-execution"
 # What a notebook, report or page made from scripted replies says (a plan run's too).
-SCRIPTED_STATEMENT = ("**The model replies in this notebook were scripted:** they were played back from a "
-                      "file, not written by a language model.")
+SCRIPTED_STATEMENT = (
+    "**The model replies in this notebook were scripted:** they were played back from a "
+    "file, not written by a language model."
+)
 # Rounds whose code must not run again as-is: it hung, killed the kernel, was stopped, or never ran.
 GUARDED_STATUSES = frozenset({"timeout", "died", "cancelled"})
-GUARD_HEADER = ("# kernel-agent: not run on Run All (recorded status: {status}); "
-                "the code is commented out below and kept as-is in this cell's metadata (kernel_agent.code)")
+GUARD_HEADER = (
+    "# kernel-agent: not run on Run All (recorded status: {status}); "
+    "the code is commented out below and kept as-is in this cell's metadata (kernel_agent.code)"
+)
 KERNELSPEC = PYTHON3_KERNELSPEC
 
 _NO_NAMES: frozenset[str] = frozenset()
@@ -112,17 +116,21 @@ def build_notebook(
     cells = [_markdown(_header_text(run, view), "header")]
     if run.info.setup_code.strip():
         cells.append(_setup_cell(run))
-    chosen = [(rnd, _NO_NAMES) for rnd in run.rounds] if view == "full" else _clean_rounds(run.rounds, run.info.language)
+    chosen = (
+        [(rnd, _NO_NAMES) for rnd in run.rounds] if view == "full" else _clean_rounds(run.rounds, run.info.language)
+    )
     turns = run.all_turns()
     for number, turn in enumerate(turns, start=1):
         if number > 1:
             cells.append(_markdown(f"## Follow-up question {number - 1}\n\n{turn.task}", "question", turn=number))
-        mine = [(rnd, kept) for rnd, kept in chosen
-                if rnd.index >= turn.first_round and (number == len(turns) or rnd.index <= turn.last_round)]
+        mine = [
+            (rnd, kept)
+            for rnd, kept in chosen
+            if rnd.index >= turn.first_round and (number == len(turns) or rnd.index <= turn.last_round)
+        ]
         for rnd, kept_for in mine:
             cells.extend(_round_cells(rnd, kept_for))
-        final = _markdown(_final_text(run) if number == len(turns) else _turn_answer_text(turn), "answer",
-                          turn=number)
+        final = _markdown(_final_text(run) if number == len(turns) else _turn_answer_text(turn), "answer", turn=number)
         last = mine[-1][0] if mine else None
         if last is not None and last.answer is not None and not _has_cells(last):
             final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
@@ -190,9 +198,7 @@ def write_notebook(
     return path
 
 
-def export_run(
-    run: Run, path: str | os.PathLike[str], texts: tuple[NotebookText, NotebookText] | None = None
-) -> Path:
+def export_run(run: Run, path: str | os.PathLike[str], texts: tuple[NotebookText, NotebookText] | None = None) -> Path:
     """Write the full view to ``path`` and the clean view to ``clean_path(path)``; return ``path``.
 
     Both files are complete and durable when it returns. ``texts`` serialise the two views (as
@@ -309,7 +315,9 @@ def _has_cells(rnd: Round) -> bool:
 def _thinking_text(thinking: str) -> str:
     """The hidden reasoning, folded: ``<details>`` renders collapsed in Jupyter, nbconvert and GitHub."""
     body = _escape(thinking.strip())
-    return f"<details>\n<summary>Model reasoning ({len(thinking.strip()):,} characters)</summary>\n\n{body}\n\n</details>"
+    return (
+        f"<details>\n<summary>Model reasoning ({len(thinking.strip()):,} characters)</summary>\n\n{body}\n\n</details>"
+    )
 
 
 def _code_cell(code: str, result: ExecutionResult | None) -> NotebookNode:
@@ -346,8 +354,10 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
     if rnd.problem:
         parts.append(f"**Protocol problem:** {_escape(rnd.problem)}")
     result = rnd.result
-    skipped = ("It is kept for the record, commented out and tagged `skip-execution`, so neither a replay "
-               "nor Run All runs it; the original code is in the cell's metadata.")
+    skipped = (
+        "It is kept for the record, commented out and tagged `skip-execution`, so neither a replay "
+        "nor Run All runs it; the original code is in the cell's metadata."
+    )
     note = f" ({_escape(result.note)})" if result is not None and result.note else ""
     if rnd.code is not None and result is None:
         parts.append(f"**Not executed:** the run ended before the code below ran. {skipped}")
@@ -356,12 +366,16 @@ def _note_text(rnd: Round, kept_for: frozenset[str]) -> str:
         parts.append(f"**Timed out** after {result.duration_s:.1f} s{note}. {state} {skipped}")
         if kept_for:
             names = ", ".join(f"`{name}`" for name in sorted(kept_for))
-            parts.append(f"**Kept although it timed out:** later cells use {names}, set here before the interrupt. "
-                         "Running it again would hang again, so those cells are marked (`kernel_agent.unreplayed`) "
-                         "and allowed to fail: a replay reports them as expected.")
+            parts.append(
+                f"**Kept although it timed out:** later cells use {names}, set here before the interrupt. "
+                "Running it again would hang again, so those cells are marked (`kernel_agent.unreplayed`) "
+                "and allowed to fail: a replay reports them as expected."
+            )
     elif result is not None and result.status == "cancelled":
-        parts.append(f"**Cancelled** after {result.duration_s:.1f} s: the run was stopped while this code ran; "
-                     f"its output up to then is kept. {skipped}")
+        parts.append(
+            f"**Cancelled** after {result.duration_s:.1f} s: the run was stopped while this code ran; "
+            f"its output up to then is kept. {skipped}"
+        )
     elif result is not None and result.status == "died":
         parts.append(f"**The kernel died** while running the code below{note}. {_lost_text(result)} {skipped}")
     elif result is not None and result.status == "error" and result.note:
@@ -377,8 +391,11 @@ def _lost_text(result: ExecutionResult) -> str:
     if not result.rebuilt_cells and not result.lost_names:
         return "All variables were lost."
     missing = ", ".join(f"`{name}`" for name in result.lost_names)
-    return f"Earlier cells were re-run as noted; names now missing: {missing}." if missing else \
-        "Earlier cells were re-run as noted; no names are missing."
+    return (
+        f"Earlier cells were re-run as noted; names now missing: {missing}."
+        if missing
+        else "Earlier cells were re-run as noted; no names are missing."
+    )
 
 
 def _escape(text: str) -> str:
@@ -518,9 +535,17 @@ def _run_metadata(run: Run, view: View, notebook_dir: str | os.PathLike[str] | N
 
 def _turn_record(turn: Turn) -> dict[str, Any]:
     return {
-        "task": turn.task, "first_round": turn.first_round, "last_round": turn.last_round, "answer": turn.answer,
-        "stop_reason": turn.stop_reason, "error": turn.error, "model": turn.model, "protocol": turn.protocol,
-        "endpoint": _host(turn.endpoint), "started_at": turn.started_at, "finished_at": turn.finished_at,
+        "task": turn.task,
+        "first_round": turn.first_round,
+        "last_round": turn.last_round,
+        "answer": turn.answer,
+        "stop_reason": turn.stop_reason,
+        "error": turn.error,
+        "model": turn.model,
+        "protocol": turn.protocol,
+        "endpoint": _host(turn.endpoint),
+        "started_at": turn.started_at,
+        "finished_at": turn.finished_at,
     }
 
 
@@ -586,7 +611,9 @@ def _portable_workspace(workspace: str, notebook_dir: str | os.PathLike[str] | N
 
 def _clean_rounds(rounds: tuple[Round, ...], language: str = "python") -> list[tuple[Round, frozenset[str]]]:
     needed = needed_failures(rounds, language)
-    sources = unreplayed_sources(rounds, language)  # a timed-out cell whose names later cells read: kept, guarded, explained
+    sources = unreplayed_sources(
+        rounds, language
+    )  # a timed-out cell whose names later cells read: kept, guarded, explained
     chosen = []
     for pos, rnd in enumerate(rounds):
         if rnd.status == "ok" and rnd.code and rnd.code.strip():

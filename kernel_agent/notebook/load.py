@@ -127,10 +127,19 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
         setup_result=setup_result,
     )
     cells = [RebuildCell(setup_code, 0)] if setup_code.strip() else []
-    cells += [RebuildCell(r.code, r.index, r.result.status)
-              for r in rounds if r.code and r.code.strip() and r.result is not None and r.result.status != "cancelled"]
-    return LoadedRun(run, tuple(c.code for c in cells if c.status == "ok"), view=_str(meta.get("view")),
-                     version=_str(meta.get("version")), path=path, rebuild_cells=tuple(cells))
+    cells += [
+        RebuildCell(r.code, r.index, r.result.status)
+        for r in rounds
+        if r.code and r.code.strip() and r.result is not None and r.result.status != "cancelled"
+    ]
+    return LoadedRun(
+        run,
+        tuple(c.code for c in cells if c.status == "ok"),
+        view=_str(meta.get("view")),
+        version=_str(meta.get("version")),
+        path=path,
+        rebuild_cells=tuple(cells),
+    )
 
 
 def load_resumable(path: str | os.PathLike[str]) -> LoadedRun:
@@ -146,13 +155,15 @@ def load_resumable(path: str | os.PathLike[str]) -> LoadedRun:
     if not loaded.view:
         raise NotebookError(
             f"{path} is not a kernel-agent run (it has no {METADATA_KEY!r} metadata), so it cannot be resumed; "
-            "nothing was run or changed", path=str(path),
+            "nothing was run or changed",
+            path=str(path),
         )
     for name in loaded.info.data_files:
         if not name or name in (".", "..") or name != os.path.basename(name) or "\\" in name or "\0" in name:
             raise NotebookError(
                 f"{path} records the data file {name!r}, which is not a plain file name in the workspace; "
-                "refusing to resume it (nothing was run or changed)", path=str(path),
+                "refusing to resume it (nothing was run or changed)",
+                path=str(path),
             )
     return loaded
 
@@ -172,8 +183,10 @@ def _add_cell(groups: list[_Group], cell: NotebookNode, role: str, meta: dict[st
     if role == "answer" and number is None:
         return
     current = groups[-1] if groups else None
-    if current is None or current.code_cell is not None or (
-        number is not None and current.number is not None and number != current.number
+    if (
+        current is None
+        or current.code_cell is not None
+        or (number is not None and current.number is not None and number != current.number)
     ):
         current = _Group()
         groups.append(current)
@@ -283,8 +296,11 @@ def _info(meta: dict[str, Any], nb: NotebookNode, path: Path, setup_code: str) -
         started_at=_str(meta.get("started_at")),
         confinement=_str(meta.get("confinement")),
         language_info=_plain(nb.metadata.get("language_info") or {"name": "python"}),
-        kernelspec={str(k): str(v) for k, v in _mapping(nb.metadata.get("kernelspec")).items()
-                    if k in ("name", "display_name", "language") and isinstance(v, str)},
+        kernelspec={
+            str(k): str(v)
+            for k, v in _mapping(nb.metadata.get("kernelspec")).items()
+            if k in ("name", "display_name", "language") and isinstance(v, str)
+        },
     )
 
 
@@ -296,13 +312,21 @@ def _turns(value: Any) -> tuple[Turn, ...]:
         if not isinstance(item.get("task"), str):
             continue
         stop = item.get("stop_reason")
-        turns.append(Turn(
-            task=item["task"], first_round=_int(item.get("first_round")), last_round=_int(item.get("last_round")),
-            answer=_opt_str(item.get("answer")), stop_reason=stop if stop in _STOP_REASONS else None,
-            error=_opt_str(item.get("error")), model=_str(item.get("model")), protocol=_str(item.get("protocol")),
-            endpoint=_str(item.get("endpoint")), started_at=_str(item.get("started_at")),
-            finished_at=_str(item.get("finished_at")),
-        ))
+        turns.append(
+            Turn(
+                task=item["task"],
+                first_round=_int(item.get("first_round")),
+                last_round=_int(item.get("last_round")),
+                answer=_opt_str(item.get("answer")),
+                stop_reason=stop if stop in _STOP_REASONS else None,
+                error=_opt_str(item.get("error")),
+                model=_str(item.get("model")),
+                protocol=_str(item.get("protocol")),
+                endpoint=_str(item.get("endpoint")),
+                started_at=_str(item.get("started_at")),
+                finished_at=_str(item.get("finished_at")),
+            )
+        )
     return tuple(turns)
 
 

@@ -22,8 +22,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
-from pathlib import Path, PurePath
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any, Literal
 
 from .._loop import LoopThread, in_thread
@@ -162,7 +162,7 @@ async def async_replay(
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
         await in_thread(_stage_data, meta, sources, Path(cwd), path)
         stop = await _execute(executed, cwd, timeout, kernel_name, path, limits, python)
-    anchors = [*_anchors(meta), datetime.now(timezone.utc)]
+    anchors = [*_anchors(meta), datetime.now(UTC)]
     folders = [folder / prefix for folder, prefix in sources.places]
     paths = [variant for folder in (*folders, cwd) for variant in (os.path.abspath(folder), os.path.realpath(folder))]
     cells = _check_cells(recorded, executed, stop, check, anchors, paths)
@@ -187,18 +187,28 @@ def _stage_data(meta: dict[str, Any], sources: DataSources, cwd: Path, path: Pat
         if sources.copy(relative, cwd):
             continue
         looked = ", ".join(sources.looked_in(relative))
-        shown = f"{name!r} (read only as {relative!r}: a notebook's paths are never used as given)" \
-            if relative != str(name) else repr(name)
+        shown = (
+            f"{name!r} (read only as {relative!r}: a notebook's paths are never used as given)"
+            if relative != str(name)
+            else repr(name)
+        )
         message = f"data file {shown} for replaying {path} not found (as a plain file); looked in: {looked}"
         claimed = meta.get("workspace")
         if isinstance(claimed, str) and claimed and not plain(claimed):
-            message += (f". The notebook says its workspace was {claimed}; a notebook's paths are never used "
-                        "as given: pass --workspace (workspace=) to read the data files from there")
+            message += (
+                f". The notebook says its workspace was {claimed}; a notebook's paths are never used "
+                "as given: pass --workspace (workspace=) to read the data files from there"
+            )
         raise NotebookError(message, path=str(path))
 
 
 async def _execute(
-    nb: NotebookNode, cwd: str, timeout: float, kernel_name: str | None, path: Path, limits: Limits | None,
+    nb: NotebookNode,
+    cwd: str,
+    timeout: float,
+    kernel_name: str | None,
+    path: Path,
+    limits: Limits | None,
     python: str | None = None,
 ) -> tuple[int, str] | None:
     """Run ``nb`` in place; return (cell index, what went wrong) when the replay stopped early."""
@@ -307,11 +317,19 @@ def _expected(status: CheckStatus, detail: str, meta: dict[str, Any], new: Noteb
 
     Only a ``NameError`` on one of the recorded names qualifies: any other difference stays a mismatch.
     """
-    names = [n for n in meta.get("unreplayed", []) if isinstance(n, str)] if isinstance(meta.get("unreplayed"), list) else []
+    names = (
+        [n for n in meta.get("unreplayed", []) if isinstance(n, str)]
+        if isinstance(meta.get("unreplayed"), list)
+        else []
+    )
     if status != "mismatch" or not names:
         return status, detail
     errors = [out for out in new.get("outputs", []) if out.get("output_type") == "error"]
-    if errors and errors[-1].get("ename") == "NameError" and any(f"'{n}'" in str(errors[-1].get("evalue")) for n in names):
+    if (
+        errors
+        and errors[-1].get("ename") == "NameError"
+        and any(f"'{n}'" in str(errors[-1].get("evalue")) for n in names)
+    ):
         return "expected", f"reads {', '.join(names)}, left by a cell the replay skips (timed out or crashed)"
     return status, detail
 

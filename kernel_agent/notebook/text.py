@@ -57,7 +57,8 @@ class NotebookText:
         texts = {key: known[key] for key in keys if key in known}
         texts.update((key, _cell_text(cell)) for key, cell in fresh.items())
         self._cells, self._version = texts, version  # only this notebook's cells: what the next save can reuse
-        return '{\n "cells": [\n  ' + ",\n  ".join(texts[key] for key in keys) + "\n ]," + rest[len(_HEAD):]
+        return '{\n "cells": [\n  ' + ",\n  ".join(texts[key] for key in keys) + "\n ]," + rest[len(_HEAD) :]
+
 
 def _cell_text(cell: Any) -> str:
     """One cell as nbformat writes it inside the ``cells`` list (two spaces deep)."""
@@ -65,8 +66,14 @@ def _cell_text(cell: Any) -> str:
     nbformat.v4.rwbase.split_lines(NotebookNode({"cells": [copied]}))
     if isinstance(copied.get("metadata"), dict):
         copied["metadata"].pop("trusted", None)  # strip_transient's part for a cell
-    text = json.dumps(copied, cls=nbformat.v4.nbjson.BytesEncoder, indent=1, sort_keys=True,
-                      separators=(",", ": "), ensure_ascii=False)
+    text = json.dumps(
+        copied,
+        cls=nbformat.v4.nbjson.BytesEncoder,
+        indent=1,
+        sort_keys=True,
+        separators=(",", ": "),
+        ensure_ascii=False,
+    )
     return text.replace("\n", "\n  ")  # JSON text holds no raw line break but its own
 
 

@@ -76,8 +76,12 @@ class RunWriter:
         if run.finished_at:
             export_run(run, self.path, self._texts)
             return
-        write_notebook(build_notebook(run, view="full", notebook_dir=self.path.parent), self.path, durable=False,
-                       text=self._texts[0])
+        write_notebook(
+            build_notebook(run, view="full", notebook_dir=self.path.parent),
+            self.path,
+            durable=False,
+            text=self._texts[0],
+        )
         self._pending = _background().submit(self._write_clean, run)
 
     def flush(self) -> None:
@@ -88,8 +92,12 @@ class RunWriter:
 
     def _write_clean(self, run: Run) -> None:
         try:
-            write_notebook(build_notebook(run, view="clean", notebook_dir=self.path.parent), clean_path(self.path),
-                           durable=False, text=self._texts[1])
+            write_notebook(
+                build_notebook(run, view="clean", notebook_dir=self.path.parent),
+                clean_path(self.path),
+                durable=False,
+                text=self._texts[1],
+            )
         except Exception as exc:  # raised by the next save, as a save in the foreground would have
             log.warning("could not write the clean notebook: %s", exc)
             raise

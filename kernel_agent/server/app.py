@@ -85,20 +85,33 @@ def file_page(files: list[dict[str, Any]], after: str | None, limit: int, order:
     ordered = files[::-1] if order == "desc" else files
     if after is not None:
         ids = [f["id"] for f in ordered]
-        ordered = ordered[ids.index(after) + 1:] if after in ids else []
+        ordered = ordered[ids.index(after) + 1 :] if after in ids else []
     page = ordered[:limit]
-    return {"object": "list", "data": page, "has_more": len(ordered) > limit,
-            "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None}
+    return {
+        "object": "list",
+        "data": page,
+        "has_more": len(ordered) > limit,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+    }
 
 
 def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.get("/v1/info")
     async def info() -> dict[str, Any]:
         model = config.model
-        return {"auth": config.auth, "models": [model] if model else None, "default_model": model,
-                "protocols": list(PROTOCOLS), "model_choice": False, "version": __version__,
-                "max_upload_bytes": config.max_upload_bytes, "stop_words": STOP_WORDS, "demo": _demo(config),
-                "data_suffixes": DATA_SUFFIXES}
+        return {
+            "auth": config.auth,
+            "models": [model] if model else None,
+            "default_model": model,
+            "protocols": list(PROTOCOLS),
+            "model_choice": False,
+            "version": __version__,
+            "max_upload_bytes": config.max_upload_bytes,
+            "stop_words": STOP_WORDS,
+            "demo": _demo(config),
+            "data_suffixes": DATA_SUFFIXES,
+        }
 
     @app.get("/v1/demo/data/{name}")
     async def demo_data(who: Owner, name: str) -> FileResponse:
@@ -140,8 +153,12 @@ def _demo(config: ServerConfig) -> dict[str, Any] | None:
 
 def _file_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.post("/v1/files")
-    async def upload(request: Request, who: Owner, file: Annotated[UploadFile, File()],
-                     purpose: Annotated[str, Form()] = "assistants") -> dict[str, Any]:
+    async def upload(
+        request: Request,
+        who: Owner,
+        file: Annotated[UploadFile, File()],
+        purpose: Annotated[str, Form()] = "assistants",
+    ) -> dict[str, Any]:
         service = service_of(request)
         temp, size = await _spool(file, service, config.max_upload_bytes)
         try:
@@ -150,9 +167,13 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
             temp.unlink(missing_ok=True)
 
     @app.get("/v1/files")
-    async def list_files(request: Request, who: Owner, after: str | None = None,
-                         limit: Annotated[int, Query(ge=1, le=10000)] = 10000,
-                         order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
+    async def list_files(
+        request: Request,
+        who: Owner,
+        after: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=10000)] = 10000,
+        order: Literal["asc", "desc"] = "desc",
+    ) -> dict[str, Any]:
         return file_page([public(f) for f in service_of(request).files(who)], after, limit, order)
 
     @app.get("/v1/files/{file_id}")
@@ -186,13 +207,17 @@ def _run_routes(app: FastAPI) -> None:
         return public(await service_of(request).cancel(who, run_id))
 
     @app.get("/v1/runs/{run_id}/events")
-    async def run_events(request: Request, who: Owner, run_id: str,
-                         last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+    async def run_events(
+        request: Request, who: Owner, run_id: str, last_event_id: Annotated[str | None, Header()] = None
+    ) -> StreamingResponse:
         after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
         service = service_of(request)
         service.run(who, run_id)  # a 404 before the response starts
-        return StreamingResponse(_sse(service.events(who, run_id, after)), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            _sse(service.events(who, run_id, after)),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
 
 def _thread_routes(app: FastAPI) -> None:
@@ -217,14 +242,24 @@ def _thread_routes(app: FastAPI) -> None:
     @app.get("/v1/threads/{thread_id}/notebook")
     async def notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
         door = _thread_door(request, who, thread_id)
-        return await _download(door, NOTEBOOK, f"{thread_id}.ipynb", f"thread {thread_id} has no notebook yet",
-                               media_type="application/x-ipynb+json")
+        return await _download(
+            door,
+            NOTEBOOK,
+            f"{thread_id}.ipynb",
+            f"thread {thread_id} has no notebook yet",
+            media_type="application/x-ipynb+json",
+        )
 
     @app.get("/v1/threads/{thread_id}/notebook/clean")
     async def clean_notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
         door = _thread_door(request, who, thread_id)
-        return await _download(door, clean_path(Path(NOTEBOOK)).name, f"{thread_id}.clean.ipynb",
-                               f"thread {thread_id} has no clean notebook yet", media_type="application/x-ipynb+json")
+        return await _download(
+            door,
+            clean_path(Path(NOTEBOOK)).name,
+            f"{thread_id}.clean.ipynb",
+            f"thread {thread_id} has no clean notebook yet",
+            media_type="application/x-ipynb+json",
+        )
 
     @app.get("/v1/threads/{thread_id}/notebook/html")
     async def notebook_html(request: Request, who: Owner, thread_id: str) -> HTMLResponse:
@@ -253,8 +288,13 @@ def _thread_door(request: Request, who: str, thread_id: str, *, workspace: bool 
     return Door(service.store.workspace(thread_id) if workspace else service.store.thread_dir(thread_id))
 
 
-async def _download(door: Door, relative: str, filename: str, missing: str, media_type: str | None = None,
-                    ) -> StreamingResponse:
+async def _download(
+    door: Door,
+    relative: str,
+    filename: str,
+    missing: str,
+    media_type: str | None = None,
+) -> StreamingResponse:
     """A file in a workspace, streamed from the fd the door opened: never a path the kernel could swap,
     never through a link. 404 with ``missing`` when it is not there or not a regular file reached plainly."""
     try:

@@ -52,20 +52,26 @@ def compat_routes(app: FastAPI) -> None:
     @app.get("/v1/models")
     async def models(_who: Owner) -> dict[str, Any]:
         name = config.model or "kernel-agent"
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": int(time.time()),
-                                            "owned_by": "kernel-agent"}]}
+        return {
+            "object": "list",
+            "data": [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "kernel-agent"}],
+        }
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat(request: Request, who: Owner, body: ChatRequest,
-                   x_thread_id: Annotated[str | None, Header()] = None) -> Any:
+    async def chat(
+        request: Request, who: Owner, body: ChatRequest, x_thread_id: Annotated[str | None, Header()] = None
+    ) -> Any:
         service = service_of(request)
         task, file_ids, thread_id = _request_parts(body, x_thread_id)
         run = await service.start_run(who, task, file_ids, thread_id)
         protocol = _protocol(service, run)
         reply = _Reply(body.model, run, protocol, str(request.base_url).rstrip("/"))
         if body.stream:
-            return StreamingResponse(_stream(service, who, reply), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return StreamingResponse(
+                _stream(service, who, reply),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
         async for _id, event in service.events(who, run.id):
             reply.feed(event)
         return reply.completion(service.run(who, run.id))
@@ -121,16 +127,29 @@ class _Reply:
 
     def completion(self, record: RunRecord) -> dict[str, Any]:
         files = _generated(record, self.base_url)
-        message = {"role": "assistant", "content": "".join(self.content), "thread_id": record.thread_id,
-                   "files": files}
-        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": self.usage,
-                "generated_files": files, "thread_id": record.thread_id, "run_id": record.id,
-                "status": record.status}
+        message = {"role": "assistant", "content": "".join(self.content), "thread_id": record.thread_id, "files": files}
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": self.usage,
+            "generated_files": files,
+            "thread_id": record.thread_id,
+            "run_id": record.id,
+            "status": record.status,
+        }
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        body = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
@@ -143,8 +162,15 @@ async def _stream(service: Service, who: str, reply: _Reply) -> AsyncIterator[st
             yield reply.chunk({"content": piece})
     record = service.run(who, run_id)
     files = _generated(record, reply.base_url)
-    yield reply.chunk({}, "stop", generated_files=files, thread_id=record.thread_id, run_id=run_id,
-                      usage=reply.usage, status=record.status)
+    yield reply.chunk(
+        {},
+        "stop",
+        generated_files=files,
+        thread_id=record.thread_id,
+        run_id=run_id,
+        usage=reply.usage,
+        status=record.status,
+    )
     yield "data: [DONE]\n\n"
 
 

@@ -26,8 +26,10 @@ __all__ = ["KEYS_VARIABLE", "NO_KEY_HELP", "ServerConfig", "key_hash", "load_key
 
 KEYS_VARIABLE = "KERNEL_AGENT_SERVER_KEYS"
 NO_AUTH_OWNER = "local"
-NO_KEY_HELP = (f"the service needs at least one key: `kernel-agent keys add`, or set {KEYS_VARIABLE} (comma-separated) "
-               "or pass --keys-file FILE; or pass --no-auth to serve without keys on a loopback address")
+NO_KEY_HELP = (
+    f"the service needs at least one key: `kernel-agent keys add`, or set {KEYS_VARIABLE} (comma-separated) "
+    "or pass --keys-file FILE; or pass --no-auth to serve without keys on a loopback address"
+)
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,9 @@ class ServerConfig:
         if self.max_running < 1 or self.max_threads_live < 1:
             raise ConfigError("max_running and max_threads_live must be at least 1")
         if not 0 <= self.pool_size <= self.max_threads_live:
-            raise ConfigError(f"the pool size must be between 0 and max_threads_live ({self.max_threads_live}), "
-                              f"not {self.pool_size}")
+            raise ConfigError(
+                f"the pool size must be between 0 and max_threads_live ({self.max_threads_live}), not {self.pool_size}"
+            )
         if self.idle_ttl <= 0 or self.max_upload_bytes <= 0 or self.lease_ttl <= 0 or self.drain_grace < 0:
             raise ConfigError("idle_ttl, max_upload_bytes and lease_ttl must be positive, drain_grace at least 0")
         if self.database is not None:
@@ -95,7 +98,9 @@ class ServerConfig:
         return self.agent.get("protocol")
 
 
-def load_keys(keys_file: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> frozenset[str]:
+def load_keys(
+    keys_file: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> frozenset[str]:
     """The service keys from ``keys_file`` (one a line) or else the environment. Raises ``ConfigError``
     when the file cannot be read."""
     if keys_file is not None:

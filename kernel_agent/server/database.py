@@ -26,8 +26,18 @@ from .._loop import in_thread
 from ..errors import ConfigError
 from .records import FileRecord, RunRecord, ThreadRecord
 
-__all__ = ["DATABASE_FILE", "HEAD", "database_url", "engine_for", "migrate", "readiness", "row_of", "safe_url", "tables",
-           "upsert"]
+__all__ = [
+    "DATABASE_FILE",
+    "HEAD",
+    "database_url",
+    "engine_for",
+    "migrate",
+    "readiness",
+    "row_of",
+    "safe_url",
+    "tables",
+    "upsert",
+]
 
 DATABASE_FILE = "kernel-agent.db"  # the embedded default, under the data dir
 HEAD = "0004"  # the newest migration in migrations/versions
@@ -37,24 +47,63 @@ _MIGRATION_LOCK = 7_280_028  # a PostgreSQL advisory lock: one replica migrates 
 
 metadata = MetaData()
 tables = {
-    "files": Table("files", metadata, Column("id", String(100), primary_key=True),
-                   Column("owner", String(100), nullable=False), Column("body", Text, nullable=False)),
-    "threads": Table("threads", metadata, Column("id", String(100), primary_key=True),
-                     Column("owner", String(100), nullable=False), Column("status", String(40), nullable=False),
-                     Column("body", Text, nullable=False)),
-    "runs": Table("runs", metadata, Column("id", String(100), primary_key=True),
-                  Column("owner", String(100), nullable=False), Column("thread_id", String(100), nullable=False),
-                  Column("status", String(40), nullable=False), Column("body", Text, nullable=False)),
-    "events": Table("events", metadata, Column("run_id", String(100), primary_key=True),
-                    Column("seq", Integer, primary_key=True, autoincrement=False), Column("body", Text, nullable=False)),
-    "meta": Table("meta", metadata, Column("key", String(100), primary_key=True), Column("value", Text, nullable=False)),
-    "leases": Table("leases", metadata, Column("thread_id", String(100), primary_key=True),
-                    Column("holder", String(100), nullable=False), Column("expires_at", Float, nullable=False)),
-    "kernels": Table("kernels", metadata, Column("thread_id", String(100), primary_key=True),
-                     Column("kernel_id", String(100), nullable=False), Column("holder", String(100), nullable=False)),
-    "keys": Table("keys", metadata, Column("id", String(100), primary_key=True),
-                  Column("hash", String(64), nullable=False, unique=True), Column("name", String(200), nullable=False),
-                  Column("created_at", Float, nullable=False), Column("revoked_at", Float, nullable=True)),
+    "files": Table(
+        "files",
+        metadata,
+        Column("id", String(100), primary_key=True),
+        Column("owner", String(100), nullable=False),
+        Column("body", Text, nullable=False),
+    ),
+    "threads": Table(
+        "threads",
+        metadata,
+        Column("id", String(100), primary_key=True),
+        Column("owner", String(100), nullable=False),
+        Column("status", String(40), nullable=False),
+        Column("body", Text, nullable=False),
+    ),
+    "runs": Table(
+        "runs",
+        metadata,
+        Column("id", String(100), primary_key=True),
+        Column("owner", String(100), nullable=False),
+        Column("thread_id", String(100), nullable=False),
+        Column("status", String(40), nullable=False),
+        Column("body", Text, nullable=False),
+    ),
+    "events": Table(
+        "events",
+        metadata,
+        Column("run_id", String(100), primary_key=True),
+        Column("seq", Integer, primary_key=True, autoincrement=False),
+        Column("body", Text, nullable=False),
+    ),
+    "meta": Table(
+        "meta", metadata, Column("key", String(100), primary_key=True), Column("value", Text, nullable=False)
+    ),
+    "leases": Table(
+        "leases",
+        metadata,
+        Column("thread_id", String(100), primary_key=True),
+        Column("holder", String(100), nullable=False),
+        Column("expires_at", Float, nullable=False),
+    ),
+    "kernels": Table(
+        "kernels",
+        metadata,
+        Column("thread_id", String(100), primary_key=True),
+        Column("kernel_id", String(100), nullable=False),
+        Column("holder", String(100), nullable=False),
+    ),
+    "keys": Table(
+        "keys",
+        metadata,
+        Column("id", String(100), primary_key=True),
+        Column("hash", String(64), nullable=False, unique=True),
+        Column("name", String(200), nullable=False),
+        Column("created_at", Float, nullable=False),
+        Column("revoked_at", Float, nullable=True),
+    ),
 }
 
 

@@ -36,8 +36,14 @@ class Executor:
     """The runs executing here. ``leases`` and ``draining`` are read when a run needs them; ``replied``
     hears how long the model took to reply, each round."""
 
-    def __init__(self, store: Store, leases: Callable[[], Leases], draining: Callable[[], bool], *,
-                 replied: Callable[[float], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        leases: Callable[[], Leases],
+        draining: Callable[[], bool],
+        *,
+        replied: Callable[[float], None],
+    ) -> None:
         self.store = store
         self._replied = replied
         self._leases = leases
@@ -77,8 +83,9 @@ class Executor:
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
         await asyncio.gather(*self._closing, return_exceptions=True)
 
-    async def _execute(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord],
-                       run_log: RunLog) -> None:
+    async def _execute(
+        self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord], run_log: RunLog
+    ) -> None:
         renewing = asyncio.create_task(self._leases().keep(thread.id, lambda: self._lost_lease(run)))
         try:
             await self._drive(run, thread, runtime, files, run_log)
@@ -90,8 +97,7 @@ class Executor:
             await runtime.settle()
         except KernelAgentError as exc:  # bad data file, kernel would not start: the machinery, not the code
             run.status, run.error = "failed", f"{type(exc).__name__}: {exc}"
-            await run_log.add({"event": "error", "message": str(exc), "error_type": type(exc).__name__,
-                               "round": None})
+            await run_log.add({"event": "error", "message": str(exc), "error_type": type(exc).__name__, "round": None})
         except Exception as exc:  # a bug must not leave the run open forever: record it, log it
             log.exception("run %s failed", run.id, extra={"run_id": run.id, "thread_id": thread.id})
             run.status, run.error = "failed", f"internal error: {type(exc).__name__}"
@@ -102,8 +108,11 @@ class Executor:
     def _lost_lease(self, run: RunRecord) -> None:
         """Another replica took the lease of ``run``'s thread (this one renewed too late): stop the run,
         and write nothing more of it."""
-        log.error("run %s lost its lease to another replica: stopping it", run.id,
-                  extra={"run_id": run.id, "thread_id": run.thread_id})
+        log.error(
+            "run %s lost its lease to another replica: stopping it",
+            run.id,
+            extra={"run_id": run.id, "thread_id": run.thread_id},
+        )
         self._lost.add(run.id)
         task = self.tasks.get(run.id)
         if task is not None:
@@ -120,8 +129,9 @@ class Executor:
         by_name.update({path.name: path for path in latest})
         return list(by_name.values())
 
-    async def _drive(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord],
-                     run_log: RunLog) -> None:
+    async def _drive(
+        self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord], run_log: RunLog
+    ) -> None:
         notebook = self.store.notebook(runtime.thread_id)  # beside the workspace: out of the kernel's reach
         paths = [self.store.file_content(f) for f in files]
         agent = runtime.agent
@@ -134,8 +144,13 @@ class Executor:
             if not runtime.live:  # the thread's kernel may live on the gateway still (its replica died)
                 await runtime.adopt()
             # Every file of the thread from our own uploads, never read back from the live kernel's folder.
-            stream = agent.stream_resume(notebook, task, workspace=runtime.workspace, restore=not runtime.live,
-                                         data=self._thread_files(thread, paths))
+            stream = agent.stream_resume(
+                notebook,
+                task,
+                workspace=runtime.workspace,
+                restore=not runtime.live,
+                data=self._thread_files(thread, paths),
+            )
         # A cancel can land here between two events (while one is written): closing the stream then
         # stops the running code and saves the notebook, as a cancel inside the agent does.
         asked: float | None = None
@@ -149,8 +164,14 @@ class Executor:
                     asked = None
                 if data["event"] == "finished":  # sent by _finish, once the records are final and the thread free
                     finished, run_log.held = data["run"], data
-                    run.answer, run.stop_reason, run.error = finished["answer"], finished["stop_reason"], finished["error"]
-                    run.status = finished["status"] = "completed" if finished["stop_reason"] != "llm_error" else "failed"
+                    run.answer, run.stop_reason, run.error = (
+                        finished["answer"],
+                        finished["stop_reason"],
+                        finished["error"],
+                    )
+                    run.status = finished["status"] = (
+                        "completed" if finished["stop_reason"] != "llm_error" else "failed"
+                    )
                     continue
                 await run_log.add(data)
                 if _track(run, data):
@@ -171,16 +192,25 @@ class Executor:
             return
         run.finished_at = now()
         self.store.save_run(run)
-        log.info("run %s %s after %d rounds", run.id, run.status, run.rounds,
-                 extra={"run_id": run.id, "thread_id": thread.id})
+        log.info(
+            "run %s %s after %d rounds",
+            run.id,
+            run.status,
+            run.rounds,
+            extra={"run_id": run.id, "thread_id": thread.id},
+        )
         self._set_thread_status(thread.id, run.status)
         self.tasks.pop(run.id, None)
         try:
             await self.store.flush()
             await self._leases().release(thread.id)
         except (SQLAlchemyError, OSError) as exc:  # the lease expires by itself
-            log.warning("run %s: cannot commit its end or free its lease: %s", run.id, type(exc).__name__,
-                        extra={"run_id": run.id, "thread_id": thread.id})
+            log.warning(
+                "run %s: cannot commit its end or free its lease: %s",
+                run.id,
+                type(exc).__name__,
+                extra={"run_id": run.id, "thread_id": thread.id},
+            )
         runtime.touch()
         runtime.lock.release()
         if not run_log.events or run_log.events[-1].get("event") != "finished":

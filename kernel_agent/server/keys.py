@@ -64,8 +64,11 @@ class Keys:
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         record = KeyRecord(id=owner_of(key), name=name, created_at=time.time())
         async with self.engine.begin() as connection:
-            await connection.execute(tables["keys"].insert().values(
-                id=record.id, hash=key_hash(key), name=name, created_at=record.created_at))
+            await connection.execute(
+                tables["keys"]
+                .insert()
+                .values(id=record.id, hash=key_hash(key), name=name, created_at=record.created_at)
+            )
         return record, key
 
     async def import_keys(self, keys: Iterable[str], name: str = "imported") -> int:
@@ -93,15 +96,18 @@ class Keys:
         """How many keys may be used."""
         table = tables["keys"]
         async with self.engine.connect() as connection:
-            found = await connection.execute(select(func.count()).select_from(table).where(table.c.revoked_at.is_(None)))
+            found = await connection.execute(
+                select(func.count()).select_from(table).where(table.c.revoked_at.is_(None))
+            )
         return int(found.scalar_one())
 
     async def revoke(self, key: str) -> KeyRecord:
         """Revoke the key with id ``key`` (as ``list`` shows it). Raises ``ConfigError`` for an unknown id."""
         table = tables["keys"]
         async with self.engine.begin() as connection:
-            await connection.execute(update(table).where(table.c.id == key, table.c.revoked_at.is_(None))
-                                     .values(revoked_at=time.time()))
+            await connection.execute(
+                update(table).where(table.c.id == key, table.c.revoked_at.is_(None)).values(revoked_at=time.time())
+            )
         found = [record for record in await self.list() if record.id == key]
         if not found:
             raise ConfigError(f"no key {key}: `kernel-agent keys list` shows the ids")
@@ -118,11 +124,15 @@ class Keys:
         table = tables["keys"]
         try:
             async with self.engine.connect() as connection:
-                found = (await connection.execute(
-                    select(table.c.id).where(table.c.hash == digest, table.c.revoked_at.is_(None)))).scalar()
+                found = (
+                    await connection.execute(
+                        select(table.c.id).where(table.c.hash == digest, table.c.revoked_at.is_(None))
+                    )
+                ).scalar()
         except (SQLAlchemyError, OSError) as exc:
-            raise ServiceError(f"cannot check the key: the database does not answer ({type(exc).__name__})",
-                               status=503) from None
+            raise ServiceError(
+                f"cannot check the key: the database does not answer ({type(exc).__name__})", status=503
+            ) from None
         if found is None:
             self._trusted.pop(digest, None)
             return None

@@ -60,8 +60,10 @@ class Leases:
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         statement = dialect.insert(table).values(thread_id=thread_id, holder=self.holder, expires_at=now + self.ttl)
         statement = statement.on_conflict_do_update(
-            index_elements=["thread_id"], set_={"holder": self.holder, "expires_at": now + self.ttl},
-            where=or_(table.c.holder == self.holder, table.c.expires_at < now))
+            index_elements=["thread_id"],
+            set_={"holder": self.holder, "expires_at": now + self.ttl},
+            where=or_(table.c.holder == self.holder, table.c.expires_at < now),
+        )
         async with self.engine.begin() as connection:
             return (await connection.execute(statement)).rowcount == 1
 
@@ -69,9 +71,11 @@ class Leases:
         """Extend a lease this replica holds; False when it no longer does (expired and taken)."""
         table, now = tables["leases"], time.time()
         async with self.engine.begin() as connection:
-            done = await connection.execute(table.update().where(table.c.thread_id == thread_id,
-                                                                 table.c.holder == self.holder)
-                                            .values(expires_at=now + self.ttl))
+            done = await connection.execute(
+                table.update()
+                .where(table.c.thread_id == thread_id, table.c.holder == self.holder)
+                .values(expires_at=now + self.ttl)
+            )
         return done.rowcount == 1
 
     async def keep(self, thread_id: str, lost: Callable[[], None]) -> None:
@@ -82,8 +86,12 @@ class Leases:
             try:
                 held = await self.renew(thread_id)
             except (SQLAlchemyError, OSError) as exc:
-                log.warning("cannot renew the lease of thread %s: %s", thread_id, type(exc).__name__,
-                            extra={"thread_id": thread_id})
+                log.warning(
+                    "cannot renew the lease of thread %s: %s",
+                    thread_id,
+                    type(exc).__name__,
+                    extra={"thread_id": thread_id},
+                )
                 continue
             if not held:
                 lost()
@@ -104,8 +112,11 @@ class Leases:
         """Record that this replica owns ``kernel_id``, the thread's kernel on the gateway."""
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         row = {"thread_id": thread_id, "kernel_id": kernel_id, "holder": self.holder}
-        statement = dialect.insert(tables["kernels"]).values(**row).on_conflict_do_update(
-            index_elements=["thread_id"], set_={"kernel_id": kernel_id, "holder": self.holder})
+        statement = (
+            dialect.insert(tables["kernels"])
+            .values(**row)
+            .on_conflict_do_update(index_elements=["thread_id"], set_={"kernel_id": kernel_id, "holder": self.holder})
+        )
         async with self.engine.begin() as connection:
             await connection.execute(statement)
 
@@ -120,8 +131,9 @@ class Leases:
         """The thread's kernel is gone (shut down by its owner): forget it."""
         table = tables["kernels"]
         async with self.engine.begin() as connection:
-            await connection.execute(delete(table).where(table.c.thread_id == thread_id,
-                                                         table.c.kernel_id == kernel_id))
+            await connection.execute(
+                delete(table).where(table.c.thread_id == thread_id, table.c.kernel_id == kernel_id)
+            )
 
     async def release_all(self) -> None:
         """Drop every lease (a single process starting: whoever held them is gone)."""
@@ -131,8 +143,10 @@ class Leases:
     async def orphans(self) -> list[tuple[str, str]]:
         """``(run id, thread id)`` of the open runs whose thread no replica holds a live lease on."""
         runs, leases, now = tables["runs"], tables["leases"], time.time()
-        query = (select(runs.c.id, runs.c.thread_id)
-                 .select_from(runs.outerjoin(leases, leases.c.thread_id == runs.c.thread_id))
-                 .where(and_(runs.c.status.in_(_OPEN), or_(leases.c.thread_id.is_(None), leases.c.expires_at < now))))
+        query = (
+            select(runs.c.id, runs.c.thread_id)
+            .select_from(runs.outerjoin(leases, leases.c.thread_id == runs.c.thread_id))
+            .where(and_(runs.c.status.in_(_OPEN), or_(leases.c.thread_id.is_(None), leases.c.expires_at < now)))
+        )
         async with self.engine.connect() as connection:
             return [(row.id, row.thread_id) for row in await connection.execute(query)]

@@ -69,9 +69,12 @@ async def import_once(engine: AsyncEngine, root: Path) -> None:
 def read(root: Path) -> Found:
     """Every record and event log under ``root`` in the old layout (blocking; empty when there is none)."""
     runs = _all(root / "runs", "run.json", RunRecord)
-    return Found(files=_all(root / "files", "meta.json", FileRecord),
-                 threads=_all(root / "threads", "thread.json", ThreadRecord), runs=runs,
-                 events={run.id: _events(root / "runs" / run.id / "events.jsonl") for run in runs})
+    return Found(
+        files=_all(root / "files", "meta.json", FileRecord),
+        threads=_all(root / "threads", "thread.json", ThreadRecord),
+        runs=runs,
+        events={run.id: _events(root / "runs" / run.id / "events.jsonl") for run in runs},
+    )
 
 
 def _all(folder: Path, name: str, kind: type[R]) -> list[R]:

@@ -21,8 +21,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-                "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        line = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         line.update({key: getattr(record, key) for key in _IDS if getattr(record, key, None) is not None})
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
@@ -32,8 +36,9 @@ class JsonFormatter(logging.Formatter):
 def configure(style: Literal["text", "json"]) -> None:
     """Send every logger's INFO and up to stderr in ``style`` (uvicorn's loggers included)."""
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if style == "json" else
-                         logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter() if style == "json" else logging.Formatter("%(levelname)s %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)

@@ -28,10 +28,17 @@ class Metrics:
     def __init__(self, state: Callable[[], dict[str, Any]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_State(state))
-        self.takeovers = Counter("kernel_agent_lease_takeovers", "Runs taken over from a replica that stopped "
-                                 "renewing its lease.", registry=self.registry)
-        self.model_latency = Histogram("kernel_agent_model_latency_seconds", "From asking the model to its "
-                                       "whole reply, per round.", buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self.takeovers = Counter(
+            "kernel_agent_lease_takeovers",
+            "Runs taken over from a replica that stopped renewing its lease.",
+            registry=self.registry,
+        )
+        self.model_latency = Histogram(
+            "kernel_agent_model_latency_seconds",
+            "From asking the model to its whole reply, per round.",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
 
     def model_replied(self, seconds: float) -> None:
         self.model_latency.observe(seconds)
@@ -51,12 +58,21 @@ class _State(Collector):
         for status, count in sorted(now["runs"].items()):
             runs.add_metric([status], count)
         yield runs
-        yield GaugeMetricFamily("kernel_agent_live_kernels", "Thread kernels alive on this replica.",
-                                value=now["live_kernels"])
-        yield GaugeMetricFamily("kernel_agent_running_runs", "Runs executing on this replica (the queue "
-                                "that --max-running caps).", value=now["running"])
-        yield GaugeMetricFamily("kernel_agent_starting_runs", "Runs let in and not executing yet (making room for "
-                                "their kernel, taking their lease): this replica's queue; over --max-running, "
-                                "429.", value=now["starting"])
-        yield GaugeMetricFamily("kernel_agent_pending_writes", "Record writes queued and not yet committed.",
-                                value=now["pending_writes"])
+        yield GaugeMetricFamily(
+            "kernel_agent_live_kernels", "Thread kernels alive on this replica.", value=now["live_kernels"]
+        )
+        yield GaugeMetricFamily(
+            "kernel_agent_running_runs",
+            "Runs executing on this replica (the queue that --max-running caps).",
+            value=now["running"],
+        )
+        yield GaugeMetricFamily(
+            "kernel_agent_starting_runs",
+            "Runs let in and not executing yet (making room for "
+            "their kernel, taking their lease): this replica's queue; over --max-running, "
+            "429.",
+            value=now["starting"],
+        )
+        yield GaugeMetricFamily(
+            "kernel_agent_pending_writes", "Record writes queued and not yet committed.", value=now["pending_writes"]
+        )

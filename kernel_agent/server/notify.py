@@ -70,8 +70,7 @@ class Listener:
                 await lost.wait()
                 log.warning("the database's notifications stopped: followers poll until they are back")
             except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-                log.warning("cannot listen for the database's notifications (%s): followers poll",
-                            type(exc).__name__)
+                log.warning("cannot listen for the database's notifications (%s): followers poll", type(exc).__name__)
             finally:
                 self.connected.clear()
                 if connection is not None:

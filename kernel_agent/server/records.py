@@ -98,7 +98,9 @@ def public(record: Record) -> dict[str, Any]:
     if isinstance(record, RunRecord | ThreadRecord):
         thread = record.thread_id if isinstance(record, RunRecord) else record.id
         base = f"/v1/threads/{thread}"
-        out.update(notebook_url=f"{base}/notebook", clean_url=f"{base}/notebook/clean", html_url=f"{base}/notebook/html")
+        out.update(
+            notebook_url=f"{base}/notebook", clean_url=f"{base}/notebook/clean", html_url=f"{base}/notebook/html"
+        )
         if isinstance(record, RunRecord):
             out["elapsed_s"] = record.elapsed_s(datetime.now(UTC))
             out["files"] = [{**f, "url": f"{base}/files/{f['name']}"} for f in out["files"]]

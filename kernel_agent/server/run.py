@@ -138,8 +138,13 @@ class DeferredApp:
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
     payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -164,8 +169,17 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
             server.should_exit = True
 
     app = DeferredApp(build, on_failure=stop)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=True, log_config=None,
-                                           timeout_graceful_shutdown=max(config.drain_grace, 0.1)))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="info",
+            access_log=True,
+            log_config=None,
+            timeout_graceful_shutdown=max(config.drain_grace, 0.1),
+        )
+    )
     exit_now = server.handle_exit
 
     def drain_then_stop(sig: int, frame: FrameType | None) -> None:

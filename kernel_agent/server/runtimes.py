@@ -126,8 +126,11 @@ class Runtimes:
             cutoff = time.monotonic() - self.config.idle_ttl
             for runtime in list(self._by_thread.values()):
                 if runtime.live and not runtime.busy and runtime.last_used < cutoff:
-                    log.info("thread %s idle: shutting its kernel down", runtime.thread_id,
-                             extra={"thread_id": runtime.thread_id})
+                    log.info(
+                        "thread %s idle: shutting its kernel down",
+                        runtime.thread_id,
+                        extra={"thread_id": runtime.thread_id},
+                    )
                     # A shutdown may cancel this mid-stop: the session's close finishes its clean-up
                     # first (AsyncKernelSession.close), and close() awaits this task.
                     await runtime.stop_kernel()

@@ -18,8 +18,6 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from .._loop import in_thread
 from ..errors import ConfigError, ServiceError
 from .config import NO_KEY_HELP, ServerConfig
@@ -49,8 +47,12 @@ class Service:
         self.store = Store(config.data_dir, config.database)
         self.runtimes = Runtimes(config, self.store, lambda: self.leases)
         self._starting = 0  # runs let in whose task is not made yet: they count toward max_running
-        self.executor = Executor(self.store, lambda: self.leases, lambda: self.draining,
-                                 replied=lambda seconds: self.metrics.model_replied(seconds))
+        self.executor = Executor(
+            self.store,
+            lambda: self.leases,
+            lambda: self.draining,
+            replied=lambda seconds: self.metrics.model_replied(seconds),
+        )
         self.metrics = Metrics(self._state)  # reads the state once now
         self.replica = new_id("replica")
         self._leases: Leases | None = None
@@ -102,8 +104,7 @@ class Service:
         from now to finish before ``close`` stops them. Idempotent: the first call sets the deadline."""
         if self._drain_until is None:
             self._drain_until = time.monotonic() + self.config.drain_grace
-            log.info("draining: %d runs in flight get %.0f s to finish", self.executor.running,
-                     self.config.drain_grace)
+            log.info("draining: %d runs in flight get %.0f s to finish", self.executor.running, self.config.drain_grace)
 
     @property
     def draining(self) -> bool:
@@ -144,8 +145,14 @@ class Service:
         (no analysis can read one: refused now, not after a run starts)."""
         if size == 0:
             raise ServiceError(f"the file {filename!r} is empty", status=422)
-        record = FileRecord(id=new_id("file"), owner=owner, filename=safe_name(filename), bytes=size,
-                            purpose=purpose, created_at=int(time.time()))
+        record = FileRecord(
+            id=new_id("file"),
+            owner=owner,
+            filename=safe_name(filename),
+            bytes=size,
+            purpose=purpose,
+            created_at=int(time.time()),
+        )
         await self.store.add_file(record, temp)
         return record
 
@@ -173,8 +180,14 @@ class Service:
     def thread_runs(self, thread: ThreadRecord) -> list[RunRecord]:
         return [r for r in (self.store.run(i) for i in thread.runs) if r is not None]
 
-    async def start_run(self, owner: str, task: str, file_ids: Sequence[str] = (), thread_id: str | None = None,
-                        protocol: str | None = None) -> RunRecord:
+    async def start_run(
+        self,
+        owner: str,
+        task: str,
+        file_ids: Sequence[str] = (),
+        thread_id: str | None = None,
+        protocol: str | None = None,
+    ) -> RunRecord:
         """Start a run (a follow-up in ``thread_id``'s live kernel when given); return its record.
 
         Raises ``ServiceError``: 404 unknown file or thread, 409 the thread is busy, 422 an empty
@@ -185,15 +198,17 @@ class Service:
         if self.config.demo and protocol not in (None, "tags"):
             raise ServiceError("this demo server plays scripted replies written for the tags protocol", status=422)
         if self.draining:
-            raise ServiceError("this server is shutting down and takes no new run; retry (another replica will)",
-                               status=503)
+            raise ServiceError(
+                "this server is shutting down and takes no new run; retry (another replica will)", status=503
+            )
         await self.fresh(files=file_ids, threads=[thread_id] if thread_id else ())
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
         running = self.executor.running + self._starting
         if running >= self.config.max_running:  # before anything is saved: a refused request changes nothing
-            raise ServiceError(f"{running} runs are running, the most this server runs at once; retry later",
-                               status=429)
+            raise ServiceError(
+                f"{running} runs are running, the most this server runs at once; retry later", status=429
+            )
         # The place is taken before the first await: a burst of requests must not all pass the check
         # while each waits for its kernel and folders (32 at once all started, with a cap of 8).
         self._starting += 1
@@ -202,21 +217,22 @@ class Service:
         finally:
             self._starting -= 1
 
-    async def _start_run(self, owner: str, task: str, file_ids: Sequence[str], files: list[FileRecord],
-                         thread: ThreadRecord) -> RunRecord:
+    async def _start_run(
+        self, owner: str, task: str, file_ids: Sequence[str], files: list[FileRecord], thread: ThreadRecord
+    ) -> RunRecord:
         runtime = await self.runtimes.of(thread)
         if runtime.busy:
             raise ServiceError(f"thread {thread.id} is running a run; wait for it or cancel it", status=409)
         await runtime.lock.acquire()
-        run = RunRecord(id=new_id("run"), owner=owner, thread_id=thread.id, task=task, file_ids=list(file_ids),
-                        created_at=now())
+        run = RunRecord(
+            id=new_id("run"), owner=owner, thread_id=thread.id, task=task, file_ids=list(file_ids), created_at=now()
+        )
         try:  # the lease before the run is saved (an open run without one is an orphan), the workspace
             # before the kernel needs it
             async with self.leases.guard(thread.id):  # not while this replica's sweeper takes the thread over
                 took = await self.leases.take(thread.id)
             if not took:
-                raise ServiceError(f"thread {thread.id} is running a run on another replica; wait for it",
-                                   status=409)
+                raise ServiceError(f"thread {thread.id} is running a run on another replica; wait for it", status=409)
             await asyncio.to_thread(self.store.prepare, thread.id, run.id)
             if await close_orphan(self.store, thread, running=self.executor.tasks):
                 self.metrics.takeovers.inc()
@@ -282,14 +298,20 @@ class Service:
         runs = dict.fromkeys(("running", "completed", "failed", "cancelled", "interrupted"), 0)
         for record in self.store.runs():
             runs[record.status] = runs.get(record.status, 0) + 1
-        return {"runs": runs, "live_kernels": self.runtimes.live, "running": self.executor.running,
-                "starting": self._starting, "pending_writes": self.store.pending}
+        return {
+            "runs": runs,
+            "live_kernels": self.runtimes.live,
+            "running": self.executor.running,
+            "starting": self._starting,
+            "pending_writes": self.store.pending,
+        }
 
     # ----------------------------------------------------------------- internals
     def _new_thread(self, owner: str, task: str, protocol: str | None) -> ThreadRecord:
         """A new thread's record, saved only when its first run starts."""
-        return ThreadRecord(id=new_id("thread"), owner=owner, task=task, protocol=protocol, created_at=now(),
-                            updated_at=now())
+        return ThreadRecord(
+            id=new_id("thread"), owner=owner, task=task, protocol=protocol, created_at=now(), updated_at=now()
+        )
 
 
 def _owned(record: R | None, owner: str, message: str) -> R:

@@ -351,8 +351,13 @@ class Store(Blobs):
         task.add_done_callback(self._refreshing.discard)
 
     # ----------------------------------------------------------------- import
-_KINDS: dict[str, tuple[str, type[Any]]] = {"files": ("_files", FileRecord), "threads": ("_threads", ThreadRecord),
-                                             "runs": ("_runs", RunRecord)}
+
+
+_KINDS: dict[str, tuple[str, type[Any]]] = {
+    "files": ("_files", FileRecord),
+    "threads": ("_threads", ThreadRecord),
+    "runs": ("_runs", RunRecord),
+}
 
 
 def _fail(done: asyncio.Future[None], exc: Exception) -> None:

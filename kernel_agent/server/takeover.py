@@ -28,8 +28,10 @@ __all__ = ["ORPHANED", "Sweeper", "close_orphan", "finished_event", "interrupt",
 log = logging.getLogger(__name__)
 
 _OPEN = ("queued", "running")
-ORPHANED = ("the replica running it stopped (its lease expired); completed rounds are in the notebook, the round "
-            "in flight was not re-run")
+ORPHANED = (
+    "the replica running it stopped (its lease expired); completed rounds are in the notebook, the round "
+    "in flight was not re-run"
+)
 
 
 def now() -> str:
@@ -39,8 +41,16 @@ def now() -> str:
 def finished_event(run: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``finished`` event the agent could not send (cancelled, failed, server killed)."""
     rounds = sum(1 for e in events if e.get("event") == "round_finished")
-    return {"event": "finished", "run": {"answer": run.answer, "stop_reason": run.stop_reason, "error": run.error,
-                                         "rounds": rounds, "status": run.status}}
+    return {
+        "event": "finished",
+        "run": {
+            "answer": run.answer,
+            "stop_reason": run.stop_reason,
+            "error": run.error,
+            "rounds": rounds,
+            "status": run.status,
+        },
+    }
 
 
 async def interrupt(store: Store, run: RunRecord, reason: str) -> None:
@@ -109,8 +119,12 @@ class Sweeper:
                 return 0
             await interrupt(self.store, run, ORPHANED)
             self.metrics.takeovers.inc()
-            log.warning("took over run %s of thread %s: marked interrupted", run_id, thread_id,
-                        extra={"run_id": run_id, "thread_id": thread_id})
+            log.warning(
+                "took over run %s of thread %s: marked interrupted",
+                run_id,
+                thread_id,
+                extra={"run_id": run_id, "thread_id": thread_id},
+            )
             return 1
         finally:
             await self.leases.release(thread_id)

@@ -72,8 +72,14 @@ class ThreadRuntime:
     """One thread's agent and live kernel. ``lock`` lets one run at a time use them.
     With a ``pool``, the kernel is a pooled one bound to the workspace, held until ``stop_kernel``."""
 
-    def __init__(self, thread_id: str, workspace: Path, agent_options: dict[str, Any],
-                 pool: KernelPool | None = None, leases: Leases | None = None) -> None:
+    def __init__(
+        self,
+        thread_id: str,
+        workspace: Path,
+        agent_options: dict[str, Any],
+        pool: KernelPool | None = None,
+        leases: Leases | None = None,
+    ) -> None:
         self.thread_id = thread_id
         self.workspace = workspace
         self.pool = pool
@@ -133,14 +139,23 @@ class ThreadRuntime:
         try:
             await session.start()
         except KernelError as exc:
-            log.info("thread %s: its kernel %s on the gateway is gone (%s): a new one is rebuilt", self.thread_id,
-                     kernel_id, exc, extra={"thread_id": self.thread_id})
+            log.info(
+                "thread %s: its kernel %s on the gateway is gone (%s): a new one is rebuilt",
+                self.thread_id,
+                kernel_id,
+                exc,
+                extra={"thread_id": self.thread_id},
+            )
             await self.leases.forget_kernel(self.thread_id, kernel_id)
             return False
         await self.leases.own_kernel(self.thread_id, kernel_id)
         self._session = session
-        log.info("thread %s: adopted its kernel %s on the gateway", self.thread_id, kernel_id,
-                 extra={"thread_id": self.thread_id})
+        log.info(
+            "thread %s: adopted its kernel %s on the gateway",
+            self.thread_id,
+            kernel_id,
+            extra={"thread_id": self.thread_id},
+        )
         return True
 
     async def settle(self, attempts: int = 3, wait: float = 1.0) -> None:
@@ -185,8 +200,9 @@ class RunLog:
     """The events of one run: kept in memory, committed to the store as they come (each at its
     position, from 1), readable from any position by any number of followers until the run is over."""
 
-    def __init__(self, store: Store, run_id: str, past: list[dict[str, Any]] | None = None, *,
-                 over: bool = False) -> None:
+    def __init__(
+        self, store: Store, run_id: str, past: list[dict[str, Any]] | None = None, *, over: bool = False
+    ) -> None:
         self.store = store
         self.run_id = run_id
         self.events: list[dict[str, Any]] = list(past or [])

@@ -58,7 +58,7 @@ class TagWriter:
 
     def _code(self, event: dict[str, Any]) -> str:
         if self.raw:
-            tail = self.round_text[self.round_text.rfind("<Code>"):]
+            tail = self.round_text[self.round_text.rfind("<Code>") :]
             closing = "" if "</Code>" in tail else "</Code>"
             return closing + (f"\n[about this reply: {self.problem}]\n" if self.problem else "")
         return self._analysis(event.get("reasoning", "")) + f"<Code>\n```python\n{event['code'].strip()}\n```\n</Code>"

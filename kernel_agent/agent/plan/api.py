@@ -41,8 +41,8 @@ from ..data import (
     stage_recorded,
 )
 from ..environment import Environment, names_expression, probe, probe_expression
-from ..protocols import PromptContext, Protocol, environment_lines, get_protocol
 from ..languages import PYTHON, language_of
+from ..protocols import PromptContext, Protocol, environment_lines, get_protocol
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
 from .runner import NodeRun, PlanOptions, design_plan
@@ -53,9 +53,16 @@ __all__ = ["stream_plan"]
 
 
 async def stream_plan(
-    model: ChatModel, session_factory: KernelFactory, task: str, data: Sequence[str | os.PathLike[str]] = (),
-    workspace: str | os.PathLike[str] | None = None, notebook: str | os.PathLike[str] | None = None, *,
-    options: PlanOptions = PlanOptions(), resume: str | os.PathLike[str] | None = None, preload: bool = True,
+    model: ChatModel,
+    session_factory: KernelFactory,
+    task: str,
+    data: Sequence[str | os.PathLike[str]] = (),
+    workspace: str | os.PathLike[str] | None = None,
+    notebook: str | os.PathLike[str] | None = None,
+    *,
+    options: PlanOptions = PlanOptions(),
+    resume: str | os.PathLike[str] | None = None,
+    preload: bool = True,
     protocol: Protocol | None = None,
 ) -> AsyncIterator[PlanEvent]:
     """Plan and run ``task`` over ``data``; with ``resume`` (a plan notebook), finish that run instead.
@@ -83,15 +90,26 @@ async def stream_plan(
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
         files = await asyncio.to_thread(prepare_data, list(data), root)
-        setup = opened_beside(preload_code(files) if preload else "%matplotlib inline\n",
-                              workspace_from(notebook_path, root))
-        state = PlanState(state_path(notebook_path), task, {}, {}, tuple(f.name for f in files), setup,
-                          workspace=recorded_workspace(root, notebook_path), scripted=model.scripted)
+        setup = opened_beside(
+            preload_code(files) if preload else "%matplotlib inline\n", workspace_from(notebook_path, root)
+        )
+        state = PlanState(
+            state_path(notebook_path),
+            task,
+            {},
+            {},
+            tuple(f.name for f in files),
+            setup,
+            workspace=recorded_workspace(root, notebook_path),
+            scripted=model.scripted,
+        )
     async with session_factory(root) as session:
         language = language_of(session.kernel_info.get("language_info"))
         if language is not PYTHON:
-            raise ConfigError(f"plan mode writes Python, and this kernel runs {language.name}: use `run` for an "
-                              f"analysis in {language.name}, or a Python kernel for plan mode")
+            raise ConfigError(
+                f"plan mode writes Python, and this kernel runs {language.name}: use `run` for an "
+                f"analysis in {language.name}, or a Python kernel for plan mode"
+            )
         setup = await session.execute(state.setup_code, options.exec_timeout)
         if state.plan:
             nodes = build_dag(PlanSpec.model_validate(state.plan), **state.budgets)
@@ -118,12 +136,17 @@ async def stream_plan(
 
 def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
     result = state.results.get(node.id)
-    return {"id": node.id, "title": node.title, "kind": node.kind, "depends_on": list(node.depends_on),
-            "status": result.status if result else "pending", "attempts": result.attempts if result else 0}
+    return {
+        "id": node.id,
+        "title": node.title,
+        "kind": node.kind,
+        "depends_on": list(node.depends_on),
+        "status": result.status if result else "pending",
+        "attempts": result.attempts if result else 0,
+    }
 
 
-async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState,
-                   options: PlanOptions) -> None:
+async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState, options: PlanOptions) -> None:
     """Re-run the finished nodes' kept cells, in order, so later nodes find their variables."""
     for node in nodes:
         result = state.results.get(node.id)
@@ -142,14 +165,26 @@ class _Known:
     async def lines(self, session: Kernel, task: str) -> tuple[list[str], Environment]:
         """The environment lines for the next node, with the kernel probed now (names defined so far)."""
         environment = await probe(session, packages=probe_expression(), names=names_expression())
-        context = PromptContext(task=task, packages=environment.packages, missing=environment.missing,
-                                preloaded=self.preloaded, names=environment.names)
+        context = PromptContext(
+            task=task,
+            packages=environment.packages,
+            missing=environment.missing,
+            preloaded=self.preloaded,
+            names=environment.names,
+        )
         return [*environment_lines(context, vision=self.vision), files_line(self.files)], environment
 
 
-async def _run_nodes(model: ChatModel, session: Kernel, protocol: Protocol, nodes: Sequence[PlanNode],
-                     state: PlanState, options: PlanOptions, notebook: Path,
-                     known: _Known) -> AsyncIterator[PlanEvent]:
+async def _run_nodes(
+    model: ChatModel,
+    session: Kernel,
+    protocol: Protocol,
+    nodes: Sequence[PlanNode],
+    state: PlanState,
+    options: PlanOptions,
+    notebook: Path,
+    known: _Known,
+) -> AsyncIterator[PlanEvent]:
     by_id = {n.id: n for n in nodes}
     for node in nodes:
         if node.id in state.results:

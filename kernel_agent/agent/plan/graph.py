@@ -33,13 +33,17 @@ class PlanNode:
         return f"<PlanNode {self.id} {self.kind} after={list(self.depends_on)}>"
 
 
-def _flatten(specs: tuple[NodeSpec, ...], depth: int, max_depth: int, parent_deps: tuple[str, ...],
-             out: list[PlanNode]) -> None:
+def _flatten(
+    specs: tuple[NodeSpec, ...], depth: int, max_depth: int, parent_deps: tuple[str, ...], out: list[PlanNode]
+) -> None:
     for spec in specs:
         children = spec.children if depth < max_depth else ()
         child_ids = tuple(c.id for c in children)
-        out.append(PlanNode(spec.id, spec.title, spec.kind, spec.purpose,
-                            _unique(parent_deps + spec.depends_on + child_ids), depth))
+        out.append(
+            PlanNode(
+                spec.id, spec.title, spec.kind, spec.purpose, _unique(parent_deps + spec.depends_on + child_ids), depth
+            )
+        )
         _flatten(children, depth + 1, max_depth, _unique(parent_deps + spec.depends_on), out)
 
 

@@ -18,7 +18,6 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-
 from ..._nbformat import NotebookNode, nbformat
 from ...notebook.export import METADATA_KEY, SCRIPTED_STATEMENT, write_notebook
 from .graph import PlanNode
@@ -72,8 +71,14 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
             cells.append(nbformat.v4.new_markdown_cell(f"*Analysis:* {result.analysis}"))
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata[METADATA_KEY] = {"task": state.task, "data_files": list(state.data_files), "workspace": workspace,
-                                 "plan": state.plan, "counts": counts(nodes, state.results), "scripted": state.scripted}
+    nb.metadata[METADATA_KEY] = {
+        "task": state.task,
+        "data_files": list(state.data_files),
+        "workspace": workspace,
+        "plan": state.plan,
+        "counts": counts(nodes, state.results),
+        "scripted": state.scripted,
+    }
     return nb
 
 
@@ -101,8 +106,14 @@ def build_report(state: PlanState, nodes: Sequence[PlanNode], figure_dir: str) -
         if result and result.analysis:
             lines += ["", f"*Analysis:* {result.analysis}"]
     table = counts(nodes, state.results)
-    lines += ["", "## Summary", "", "| total | completed | failed | skipped | pending |", "|---|---|---|---|---|",
-              f"| {table['total']} | {table['done']} | {table['failed']} | {table['skipped']} | {table['pending']} |"]
+    lines += [
+        "",
+        "## Summary",
+        "",
+        "| total | completed | failed | skipped | pending |",
+        "|---|---|---|---|---|",
+        f"| {table['total']} | {table['done']} | {table['failed']} | {table['skipped']} | {table['pending']} |",
+    ]
     return "\n".join(lines) + "\n", figures
 
 
@@ -113,10 +124,18 @@ def _task_outputs(result: NodeResult) -> list[str]:
     if printed.strip():
         lines += ["", "Output:", "", _fenced(printed)]
     for index, cell in enumerate(result.failed, start=1):
-        errors = [f"{out.get('ename')}: {out.get('evalue')}" for out in cell.outputs if out.get("output_type") == "error"]
+        errors = [
+            f"{out.get('ename')}: {out.get('evalue')}" for out in cell.outputs if out.get("output_type") == "error"
+        ]
         why = errors[0] if errors else "no result (timed out or the kernel died)"
-        lines += ["", f"<details><summary>Failed attempt {index}: {_escaped(why)}</summary>", "",
-                  _fenced(cell.code, "python"), "", "</details>"]
+        lines += [
+            "",
+            f"<details><summary>Failed attempt {index}: {_escaped(why)}</summary>",
+            "",
+            _fenced(cell.code, "python"),
+            "",
+            "</details>",
+        ]
     return lines
 
 
@@ -161,5 +180,3 @@ def _atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-

@@ -18,8 +18,18 @@ from .graph import PlanNode
 from .schema import PLAN_JSON_HELP
 from .state import NodeResult
 
-__all__ = ["MAX_PROBES", "PROBE_MARK", "analysis_text", "code_in", "design_messages", "fix_text", "no_code_text",
-           "node_messages", "probe_text", "repair_message"]
+__all__ = [
+    "MAX_PROBES",
+    "PROBE_MARK",
+    "analysis_text",
+    "code_in",
+    "design_messages",
+    "fix_text",
+    "no_code_text",
+    "node_messages",
+    "probe_text",
+    "repair_message",
+]
 
 Message = dict[str, Any]
 
@@ -32,8 +42,9 @@ MAX_PROBES = 3
 _PYTHON_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
-def design_messages(task: str, data_summary: str, *, max_depth: int, node_budget: int,
-                    packages: Sequence[str] = ()) -> list[Message]:
+def design_messages(
+    task: str, data_summary: str, *, max_depth: int, node_budget: int, packages: Sequence[str] = ()
+) -> list[Message]:
     """The opening conversation asking for 2-4 directions and a plan tree; ``packages`` are the kernel's
     (``environment.probe``), so the plan asks for nothing that cannot be imported."""
     installed = f"Installed packages (nothing else can be installed): {', '.join(packages)}.\n\n" if packages else ""
@@ -51,8 +62,10 @@ def design_messages(task: str, data_summary: str, *, max_depth: int, node_budget
 
 def repair_message(problem: str) -> Message:
     """Asks the model to resend the plan after ``problem``."""
-    return {"role": "user", "content": f"That plan cannot be used: {problem}\n\nSend the whole plan again. "
-            f"{PLAN_JSON_HELP}"}
+    return {
+        "role": "user",
+        "content": f"That plan cannot be used: {problem}\n\nSend the whole plan again. {PLAN_JSON_HELP}",
+    }
 
 
 def _how(protocol: str) -> str:
@@ -62,8 +75,13 @@ def _how(protocol: str) -> str:
     return "reply with the code in one <Code>```python ...```</Code> block"
 
 
-def node_messages(task: str, node: PlanNode, done: Sequence[tuple[PlanNode, NodeResult]],
-                  protocol: str = "tools", environment: Sequence[str] = ()) -> list[Message]:
+def node_messages(
+    task: str,
+    node: PlanNode,
+    done: Sequence[tuple[PlanNode, NodeResult]],
+    protocol: str = "tools",
+    environment: Sequence[str] = (),
+) -> list[Message]:
     """The conversation for one node: the overall task, the environment (``environment.probe`` rendered by
     ``protocols.environment_lines``: packages, data files, names defined so far, figure visibility), what
     its prerequisites found, and the ask.
@@ -72,18 +90,26 @@ def node_messages(task: str, node: PlanNode, done: Sequence[tuple[PlanNode, Node
     """
     context = "\n\n".join(_context(n, r) for n, r in done) or "(this task has no prerequisites)"
     if node.kind == "text":
-        ask = ("Answer in prose without calling any tool: this task needs no computation." if protocol == "tools"
-               else "Answer in one <Answer>...</Answer> block, in prose: this task needs no computation.")
+        ask = (
+            "Answer in prose without calling any tool: this task needs no computation."
+            if protocol == "tools"
+            else "Answer in one <Answer>...</Answer> block, in prose: this task needs no computation."
+        )
     else:
         how = _how(protocol)
-        ask = (f"To run this task, {how}. Print the numbers you find; reuse the kernel's existing variables instead "
-               f"of reloading. To look at something first, {how} whose first line is `{PROBE_MARK}` (at most "
-               f"{MAX_PROBES} probes); you get its output back." +
-               (" Draw the figure with matplotlib and show it." if node.kind == "visualisation" else ""))
+        ask = (
+            f"To run this task, {how}. Print the numbers you find; reuse the kernel's existing variables instead "
+            f"of reloading. To look at something first, {how} whose first line is `{PROBE_MARK}` (at most "
+            f"{MAX_PROBES} probes); you get its output back."
+            + (" Draw the figure with matplotlib and show it." if node.kind == "visualisation" else "")
+        )
     known = "".join(f"- {line}\n" for line in environment)
-    user = (f"Overall task: {task}\n\n" + (f"Environment:\n{known}\n" if known else "") +
-            f"Results of the tasks this one depends on:\n{context}\n\n"
-            f"Current task [{node.id}]: {node.title}\nPurpose: {node.purpose or '-'}\n\n{ask}")
+    user = (
+        f"Overall task: {task}\n\n"
+        + (f"Environment:\n{known}\n" if known else "")
+        + f"Results of the tasks this one depends on:\n{context}\n\n"
+        f"Current task [{node.id}]: {node.title}\nPurpose: {node.purpose or '-'}\n\n{ask}"
+    )
     if protocol == "deepanalyze":
         return [{"role": "user", "content": f"{_SYSTEM}\n\n{user}"}]
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
@@ -101,8 +127,10 @@ def fix_text(ename: str, evalue: str, traceback: Sequence[str], protocol: str = 
     line such as ``environment.module_hint``'s."""
     tail = strip_ansi("\n".join(traceback))[-2000:]
     hint = f"{hint}\n\n" if hint else ""
-    return (f"The code failed with {ename}: {evalue}\n\n{tail}\n\n{hint}"
-            f"To send the corrected code, {_how(protocol)} (the kernel keeps what already ran).")
+    return (
+        f"The code failed with {ename}: {evalue}\n\n{tail}\n\n{hint}"
+        f"To send the corrected code, {_how(protocol)} (the kernel keeps what already ran)."
+    )
 
 
 def no_code_text(protocol: str = "tools") -> str:
@@ -110,8 +138,7 @@ def no_code_text(protocol: str = "tools") -> str:
     return f"This task needs code: {_how(protocol)}."
 
 
-def analysis_text(node: PlanNode, output_text: str, figures: int, protocol: str = "tools", *,
-                  seen: bool = True) -> str:
+def analysis_text(node: PlanNode, output_text: str, figures: int, protocol: str = "tools", *, seen: bool = True) -> str:
     """Asks for the analysis of a visualisation node's figures (sent as the execution's result).
 
     ``seen=False`` (a model without vision: the figures are not sent) asks about the printed numbers
@@ -119,10 +146,14 @@ def analysis_text(node: PlanNode, output_text: str, figures: int, protocol: str 
     answer = "Prose only, no tool call." if protocol == "tools" else "Prose only, in one <Answer>...</Answer> block."
     drew = f"The code for [{node.id}] drew {figures} figure(s) and printed:\n{output_text or '(nothing)'}\n\n"
     if not seen:
-        return (drew + "You cannot see the figure. In 2-4 sentences, state what the printed numbers show with "
-                f"respect to the task's purpose ({node.purpose or node.title}); do not describe the figure. {answer}")
-    return (drew + f"In 2-4 sentences, state what the figure shows with respect to its purpose "
-            f"({node.purpose or node.title}). {answer}")
+        return (
+            drew + "You cannot see the figure. In 2-4 sentences, state what the printed numbers show with "
+            f"respect to the task's purpose ({node.purpose or node.title}); do not describe the figure. {answer}"
+        )
+    return (
+        drew + f"In 2-4 sentences, state what the figure shows with respect to its purpose "
+        f"({node.purpose or node.title}). {answer}"
+    )
 
 
 def code_in(reply: str) -> str:
@@ -133,5 +164,7 @@ def code_in(reply: str) -> str:
 
 def probe_text(output_text: str, left: int) -> str:
     """Gives a probe's output back; ``left`` probes remain."""
-    return (f"Probe output:\n{output_text or '(nothing printed)'}\n\n"
-            f"{left} probe(s) left. Now send the code for the task (or another probe).")
+    return (
+        f"Probe output:\n{output_text or '(nothing printed)'}\n\n"
+        f"{left} probe(s) left. Now send the code for the task (or another probe)."
+    )

@@ -58,15 +58,22 @@ class PlanOptions:
                 raise ConfigError(f"{name} must be at least {low}, not {getattr(self, name)}")
 
 
-async def design_plan(model: ChatModel, task: str, data_summary: str, options: PlanOptions,
-                      notices: list[Notice], packages: Sequence[str] = ()) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
+async def design_plan(
+    model: ChatModel,
+    task: str,
+    data_summary: str,
+    options: PlanOptions,
+    notices: list[Notice],
+    packages: Sequence[str] = (),
+) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
     """The model's plan and its DAG. An unusable first plan gets one repair request (noted in ``notices``).
     ``packages`` are the kernel's installed analysis packages.
 
     Raises ``PlanError`` when the second plan is unusable too, ``ModelError`` when the model fails.
     """
-    messages = design_messages(task, data_summary, max_depth=options.max_depth, node_budget=options.node_budget,
-                               packages=packages)
+    messages = design_messages(
+        task, data_summary, max_depth=options.max_depth, node_budget=options.node_budget, packages=packages
+    )
     problem = ""
     for attempt in (1, 2):
         reply = await model.complete(messages)
@@ -85,9 +92,18 @@ async def design_plan(model: ChatModel, task: str, data_summary: str, options: P
 class NodeRun:
     """One node's run in ``protocol``: iterate ``steps()`` for its events, then read ``result``."""
 
-    def __init__(self, model: ChatModel, session: AsyncKernelSession, task: str, node: PlanNode,
-                 done: Sequence[tuple[PlanNode, NodeResult]], options: PlanOptions, protocol: Protocol,
-                 environment: Sequence[str] = (), installed: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        model: ChatModel,
+        session: AsyncKernelSession,
+        task: str,
+        node: PlanNode,
+        done: Sequence[tuple[PlanNode, NodeResult]],
+        options: PlanOptions,
+        protocol: Protocol,
+        environment: Sequence[str] = (),
+        installed: Sequence[str] = (),
+    ) -> None:
         """``environment`` is the prompt's environment lines; ``installed`` the probed packages (for the
         hint after a ``ModuleNotFoundError``)."""
         self._model, self._session, self._node, self._options = model, session, node, options
@@ -114,9 +130,15 @@ class NodeRun:
             if success is not None:
                 self.result = await self._finished(*success, attempt, failures)
                 return
-        self.result = NodeResult(node.id, "failed", attempts=len(failures), cells=tuple(self._probes),
-                                 failures=tuple(failures), failed=tuple(self._failed),
-                                 reason=f"still failing after {len(failures)} attempts: {failures[-1]}")
+        self.result = NodeResult(
+            node.id,
+            "failed",
+            attempts=len(failures),
+            cells=tuple(self._probes),
+            failures=tuple(failures),
+            failed=tuple(self._failed),
+            reason=f"still failing after {len(failures)} attempts: {failures[-1]}",
+        )
 
     async def _ask(self) -> tuple[ModelReply, Step]:
         reply = await self._model.complete(self._messages, options=self._protocol.request_options())
@@ -150,8 +172,11 @@ class NodeRun:
         if not code:
             failures.append("the reply had no code")
             # A reply with neither code nor answer gets the protocol's own nudge (it answers tool calls too).
-            self._messages += (self._protocol.nudge_messages(step) if step.answer is None
-                               else [{"role": "user", "content": no_code_text(self._protocol.name)}])
+            self._messages += (
+                self._protocol.nudge_messages(step)
+                if step.answer is None
+                else [{"role": "user", "content": no_code_text(self._protocol.name)}]
+            )
             return None
         result = await self._session.execute(code, self._options.exec_timeout)
         if result.status == "ok":
@@ -164,15 +189,23 @@ class NodeRun:
         self._tell(step, fix_text(ename, evalue, error.traceback if error else (), self._protocol.name, hint))
         return None
 
-    async def _finished(self, cell: CellRecord, step: Step, executed: ExecutionResult, attempt: int,
-                        failures: list[str]) -> NodeResult:
-        result = NodeResult(self._node.id, "done", attempts=attempt, cells=(*self._probes, cell),
-                            failures=tuple(failures), failed=tuple(self._failed))
+    async def _finished(
+        self, cell: CellRecord, step: Step, executed: ExecutionResult, attempt: int, failures: list[str]
+    ) -> NodeResult:
+        result = NodeResult(
+            self._node.id,
+            "done",
+            attempts=attempt,
+            cells=(*self._probes, cell),
+            failures=tuple(failures),
+            failed=tuple(self._failed),
+        )
         printed = result.output_text()
         # A model that cannot see the figure is asked about the numbers it printed, or not at all.
         if self._node.kind == "visualisation" and result.figures and (self._protocol.vision or printed.strip()):
-            ask = analysis_text(self._node, printed, len(result.figures), self._protocol.name,
-                                seen=self._protocol.vision)
+            ask = analysis_text(
+                self._node, printed, len(result.figures), self._protocol.name, seen=self._protocol.vision
+            )
             self._tell(step, ask, executed.images if self._protocol.vision else ())
             reply, answer = await self._ask()
             result = replace(result, analysis=_prose(reply, answer))

@@ -30,7 +30,7 @@ class NodeSpec(BaseModel):
     kind: NodeKind = "code"
     purpose: str = ""
     depends_on: tuple[str, ...] = ()
-    children: tuple["NodeSpec", ...] = ()
+    children: tuple[NodeSpec, ...] = ()
 
 
 class PlanSpec(BaseModel):

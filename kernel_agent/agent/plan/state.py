@@ -54,8 +54,12 @@ class NodeResult:
     @property
     def figures(self) -> tuple[str, ...]:
         """The base64 PNGs the node's cells displayed, in order."""
-        return tuple(out["data"]["image/png"] for cell in self.cells for out in cell.outputs
-                     if "image/png" in out.get("data", {}))
+        return tuple(
+            out["data"]["image/png"]
+            for cell in self.cells
+            for out in cell.outputs
+            if "image/png" in out.get("data", {})
+        )
 
     def output_text(self, limit: int = 1500, *, probes: bool = False) -> str:
         """The node's text outputs joined, within about ``limit`` characters (context for later nodes).
@@ -76,14 +80,24 @@ class NodeResult:
         return clip_middle(text, limit, tail_share=0.6)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "NodeResult":
+    def from_dict(cls, data: dict[str, Any]) -> NodeResult:
         def records(key: str) -> tuple[CellRecord, ...]:
-            return tuple(CellRecord(c["code"], tuple(c["outputs"]), c.get("execution_count"), c.get("probe", False))
-                         for c in data.get(key, ()))
+            return tuple(
+                CellRecord(c["code"], tuple(c["outputs"]), c.get("execution_count"), c.get("probe", False))
+                for c in data.get(key, ())
+            )
 
-        return cls(data["node_id"], data["status"], data.get("attempts", 0), records("cells"), data.get("text", ""),
-                   data.get("analysis", ""), tuple(data.get("failures", ())), data.get("reason", ""),
-                   records("failed"))
+        return cls(
+            data["node_id"],
+            data["status"],
+            data.get("attempts", 0),
+            records("cells"),
+            data.get("text", ""),
+            data.get("analysis", ""),
+            tuple(data.get("failures", ())),
+            data.get("reason", ""),
+            records("failed"),
+        )
 
 
 def _joined(text: Any) -> str:
@@ -118,11 +132,18 @@ class PlanState:
 
     def save(self) -> None:
         """Write the state atomically. Raises ``OSError`` when it cannot be written."""
-        document = {"kernel_agent_plan": 1, "task": self.task, "plan": self.plan, "budgets": self.budgets,
-                    "data_files": list(self.data_files), "setup_code": self.setup_code,
-                    "setup_outputs": list(self.setup_outputs),
-                    "results": {k: asdict(v) for k, v in self.results.items()}, "workspace": self.workspace,
-                    "scripted": self.scripted}
+        document = {
+            "kernel_agent_plan": 1,
+            "task": self.task,
+            "plan": self.plan,
+            "budgets": self.budgets,
+            "data_files": list(self.data_files),
+            "setup_code": self.setup_code,
+            "setup_outputs": list(self.setup_outputs),
+            "results": {k: asdict(v) for k, v in self.results.items()},
+            "workspace": self.workspace,
+            "scripted": self.scripted,
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".plan-", suffix=".tmp")
         try:
@@ -136,7 +157,7 @@ class PlanState:
             raise
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "PlanState":
+    def load(cls, path: str | os.PathLike[str]) -> PlanState:
         """Read a state file. Raises ``NotebookError`` when it is missing or not a plan state."""
         path = Path(path)
         try:
@@ -146,6 +167,15 @@ class PlanState:
         if not isinstance(data, dict) or data.get("kernel_agent_plan") != 1:
             raise NotebookError(f"{path} is not a kernel-agent plan state", path=str(path))
         results = {k: NodeResult.from_dict(v) for k, v in data.get("results", {}).items()}
-        return cls(path, data["task"], data["plan"], data["budgets"], tuple(data.get("data_files", ())),
-                   data.get("setup_code", ""), tuple(data.get("setup_outputs", ())), results,
-                   str(data.get("workspace") or ""), data.get("scripted") is True)
+        return cls(
+            path,
+            data["task"],
+            data["plan"],
+            data["budgets"],
+            tuple(data.get("data_files", ())),
+            data.get("setup_code", ""),
+            tuple(data.get("setup_outputs", ())),
+            results,
+            str(data.get("workspace") or ""),
+            data.get("scripted") is True,
+        )

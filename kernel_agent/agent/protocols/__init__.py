@@ -78,8 +78,13 @@ PROTOCOL_NAMES = ("deepanalyze", "tags", "tools")
 
 
 def get_protocol(
-    name: str, *, vision: bool = False, data_format: DataFormat = "files", vllm_extras: bool = True,
-    max_new_tokens: int = DEEPANALYZE_MAX_NEW_TOKENS, language: Language = PYTHON,
+    name: str,
+    *,
+    vision: bool = False,
+    data_format: DataFormat = "files",
+    vllm_extras: bool = True,
+    max_new_tokens: int = DEEPANALYZE_MAX_NEW_TOKENS,
+    language: Language = PYTHON,
 ) -> Protocol:
     """The protocol called ``name`` (one of ``PROTOCOL_NAMES``).
 
@@ -95,8 +100,9 @@ def get_protocol(
             raise ConfigError("the deepanalyze protocol cannot send images; use 'tags' or 'tools' for vision")
         if data_format not in DATA_FORMATS:
             raise ConfigError(f"unknown data format {data_format!r}; choose one of: {', '.join(DATA_FORMATS)}")
-        return DeepAnalyzeProtocol(data_format=data_format, vllm_extras=vllm_extras, max_new_tokens=max_new_tokens,
-                                   language=language)
+        return DeepAnalyzeProtocol(
+            data_format=data_format, vllm_extras=vllm_extras, max_new_tokens=max_new_tokens, language=language
+        )
     if key == "tags":
         return TagsProtocol(vision=vision, language=language)
     if key == "tools":

@@ -76,8 +76,9 @@ class Protocol:
         """The system prompt (if the protocol has one) and the first user message."""
         raise NotImplementedError
 
-    def resume_messages(self, ctx: PromptContext, run: Run, question: str,
-                        report: RebuildReport | None = None) -> list[dict[str, Any]]:
+    def resume_messages(
+        self, ctx: PromptContext, run: Run, question: str, report: RebuildReport | None = None
+    ) -> list[dict[str, Any]]:
         """The conversation that continues ``run`` with ``question``: by default the opening messages of
         ``ctx`` (the run's task) and one user message telling what was done (code, output, reasoning,
         answers) then the question. ``report`` is what a rebuilt kernel restored (None: it kept its state)."""

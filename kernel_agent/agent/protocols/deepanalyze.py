@@ -19,8 +19,13 @@ from .base import Feedback, Step
 from .prompts import DataFormat, PromptContext, deepanalyze_task, execute_block
 from .tags import CODE_STOP_TOKEN_ID, TagProtocol
 
-__all__ = ["DEEPANALYZE_MAX_NEW_TOKENS", "DEEPANALYZE_STOP_TOKEN_IDS", "REPLAY_CHARS", "DeepAnalyzeProtocol",
-           "round_transcript"]
+__all__ = [
+    "DEEPANALYZE_MAX_NEW_TOKENS",
+    "DEEPANALYZE_STOP_TOKEN_IDS",
+    "REPLAY_CHARS",
+    "DeepAnalyzeProtocol",
+    "round_transcript",
+]
 
 # The earlier turns a follow-up replays: about 6,000 tokens at four characters a token; oldest rounds go first.
 REPLAY_CHARS = 24_000
@@ -68,15 +73,24 @@ class DeepAnalyzeProtocol(TagProtocol):
         # The raw output, as DeepAnalyze sends it; a partly used reply adds its one-line reason.
         return [{"role": "execute", "content": feedback.text + feedback.note}]
 
-    def resume_messages(self, ctx: PromptContext, run: Run, question: str,
-                        report: RebuildReport | None = None) -> list[dict[str, Any]]:
+    def resume_messages(
+        self, ctx: PromptContext, run: Run, question: str, report: RebuildReport | None = None
+    ) -> list[dict[str, Any]]:
         """The conversation as DeepAnalyze's server sends a follow-up: each earlier turn as the user's
         question and one assistant message with its ``<Analyze>/<Code>/<Execute>/<Answer>`` transcript,
         then ``question`` as ``# Instruction`` + ``# Data``. Within ``REPLAY_CHARS``: the oldest rounds
         are left out first, and the first assistant message says how many."""
-        turns = [(turn.task, [round_transcript(r, fence=self.language.fence) for r in run.rounds
-                              if turn.first_round <= r.index <= turn.last_round and r.status != "no-code"])
-                 for turn in run.all_turns()]
+        turns = [
+            (
+                turn.task,
+                [
+                    round_transcript(r, fence=self.language.fence)
+                    for r in run.rounds
+                    if turn.first_round <= r.index <= turn.last_round and r.status != "no-code"
+                ],
+            )
+            for turn in run.all_turns()
+        ]
         left_out = _trim(turns, REPLAY_CHARS)
         messages: list[dict[str, Any]] = []
         for asked, pieces in turns:
@@ -85,8 +99,9 @@ class DeepAnalyzeProtocol(TagProtocol):
             messages.append({"role": "user", "content": asked})
             messages.append({"role": "assistant", "content": (note + "\n".join(pieces)).strip() or "(no reply)"})
         restored = f"\n\n(The kernel was restarted and its state rebuilt: {report.describe()}.)" if report else ""
-        messages.append({"role": "user", "content": deepanalyze_task(replace(ctx, task=question + restored),
-                                                                      self.data_format)})
+        messages.append(
+            {"role": "user", "content": deepanalyze_task(replace(ctx, task=question + restored), self.data_format)}
+        )
         return messages
 
 
@@ -98,8 +113,11 @@ def round_transcript(round_: Round, max_chars: int = REPLAY_OUTPUT_CHARS, fence:
     if (round_.code is not None and step.code is None) or (round_.answer is not None and step.answer is None):
         thought = round_.reasoning.strip()
         text = f"<Analyze>\n{thought}\n</Analyze>\n" if thought else ""
-        text += (f"<Code>\n```{fence}\n{round_.code.strip()}\n```\n</Code>" if round_.code is not None
-                 else f"<Answer>\n{(round_.answer or '').strip()}\n</Answer>")
+        text += (
+            f"<Code>\n```{fence}\n{round_.code.strip()}\n```\n</Code>"
+            if round_.code is not None
+            else f"<Answer>\n{(round_.answer or '').strip()}\n</Answer>"
+        )
     if round_.result is not None:
         text += "\n" + execute_block(round_.result.to_llm_text(max_chars=max_chars))
     return text

@@ -43,6 +43,7 @@ __all__ = [
     "tools_system",
 ]
 
+
 @dataclass(frozen=True)
 class FileInfo:
     """One data file as the ``deepanalyze`` prompt lists it: name, size in bytes, our summary."""
@@ -104,7 +105,6 @@ key numbers.
 
 Environment:
 """
-
 
 
 def tags_system(language: Language = PYTHON) -> str:
@@ -222,8 +222,11 @@ def environment_lines(ctx: PromptContext, *, vision: bool, language: Language = 
         lines.append(Environment(names=ctx.names).names_line())
     lines.append(
         f"{language.figure_words}; "
-        + ("you will see them as images." if vision else "you only see a placeholder such as "
-           "[image 1: png 640x480], so print the numbers you need.")
+        + (
+            "you will see them as images."
+            if vision
+            else "you only see a placeholder such as [image 1: png 640x480], so print the numbers you need."
+        )
     )
     return lines
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...model.chat import ModelReply
+from ..languages import PYTHON, Language
 from .base import Feedback, Protocol, Step
 from .base import join_problems as _join
-from ..languages import PYTHON, Language
 from .prompts import PromptContext, execute_block, opening_messages, tags_nudge, tags_system
 from .tagparse import CLOSING_FENCE, Block, close_code, closed, extract_code, parse_blocks, render_prose
 
@@ -46,8 +46,10 @@ class TagProtocol(Protocol):
             return self._answer(text, blocks, first, reply, problems)
         kept, dropped = text[: first.end], text[first.end :]
         if "<Code>" in dropped:
-            problems.append("a second <Code> block was not run (one <Code> block runs per reply: send the next "
-                            "one after reading this output)")
+            problems.append(
+                "a second <Code> block was not run (one <Code> block runs per reply: send the next "
+                "one after reading this output)"
+            )
         elif dropped.strip():
             problems.append("text after </Code> dropped")
         if not first.closed:
@@ -62,9 +64,7 @@ class TagProtocol(Protocol):
             problems.append("empty <Code> block")
         return Step(kept, render_prose(blocks[:index]), code or None, None, problem=_join(problems))
 
-    def _answer(
-        self, text: str, blocks: list[Block], block: Block, reply: ModelReply, problems: list[str]
-    ) -> Step:
+    def _answer(self, text: str, blocks: list[Block], block: Block, reply: ModelReply, problems: list[str]) -> Step:
         if not block.closed:
             text = closed(text, "</Answer>")
             if reply.stop_reason != "</Answer>":

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...model.chat import ModelReply
+from ..languages import PYTHON, Language
 from .base import Feedback, Protocol, Step
 from .base import join_problems as _join
-from ..languages import PYTHON, Language
 from .prompts import PromptContext, not_run, opening_messages, tools_empty_nudge, tools_nudge, tools_system
 from .tagparse import extract_code
 
@@ -101,8 +101,10 @@ class ToolsProtocol(Protocol):
         if step.tool_call_id is None:
             return [{"role": "user", "content": tools_empty_nudge(self.language.tool)}]
         text = tools_nudge(step.problem, self.language)
-        return [{"role": "tool", "tool_call_id": step.tool_call_id, "content": text},
-                *_skipped(step, self.language.tool)]
+        return [
+            {"role": "tool", "tool_call_id": step.tool_call_id, "content": text},
+            *_skipped(step, self.language.tool),
+        ]
 
 
 def _call_ids(reply: ModelReply) -> list[str]:

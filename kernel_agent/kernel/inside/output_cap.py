@@ -63,10 +63,10 @@ class OutputCap:
         if len(text) <= room:
             self.sent += len(text)
             return text
-        kept = text[:max(room, 0)]
+        kept = text[: max(room, 0)]
         self.sent += len(kept)
         self.dropped += len(text) - len(kept)
-        self.tail = (self.tail + text[len(kept):])[-_TAIL_KEEP:]
+        self.tail = (self.tail + text[len(kept) :])[-_TAIL_KEEP:]
         return kept
 
     def take_display(self, data: Any) -> bool:
@@ -95,8 +95,10 @@ class OutputCap:
 
         among = f" ({displays} displays among them)" if displays else ""
         shown = f"; the last {len(tail)} characters of the text follow:\n{tail}" if tail else ""
-        text = (f"[kernel-agent: this cell's output passed the cap of {self.budget} characters; {dropped} characters "
-                f"were not sent{among}{shown}]")
+        text = (
+            f"[kernel-agent: this cell's output passed the cap of {self.budget} characters; {dropped} characters "
+            f"were not sent{among}{shown}]"
+        )
         self._reporting = True
         try:
             display({"text/plain": text}, raw=True, metadata={"kernel_agent": {SENT_KEY: dropped}})

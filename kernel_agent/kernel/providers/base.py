@@ -50,8 +50,13 @@ class ChannelClient(Protocol):
     """
 
     def execute(
-        self, code: str, silent: bool = False, store_history: bool = True,
-        user_expressions: dict[str, Any] | None = None, allow_stdin: bool | None = None, stop_on_error: bool = True,
+        self,
+        code: str,
+        silent: bool = False,
+        store_history: bool = True,
+        user_expressions: dict[str, Any] | None = None,
+        allow_stdin: bool | None = None,
+        stop_on_error: bool = True,
     ) -> str: ...
 
     async def get_iopub_msg(self, timeout: float | None = None) -> dict[str, Any]: ...

@@ -63,8 +63,9 @@ class MessageGuard:
             if await _next_event(monitor, _RETRY_WAIT_S) == zmq.EVENT_CONNECT_RETRIED:
                 continue
             self.dropped += 1
-            log.warning("the kernel sent a message over %d bytes on %s: dropped unread; connecting again",
-                        self.limit, name)
+            log.warning(
+                "the kernel sent a message over %d bytes on %s: dropped unread; connecting again", self.limit, name
+            )
             with contextlib.suppress(zmq.ZMQError):
                 socket.disconnect(url)
             with contextlib.suppress(zmq.ZMQError):

@@ -116,9 +116,17 @@ class LocalProvider:
     owns_kernel = True
 
     def __init__(
-        self, workspace: Path | None, *, kernel_name: str = KERNEL_NAME, env: dict[str, str] | None = None,
-        allow_env: tuple[str, ...] = (), startup_timeout: float = 60.0, max_images: int = 50,
-        max_output_bytes: int = 10_000_000, limits: Limits | None = None, python: str | None = None,
+        self,
+        workspace: Path | None,
+        *,
+        kernel_name: str = KERNEL_NAME,
+        env: dict[str, str] | None = None,
+        allow_env: tuple[str, ...] = (),
+        startup_timeout: float = 60.0,
+        max_images: int = 50,
+        max_output_bytes: int = 10_000_000,
+        limits: Limits | None = None,
+        python: str | None = None,
     ) -> None:
         self._workspace = workspace
         self.kernel_name = kernel_name
@@ -207,12 +215,21 @@ class LocalProvider:
         connection_file = runtime / "connection.json"
         assert self.choice is not None
         spec_dir = launch_spec(
-            runtime / "kernels", self.choice, self.confinement,
-            SandboxView(workspace, sockets, connection_file, network=self.limits.network,
-                        read_only=protected_files(workspace), extra_read=self._extra_read()),
+            runtime / "kernels",
+            self.choice,
+            self.confinement,
+            SandboxView(
+                workspace,
+                sockets,
+                connection_file,
+                network=self.limits.network,
+                read_only=protected_files(workspace),
+                extra_read=self._extra_read(),
+            ),
         )
         manager = AsyncKernelManager(
-            kernel_name=KERNEL_NAME, kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
+            kernel_name=KERNEL_NAME,
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(spec_dir)]),
             transport="ipc",  # always: another kernel's sockets are out of the sandbox's view, tcp ports are not
         )
         manager.connection_file = str(connection_file)
@@ -363,8 +380,14 @@ class AttachedProvider:
 
     owns_kernel = False
 
-    def __init__(self, connection_file: str | os.PathLike[str], *, startup_timeout: float = 60.0,
-                 max_output_bytes: int = 10_000_000, workspace: Path | None = None) -> None:
+    def __init__(
+        self,
+        connection_file: str | os.PathLike[str],
+        *,
+        startup_timeout: float = 60.0,
+        max_output_bytes: int = 10_000_000,
+        workspace: Path | None = None,
+    ) -> None:
         self.connection_file = str(connection_file)
         self.startup_timeout = startup_timeout
         self.max_output_bytes = max_output_bytes

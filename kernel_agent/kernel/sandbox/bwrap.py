@@ -121,7 +121,9 @@ def require_bwrap() -> Path:
     """A ``bwrap`` that can make a sandbox here. Raises ``SandboxUnavailableError`` naming what is missing."""
     binary = find_bwrap()
     if binary is None:
-        raise SandboxUnavailableError(f"the kernel sandbox needs bubblewrap (bwrap), which is not installed: {_INSTALL_HINT}")
+        raise SandboxUnavailableError(
+            f"the kernel sandbox needs bubblewrap (bwrap), which is not installed: {_INSTALL_HINT}"
+        )
     problem = _probe(str(binary))
     if problem:
         raise SandboxUnavailableError(f"{binary} cannot make a sandbox here ({problem}): {_USERNS_HINT}")
@@ -130,9 +132,26 @@ def require_bwrap() -> Path:
 
 @functools.lru_cache(maxsize=4)
 def _probe(binary: str) -> str:
-    """"" when ``binary`` can build a sandbox like ours here, else its complaint. Cached per process."""
-    argv = [binary, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
-            "--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc", "--", "/bin/true"]
+    """ "" when ``binary`` can build a sandbox like ours here, else its complaint. Cached per process."""
+    argv = [
+        binary,
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--",
+        "/bin/true",
+    ]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -159,9 +178,21 @@ def protected_files(workspace: Path) -> tuple[Path, ...]:
 
 def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
     """The ``bwrap ... --`` prefix that runs a command inside ``view`` (the command goes after it)."""
-    argv = [str(binary), "--unshare-all",  # the network too: with it on, pasta serves this namespace
-            "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--cap-drop", "ALL",
-            "--die-with-parent", "--new-session", "--hostname", "kernel"]
+    argv = [
+        str(binary),
+        "--unshare-all",  # the network too: with it on, pasta serves this namespace
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "kernel",
+    ]
     argv += _system_mounts()
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/run"]
     for path in _read_paths(view.extra_read):
@@ -177,8 +208,23 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--bind", str(view.sockets), str(view.sockets)]
     argv += ["--ro-bind", str(view.connection_file), str(view.connection_file), "--remount-ro", "/"]
-    argv += ["--setenv", "HOME", SANDBOX_HOME, "--setenv", "TMPDIR", "/tmp", "--setenv", "USER", "kernel",
-             "--setenv", "IPYTHONDIR", f"{SANDBOX_HOME}/.ipython", "--unsetenv", "JPY_PARENT_PID", "--"]
+    argv += [
+        "--setenv",
+        "HOME",
+        SANDBOX_HOME,
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
+        "--setenv",
+        "USER",
+        "kernel",
+        "--setenv",
+        "IPYTHONDIR",
+        f"{SANDBOX_HOME}/.ipython",
+        "--unsetenv",
+        "JPY_PARENT_PID",
+        "--",
+    ]
     return argv
 
 
@@ -232,7 +278,8 @@ def _system_mounts() -> list[str]:
 def _font_caches() -> list[Path]:
     """The host's matplotlib font lists (``fontlist-v*.json``), found without importing matplotlib."""
     folder = os.environ.get("MPLCONFIGDIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matplotlib")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "matplotlib"
+    )
     try:
         return sorted(Path(folder).glob("fontlist-v*.json"))
     except OSError:
@@ -248,8 +295,11 @@ def _inside(folder: str, paths: Iterable[str]) -> list[str]:
 
 def _read_paths(extra: Iterable[Path]) -> list[str]:
     """Host paths the interpreter needs, outermost first, none under another (bwrap binds recursively)."""
-    return [p for p in _outermost(p for p in _interpreter_paths(extra) if os.path.exists(p))
-            if not any(p == s or p.startswith(s + "/") for s in _SYSTEM_DIRS)]
+    return [
+        p
+        for p in _outermost(p for p in _interpreter_paths(extra) if os.path.exists(p))
+        if not any(p == s or p.startswith(s + "/") for s in _SYSTEM_DIRS)
+    ]
 
 
 def _outermost(paths: Iterable[str]) -> list[str]:

@@ -59,8 +59,9 @@ class ProcessCgroup:
         """Make a memory cgroup capping the resident memory of everything inside (tmpfs pages
         such as ``/dev/shm`` included) at ``memory_mb``; None where no memory controller is writable."""
         limit = str(memory_mb * 1024 * 1024)
-        made = cls._make("memory", lambda path: {
-            "memory.max" if (path / "memory.max").exists() else "memory.limit_in_bytes": limit})
+        made = cls._make(
+            "memory", lambda path: {"memory.max" if (path / "memory.max").exists() else "memory.limit_in_bytes": limit}
+        )
         if made is None:
             log.info("no writable memory cgroup here; memory is bounded per process only (RLIMIT_AS)")
         return made
@@ -118,7 +119,7 @@ class ProcessCgroup:
         except OSError:
             return
         for path in candidates:
-            owner = path.name[len(CGROUP_PREFIX):].split("-", 1)[0]
+            owner = path.name[len(CGROUP_PREFIX) :].split("-", 1)[0]
             if owner.isdigit() and int(owner) != os.getpid() and not pid_alive(int(owner)):
                 _rmdir(path)
 
@@ -219,7 +220,7 @@ def _cgroup_parents(controller: str, mountinfo: str | None = None, own: str | No
 def _join_cgroup_path(mount_point: str, root: str, own: str) -> Path | None:
     if root != "/" and not (own + "/").startswith(root.rstrip("/") + "/"):
         return None
-    relative = own[len(root.rstrip("/")):] if root != "/" else own
+    relative = own[len(root.rstrip("/")) :] if root != "/" else own
     return Path(_unescape_mount(mount_point)) / relative.lstrip("/")
 
 

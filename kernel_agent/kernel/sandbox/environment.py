@@ -19,14 +19,40 @@ __all__ = ["ALLOWED_NAMES", "SECRET_MARKERS", "gateway_environment", "is_secret_
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _SECRET_NAMES = frozenset({"OPENAI_BASE_URL", "AWS_SESSION_TOKEN", "DATABASE_URL", "NETRC"})
-ALLOWED_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "TERM", "TZ", "LANG", "LANGUAGE", "COLUMNS",
-    "NO_COLOR", "SOURCE_DATE_EPOCH",
-    "PYTHONPATH", "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONDONTWRITEBYTECODE",
-    "PYTHONWARNINGS", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
-    "MPLBACKEND", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_MAX_THREADS",
-    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-})
+ALLOWED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TMPDIR",
+        "TERM",
+        "TZ",
+        "LANG",
+        "LANGUAGE",
+        "COLUMNS",
+        "NO_COLOR",
+        "SOURCE_DATE_EPOCH",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONWARNINGS",
+        "PYTHONUNBUFFERED",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "MPLBACKEND",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_MAX_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+    }
+)
 _ALLOWED_PREFIXES = ("LC_",)
 # The Jupyter gateway convention: KERNEL_* names in the client's environment are meant for the gateway
 # (Enterprise Gateway's KERNEL_USERNAME, KERNEL_NAMESPACE, ...). Ours (KERNEL_AGENT_*) are not.
@@ -55,14 +81,17 @@ def kernel_environment(
     allowed = ALLOWED_NAMES | {name.upper() for name in allow}
     source = os.environ if base is None else base
     env = {
-        name: value for name, value in source.items()
+        name: value
+        for name, value in source.items()
         if name.upper() in allowed or name.upper().startswith(_ALLOWED_PREFIXES)
     }
     env.update(extra or {})
     return env
 
 
-def gateway_environment(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def gateway_environment(
+    extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The ``env`` a gateway kernel's start request carries.
 
     The ``KERNEL_*`` names of ``base`` (default ``os.environ``), as Jupyter
@@ -72,7 +101,8 @@ def gateway_environment(extra: Mapping[str, str] | None = None, base: Mapping[st
     """
     source = os.environ if base is None else base
     env = {
-        name: value for name, value in source.items()
+        name: value
+        for name, value in source.items()
         if name.startswith(_GATEWAY_PREFIX) and not name.startswith(_OWN_PREFIX)
     }
     env.update(extra or {})

@@ -142,8 +142,10 @@ class Limits:
 
     def describe(self) -> str:
         """The confinement in force, in words (for notebook metadata, events and warnings)."""
-        parts = ["sandbox: bubblewrap (strict)" if self.sandbox == "strict" else "sandbox: OFF (unconfined)",
-                 f"network: {'on' if self.network else 'off'}"]
+        parts = [
+            "sandbox: bubblewrap (strict)" if self.sandbox == "strict" else "sandbox: OFF (unconfined)",
+            f"network: {'on' if self.network else 'off'}",
+        ]
         if self.memory_mb is not None:
             parts.append(f"memory: {self.memory_mb:,} MB per process")
         if self.max_processes is not None:
@@ -188,7 +190,10 @@ class Confinement:
     """
 
     def __init__(
-        self, limits: Limits, cgroup: ProcessCgroup | None = None, memory: ProcessCgroup | None = None,
+        self,
+        limits: Limits,
+        cgroup: ProcessCgroup | None = None,
+        memory: ProcessCgroup | None = None,
         cpu: ProcessCgroup | None = None,
     ) -> None:
         self.limits = limits
@@ -237,8 +242,9 @@ class Confinement:
         used = self.tree_cpu_seconds()
         if self.limits.cpu_seconds is None or used is None or used <= self.limits.cpu_seconds + TREE_CPU_TOLERANCE_S:
             return False
-        log.warning("the kernel's process tree used %.1f s of CPU (limit %d s): killing it", used,
-                    self.limits.cpu_seconds)
+        log.warning(
+            "the kernel's process tree used %.1f s of CPU (limit %d s): killing it", used, self.limits.cpu_seconds
+        )
         self.cpu_killed = True
         self.kill_tree()
         return True
@@ -261,8 +267,10 @@ class Confinement:
         self._oom_kills = oom_kills
         if self.cpu_killed:
             self.cpu_killed = False
-            return (f"signal SIGKILL: CPU time limit of {self.limits.cpu_seconds} s for the kernel and every "
-                    "process it started, together, reached")
+            return (
+                f"signal SIGKILL: CPU time limit of {self.limits.cpu_seconds} s for the kernel and every "
+                "process it started, together, reached"
+            )
         return describe_exit(returncode, self.limits, oom_killed=oom_killed)
 
     def kill_tree(self) -> None:
@@ -290,8 +298,11 @@ def describe_exit(returncode: int, limits: Limits, *, oom_killed: bool = False) 
 def _signal_hint(signum: int, limits: Limits, oom_killed: bool) -> str:
     if signum == signal.SIGKILL:
         if oom_killed:
-            memory = (f"; memory limit {limits.memory_mb:,} MB per process and for all processes together"
-                      if limits.memory_mb else "")
+            memory = (
+                f"; memory limit {limits.memory_mb:,} MB per process and for all processes together"
+                if limits.memory_mb
+                else ""
+            )
             return f"out of memory (the system's out-of-memory killer ran{memory})"
         cpu = f", or the hard CPU time limit of {limits.cpu_seconds + CPU_HARD_GRACE_S} s" if limits.cpu_seconds else ""
         return f"killed from outside{cpu}"
@@ -304,8 +315,12 @@ def _signal_hint(signum: int, limits: Limits, oom_killed: bool) -> str:
 
 
 _SIGNAL_WORDS = {
-    signal.SIGSEGV: "segmentation fault", signal.SIGBUS: "bus error", signal.SIGABRT: "aborted",
-    signal.SIGFPE: "floating-point exception", signal.SIGILL: "illegal instruction", signal.SIGTERM: "terminated",
+    signal.SIGSEGV: "segmentation fault",
+    signal.SIGBUS: "bus error",
+    signal.SIGABRT: "aborted",
+    signal.SIGFPE: "floating-point exception",
+    signal.SIGILL: "illegal instruction",
+    signal.SIGTERM: "terminated",
 }
 
 

@@ -24,9 +24,11 @@ from . import pasta_launch
 
 __all__ = ["network_prefix", "require_pasta"]
 
-_INSTALL_HINT = ("--network needs pasta, from the passt package (Debian/Ubuntu: apt-get install passt; Fedora: "
-                 "dnf install passt), so the kernel has a network of its own and not this machine's loopback; "
-                 "or leave the network off")
+_INSTALL_HINT = (
+    "--network needs pasta, from the passt package (Debian/Ubuntu: apt-get install passt; Fedora: "
+    "dnf install passt), so the kernel has a network of its own and not this machine's loopback; "
+    "or leave the network off"
+)
 
 
 def network_prefix(pasta: str) -> list[str]:
@@ -48,9 +50,22 @@ def require_pasta(bwrap: Path) -> str:
 
 @functools.lru_cache(maxsize=2)
 def _probe(pasta: str, bwrap: str) -> str:
-    """"" when a sandbox gets its network here, else the complaint. Cached per process."""
-    sandbox = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
-               "--dev", "/dev", "--", "/bin/true"]
+    """ "" when a sandbox gets its network here, else the complaint. Cached per process."""
+    sandbox = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "/bin/true",
+    ]
     try:
         done = subprocess.run([*network_prefix(pasta), *sandbox], capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -30,8 +30,25 @@ SETUP_FAILED = 125
 
 def pasta_options(binary: str) -> list[str]:
     """pasta's options around a namespace path: a network of its own, nothing forwarded, no way back."""
-    return [binary, "--config-net", "--quiet", "--foreground", "--runas", str(os.getuid()), "-t", "none", "-u", "none",
-            "-T", "none", "-U", "none", "--no-map-gw", "--netns-only", "--netns"]
+    return [
+        binary,
+        "--config-net",
+        "--quiet",
+        "--foreground",
+        "--runas",
+        str(os.getuid()),
+        "-t",
+        "none",
+        "-u",
+        "none",
+        "-T",
+        "none",
+        "-U",
+        "none",
+        "--no-map-gw",
+        "--netns-only",
+        "--netns",
+    ]
 
 
 def _info(fd: int) -> dict[str, object]:
@@ -60,8 +77,11 @@ def _wait_for_network(pid: int, relay: subprocess.Popen[bytes], seconds: float =
     since = None
     while time.monotonic() < deadline:
         if relay.poll() is not None:
-            said = [line for line in (relay.stderr.read() if relay.stderr else b"").decode(errors="replace").splitlines()
-                    if "syslog" not in line]
+            said = [
+                line
+                for line in (relay.stderr.read() if relay.stderr else b"").decode(errors="replace").splitlines()
+                if "syslog" not in line
+            ]
             raise RuntimeError(f"pasta could not set up the sandbox's network: {'; '.join(said) or relay.returncode}")
         if _default_route(pid):
             return
@@ -99,8 +119,9 @@ def main(argv: list[str]) -> int:
         return SETUP_FAILED
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    sandbox = subprocess.Popen([bwrap[0], "--info-fd", str(info_w), "--block-fd", str(block_r), *bwrap[1:]],
-                               pass_fds=(info_w, block_r))
+    sandbox = subprocess.Popen(
+        [bwrap[0], "--info-fd", str(info_w), "--block-fd", str(block_r), *bwrap[1:]], pass_fds=(info_w, block_r)
+    )
     os.close(info_w)
     os.close(block_r)
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -108,8 +129,13 @@ def main(argv: list[str]) -> int:
     relay = None
     try:
         pid = _info(info_r)["child-pid"]
-        relay = subprocess.Popen([*pasta_options(pasta), f"/proc/{pid}/ns/net"], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_us)
+        relay = subprocess.Popen(
+            [*pasta_options(pasta), f"/proc/{pid}/ns/net"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_us,
+        )
         _wait_for_network(pid, relay)
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         sys.stderr.write(f"{exc}\n")

@@ -61,7 +61,9 @@ def parse_frame(frame: str | bytes) -> dict[str, Any]:
 class GatewayChannels:
     """The channels of kernel ``kernel_id`` on the gateway. ``open()`` then use; ``close()`` when done."""
 
-    def __init__(self, settings: GatewaySettings, kernel_id: str, *, max_message: int = max_message_bytes(10_000_000)) -> None:
+    def __init__(
+        self, settings: GatewaySettings, kernel_id: str, *, max_message: int = max_message_bytes(10_000_000)
+    ) -> None:
         self.settings = settings
         self.kernel_id = kernel_id
         self.max_message = max_message  # a bigger frame closes the websocket unread (then it reconnects)
@@ -97,8 +99,13 @@ class GatewayChannels:
         url = f"{self.settings.websocket_url}/api/kernels/{self.kernel_id}/channels?session_id={self.session_id}"
         try:
             self._ws = await connect(
-                url, additional_headers=self.settings.headers(), compression=None, max_size=self.max_message,
-                open_timeout=self.settings.request_timeout, ping_interval=20, ping_timeout=20,
+                url,
+                additional_headers=self.settings.headers(),
+                compression=None,
+                max_size=self.max_message,
+                open_timeout=self.settings.request_timeout,
+                ping_interval=20,
+                ping_timeout=20,
             )
         except (OSError, InvalidHandshake, TimeoutError) as exc:
             status = exc.response.status_code if isinstance(exc, InvalidStatus) else None
@@ -150,12 +157,21 @@ class GatewayChannels:
 
     # ----------------------------------------------------------------- ChannelClient
     def execute(
-        self, code: str, silent: bool = False, store_history: bool = True,
-        user_expressions: dict[str, Any] | None = None, allow_stdin: bool | None = None, stop_on_error: bool = True,
+        self,
+        code: str,
+        silent: bool = False,
+        store_history: bool = True,
+        user_expressions: dict[str, Any] | None = None,
+        allow_stdin: bool | None = None,
+        stop_on_error: bool = True,
     ) -> str:
         content = {
-            "code": code, "silent": silent, "store_history": store_history,
-            "user_expressions": user_expressions or {}, "allow_stdin": bool(allow_stdin), "stop_on_error": stop_on_error,
+            "code": code,
+            "silent": silent,
+            "store_history": store_history,
+            "user_expressions": user_expressions or {},
+            "allow_stdin": bool(allow_stdin),
+            "stop_on_error": stop_on_error,
         }
         return self.send("shell", "execute_request", content)
 
@@ -165,8 +181,12 @@ class GatewayChannels:
             raise KernelError(f"the connection to the gateway at {self.settings.url} is closed")
         msg_id = uuid.uuid4().hex
         header = {
-            "msg_id": msg_id, "msg_type": msg_type, "username": "kernel-agent", "session": self.session_id,
-            "date": datetime.now(UTC).isoformat(), "version": "5.3",
+            "msg_id": msg_id,
+            "msg_type": msg_type,
+            "username": "kernel-agent",
+            "session": self.session_id,
+            "date": datetime.now(UTC).isoformat(),
+            "version": "5.3",
         }
         message = {"header": header, "parent_header": {}, "metadata": {}, "content": content, "channel": channel}
         self._outgoing.put_nowait(json.dumps(message))
@@ -229,8 +249,9 @@ class GatewayChannels:
             except ConnectionClosed as exc:
                 if exc.sent is not None and exc.sent.code == _TOO_BIG:
                     self.dropped += 1
-                    log.warning("kernel %s sent a message over %d bytes: dropped unread", self.kernel_id,
-                                self.max_message)
+                    log.warning(
+                        "kernel %s sent a message over %d bytes: dropped unread", self.kernel_id, self.max_message
+                    )
             if self.gone:
                 return
             await self._reconnect()

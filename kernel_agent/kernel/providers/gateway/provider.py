@@ -45,8 +45,14 @@ class GatewayProvider:
     hands ownership away again (``close`` then only disconnects)."""
 
     def __init__(
-        self, settings: GatewaySettings, *, kernel_id: str | None = None, env: dict[str, str] | None = None,
-        private_cwd: bool = True, adopt: bool = False, max_output_bytes: int = 10_000_000,
+        self,
+        settings: GatewaySettings,
+        *,
+        kernel_id: str | None = None,
+        env: dict[str, str] | None = None,
+        private_cwd: bool = True,
+        adopt: bool = False,
+        max_output_bytes: int = 10_000_000,
     ) -> None:
         self.settings = settings
         self._max_message = max_message_bytes(max_output_bytes)
@@ -102,7 +108,9 @@ class GatewayProvider:
             raise KernelStartError(f"the kernel on {self.settings.url} could not make its working folder: {reply}")
         self.remote_cwd = value["data"]["text/plain"].strip("'\"")
 
-    async def run_silently(self, code: str, expressions: dict[str, str] | None = None, timeout: float = 30.0) -> dict[str, Any]:
+    async def run_silently(
+        self, code: str, expressions: dict[str, str] | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
         """Run set-up code without outputs or history; the ``execute_reply`` content. Raises ``KernelError``."""
         client = self._channels()
         msg_id = client.execute(code, silent=True, store_history=False, user_expressions=expressions or {})
@@ -179,7 +187,9 @@ class GatewayProvider:
     async def _remove_cwd(self, client: GatewayChannels) -> None:
         self.client = client  # run_silently needs it for a moment
         try:
-            await self.run_silently(f"__import__('shutil').rmtree({self.remote_cwd!r}, ignore_errors=True)", timeout=5.0)
+            await self.run_silently(
+                f"__import__('shutil').rmtree({self.remote_cwd!r}, ignore_errors=True)", timeout=5.0
+            )
         except KernelError:
             log.debug("could not remove the kernel's folder %s", self.remote_cwd)
         finally:

@@ -44,7 +44,11 @@ class GatewaySettings:
 
     @classmethod
     def resolve(
-        cls, url: str | None = None, token: str | None = None, environ: Mapping[str, str] | None = None, **options: object
+        cls,
+        url: str | None = None,
+        token: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        **options: object,
     ) -> GatewaySettings | None:
         """Settings from explicit values, then the environment; None when no gateway is named."""
         env = os.environ if environ is None else environ

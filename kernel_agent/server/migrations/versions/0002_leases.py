@@ -14,9 +14,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table("leases", sa.Column("thread_id", sa.String(100), primary_key=True),
-                    sa.Column("holder", sa.String(100), nullable=False),
-                    sa.Column("expires_at", sa.Float, nullable=False))
+    op.create_table(
+        "leases",
+        sa.Column("thread_id", sa.String(100), primary_key=True),
+        sa.Column("holder", sa.String(100), nullable=False),
+        sa.Column("expires_at", sa.Float, nullable=False),
+    )
 
 
 def downgrade() -> None:

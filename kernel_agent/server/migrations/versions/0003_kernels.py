@@ -14,9 +14,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table("kernels", sa.Column("thread_id", sa.String(100), primary_key=True),
-                    sa.Column("kernel_id", sa.String(100), nullable=False),
-                    sa.Column("holder", sa.String(100), nullable=False))
+    op.create_table(
+        "kernels",
+        sa.Column("thread_id", sa.String(100), primary_key=True),
+        sa.Column("kernel_id", sa.String(100), nullable=False),
+        sa.Column("holder", sa.String(100), nullable=False),
+    )
 
 
 def downgrade() -> None:

@@ -14,11 +14,14 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table("keys", sa.Column("id", sa.String(100), primary_key=True),
-                    sa.Column("hash", sa.String(64), nullable=False, unique=True),
-                    sa.Column("name", sa.String(200), nullable=False),
-                    sa.Column("created_at", sa.Float, nullable=False),
-                    sa.Column("revoked_at", sa.Float, nullable=True))
+    op.create_table(
+        "keys",
+        sa.Column("id", sa.String(100), primary_key=True),
+        sa.Column("hash", sa.String(64), nullable=False, unique=True),
+        sa.Column("name", sa.String(200), nullable=False),
+        sa.Column("created_at", sa.Float, nullable=False),
+        sa.Column("revoked_at", sa.Float, nullable=True),
+    )
 
 
 def downgrade() -> None:
