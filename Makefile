@@ -9,7 +9,7 @@ EG_STAMP := $(VENV)/enterprise-gateway/.installed
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
 
-.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap r-kernel postgresql
+.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap r-kernel postgresql docs screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -77,8 +77,24 @@ postgresql:
 	  fi; \
 	fi
 
-test: $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
+test: $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql docs
 	$(BIN)/python -m pytest -q
+
+# The docs site (mkdocs.yml, docs/), built strictly: a broken link, a missing reference or a warning fails.
+# Offline: the theme fetches no fonts and the pages load no outside script. The `docs` extra comes with `test`.
+# (The two variables only silence a banner the theme and a plugin print about MkDocs' future.)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict --site-dir build/site
+
+# The pictures in the docs are the browser tests' own screenshots (tests/artifacts/), copied into
+# docs/images/ by these tests' run: the web page, the chat beside its live notebook, the HTML report, the magic.
+SCREENSHOTS := web-serve-demo jupyterlab-chat-answer show-html jupyterlab-agent-cell
+screenshots: $(STAMP) chromium
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_browser_web.py::test_serve_demo_runs_end_to_end_from_the_page \
+	    tests/test_browser_jupyter_chat.py::test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells \
+	    tests/test_browser_html.py tests/test_browser_jupyterlab.py::test_agent_cell_shows_the_run_and_its_notebook_replays
+	mkdir -p docs/images
+	for name in $(SCREENSHOTS); do cp tests/artifacts/$$name.png docs/images/$$name.png; done
 
 # The fast tier while you work: no kernel, no browser (tests/tiers.py keeps the markers honest), < 1 min.
 test-fast: $(STAMP) postgresql
@@ -88,4 +104,4 @@ bench: $(STAMP) $(EG_STAMP) postgresql
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info

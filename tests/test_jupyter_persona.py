@@ -110,7 +110,10 @@ def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equ
                     ]
 
                 await until(saved_equals_document, 30, "the saved notebook to equal the document")
-                assert SECRET not in (lab.root / "analysis.ipynb").read_text()
+                saved = (lab.root / "analysis.ipynb").read_text()
+                assert SECRET not in saved
+                # the endpoint is never written into the user's notebook (nor the chat, above)
+                assert model.base_url.split("//")[1].split("/")[0] not in saved
 
     asyncio.run(scenario())
     assert SECRET not in (lab.root.parent / "jupyterlab.log").read_text()

@@ -192,6 +192,9 @@ def test_header_states_task_data_model_protocol_and_scripted() -> None:
     assert "`sales.csv`" in header and "`qwen2.5-coder`" in header and "`tags`" in header
     assert "scripted" in header
     assert "sk-secret" not in header
+    # the model, not where it is served: the endpoint is the operator's, a notebook is shared (the
+    # metadata keeps the host for `show`: test_notebook_metadata_has_kernelspec_language_info_and_provenance)
+    assert "api.example.com" not in header and "8443" not in header
     unscripted = build_notebook(make_run(info=RunInfo(task="t"))).cells[0].source
     assert "scripted" not in unscripted
 

@@ -69,6 +69,7 @@ class AgentConfig:
     full_feedback_rounds: the latest this-many execution results stay in the
         conversation in full; older ones are clipped to ``old_feedback_chars``
         (and lose their images), so long runs fit the model's context.
+    old_feedback_chars: what an older execution result is clipped to, in characters.
     stream: stream replies (text deltas reach the front ends live).
     data_format: how the ``deepanalyze`` protocol lists the data files:
         ``files`` (DeepAnalyze's own ``File N:`` name/size blocks, the shape

@@ -19,7 +19,9 @@ out, as the export writes it.
 The model comes from the persona's settings (``c.KernelAgentPersona.model``, ``base_url``,
 ``api_key`` in a Jupyter Server config file) or our environment variables (``KERNEL_AGENT_MODEL``,
 ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``); neither the endpoint nor the key is shown in the chat or
-written to a notebook or a log.
+written to the notebook's cells or a log (the run's own record keeps the endpoint's host in its metadata,
+as every run's does). With ``scripted_demo`` no model is asked: the bundled scripted replies play on the
+bundled sales data (unless the message names files), as ``kernel-agent demo`` does, and the chat says so.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 
 from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
 from jupyterlab_chat.models import Message, NewMessage
-from traitlets import Enum, Float, Integer, Unicode
+from traitlets import Bool, Enum, Float, Integer, Unicode
 
 from ..agent.loop import AsyncAgent
 from ..errors import KernelAgentError
@@ -75,6 +77,13 @@ class KernelAgentPersona(BasePersona):
         "kernel, unconfined, seeing your variables",
     )
 
+    scripted_demo = Bool(
+        False,
+        config=True,
+        help="play the bundled scripted demo replies (no model is asked) on the bundled sales data, unless "
+        "the message names files; the chat and the notebook say the replies are scripted",
+    )
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._conversation: _Conversation | None = None
@@ -99,6 +108,10 @@ class KernelAgentPersona(BasePersona):
         try:
             conversation = self._conversation or self._new_conversation(task)
             data = self._data_files(message, task, conversation.folder)
+            if self.scripted_demo and not data:
+                from ..demo import dataset_path
+
+                data = [str(dataset_path())]
             await conversation.open_notebook()
         except KernelAgentError as exc:
             self.send_message(f"**Cannot start:** {_escaped(str(exc))}")
@@ -170,13 +183,22 @@ class KernelAgentPersona(BasePersona):
         )
 
     def _new_conversation(self, task: str) -> _Conversation:
-        options = {
+        options: dict[str, Any] = {
             "model": self.model,
             "base_url": self.base_url,
             "api_key": self.api_key,
             "max_rounds": self.max_rounds,
             "exec_timeout": self.exec_timeout,
         }
+        if self.scripted_demo:  # the replies are written for the tags protocol; no model, no endpoint
+            from ..demo import TYPING_DELAY_S, demo_model
+
+            options = {
+                "protocol": "tags",
+                "chat_model": demo_model(delay=TYPING_DELAY_S),
+                "max_rounds": self.max_rounds,
+                "exec_timeout": self.exec_timeout,
+            }
         settings = self._serverapp.web_app.settings
         chat_path = Path(self.get_chat_path(relative=True))
         named = _named_notebook(task, Path(self.get_chat_dir()))

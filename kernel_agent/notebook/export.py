@@ -262,12 +262,13 @@ def _header_text(run: Run, view: View) -> str:
     info = run.info
     files = ", ".join(f"`{name}`" for name in info.data_files) or "none"
     model = f"`{info.model}`" if info.model else "unknown"
-    host = _host(info.endpoint)
     first = run.turns[0].task if run.turns else info.task  # follow-ups have sections of their own
     lines = [
         f"# Task\n\n{first.strip()}\n",
         f"- **Data files:** {files}",
-        f"- **Model:** {model}" + (f" at `{host}`" if host else ""),
+        # the model, not where it is served: a notebook is shared, the endpoint is the operator's (the host
+        # stays in the metadata, for `kernel-agent show`)
+        f"- **Model:** {model}",
         f"- **Protocol:** `{info.protocol}`" if info.protocol else "- **Protocol:** unknown",
     ]
     if info.scripted:

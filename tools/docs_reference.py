@@ -1,0 +1,334 @@
+"""The docs site's generated reference pages (run by mkdocs-gen-files at every `mkdocs build`).
+
+Each page is written from the code it documents, so it cannot drift: the events from
+``kernel_agent.events``, the HTTP API from the FastAPI app's OpenAPI schema, the MCP tools from the
+server's own tool list, the configuration table from ``AgentConfig`` and the ``run`` command's click
+options, the exit codes from ``cli/drive.py``. The CLI reference is mkdocs-click's (``docs/reference/cli.md``);
+the Python API is mkdocstrings' (``docs/reference/python.md``). A name this script cannot place fails
+the build (an exception), never a silent gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import tempfile
+import typing
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import mkdocs_gen_files
+
+import kernel_agent.events as events_module
+from kernel_agent.agent.config import _ENV, AgentConfig
+from kernel_agent.cli import drive
+from kernel_agent.cli.app import _agent_arguments, cli
+
+GENERATED = "*This page is generated from the code at every build (`tools/docs_reference.py`).*\n\n"
+
+
+def write(path: str, text: str) -> None:
+    with mkdocs_gen_files.open(path, "w") as out:
+        out.write(text)
+    if path.endswith(".md"):
+        mkdocs_gen_files.set_edit_path(path, "../tools/docs_reference.py")
+
+
+def cell(text: object) -> str:
+    """``text`` fit for one cell of a Markdown table."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
+    head = list(header)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def type_name(annotation: object) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
+    return str(text).replace("typing.", "")
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+def events_page() -> str:
+    run_events = typing.get_args(events_module.Event)
+    plan_only = [e for e in typing.get_args(events_module.PlanEvent) if e not in run_events]
+    out = [
+        "# Events\n\n",
+        GENERATED,
+        "Every front end renders one stream of typed events (`kernel_agent.events`): `Agent.stream()` and "
+        "`AsyncAgent.stream()` yield them, `kernel-agent run --json` prints `event.to_dict()` one a line "
+        '(`{"event": kind, ...fields}`), the service sends them as server-sent events '
+        "(`GET /v1/runs/{id}/events`), the magic and the chat draw them. In JSON, an `ExecutionResult` becomes "
+        "its status, counts, text and error name (images as a count), a `Round` its index, status, code, answer, "
+        "usage, timings and artifacts, a `Run` its answer, stop reason, error, round count, usage and notebook "
+        "path.\n\n",
+        "## A run's events\n\n",
+        "In the order a run sends them: `run_started`, then per round `round_started`, streamed `text_delta` "
+        "(and `reasoning_delta`), `code_ready`, `execution_started`, `execution_output`…, `execution_finished`, "
+        "`round_finished`; `answer` once the model answers; `notice` and `error` when they happen; `finished` "
+        "last.\n\n",
+    ]
+    out += [_event_section(event) for event in run_events]
+    out.append(
+        "## Plan mode's events\n\n`Agent.stream_plan()` and `kernel-agent plan --json` send these, and also "
+        "`notice` and `error`.\n\n"
+    )
+    out += [_event_section(event) for event in plan_only]
+    return "".join(out)
+
+
+def _event_section(event: type) -> str:
+    doc = (event.__doc__ or "").strip()
+    if doc.startswith(event.__name__ + "("):  # a dataclass' generated signature is not a description
+        doc = ""
+    hints = typing.get_type_hints(event)
+    rows = []
+    for f in dataclasses.fields(event):
+        default = "" if f.default is dataclasses.MISSING else f"`{f.default!r}`"
+        rows.append((f"`{f.name}`", f"`{type_name(hints[f.name])}`", default))
+    text = f"### `{event.kind}`\n\n`{event.__name__}`" + (f": {' '.join(doc.split())}" if doc else "") + "\n\n"
+    return text + table(["field", "type", "default"], rows) + "\n"
+
+
+# -- HTTP API --------------------------------------------------------------------------------------
+
+
+def openapi_schema() -> dict[str, Any]:
+    from kernel_agent.server.app import create_app
+    from kernel_agent.server.config import ServerConfig
+
+    with tempfile.TemporaryDirectory() as folder:  # the app is built, never started: nothing is written
+        return create_app(ServerConfig(data_dir=Path(folder), auth=False)).openapi()
+
+
+def http_page(schema: dict[str, Any]) -> str:
+    out = [
+        "# HTTP API\n\n",
+        GENERATED,
+        f"`kernel-agent serve` (FastAPI, version {schema['info']['version']}). Under `/v1/*` every request "
+        "carries `Authorization: Bearer KEY` (unless the server runs with `--no-auth`), and every refusal has "
+        'OpenAI\'s error body, `{"error": {"message", "type", "param", "code"}}`. `/health`, `/ready`, '
+        "`/metrics` and `/v1/info` need no key. The whole schema: [openapi.json](openapi.json). How to run the "
+        "service: [Run the service](../how-to/service.md).\n\n",
+    ]
+    rows = []
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            description = operation.get("description") or operation.get("summary", "")
+            rows.append((f"`{method.upper()} {path}`", _parameters(operation), _body(operation), description))
+    out.append(table(["endpoint", "parameters", "body", "what it does"], rows))
+    out.append("\n## Request bodies\n\n")
+    for name, component in sorted(schema.get("components", {}).get("schemas", {}).items()):
+        if name in {"HTTPValidationError", "ValidationError"} or "properties" not in component:
+            continue
+        required = set(component.get("required", []))
+        out.append(f"### `{name}`\n\n")
+        if component.get("description"):
+            out.append(" ".join(component["description"].split()) + "\n\n")
+        props = component["properties"].items()
+        out.append(
+            table(
+                ["field", "type", "required"],
+                ((f"`{key}`", f"`{_json_type(value)}`", "yes" if key in required else "") for key, value in props),
+            )
+        )
+        out.append("\n")
+    return "".join(out)
+
+
+def _parameters(operation: dict[str, Any]) -> str:
+    params = [f"`{p['name']}` ({p['in']})" for p in operation.get("parameters", [])]
+    return ", ".join(params)
+
+
+def _body(operation: dict[str, Any]) -> str:
+    content = operation.get("requestBody", {}).get("content", {})
+    names = []
+    for media, spec in content.items():
+        ref = spec.get("schema", {}).get("$ref", "")
+        names.append(f"`{ref.rsplit('/', 1)[-1]}`" if ref and media == "application/json" else f"`{media}`")
+    return ", ".join(names)
+
+
+def _json_type(spec: dict[str, Any]) -> str:
+    if "anyOf" in spec:
+        return " | ".join(_json_type(s) for s in spec["anyOf"])
+    if "enum" in spec:
+        return " | ".join(json.dumps(v) for v in spec["enum"])
+    if spec.get("type") == "array":
+        return f"array of {_json_type(spec.get('items', {}))}"
+    return str(spec.get("type", spec.get("$ref", "any").rsplit("/", 1)[-1]))
+
+
+# -- MCP tools -------------------------------------------------------------------------------------
+
+
+def mcp_tools() -> list[Any]:
+    from kernel_agent.mcp.server import McpOptions, build_server
+
+    with tempfile.TemporaryDirectory() as folder:  # the server is built, never run: no kernel starts
+        server = build_server(McpOptions(workspace=Path(folder)))
+        return list(asyncio.run(server.list_tools()))
+
+
+def mcp_page(tools: list[Any]) -> str:
+    out = [
+        "# MCP tools\n\n",
+        GENERATED,
+        "`kernel-agent mcp` serves one live, confined kernel over the Model Context Protocol; these are the "
+        "tools it lists to a client (`tools/list`), with their arguments. How to register it: "
+        "[A tool for your own agent]"
+        "(../tutorials/own-agent.md#mcp-server-the-live-kernel-as-a-tool-for-any-agent).\n\n",
+    ]
+    for tool in tools:
+        schema = tool.input_schema if hasattr(tool, "input_schema") else tool.inputSchema
+        required = set(schema.get("required", []))
+        out.append(f"## `{tool.name}`\n\n{' '.join((tool.description or '').split())}\n\n")
+        props = schema.get("properties", {})
+        if props:
+            rows = (
+                (
+                    f"`{name}`",
+                    f"`{_json_type(spec)}`",
+                    "yes" if name in required else "",
+                    spec.get("description", ""),
+                )
+                for name, spec in props.items()
+            )
+            out.append(table(["argument", "type", "required", "meaning"], rows) + "\n")
+        else:
+            out.append("No arguments.\n\n")
+    return "".join(out)
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+def field_docs(docstring: str) -> dict[str, str]:
+    """``name: text`` entries of a docstring (``a, b, c: text`` documents three names), continuation
+    lines joined."""
+    docs: dict[str, str] = {}
+    current: list[str] = []
+    for line in docstring.splitlines():
+        match = re.match(r"^    ([a-z_][a-z_0-9]*(?:, [a-z_][a-z_0-9]*)*): (.*)$", line)
+        if match:
+            current = match.group(1).split(", ")
+            for name in current:
+                docs[name] = match.group(2)
+        elif line.startswith("        ") and current:
+            for name in current:
+                docs[name] += " " + line.strip()
+        else:
+            current = []
+    return docs
+
+
+def cli_options_by_field() -> dict[str, str]:
+    """Which ``run`` option sets which ``AgentConfig`` field: found by giving each option a marker and
+    seeing where ``_agent_arguments`` (the CLI's own translation) puts it."""
+    run = cli.commands["run"]
+    params = {p.name: p for p in run.params if p.name}
+    baseline = {name: None for name in params}
+    found: dict[str, str] = {}
+    for name, param in params.items():
+        if name in {"api_key_file", "api_key_stdin", "gateway_token_file", "data", "task"}:
+            continue  # read a secret from a file or stdin, or are not settings
+        marker = f"<{name}>"
+        arguments = _agent_arguments({**baseline, name: marker})
+        hits = [key for key, value in arguments.items() if value not in (None, False)]
+        flag = "/".join(param.opts + param.secondary_opts) if param.secondary_opts else param.opts[0]
+        for key in hits:
+            found[key] = f"`{flag}`"
+    found["api_key"] += ", `--api-key-file`, `--api-key-stdin`"
+    found["gateway_token"] = "`--gateway-token-file`"
+    return found
+
+
+def configuration_page() -> str:
+    docs = field_docs(AgentConfig.__doc__ or "")
+    options = cli_options_by_field()
+    hints = typing.get_type_hints(AgentConfig)
+    rows = []
+    for f in dataclasses.fields(AgentConfig):
+        default: Any = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append(
+            (
+                f"`{f.name}`",
+                f"`{type_name(hints[f.name])}`",
+                f"`{default!r}`",
+                f"`{_ENV[f.name]}`" if f.name in _ENV else "",
+                options.get(f.name, ""),
+                docs.get(f.name, ""),
+            )
+        )
+    missing = [f.name for f in dataclasses.fields(AgentConfig) if f.name not in docs and f.name != "protocol_reason"]
+    if missing:
+        raise ValueError(f"AgentConfig's docstring does not describe: {', '.join(missing)}")
+    return (
+        "# Configuration\n\n"
+        + GENERATED
+        + "An agent's settings are `AgentConfig`'s fields, with one precedence: explicit argument (a keyword "
+        "of `Agent`/`AsyncAgent`, a command-line option) > environment variable > default. Invalid values raise "
+        "`ConfigError` before any kernel starts or any model is called. `run`, `resume`, `plan`, `demo` and "
+        "`serve` take the same options (the [command line](cli.md)); the `%%agent` magic takes most of them as "
+        "its own flags (`%%agent --help`), the chat persona a few as `c.KernelAgentPersona.*` settings "
+        "([In JupyterLab](../tutorials/jupyterlab.md)).\n\n"
+        + table(["field", "type", "default", "environment", "option", "meaning"], rows)
+    )
+
+
+# -- exit codes ------------------------------------------------------------------------------------
+
+_EXIT_MEANINGS = {
+    "EXIT_ANSWER": "the run answered",
+    "EXIT_NO_ANSWER": "the run ended without an answer (max rounds, stuck, model error); the notebook is written "
+    "all the same. `plan`: some task did not complete",
+    "EXIT_USAGE": "usage error: a bad flag, a missing data file, no model configured, a notebook `resume` "
+    "will not act on",
+    "EXIT_INTERRUPTED": "interrupted (Ctrl-C): the running code was interrupted, the notebook saved with the "
+    "running round marked `cancelled`, the kernel shut down",
+    "EXIT_TERMINATED": "terminated (SIGTERM): the same as Ctrl-C",
+}
+
+
+def exit_codes_page() -> str:
+    codes = {name: getattr(drive, name) for name in drive.__all__ if name.startswith("EXIT_")}
+    unknown = set(codes) - set(_EXIT_MEANINGS)
+    if unknown:
+        raise ValueError(f"exit codes without a meaning in tools/docs_reference.py: {', '.join(sorted(unknown))}")
+    rows = sorted(((f"`{code}`", f"`{name}`", _EXIT_MEANINGS[name]) for name, code in codes.items()), key=_code)
+    return (
+        "# Exit codes\n\n"
+        + GENERATED
+        + "What `kernel-agent run`, `resume`, `demo` and `plan` exit with (`kernel_agent/cli/drive.py`). The first "
+        "Ctrl-C (or a SIGTERM) interrupts the running code or generation, saves the notebook (the running round "
+        "kept, with its output so far, marked `cancelled`) and shuts the kernel down. Other commands exit 0 on "
+        "success, 1 on a failure they name and 2 on a usage error. What each fault does to a run: "
+        "[faults](faults.md).\n\n" + table(["code", "name", "meaning"], rows)
+    )
+
+
+def _code(row: tuple[str, str, str]) -> int:
+    return int(row[0].strip("`"))
+
+
+PAGES: dict[str, Callable[[], str]] = {
+    "reference/events.md": events_page,
+    "reference/mcp.md": lambda: mcp_page(mcp_tools()),
+    "reference/configuration.md": configuration_page,
+    "reference/exit-codes.md": exit_codes_page,
+}
+
+_schema = openapi_schema()
+write("reference/http.md", http_page(_schema))
+write("reference/openapi.json", json.dumps(_schema, indent=2) + "\n")
+for _path, _page in PAGES.items():
+    write(_path, _page())
