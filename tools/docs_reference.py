@@ -50,8 +50,9 @@ def table(header: Iterable[str], rows: Iterable[Iterable[object]]) -> str:
 
 
 def type_name(annotation: object) -> str:
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
-    return str(text).replace("typing.", "")
+    """``int``, ``str | None``, ``Literal['tools', 'tags']``, ``tuple[Artifact, ...]``: module paths left out."""
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return re.sub(r"\b(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_])", "", text)
 
 
 # -- events ----------------------------------------------------------------------------------------
@@ -199,11 +200,12 @@ def mcp_page(tools: list[Any]) -> str:
                     f"`{name}`",
                     f"`{_json_type(spec)}`",
                     "yes" if name in required else "",
+                    "" if "default" not in spec else f"`{json.dumps(spec['default'])}`",
                     spec.get("description", ""),
                 )
                 for name, spec in props.items()
             )
-            out.append(table(["argument", "type", "required", "meaning"], rows) + "\n")
+            out.append(table(["argument", "type", "required", "default", "meaning"], rows) + "\n")
         else:
             out.append("No arguments.\n\n")
     return "".join(out)
@@ -269,7 +271,7 @@ def configuration_page() -> str:
                 docs.get(f.name, ""),
             )
         )
-    missing = [f.name for f in dataclasses.fields(AgentConfig) if f.name not in docs and f.name != "protocol_reason"]
+    missing = [f.name for f in dataclasses.fields(AgentConfig) if f.name not in docs]
     if missing:
         raise ValueError(f"AgentConfig's docstring does not describe: {', '.join(missing)}")
     return (

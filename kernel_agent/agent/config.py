@@ -57,6 +57,8 @@ class AgentConfig:
         model) or ``deepanalyze`` (DeepAnalyze-8B's native form); when not given,
         ``deepanalyze`` for a DeepAnalyze model's name, else ``tools``
         (``protocol_reason`` says which rule chose it).
+    protocol_reason: which rule chose ``protocol`` (``asked for``, ``the default``, the model's name),
+        said in ``run_started`` and the CLI's header.
     max_rounds: model replies before the run stops with ``max_rounds``.
     exec_timeout: seconds per execution (None: no limit).
     temperature: sampling temperature (None: the server's default).

@@ -293,7 +293,7 @@ def cli() -> None:
     Quick start:
       kernel-agent demo                                   bundled data, no model needed
       kernel-agent run "What drives sales?" --data sales.csv --model gpt-4o-mini
-      kernel-agent show agent-runs/<run>.ipynb            review a run in the terminal
+      kernel-agent show agent-runs/RUN.ipynb              review a run in the terminal
       kernel-agent resume RUN.ipynb "And by month?"       continue it with a follow-up question
       kernel-agent replay RUN.ipynb --check               re-execute it and compare outputs
     """

@@ -99,6 +99,9 @@ def file_page(files: list[dict[str, Any]], after: str | None, limit: int, order:
 def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.get("/v1/info")
     async def info() -> dict[str, Any]:
+        """What this server is: its version, the upload limit (`max_upload_bytes`), the data file suffixes the
+        summaries know, the words for each stop reason, and on a demo server the demo's task, data and note. No key
+        needed."""
         model = config.model
         return {
             "auth": config.auth,
@@ -115,6 +118,7 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
 
     @app.get("/v1/demo/data/{name}")
     async def demo_data(who: Owner, name: str) -> FileResponse:
+        """A demo server's bundled data file, for the page's form."""
         from ..demo import dataset_path
 
         if not config.demo or name != dataset_path().name:
@@ -123,10 +127,13 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
 
     @app.get("/health")
     async def health() -> dict[str, str]:
+        """`starting` while the app loads, then `ok`, as long as the process lives. No key needed."""
         return {"status": "ok"}
 
     @app.get("/ready", response_model=None)
     async def ready(request: Request) -> dict[str, str] | JSONResponse:
+        """200 only while the database answers and is at this version's migration; 503 with the reason otherwise (and
+        while draining). No key needed."""
         reason = await service_of(request).ready()
         if reason is not None:
             return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
@@ -134,6 +141,8 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
+        """Prometheus' text format: runs by status, live kernels, running and starting runs, pending writes, lease
+        takeovers, model latency. No key needed."""
         return Response(service_of(request).metrics.exposition(), media_type=CONTENT_TYPE)
 
     _file_routes(app, config)
@@ -159,6 +168,7 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
         file: Annotated[UploadFile, File()],
         purpose: Annotated[str, Form()] = "assistants",
     ) -> dict[str, Any]:
+        """Upload a data file (multipart `file`); 0 bytes is 422, over the limit 413. Returns its id for `file_ids`."""
         service = service_of(request)
         temp, size = await _spool(file, service, config.max_upload_bytes)
         try:
@@ -174,20 +184,24 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
         limit: Annotated[int, Query(ge=1, le=10000)] = 10000,
         order: Literal["asc", "desc"] = "desc",
     ) -> dict[str, Any]:
+        """This key's files, paged with `after`, `limit` and `order`."""
         return file_page([public(f) for f in service_of(request).files(who)], after, limit, order)
 
     @app.get("/v1/files/{file_id}")
     async def get_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
+        """One file's record."""
         return public(service_of(request).file(who, file_id))
 
     @app.get("/v1/files/{file_id}/content")
     async def file_content(request: Request, who: Owner, file_id: str) -> FileResponse:
+        """One file's bytes."""
         service = service_of(request)
         record = service.file(who, file_id)
         return FileResponse(service.store.file_content(record), filename=record.filename)
 
     @app.delete("/v1/files/{file_id}")
     async def delete_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
+        """Delete an uploaded file."""
         service_of(request).delete_file(who, file_id)
         return {"id": file_id, "object": "file", "deleted": True}
 
@@ -195,21 +209,28 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
 def _run_routes(app: FastAPI) -> None:
     @app.post("/v1/runs", status_code=201)
     async def start_run(request: Request, who: Owner, body: RunRequest) -> dict[str, Any]:
+        """Start a run on `task` with the uploaded `file_ids`; with `thread_id`, a follow-up in that thread's kernel
+        (409 while another run of the thread is going). Past `--max-running`: 429."""
         run = await service_of(request).start_run(who, body.task, body.file_ids, body.thread_id, body.protocol)
         return public(run)
 
     @app.get("/v1/runs/{run_id}")
     async def get_run(request: Request, who: Owner, run_id: str) -> dict[str, Any]:
+        """A run's record: `task`, `model`, `status` (`running`, `completed`, `failed`, `cancelled`, `interrupted`),
+        `created_at`, `finished_at`, `elapsed_s`, its answer."""
         return public(service_of(request).run(who, run_id))
 
     @app.post("/v1/runs/{run_id}/cancel")
     async def cancel_run(request: Request, who: Owner, run_id: str) -> dict[str, Any]:
+        """Interrupt the running code and end the run; the kernel keeps its state."""
         return public(await service_of(request).cancel(who, run_id))
 
     @app.get("/v1/runs/{run_id}/events")
     async def run_events(
         request: Request, who: Owner, run_id: str, last_event_id: Annotated[str | None, Header()] = None
     ) -> StreamingResponse:
+        """The run's events as server-sent events (the same typed events as `--json`), from the start or after `Last-
+        Event-ID`, on any replica; ends with `finished`."""
         after = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
         service = service_of(request)
         service.run(who, run_id)  # a 404 before the response starts
@@ -223,11 +244,13 @@ def _run_routes(app: FastAPI) -> None:
 def _thread_routes(app: FastAPI) -> None:
     @app.get("/v1/threads")
     async def list_threads(request: Request, who: Owner) -> dict[str, Any]:
+        """This key's threads (conversations), with their runs."""
         threads = sorted(service_of(request).threads(who), key=lambda t: t.updated_at, reverse=True)
         return {"object": "list", "threads": [public(t) for t in threads]}
 
     @app.get("/v1/threads/{thread_id}")
     async def get_thread(request: Request, who: Owner, thread_id: str) -> dict[str, Any]:
+        """One thread and its runs."""
         service = service_of(request)
         thread = service.thread(who, thread_id)
         runtime = service.runtimes.get(thread_id)
@@ -236,11 +259,13 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.delete("/v1/threads/{thread_id}")
     async def delete_thread(request: Request, who: Owner, thread_id: str) -> dict[str, Any]:
+        """Delete a thread: its kernel, workspace and notebooks."""
         await service_of(request).delete_thread(who, thread_id)
         return {"id": thread_id, "object": "thread", "deleted": True}
 
     @app.get("/v1/threads/{thread_id}/notebook")
     async def notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
+        """The thread's notebook (every attempt)."""
         door = _thread_door(request, who, thread_id)
         return await _download(
             door,
@@ -252,6 +277,7 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.get("/v1/threads/{thread_id}/notebook/clean")
     async def clean_notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
+        """The thread's clean notebook (failed attempts dropped)."""
         door = _thread_door(request, who, thread_id)
         return await _download(
             door,
@@ -263,6 +289,7 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.get("/v1/threads/{thread_id}/notebook/html")
     async def notebook_html(request: Request, who: Owner, thread_id: str) -> HTMLResponse:
+        """The thread's notebook as one self-contained HTML page."""
         door = _thread_door(request, who, thread_id)
         try:
             text = await in_thread(door.read, NOTEBOOK, MAX_NOTEBOOK_BYTES)
@@ -276,6 +303,7 @@ def _thread_routes(app: FastAPI) -> None:
 
     @app.get("/v1/threads/{thread_id}/files/{name:path}")
     async def generated_file(request: Request, who: Owner, thread_id: str, name: str) -> StreamingResponse:
+        """A file the thread's code wrote in its workspace (a link is a 404)."""
         door = _thread_door(request, who, thread_id, workspace=True)
         return await _download(door, name, PurePosixPath(name).name, f"thread {thread_id} has no file {name}")
 

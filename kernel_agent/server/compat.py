@@ -51,6 +51,7 @@ def compat_routes(app: FastAPI) -> None:
 
     @app.get("/v1/models")
     async def models(_who: Owner) -> dict[str, Any]:
+        """The model this server answers as, in OpenAI's list shape."""
         name = config.model or "kernel-agent"
         return {
             "object": "list",
@@ -61,6 +62,9 @@ def compat_routes(app: FastAPI) -> None:
     async def chat(
         request: Request, who: Owner, body: ChatRequest, x_thread_id: Annotated[str | None, Header()] = None
     ) -> Any:
+        """DeepAnalyze's OpenAI-compatible chat completions: the last user message is the task, `file_ids` the data,
+        `thread_id` (in the message, or `X-Thread-Id`) continues a thread; the reply carries `thread_id` and
+        `generated_files`. Streams with `stream: true`."""
         service = service_of(request)
         task, file_ids, thread_id = _request_parts(body, x_thread_id)
         run = await service.start_run(who, task, file_ids, thread_id)
