@@ -183,3 +183,14 @@ def test_the_readmes_r_session_runs_as_written(tmp_path: Path, monkeypatch: pyte
     namespace["printed"] = printed = []
     exec(with_print, namespace)
     assert printed == ["[1] 6"]
+
+
+def test_the_site_builds_offline() -> None:
+    """No font, script or stylesheet from elsewhere: the theme's web fonts off, no extra assets by URL."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8").replace("!!python", "#"))
+    assert config["theme"]["font"] is False
+    extras = config.get("extra_javascript", []) + config.get("extra_css", [])
+    assert not any("://" in str(asset) for asset in extras)
+    assert "strict: true" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")

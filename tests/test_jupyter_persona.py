@@ -245,6 +245,29 @@ def test_an_attached_file_is_a_data_file_and_an_attachment_outside_the_root_is_n
     assert "costs.csv" in header and "outside" not in header
 
 
+def test_scripted_demo_needs_no_model_and_says_so() -> None:
+    """The README's way to try the chat: `jupyter lab --KernelAgentPersona.scripted_demo=True`, no model
+    anywhere, the bundled sales data when the message names none."""
+    no_model = {"KERNEL_AGENT_MODEL": "", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}  # nothing is asked there
+    demo, base = start_jupyterlab(no_model, ("--KernelAgentPersona.scripted_demo=True",), collaborative=True)
+    try:
+        (demo.root / "try.chat").write_text("{}")
+
+        async def scenario() -> None:
+            async with joined_chat(demo, "try.chat") as chat:
+                send(chat, "@KernelAgent what drives revenue?")
+                answer = await until(lambda: [b for b in replies(chat) if "### Answer" in b], WAIT_S, "the answer")
+                assert "(scripted replies)" in answer[0] and "**Round 1** · ✓ ok" in answer[0]
+
+        asyncio.run(scenario())
+        record = nbformat.read(demo.root / "try-agent.ipynb", as_version=4)
+        assert record.metadata["kernel_agent"]["scripted"] is True
+        assert "`sales.csv`" in record.cells[0].source and "scripted" in record.cells[0].source
+        assert (demo.root / "try-agent" / "sales.csv").is_file()  # the bundled data, copied in
+    finally:
+        stop_jupyterlab(demo, base)
+
+
 def _comparable(cell: dict[str, Any]) -> dict[str, Any]:
     """A cell as saved and as shared: the source joined (the file may split it in lines)."""
     out = dict(cell)

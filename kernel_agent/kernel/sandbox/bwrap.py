@@ -29,7 +29,7 @@ The view, in the order bwrap builds it (later mounts cover earlier ones):
 * the kernel's socket dir (ZMQ ``ipc``) writable and its connection file
   read-only: the only ones it can see.
 
-What it does not do: see the README's "Safety and confinement" section.
+What it does not do: see "Safety and confinement" in the docs (``docs/explanation/safety.md``).
 """
 
 from __future__ import annotations
