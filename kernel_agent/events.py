@@ -49,6 +49,9 @@ class _EventBase:
 
 @dataclass(frozen=True)
 class RunStarted(_EventBase):
+    """A run (or a continued run's turn) begins: the model and protocol (and why that protocol), the workspace, where
+    the notebook goes, the confinement in force, and whether the replies are scripted."""
+
     task: str
     model: str
     protocol: str
@@ -63,6 +66,8 @@ class RunStarted(_EventBase):
 
 @dataclass(frozen=True)
 class RoundStarted(_EventBase):
+    """A round begins: the model is asked (round ``round`` of at most ``max_rounds``)."""
+
     round: int
     max_rounds: int
     kind = "round_started"
@@ -70,6 +75,8 @@ class RoundStarted(_EventBase):
 
 @dataclass(frozen=True)
 class TextDelta(_EventBase):
+    """A piece of the model's reply, as it streams."""
+
     round: int
     text: str
     kind = "text_delta"
@@ -95,6 +102,8 @@ class TextReset(_EventBase):
 
 @dataclass(frozen=True)
 class CodeReady(_EventBase):
+    """The round's code, parsed from the reply, with the reasoning that came before it; it runs next."""
+
     round: int
     code: str
     reasoning: str = ""
@@ -103,6 +112,8 @@ class CodeReady(_EventBase):
 
 @dataclass(frozen=True)
 class ExecutionStarted(_EventBase):
+    """The round's code starts in the kernel; ``timeout`` is its limit in seconds (None: none)."""
+
     round: int
     timeout: float | None
     kind = "execution_started"
@@ -124,6 +135,8 @@ class ExecutionOutput(_EventBase):
 
 @dataclass(frozen=True)
 class ExecutionFinished(_EventBase):
+    """The round's code ended: its ``ExecutionResult`` (status, outputs, error) and the files it wrote."""
+
     round: int
     result: ExecutionResult
     artifacts: tuple[Artifact, ...] = ()
@@ -132,12 +145,16 @@ class ExecutionFinished(_EventBase):
 
 @dataclass(frozen=True)
 class RoundFinished(_EventBase):
+    """A round ended: its whole record (``Round``), as the notebook keeps it."""
+
     round: Round
     kind = "round_finished"
 
 
 @dataclass(frozen=True)
 class AnswerReady(_EventBase):
+    """The model answered; the run ends after this round."""
+
     round: int
     answer: str
     kind = "answer"
@@ -164,6 +181,8 @@ class RunError(_EventBase):
 
 @dataclass(frozen=True)
 class RunFinished(_EventBase):
+    """The run ended (answered or not): its record, with the stop reason and the notebook's path. Always last."""
+
     run: Run
     kind = "finished"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import re
 import tempfile
@@ -91,12 +92,13 @@ def _event_section(event: type) -> str:
     if doc.startswith(event.__name__ + "("):  # a dataclass' generated signature is not a description
         doc = ""
     hints = typing.get_type_hints(event)
+    comments = dict(re.findall(r"^    (\w+): [^#\n]*#\s*(.*)$", inspect.getsource(event), re.M))
     rows = []
     for f in dataclasses.fields(event):
         default = "" if f.default is dataclasses.MISSING else f"`{f.default!r}`"
-        rows.append((f"`{f.name}`", f"`{type_name(hints[f.name])}`", default))
+        rows.append((f"`{f.name}`", f"`{type_name(hints[f.name])}`", default, comments.get(f.name, "")))
     text = f"### `{event.kind}`\n\n`{event.__name__}`" + (f": {' '.join(doc.split())}" if doc else "") + "\n\n"
-    return text + table(["field", "type", "default"], rows) + "\n"
+    return text + table(["field", "type", "default", "note"], rows) + "\n"
 
 
 # -- HTTP API --------------------------------------------------------------------------------------
