@@ -220,6 +220,14 @@ THROUGH_THE_DOOR = {
         "remove_thread": "removes a deleted thread's folder (rmtree never follows a link in it)",
     },
     "mcp/files.py": {},
+    "eval/runner.py": {
+        "_claim": "the eval run's own folder and its manifest, which no kernel sees",
+        "_record": "writes answer.json beside the question's workspace, never in it",
+        "_fresh": "removes a killed attempt's whole question folder (rmtree never follows a link in it)",
+        "_ask": "checks the suite's own data files exist before the agent copies them",
+        "_available_memory": "reads /proc/meminfo",
+        "run_eval": "calls AgentConfig.resolve (settings, not a path)",
+    },
     "mcp/server.py": {"_new": "makes a client's workspace folder itself"},
     "server/app.py": {
         "<module>": "the web page's own static folder",

@@ -102,7 +102,8 @@ ALLOWED = {
     "server": BELOW_FRONT_ENDS,
     "mcp": BELOW_FRONT_ENDS,
     "jupyter": BELOW_FRONT_ENDS,  # the JupyterLab chat persona (Jupyter AI's entry point loads it)
-    "cli": BELOW_FRONT_ENDS | {"server", "mcp"},
+    "eval": BELOW_FRONT_ENDS,  # benchmark suites run through the agent: a layer above it
+    "cli": BELOW_FRONT_ENDS | {"server", "mcp", "eval"},
 }
 INSIDE = "kernel_agent.kernel.inside"  # runs in the kernel process: imports nothing of ours from outside it
 

@@ -1,4 +1,4 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``plan``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install`` (``keys`` is in ``keys.py``).
+"""The ``kernel-agent`` commands (click): ``run``, ``plan``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install`` (``keys`` is in ``keys.py``, ``eval`` in ``eval.py``).
 
 Each command reads its options, calls the library, renders with ``render``
 or ``show``, and translates errors at the edge (``edge.py``): ``ConfigError``,
@@ -30,6 +30,7 @@ from ..redact import read_secret
 from .drive import EXIT_USAGE, Job
 from .edge import Failure
 from .edge import edge as _edge
+from .eval import eval_group
 from .keys import keys as _keys
 from .logs import hide_in_logs, install_log_handler
 
@@ -296,6 +297,7 @@ def cli() -> None:
       kernel-agent show agent-runs/RUN.ipynb              review a run in the terminal
       kernel-agent resume RUN.ipynb "And by month?"       continue it with a follow-up question
       kernel-agent replay RUN.ipynb --check               re-execute it and compare outputs
+      kernel-agent eval SUITE --model gpt-4o-mini         score a benchmark suite (InfiAgent-DABench, ...)
     """
 
 
@@ -943,6 +945,7 @@ def kernelspec_install(user: bool, prefix: str | None) -> None:
 
 
 cli.add_command(_keys)
+cli.add_command(eval_group(_model_options, _kernel_options, _agent_arguments))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,209 @@
+"""``kernel-agent eval``: run a benchmark suite through the agent (``eval SUITE``) and compare two runs
+(``eval compare A B``).
+
+Thin: reads options, calls ``kernel_agent.eval``, prints one line per finished question and the
+summary, and translates errors at the edge. The group is built by ``eval_group`` from ``app.py``'s
+shared option decorators (passed in, so this module never imports ``app``). What a suite, the model or
+the kernel wrote is printed with its control characters replaced, so no escape sequence reaches the
+terminal. Exit codes: 0 every question asked for has a result, 1 not, 2 usage error, 130 Ctrl-C, 143 SIGTERM
+(finished questions keep their results; the same command resumes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from ..eval import Comparison, EvalRun
+from .drive import EXIT_USAGE
+from .edge import Failure, edge
+
+__all__ = ["eval_group"]
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _plain(text: object) -> str:
+    return _CONTROL.sub("?", str(text))
+
+
+class _DefaultRun(click.Group):
+    """``eval SUITE ...`` means ``eval run SUITE ...``; ``eval compare A B`` stays itself."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+def eval_group(
+    model_options: Callable[[Any], Any], kernel_options: Callable[[Any], Any], agent_arguments: Any
+) -> click.Group:
+    """The ``eval`` command group, its options declared by ``app.py``'s decorators."""
+
+    @click.group("eval", cls=_DefaultRun, context_settings={"help_option_names": ["-h", "--help"]})
+    def group() -> None:
+        """Measure answer quality: run a benchmark suite through the agent, scored by the suite's rules.
+
+        \b
+          kernel-agent eval SUITE --model M [--concurrency N] [--out DIR]   run (or resume) a suite
+          kernel-agent eval compare A B                                    flipped questions, metric changes
+        """
+
+    @group.command("run")
+    @click.argument("suite", metavar="SUITE")
+    @model_options
+    @kernel_options
+    @click.option(
+        "--concurrency",
+        "-j",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="Questions at once [default: one per core, at most one per 2 GiB of free memory].",
+    )
+    @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the first N questions (after --ids).")
+    @click.option("--ids", metavar="3,7,...", help="Only these question ids (comma-separated).")
+    @click.option(
+        "--out",
+        "-o",
+        metavar="DIR",
+        help="The run's folder; the same folder again resumes it [default: ./eval-runs/<suite>-<model>].",
+    )
+    @click.option(
+        "--retry-failed",
+        is_flag=True,
+        help="Also run again the questions the machinery failed (timeout, model or kernel error).",
+    )
+    def run(
+        suite: str,
+        concurrency: int | None,
+        limit: int | None,
+        ids: str | None,
+        out: str | None,
+        retry_failed: bool,
+        **options: Any,
+    ) -> None:
+        """Run SUITE (an InfiAgent-DABench folder, or a .jsonl suite) and write results.jsonl, report.html
+        and every question's notebook into --out. Re-running with the same --out continues where it stopped."""
+        from ..eval import load_suite, run_eval, write_report
+
+        arguments = agent_arguments(options)
+        with edge():
+            loaded = load_suite(suite)
+            chosen = loaded.select(tuple(i.strip() for i in ids.split(",") if i.strip()) if ids else (), limit)
+            model = arguments.get("model") or os.environ.get("KERNEL_AGENT_MODEL") or "model"
+            folder = Path(out) if out else Path("eval-runs") / re.sub(r"[^A-Za-z0-9_.-]", "_", f"{loaded.name}-{model}")
+            click.echo(f"{len(chosen)} question(s) of {_plain(loaded.name)} → {folder}", err=True)
+            work = run_eval(
+                loaded,
+                chosen,
+                folder,
+                arguments,
+                concurrency=concurrency,
+                retry_failed=retry_failed,
+                progress=_progress,
+            )
+            try:
+                result = asyncio.run(_cancel_on_sigterm(work))
+            except (KeyboardInterrupt, asyncio.CancelledError) as stop:
+                click.echo(f"interrupted: run again with --out {folder} to continue", err=True)
+                sys.exit(130 if isinstance(stop, KeyboardInterrupt) else 143)
+            wanted = {q.id for q in chosen}
+            rows = [row for row in result.results if row["id"] in wanted]
+            report = write_report(folder, rows, f"{loaded.name} · {model}")
+        click.echo(_summary_text(rows))
+        click.echo(f"results: {folder / 'results.jsonl'}\nreport: {report}")
+        sys.exit(0 if len(rows) == len(chosen) else 1)
+
+    @group.command("compare")
+    @click.argument("a", metavar="A")
+    @click.argument("b", metavar="B")
+    def compare_runs(a: str, b: str) -> None:
+        """Compare two eval runs' folders (or results.jsonl files): which questions flipped, metric changes."""
+        from ..eval import compare, read_results
+
+        first, second = read_results(_folder(a)), read_results(_folder(b))
+        click.echo(_comparison_text(compare(first, second)))
+
+    return group
+
+
+async def _cancel_on_sigterm(work: Coroutine[Any, Any, EvalRun]) -> EvalRun:
+    """``work``, cancelled by SIGTERM as asyncio cancels it on Ctrl-C: the questions under way save their
+    notebooks as cancelled and the pool shuts its kernels down; finished questions keep their lines."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    try:
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+        return await work
+    try:
+        return await work
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _folder(path: str) -> Path:
+    """The run folder ``path`` names (itself, or its ``results.jsonl``'s). Exits 2 when it holds no results."""
+    given = Path(path)
+    folder = given.parent if given.is_file() else given
+    if not (folder / "results.jsonl").is_file():
+        raise Failure(f"no eval results in {path} (a folder given to --out, or its results.jsonl)", EXIT_USAGE)
+    return folder
+
+
+def _comparison_text(comparison: Comparison) -> str:
+    lines = [
+        f"fixed in B ({len(comparison.fixed)}): {', '.join(map(_plain, comparison.fixed)) or '-'}",
+        f"broken in B ({len(comparison.broke)}): {', '.join(map(_plain, comparison.broke)) or '-'}",
+    ]
+    lines += [f"changed: {_plain(q)} {_plain(x)} → {_plain(y)}" for q, x, y in comparison.changed]
+    if comparison.only_a or comparison.only_b:
+        lines.append(f"only in A: {len(comparison.only_a)}, only in B: {len(comparison.only_b)}")
+    for name, (before, after) in comparison.pairs().items():
+        lines.append(f"{name}: {before:.2%} → {after:.2%} ({after - before:+.2%})")
+    return "\n".join(lines)
+
+
+def _progress(kind: str, row: dict[str, Any]) -> None:
+    if kind != "finished":
+        return
+    ok = sum(row["correct"].values())
+    detail = f"{ok}/{len(row['correct'])} right" if row["scored"] else _plain(row.get("error") or "")[:120]
+    click.echo(
+        f"{_plain(row['id']):>8}  {row['outcome']:<13} {detail}  ({row['rounds']} rounds, {row['seconds']:.1f} s)",
+        err=True,
+    )
+
+
+def _summary_text(rows: list[dict[str, Any]]) -> str:
+    from ..eval import summarize
+
+    summary = summarize(rows)
+    m = summary.overall
+    lines = [
+        f"{summary.total} question(s): {m.questions} scored, {summary.unscored} not scored (the machinery failed)",
+        f"accuracy by question        {m.by_question:7.2%}  ({m.questions_correct}/{m.questions})",
+        f"accuracy by sub-answer      {m.by_sub_answer:7.2%}  ({m.sub_answers_correct}/{m.sub_answers})",
+        f"proportional by sub-answer  {m.proportional:7.2%}",
+    ]
+    for title, groups in (("level", summary.by_level), ("concept", summary.by_concept)):
+        if groups:
+            lines.append(f"by {title}:")
+            lines += [
+                f"  {_plain(name)[:40]:<40} {g.by_question:7.2%}  ({g.questions_correct}/{g.questions})"
+                for name, g in groups.items()
+            ]
+    outcomes = ", ".join(f"{kind} {count}" for kind, count in summary.outcomes.items() if count)
+    lines.append(f"outcomes: {outcomes or '-'}")
+    return "\n".join(lines)
