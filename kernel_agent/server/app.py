@@ -36,6 +36,7 @@ from .deps import Owner, fresh, public, service_of
 from .errors import install_error_handlers
 from .limits import MULTIPART_SLACK, BodyLimit
 from .metrics import CONTENT_TYPE
+from .private import private_folder
 from .service import Service
 from .store import NOTEBOOK
 
@@ -328,7 +329,7 @@ def _render(text: bytes, label: str) -> str:
 async def _spool(file: UploadFile, service: Service, limit: int) -> tuple[Path, int]:
     """Copy the upload to a temp file beside the store (so it can be moved in); 413 over ``limit``."""
     folder = service.store.root / "tmp"
-    folder.mkdir(exist_ok=True)
+    private_folder(folder)
     handle = tempfile.NamedTemporaryFile(dir=folder, delete=False)
     size = 0
     try:
