@@ -345,7 +345,9 @@ async def _spool(file: UploadFile, service: Service, limit: int) -> tuple[Path, 
     return Path(handle.name), size
 
 
-async def _sse(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> AsyncIterator[str]:
-    """SSE frames: ``id: N`` (for ``Last-Event-ID``) and the event's JSON; unnamed, so ``onmessage`` gets all."""
+async def _sse(events: AsyncIterator[tuple[int | None, dict[str, Any]]]) -> AsyncIterator[str]:
+    """SSE frames: ``id: N`` (for ``Last-Event-ID``; none for an event that is not the run's, as a revoked
+    key's closing error) and the event's JSON; unnamed, so ``onmessage`` gets all."""
     async for event_id, event in events:
-        yield f"id: {event_id}\ndata: {json.dumps(event, ensure_ascii=False, default=str)}\n\n"
+        frame = f"data: {json.dumps(event, ensure_ascii=False, default=str)}\n\n"
+        yield frame if event_id is None else f"id: {event_id}\n{frame}"

@@ -114,6 +114,18 @@ class Keys:
         self._trusted = {h: v for h, v in self._trusted.items() if v[0] != key}
         return found[0]
 
+    async def revoked(self) -> set[str]:
+        """The ids of the revoked keys, as the database has them now (revoked by any process); none of them
+        is trusted here any more."""
+        table = tables["keys"]
+        async with self.engine.connect() as connection:
+            found = {
+                str(i)
+                for i in (await connection.execute(select(table.c.id).where(table.c.revoked_at.isnot(None)))).scalars()
+            }
+        self._trusted = {h: v for h, v in self._trusted.items() if v[0] not in found}
+        return found
+
     async def owner(self, key: str) -> str | None:
         """The owner of ``key`` when it is an active key, else None. Raises ``ServiceError`` 503 when
         the database does not answer (a key must not pass unchecked, nor be refused as bad)."""
