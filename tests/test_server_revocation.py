@@ -104,7 +104,7 @@ def test_a_key_revoked_mid_stream_ends_its_streams_on_both_replicas_and_its_run_
         started = httpx.post(
             a.url + "/v1/runs", json={"task": "wait"}, headers={"Authorization": f"Bearer {key}"}, timeout=60
         )
-        assert started.status_code == 200, started.text
+        assert started.status_code == 201, started.text
         run = started.json()
         streams = [Stream(replica.url, key, run["id"]) for replica in (a, b)]
         for stream in streams:
@@ -120,8 +120,10 @@ def test_a_key_revoked_mid_stream_ends_its_streams_on_both_replicas_and_its_run_
             assert stream.saw("first done")
         wait_for(lambda: run_row(database, run["id"])["status"] != "running", 60, "the run to stop")
         record = run_row(database, run["id"])
-        assert record["status"] == "cancelled" and record["rounds"] == 2, record
+        assert record["status"] == "cancelled" and record["rounds"] >= 1, record  # the round that finished
         assert a.client.get("/v1/threads").status_code == 200  # another key is untouched
     notebook = tmp_path / "data" / "threads" / run["thread_id"] / "analysis.ipynb"
-    sources = [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
-    assert any("print('first done')" in s for s in sources) and any("time.sleep(120)" in s for s in sources)
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    first = next(c for c in cells if c.source == "print('first done')")
+    assert first.outputs[0]["text"] == "first done\n"
+    assert any("time.sleep(120)" in c.source for c in cells)  # the stopped round, kept (commented out)
