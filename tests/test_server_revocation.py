@@ -1,15 +1,18 @@
 """Issue 41: a revoked key's open work ends at once, on every replica.
 
-Two ``serve`` replicas share a real PostgreSQL. A key added with ``kernel-agent keys add`` starts a run on
-replica A and follows its events on both replicas; while the run's second round is running (a long
-sleep), ``kernel-agent keys revoke`` revokes the key: both streams end within 5 s with the ``KeyRevoked``
-error event, the run is stopped as ``cancelled``, and its first round is kept in the thread's notebook.
+Two ``serve`` replicas share a real PostgreSQL (and, on the embedded SQLite file, one server). A key added
+with ``kernel-agent keys add`` starts a run on replica A and follows its events on both replicas; while the
+run's second round is running (a long sleep), ``kernel-agent keys revoke`` revokes the key: both streams
+end within 5 s with the ``KeyRevoked`` error event, the run is stopped as ``cancelled``, and its first round
+is kept in the thread's notebook.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -69,6 +72,10 @@ def wait_for(check: Any, timeout: float, what: str) -> None:
 
 
 def run_row(database: str, run_id: str) -> dict[str, Any]:
+    if database.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(database.removeprefix("sqlite:///"))) as connection:
+            return json.loads(connection.execute("SELECT body FROM runs WHERE id = ?", (run_id,)).fetchone()[0])
+
     async def read() -> dict[str, Any]:
         connection = await asyncpg.connect(database.replace("postgresql+asyncpg", "postgresql"))
         try:
@@ -79,10 +86,14 @@ def run_row(database: str, run_id: str) -> dict[str, Any]:
     return asyncio.run(read())
 
 
-def test_a_key_revoked_mid_stream_ends_its_streams_on_both_replicas_and_its_run_is_cancelled_with_rounds_kept(
-    postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_a_key_revoked_mid_stream_ends_its_streams_on_every_replica_and_its_run_is_cancelled_with_rounds_kept(
+    backend: str, postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path
 ) -> None:
-    database = postgres.database("revoked_mid_stream")
+    """Two replicas on PostgreSQL; on the embedded SQLite file (one server) two streams on the one."""
+    shared = backend == "postgresql"
+    data = tmp_path / "data"
+    database = postgres.database("revoked_mid_stream") if shared else f"sqlite:///{data}/kernel-agent.db"
 
     def keys_cli(*args: str) -> str:
         done = subprocess.run(
@@ -97,8 +108,8 @@ def test_a_key_revoked_mid_stream_ends_its_streams_on_both_replicas_and_its_run_
     openai_server.add(Reply("First.", tool_calls=(python_call("print('first done')"),)))
     openai_server.add(Reply("Waiting.", tool_calls=(python_call(LONG),)))
     with (
-        Replica(tmp_path / "data", openai_server.base_url, database=database) as a,
-        Replica(tmp_path / "data", openai_server.base_url, database=database) as b,
+        Replica(data, openai_server.base_url, database=database) as a,
+        Replica(data, openai_server.base_url, database=database) if shared else contextlib.nullcontext(a) as b,
     ):
         key = keys_cli("add", "--name", "carol").strip()
         started = httpx.post(
@@ -122,7 +133,7 @@ def test_a_key_revoked_mid_stream_ends_its_streams_on_both_replicas_and_its_run_
         record = run_row(database, run["id"])
         assert record["status"] == "cancelled" and record["rounds"] >= 1, record  # the round that finished
         assert a.client.get("/v1/threads").status_code == 200  # another key is untouched
-    notebook = tmp_path / "data" / "threads" / run["thread_id"] / "analysis.ipynb"
+    notebook = data / "threads" / run["thread_id"] / "analysis.ipynb"
     cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
     first = next(c for c in cells if c.source == "print('first done')")
     assert first.outputs[0]["text"] == "first done\n"
