@@ -18,8 +18,10 @@ import pytest
 from openai_server import OpenAIServer, Reply, python_call
 from postgres import PostgresServer
 from replicas import Replica, follow
+from sqlalchemy.engine import make_url
 
-pytestmark = pytest.mark.kernel
+from kernel_agent.kernel.door import Door
+from kernel_agent.server.private import private_database, tighten
 
 WRITES = "import os\nos.makedirs('charts', exist_ok=True)\nopen('charts/out.txt', 'w').write('x')\nprint('wrote')"
 
@@ -47,6 +49,7 @@ def others_may(found: dict[Path, int]) -> dict[str, str]:
     return {str(path): oct(mode) for path, mode in found.items() if mode & 0o077}
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_everything_serve_writes_is_owner_only_and_an_older_data_dir_is_tightened(
     backend: str, openai_server: OpenAIServer, postgres: PostgresServer, tmp_path: Path
@@ -74,3 +77,35 @@ def test_everything_serve_writes_is_owner_only_and_an_older_data_dir_is_tightene
         assert replica.client.get("/v1/files").status_code == 200
     assert others_may(entries(data, workspaces=False)) == {}
     assert "owner-only" in replica.log.read_text()
+
+
+def test_tightening_follows_no_link_and_leaves_a_workspaces_contents_to_its_folder(tmp_path: Path) -> None:
+    data, outside = tmp_path / "data", tmp_path / "outside.txt"
+    workspace = data / "threads" / "thread-1" / "workspace"
+    workspace.mkdir(parents=True)
+    outside.write_text("not the service's")
+    (data / "threads" / "thread-1" / "analysis.ipynb").write_text("{}")
+    (workspace / "out.csv").write_text("x")
+    (data / "threads" / "link").symlink_to(outside)
+    (workspace / "link").symlink_to(outside)
+    for path in (outside, data / "threads" / "thread-1" / "analysis.ipynb", workspace / "out.csv"):
+        path.chmod(0o644)
+    for folder in (data, data / "threads", data / "threads" / "thread-1", workspace):
+        folder.chmod(0o755)
+    url = make_url(f"sqlite:///{data}/kernel-agent.db")
+    assert tighten(data, url) == 5  # four folders and the notebook
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o644  # through neither link
+    assert stat.S_IMODE((workspace / "out.csv").stat().st_mode) == 0o644  # behind its 0700 folder
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
+    assert tighten(data, url) == 0
+    private_database(url)
+    assert stat.S_IMODE((data / "kernel-agent.db").stat().st_mode) == 0o600
+
+
+def test_a_door_write_honours_the_umask_as_a_plain_create_does(tmp_path: Path) -> None:
+    before = os.umask(0o077)  # serve's
+    try:
+        Door(tmp_path).write("copy.csv", b"x", mode=0o444)
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "copy.csv").stat().st_mode) == 0o400
