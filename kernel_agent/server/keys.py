@@ -119,10 +119,8 @@ class Keys:
         is trusted here any more."""
         table = tables["keys"]
         async with self.engine.connect() as connection:
-            found = {
-                str(i)
-                for i in (await connection.execute(select(table.c.id).where(table.c.revoked_at.isnot(None)))).scalars()
-            }
+            rows = await connection.execute(select(table.c.id).where(table.c.revoked_at.isnot(None)))
+            found = {str(key_id) for key_id in rows.scalars()}
         self._trusted = {h: v for h, v in self._trusted.items() if v[0] not in found}
         return found
 
