@@ -10,7 +10,8 @@ Replicas on one database see the same keys: on a shared database (PostgreSQL) ``
 database on every request, so a key added or revoked anywhere counts at once everywhere; on the embedded
 SQLite file a key found is trusted for ``ttl`` seconds (a revoke by ``kernel-agent keys`` reaches a
 running server within that), a key not found is looked up at once. Keys from ``--keys-file`` or the
-environment are imported at start, each the first time it is seen; a key revoked stays revoked.
+environment are imported at start, each the first time it is seen; a key revoked stays revoked. What a
+revoked key has open (streams, runs) is ended by ``revocations.py``, which asks ``revoked``.
 """
 
 from __future__ import annotations
