@@ -30,9 +30,18 @@ KEY = "replica-key"
 
 
 class Replica:
-    """One service process. ``options`` are extra ``serve`` flags."""
+    """One service process. ``options`` are extra ``serve`` flags; ``umask`` the one it is started with."""
 
-    def __init__(self, data_dir: Path, model_url: str, *, database: str, options: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        model_url: str,
+        *,
+        database: str,
+        options: tuple[str, ...] = (),
+        umask: int | None = None,
+    ) -> None:
+        self.umask = umask  # the one the process starts with (None: this one's)
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -63,7 +72,8 @@ class Replica:
     def __enter__(self) -> Replica:
         env = {**os.environ, "KERNEL_AGENT_SERVER_KEYS": KEY}
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(self.command, env=env, stdout=log, stderr=log)
+            umask = -1 if self.umask is None else self.umask
+            self.process = subprocess.Popen(self.command, env=env, stdout=log, stderr=log, umask=umask)
         deadline = time.monotonic() + 60
         while True:
             if self.process.poll() is not None:

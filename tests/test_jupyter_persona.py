@@ -18,6 +18,7 @@ import nbformat
 import pytest
 from jupyterlab import JupyterLab, saved_cells, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
+from test_planted_modules import PLANTED, USING, execute, planting_code, printed
 from ydoc_client import notebook_cells, shared_document, until
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
@@ -266,6 +267,36 @@ def test_scripted_demo_needs_no_model_and_says_so() -> None:
         assert (demo.root / "try-agent" / "sales.csv").is_file()  # the bundled data, copied in
     finally:
         stop_jupyterlab(demo, base)
+
+
+def test_modules_the_run_planted_never_run_when_the_personas_notebook_is_run_in_a_stock_kernel(
+    lab: JupyterLab, model: OpenAIServer
+) -> None:
+    """Issue 41: the notebook the persona wrote into (the user's), saved by JupyterLab, run as Run All runs it
+    (nbclient, the stock python3 kernel JupyterLab starts, in the notebook's folder; not through the browser)."""
+    marker = lab.root.parent / "planted-code-ran"
+    model.add(Reply("Planting.", tool_calls=(python_call(planting_code(marker)),)))
+    model.add(Reply("Using.", tool_calls=(python_call(USING),)))
+    model.add(Reply("## Answer\n\nPlanted."))
+    (lab.root / "planted.chat").write_text("{}")
+
+    async def scenario() -> None:
+        async with joined_chat(lab, "planted.chat") as chat:
+            send(chat, "@KernelAgent plant the modules")
+            await until(lambda: [b for b in replies(chat) if "Planted." in b], WAIT_S, "the answer")
+            async with shared_document(lab.port, lab.token, "planted.ipynb", "notebook"):
+
+                def saved() -> bool:
+                    cells = saved_cells(notebook)
+                    return bool(cells) and "Planted." in "".join(cells[-1]["source"])  # type: ignore[index]
+
+                await until(saved, 30, "the notebook saved with the answer")
+
+    notebook = lab.root / "planted.ipynb"
+    asyncio.run(scenario())
+    assert all((lab.root / "planted-agent" / name).is_file() for name in PLANTED)
+    nb = execute(notebook)
+    assert "6 scipy seaborn True" in printed(nb) and not marker.exists()
 
 
 def _comparable(cell: dict[str, Any]) -> dict[str, Any]:

@@ -481,21 +481,33 @@ def preload_code(files: Sequence[DataFile | str], *, seaborn: bool = True) -> st
 
 
 def opened_beside(setup: str, workspace: str | None) -> str:
-    """``setup`` with a first step for the notebook opened in Jupyter, where the kernel starts in the
-    notebook's folder, beside the run's workspace: go into the workspace, where the data files and the
-    files the code wrote are. A no-op in the agent's own kernel (already there) and in ``replay``
-    (the data is staged where it starts). After the leading magics; unchanged when ``workspace`` is None."""
-    if not workspace:
-        return setup
+    """``setup`` with its first steps for a notebook opened in Jupyter, in any kernel (the user's own included).
+
+    First, before any import: the kernel's working folder is taken off the import path, and Python
+    processes the cells start are told the same (``PYTHONSAFEPATH``), so every module, ours and the
+    model's, comes from where it is installed; a file the run's code wrote (``pandas.py``, a ``numpy/``
+    folder) is never imported in its place. Then, after the leading magics, when ``workspace`` is given
+    (the run's folder, relative to the notebook's, where Jupyter starts the kernel): go into it, where the
+    data files and the files the code wrote are. That step is a no-op in the agent's own kernel (already
+    there) and in ``replay`` (the data is staged where it starts). Raises nothing."""
     lines = setup.splitlines(keepends=True)
     magics = 0
     while magics < len(lines) and lines[magics].startswith("%"):
         magics += 1
-    step = (
-        f"import os\nif os.path.isdir({json.dumps(workspace)}):  # opened in Jupyter beside the run's workspace: "
-        f"work there\n    os.chdir({json.dumps(workspace)})\n"
+    guard = (
+        "import os\nimport sys\n\n"
+        "# Modules come from where they are installed, never from this folder or the run's (its code wrote files\n"
+        "# there): off the import path, here and in the Python processes the cells start.\n"
+        "sys.path[:] = [path for path in sys.path if os.path.abspath(path) != os.getcwd()]\n"
+        'os.environ["PYTHONSAFEPATH"] = "1"\n'
     )
-    return "".join(lines[:magics]) + step + "".join(lines[magics:])
+    step = (
+        f"if os.path.isdir({json.dumps(workspace)}):  # opened in Jupyter beside the run's workspace: work there\n"
+        f"    os.chdir({json.dumps(workspace)})\n"
+        if workspace
+        else ""
+    )
+    return guard + "".join(lines[:magics]) + step + "".join(lines[magics:])
 
 
 def data_helper_words(files: Sequence[DataFile | str], *, kind: str = "holds", access: str = ".") -> str:

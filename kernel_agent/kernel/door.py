@@ -219,8 +219,9 @@ class Door:
 
     # ------------------------------------------------------------------ writing
     def write(self, relative: str, data: bytes, *, mode: int = 0o644, make_dirs: bool = True) -> int:
-        """Write ``data`` as the file at ``relative`` (replacing whatever entry is there, a link included);
-        return its size. Folders on the way are made (``make_dirs``) but never followed through a link."""
+        """Write ``data`` as the file at ``relative`` (replacing whatever entry is there, a link included), with
+        ``mode`` less the process's umask, as a plain create would; return its size. Folders on the way are
+        made (``make_dirs``) but never followed through a link."""
         return self.write_from(relative, iter([data]), mode=mode, make_dirs=make_dirs)
 
     def copy_in(self, source: str | os.PathLike[str], relative: str, *, mode: int = 0o644) -> int:
@@ -248,7 +249,7 @@ class Door:
             try:
                 try:
                     size = fill(fd)
-                    os.fchmod(fd, mode)
+                    os.fchmod(fd, mode & ~_umask())  # as a plain create would: serve's 077 keeps it private
                 finally:
                     os.close(fd)
                 os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -335,6 +336,19 @@ class Door:
         finally:
             for fd, _ in stack:
                 os.close(fd)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (setting it to read it back races other threads'
+    creates); 0o022 where the kernel does not say (Linux before 4.7, other systems)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def _refusal(exc: OSError, relative: str) -> BaseException:

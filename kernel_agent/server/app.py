@@ -36,6 +36,7 @@ from .deps import Owner, fresh, public, service_of
 from .errors import install_error_handlers
 from .limits import MULTIPART_SLACK, BodyLimit
 from .metrics import CONTENT_TYPE
+from .private import private_folder
 from .service import Service
 from .store import NOTEBOOK
 
@@ -356,7 +357,7 @@ def _render(text: bytes, label: str) -> str:
 async def _spool(file: UploadFile, service: Service, limit: int) -> tuple[Path, int]:
     """Copy the upload to a temp file beside the store (so it can be moved in); 413 over ``limit``."""
     folder = service.store.root / "tmp"
-    folder.mkdir(exist_ok=True)
+    private_folder(folder)
     handle = tempfile.NamedTemporaryFile(dir=folder, delete=False)
     size = 0
     try:
@@ -372,7 +373,9 @@ async def _spool(file: UploadFile, service: Service, limit: int) -> tuple[Path, 
     return Path(handle.name), size
 
 
-async def _sse(events: AsyncIterator[tuple[int, dict[str, Any]]]) -> AsyncIterator[str]:
-    """SSE frames: ``id: N`` (for ``Last-Event-ID``) and the event's JSON; unnamed, so ``onmessage`` gets all."""
+async def _sse(events: AsyncIterator[tuple[int | None, dict[str, Any]]]) -> AsyncIterator[str]:
+    """SSE frames: ``id: N`` (for ``Last-Event-ID``; none for an event that is not the run's, as a revoked
+    key's closing error) and the event's JSON; unnamed, so ``onmessage`` gets all."""
     async for event_id, event in events:
-        yield f"id: {event_id}\ndata: {json.dumps(event, ensure_ascii=False, default=str)}\n\n"
+        frame = f"data: {json.dumps(event, ensure_ascii=False, default=str)}\n\n"
+        yield frame if event_id is None else f"id: {event_id}\n{frame}"

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .private import private_folder
 from .records import FileRecord
 
 __all__ = ["NOTEBOOK", "Blobs"]
@@ -28,8 +29,9 @@ class Blobs:
         self.root = root
 
     def make_layout(self) -> None:
+        """The data dir and its folders, owner-only (``private.py``)."""
         for part in ("files", "threads", "tmp"):
-            (self.root / part).mkdir(parents=True, exist_ok=True)
+            private_folder(self.root / part)
 
     def file_dir(self, file_id: str) -> Path:
         return self.root / "files" / file_id
@@ -40,7 +42,8 @@ class Blobs:
     def put_file(self, record: FileRecord, content: Path) -> None:
         """Move ``content`` (a temp file on the same disk) into place as ``record``'s bytes."""
         folder = self.file_dir(record.id)
-        folder.mkdir(parents=True, exist_ok=False)
+        private_folder(folder.parent)
+        folder.mkdir(mode=0o700)
         os.replace(content, folder / record.filename)
 
     def remove_file(self, file_id: str) -> None:
@@ -48,7 +51,7 @@ class Blobs:
 
     def prepare(self, thread_id: str, run_id: str) -> None:
         """Make a run's workspace before its kernel needs it."""
-        self.workspace(thread_id).mkdir(parents=True, exist_ok=True)
+        private_folder(self.workspace(thread_id))
 
     def remove_thread(self, thread_id: str) -> None:
         """Remove the thread's workspace and notebooks."""

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from .._loop import in_thread
 from ..errors import ConfigError
+from .private import private_database
 from .records import FileRecord, RunRecord, ThreadRecord
 
 __all__ = [
@@ -164,8 +165,7 @@ async def migrate(url: URL) -> None:
 
 
 async def _upgrade(url: URL) -> None:
-    if url.get_backend_name() == "sqlite" and url.database:
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    private_database(url)
     engine = engine_for(url)
     try:
         async with engine.begin() as connection:

@@ -10,7 +10,8 @@ Replicas on one database see the same keys: on a shared database (PostgreSQL) ``
 database on every request, so a key added or revoked anywhere counts at once everywhere; on the embedded
 SQLite file a key found is trusted for ``ttl`` seconds (a revoke by ``kernel-agent keys`` reaches a
 running server within that), a key not found is looked up at once. Keys from ``--keys-file`` or the
-environment are imported at start, each the first time it is seen; a key revoked stays revoked.
+environment are imported at start, each the first time it is seen; a key revoked stays revoked. What a
+revoked key has open (streams, runs) is ended by ``revocations.py``, which asks ``revoked``.
 """
 
 from __future__ import annotations
@@ -113,6 +114,16 @@ class Keys:
             raise ConfigError(f"no key {key}: `kernel-agent keys list` shows the ids")
         self._trusted = {h: v for h, v in self._trusted.items() if v[0] != key}
         return found[0]
+
+    async def revoked(self) -> set[str]:
+        """The ids of the revoked keys, as the database has them now (revoked by any process); none of them
+        is trusted here any more."""
+        table = tables["keys"]
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(select(table.c.id).where(table.c.revoked_at.isnot(None)))
+            found = {str(key_id) for key_id in rows.scalars()}
+        self._trusted = {h: v for h, v in self._trusted.items() if v[0] not in found}
+        return found
 
     async def owner(self, key: str) -> str | None:
         """The owner of ``key`` when it is an active key, else None. Raises ``ServiceError`` 503 when

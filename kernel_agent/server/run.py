@@ -9,7 +9,8 @@ up, then goes to it; none is refused for being early. ``/health`` then says what
 A build or start-up failure is logged and stops the server.
 On SIGTERM (or SIGINT) the service drains: uvicorn stops accepting connections, the service takes no
 new run and its running ones get ``drain_grace`` seconds to finish (open streams go on), then the app's
-lifespan stops the rest and every kernel. Logging is ``logs.configure``'s (text, or JSON lines).
+lifespan stops the rest and every kernel. Logging is ``logs.configure``'s (text, or JSON lines). The process's
+umask is ``private.PRIVATE_UMASK`` from the start: whatever it writes, and its kernels, is owner-only.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from types import FrameType
 from typing import Any, Literal
 
 from .config import ServerConfig
 from .logs import configure
+from .private import PRIVATE_UMASK
 
 __all__ = ["DeferredApp", "serve"]
 
@@ -156,6 +159,7 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
     from ..errors import ServiceError
 
     configure(log_format)
+    os.umask(PRIVATE_UMASK)  # before anything is written: this process's files and its kernels' are owner-only
     log.info("kernel-agent service: data in %s, auth %s", config.data_dir, "on" if config.auth else "off")
     server: uvicorn.Server | None = None
 

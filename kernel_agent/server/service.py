@@ -26,6 +26,7 @@ from .keys import SQLITE_TTL_S, Keys
 from .leases import Leases
 from .metrics import Metrics
 from .records import FileRecord, RunRecord, ThreadRecord
+from .revocations import KEY_REVOKED, Revocations
 from .runtimes import Runtimes
 from .store import Store, new_id
 from .takeover import Sweeper, close_orphan, interrupt, now
@@ -57,7 +58,8 @@ class Service:
         self.replica = new_id("replica")
         self._leases: Leases | None = None
         self._keys: Keys | None = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self._revocations: Revocations | None = None  # with auth: a revoked key's streams and runs end here
+        self._watchers: list[asyncio.Task[None]] = []  # the sweeper, the revocations' watcher
         self._drain_until: float | None = None  # set by begin_drain: no new runs, the running ones may finish
 
     @property
@@ -83,7 +85,10 @@ class Service:
         await self.recover()
         if self.store.shared:
             sweeper = Sweeper(self.store, self.leases, self.metrics, busy=self.runtimes.busy)
-            self._sweeper = asyncio.create_task(sweeper.run())
+            self._watchers.append(asyncio.create_task(sweeper.run()))
+        if self.config.auth:
+            self._revocations = Revocations(self.keys, self._running_owners, self._cancel_owned)
+            self._watchers.append(asyncio.create_task(self._revocations.run()))
         await self.runtimes.start()
         return self
 
@@ -116,11 +121,11 @@ class Service:
         self.begin_drain()
         await self.executor.wait((self._drain_until or 0) - time.monotonic())
         await self.runtimes.stop_reaping()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for watcher in self._watchers:
+            watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+                await watcher
+        self._watchers.clear()
         await self.executor.stop_all()
         await self.runtimes.close()
         await self.store.close()
@@ -266,10 +271,20 @@ class Service:
         await self.executor.cancel(run_id)
         return self.run(owner, run_id)
 
-    async def events(self, owner: str, run_id: str, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    async def events(self, owner: str, run_id: str, after: int = 0) -> AsyncIterator[tuple[int | None, dict[str, Any]]]:
         """The run's events after id ``after``: the recorded ones, then live ones until ``finished``.
-        A run executing on this replica is followed in memory; any other from the database."""
+        A run executing on this replica is followed in memory; any other from the database. When the
+        owner's key is revoked meanwhile, ``KEY_REVOKED`` (without an id) ends them."""
         self.run(owner, run_id)
+        followed = self._follow(run_id, after)
+        if self._revocations is None:
+            async for item in followed:
+                yield item
+            return
+        async for item in self._revocations.stream(owner, followed, (None, KEY_REVOKED)):
+            yield item
+
+    async def _follow(self, run_id: str, after: int) -> AsyncIterator[tuple[int | None, dict[str, Any]]]:
         run_log = self.executor.logs.get(run_id)
         if run_log is not None:
             async for item in run_log.follow(after):
@@ -307,6 +322,20 @@ class Service:
         }
 
     # ----------------------------------------------------------------- internals
+    def _running_owners(self) -> set[str]:
+        """The owners of the runs executing here."""
+        runs = (self.store.run(run_id) for run_id, task in self.executor.tasks.items() if not task.done())
+        return {run.owner for run in runs if run is not None}
+
+    async def _cancel_owned(self, owner: str) -> None:
+        """Cancel ``owner``'s runs executing here (a revoked key's): each ends ``cancelled``, its rounds kept."""
+        owned = [
+            run_id for run_id in list(self.executor.tasks) if (run := self.store.run(run_id)) and run.owner == owner
+        ]
+        for run_id in owned:
+            log.info("run %s cancelled: its key was revoked", run_id, extra={"run_id": run_id})
+        await asyncio.gather(*(self.executor.cancel(run_id) for run_id in owned))
+
     def _new_thread(self, owner: str, task: str, protocol: str | None) -> ThreadRecord:
         """A new thread's record, saved only when its first run starts."""
         return ThreadRecord(

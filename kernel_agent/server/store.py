@@ -40,6 +40,7 @@ from . import legacy
 from .blobs import NOTEBOOK, Blobs
 from .database import database_url, engine_for, migrate, readiness, row_of, safe_url, tables, upsert
 from .notify import EVENTS, RECORDS, Listener, announce
+from .private import tighten
 from .records import FileRecord, RunRecord, ThreadRecord
 
 __all__ = ["NOTEBOOK", "Store", "new_id"]
@@ -100,6 +101,13 @@ class Store(Blobs):
         Raises ``ConfigError`` when the database cannot be reached or migrated."""
         self._loop = asyncio.get_running_loop()
         await in_thread(self.make_layout)
+        if tightened := await in_thread(tighten, self.root, self.url):
+            log.info(
+                "made %d files and folders of the data dir %s owner-only (an older version left them readable "
+                "by other users)",
+                tightened,
+                self.root,
+            )
         await migrate(self.url)
         self._engine = engine_for(self.url)
         await legacy.import_once(self.engine, self.root)
