@@ -55,7 +55,10 @@ _BODIES = [
     "print(df['revenue'].describe().round(3).to_string())",
     "print(df.nlargest(3, 'revenue')[['region', 'category', 'revenue']].round(2).to_string())",
 ]
-_PRELUDE = "import numpy as np\nimport pandas as pd\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+_PRELUDE = (
+    "import numpy as np\nimport pandas as pd\nimport matplotlib\nmatplotlib.use('Agg')\nimport "
+    "matplotlib.pyplot as plt\n"
+)
 
 
 def _rounds() -> list[str]:

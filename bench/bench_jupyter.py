@@ -49,7 +49,8 @@ CHAT = ".jp-chat-widget"
 WAIT_MS = 180_000
 _SAVED = """() => {
   for (const widget of window.jupyterapp.shell.widgets('main'))
-    if (widget.context && widget.context.path.endsWith('.chat')) return widget.context.model.sharedModel.getState('dirty') === false;
+    if (widget.context && widget.context.path.endsWith('.chat'))
+      return widget.context.model.sharedModel.getState('dirty') === false;
   return false;
 }"""
 _WIRE = """() => {  // before JupyterLab loads: when each round's output first arrives over a websocket
@@ -60,7 +61,8 @@ _WIRE = """() => {  // before JupyterLab loads: when each round's output first a
     constructor(...args) {
       super(...args);
       this.addEventListener('message', (event) => {
-        if (!(event.data instanceof ArrayBuffer) && !(event.data instanceof Blob) && typeof event.data !== 'string') return;
+        const data = event.data;
+        if (!(data instanceof ArrayBuffer) && !(data instanceof Blob) && typeof data !== 'string') return;
         const now = Date.now() / 1000;
         const read = (text) => { for (const match of text.matchAll(/round (\\d+) done at [0-9]/g))
           if (!(match[1] in window.__wire)) window.__wire[match[1]] = now; };

@@ -31,7 +31,8 @@ from kernel_agent.agent.plan.state import PlanState, state_path
 from kernel_agent.model.scripted import ScriptedChatModel
 
 NAME = "plan"
-_KERNEL_PRELUDE = "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\n"  # inline figures, as the agent's kernel shows them
+# inline figures, as the agent's kernel shows them
+_KERNEL_PRELUDE = "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\n"
 
 _NODES = [
     ("load", _KERNEL_PRELUDE + _LOAD, []),

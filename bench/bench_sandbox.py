@@ -41,9 +41,11 @@ _ROUNDS = [
     "print(df[['units', 'price', 'discount', 'revenue']].corr().round(4).to_string())",
     (
         "means = df.groupby('product', as_index=False)['revenue'].mean().rename(columns={'revenue': 'mean_rev'})\n"
-        "merged = df.merge(means, on='product')\nprint(len(merged), round(float((merged.revenue > merged.mean_rev).mean()), 4))"
+        "merged = df.merge(means, on='product')\nprint(len(merged), round(float((merged.revenue > "
+        "merged.mean_rev).mean()), 4))"
     ),
-    "fig, ax = plt.subplots(figsize=(6, 3))\ndf.groupby('region')['revenue'].sum().plot.bar(ax=ax)\nplt.show()\nprint('plotted')",
+    "fig, ax = plt.subplots(figsize=(6, "
+    "3))\ndf.groupby('region')['revenue'].sum().plot.bar(ax=ax)\nplt.show()\nprint('plotted')",
     "print(df.pivot_table(index='region', columns='category', values='revenue', aggfunc='sum').round(1).to_string())",
     "print(df.nlargest(3, 'revenue')[['region', 'category', 'revenue']].round(2).to_string())",
 ]

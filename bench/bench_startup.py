@@ -11,7 +11,8 @@
   ``kernel_agent._nbformat`` defers that grammar to its first use, which is the next row.
 * ``servers``: from spawning ``kernel-agent serve`` to its first ``200`` on ``/health`` (plain, and with
   ``--pool 2``, whose kernels start in the background; ``/health`` answers while the app is still being
-  imported, so a row also times the first ``/v1/info``, which waits for the whole app), and from spawning ``kernel-agent mcp`` (stdio)
+  imported, so a row also times the first ``/v1/info``, which waits for the whole app), and from spawning
+  ``kernel-agent mcp`` (stdio)
   to its answer to ``initialize``; each server is then stopped (SIGTERM; stdin closed) and must exit 0.
   Median of 10 (3 with ``--quick``), taking turns with ``python -c pass``. Target: 1 s.
 * ``magic``: ``%load_ext kernel_agent`` in a fresh kernel (a stock ``python3`` ipykernel, as in

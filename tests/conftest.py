@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
+from openai_server import OpenAIServer
 from traitlets.config import Config
 
 pytest_plugins = ["leaks", "tiers", "browser"]
-
-from openai_server import OpenAIServer
 
 
 @pytest.fixture

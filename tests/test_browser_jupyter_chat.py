@@ -45,7 +45,8 @@ def lab(model: OpenAIServer) -> Iterator[JupyterLab]:
 
 _CHAT_SAVED = """() => {
   for (const widget of window.jupyterapp.shell.widgets('main')) {
-    if (widget.context && widget.context.path.endsWith('.chat')) return widget.context.model.sharedModel.getState('dirty') === false;
+    if (widget.context && widget.context.path.endsWith('.chat'))
+      return widget.context.model.sharedModel.getState('dirty') === false;
   }
   return false;
 }"""
@@ -236,7 +237,8 @@ def test_in_the_notebooks_own_kernel_the_agent_sees_the_users_variables_and_an_a
             "Reading yours.",
             tool_calls=(
                 python_call(
-                    "doubled = my_threshold * 2\nprint('doubled is', doubled, 'costs', int(pd.read_csv(data.costs).cost.sum()))"
+                    "doubled = my_threshold * 2\nprint('doubled is', doubled, 'costs', "
+                    "int(pd.read_csv(data.costs).cost.sum()))"
                 ),
             ),
         )

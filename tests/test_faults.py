@@ -225,7 +225,8 @@ with KernelSession(Path.cwd() / "flood") as session:  # the test's own tmp_path:
     [
         "print('x' * 400_000_000)",
         "import sys\nfor _ in range(400):\n    sys.stdout.write('y' * 1_000_000)",
-        "from IPython.display import HTML, display\nfor _ in range(300):\n    display(HTML('<p>' + 'z' * 1_000_000 + '</p>'))",
+        "from IPython.display import HTML, display\nfor _ in range(300):\n    display(HTML('<p>' + 'z' * 1_000_000 + "
+        "'</p>'))",
     ],
     ids=["one-400MB-print", "400x1MB-writes", "300x1MB-HTML"],
 )
@@ -428,7 +429,7 @@ def test_loopback_inside_the_offline_kernel_works(offline: KernelSession) -> Non
 
 
 def test_secrets_are_invisible_inside_the_kernel(offline: KernelSession) -> None:
-    seen = offline.execute("import os\nsorted(name for name in os.environ if name in %r)" % sorted(SECRETS))
+    seen = offline.execute(f"import os\nsorted(name for name in os.environ if name in {sorted(SECRETS)!r})")
     assert seen.result_text == "[]"
     dump = offline.execute("print(dict(os.environ))").stdout
     assert not any(value in dump for value in SECRETS.values())

@@ -206,7 +206,8 @@ def test_variables_restart_and_secrets(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
     run(
         client,
-        "frame = pd.read_csv(data.sales)\ngrid = np.zeros((3, 4))\nleak = __import__('os').environ.get('OPENAI_API_KEY')",
+        "frame = pd.read_csv(data.sales)\ngrid = np.zeros((3, 4))\nleak = "
+        "__import__('os').environ.get('OPENAI_API_KEY')",
     )
     listed = client.call("list_variables")
     rows = {row["name"]: row for row in listed.structured_content["variables"]}

@@ -1,5 +1,6 @@
 """Operating the service: ``/ready`` says whether this replica can serve (its database answers, at the
-current migration; a real PostgreSQL stopped and started again), ``/metrics`` is Prometheus' text format with runs by status, live kernels, the
+current migration; a real PostgreSQL stopped and started again), ``/metrics`` is Prometheus' text format with runs by
+status, live kernels, the
 write queue and the model's latency; both open like ``/health``, so probes need no key. Requests that
 arrive at once never start more runs than ``max_running``."""
 

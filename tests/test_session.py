@@ -83,7 +83,10 @@ def test_clear_output_wait_keeps_only_the_last(shared: KernelSession) -> None:
 
 
 def test_display_update_replaces_by_display_id(shared: KernelSession) -> None:
-    code = "from IPython.display import display\nh = display('first', display_id=True)\nprint('between')\nh.update('second')"
+    code = (
+        "from IPython.display import display\nh = display('first', "
+        "display_id=True)\nprint('between')\nh.update('second')"
+    )
     result = shared.execute(code)
     displays = [o for o in result.outputs if o["output_type"] == "display_data"]
     assert len(displays) == 1
@@ -117,7 +120,10 @@ def test_long_sleep_times_out_and_keeps_state(shared: KernelSession) -> None:
 
 def test_swallowed_interrupt_forces_a_restart(session: KernelSession) -> None:
     session.execute("doomed = 1")
-    code = "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        print('caught')"
+    code = (
+        "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        "
+        "print('caught')"
+    )
     started = time.monotonic()
     result = session.execute(code, timeout=2)
     assert time.monotonic() - started < 10

@@ -75,7 +75,10 @@ def usage_text(usage: Usage) -> str:
     if not usage.total_tokens:
         return "tokens not reported"
     thought = f", {usage.reasoning_tokens:,} of it reasoning" if usage.reasoning_tokens else ""
-    return f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} completion{thought})"
+    return (
+        f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} "
+        f"completion{thought})"
+    )
 
 
 def thinking_text(thinking: str, *, expanded: bool = True, max_lines: int = 30) -> Text:

@@ -4,8 +4,8 @@ A message to KernelAgent in a JupyterLab chat is a task: the persona runs ``Asyn
 sandboxed kernel of its own (or, with ``kernel = "notebook"``, opt-in, attached to the notebook's own kernel,
 unconfined, which the chat says: ``kernels.py``), streams the reply into one chat message (``chat.py``) and writes each
 round into the open notebook's shared document as it happens (``live.py``): its code as it starts, what
-it prints as it runs, the finished round's cells (outputs, figures, execution count) when it ends. The notebook is one the
-message names (``… in analysis.ipynb``), else ``<chat name>.ipynb`` beside the chat, created if
+it prints as it runs, the finished round's cells (outputs, figures, execution count) when it ends. The notebook is
+one the message names (``… in analysis.ipynb``), else ``<chat name>.ipynb`` beside the chat, created if
 missing. Data files are paths the message names (relative to the chat's folder) and the message's
 attachments; they are copied into the run's workspace, ``<chat name>-agent/`` beside the chat, so
 the notebook's own kernel finds them when it re-runs the cells (the setup cell goes there). The run's

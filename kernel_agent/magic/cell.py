@@ -101,7 +101,10 @@ class AgentMagics(Magics):
     @argument(
         "--sandbox",
         choices=("strict", "off"),
-        help="strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: KERNEL_AGENT_SANDBOX]",
+        help=(
+            "strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: "
+            "KERNEL_AGENT_SANDBOX]"
+        ),
     )
     @argument(
         "--network",
@@ -124,7 +127,10 @@ class AgentMagics(Magics):
     @argument(
         "--gateway",
         metavar="URL",
-        help="run the agent's kernel on this Jupyter Kernel/Enterprise Gateway; the token comes from KERNEL_AGENT_GATEWAY_TOKEN only (never type it into a cell) [env: KERNEL_AGENT_GATEWAY_URL]",
+        help=(
+            "run the agent's kernel on this Jupyter Kernel/Enterprise Gateway; the token comes from "
+            "KERNEL_AGENT_GATEWAY_TOKEN only (never type it into a cell) [env: KERNEL_AGENT_GATEWAY_URL]"
+        ),
     )
     @argument("--gateway-kernel", metavar="NAME", help="the gateway's kernelspec to start (default: the gateway's)")
     @argument(

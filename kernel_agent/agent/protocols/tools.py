@@ -81,7 +81,7 @@ class ToolsProtocol(Protocol):
             return super().assistant_message(reply, step)
         calls = [
             {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-            for call_id, call in zip(_call_ids(reply), reply.tool_calls)
+            for call_id, call in zip(_call_ids(reply), reply.tool_calls, strict=True)
         ]
         return {"role": "assistant", "content": step.reply_text or None, "tool_calls": calls}
 
