@@ -9,7 +9,9 @@ EG_STAMP := $(VENV)/enterprise-gateway/.installed
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
 
-.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap r-kernel postgresql
+LINTED := kernel_agent tests bench
+
+.PHONY: demo demo-plan lint test test-fast bench install clean chromium bubblewrap r-kernel postgresql
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -77,12 +79,22 @@ postgresql:
 	  fi; \
 	fi
 
-test: $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
+# What reviewers check by eye, in seconds: lint, formatting and types (mypy's settings are in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+
+# lint first (seconds), then the bench's smoke run (each part once, tiny sizes: fails only when a part raises),
+# then the suite.
+test: lint $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
+	$(BIN)/python bench/run.py --smoke
 	$(BIN)/python -m pytest -q
 
-# The fast tier while you work: no kernel, no browser (tests/tiers.py keeps the markers honest), < 1 min.
-test-fast: $(STAMP) postgresql
-	$(BIN)/python -m pytest -q -m "not kernel and not browser"
+# The fast tier while you work: no kernel, browser, PostgreSQL or network (tests/tiers.py keeps the markers
+# honest), < 1 min.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not kernel and not browser and not postgresql"
 
 bench: $(STAMP) $(EG_STAMP) postgresql
 	$(BIN)/python bench/run.py

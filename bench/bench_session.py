@@ -30,9 +30,11 @@ from typing import Any
 
 import deepanalyze
 import raw
+from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from report import Row, median, p95
 
 from kernel_agent.kernel.outputs import OutputCollector
+from kernel_agent.kernel.providers.local import LocalProvider
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 
@@ -69,8 +71,7 @@ def roundtrip(quick: bool) -> list[Row]:
                 started = time.process_time()
                 samples[name] += runners[name](per_block)
                 cpu[name] += time.process_time() - started
-        assert session.async_session.client is not None
-        messages = session._loop.run(raw.iopub_messages(session.async_session.client, ROUNDTRIP_CODE))
+        messages = session._loop.run(raw.iopub_messages(_local(session.async_session)[1], ROUNDTRIP_CODE))
     base, n = samples["raw"], blocks * per_block
     return [
         Row(
@@ -100,10 +101,18 @@ def _fold_seconds(messages: list[dict[str, Any]], number: int = 200) -> float:
     return min(timeit.repeat(fold, number=number, repeat=5)) / number
 
 
+def _local(session: AsyncKernelSession) -> tuple[AsyncKernelManager, AsyncKernelClient]:
+    """The started session's manager and client: raw jupyter_client runs over the very same sockets."""
+    provider = session.provider
+    assert isinstance(provider, LocalProvider), provider
+    assert provider.manager is not None and provider.client is not None, "the session is not started"
+    return provider.manager, provider.client
+
+
 def _roundtrip_runners(session: KernelSession) -> dict[str, Callable[[int], list[float]]]:
     loop = session._loop  # the facade's private loop: the async session and its sockets live there
     inner = session.async_session
-    assert inner.client is not None
+    client = _local(inner)[1]
 
     def sync(count: int) -> list[float]:
         times = []
@@ -118,14 +127,14 @@ def _roundtrip_runners(session: KernelSession) -> dict[str, Callable[[int], list
         times = []
         for _ in range(count):
             started = time.perf_counter()
-            loop.run(raw.roundtrip(inner.client, ROUNDTRIP_CODE))
+            loop.run(raw.roundtrip(client, ROUNDTRIP_CODE))
             times.append(time.perf_counter() - started)
         return times
 
     return {
         "sync": sync,
         "async": lambda count: loop.run(_async_roundtrips(inner, count)),
-        "raw": lambda count: loop.run(raw.timed_roundtrips(inner.client, ROUNDTRIP_CODE, count)),
+        "raw": lambda count: loop.run(raw.timed_roundtrips(client, ROUNDTRIP_CODE, count)),
         "raw_hop": raw_hop,
     }
 
@@ -201,8 +210,8 @@ def timeouts(quick: bool) -> list[Row]:
             return past
 
         def floor(code: str, restart: bool) -> float:
-            assert inner.manager is not None and inner.client is not None
-            return loop.run(raw.stop_at_deadline(inner.manager, inner.client, code, DEADLINE_S, restart=restart))
+            manager, client = _local(inner)
+            return loop.run(raw.stop_at_deadline(manager, client, code, DEADLINE_S, restart=restart))
 
         spin = _interleaved({"ours": lambda: ours(SPIN, False), "raw": lambda: floor(SPIN, False)}, spins)
         stuck = _interleaved({"ours": lambda: ours(STUBBORN, True), "raw": lambda: floor(STUBBORN, True)}, stubborn)

@@ -42,7 +42,7 @@ class _EventBase:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: ``{"event": kind, ...fields}``."""
         out: dict[str, Any] = {"event": self.kind}
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):  # type: ignore[arg-type]  # every event is a dataclass; this base is not
             out[f.name] = _jsonable(getattr(self, f.name))
         return out
 

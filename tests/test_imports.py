@@ -101,6 +101,7 @@ ALLOWED = {
     "notebook": SHARED | {"kernel"},
     "agent": SHARED | {"kernel", "model", "notebook"},
     "demo": SHARED | {"model"},
+    "testing": SHARED | {"kernel"},  # FakeKernel, for tests of code that drives a kernel
     "magic": BELOW_FRONT_ENDS,
     "server": BELOW_FRONT_ENDS,
     "mcp": BELOW_FRONT_ENDS,

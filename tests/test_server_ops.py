@@ -56,6 +56,7 @@ def test_ready_is_true_only_at_the_current_migration(server: ServiceServer) -> N
         database.close()
 
 
+@pytest.mark.postgresql
 def test_ready_follows_the_database_going_away_and_coming_back(openai_server: OpenAIServer, tmp_path: Path) -> None:
     with (
         PostgresServer() as postgres,

@@ -18,7 +18,7 @@ from openai_server import OpenAIServer, Reply, python_call
 from postgres import PostgresServer
 from replicas import Replica, follow
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
 
 
 @pytest.fixture(scope="module")

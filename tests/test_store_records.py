@@ -35,7 +35,7 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def database(request: pytest.FixtureRequest) -> str | None:
     """None (the embedded SQLite default) or a fresh database on a real PostgreSQL."""
     if request.param == "sqlite":

@@ -389,8 +389,8 @@ def _table(
     elif len(frame):
         lines.append(f"No missing values{where}.")
     if len(frame):
-        shown = min(HEAD_ROWS, len(frame))
-        lines.append(f"First {shown} rows:" if shown > 1 else "First row:")
+        first = min(HEAD_ROWS, len(frame))
+        lines.append(f"First {first} rows:" if first > 1 else "First row:")
         lines.append(_markdown_table(frame.head(HEAD_ROWS)))
     return "\n".join(lines)
 

@@ -829,7 +829,7 @@ def serve(
             lease_ttl=lease_ttl,
             drain_grace=drain_grace,
         )
-        run_server(config, host, port, log_format)  # type: ignore[arg-type]
+        run_server(config, host, port, log_format)  # type: ignore[arg-type]  # click.Choice gave one of its names
 
 
 @cli.command()

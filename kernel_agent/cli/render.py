@@ -323,12 +323,12 @@ class QuietRenderer:
 
     def handle(self, event: Event) -> None:
         if event.kind == "error":
-            self.err.write(f"error: {event.message}\n")  # type: ignore[union-attr]
-        if event.kind == "notice" and "unconfined" in event.message:  # type: ignore[union-attr]
-            self.err.write(f"warning: {event.message}\n")  # type: ignore[union-attr]  # quiet, not silent
+            self.err.write(f"error: {event.message}\n")  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
+        if event.kind == "notice" and "unconfined" in event.message:  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
+            self.err.write(f"warning: {event.message}\n")  # type: ignore[union-attr]  # by kind; quiet, not silent
         if event.kind != "finished":
             return
-        run: Run = event.run  # type: ignore[union-attr]
+        run: Run = event.run  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
         if run.answer is not None:
             self.out.write(run.answer.rstrip("\n") + "\n")
         else:

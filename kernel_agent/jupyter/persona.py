@@ -145,12 +145,12 @@ class KernelAgentPersona(BasePersona):
                 if event.kind in _SYNCED:
                     await conversation.sync()
                 elif event.kind == "code_ready":
-                    conversation.live.running(event.round, event.reasoning, event.code)  # type: ignore[attr-defined]
+                    conversation.live.running(event.round, event.reasoning, event.code)
                 elif event.kind == "execution_finished":
-                    result = event.result  # type: ignore[attr-defined]
-                    conversation.live.finished(event.round, list(result.outputs), result.execution_count)  # type: ignore[attr-defined]
+                    result = event.result
+                    conversation.live.finished(event.round, list(result.outputs), result.execution_count)
                 elif event.kind == "execution_output":
-                    conversation.live.output(event.round, event.text)  # type: ignore[attr-defined]
+                    conversation.live.output(event.round, event.text)
                 redraw.request()
         except asyncio.CancelledError:
             reply.stopped()

@@ -335,8 +335,8 @@ def _artifacts(value: Any) -> tuple[Artifact, ...]:
     for item in _list(value):
         item = _mapping(item)
         if isinstance(item.get("path"), str):
-            change = "modified" if item.get("change") == "modified" else "created"
-            found.append(Artifact(item["path"], _int(item.get("size")), change))
+            modified = item.get("change") == "modified"
+            found.append(Artifact(item["path"], _int(item.get("size")), "modified" if modified else "created"))
     return tuple(found)
 
 

@@ -164,7 +164,9 @@ async def async_replay(
         stop = await _execute(executed, cwd, timeout, kernel_name, path, limits, python)
     anchors = [*_anchors(meta), datetime.now(UTC)]
     folders = [folder / prefix for folder, prefix in sources.places]
-    paths = [variant for folder in (*folders, cwd) for variant in (os.path.abspath(folder), os.path.realpath(folder))]
+    paths = [
+        variant for folder in (*folders, Path(cwd)) for variant in (os.path.abspath(folder), os.path.realpath(folder))
+    ]
     cells = _check_cells(recorded, executed, stop, check, anchors, paths)
     return ReplayReport(path, cells, checked=check, duration_s=time.monotonic() - started, notebook=executed)
 
@@ -413,7 +415,7 @@ def _item_difference(old: tuple[Any, ...], new: tuple[Any, ...]) -> str:
         return f"recorded types {', '.join(old[1])} but replayed {', '.join(new[1])}"
     if old[3] != new[3]:
         sizes = old[3], new[3]
-        if None in sizes or any(abs(a - b) > 1 for a, b in zip(*sizes, strict=True)):  # type: ignore[arg-type]
+        if None in sizes or any(abs(a - b) > 1 for a, b in zip(*sizes, strict=True)):
             return f"image size: recorded {_size(old[3])} but replayed {_size(new[3])}"
     return _text_difference(old[2], new[2])
 

@@ -88,7 +88,9 @@ class ToolsProtocol(Protocol):
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
         if step.tool_call_id is None:
             return [{"role": "user", "content": feedback.with_files}]
-        messages = [{"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.with_files}]
+        messages: list[dict[str, Any]] = [
+            {"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.with_files}
+        ]
         messages += _skipped(step, self.language.tool)
         parts = self._image_parts(feedback)
         if parts:

@@ -115,7 +115,8 @@ def _wrap_stream(stream: Any, cap: OutputCap) -> None:
             if kept:
                 write(kept)
             return len(text)
-        return write(text)
+        written: int = write(text)
+        return written
 
     stream.write = capped_write
 
