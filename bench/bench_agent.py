@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from deepanalyze import execute as run_in_subprocess
-from report import Row
+from report import Row, scaled
 
 from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.events import ExecutionFinished, RunFinished
@@ -164,7 +164,7 @@ def side_by_side(
     scratch = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         csv = scratch / "big.csv"
-        _make_csv(csv, 60_000 if quick else 930_000)  # ~50 MB in full
+        _make_csv(csv, scaled(quick, 930_000, 60_000, 2_000))  # ~50 MB in full
         size_mb = csv.stat().st_size / 1e6
         (scratch / "sub").mkdir()
         shutil.copy(csv, scratch / "sub" / "big.csv")

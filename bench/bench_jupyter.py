@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from report import Row, median
+from report import Row, median, scaled
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
@@ -164,7 +164,7 @@ def cells(quick: bool, pause: float = MODEL_PAUSE_S) -> list[Row]:
     answering each request after ``pause`` seconds."""
     from playwright.sync_api import sync_playwright
 
-    rounds = 3 if quick else 8
+    rounds = scaled(quick, 8, 3, 1)
     with OpenAIServer() as model, sync_playwright() as playwright:
         for k in range(1, rounds + 1):
             model.add(Reply(f"Round {k}.", tool_calls=(python_call(_round(k)),), pause=pause))
@@ -249,7 +249,7 @@ def first_token(quick: bool) -> list[Row]:
     """The chat's time to the first streamed text vs the CLI's, alternating, one fresh kernel each."""
     from playwright.sync_api import sync_playwright
 
-    samples = 1 if quick else 3
+    samples = scaled(quick, 3, 1, 1)
     chat_times: list[float] = []
     cli_times: list[float] = []
     with OpenAIServer() as model, sync_playwright() as playwright:

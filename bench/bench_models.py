@@ -19,7 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from report import Row, median
+from report import Row, median, scaled
 
 from kernel_agent.agent.protocols import DeepAnalyzeProtocol, TagsProtocol
 from kernel_agent.kernel.outputs import OutputCaps
@@ -40,7 +40,7 @@ FORGOTTEN = textwrap.dedent("""\
 
 def figures(quick: bool) -> list[Row]:
     """One cell drawing 300 figures: capped in the kernel vs every figure rendered."""
-    runs = 1 if quick else 3
+    runs = scaled(quick, 3, 1, 1)
     samples: dict[str, list[float]] = {"capped": [], "rendered": []}
     for _ in range(runs):
         for side, cap in (("capped", 50), ("rendered", 10_000)):
@@ -66,7 +66,7 @@ def figures(quick: bool) -> list[Row]:
 
 def exit_time(quick: bool) -> list[Row]:
     """Seconds from a script's last line to its exit, with a session it never closed."""
-    runs = 2 if quick else 5
+    runs = scaled(quick, 5, 2, 1)
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-exit-"))
     try:
         script = scratch / "forgotten.py"
@@ -101,7 +101,7 @@ def _parse_all(size: int, copies: int) -> float:
 
 def parse(quick: bool) -> list[Row]:
     """Hostile replies: 1 MB each once vs 100 kB each ten times (the same bytes in total)."""
-    runs = 1 if quick else 3
+    runs = scaled(quick, 3, 1, 1)
     big = median([_parse_all(1_000_000, 1) for _ in range(runs)])
     small = median([_parse_all(100_000, 10) for _ in range(runs)])
     return [

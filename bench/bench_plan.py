@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench_agent import _BODIES, _CLEAN, _LOAD, _PRELUDE, _make_csv
 from deepanalyze import execute as run_in_subprocess
-from report import Row
+from report import Row, scaled
 
 from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.agent.plan.runner import PlanOptions
@@ -90,7 +90,7 @@ def _per_process(csv: Path, workspace: Path) -> tuple[float, dict[str, str]]:
 
 def plan_vs_process(quick: bool) -> list[Row]:
     """The whole plan: one kernel (incl. its start and the model's plan) vs six processes."""
-    rows = 50_000 if quick else 250_000
+    rows = scaled(quick, 250_000, 50_000, 2_000)
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
         csv = Path(tmp) / "big.csv"
         _make_csv(csv, rows)

@@ -31,7 +31,7 @@ from typing import Any
 import deepanalyze
 import raw
 from jupyter_client import AsyncKernelClient, AsyncKernelManager
-from report import Row, median, p95
+from report import Row, median, p95, scaled
 
 from kernel_agent.kernel.outputs import OutputCollector
 from kernel_agent.kernel.providers.local import LocalProvider
@@ -59,7 +59,7 @@ def roundtrip(quick: bool) -> list[Row]:
     Blocks of 10 rather than 100: on a shared 2-core machine the background
     load changes within a second, and short blocks spread it evenly.
     """
-    blocks, per_block = (10, 10) if quick else (100, 10)
+    blocks, per_block = scaled(quick, (100, 10), (10, 10), (1, 2))
     with KernelSession() as session:
         runners = _roundtrip_runners(session)
         for run in runners.values():
@@ -152,7 +152,7 @@ async def _async_roundtrips(session: AsyncKernelSession, count: int) -> list[flo
 # ------------------------------------------------------------------ cold start
 def cold_start(quick: bool) -> list[Row]:
     """A new session to its first result, with and without the pandas/pyplot imports."""
-    runs = 2 if quick else 5
+    runs = scaled(quick, 5, 2, 1)
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-"))
     try:
         ipython_dir = scratch / "ipython"
@@ -197,7 +197,7 @@ def _session_cold(code: str) -> float:
 # ------------------------------------------------------------------ timeouts
 def timeouts(quick: bool) -> list[Row]:
     """Seconds past a 1 s deadline until the result is back: interrupt path and restart path."""
-    spins, stubborn = (2, 1) if quick else (5, 3)
+    spins, stubborn = scaled(quick, (5, 3), (2, 1), (1, 1))
     with KernelSession() as session:
         loop, inner = session._loop, session.async_session
 
@@ -234,7 +234,7 @@ def timeouts(quick: bool) -> list[Row]:
 # ------------------------------------------------------------------ process per call
 def subprocess_executor(quick: bool) -> list[Row]:
     """The same 25 steps through one session and through a new process per step."""
-    reps = 1 if quick else 3
+    reps = scaled(quick, 3, 1, 1)
     workspace = Path(tempfile.mkdtemp(prefix="ka-bench-ws-"))
     try:
         _write_sales(workspace / "sales.csv")

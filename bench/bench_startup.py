@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from report import Row, median
+from report import Row, median, scaled
 
 import kernel_agent
 
@@ -98,7 +98,7 @@ def cli(quick: bool) -> list[Row]:
     runs[BASELINE] = ([*python, "-c", "print('ok')"], "ok")
     runs["import nbformat"] = ([*python, "-c", "import nbformat; print('ok')"], "ok")
     runs["ours"] = ([*python, "-c", "import kernel_agent._nbformat; print('ok')"], "ok")
-    medians = _medians(runs, 3 if quick else 10)
+    medians = _medians(runs, scaled(quick, 10, 3, 1))
     floor = medians[BASELINE]
     rows = [Row(f"{name} vs {BASELINE}", medians[name], floor, max_seconds=TARGET_SECONDS) for name in COMMANDS]
     rows.append(
@@ -217,7 +217,7 @@ def servers(quick: bool) -> list[Row]:
             "mcp": lambda: _mcp_ready(environment, root),
             BASELINE: lambda: _timed(python, environment, "ok"),
         }
-        medians = _taking_turns(timers, 3 if quick else 10)
+        medians = _taking_turns(timers, scaled(quick, 10, 3, 1))
     floor = medians[BASELINE]
     return [
         Row(f"kernel-agent serve: spawn to /health answered vs {BASELINE}", medians["serve"], floor, max_seconds=1.0),
@@ -276,7 +276,7 @@ def magic(quick: bool) -> list[Row]:
     environment = _environment()
     loads, plain = [], []
     asyncio.run(_load_ext_once(environment))  # warm-up, discarded
-    for _ in range(3 if quick else 10):
+    for _ in range(scaled(quick, 10, 3, 1)):
         load, one = asyncio.run(_load_ext_once(environment))
         loads.append(load)
         plain.append(one)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from report import Row, median
+from report import Row, median, scaled
 
 from kernel_agent.kernel.partial import OutputChunk
 from kernel_agent.kernel.session_sync import KernelSession
@@ -27,7 +27,7 @@ LAST_LINE = "line 199999\n"
 
 def chatty(quick: bool) -> list[Row]:
     """Median seconds of the chatty cell with and without ``on_output``, alternating."""
-    rounds = 3 if quick else 9
+    rounds = scaled(quick, 9, 3, 1)
     with_callback: list[float] = []
     without: list[float] = []
     chunk_counts: list[int] = []
