@@ -10,7 +10,6 @@ import secrets
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -32,12 +31,6 @@ from kernel_agent.server.records import ThreadRecord
 from kernel_agent.server.service import Service
 
 NO_MODEL = "http://127.0.0.1:9/v1"  # no request here reaches a model
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])

@@ -21,12 +21,6 @@ from replicas import Replica, follow
 pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
-
-
 @pytest.fixture
 def pair(
     postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path, request: pytest.FixtureRequest
