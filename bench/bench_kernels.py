@@ -167,7 +167,9 @@ def analysis(quick: bool) -> list[Row]:
     """The 10-round analysis from a warm pool vs its executions alone and vs a process per round."""
     runs: list[tuple[float, list[float], list[str]]] = []
     size_mb, _, (theirs_total, _, _) = side_by_side(
-        quick, "ka-bench-warm-", lambda csv, workspace: _warm_runs(csv, workspace, scaled(quick, WARM_RUNS, 1, 1), runs)
+        quick,
+        "ka-bench-warm-",
+        lambda csv, workspace, rounds: _warm_runs(csv, workspace, scaled(quick, WARM_RUNS, 1, 1), runs, rounds),
     )
     n = len(runs[0][1])
     ratios = [total / sum(rounds) for total, rounds, _ in runs]
@@ -188,7 +190,7 @@ def analysis(quick: bool) -> list[Row]:
 
 
 async def _warm_runs(
-    csv: Path, workspace: Path, count: int, runs: list[tuple[float, list[float], list[str]]]
+    csv: Path, workspace: Path, count: int, runs: list[tuple[float, list[float], list[str]]], rounds: int | None
 ) -> tuple[float, list[float], list[str]]:
     """``count`` runs, each on a kernel from a full pool (as between two runs of a service), into ``runs``;
     returns the first."""
@@ -196,7 +198,7 @@ async def _warm_runs(
         await asyncio.gather(kernels.wait_ready(), asyncio.to_thread(warm_host))
         for index in range(count):
             await kernels.wait_ready()
-            runs.append(await _through_agent(csv, workspace / f"run-{index + 1}", kernels.acquire))
+            runs.append(await _through_agent(csv, workspace / f"run-{index + 1}", kernels.acquire, rounds=rounds))
     return runs[0]
 
 

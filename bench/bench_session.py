@@ -31,7 +31,7 @@ from typing import Any
 import deepanalyze
 import raw
 from jupyter_client import AsyncKernelClient, AsyncKernelManager
-from report import Row, median, p95, scaled
+from report import Row, Scale, median, p95, scaled
 
 from kernel_agent.kernel.outputs import OutputCollector
 from kernel_agent.kernel.providers.local import LocalProvider
@@ -162,7 +162,7 @@ def cold_start(quick: bool) -> list[Row]:
             "ours_imports": lambda: _session_cold(IMPORTS),
             "stock_imports": lambda: asyncio.run(raw.cold_start(IMPORTS, scratch, ipython_dir)),
         }
-        for measure in measures.values():
+        for measure in measures.values() if quick != Scale.SMOKE else ():
             measure()  # warm-up: .pyc files, the page cache, the stock kernel's profile
         samples = _interleaved(measures, runs)
     finally:
@@ -233,13 +233,14 @@ def timeouts(quick: bool) -> list[Row]:
 
 # ------------------------------------------------------------------ process per call
 def subprocess_executor(quick: bool) -> list[Row]:
-    """The same 25 steps through one session and through a new process per step."""
+    """The same 25 steps (5 in a smoke run) through one session and through a new process per step."""
     reps = scaled(quick, 3, 1, 1)
     workspace = Path(tempfile.mkdtemp(prefix="ka-bench-ws-"))
     try:
         _write_sales(workspace / "sales.csv")
-        steps = _workload()
-        deepanalyze.execute("pass", workspace)  # warm-up
+        steps = _workload()[: scaled(quick, None, None, 5)]
+        if quick != Scale.SMOKE:
+            deepanalyze.execute("pass", workspace)  # warm-up
         ours: list[dict[str, Any]] = []
         theirs: list[dict[str, Any]] = []
         for rep in range(reps):

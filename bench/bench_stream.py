@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from report import Row, median, scaled
+from report import Row, Scale, median, scaled
 
 from kernel_agent.kernel.partial import OutputChunk
 from kernel_agent.kernel.session_sync import KernelSession
@@ -32,7 +32,8 @@ def chatty(quick: bool) -> list[Row]:
     without: list[float] = []
     chunk_counts: list[int] = []
     with KernelSession() as session:
-        session.execute(CHATTY)  # warm-up, discarded
+        if quick != Scale.SMOKE:
+            session.execute(CHATTY)  # warm-up, discarded
         for index in range(rounds):
             for streamed in (True, False) if index % 2 == 0 else (False, True):
                 chunks: list[OutputChunk] = []
