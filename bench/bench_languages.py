@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from report import Row, median, scaled
+from report import Row, Scale, median, scaled
 
 from kernel_agent.agent.languages import PYTHON, R
 from kernel_agent.kernel.session import AsyncKernelSession
@@ -57,9 +57,13 @@ def r(quick: bool) -> list[Row]:
 
 
 def env(quick: bool) -> list[Row]:
-    """A second environment's Python kernel cold start vs the default, alternating."""
+    """A second environment's Python kernel cold start vs the default, alternating. A smoke run names this
+    environment's own interpreter (the --python path runs; no new venv is built and filled)."""
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-env-"))
     try:
+        if quick == Scale.SMOKE:
+            ours, base = asyncio.run(_alternate(1, scratch, {"python": sys.executable}))
+            return [Row("this environment's own Python as --python vs default (smoke)", median(ours), median(base))]
         venv = scratch / "venv"
         subprocess.run([str(Path(sys.base_prefix) / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
         subprocess.run(

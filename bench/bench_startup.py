@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from report import Row, median, scaled
+from report import Row, Scale, median, scaled
 
 import kernel_agent
 
@@ -217,7 +217,7 @@ def servers(quick: bool) -> list[Row]:
             "mcp": lambda: _mcp_ready(environment, root),
             BASELINE: lambda: _timed(python, environment, "ok"),
         }
-        medians = _taking_turns(timers, scaled(quick, 10, 3, 1))
+        medians = _taking_turns(timers, scaled(quick, 10, 3, 1), warm=quick != Scale.SMOKE)
     floor = medians[BASELINE]
     return [
         Row(f"kernel-agent serve: spawn to /health answered vs {BASELINE}", medians["serve"], floor, max_seconds=1.0),
@@ -241,9 +241,10 @@ def servers(quick: bool) -> list[Row]:
     ]
 
 
-def _taking_turns(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
-    """The median of each timer over ``rounds``, after one discarded warm-up each, the order rotated."""
-    for timer in timers.values():
+def _taking_turns(timers: dict[str, Callable[[], float]], rounds: int, warm: bool = True) -> dict[str, float]:
+    """The median of each timer over ``rounds``, after one discarded warm-up each (unless not ``warm``), the order
+    rotated."""
+    for timer in timers.values() if warm else ():
         timer()
     times: dict[str, list[float]] = {name: [] for name in timers}
     names = list(timers)

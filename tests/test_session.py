@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,12 +100,9 @@ def test_carriage_returns_resolve_like_a_terminal(shared: KernelSession) -> None
 
 def test_interruptible_loop_times_out_and_keeps_state(shared: KernelSession) -> None:
     shared.execute("survivor = 'still here'")
-    started = time.monotonic()
-    result = shared.execute("while True: pass", timeout=2)
-    elapsed = time.monotonic() - started
+    result = shared.execute("while True: pass", timeout=2)  # how soon it returns: bench's session.timeout rows
     assert result.status == "timeout"
     assert result.state_lost is False
-    assert elapsed < 6
     assert "still defined" in result.to_llm_text()
     assert shared.execute("survivor").result_text == "'still here'"
 
@@ -124,9 +120,7 @@ def test_swallowed_interrupt_forces_a_restart(session: KernelSession) -> None:
         "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        "
         "print('caught')"
     )
-    started = time.monotonic()
-    result = session.execute(code, timeout=2)
-    assert time.monotonic() - started < 10
+    result = session.execute(code, timeout=2)  # how soon it returns: bench's session.timeout rows
     assert result.status == "timeout"
     assert result.state_lost is True
     assert "restarted" in result.note
