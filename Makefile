@@ -9,7 +9,9 @@ EG_STAMP := $(VENV)/enterprise-gateway/.installed
 CHROMIUM ?= /usr/bin/chromium
 export CHROMIUM
 
-.PHONY: demo demo-plan test test-fast bench install clean chromium bubblewrap r-kernel postgresql docs screenshots
+LINTED := kernel_agent tests bench
+
+.PHONY: demo demo-plan lint test test-fast bench install clean chromium bubblewrap r-kernel postgresql docs screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -77,7 +79,16 @@ postgresql:
 	  fi; \
 	fi
 
-test: $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql docs
+# What reviewers check by eye, in seconds: lint, formatting and types (mypy's settings are in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+
+# lint and the strict docs build first, then the bench's smoke run (each part once, tiny sizes: fails only when a part raises),
+# then the suite.
+test: lint docs $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
+	$(BIN)/python bench/run.py --smoke
 	$(BIN)/python -m pytest -q
 
 # The docs site (mkdocs.yml, docs/), built strictly: a broken link, a missing reference or a warning fails.
@@ -96,9 +107,10 @@ screenshots: $(STAMP) chromium
 	mkdir -p docs/images
 	for name in $(SCREENSHOTS); do cp tests/artifacts/$$name.png docs/images/$$name.png; done
 
-# The fast tier while you work: no kernel, no browser (tests/tiers.py keeps the markers honest), < 1 min.
-test-fast: $(STAMP) postgresql
-	$(BIN)/python -m pytest -q -m "not kernel and not browser"
+# The fast tier while you work: no kernel, browser, PostgreSQL or network (tests/tiers.py keeps the markers
+# honest), < 1 min.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not kernel and not browser and not postgresql"
 
 bench: $(STAMP) $(EG_STAMP) postgresql
 	$(BIN)/python bench/run.py

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from deepanalyze import execute as run_in_subprocess
-from report import Row
+from report import Row, scaled
 
 from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.events import ExecutionFinished, RunFinished
@@ -55,12 +55,15 @@ _BODIES = [
     "print(df['revenue'].describe().round(3).to_string())",
     "print(df.nlargest(3, 'revenue')[['region', 'category', 'revenue']].round(2).to_string())",
 ]
-_PRELUDE = "import numpy as np\nimport pandas as pd\nimport matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+_PRELUDE = (
+    "import numpy as np\nimport pandas as pd\nimport matplotlib\nmatplotlib.use('Agg')\nimport "
+    "matplotlib.pyplot as plt\n"
+)
 
 
-def _rounds() -> list[str]:
-    """What the agent's model sends: round 1 loads, round 2 cleans, the rest use state."""
-    return [_LOAD, _CLEAN, *_BODIES]
+def _rounds(count: int | None = None) -> list[str]:
+    """What the agent's model sends: round 1 loads, round 2 cleans, the rest use state (the first ``count``)."""
+    return [_LOAD, _CLEAN, *_BODIES][:count]
 
 
 def _standalone(index: int) -> str:
@@ -111,12 +114,16 @@ class _TimedModel(ScriptedChatModel):
 
 
 async def _through_agent(
-    csv: Path, workspace: Path, session_factory: KernelFactory | None = None, gaps: list[float] | None = None
+    csv: Path,
+    workspace: Path,
+    session_factory: KernelFactory | None = None,
+    gaps: list[float] | None = None,
+    rounds: int | None = None,
 ) -> tuple[float, list[float], list[str]]:
     """The scripted run (its kernel from ``session_factory``, default a fresh one): wall time,
     each execution's own duration, what each printed. ``gaps`` gets, per executed round, the agent's own
     time from the model's reply to its next request, the execution's own duration taken out."""
-    replies = [f"<Code>\n{code}\n</Code>" for code in _rounds()] + ["<Answer>done</Answer>"]
+    replies = [f"<Code>\n{code}\n</Code>" for code in _rounds(rounds)] + ["<Answer>done</Answer>"]
     model = _TimedModel(replies)
     agent = AsyncAgent(
         protocol="tags", chat_model=model, exec_timeout=600, max_rounds=20, session_factory=session_factory
@@ -137,9 +144,9 @@ async def _through_agent(
     return time.perf_counter() - started, per_round, outputs
 
 
-def _through_subprocesses(workspace: Path) -> tuple[float, list[float], list[str]]:
+def _through_subprocesses(workspace: Path, rounds: int | None = None) -> tuple[float, list[float], list[str]]:
     per_round, outputs = [], []
-    for index in range(len(_rounds())):
+    for index in range(len(_rounds(rounds))):
         started = time.perf_counter()
         outputs.append(run_in_subprocess(_standalone(index), workspace))
         per_round.append(time.perf_counter() - started)
@@ -154,19 +161,23 @@ def _same(ours: list[str], theirs: list[str]) -> None:
 
 
 def side_by_side(
-    quick: bool, prefix: str, ours: Callable[[Path, Path], Awaitable[tuple[float, list[float], list[str]]]]
+    quick: bool,
+    prefix: str,
+    ours: Callable[[Path, Path, int | None], Awaitable[tuple[float, list[float], list[str]]]],
 ) -> tuple[float, tuple[float, list[float], list[str]], tuple[float, list[float], list[str]]]:
-    """The CSV's size in MB, then ``ours(csv, workspace)`` and the process-per-round baseline on the
-    same data (answers checked equal), each as (wall time, per-round times, outputs). Cleans up."""
+    """The CSV's size in MB, then ``ours(csv, workspace, rounds)`` and the process-per-round baseline on the
+    same data (answers checked equal), each as (wall time, per-round times, outputs); all 10 rounds, 3 in a
+    smoke run (``rounds``). Cleans up."""
+    rounds = scaled(quick, None, None, 3)
     scratch = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         csv = scratch / "big.csv"
-        _make_csv(csv, 60_000 if quick else 930_000)  # ~50 MB in full
+        _make_csv(csv, scaled(quick, 930_000, 60_000, 2_000))  # ~50 MB in full
         size_mb = csv.stat().st_size / 1e6
         (scratch / "sub").mkdir()
         shutil.copy(csv, scratch / "sub" / "big.csv")
-        mine = asyncio.run(ours(csv, scratch / "agent"))
-        theirs = _through_subprocesses(scratch / "sub")
+        mine = asyncio.run(ours(csv, scratch / "agent", rounds))
+        theirs = _through_subprocesses(scratch / "sub", rounds)
         _same(mine[2], theirs[2])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -176,7 +187,9 @@ def side_by_side(
 def analysis(quick: bool) -> list[Row]:
     gaps: list[float] = []
     size_mb, (ours_total, ours_rounds, _), (theirs_total, theirs_rounds, _) = side_by_side(
-        quick, "ka-bench-agent-", lambda csv, workspace: _through_agent(csv, workspace, gaps=gaps)
+        quick,
+        "ka-bench-agent-",
+        lambda csv, workspace, rounds: _through_agent(csv, workspace, gaps=gaps, rounds=rounds),
     )
     n = len(ours_rounds)
     return [

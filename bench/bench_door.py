@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from report import Row, median
+from report import Row, median, scaled
 
 from kernel_agent.kernel.door import CHUNK, Door
 
@@ -73,7 +73,7 @@ def download(quick: bool) -> list[Row]:
 
             if through_door() != size or plain_open() != size:
                 raise AssertionError("a download read the wrong number of bytes")
-            ours, theirs = _alternate(through_door, plain_open, 5 if quick else 15, repeat)
+            ours, theirs = _alternate(through_door, plain_open, scaled(quick, 15, 5, 1), repeat)
             # A tiny file's read is a few syscalls: there the door's extra open/fstat/close of the workspace
             # fd shows as a ratio but is microseconds against a request; the row informs, it has no target.
             target = 1.05 if size >= 1024 * 1024 else None
@@ -105,7 +105,7 @@ def artifacts(quick: bool) -> list[Row]:
 
         if through_door() != 2000 or walk_and_stat() != 2000:
             raise AssertionError("a listing missed files")
-        ours, theirs = _alternate(through_door, walk_and_stat, 5 if quick else 15, 3)
+        ours, theirs = _alternate(through_door, walk_and_stat, scaled(quick, 15, 5, 1), 3)
     return [
         Row("artifact listing of 2,000 files in 40 folders: the door vs os.walk + stat", ours, theirs, max_ratio=1.05)
     ]
@@ -123,7 +123,7 @@ def network(quick: bool) -> list[Row]:
 
         return run
 
-    ours, theirs = _alternate(start(True), start(False), 3 if quick else 7, 1)
+    ours, theirs = _alternate(start(True), start(False), scaled(quick, 7, 3, 1), 1)
     return [Row("session start to first result, network on (pasta) vs off", ours, theirs)]
 
 

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from report import Row, median
+from report import Row, median, scaled
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
@@ -49,7 +49,8 @@ CHAT = ".jp-chat-widget"
 WAIT_MS = 180_000
 _SAVED = """() => {
   for (const widget of window.jupyterapp.shell.widgets('main'))
-    if (widget.context && widget.context.path.endsWith('.chat')) return widget.context.model.sharedModel.getState('dirty') === false;
+    if (widget.context && widget.context.path.endsWith('.chat'))
+      return widget.context.model.sharedModel.getState('dirty') === false;
   return false;
 }"""
 _WIRE = """() => {  // before JupyterLab loads: when each round's output first arrives over a websocket
@@ -60,7 +61,8 @@ _WIRE = """() => {  // before JupyterLab loads: when each round's output first a
     constructor(...args) {
       super(...args);
       this.addEventListener('message', (event) => {
-        if (!(event.data instanceof ArrayBuffer) && !(event.data instanceof Blob) && typeof event.data !== 'string') return;
+        const data = event.data;
+        if (!(data instanceof ArrayBuffer) && !(data instanceof Blob) && typeof data !== 'string') return;
         const now = Date.now() / 1000;
         const read = (text) => { for (const match of text.matchAll(/round (\\d+) done at [0-9]/g))
           if (!(match[1] in window.__wire)) window.__wire[match[1]] = now; };
@@ -162,7 +164,7 @@ def cells(quick: bool, pause: float = MODEL_PAUSE_S) -> list[Row]:
     answering each request after ``pause`` seconds."""
     from playwright.sync_api import sync_playwright
 
-    rounds = 3 if quick else 8
+    rounds = scaled(quick, 8, 3, 1)
     with OpenAIServer() as model, sync_playwright() as playwright:
         for k in range(1, rounds + 1):
             model.add(Reply(f"Round {k}.", tool_calls=(python_call(_round(k)),), pause=pause))
@@ -247,7 +249,7 @@ def first_token(quick: bool) -> list[Row]:
     """The chat's time to the first streamed text vs the CLI's, alternating, one fresh kernel each."""
     from playwright.sync_api import sync_playwright
 
-    samples = 1 if quick else 3
+    samples = scaled(quick, 3, 1, 1)
     chat_times: list[float] = []
     cli_times: list[float] = []
     with OpenAIServer() as model, sync_playwright() as playwright:

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from bench_agent import _through_agent, side_by_side
-from report import Row, median, p95
+from report import Row, median, p95, scaled
 
 from kernel_agent.agent.loop import warm_host
 from kernel_agent.kernel.pool import KernelPool
@@ -48,7 +48,7 @@ NAME = "kernels"
 # ------------------------------------------------------------------ pool
 def pool(quick: bool) -> list[Row]:
     """Warm acquire (to a first ``1+1``) vs cold start (to a first ``1+1``), alternating."""
-    return asyncio.run(_pool(2 if quick else 8))
+    return asyncio.run(_pool(scaled(quick, 8, 2, 1)))
 
 
 async def _pool(count: int) -> list[Row]:
@@ -83,7 +83,7 @@ async def _check(kernel: AsyncKernelSession) -> None:
 # ------------------------------------------------------------------ gateway
 def gateway(quick: bool) -> list[Row]:
     """``1+1`` over a stock and a NODELAY Kernel Gateway and a stock Enterprise Gateway vs local, blocks of 10."""
-    blocks = 3 if quick else 15
+    blocks = scaled(quick, 15, 3, 1)
     rows = []
     servers = (
         ("gateway (without server TCP_NODELAY)", lambda: KernelGateway()),
@@ -127,7 +127,7 @@ async def _roundtrips(server: KernelGateway, blocks: int) -> tuple[list[float], 
 # ------------------------------------------------------------------ concurrent
 def concurrent(quick: bool) -> list[Row]:
     """16 sessions at once (4 in ``--quick``), each 20 small executes; every one must complete."""
-    return asyncio.run(_concurrent(4 if quick else 16))
+    return asyncio.run(_concurrent(scaled(quick, 16, 4, 2)))
 
 
 async def _concurrent(count: int) -> list[Row]:
@@ -167,7 +167,9 @@ def analysis(quick: bool) -> list[Row]:
     """The 10-round analysis from a warm pool vs its executions alone and vs a process per round."""
     runs: list[tuple[float, list[float], list[str]]] = []
     size_mb, _, (theirs_total, _, _) = side_by_side(
-        quick, "ka-bench-warm-", lambda csv, workspace: _warm_runs(csv, workspace, 1 if quick else WARM_RUNS, runs)
+        quick,
+        "ka-bench-warm-",
+        lambda csv, workspace, rounds: _warm_runs(csv, workspace, scaled(quick, WARM_RUNS, 1, 1), runs, rounds),
     )
     n = len(runs[0][1])
     ratios = [total / sum(rounds) for total, rounds, _ in runs]
@@ -188,7 +190,7 @@ def analysis(quick: bool) -> list[Row]:
 
 
 async def _warm_runs(
-    csv: Path, workspace: Path, count: int, runs: list[tuple[float, list[float], list[str]]]
+    csv: Path, workspace: Path, count: int, runs: list[tuple[float, list[float], list[str]]], rounds: int | None
 ) -> tuple[float, list[float], list[str]]:
     """``count`` runs, each on a kernel from a full pool (as between two runs of a service), into ``runs``;
     returns the first."""
@@ -196,7 +198,7 @@ async def _warm_runs(
         await asyncio.gather(kernels.wait_ready(), asyncio.to_thread(warm_host))
         for index in range(count):
             await kernels.wait_ready()
-            runs.append(await _through_agent(csv, workspace / f"run-{index + 1}", kernels.acquire))
+            runs.append(await _through_agent(csv, workspace / f"run-{index + 1}", kernels.acquire, rounds=rounds))
     return runs[0]
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from report import Row, median
+from report import Row, Scale, median, scaled
 
 from kernel_agent.agent.languages import PYTHON, R
 from kernel_agent.kernel.session import AsyncKernelSession
@@ -50,16 +50,20 @@ def r(quick: bool) -> list[Row]:
     """R kernel cold start vs the default Python kernel, alternating."""
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-r-"))
     try:
-        ours, base = asyncio.run(_alternate(2 if quick else 6, scratch, {"kernel_name": "ir"}))
+        ours, base = asyncio.run(_alternate(scaled(quick, 6, 2, 1), scratch, {"kernel_name": "ir"}))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return [Row("R kernel (IRkernel) cold start to first 1+1 vs default Python kernel", median(ours), median(base))]
 
 
 def env(quick: bool) -> list[Row]:
-    """A second environment's Python kernel cold start vs the default, alternating."""
+    """A second environment's Python kernel cold start vs the default, alternating. A smoke run names this
+    environment's own interpreter (the --python path runs; no new venv is built and filled)."""
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-env-"))
     try:
+        if quick == Scale.SMOKE:
+            ours, base = asyncio.run(_alternate(1, scratch, {"python": sys.executable}))
+            return [Row("this environment's own Python as --python vs default (smoke)", median(ours), median(base))]
         venv = scratch / "venv"
         subprocess.run([str(Path(sys.base_prefix) / "bin" / "python3"), "-m", "venv", str(venv)], check=True)
         subprocess.run(
@@ -74,7 +78,7 @@ def env(quick: bool) -> list[Row]:
             ],
             check=True,
         )
-        ours, base = asyncio.run(_alternate(2 if quick else 6, scratch, {"python": str(venv / "bin" / "python")}))
+        ours, base = asyncio.run(_alternate(scaled(quick, 6, 2, 1), scratch, {"python": str(venv / "bin" / "python")}))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return [Row("second-environment Python kernel (--python) cold start vs default", median(ours), median(base))]
@@ -82,7 +86,7 @@ def env(quick: bool) -> list[Row]:
 
 def probe(quick: bool) -> list[Row]:
     """The package probe on a started kernel, Python (user_expressions) and R (run quietly)."""
-    return asyncio.run(_probe(3 if quick else 10))
+    return asyncio.run(_probe(scaled(quick, 10, 3, 1)))
 
 
 async def _probe(count: int) -> list[Row]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from report import Row, median, p95
+from report import Row, median, p95, scaled
 
 from kernel_agent.kernel.session import AsyncKernelSession
 
@@ -71,7 +71,7 @@ async def _roundtrips(blocks: int, per_block: int, root: Path) -> dict[str, list
 
 
 def roundtrip(quick: bool) -> list[Row]:
-    blocks, per_block = (4, 5) if quick else (30, 10)
+    blocks, per_block = scaled(quick, (30, 10), (4, 5), (1, 2))
     with tempfile.TemporaryDirectory(prefix="bench-mcp-") as root:
         samples = asyncio.run(_roundtrips(blocks, per_block, Path(root)))
     n = blocks * per_block
@@ -108,7 +108,7 @@ async def _first_session(root: Path) -> float:
 
 
 def firstcall(quick: bool) -> list[Row]:
-    runs = 2 if quick else 5
+    runs = scaled(quick, 5, 2, 1)
     ours, base = [], []
     with tempfile.TemporaryDirectory(prefix="bench-mcp-") as root:
         for _ in range(runs):

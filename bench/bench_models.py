@@ -19,7 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from report import Row, median
+from report import Row, median, scaled
 
 from kernel_agent.agent.protocols import DeepAnalyzeProtocol, TagsProtocol
 from kernel_agent.kernel.outputs import OutputCaps
@@ -28,7 +28,7 @@ from kernel_agent.model.chat import ModelReply
 
 NAME = "models"
 
-FIGURES = "for i in range(300):\n    fig, ax = plt.subplots(figsize=(3, 2))\n    ax.plot([0, i])\n"
+FIGURES = "for i in range({count}):\n    fig, ax = plt.subplots(figsize=(3, 2))\n    ax.plot([0, i])\n"
 FORGOTTEN = textwrap.dedent("""\
     import sys, time
     from kernel_agent.kernel.session_sync import KernelSession
@@ -39,24 +39,25 @@ FORGOTTEN = textwrap.dedent("""\
 
 
 def figures(quick: bool) -> list[Row]:
-    """One cell drawing 300 figures: capped in the kernel vs every figure rendered."""
-    runs = 1 if quick else 3
+    """One cell drawing 300 figures (12 in a smoke run, capped at 5): capped in the kernel vs every figure
+    rendered."""
+    runs, count, limit = scaled(quick, (3, 300, 50), (1, 300, 50), (1, 12, 5))
     samples: dict[str, list[float]] = {"capped": [], "rendered": []}
     for _ in range(runs):
-        for side, cap in (("capped", 50), ("rendered", 10_000)):
+        for side, cap in (("capped", limit), ("rendered", 10_000)):
             with (
                 tempfile.TemporaryDirectory() as workspace,
                 KernelSession(workspace, caps=OutputCaps(max_images=cap)) as session,
             ):
                 session.execute("%matplotlib inline\nimport matplotlib.pyplot as plt")
                 started = time.perf_counter()
-                result = session.execute(FIGURES, timeout=300)
+                result = session.execute(FIGURES.format(count=count), timeout=300)
                 samples[side].append(time.perf_counter() - started)
-                if result.status != "ok" or len(result.images) != min(cap, 300):
+                if result.status != "ok" or len(result.images) != min(cap, count):
                     raise AssertionError(f"{side}: {result!r}")
     return [
         Row(
-            f"300 figures in one cell, median of {runs}: cap 50 in the kernel vs all rendered",
+            f"{count} figures in one cell, median of {runs}: cap {limit} in the kernel vs all rendered",
             median(samples["capped"]),
             median(samples["rendered"]),
             max_ratio=0.8,
@@ -66,7 +67,7 @@ def figures(quick: bool) -> list[Row]:
 
 def exit_time(quick: bool) -> list[Row]:
     """Seconds from a script's last line to its exit, with a session it never closed."""
-    runs = 2 if quick else 5
+    runs = scaled(quick, 5, 2, 1)
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-exit-"))
     try:
         script = scratch / "forgotten.py"
@@ -101,12 +102,14 @@ def _parse_all(size: int, copies: int) -> float:
 
 def parse(quick: bool) -> list[Row]:
     """Hostile replies: 1 MB each once vs 100 kB each ten times (the same bytes in total)."""
-    runs = 1 if quick else 3
-    big = median([_parse_all(1_000_000, 1) for _ in range(runs)])
-    small = median([_parse_all(100_000, 10) for _ in range(runs)])
+    runs = scaled(quick, 3, 1, 1)
+    size = scaled(quick, 1_000_000, 1_000_000, 100_000)  # a tenth in a smoke run
+    big = median([_parse_all(size, 1) for _ in range(runs)])
+    small = median([_parse_all(size // 10, 10) for _ in range(runs)])
     return [
         Row(
-            f"parse {len(_HOSTILE)} hostile replies × 2 protocols: 1 MB once vs 100 kB ten times, median of {runs}",
+            f"parse {len(_HOSTILE)} hostile replies × 2 protocols: {size:,} B once vs a tenth ten times, "
+            f"median of {runs}",
             big,
             small,
             max_ratio=1.5,

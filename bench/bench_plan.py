@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench_agent import _BODIES, _CLEAN, _LOAD, _PRELUDE, _make_csv
 from deepanalyze import execute as run_in_subprocess
-from report import Row
+from report import Row, scaled
 
 from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.agent.plan.runner import PlanOptions
@@ -31,7 +31,8 @@ from kernel_agent.agent.plan.state import PlanState, state_path
 from kernel_agent.model.scripted import ScriptedChatModel
 
 NAME = "plan"
-_KERNEL_PRELUDE = "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\n"  # inline figures, as the agent's kernel shows them
+# inline figures, as the agent's kernel shows them
+_KERNEL_PRELUDE = "import numpy as np\nimport pandas as pd\nimport matplotlib.pyplot as plt\n"
 
 _NODES = [
     ("load", _KERNEL_PRELUDE + _LOAD, []),
@@ -43,25 +44,27 @@ _NODES = [
 ]
 
 
-def _plan_replies() -> list[str]:
+def _plan_replies(nodes: list[tuple[str, str, list[str]]]) -> list[str]:
     plan = {
         "directions": ["descriptive"],
         "nodes": [
             {"id": i, "title": i.replace("_", " "), "kind": "visualisation" if i == "plot" else "code", "depends_on": d}
-            for i, _, d in _NODES
+            for i, _, d in nodes
         ],
     }
     replies = [json.dumps(plan)]
-    for node_id, code, _ in _NODES:
+    for node_id, code, _ in nodes:
         replies.append(f"```python\n{code}\n```")
         if node_id == "plot":
             replies.append("A bar per region.")
     return replies
 
 
-async def _through_plan(csv: Path, workspace: Path) -> tuple[float, dict[str, str]]:
+async def _through_plan(
+    csv: Path, workspace: Path, nodes: list[tuple[str, str, list[str]]]
+) -> tuple[float, dict[str, str]]:
     shutil.copy(csv, workspace / csv.name)
-    agent = AsyncAgent(chat_model=ScriptedChatModel(_plan_replies()), preload=False)
+    agent = AsyncAgent(chat_model=ScriptedChatModel(_plan_replies(nodes)), preload=False)
     notebook = workspace.with_name(f"{workspace.name}.plan.ipynb")
     started = time.perf_counter()
     async with agent:
@@ -76,11 +79,11 @@ async def _through_plan(csv: Path, workspace: Path) -> tuple[float, dict[str, st
     return elapsed, {k: r.output_text().strip().splitlines()[-1] for k, r in results.items()}
 
 
-def _per_process(csv: Path, workspace: Path) -> tuple[float, dict[str, str]]:
+def _per_process(csv: Path, workspace: Path, nodes: list[tuple[str, str, list[str]]]) -> tuple[float, dict[str, str]]:
     shutil.copy(csv, workspace / csv.name)
     started = time.perf_counter()
     last = {}
-    for index, (node_id, code, _) in enumerate(_NODES):
+    for index, (node_id, code, _) in enumerate(nodes):
         # nothing survives between processes: every one re-imports, re-reads and (after node 1) re-cleans
         steps = [_LOAD, _CLEAN][: index + 1] + ([code] if index >= 2 else [])
         last[node_id] = run_in_subprocess("\n".join([_PRELUDE, *steps]), workspace).strip().splitlines()[-1]
@@ -88,8 +91,10 @@ def _per_process(csv: Path, workspace: Path) -> tuple[float, dict[str, str]]:
 
 
 def plan_vs_process(quick: bool) -> list[Row]:
-    """The whole plan: one kernel (incl. its start and the model's plan) vs six processes."""
-    rows = 50_000 if quick else 250_000
+    """The whole plan: one kernel (incl. its start and the model's plan) vs six processes (three of each in a
+    smoke run)."""
+    rows = scaled(quick, 250_000, 50_000, 2_000)
+    nodes = _NODES[: scaled(quick, None, None, 3)]
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as tmp:
         csv = Path(tmp) / "big.csv"
         _make_csv(csv, rows)
@@ -97,13 +102,14 @@ def plan_vs_process(quick: bool) -> list[Row]:
         ours_dir, theirs_dir = Path(tmp) / "ours", Path(tmp) / "theirs"
         ours_dir.mkdir()
         theirs_dir.mkdir()
-        ours, ours_last = asyncio.run(_through_plan(csv, ours_dir))
-        theirs, theirs_last = _per_process(csv, theirs_dir)
+        ours, ours_last = asyncio.run(_through_plan(csv, ours_dir, nodes))
+        theirs, theirs_last = _per_process(csv, theirs_dir, nodes)
     if ours_last != theirs_last:
         raise RuntimeError(f"the two sides disagree: {ours_last} vs {theirs_last}")
     return [
         Row(
-            f"6-node plan on a {size_mb:.0f} MB CSV, whole run incl. kernel start: one kernel vs process per node",
+            f"{len(nodes)}-node plan on a {size_mb:.0f} MB CSV, whole run incl. kernel start: one kernel vs "
+            "process per node",
             ours,
             theirs,
             max_ratio=0.6,

@@ -23,7 +23,7 @@ from pathlib import Path
 import raw
 from bench_agent import _CLEAN, _LOAD, _make_csv
 from jupyter_client import AsyncKernelManager
-from report import Row, median, p95
+from report import Row, median, p95, scaled
 
 from kernel_agent.kernel.sandbox.bwrap import find_bwrap
 from kernel_agent.kernel.sandbox.limits import Limits
@@ -41,9 +41,11 @@ _ROUNDS = [
     "print(df[['units', 'price', 'discount', 'revenue']].corr().round(4).to_string())",
     (
         "means = df.groupby('product', as_index=False)['revenue'].mean().rename(columns={'revenue': 'mean_rev'})\n"
-        "merged = df.merge(means, on='product')\nprint(len(merged), round(float((merged.revenue > merged.mean_rev).mean()), 4))"
+        "merged = df.merge(means, on='product')\nprint(len(merged), round(float((merged.revenue > "
+        "merged.mean_rev).mean()), 4))"
     ),
-    "fig, ax = plt.subplots(figsize=(6, 3))\ndf.groupby('region')['revenue'].sum().plot.bar(ax=ax)\nplt.show()\nprint('plotted')",
+    "fig, ax = plt.subplots(figsize=(6, "
+    "3))\ndf.groupby('region')['revenue'].sum().plot.bar(ax=ax)\nplt.show()\nprint('plotted')",
     "print(df.pivot_table(index='region', columns='category', values='revenue', aggfunc='sum').round(1).to_string())",
     "print(df.nlargest(3, 'revenue')[['region', 'category', 'revenue']].round(2).to_string())",
 ]
@@ -59,7 +61,7 @@ def start(quick: bool) -> list[Row]:
     times: dict[str, list[float]] = {"strict": [], "off": []}
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-sandbox-"))
     try:
-        for index in range(2 if quick else 8):
+        for index in range(scaled(quick, 8, 2, 1)):
             for mode in ("strict", "off") if index % 2 == 0 else ("off", "strict"):
                 started = time.perf_counter()
                 with KernelSession(scratch / f"{mode}-{index}", limits=_limits(mode)) as session:
@@ -86,7 +88,7 @@ def roundtrip(quick: bool) -> list[Row]:
             KernelSession(scratch / "off", limits=_limits("off")) as off,
         ):
             sessions = {"strict": strict, "off": off}
-            for block in range(10 if quick else 100):
+            for block in range(scaled(quick, 100, 10, 1)):
                 for mode in ("strict", "off") if block % 2 == 0 else ("off", "strict"):
                     for _ in range(10):
                         started = time.perf_counter()
@@ -156,9 +158,9 @@ def compute(quick: bool) -> list[Row]:
     times: dict[str, list[float]] = {"ours": [], "stock": []}
     try:
         csv = scratch / "big.csv"
-        _make_csv(csv, 60_000 if quick else 930_000)
+        _make_csv(csv, scaled(quick, 930_000, 60_000, 2_000))
         size_mb = csv.stat().st_size / 1e6
-        for index in range(1 if quick else 5):
+        for index in range(scaled(quick, 5, 1, 1)):
             for side in ("ours", "stock") if index % 2 == 0 else ("stock", "ours"):
                 workspace = scratch / f"{side}-{index}"
                 workspace.mkdir()

@@ -310,7 +310,10 @@ def main() -> None:
         kernels_cpu = memory.kernel_cpu
     first = sorted(r[0] for r in results)
     answer = sorted(r[1] for r in results)
-    p95 = lambda xs: xs[min(len(xs) - 1, int(0.95 * len(xs)))]
+
+    def p95(xs: list[float]) -> float:
+        return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
+
     completed = sum(1 for r in results if r[2] == "completed")
     print(
         f"runs {args.runs}, {args.concurrent} at once, pool {args.pool}: {completed} completed in {wall:.1f} s "

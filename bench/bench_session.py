@@ -30,9 +30,11 @@ from typing import Any
 
 import deepanalyze
 import raw
-from report import Row, median, p95
+from jupyter_client import AsyncKernelClient, AsyncKernelManager
+from report import Row, Scale, median, p95, scaled
 
 from kernel_agent.kernel.outputs import OutputCollector
+from kernel_agent.kernel.providers.local import LocalProvider
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 
@@ -57,7 +59,7 @@ def roundtrip(quick: bool) -> list[Row]:
     Blocks of 10 rather than 100: on a shared 2-core machine the background
     load changes within a second, and short blocks spread it evenly.
     """
-    blocks, per_block = (10, 10) if quick else (100, 10)
+    blocks, per_block = scaled(quick, (100, 10), (10, 10), (1, 2))
     with KernelSession() as session:
         runners = _roundtrip_runners(session)
         for run in runners.values():
@@ -69,8 +71,7 @@ def roundtrip(quick: bool) -> list[Row]:
                 started = time.process_time()
                 samples[name] += runners[name](per_block)
                 cpu[name] += time.process_time() - started
-        assert session.async_session.client is not None
-        messages = session._loop.run(raw.iopub_messages(session.async_session.client, ROUNDTRIP_CODE))
+        messages = session._loop.run(raw.iopub_messages(_local(session.async_session)[1], ROUNDTRIP_CODE))
     base, n = samples["raw"], blocks * per_block
     return [
         Row(
@@ -100,10 +101,18 @@ def _fold_seconds(messages: list[dict[str, Any]], number: int = 200) -> float:
     return min(timeit.repeat(fold, number=number, repeat=5)) / number
 
 
+def _local(session: AsyncKernelSession) -> tuple[AsyncKernelManager, AsyncKernelClient]:
+    """The started session's manager and client: raw jupyter_client runs over the very same sockets."""
+    provider = session.provider
+    assert isinstance(provider, LocalProvider), provider
+    assert provider.manager is not None and provider.client is not None, "the session is not started"
+    return provider.manager, provider.client
+
+
 def _roundtrip_runners(session: KernelSession) -> dict[str, Callable[[int], list[float]]]:
     loop = session._loop  # the facade's private loop: the async session and its sockets live there
     inner = session.async_session
-    assert inner.client is not None
+    client = _local(inner)[1]
 
     def sync(count: int) -> list[float]:
         times = []
@@ -118,14 +127,14 @@ def _roundtrip_runners(session: KernelSession) -> dict[str, Callable[[int], list
         times = []
         for _ in range(count):
             started = time.perf_counter()
-            loop.run(raw.roundtrip(inner.client, ROUNDTRIP_CODE))
+            loop.run(raw.roundtrip(client, ROUNDTRIP_CODE))
             times.append(time.perf_counter() - started)
         return times
 
     return {
         "sync": sync,
         "async": lambda count: loop.run(_async_roundtrips(inner, count)),
-        "raw": lambda count: loop.run(raw.timed_roundtrips(inner.client, ROUNDTRIP_CODE, count)),
+        "raw": lambda count: loop.run(raw.timed_roundtrips(client, ROUNDTRIP_CODE, count)),
         "raw_hop": raw_hop,
     }
 
@@ -143,7 +152,7 @@ async def _async_roundtrips(session: AsyncKernelSession, count: int) -> list[flo
 # ------------------------------------------------------------------ cold start
 def cold_start(quick: bool) -> list[Row]:
     """A new session to its first result, with and without the pandas/pyplot imports."""
-    runs = 2 if quick else 5
+    runs = scaled(quick, 5, 2, 1)
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-"))
     try:
         ipython_dir = scratch / "ipython"
@@ -153,7 +162,7 @@ def cold_start(quick: bool) -> list[Row]:
             "ours_imports": lambda: _session_cold(IMPORTS),
             "stock_imports": lambda: asyncio.run(raw.cold_start(IMPORTS, scratch, ipython_dir)),
         }
-        for measure in measures.values():
+        for measure in measures.values() if quick != Scale.SMOKE else ():
             measure()  # warm-up: .pyc files, the page cache, the stock kernel's profile
         samples = _interleaved(measures, runs)
     finally:
@@ -188,7 +197,7 @@ def _session_cold(code: str) -> float:
 # ------------------------------------------------------------------ timeouts
 def timeouts(quick: bool) -> list[Row]:
     """Seconds past a 1 s deadline until the result is back: interrupt path and restart path."""
-    spins, stubborn = (2, 1) if quick else (5, 3)
+    spins, stubborn = scaled(quick, (5, 3), (2, 1), (1, 1))
     with KernelSession() as session:
         loop, inner = session._loop, session.async_session
 
@@ -201,8 +210,8 @@ def timeouts(quick: bool) -> list[Row]:
             return past
 
         def floor(code: str, restart: bool) -> float:
-            assert inner.manager is not None and inner.client is not None
-            return loop.run(raw.stop_at_deadline(inner.manager, inner.client, code, DEADLINE_S, restart=restart))
+            manager, client = _local(inner)
+            return loop.run(raw.stop_at_deadline(manager, client, code, DEADLINE_S, restart=restart))
 
         spin = _interleaved({"ours": lambda: ours(SPIN, False), "raw": lambda: floor(SPIN, False)}, spins)
         stuck = _interleaved({"ours": lambda: ours(STUBBORN, True), "raw": lambda: floor(STUBBORN, True)}, stubborn)
@@ -224,13 +233,14 @@ def timeouts(quick: bool) -> list[Row]:
 
 # ------------------------------------------------------------------ process per call
 def subprocess_executor(quick: bool) -> list[Row]:
-    """The same 25 steps through one session and through a new process per step."""
-    reps = 1 if quick else 3
+    """The same 25 steps (5 in a smoke run) through one session and through a new process per step."""
+    reps = scaled(quick, 3, 1, 1)
     workspace = Path(tempfile.mkdtemp(prefix="ka-bench-ws-"))
     try:
         _write_sales(workspace / "sales.csv")
-        steps = _workload()
-        deepanalyze.execute("pass", workspace)  # warm-up
+        steps = _workload()[: scaled(quick, None, None, 5)]
+        if quick != Scale.SMOKE:
+            deepanalyze.execute("pass", workspace)  # warm-up
         ours: list[dict[str, Any]] = []
         theirs: list[dict[str, Any]] = []
         for rep in range(reps):

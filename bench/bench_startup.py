@@ -11,7 +11,8 @@
   ``kernel_agent._nbformat`` defers that grammar to its first use, which is the next row.
 * ``servers``: from spawning ``kernel-agent serve`` to its first ``200`` on ``/health`` (plain, and with
   ``--pool 2``, whose kernels start in the background; ``/health`` answers while the app is still being
-  imported, so a row also times the first ``/v1/info``, which waits for the whole app), and from spawning ``kernel-agent mcp`` (stdio)
+  imported, so a row also times the first ``/v1/info``, which waits for the whole app), and from spawning
+  ``kernel-agent mcp`` (stdio)
   to its answer to ``initialize``; each server is then stopped (SIGTERM; stdin closed) and must exit 0.
   Median of 10 (3 with ``--quick``), taking turns with ``python -c pass``. Target: 1 s.
 * ``magic``: ``%load_ext kernel_agent`` in a fresh kernel (a stock ``python3`` ipykernel, as in
@@ -37,7 +38,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from report import Row, median
+from report import Row, Scale, median, scaled
 
 import kernel_agent
 
@@ -97,7 +98,7 @@ def cli(quick: bool) -> list[Row]:
     runs[BASELINE] = ([*python, "-c", "print('ok')"], "ok")
     runs["import nbformat"] = ([*python, "-c", "import nbformat; print('ok')"], "ok")
     runs["ours"] = ([*python, "-c", "import kernel_agent._nbformat; print('ok')"], "ok")
-    medians = _medians(runs, 3 if quick else 10)
+    medians = _medians(runs, scaled(quick, 10, 3, 1))
     floor = medians[BASELINE]
     rows = [Row(f"{name} vs {BASELINE}", medians[name], floor, max_seconds=TARGET_SECONDS) for name in COMMANDS]
     rows.append(
@@ -216,7 +217,7 @@ def servers(quick: bool) -> list[Row]:
             "mcp": lambda: _mcp_ready(environment, root),
             BASELINE: lambda: _timed(python, environment, "ok"),
         }
-        medians = _taking_turns(timers, 3 if quick else 10)
+        medians = _taking_turns(timers, scaled(quick, 10, 3, 1), warm=quick != Scale.SMOKE)
     floor = medians[BASELINE]
     return [
         Row(f"kernel-agent serve: spawn to /health answered vs {BASELINE}", medians["serve"], floor, max_seconds=1.0),
@@ -240,9 +241,10 @@ def servers(quick: bool) -> list[Row]:
     ]
 
 
-def _taking_turns(timers: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
-    """The median of each timer over ``rounds``, after one discarded warm-up each, the order rotated."""
-    for timer in timers.values():
+def _taking_turns(timers: dict[str, Callable[[], float]], rounds: int, warm: bool = True) -> dict[str, float]:
+    """The median of each timer over ``rounds``, after one discarded warm-up each (unless not ``warm``), the order
+    rotated."""
+    for timer in timers.values() if warm else ():
         timer()
     times: dict[str, list[float]] = {name: [] for name in timers}
     names = list(timers)
@@ -275,7 +277,7 @@ def magic(quick: bool) -> list[Row]:
     environment = _environment()
     loads, plain = [], []
     asyncio.run(_load_ext_once(environment))  # warm-up, discarded
-    for _ in range(3 if quick else 10):
+    for _ in range(scaled(quick, 10, 3, 1)):
         load, one = asyncio.run(_load_ext_once(environment))
         loads.append(load)
         plain.append(one)

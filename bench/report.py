@@ -1,4 +1,5 @@
-"""Benchmark rows and the table they make: ``Row``, ``render``, ``median``, ``p95``.
+"""Benchmark rows and the table they make: ``Row``, ``render``, ``median``, ``p95``; and ``Scale``, how
+big a run is (``scaled`` picks a part's size for it).
 
 Owns the one value every benchmark module returns (a ``Row``: a metric, our
 time, a baseline time, a target) and its two renderings, plain text for a
@@ -7,12 +8,31 @@ terminal and markdown for ``bench/README.md``. Pure: no kernels, no clocks.
 
 from __future__ import annotations
 
+import enum
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["Row", "median", "p95", "render"]
+__all__ = ["Row", "Scale", "median", "p95", "render", "scaled"]
+
+T = TypeVar("T")
+
+
+class Scale(enum.IntEnum):
+    """How big a run is. A part receives it as its one argument (``quick``): true for ``QUICK`` and
+    ``SMOKE``, so ``x if quick else y`` still reads as before; ``scaled`` tells the three apart."""
+
+    FULL = 0  # numbers to quote
+    QUICK = 1  # few iterations: numbers to glance at
+    SMOKE = 2  # each part once at tiny sizes, for CI: it must not raise; its numbers mean nothing
+
+
+def scaled(scale: int, full: T, quick: T, smoke: T) -> T:
+    """The size for ``scale`` (a ``Scale``; a plain bool reads as FULL or QUICK)."""
+    return smoke if scale == Scale.SMOKE else quick if scale else full
+
 
 HEADER = ("metric", "ours", "baseline", "ratio / target", "pass?")
 

@@ -45,8 +45,8 @@ def defer_rfc3987_grammar() -> bool:
     def __getattr__(name: str) -> Any:  # noqa: N807 - a module's own __getattr__ (PEP 562)
         return getattr(importlib.import_module(_HELPERS), name)
 
-    stand_in.is_valid_syntax = is_valid_syntax  # type: ignore[attr-defined]
-    stand_in.__getattr__ = __getattr__  # type: ignore[method-assign]
+    stand_in.is_valid_syntax = is_valid_syntax  # type: ignore[attr-defined]  # a module made at runtime
+    stand_in.__getattr__ = __getattr__  # type: ignore[method-assign]  # PEP 562: a module's own __getattr__
     sys.modules[_GRAMMAR] = stand_in
     return True
 

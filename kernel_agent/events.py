@@ -7,7 +7,7 @@ One stream serves every front end: the CLI renders it live, ``--json`` prints
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Union
+from typing import Any
 
 from .records import Artifact, Round, Run
 from .result import ExecutionResult
@@ -42,7 +42,7 @@ class _EventBase:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: ``{"event": kind, ...fields}``."""
         out: dict[str, Any] = {"event": self.kind}
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):  # type: ignore[arg-type]  # every event is a dataclass; this base is not
             out[f.name] = _jsonable(getattr(self, f.name))
         return out
 
@@ -232,25 +232,25 @@ class PlanFinished(_EventBase):
     kind = "plan_finished"
 
 
-PlanEvent = Union[PlanReady, NodeStarted, NodeFinished, Notice, RunError, PlanFinished]
+PlanEvent = PlanReady | NodeStarted | NodeFinished | Notice | RunError | PlanFinished
 
 
-Event = Union[
-    RunStarted,
-    RoundStarted,
-    TextDelta,
-    ReasoningDelta,
-    TextReset,
-    CodeReady,
-    ExecutionStarted,
-    ExecutionOutput,
-    ExecutionFinished,
-    RoundFinished,
-    AnswerReady,
-    Notice,
-    RunError,
-    RunFinished,
-]
+Event = (
+    RunStarted
+    | RoundStarted
+    | TextDelta
+    | ReasoningDelta
+    | TextReset
+    | CodeReady
+    | ExecutionStarted
+    | ExecutionOutput
+    | ExecutionFinished
+    | RoundFinished
+    | AnswerReady
+    | Notice
+    | RunError
+    | RunFinished
+)
 
 
 def _jsonable(value: Any) -> Any:

@@ -3,7 +3,8 @@
 Owns the result value and the text a model sees of it (``to_llm_text``,
 where traceback frames inside installed packages shrink to one line each:
 ``compact_traceback``), and the same rule's view for people (``fold_traceback``: the analysed
-code's frames and the exception first, the installed packages' frames folded). Pure: no kernel, no I/O. Building the outputs from iopub messages is
+code's frames and the exception first, the installed packages' frames folded). Pure: no kernel, no I/O. Building the
+outputs from iopub messages is
 ``outputs.py``'s job.
 """
 

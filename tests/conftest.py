@@ -7,17 +7,25 @@ from pathlib import Path
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
+from openai_server import OpenAIServer
+from postgres import PostgresServer
 from traitlets.config import Config
 
 pytest_plugins = ["leaks", "tiers", "browser"]
-
-from openai_server import OpenAIServer
 
 
 @pytest.fixture
 def openai_server() -> Iterator[OpenAIServer]:
     """A started scripted OpenAI-compatible server; ``add()`` replies, read ``requests``."""
     with OpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL cluster for the whole run (initdb and a start cost seconds): each test makes its own
+    database on it (``postgres.database(name)``); a test that stops its server starts one of its own."""
+    with PostgresServer() as server:
         yield server
 
 

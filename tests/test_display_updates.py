@@ -14,7 +14,10 @@ from kernel_agent.notebook.export import clean_path
 
 pytestmark = pytest.mark.kernel
 
-SHOW = "from IPython.display import display\nprogress = display('step 1 of 3', display_id='progress')\nother = display('untouched', display_id='other')"
+SHOW = (
+    "from IPython.display import display\nprogress = display('step 1 of 3', display_id='progress')\nother = "
+    "display('untouched', display_id='other')"
+)
 UPDATE = "progress.update('step 3 of 3')\nprint('updated')"
 
 

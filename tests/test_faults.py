@@ -138,9 +138,7 @@ def test_swallowed_keyboard_interrupt_ends_in_a_restart(crashy: KernelSession) -
         "import time\nwhile True:\n    try:\n        time.sleep(10)\n"
         "    except KeyboardInterrupt:\n        print('caught')"
     )
-    started = time.monotonic()
-    result = crashy.execute(code, timeout=2)
-    assert time.monotonic() - started < 10
+    result = crashy.execute(code, timeout=2)  # how soon it returns: bench's session.timeout rows
     assert result.status == "timeout" and result.state_lost
     assert "the kernel was restarted" in result.note and "caught" in result.stdout
     assert crashy.execute("doomed").error.ename == "NameError"  # type: ignore[union-attr]
@@ -152,9 +150,7 @@ def test_long_c_call_ends_in_a_restart(crashy: KernelSession) -> None:
         "import sqlite3\nsqlite3.connect(':memory:').execute("
         "'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchall()"
     )
-    started = time.monotonic()
     result = crashy.execute(code, timeout=2)
-    assert time.monotonic() - started < 10
     assert result.status == "timeout" and result.state_lost
     assert "did not stop within 1s of an interrupt after 2s; the kernel was restarted" in result.note
     assert crashy.execute("'back'").result_text == "'back'"
@@ -225,7 +221,8 @@ with KernelSession(Path.cwd() / "flood") as session:  # the test's own tmp_path:
     [
         "print('x' * 400_000_000)",
         "import sys\nfor _ in range(400):\n    sys.stdout.write('y' * 1_000_000)",
-        "from IPython.display import HTML, display\nfor _ in range(300):\n    display(HTML('<p>' + 'z' * 1_000_000 + '</p>'))",
+        "from IPython.display import HTML, display\nfor _ in range(300):\n    display(HTML('<p>' + 'z' * 1_000_000 + "
+        "'</p>'))",
     ],
     ids=["one-400MB-print", "400x1MB-writes", "300x1MB-HTML"],
 )
@@ -428,7 +425,7 @@ def test_loopback_inside_the_offline_kernel_works(offline: KernelSession) -> Non
 
 
 def test_secrets_are_invisible_inside_the_kernel(offline: KernelSession) -> None:
-    seen = offline.execute("import os\nsorted(name for name in os.environ if name in %r)" % sorted(SECRETS))
+    seen = offline.execute(f"import os\nsorted(name for name in os.environ if name in {sorted(SECRETS)!r})")
     assert seen.result_text == "[]"
     dump = offline.execute("print(dict(os.environ))").stdout
     assert not any(value in dump for value in SECRETS.values())
@@ -524,11 +521,9 @@ def test_owner_going_away_leaves_nothing_behind(tmp_path: Path, how: str, says: 
                 time.sleep(0.01)
             assert kernels_of(owner.pid)
             owner.send_signal(signal.SIGINT)
-        started = time.monotonic()
-        _, stderr = owner.communicate(timeout=30)
+        _, stderr = owner.communicate(timeout=30)  # it exits (how soon: bench's models.exit row)
     finally:
         owner.kill()
-    assert time.monotonic() - started < 8
     assert (owner.returncode == 0) == (how == "forgotten"), stderr
     assert says in stderr
     assert kernels_of(owner.pid) == []

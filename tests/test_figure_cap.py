@@ -42,7 +42,7 @@ def test_the_users_own_pythonstartup_still_runs(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("PYTHONSTARTUP", str(startup))
     with KernelSession(tmp_path / "ws", caps=OutputCaps(max_images=1)) as session:
         session.execute("%matplotlib inline")
-        greeting = session.execute("import os\nprint(greeting, os.environ['PYTHONSTARTUP'] == %r)" % str(startup))
+        greeting = session.execute(f"import os\nprint(greeting, os.environ['PYTHONSTARTUP'] == {str(startup)!r})")
         capped = session.execute(
             "import matplotlib.pyplot as plt\nfor i in range(3):\n    plt.figure(); plt.plot([0, i])"
         )

@@ -95,7 +95,8 @@ def test_code_runs_unprivileged_without_capabilities(victim: KernelSession) -> N
         victim,
         """
         import os
-        caps = [line.split()[1] for line in open('/proc/self/status') if line.startswith(('CapEff', 'CapPrm', 'CapBnd'))]
+        caps = [line.split()[1] for line in open('/proc/self/status') if line.startswith(('CapEff', 'CapPrm',
+        'CapBnd'))]
         print(os.getuid(), os.getgid(), caps)
         try:
             os.setuid(0)
@@ -189,7 +190,8 @@ def test_host_tmp_and_homes_are_out_of_view(victim: KernelSession, tmp_path: Pat
         f"""
         import os
         for path in [{str(mine)!r}, '/root', '/home', '/etc/shadow']:
-            print(repr((path, os.path.exists(path) and (os.listdir(path) if os.path.isdir(path) else open(path).read()))))
+            print(repr((path, os.path.exists(path) and (os.listdir(path) if os.path.isdir(path) else
+            open(path).read()))))
         open('/tmp/from-the-sandbox', 'w').write('x')
     """,
     )

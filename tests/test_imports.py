@@ -50,7 +50,10 @@ DOCUMENTED = {
 
 def imported_by(statement: str) -> list[str]:
     """Which of the front-end libraries a fresh interpreter has loaded after ``statement``."""
-    probe = f"import sys\n{statement}\nprint(__import__('json').dumps([m for m in {FRONT_END_LIBRARIES!r} if m in sys.modules]))"
+    probe = (
+        f"import sys\n{statement}\nprint(__import__('json').dumps([m for m in {FRONT_END_LIBRARIES!r} if m in "
+        "sys.modules]))"
+    )
     output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     return json.loads(output)
 
@@ -98,6 +101,7 @@ ALLOWED = {
     "notebook": SHARED | {"kernel"},
     "agent": SHARED | {"kernel", "model", "notebook"},
     "demo": SHARED | {"model"},
+    "testing": SHARED | {"kernel"},  # FakeKernel, for tests of code that drives a kernel
     "magic": BELOW_FRONT_ENDS,
     "server": BELOW_FRONT_ENDS,
     "mcp": BELOW_FRONT_ENDS,

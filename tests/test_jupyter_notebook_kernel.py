@@ -57,7 +57,8 @@ def test_the_agent_runs_in_the_notebooks_own_kernel_sees_its_variables_and_the_s
             "Reading your variable.",
             tool_calls=(
                 python_call(
-                    "revenue = pd.read_csv(data.sales).revenue.sum()\nprint('mine is', my_threshold, 'and revenue', revenue)"
+                    "revenue = pd.read_csv(data.sales).revenue.sum()\nprint('mine is', my_threshold, 'and revenue', "
+                    "revenue)"
                 ),
             ),
         )

@@ -21,6 +21,8 @@ from openai_server import OpenAIServer, Reply, python_call
 from test_planted_modules import PLANTED, USING, execute, planting_code, printed
 from ydoc_client import notebook_cells, shared_document, until
 
+from kernel_agent.jupyter.store import STORE_FILE
+
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(300)]
 
 PERSONA = "jupyter-ai-personas::kernel_agent::KernelAgentPersona"
@@ -311,3 +313,17 @@ def _comparable(cell: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, list):
                 output["data"][mime] = "".join(value)
     return out
+
+
+def test_the_collaboration_store_and_its_journal_stay_out_of_the_root(lab: JupyterLab) -> None:
+    """The shipped server configuration (``kernel_agent/jupyter/store.py``): a shared document's updates go to
+    Jupyter's data dir, never beside the notebooks, where a listing once met the store's passing journal."""
+    lab.notebook("store.ipynb", ["1 + 1"])
+
+    async def scenario() -> None:
+        async with shared_document(lab.port, lab.token, "store.ipynb", "notebook") as nb:
+            nb.ycells[0]["source"] += "  # edited"  # an update the store records
+
+    asyncio.run(scenario())
+    assert sorted(path.name for path in lab.root.rglob(".*ystore*")) == []
+    assert (lab.data_dir / STORE_FILE).is_file()

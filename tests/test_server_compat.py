@@ -95,7 +95,8 @@ def test_deepanalyze_protocol_streams_the_models_own_tags(
         with openai.OpenAI(base_url=running.url + "/v1", api_key=KEY, max_retries=0) as sdk:
             reply = sdk.chat.completions.create(model="DeepAnalyze-8B", messages=[{"role": "user", "content": "6*7?"}])
     assert reply.choices[0].message.content == (
-        "<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n</Code>\n<Execute>\n42\n</Execute>\n<Answer>It is 42.</Answer>"
+        "<Analyze>Compute.</Analyze>\n<Code>\nprint(6 * 7)\n</Code>\n<Execute>\n42\n</Execute>\n<Answer>It is "
+        "42.</Answer>"
     )
     asked = model.requests[-1]
     assert asked["stop"] == ["</Code>"] and asked["messages"][0]["content"].startswith("# Instruction\n")

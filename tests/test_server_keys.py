@@ -10,7 +10,6 @@ import secrets
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -34,13 +33,7 @@ from kernel_agent.server.service import Service
 NO_MODEL = "http://127.0.0.1:9/v1"  # no request here reaches a model
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'keys.db'}"
@@ -189,6 +182,7 @@ def test_serve_starts_on_the_databases_keys_alone_and_refuses_with_none(tmp_path
     assert asyncio.run(start()) == owner_of(key)  # no key file, no environment: the database's key
 
 
+@pytest.mark.postgresql
 def test_two_replicas_accept_a_key_added_through_the_cli_and_both_refuse_it_once_revoked(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:

@@ -125,7 +125,8 @@ def test_a_killed_server_loses_nothing_finished_and_a_follow_up_continues(model:
                     "Sum.",
                     tool_calls=(
                         python_call(
-                            "frame = pd.read_csv(data.sales)\nframe.to_csv('summed.csv')\nprint(int(frame.amount.sum()))"
+                            "frame = "
+                            "pd.read_csv(data.sales)\nframe.to_csv('summed.csv')\nprint(int(frame.amount.sum()))"
                         ),
                     ),
                 ),

@@ -1,5 +1,6 @@
 """Operating the service: ``/ready`` says whether this replica can serve (its database answers, at the
-current migration; a real PostgreSQL stopped and started again), ``/metrics`` is Prometheus' text format with runs by status, live kernels, the
+current migration; a real PostgreSQL stopped and started again), ``/metrics`` is Prometheus' text format with runs by
+status, live kernels, the
 write queue and the model's latency; both open like ``/health``, so probes need no key. Requests that
 arrive at once never start more runs than ``max_running``."""
 
@@ -55,6 +56,7 @@ def test_ready_is_true_only_at_the_current_migration(server: ServiceServer) -> N
         database.close()
 
 
+@pytest.mark.postgresql
 def test_ready_follows_the_database_going_away_and_coming_back(openai_server: OpenAIServer, tmp_path: Path) -> None:
     with (
         PostgresServer() as postgres,

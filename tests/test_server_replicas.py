@@ -18,13 +18,7 @@ from openai_server import OpenAIServer, Reply, python_call
 from postgres import PostgresServer
 from replicas import Replica, follow
 
-pytestmark = pytest.mark.kernel
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
+pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
 
 
 @pytest.fixture

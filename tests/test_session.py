@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,7 +82,10 @@ def test_clear_output_wait_keeps_only_the_last(shared: KernelSession) -> None:
 
 
 def test_display_update_replaces_by_display_id(shared: KernelSession) -> None:
-    code = "from IPython.display import display\nh = display('first', display_id=True)\nprint('between')\nh.update('second')"
+    code = (
+        "from IPython.display import display\nh = display('first', "
+        "display_id=True)\nprint('between')\nh.update('second')"
+    )
     result = shared.execute(code)
     displays = [o for o in result.outputs if o["output_type"] == "display_data"]
     assert len(displays) == 1
@@ -98,12 +100,9 @@ def test_carriage_returns_resolve_like_a_terminal(shared: KernelSession) -> None
 
 def test_interruptible_loop_times_out_and_keeps_state(shared: KernelSession) -> None:
     shared.execute("survivor = 'still here'")
-    started = time.monotonic()
-    result = shared.execute("while True: pass", timeout=2)
-    elapsed = time.monotonic() - started
+    result = shared.execute("while True: pass", timeout=2)  # how soon it returns: bench's session.timeout rows
     assert result.status == "timeout"
     assert result.state_lost is False
-    assert elapsed < 6
     assert "still defined" in result.to_llm_text()
     assert shared.execute("survivor").result_text == "'still here'"
 
@@ -117,10 +116,11 @@ def test_long_sleep_times_out_and_keeps_state(shared: KernelSession) -> None:
 
 def test_swallowed_interrupt_forces_a_restart(session: KernelSession) -> None:
     session.execute("doomed = 1")
-    code = "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        print('caught')"
-    started = time.monotonic()
-    result = session.execute(code, timeout=2)
-    assert time.monotonic() - started < 10
+    code = (
+        "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        "
+        "print('caught')"
+    )
+    result = session.execute(code, timeout=2)  # how soon it returns: bench's session.timeout rows
     assert result.status == "timeout"
     assert result.state_lost is True
     assert "restarted" in result.note

@@ -29,13 +29,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     running.close()
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def database(request: pytest.FixtureRequest) -> str | None:
     """None (the embedded SQLite default) or a fresh database on a real PostgreSQL."""
     if request.param == "sqlite":

@@ -86,7 +86,8 @@ class AgentConfig:
     sandbox: ``strict`` runs the kernel in bubblewrap (``SandboxUnavailableError``
         where that is impossible); ``off`` runs it unconfined, on purpose.
     network: None (default): off in the sandbox, so model code reaches no network, this
-        machine's services included; True: the host's network; False: off (needs the sandbox).
+        machine's services included; True: in the sandbox, a network of its own behind pasta (the outside
+        world, never this machine's services; unconfined, the host's network); False: off (needs the sandbox).
     memory_mb: the kernel's memory limit per process (None: the default).
     disk_quota_mb: how much the workspace may grow during the run (checked
         after every round, which then ends the run with ``disk_quota``); it also

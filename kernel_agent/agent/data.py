@@ -403,7 +403,7 @@ def data_summary(files: Sequence[DataFile]) -> str:
         "beside them). `data.<name>` is each file's path relative to the working directory."
     ]
     used = len(parts[0])
-    for index, (attribute, file) in enumerate(zip(data_attributes(files), files)):
+    for index, (attribute, file) in enumerate(zip(data_attributes(files), files, strict=True)):
         heading = f"## {file.name} · `data.{attribute}`"
         entry = f"{heading}\n{file.summary}"
         if used + len(entry) > MAX_SECTION_CHARS:
@@ -422,7 +422,7 @@ def files_line(files: Sequence[DataFile]) -> str:
     if not files:
         return "No data files were given."
     entries = []
-    for attribute, file in zip(data_attributes(files), files):
+    for attribute, file in zip(data_attributes(files), files, strict=True):
         lines = file.summary.splitlines()
         facts = [lines[0]] if lines else [file.kind]
         facts += [line for line in lines[1:] if line.startswith("Dates stored as text")]

@@ -12,7 +12,7 @@ the number its events carry.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from ..events import ExecutionOutput
 from ..kernel.interface import Kernel
@@ -38,7 +38,7 @@ class StreamedExecution:
         self.result: ExecutionResult | None = None
         self.partial: ExecutionResult | None = None
 
-    async def events(self) -> AsyncIterator[ExecutionOutput]:
+    async def events(self) -> AsyncGenerator[ExecutionOutput, None]:
         """The output events while the code runs. Raises what ``Kernel.execute`` raises."""
         chunks: asyncio.Queue[OutputChunk] = asyncio.Queue()
         task = asyncio.ensure_future(self._run(chunks.put_nowait))

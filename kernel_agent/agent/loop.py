@@ -14,12 +14,12 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .._loop import in_thread
 from ..errors import ConfigError, DataFileError, KernelError, ModelError, NotebookError
@@ -57,7 +57,7 @@ from ..notebook.claims import DataSources
 from ..notebook.export import clean_path, warm_up
 from ..notebook.load import load_resumable
 from ..notebook.writer import RunWriter
-from ..records import Round, Run, RunInfo, Usage
+from ..records import Round, Run, RunInfo, StopReason, Usage
 from ..result import ExecutionResult, RebuildReport
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import CheckedData, DataFile, check_data, data_summary, prepare_data, stage_recorded, warm_describer
@@ -269,7 +269,7 @@ class AsyncAgent:
         notebook: str | os.PathLike[str] | None = None,
         *,
         setup: str = "",
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """The same run as ``run()``, as an async iterator of events ending with ``RunFinished``.
 
         ``setup`` is extra code for the setup cell, run after the preload (e.g. loading
@@ -323,7 +323,7 @@ class AsyncAgent:
         workspace: str | os.PathLike[str] | None = None,
         data: Sequence[str | os.PathLike[str]] = (),
         restore: bool = True,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """Rebuild the kernel state from ``notebook_path``'s successful cells, tell the model
         what was done, continue with ``task``, and append the new rounds to the same
         notebook (or to ``notebook`` when given).
@@ -392,7 +392,7 @@ class AsyncAgent:
             endpoint=_endpoint(self.config.base_url, self.chat_model),
             scripted=self.chat_model.scripted,
             started_at=_now(),
-            confinement=_confinement(session),
+            confinement=session.confinement,
             workspace=workspace,
             data_files=data_files,
             kernelspec=session.kernelspec,
@@ -503,7 +503,7 @@ class AsyncAgent:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
-        (setup, environment), _, summaries, *_ = done
+        (setup, environment), _, summaries, *_ = cast(list[Any], done)  # none is an exception: raised above
         if isinstance(summaries, DataFileError):
             raise summaries
         files = tuple(replace(f, summary=summary) for f, summary in zip(files, summaries, strict=True))
@@ -516,7 +516,7 @@ class AsyncAgent:
             workspace=str(root.resolve()),
             setup_code=setup_code,
             scripted=self.chat_model.scripted,
-            confinement=_confinement(session),
+            confinement=session.confinement,
             started_at=_now(),
             language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
@@ -589,7 +589,7 @@ class AsyncAgent:
             _PROBED[key] = found.packages
         return found
 
-    async def _drive(self, live: _Live) -> AsyncIterator[Event]:
+    async def _drive(self, live: _Live) -> AsyncGenerator[Event, None]:
         run = live.run
         info = run.info
         await self._save(live)
@@ -615,7 +615,7 @@ class AsyncAgent:
         if live.recorded:  # else measured once the data files' record copies are in (``_recorded``)
             live.baseline = await self._disk_usage(live)
         last = live.first_round + self.config.max_rounds - 1
-        stop: str | None = None
+        stop: StopReason | None = None
         try:
             for index in range(live.first_round, last + 1):
                 yield RoundStarted(index, last)
@@ -675,11 +675,11 @@ class AsyncAgent:
             exc.run = live.run
             raise
         if not live.run.finished_at:  # an answer's round saved the finished run already
-            live.run = replace(live.run, stop_reason=stop, finished_at=_now())  # type: ignore[arg-type]
+            live.run = replace(live.run, stop_reason=stop, finished_at=_now())
             await self._save(live)
         yield RunFinished(live.run)
 
-    async def _round(self, live: _Live, index: int) -> AsyncIterator[Event | _RoundDone]:
+    async def _round(self, live: _Live, index: int) -> AsyncGenerator[Event | _RoundDone, None]:
         started_at = _now()
         t0 = time.monotonic()
         reply: ModelReply | None = None
@@ -914,10 +914,11 @@ async def _last_run(events: AsyncIterator[Event]) -> Run:
 
 def _in_rounds(result: ExecutionResult, calls: dict[int, int]) -> ExecutionResult:
     """A crash rebuild's report told in rounds (the engine counts its execute calls, setup included)."""
-    report = result.rebuild.relabel(calls) if result.rebuild is not None else None
-    if report is None:
+    rebuild = result.rebuild
+    report = rebuild.relabel(calls) if rebuild is not None else None
+    if rebuild is None or report is None:
         return result
-    note = result.note.replace(result.rebuild.describe("cell"), report.describe("round"))  # type: ignore[union-attr]
+    note = result.note.replace(rebuild.describe("cell"), report.describe("round"))
     return replace(result, note=note, rebuilt_cells=report.rerun, rebuild=report)
 
 
@@ -962,9 +963,3 @@ def _resume_data(
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _confinement(session: Kernel) -> str:
-    """What confines the kernel, in words: a session says so itself; any other Kernel by its limits."""
-    described = getattr(session, "confinement", None)
-    return described if isinstance(described, str) else session.limits.describe()  # type: ignore[attr-defined]

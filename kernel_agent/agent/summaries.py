@@ -389,8 +389,8 @@ def _table(
     elif len(frame):
         lines.append(f"No missing values{where}.")
     if len(frame):
-        shown = min(HEAD_ROWS, len(frame))
-        lines.append(f"First {shown} rows:" if shown > 1 else "First row:")
+        first = min(HEAD_ROWS, len(frame))
+        lines.append(f"First {first} rows:" if first > 1 else "First row:")
         lines.append(_markdown_table(frame.head(HEAD_ROWS)))
     return "\n".join(lines)
 
@@ -424,11 +424,13 @@ def human_size(size: float) -> str:
     """``size`` bytes for people: ``512 B``, ``1.5 KB``, ``3.2 MB``. Raises nothing."""
     if size < 1000:
         return f"{int(size)} B"
-    for unit in ("KB", "MB", "GB"):
+    units = ("KB", "MB", "GB")
+    step = 0
+    size /= 1000
+    while size >= 1000 and step < len(units) - 1:
         size /= 1000
-        if size < 1000:
-            break
-    return f"{size:.1f} {unit}"
+        step += 1
+    return f"{size:.1f} {units[step]}"
 
 
 def _plural(count: int, word: str) -> str:

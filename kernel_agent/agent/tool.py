@@ -51,7 +51,7 @@ class PythonTool:
         code, problem = _code(arguments)
         if code is None:
             return problem
-        return self._text(self.session.execute(code, self.timeout))  # type: ignore[arg-type]
+        return self._text(self.session.execute(code, self.timeout))  # type: ignore[arg-type]  # _blocking: a KernelSession
 
     async def ahandle(self, arguments: str | dict[str, Any]) -> str:
         """Run the call's code in an async ``Kernel``; return the text for the tool message.
@@ -61,7 +61,7 @@ class PythonTool:
         code, problem = _code(arguments)
         if code is None:
             return problem
-        return self._text(await self.session.execute(code, self.timeout))  # type: ignore[misc]
+        return self._text(await self.session.execute(code, self.timeout))  # type: ignore[misc]  # not _blocking: async
 
     def tool_message(self, tool_call_id: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
         """``handle`` wrapped as the ``{"role": "tool", ...}`` message OpenAI expects."""

@@ -1,4 +1,5 @@
-"""The ``kernel-agent`` commands (click): ``run``, ``plan``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``, ``mcp``, ``kernelspec install`` (``keys`` is in ``keys.py``, ``eval`` in ``eval.py``).
+"""The ``kernel-agent`` commands (click): ``run``, ``plan``, ``resume``, ``demo``, ``replay``, ``show``, ``serve``,
+``mcp``, ``kernelspec install`` (``keys`` is in ``keys.py``, ``eval`` in ``eval.py``).
 
 Each command reads its options, calls the library, renders with ``render``
 or ``show``, and translates errors at the edge (``edge.py``): ``ConfigError``,
@@ -74,7 +75,10 @@ def _model_options(function: F) -> F:
         click.option(
             "--protocol",
             type=click.Choice(PROTOCOLS),
-            help="How the model writes code: tools (function calling), tags (any chat model), deepanalyze (DeepAnalyze-8B) [default: deepanalyze for a DeepAnalyze model's name, else tools].",
+            help=(
+                "How the model writes code: tools (function calling), tags (any chat model), deepanalyze "
+                "(DeepAnalyze-8B) [default: deepanalyze for a DeepAnalyze model's name, else tools]."
+            ),
         ),
         click.option(
             "--max-rounds",
@@ -93,23 +97,35 @@ def _model_options(function: F) -> F:
             "--request-timeout",
             type=click.FloatRange(min=0, min_open=True),
             metavar="S",
-            help="Seconds to wait for the model's reply to start, or for its next streamed piece [env: KERNEL_AGENT_REQUEST_TIMEOUT; default: 600].",
+            help=(
+                "Seconds to wait for the model's reply to start, or for its next streamed piece [env: "
+                "KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."
+            ),
         ),
         click.option(
             "--data-format",
             type=click.Choice(DATA_FORMATS),
-            help="deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT].",
+            help=(
+                "deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with "
+                "our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."
+            ),
         ),
         click.option(
             "--vllm-extras/--no-vllm-extras",
             default=None,
-            help="deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: on) [env: KERNEL_AGENT_VLLM_EXTRAS].",
+            help=(
+                "deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: "
+                "on) [env: KERNEL_AGENT_VLLM_EXTRAS]."
+            ),
         ),
         click.option(
             "--disk-quota",
             type=click.IntRange(min=0),
             metavar="MB",
-            help="How much the workspace may grow during the run; each file the code writes is capped at it too; 0: off [default: 1024].",
+            help=(
+                "How much the workspace may grow during the run; each file the code writes is capped at it too; 0: "
+                "off [default: 1024]."
+            ),
         ),
         click.option(
             "--max-new-tokens",
@@ -130,37 +146,57 @@ def _kernel_options(function: F) -> F:
             "--sandbox",
             type=click.Choice(["strict", "off"]),
             default=None,
-            help="strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace writable, no view of other processes), and refuse to start where that is impossible; off: run it unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX].",
+            help=(
+                "strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace "
+                "writable, no view of other processes), and refuse to start where that is impossible; off: run it "
+                "unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX]."
+            ),
         ),
         click.option(
             "--network/--no-network",
             "network",
             default=None,
-            help="--network gives the kernel a network of its own behind pasta (the outside world, never this machine's loopback); by default (and with --no-network) it has none.",
+            help=(
+                "--network gives the kernel a network of its own behind pasta (the outside world, never this "
+                "machine's loopback); by default (and with --no-network) it has none."
+            ),
         ),
         click.option(
             "--kernel",
             "kernel",
             metavar="NAME",
-            help="Run the analysis in this Jupyter kernel (any installed kernelspec: `jupyter kernelspec list`; e.g. ir for R), in the same sandbox; with --gateway, the gateway's kernelspec [default: kernel-agent's Python; env: KERNEL_AGENT_KERNEL].",
+            help=(
+                "Run the analysis in this Jupyter kernel (any installed kernelspec: `jupyter kernelspec list`; e.g. "
+                "ir for R), in the same sandbox; with --gateway, the gateway's kernelspec [default: kernel-agent's "
+                "Python; env: KERNEL_AGENT_KERNEL]."
+            ),
         ),
         click.option(
             "--python",
             "python",
             metavar="PATH",
-            help="Run the kernel in this Python environment (its interpreter, e.g. /opt/conda/envs/x/bin/python, with ipykernel), in the same sandbox [env: KERNEL_AGENT_PYTHON].",
+            help=(
+                "Run the kernel in this Python environment (its interpreter, e.g. /opt/conda/envs/x/bin/python, "
+                "with ipykernel), in the same sandbox [env: KERNEL_AGENT_PYTHON]."
+            ),
         ),
         click.option(
             "--gateway",
             "gateway_url",
             metavar="URL",
-            help="Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL].",
+            help=(
+                "Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation "
+                "applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL]."
+            ),
         ),
         click.option(
             "--gateway-token-file",
             type=click.Path(exists=True, dir_okay=False),
             metavar="FILE",
-            help="Read the gateway's token from FILE (keeps it off the command line) [env: KERNEL_AGENT_GATEWAY_TOKEN holds the token itself].",
+            help=(
+                "Read the gateway's token from FILE (keeps it off the command line) [env: "
+                "KERNEL_AGENT_GATEWAY_TOKEN holds the token itself]."
+            ),
         ),
         click.option(
             "--gateway-kernel",
@@ -377,12 +413,17 @@ def run(
     "--out",
     "-o",
     metavar="PLAN.ipynb",
-    help="Where the notebook goes, outside the workspace [default: WORKSPACE.ipynb]; the report and state go beside it.",
+    help=(
+        "Where the notebook goes, outside the workspace [default: WORKSPACE.ipynb]; the report and state go beside it."
+    ),
 )
 @click.option(
     "--demo",
     is_flag=True,
-    help="Plan the bundled task on the bundled sales data (scripted replies when no model is configured) into notebooks/demo-plan*.",
+    help=(
+        "Plan the bundled task on the bundled sales data (scripted replies when no model is configured) into "
+        "notebooks/demo-plan*."
+    ),
 )
 @_output_options
 def plan(
@@ -543,7 +584,10 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
     "--workspace",
     "-w",
     metavar="DIR",
-    help="Where the data files are [default: beside the notebook, or in its recorded workspace when that is a folder under the notebook's].",
+    help=(
+        "Where the data files are [default: beside the notebook, or in its recorded workspace when that is a folder "
+        "under the notebook's]."
+    ),
 )
 @click.option(
     "--check/--no-check", default=True, show_default=True, help="Compare the new outputs with the recorded ones."
@@ -644,7 +688,10 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     "--key-file",
     "keys_file",
     metavar="FILE",
-    help="Service keys, one a line, imported (hashed) into the database at start; `kernel-agent keys` manages them there [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated].",
+    help=(
+        "Service keys, one a line, imported (hashed) into the database at start; `kernel-agent keys` manages them "
+        "there [default: env KERNEL_AGENT_SERVER_KEYS, comma-separated]."
+    ),
 )
 @click.option("--no-auth", is_flag=True, help="Serve without keys (allowed only on a loopback address).")
 @click.option(
@@ -689,7 +736,10 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 @click.option(
     "--demo",
     is_flag=True,
-    help="Try it without a model: the scripted demo replies and the bundled sales data (no key needed on a loopback address).",
+    help=(
+        "Try it without a model: the scripted demo replies and the bundled sales data (no key needed on a loopback "
+        "address)."
+    ),
 )
 @click.option(
     "--lease-ttl",
@@ -718,7 +768,10 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     "--database",
     envvar="KERNEL_AGENT_DATABASE",
     metavar="URL",
-    help="Where the records live: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB (replicas share one) [default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db].",
+    help=(
+        "Where the records live: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB (replicas share one) "
+        "[default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db]."
+    ),
 )
 @_model_options
 @_kernel_options
@@ -778,7 +831,7 @@ def serve(
             lease_ttl=lease_ttl,
             drain_grace=drain_grace,
         )
-        run_server(config, host, port, log_format)  # type: ignore[arg-type]
+        run_server(config, host, port, log_format)  # type: ignore[arg-type]  # click.Choice gave one of its names
 
 
 @cli.command()
@@ -816,7 +869,10 @@ def serve(
 @click.option(
     "--key-file",
     metavar="FILE",
-    help="HTTP: the bearer key clients must send (else $KERNEL_AGENT_MCP_KEY; else one is made and printed once on stderr).",
+    help=(
+        "HTTP: the bearer key clients must send (else $KERNEL_AGENT_MCP_KEY; else one is made and printed once on "
+        "stderr)."
+    ),
 )
 @click.option(
     "--allow-remote",

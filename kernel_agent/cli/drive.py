@@ -82,10 +82,10 @@ async def _drive(agent: AsyncAgent, job: Job, renderer: Renderer, progress: _Pro
         async with agent:
             async for event in job.events(agent):
                 if event.kind == "run_started":
-                    progress.notebook = event.notebook_path  # type: ignore[union-attr]
+                    progress.notebook = event.notebook_path
                 renderer.handle(event)
                 if event.kind == "finished":
-                    answered = event.run.answer is not None  # type: ignore[union-attr]
+                    answered = event.run.answer is not None
     except asyncio.CancelledError:
         name = progress.signal or "SIGINT"
         renderer.interrupted(progress.notebook, name)

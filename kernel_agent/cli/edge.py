@@ -23,7 +23,7 @@ class Failure(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click reads it per instance; its stub says ClassVar
 
 
 @contextmanager

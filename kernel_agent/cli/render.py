@@ -75,7 +75,10 @@ def usage_text(usage: Usage) -> str:
     if not usage.total_tokens:
         return "tokens not reported"
     thought = f", {usage.reasoning_tokens:,} of it reasoning" if usage.reasoning_tokens else ""
-    return f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} completion{thought})"
+    return (
+        f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} "
+        f"completion{thought})"
+    )
 
 
 def thinking_text(thinking: str, *, expanded: bool = True, max_lines: int = 30) -> Text:
@@ -320,12 +323,12 @@ class QuietRenderer:
 
     def handle(self, event: Event) -> None:
         if event.kind == "error":
-            self.err.write(f"error: {event.message}\n")  # type: ignore[union-attr]
-        if event.kind == "notice" and "unconfined" in event.message:  # type: ignore[union-attr]
-            self.err.write(f"warning: {event.message}\n")  # type: ignore[union-attr]  # quiet, not silent
+            self.err.write(f"error: {event.message}\n")  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
+        if event.kind == "notice" and "unconfined" in event.message:  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
+            self.err.write(f"warning: {event.message}\n")  # type: ignore[union-attr]  # by kind; quiet, not silent
         if event.kind != "finished":
             return
-        run: Run = event.run  # type: ignore[union-attr]
+        run: Run = event.run  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
         if run.answer is not None:
             self.out.write(run.answer.rstrip("\n") + "\n")
         else:

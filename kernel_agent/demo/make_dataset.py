@@ -78,7 +78,8 @@ def _order_line(rng: random.Random, day: date) -> dict[str, object]:
 
 
 def _revenue(units: object, price: object, discount: object) -> float:
-    return round(int(units) * float(price) * (1 - float(discount)), 2)  # type: ignore[arg-type]
+    # the row's values are numbers here; rows are typed dict[str, object] as they hold None and text too
+    return round(int(units) * float(price) * (1 - float(discount)), 2)  # type: ignore[call-overload, arg-type]
 
 
 def _add_defects(rng: random.Random, rows: list[dict[str, object]]) -> None:
@@ -90,10 +91,10 @@ def _add_defects(rng: random.Random, rows: list[dict[str, object]]) -> None:
     for i in picks[43:55]:
         rows[i]["units"] = rows[i]["revenue"] = None
     for i in picks[55:58]:
-        rows[i]["units"] = int(rows[i]["units"]) * 100  # keyed-in extra zeros, billed as keyed
+        rows[i]["units"] = int(rows[i]["units"]) * 100  # type: ignore[call-overload]  # an int: keyed-in extra zeros
         rows[i]["revenue"] = _revenue(rows[i]["units"], rows[i]["unit_price"], rows[i]["discount"])
     for i in picks[58:60]:
-        rows[i]["unit_price"] = round(float(rows[i]["unit_price"]) * 10, 2)  # decimal-point slip
+        rows[i]["unit_price"] = round(float(rows[i]["unit_price"]) * 10, 2)  # type: ignore[arg-type]  # a float: a decimal-point slip
         rows[i]["revenue"] = _revenue(rows[i]["units"], rows[i]["unit_price"], rows[i]["discount"])
 
 

@@ -111,7 +111,7 @@ class LiveNotebook:
         """Show round ``index``'s reasoning and code while the code runs, where the run's view will have
         them (before its answer cell); ``sync`` replaces them with the finished round's cells."""
         meta = {"round": index, "running": True}
-        cells = (
+        cells: list[dict[str, Any]] = (
             [
                 {
                     "id": f"round-{index}-reasoning",

@@ -4,8 +4,8 @@ A message to KernelAgent in a JupyterLab chat is a task: the persona runs ``Asyn
 sandboxed kernel of its own (or, with ``kernel = "notebook"``, opt-in, attached to the notebook's own kernel,
 unconfined, which the chat says: ``kernels.py``), streams the reply into one chat message (``chat.py``) and writes each
 round into the open notebook's shared document as it happens (``live.py``): its code as it starts, what
-it prints as it runs, the finished round's cells (outputs, figures, execution count) when it ends. The notebook is one the
-message names (``… in analysis.ipynb``), else ``<chat name>.ipynb`` beside the chat, created if
+it prints as it runs, the finished round's cells (outputs, figures, execution count) when it ends. The notebook is
+one the message names (``… in analysis.ipynb``), else ``<chat name>.ipynb`` beside the chat, created if
 missing. Data files are paths the message names (relative to the chat's folder) and the message's
 attachments; they are copied into the run's workspace, ``<chat name>-agent/`` beside the chat, so
 the notebook's own kernel finds them when it re-runs the cells (the setup cell goes there). The run's
@@ -158,12 +158,12 @@ class KernelAgentPersona(BasePersona):
                 if event.kind in _SYNCED:
                     await conversation.sync()
                 elif event.kind == "code_ready":
-                    conversation.live.running(event.round, event.reasoning, event.code)  # type: ignore[attr-defined]
+                    conversation.live.running(event.round, event.reasoning, event.code)
                 elif event.kind == "execution_finished":
-                    result = event.result  # type: ignore[attr-defined]
-                    conversation.live.finished(event.round, list(result.outputs), result.execution_count)  # type: ignore[attr-defined]
+                    result = event.result
+                    conversation.live.finished(event.round, list(result.outputs), result.execution_count)
                 elif event.kind == "execution_output":
-                    conversation.live.output(event.round, event.text)  # type: ignore[attr-defined]
+                    conversation.live.output(event.round, event.text)
                 redraw.request()
         except asyncio.CancelledError:
             reply.stopped()

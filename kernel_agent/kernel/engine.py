@@ -236,7 +236,7 @@ class ExecuteEngine:
             # output so far (plus the KeyboardInterrupt, if it comes within the grace) to whoever records it.
             await asyncio.shield(self.interrupt_quietly())
             await asyncio.shield(self._collect(collector, time.monotonic() + self.interrupt_grace))
-            cancel.partial_result = self._cancelled(code, collector, time.monotonic() - started)  # type: ignore[attr-defined]
+            cancel.partial_result = self._cancelled(code, collector, time.monotonic() - started)  # type: ignore[attr-defined]  # rides on the error
             raise
         if partial is not None:
             partial.flush(time.monotonic())
@@ -276,7 +276,8 @@ class ExecuteEngine:
                     return {}
                 continue
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
-                return msg.get("content", {})
+                content: dict[str, Any] = msg.get("content", {})
+                return content
         log.warning("no execute_reply for %s within %.0fs", msg_id, _REPLY_WAIT_S)
         return {}
 

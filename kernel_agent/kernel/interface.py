@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..result import ExecutionResult
     from .files import KernelFiles
     from .partial import OutputCallback
+    from .sandbox.limits import Limits
 
 __all__ = ["KERNELS_APART", "Kernel", "KernelFactory", "SessionState", "kernels_apart"]
 
@@ -66,6 +67,16 @@ class Kernel(Protocol):
     @property
     def files(self) -> KernelFiles:
         """The workspace seam (``files.KernelFiles``): data files in, changed files back out."""
+        ...
+
+    @property
+    def limits(self) -> Limits:
+        """The confinement asked for (``sandbox.limits.Limits``); a gateway's kernel is confined by the gateway."""
+        ...
+
+    @property
+    def confinement(self) -> str:
+        """Where the kernel runs and what confines it, in words (notebook metadata, events)."""
         ...
 
     async def start(self) -> Kernel: ...

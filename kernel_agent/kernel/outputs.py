@@ -125,8 +125,8 @@ class OutputCollector:
                 _stream(
                     "stdout",
                     (
-                        "[kernel-agent: a message from the kernel over the size bound was dropped unread (output written to "
-                        "the kernel's sockets past its output cap); what it carried is not shown]\n"
+                        "[kernel-agent: a message from the kernel over the size bound was dropped unread (output "
+                        "written to the kernel's sockets past its output cap); what it carried is not shown]\n"
                     ),
                 )
             )

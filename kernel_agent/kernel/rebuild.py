@@ -1,4 +1,5 @@
-"""What a rebuild re-runs and what it loses: ``names_of``, ``RebuildCell``, ``RebuildPlan`` (its report is ``result.RebuildReport``).
+"""What a rebuild re-runs and what it loses: ``names_of``, ``RebuildCell``, ``RebuildPlan`` (its report is
+``result.RebuildReport``).
 
 Owns the bookkeeping of restoring a kernel's state by re-running earlier
 cells (after a crash, and when a run is resumed): which cells run again,

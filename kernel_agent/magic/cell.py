@@ -101,7 +101,10 @@ class AgentMagics(Magics):
     @argument(
         "--sandbox",
         choices=("strict", "off"),
-        help="strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: KERNEL_AGENT_SANDBOX]",
+        help=(
+            "strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: "
+            "KERNEL_AGENT_SANDBOX]"
+        ),
     )
     @argument(
         "--network",
@@ -124,7 +127,10 @@ class AgentMagics(Magics):
     @argument(
         "--gateway",
         metavar="URL",
-        help="run the agent's kernel on this Jupyter Kernel/Enterprise Gateway; the token comes from KERNEL_AGENT_GATEWAY_TOKEN only (never type it into a cell) [env: KERNEL_AGENT_GATEWAY_URL]",
+        help=(
+            "run the agent's kernel on this Jupyter Kernel/Enterprise Gateway; the token comes from "
+            "KERNEL_AGENT_GATEWAY_TOKEN only (never type it into a cell) [env: KERNEL_AGENT_GATEWAY_URL]"
+        ),
     )
     @argument("--gateway-kernel", metavar="NAME", help="the gateway's kernelspec to start (default: the gateway's)")
     @argument(
@@ -159,6 +165,7 @@ class AgentMagics(Magics):
         except UsageError:
             view.failed()
             raise
+        assert self.shell is not None  # a magic is only called from the shell it is registered on
         self.shell.user_ns["_agent_run"] = run
 
     def _run(self, args: Any, task: str, view: CellView) -> Run | None:
@@ -166,20 +173,21 @@ class AgentMagics(Magics):
 
         options, data = _agent_options(args)
         names = [name.strip() for group in args.share for name in group.split(",") if name.strip()]
+        assert self.shell is not None  # a magic is only called from the shell it is registered on
         check_names(self.shell.user_ns, names)
         workspace = Path(args.workspace) if args.workspace else default_workspace(task)
         with self.warm.agent(options) as stream, _kept_only_if_started(workspace, args.out) as started:
             shared = share_variables(self.shell.user_ns, names, workspace) if names else None
             if shared is not None:
-                data, task = [*data, *shared.files], f"{task}\n\n{shared.note}"
+                data, task = [*data, *map(str, shared.files)], f"{task}\n\n{shared.note}"
             view.starting_kernel(warm=self.warm.pool is not None and self.warm.pool.ready > 0)
             final = None
             try:
                 for event in stream(task, data, workspace, args.out, setup=shared.code if shared else ""):
                     if event.kind == "run_started":
-                        started.append(event.notebook_path)  # type: ignore[union-attr]
+                        started.append(event.notebook_path)  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
                     elif event.kind == "finished":
-                        final = event.run  # type: ignore[union-attr]
+                        final = event.run  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
                     view.handle(event)
             except KeyboardInterrupt:
                 notebook = started[0] if started else None

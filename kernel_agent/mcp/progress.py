@@ -68,6 +68,7 @@ async def with_progress(
     async with anyio.create_task_group() as group:
         group.start_soon(report)
         try:
-            return await work(on_output)
+            result = await work(on_output)
         finally:
             group.cancel_scope.cancel()
+    return result

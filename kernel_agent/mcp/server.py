@@ -160,7 +160,7 @@ def _add_kernel_tools(server: MCPServer, benches: Workbenches, options: McpOptio
         ]
         return text_result(
             "\n".join(lines) or "no variables defined",
-            structured={"variables": [dict(zip(("name", "type", "shape", "repr"), row)) for row in rows]},
+            structured={"variables": [dict(zip(("name", "type", "shape", "repr"), row, strict=True)) for row in rows]},
         )
 
     @server.tool(

@@ -391,5 +391,5 @@ def _export_through_door(run: Run, door: Door, relative: Path) -> None:
     """Both views of ``run`` written at ``relative`` under the door's folder (the full one first)."""
     folder = door.root / relative.parent
     for view, name in (("full", relative), ("clean", clean_path(relative))):
-        nb = build_notebook(run, view=view, notebook_dir=folder)  # type: ignore[arg-type]
+        nb = build_notebook(run, view=view, notebook_dir=folder)  # type: ignore[arg-type]  # full or clean, above
         door.write(name.as_posix(), notebook_text(nb, door.root / name).encode("utf-8"))

@@ -224,7 +224,8 @@ class OpenAIChatModel:
     def _safe_cause(self, exc: BaseException) -> BaseException | None:
         """``exc`` to chain, or None when it (or its chain) shows the key: a logged
         traceback would print the SDK error's message, body and repr."""
-        key, current, seen = self._key(), exc, 0
+        key, seen = self._key(), 0
+        current: BaseException | None = exc
         while current is not None and seen < 10:
             shown = f"{current!s} {current!r} {getattr(current, 'body', '')}"
             if redact(shown, [key]) != shown:
@@ -358,7 +359,7 @@ class OpenAIChatModel:
         retry_after = _retry_after(exc)
         if retry_after is not None:
             return min(retry_after, _MAX_DELAY_S)
-        base = self.backoff * (2**attempt)
+        base = self.backoff * (2.0**attempt)
         return min(base * (1 + random.random() / 4), _MAX_DELAY_S)
 
 

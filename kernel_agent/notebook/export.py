@@ -471,7 +471,8 @@ def _mark_unreplayed_dependencies(cells: list[NotebookNode], run: Run) -> None:
 def _keep_counts_increasing(cells: list[NotebookNode]) -> None:
     """A resumed turn's new kernel counts from 1 again: shift its counts past the earlier turns'.
 
-    The shift is chosen at the first code cell after each follow-up question, so a kernel restart within a turn keeps its counts as Jupyter showed
+    The shift is chosen at the first code cell after each follow-up question, so a kernel restart within a turn keeps
+    its counts as Jupyter showed
     them, and counts that already increase (a re-exported loaded run) are left alone.
     """
     last, shift, turn_open = 0, 0, False

@@ -107,7 +107,7 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
             setup = cell
         elif cell.get("cell_type") in ("code", "markdown") and role not in ("header", "question"):
             _add_cell(groups, cell, role, cell_meta)
-    rounds = tuple(_round(group, number) for group, number in zip(groups, _numbers(groups)))
+    rounds = tuple(_round(group, number) for group, number in zip(groups, _numbers(groups), strict=True))
     setup_result = _result(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else None
     setup_code = _code(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else ""
     turns = _turns(meta.get("turns"))
@@ -335,8 +335,8 @@ def _artifacts(value: Any) -> tuple[Artifact, ...]:
     for item in _list(value):
         item = _mapping(item)
         if isinstance(item.get("path"), str):
-            change = "modified" if item.get("change") == "modified" else "created"
-            found.append(Artifact(item["path"], _int(item.get("size")), change))
+            modified = item.get("change") == "modified"
+            found.append(Artifact(item["path"], _int(item.get("size")), "modified" if modified else "created"))
     return tuple(found)
 
 

@@ -164,7 +164,9 @@ async def async_replay(
         stop = await _execute(executed, cwd, timeout, kernel_name, path, limits, python)
     anchors = [*_anchors(meta), datetime.now(UTC)]
     folders = [folder / prefix for folder, prefix in sources.places]
-    paths = [variant for folder in (*folders, cwd) for variant in (os.path.abspath(folder), os.path.realpath(folder))]
+    paths = [
+        variant for folder in (*folders, Path(cwd)) for variant in (os.path.abspath(folder), os.path.realpath(folder))
+    ]
     cells = _check_cells(recorded, executed, stop, check, anchors, paths)
     return ReplayReport(path, cells, checked=check, duration_s=time.monotonic() - started, notebook=executed)
 
@@ -286,7 +288,7 @@ def _check_cells(
     paths: Sequence[str],
 ) -> tuple[CellCheck, ...]:
     checks = []
-    for index, (old, new) in enumerate(zip(recorded.cells, executed.cells)):
+    for index, (old, new) in enumerate(zip(recorded.cells, executed.cells, strict=True)):  # executed is a copy
         if old.get("cell_type") != "code":
             continue
         meta = old.get("metadata", {}).get(METADATA_KEY)
@@ -350,7 +352,7 @@ def compare_outputs(
             return f"{name}: {difference}"
     if [item[0] for item in old_items] != [item[0] for item in new_items]:
         return f"outputs: recorded {_kinds(old_items)} but replayed {_kinds(new_items)}"
-    for number, (old, new) in enumerate(zip(old_items, new_items), start=1):
+    for number, (old, new) in enumerate(zip(old_items, new_items, strict=True), start=1):
         difference = _item_difference(old, new)
         if difference:
             return f"output {number} ({old[0]}): {difference}"
@@ -413,7 +415,7 @@ def _item_difference(old: tuple[Any, ...], new: tuple[Any, ...]) -> str:
         return f"recorded types {', '.join(old[1])} but replayed {', '.join(new[1])}"
     if old[3] != new[3]:
         sizes = old[3], new[3]
-        if None in sizes or any(abs(a - b) > 1 for a, b in zip(*sizes)):  # type: ignore[arg-type]
+        if None in sizes or any(abs(a - b) > 1 for a, b in zip(*sizes, strict=True)):
             return f"image size: recorded {_size(old[3])} but replayed {_size(new[3])}"
     return _text_difference(old[2], new[2])
 
@@ -422,7 +424,7 @@ def _text_difference(old: str, new: str) -> str:
     if old == new:
         return ""
     old_lines, new_lines = old.splitlines(), new.splitlines()
-    for a, b in zip(old_lines, new_lines):
+    for a, b in zip(old_lines, new_lines, strict=False):  # the first differing line; lengths next
         if a != b:
             return f"recorded {_clip(a)} but replayed {_clip(b)}"
     if len(old_lines) != len(new_lines):

@@ -48,7 +48,7 @@ class NotebookText:
         version = (nb.get("nbformat"), nb.get("nbformat_minor"))
         known = self._cells if version == self._version else {}
         keys = [json.dumps(cell, sort_keys=True, ensure_ascii=False, default=_ascii) for cell in cells]
-        fresh = {key: cell for key, cell in zip(keys, cells) if key not in known}
+        fresh = {key: cell for key, cell in zip(keys, cells, strict=True) if key not in known}
         if validate is not None:
             validate(NotebookNode({**nb, "cells": list(fresh.values())}))
         rest = nbformat.v4.writes_json(NotebookNode({**nb, "cells": []}))

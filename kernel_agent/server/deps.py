@@ -1,6 +1,7 @@
 """What every route of the service shares: the caller's owner (``Owner``), the service, the public view of a record.
 
-Owns FastAPI dependencies (the caller, the records a path names kept fresh) and re-exports ``records.public`` (the one translation of a stored record
+Owns FastAPI dependencies (the caller, the records a path names kept fresh) and re-exports ``records.public`` (the
+one translation of a stored record
 for clients), so that the native routes (``app.py``) and the DeepAnalyze-compatible ones
 (``compat.py``) use the same and neither imports the other.
 """

@@ -11,7 +11,6 @@ the client gets the 413.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -85,7 +84,7 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def _content_length(scope: dict[str, Any]) -> int | None:
+def _content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", []):
         if name == b"content-length":
             try:

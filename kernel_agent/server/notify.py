@@ -63,7 +63,7 @@ class Listener:
             try:
                 connection = await asyncpg.connect(self.dsn, timeout=10)
                 lost = asyncio.Event()
-                connection.add_termination_listener(lambda _c: lost.set())
+                connection.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await connection.add_listener(EVENTS, lambda _c, _pid, _channel, payload: self.on_event(payload))
                 await connection.add_listener(RECORDS, self._record)
                 self.connected.set()

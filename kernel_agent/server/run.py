@@ -104,7 +104,7 @@ class DeferredApp:
             app = await asyncio.to_thread(self._build)
             self._inbox, self._outbox = asyncio.Queue(), asyncio.Queue()
             scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": self._state}
-            self._lifespan = asyncio.create_task(app(scope, self._inbox.get, self._outbox.put))
+            self._lifespan = asyncio.ensure_future(app(scope, self._inbox.get, self._outbox.put))
             answer = await self._exchange({"type": "lifespan.startup"})
             if answer["type"] != "lifespan.startup.complete":
                 raise RuntimeError(answer.get("message") or "the app's start-up failed")
@@ -181,7 +181,8 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
             log_level="info",
             access_log=True,
             log_config=None,
-            timeout_graceful_shutdown=max(config.drain_grace, 0.1),
+            # uvicorn waits with it as a timeout, a float is fine; its annotation says int
+            timeout_graceful_shutdown=max(config.drain_grace, 0.1),  # type: ignore[arg-type]
         )
     )
     exit_now = server.handle_exit
@@ -192,7 +193,7 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
             service.begin_drain()
         exit_now(sig, frame)
 
-    server.handle_exit = drain_then_stop  # type: ignore[method-assign]
+    server.handle_exit = drain_then_stop  # type: ignore[method-assign]  # uvicorn has no hook before its exit
     server.run()
     if app.failed:
         raise ServiceError("the service failed to start (the log above says why)", status=503)

@@ -5,7 +5,8 @@ DeepAnalyze's API answers with one text: each step's ``<Analyze>`` and
 ``deepanalyze`` and ``tags`` protocols the model's own streamed text already
 has that form, so it passes through as it comes (a ``</Code>`` the stop
 consumed is put back; an answer given without its tag gets one); with
-``tools`` each round is written in that form when its code or answer is known. Execution output always comes as one whole block.
+``tools`` each round is written in that form when its code or answer is known. Execution output always comes as one
+whole block.
 A reply the agent rejected (no code and no answer) is followed by a ``[reply rejected: ...]`` line,
 and one only partly used (a second ``<Code>`` block) by ``[about this reply: ...]`` before its output, so a
 client never reads two replies glued together as one, or code that never ran as code that did.

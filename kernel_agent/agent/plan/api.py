@@ -110,7 +110,7 @@ async def stream_plan(
                 f"plan mode writes Python, and this kernel runs {language.name}: use `run` for an "
                 f"analysis in {language.name}, or a Python kernel for plan mode"
             )
-        setup = await session.execute(state.setup_code, options.exec_timeout)
+        ran = await session.execute(state.setup_code, options.exec_timeout)
         if state.plan:
             nodes = build_dag(PlanSpec.model_validate(state.plan), **state.budgets)
             await _rebuild(session, nodes, state, options)
@@ -120,7 +120,7 @@ async def stream_plan(
             spec, nodes = await design_plan(model, task, data_summary(files), options, notices, installed)
             for notice in notices:
                 yield notice
-            state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(setup.outputs)
+            state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(ran.outputs)
             state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
             await asyncio.to_thread(state.save)
         yield PlanReady(tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes))

@@ -18,7 +18,7 @@ from typing import Any
 
 from ...errors import ConfigError, PlanError
 from ...events import NodeStarted, Notice
-from ...kernel.session import AsyncKernelSession
+from ...kernel.interface import Kernel
 from ...model.chat import ChatModel, ModelReply
 from ...result import ExecutionResult
 from ..environment import module_hint
@@ -95,7 +95,7 @@ class NodeRun:
     def __init__(
         self,
         model: ChatModel,
-        session: AsyncKernelSession,
+        session: Kernel,
         task: str,
         node: PlanNode,
         done: Sequence[tuple[PlanNode, NodeResult]],

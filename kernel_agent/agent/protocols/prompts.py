@@ -5,8 +5,8 @@ protocols, the environment notes and task message built from a
 ``PromptContext``, DeepAnalyze's own first message (``deepanalyze_task``:
 ``# Instruction`` then ``# Data`` with one ``File N:`` JSON block per file, as
 DeepAnalyze's ``collect_file_info``/``prepare_vllm_messages`` build it), the
-``<Execute>`` block around output, and the texts that answer an unusable reply. Does not own the message *shapes* a protocol sends
-(roles, tool messages, image parts) nor parsing replies: see ``protocols.py``.
+``<Execute>`` block around output, and the texts that answer an unusable reply. Does not own the message *shapes* a
+protocol sends (roles, tool messages, image parts) nor parsing replies: see ``protocols.py``.
 
 Pure: strings in, strings and message dicts out.
 """

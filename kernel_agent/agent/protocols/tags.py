@@ -78,7 +78,7 @@ class TagProtocol(Protocol):
     def _untagged(self, text: str, blocks: list[Block], problems: list[str]) -> Step:
         # Lenient: a ```python (```r, ...) block outside any tag is the code, as if it sat in <Code>.
         fence = self.language.fence_line
-        for index, loose in enumerate(blocks):
+        for index, loose in enumerate(blocks):  # noqa: B007 - index is read after the loop: the blocks before the code
             opening = fence.search(loose.body) if loose.tag is None else None
             if opening is not None:
                 break

@@ -81,14 +81,16 @@ class ToolsProtocol(Protocol):
             return super().assistant_message(reply, step)
         calls = [
             {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-            for call_id, call in zip(_call_ids(reply), reply.tool_calls)
+            for call_id, call in zip(_call_ids(reply), reply.tool_calls, strict=True)
         ]
         return {"role": "assistant", "content": step.reply_text or None, "tool_calls": calls}
 
     def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
         if step.tool_call_id is None:
             return [{"role": "user", "content": feedback.with_files}]
-        messages = [{"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.with_files}]
+        messages: list[dict[str, Any]] = [
+            {"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.with_files}
+        ]
         messages += _skipped(step, self.language.tool)
         parts = self._image_parts(feedback)
         if parts:

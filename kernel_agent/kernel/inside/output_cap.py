@@ -9,8 +9,8 @@ session's collector. A 400 MB ``print`` then never becomes a 400 MB message the 
 
 Runs *in the kernel process* (``startup.py`` installs it), so model code can undo it: the host's own
 collector (``outputs.py``) still drops what arrives past the same budget as it reads, but one message
-sent raw on the kernel's socket is read whole first (bounded by the kernel's own memory limit). Imports nothing of ours from outside
-``inside/``, and neither IPython nor ipykernel at module level.
+sent raw on the kernel's socket is read whole first (bounded by the kernel's own memory limit). Imports nothing of
+ours from outside ``inside/``, and neither IPython nor ipykernel at module level.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def _wrap_stream(stream: Any, cap: OutputCap) -> None:
             if kept:
                 write(kept)
             return len(text)
-        return write(text)
+        written: int = write(text)
+        return written
 
     stream.write = capped_write
 

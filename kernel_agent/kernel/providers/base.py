@@ -78,7 +78,11 @@ class KernelProvider(Protocol):
 
     owns_kernel: bool
     limits: Limits
-    client: ChannelClient | None
+
+    @property
+    def client(self) -> ChannelClient | None:
+        """The channels once started (None before): a read-only member, so a provider may hold a narrower type."""
+        ...
 
     @property
     def workspace(self) -> Path | None: ...

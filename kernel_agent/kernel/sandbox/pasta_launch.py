@@ -57,7 +57,8 @@ def _info(fd: int) -> dict[str, object]:
         chunk = os.read(fd, 4096)
         data += chunk
         try:
-            return json.loads(data)
+            info: dict[str, object] = json.loads(data)
+            return info
         except ValueError:
             if not chunk:
                 raise RuntimeError("bubblewrap ended before it reported its sandbox") from None
@@ -128,7 +129,7 @@ def main(argv: list[str]) -> int:
         signal.signal(number, lambda signum, _frame: sandbox.send_signal(signum))
     relay = None
     try:
-        pid = _info(info_r)["child-pid"]
+        pid = int(str(_info(info_r)["child-pid"]))  # bwrap's JSON: a number
         relay = subprocess.Popen(
             [*pasta_options(pasta), f"/proc/{pid}/ns/net"],
             stdin=subprocess.DEVNULL,

@@ -47,13 +47,14 @@ def parse_frame(frame: str | bytes) -> dict[str, Any]:
     Raises ``ValueError`` for a frame that is neither. Pure.
     """
     if isinstance(frame, str):
-        return json.loads(frame)
+        parsed: dict[str, Any] = json.loads(frame)
+        return parsed
     if len(frame) < 4:
         raise ValueError("binary frame too short")
     count = struct.unpack("!I", frame[:4])[0]
     offsets = [*struct.unpack(f"!{count}I", frame[4 : 4 * (count + 1)]), len(frame)]
     parts = [frame[offsets[i] : offsets[i + 1]] for i in range(count)]
-    message = json.loads(parts[0])
+    message: dict[str, Any] = json.loads(parts[0])
     message["buffers"] = parts[1:]
     return message
 

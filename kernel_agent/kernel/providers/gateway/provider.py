@@ -122,7 +122,8 @@ class GatewayProvider:
             except queue.Empty:
                 break
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
-                return msg.get("content", {})
+                content: dict[str, Any] = msg.get("content", {})
+                return content
         raise KernelError(f"the kernel on the gateway at {self.settings.url} did not answer within {timeout:g}s")
 
     def disown(self) -> None:

@@ -41,7 +41,8 @@ class GatewayREST:
         response = await self._call("POST", "/api/kernels", json=body, timeout=self.settings.startup_timeout)
         if response.status_code not in (200, 201):
             raise KernelStartError(f"the gateway at {self.settings.url} did not start a kernel: {_reason(response)}")
-        return response.json()
+        started: dict[str, Any] = response.json()
+        return started
 
     async def kernel(self, kernel_id: str) -> dict[str, Any] | None:
         """The kernel's model, or None when the gateway no longer has it."""
@@ -49,7 +50,8 @@ class GatewayREST:
         if response.status_code == 404:
             return None
         self._check(response, "read the kernel")
-        return response.json()
+        model: dict[str, Any] = response.json()
+        return model
 
     async def interrupt(self, kernel_id: str) -> None:
         self._check(await self._call("POST", f"/api/kernels/{kernel_id}/interrupt"), "interrupt the kernel")

@@ -56,7 +56,7 @@ class GatewaySettings:
         if url is None:
             return None
         token = token or env.get(GATEWAY_TOKEN_ENV) or None
-        return cls(url, token, **options)  # type: ignore[arg-type]
+        return cls(url, token, **options)  # type: ignore[arg-type]  # the caller's GatewaySettings fields
 
     @property
     def websocket_url(self) -> str:
