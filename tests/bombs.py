@@ -63,7 +63,11 @@ def write_laughs_xlsx(path: Path) -> None:
         f'<!ENTITY lol{n} "{f"&lol{n - 1};" * 10}">' for n in range(1, 10)
     )
     doctype = f"<!DOCTYPE worksheet [{entities}]>"
-    sheet = _SHEET_START.format(doctype=doctype) + '<row r="1"><c t="inlineStr"><is><t>&lol9;</t></is></c></row>' + _SHEET_END
+    sheet = (
+        _SHEET_START.format(doctype=doctype)
+        + '<row r="1"><c t="inlineStr"><is><t>&lol9;</t></is></c></row>'
+        + _SHEET_END
+    )
     with _workbook(path) as archive:
         archive.writestr("xl/worksheets/sheet1.xml", sheet)
 

@@ -657,14 +657,20 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="Runs one key may have executing at once, so one tenant never takes every place [default: half of --max-running, rounded up; all of it with --no-auth].",
+    help=(
+        "Runs one key may have executing at once, so one tenant never takes every place "
+        "[default: half of --max-running, rounded up; all of it with --no-auth]."
+    ),
 )
 @click.option(
     "--allowed-host",
     "allowed_hosts",
     multiple=True,
     metavar="NAME",
-    help="A name (NAME or NAME:PORT) this server answers for besides 127.0.0.1, localhost, [::1] and --host; repeat for more; '*' for any. Other Host or Origin headers get 421/403 (DNS rebinding).",
+    help=(
+        "A name (NAME or NAME:PORT) this server answers for besides 127.0.0.1, localhost, [::1] and --host; "
+        "repeat for more; '*' for any. Other Host or Origin headers get 421/403 (DNS rebinding)."
+    ),
 )
 @click.option(
     "--max-live-kernels",
