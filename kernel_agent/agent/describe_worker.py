@@ -1,10 +1,11 @@
 """The confined describer's process: a zygote that forks one bounded child per data file.
 
-Run by ``describer.py`` as ``python -m kernel_agent.agent.describe_worker FD``, where ``FD`` is its end of
-a ``SOCK_SEQPACKET`` control socket. The zygote imports pandas, pyarrow and ``summaries`` once, describes a
-small table to pay the first parse, says ``ready``, then waits: each message on the control socket carries
-one connected socket (``SCM_RIGHTS``), and for each it forks a child. Single-threaded (no thread pool is
-started before a fork: BLAS and Arrow are told to use one thread), so forking is safe and costs a few ms.
+Run by ``describer.py`` as ``python -m kernel_agent.agent.describe_worker FD [MEMORY_BYTES CPU_SECONDS]``,
+where ``FD`` is its end of a ``SOCK_SEQPACKET`` control socket. The zygote imports pandas, pyarrow and
+``summaries`` once, describes a small table to pay the first parse, says ``ready``, then waits: each
+message on the control socket carries one connected socket (``SCM_RIGHTS``), and for each it forks a
+child. Single-threaded (no thread pool is started before a fork: BLAS and Arrow are told to use one
+thread), so forking is safe and costs a few ms.
 
 A child reads ``{"path": ...}`` on its socket, lowers its limits (address space ``MEMORY_BYTES`` above what
 the zygote had mapped, ``CPU_SECONDS`` of CPU, ``WALL_SECONDS`` of wall time by ``alarm``, no file
@@ -38,6 +39,7 @@ WALL_SECONDS = 30  # a child blocked on I/O (or starved of CPU on a loaded machi
 
 def main(argv: list[str]) -> int:
     control = socket.socket(fileno=int(argv[0]))
+    memory, cpu = (int(argv[1]), int(argv[2])) if len(argv) > 2 else (MEMORY_BYTES, CPU_SECONDS)
     from . import summaries
 
     _preload(summaries)
@@ -53,7 +55,7 @@ def main(argv: list[str]) -> int:
         for fd in fds:
             if os.fork() == 0:
                 control.close()
-                _child(fd, summaries)  # never returns
+                _child(fd, summaries, memory, cpu)  # never returns
             os.close(fd)
 
 
@@ -74,12 +76,12 @@ def _preload(summaries: Any) -> None:
             pass
 
 
-def _child(fd: int, summaries: Any) -> None:
+def _child(fd: int, summaries: Any, memory: int, cpu: int) -> None:
     status = 0
     try:
         with socket.socket(fileno=fd) as conn, conn.makefile("rwb") as stream:
             path = Path(json.loads(stream.readline())["path"])
-            _confine()
+            _confine(memory, cpu)
             _send(stream, {"declared": summaries.declared(path)})
             try:
                 reply = {"summary": summaries.describe(path)}
@@ -94,10 +96,10 @@ def _child(fd: int, summaries: Any) -> None:
         os._exit(status)
 
 
-def _confine() -> None:
+def _confine(memory: int = MEMORY_BYTES, cpu: int = CPU_SECONDS) -> None:
     mapped = _mapped_bytes()
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + MEMORY_BYTES, mapped + MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + memory, mapped + memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.alarm(WALL_SECONDS)

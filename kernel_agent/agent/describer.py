@@ -46,7 +46,11 @@ def describe(source: Path) -> str:
 
     Raises ``DataFileError`` when the file cannot be parsed as its kind says, or the worker cannot start.
     """
-    lines = _ask(source)
+    return _describe_with(_zygote, source)
+
+
+def _describe_with(zygote: _Zygote, source: Path) -> str:
+    lines = _ask(zygote, source)
     said: dict[str, str | None] = {}
     for line in lines:
         try:
@@ -67,17 +71,17 @@ def start_describer() -> None:
     _zygote.connection()
 
 
-def _ask(source: Path) -> list[bytes]:
+def _ask(zygote: _Zygote, source: Path) -> list[bytes]:
     """The worker's lines about ``source``; retried once on a fresh zygote if the old one has died."""
     for attempt in (1, 2):
-        control = _zygote.connection()
+        control = zygote.connection()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with theirs:
                 socket.send_fds(control, [b"d"], [theirs.fileno()])
         except OSError:
             ours.close()
-            _zygote.forget(control)
+            zygote.forget(control)
             if attempt == 2:
                 raise DataFileError(f"cannot describe {source.name}: the describer ended", path=str(source)) from None
             continue
@@ -102,7 +106,8 @@ def _read_lines(conn: socket.socket, limit: int = 8 * MAX_SUMMARY_CHARS) -> list
 class _Zygote:
     """The worker process and the host's end of its control socket; one per process."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_bytes: int = MEMORY_BYTES, cpu_seconds: int = CPU_SECONDS) -> None:
+        self._limits = (memory_bytes, cpu_seconds)
         self._lock = threading.Lock()
         self._control: socket.socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -140,7 +145,13 @@ class _Zygote:
         try:
             with theirs:
                 self._process = subprocess.Popen(
-                    [sys.executable, "-m", "kernel_agent.agent.describe_worker", str(theirs.fileno())],
+                    [
+                        sys.executable,
+                        "-m",
+                        "kernel_agent.agent.describe_worker",
+                        str(theirs.fileno()),
+                        *map(str, self._limits),
+                    ],
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
