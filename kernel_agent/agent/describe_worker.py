@@ -10,10 +10,12 @@ thread), so forking is safe and costs a few ms.
 A child reads ``{"path": ...}`` on its socket, lowers its limits (address space ``MEMORY_BYTES`` above what
 the zygote had mapped, ``CPU_SECONDS`` of CPU, ``WALL_SECONDS`` of wall time by ``alarm``, no file
 written, no core), sends what the file declares (``summaries.declared``: metadata only) and then its
-description, one JSON object a line: ``{"declared": text}``, then ``{"summary": text}``, ``{"error": text}``
-(the file cannot be read as its kind says) or ``{"over": "memory"}``. A child killed by a limit says
-nothing more; the host reads the end of the socket as "over the budget". The zygote ends when the host's
-end of the control socket closes (the host process ended or closed it).
+description, one JSON object a line: ``{"declared": text}``, then ``{"summary": text}``, ``{"error": text,
+"cause": text}`` (the file cannot be read as its kind says: what the parser raised) or
+``{"over": "memory"}``. A child killed by a limit says nothing more; the host reads the end of the socket
+as "over the budget". The zygote ends when the host's end of the control socket closes (the host process
+ended or closed it). The address-space limit counts what the zygote had mapped but not used (allocator
+arenas) as already there: the bound is hard, its headroom a little wider than ``MEMORY_BYTES``.
 
 Standard library at module level; what it describes with is imported in ``main``.
 """
@@ -88,7 +90,8 @@ def _child(fd: int, summaries: Any, memory: int, cpu: int) -> None:
             except MemoryError:
                 reply = {"over": "memory"}
             except summaries.DataFileError as exc:
-                reply = {"error": str(exc)}
+                cause = exc.__cause__
+                reply = {"error": str(exc), "cause": f"{type(cause).__name__}: {cause}" if cause else None}
             _send(stream, reply)
     except BaseException:  # nothing more to say: the host reads the closed socket as "over the budget"
         status = 1

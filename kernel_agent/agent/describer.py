@@ -59,8 +59,8 @@ def _describe_with(zygote: _Zygote, source: Path) -> str:
             break
     if said.get("summary") is not None:
         return str(said["summary"])
-    if said.get("error") is not None:
-        raise DataFileError(str(said["error"]), path=str(source))
+    if said.get("error") is not None:  # the parser's own error, by name and message, is the cause
+        raise DataFileError(str(said["error"]), path=str(source)) from ValueError(said.get("cause") or "")
     declared = said.get("declared") or f"{file_kind(source)} · {human_size(source.stat().st_size)}"
     return f"{declared} · {BUDGET_NOTE}"[:MAX_SUMMARY_CHARS]
 
