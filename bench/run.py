@@ -49,6 +49,7 @@ BENCHMARKS = [
     "bench_startup",
     "bench_languages",
     "bench_jupyter",
+    "bench_describe",
 ]
 
 FAILED_EXIT = 1

@@ -93,11 +93,14 @@ def _ask(zygote: _Zygote, source: Path) -> list[bytes]:
 
 
 def _read_lines(conn: socket.socket, limit: int = 8 * MAX_SUMMARY_CHARS) -> list[bytes]:
-    """Whole lines until the child closes its end (it exits) or ``limit`` bytes; a timeout ends it too."""
+    """Whole lines until the last one the child sends (a summary, an error, or over the budget), its end of
+    the socket closed (it died), or ``limit`` bytes; a timeout ends it too."""
     data = b""
     try:
         while len(data) < limit and (chunk := conn.recv(65536)):
             data += chunk
+            if data.endswith(b"\n") and not data.rsplit(b"\n", 2)[-2].startswith(b'{"declared"'):
+                break  # the last word: the child need not have exited yet
     except OSError:  # timed out or reset: what came so far is all there is
         pass
     return data.split(b"\n")[:-1]

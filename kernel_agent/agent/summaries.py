@@ -213,11 +213,11 @@ def _parquet(path: Path, size: int) -> str:
         rows = parquet.metadata.num_rows
         # Read whole only when small decoded: a 426 KB file of zeros declares 100 M rows (800 MB in pandas).
         if size <= FULL_READ_BYTES and _decoded_bytes(parquet) <= MAX_DECODED_BYTES:
-            frame = parquet.read(use_threads=False).to_pandas()
+            frame = parquet.read(use_threads=False).to_pandas(use_threads=False)
         else:  # the first batch only: pyarrow decodes a row group's pages as it goes
             first = next(parquet.iter_batches(batch_size=SAMPLE_ROWS, use_threads=False), None)
             empty = parquet.schema_arrow.empty_table()
-            frame = (empty if first is None else first).to_pandas()
+            frame = (empty if first is None else first).to_pandas(use_threads=False)
     return _table("Parquet", size, frame, rows, exact=True, sampled=len(frame) < rows)
 
 
