@@ -135,3 +135,25 @@ def test_the_worker_limits_hold_whatever_the_file_says(tmp_path: Path) -> None:
         tight.close()
     assert noted == f"JSON · 4.0 MB · {BUDGET_NOTE}"
     assert describe(table).startswith("JSON records · 4.0 MB · 500,000 rows × 1 column")
+
+
+def test_only_the_worker_parses_a_data_file() -> None:
+    """The in-process parser (``summaries.describe``) is called by the confined worker only: every other module
+    describes through ``describer.describe``, as ``test_door.py`` holds workspace I/O to the door."""
+    import ast
+
+    import kernel_agent
+
+    package = Path(kernel_agent.__file__).parent
+    offenders = []
+    for module in package.rglob("*.py"):
+        if module.name in ("describe_worker.py", "summaries.py"):
+            continue
+        for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+            imported = isinstance(node, ast.ImportFrom) and (node.module or "").endswith("summaries")
+            if imported and any(alias.name == "describe" for alias in node.names):  # type: ignore[union-attr]
+                offenders.append(f"{module.relative_to(package)}:{node.lineno}")
+            called = isinstance(node, ast.Attribute) and node.attr == "describe"
+            if called and isinstance(node.value, ast.Name) and node.value.id == "summaries":  # type: ignore[union-attr]
+                offenders.append(f"{module.relative_to(package)}:{node.lineno}")
+    assert offenders == []
