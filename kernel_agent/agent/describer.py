@@ -8,9 +8,10 @@ file whose description passes a limit is described by what it declares (``summar
 kind, size and what its metadata claims) with "not read: larger than the description budget"; it never
 costs the host more than a socket and a few KB.
 
-Owns the zygote's lifetime (started on first use or by ``start_describer``, ended when this process
-exits or closes its end of the control socket, restarted once if it died) and the wire between the
-two. Does not own what a description says (``summaries.py``) nor which files are described
+The worker gets a kernel's environment (an allow-list: no key or token of the host's reaches the code
+that parses hostile bytes). Owns the zygote's lifetime (started on first use or by ``start_describer``,
+ended when this process exits or closes its end of the control socket, restarted once if it died) and
+the wire between the two. Does not own what a description says (``summaries.py``) nor which files are described
 (``data.py``).
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 
 from ..errors import DataFileError
+from ..kernel.sandbox.environment import kernel_environment
 from .describe_worker import CPU_SECONDS, MEMORY_BYTES, WALL_SECONDS
 from .summaries import MAX_SUMMARY_CHARS, file_kind, human_size
 
@@ -144,7 +145,7 @@ class _Zygote:
 
     def _start(self) -> socket.socket:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        environment = {**os.environ, **_THREADS_ENV}
+        environment = kernel_environment(extra=_THREADS_ENV)  # a kernel's allow-list: no secret of ours
         try:
             with theirs:
                 self._process = subprocess.Popen(
