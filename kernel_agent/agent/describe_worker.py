@@ -112,6 +112,12 @@ def _preload(summaries: Any) -> None:
         for sample in samples:
             try:
                 summaries.describe(sample)
+                summaries.declared(sample)
+                if sample.suffix == ".parquet":  # a big file's path: its first batch only
+                    import pyarrow.parquet as pq
+
+                    with pq.ParquetFile(sample) as parquet:
+                        next(parquet.iter_batches(batch_size=1, use_threads=False)).to_pandas(use_threads=False)
             except Exception:  # a warm-up: the files that follow say what is wrong, if anything
                 pass
     gc.collect()
