@@ -52,16 +52,18 @@ def describe(source: Path) -> str:
 
 def _describe_with(zygote: _Zygote, source: Path) -> str:
     lines = _ask(zygote, source)
-    said: dict[str, str | None] = {}
-    for line in lines:
+    said: dict[str, str] = {}
+    for line in lines:  # the child parsed hostile bytes: what it says is data too, taken only as strings
         try:
-            said.update(json.loads(line))
+            message = json.loads(line)
         except ValueError:
             break
-    if said.get("summary") is not None:
-        return str(said["summary"])
-    if said.get("error") is not None:  # the parser's own error, by name and message, is the cause
-        raise DataFileError(str(said["error"]), path=str(source)) from ValueError(said.get("cause") or "")
+        if isinstance(message, dict):
+            said.update({k: v for k, v in message.items() if isinstance(k, str) and isinstance(v, str)})
+    if "summary" in said:
+        return said["summary"][:MAX_SUMMARY_CHARS]
+    if "error" in said:  # the parser's own error, by name and message, is the cause
+        raise DataFileError(said["error"][:500], path=str(source)) from ValueError(said.get("cause", "")[:500])
     declared = said.get("declared") or f"{file_kind(source)} · {human_size(source.stat().st_size)}"
     return f"{declared} · {BUDGET_NOTE}"[:MAX_SUMMARY_CHARS]
 
