@@ -223,18 +223,18 @@ class Service:
         """Raise ``ServiceError`` 429 saying why when ``owner`` may not start a run now: the server runs as many
         as it may, or this owner already runs its share (``ServerConfig.key_share``), so one key never takes
         every place. Checked before anything is saved: a refused request changes nothing."""
-        running = self.executor.running + self._starting
-        if running >= self.config.max_running:
-            raise ServiceError(
-                f"{running} runs are running, the most this server runs at once; retry later", status=429
-            )
         share = self.config.key_share
         own = self.executor.running_for(owner) + self._starting_by[owner]
-        if own >= share:
+        if share < self.config.max_running and own >= share:  # said first: it is what this key can change
             raise ServiceError(
                 f"this key has {own} runs running, the most one key runs at once on this server ({share} of "
                 f"{self.config.max_running}, so other keys keep a place); retry when one ends",
                 status=429,
+            )
+        running = self.executor.running + self._starting
+        if running >= self.config.max_running:
+            raise ServiceError(
+                f"{running} runs are running, the most this server runs at once; retry later", status=429
             )
 
     async def _start_run(
