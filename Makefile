@@ -46,6 +46,11 @@ bubblewrap:
 	  apt-get install -y passt || (apt-get update && apt-get install -y passt) || \
 	  echo "apt-get could not install passt: --network will refuse to start a kernel" >&2; \
 	fi
+	@# ... and nft rules in that namespace keep it off every address of this machine (Debian's nftables).
+	@if ! command -v nft >/dev/null 2>&1 && ! [ -x /usr/sbin/nft ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y nftables || (apt-get update && apt-get install -y nftables) || \
+	  echo "apt-get could not install nftables: --network will refuse to start a kernel" >&2; \
+	fi
 
 demo: $(STAMP) bubblewrap
 	$(BIN)/kernel-agent demo

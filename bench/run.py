@@ -52,6 +52,7 @@ BENCHMARKS = [
     "bench_languages",
     "bench_jupyter",
     "bench_eval",
+    "bench_describe",
 ]
 
 FAILED_EXIT = 1

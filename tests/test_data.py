@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 import kernel_agent.agent.data as data_module
+from kernel_agent.agent import summaries
 from kernel_agent.agent.data import (
     MAX_COLUMNS,
     MAX_SECTION_CHARS,
@@ -289,8 +290,8 @@ def test_mat_summary_lists_variables_with_scipy(tmp_path: Path, monkeypatch: pyt
     broken = write(tmp_path / "broken.mat", "MATLAB 5.0 MAT-file but then nothing sensible at all")
     with pytest.raises(DataFileError, match="broken.mat as mat"):
         summarize(broken)
-    monkeypatch.setitem(sys.modules, "scipy.io", None)  # as if scipy were not installed
-    assert "scipy is not installed" in summarize(tmp_path / "m.mat")
+    monkeypatch.setitem(sys.modules, "scipy.io", None)  # as if scipy were not installed (here: the parser in-process)
+    assert "scipy is not installed" in summaries.describe(tmp_path / "m.mat")
 
 
 def test_text_binary_and_other_files(tmp_path: Path) -> None:

@@ -105,6 +105,28 @@ def test_a_request_without_the_key_is_refused_before_the_mcp_app(
     assert accepted.status_code == 200
 
 
+def test_a_foreign_host_or_origin_is_refused_even_with_the_key(
+    server: tuple[str, Path, subprocess.Popen[bytes]],
+) -> None:
+    """DNS rebinding: the SDK's transport security answers a foreign Host with 421 and a foreign Origin with
+    403 (the service matches it: ``server/origins.py``); the loopback names still work."""
+    url, root, _ = server
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "x", "version": "1"}},
+    }
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {KEY}"}
+    port = url.split(":")[2].split("/")[0]
+    foreign = httpx.post(url, json=hello, headers={**headers, "Host": f"attacker.example:{port}"}, timeout=30)
+    assert foreign.status_code == 421
+    crossed = httpx.post(url, json=hello, headers={**headers, "Origin": "http://attacker.example"}, timeout=30)
+    assert crossed.status_code == 403
+    ours = httpx.post(url, json=hello, headers={**headers, "Origin": f"http://localhost:{port}"}, timeout=30)
+    assert ours.status_code == 200
+
+
 def test_http_refuses_a_non_loopback_address_without_allow_remote(tmp_path: Path) -> None:
     done = subprocess.run(
         [

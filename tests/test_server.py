@@ -187,8 +187,8 @@ def test_an_oversized_body_is_refused_before_it_is_read(server: ServiceServer, c
     # Declares 10 GB and sends none of it: only a check on the declared length can answer at all.
     with socket.create_connection(("127.0.0.1", server.port), timeout=60) as raw:
         raw.sendall(
-            b"POST /v1/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-key\r\n"
-            b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 10000000000\r\n\r\n"
+            f"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAuthorization: Bearer alice-key\r\n"
+            "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 10000000000\r\n\r\n".encode()
         )
         answer = raw.makefile("rb").read().decode()  # the server closes after its answer
     assert answer.startswith("HTTP/1.1 413") and "byte limit" in answer

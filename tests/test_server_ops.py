@@ -100,7 +100,9 @@ def test_metrics_count_runs_kernels_and_model_replies(server: ServiceServer, ope
 def test_requests_at_once_never_start_more_runs_than_the_cap(openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(*[Reply("Done.", pause=3.0)] * 2)
     with (
-        ServiceServer(tmp_path / "data", openai_server.base_url, keys={"ops-key"}, max_running=2) as server,
+        ServiceServer(  # one key, allowed the whole cap: the global cap is what this holds
+            tmp_path / "data", openai_server.base_url, keys={"ops-key"}, max_running=2, max_running_per_key=2
+        ) as server,
         httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as client,
         ThreadPoolExecutor(8) as pool,
     ):

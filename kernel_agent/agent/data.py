@@ -27,7 +27,8 @@ from ..errors import ConfigError, DataFileError, KernelAgentError, WorkspaceFile
 from ..kernel.door import Door
 from ..kernel.workspace import resolve_outside_workspaces, workspace_holding
 from ..notebook.claims import DataSources
-from .summaries import MAX_COLUMNS, MAX_SUMMARY_CHARS, Kind, describe, file_kind, human_size
+from .describer import describe, start_describer
+from .summaries import MAX_COLUMNS, MAX_SUMMARY_CHARS, Kind, file_kind, human_size
 
 __all__ = [
     "MAX_COLUMNS",
@@ -195,15 +196,13 @@ class CheckedData:
 
 
 def warm_describer() -> None:
-    """Describe a small table once, so this process's first run does not pay pandas' first parse and
-    the date sniffing's first use (~60-100 ms). Blocking (call it in a thread); raises nothing."""
-    with tempfile.TemporaryDirectory(prefix="kernel-agent-warm-") as folder:
-        sample = Path(folder) / "warm.csv"
-        sample.write_text("day,region,value\n2024-01-31,north,1.5\n2024-02-29,south,2.5\n")
-        try:
-            describe(sample)
-        except KernelAgentError:  # a warm-up: the run that follows says what is wrong, if anything
-            pass
+    """Start this process's confined describer ahead (``describer.py``: its worker imports pandas and pays
+    the first parse, ~0.5 s), so the first run does not wait for it. Blocking (call it in a thread);
+    raises nothing."""
+    try:
+        start_describer()
+    except KernelAgentError:  # a warm-up: the run that follows says what is wrong, if anything
+        pass
 
 
 def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) -> tuple[DataFile, ...]:

@@ -35,7 +35,16 @@ if TYPE_CHECKING:  # imported where used: importing this module stays cheap for 
     import numpy as np
     import pandas as pd
 
-__all__ = ["DATA_SUFFIXES", "MAX_COLUMNS", "MAX_SUMMARY_CHARS", "Kind", "describe", "file_kind", "human_size"]
+__all__ = [
+    "DATA_SUFFIXES",
+    "MAX_COLUMNS",
+    "MAX_SUMMARY_CHARS",
+    "Kind",
+    "declared",
+    "describe",
+    "file_kind",
+    "human_size",
+]
 
 Kind = Literal["csv", "tsv", "excel", "parquet", "json", "npy", "mat", "text", "other"]
 
@@ -49,6 +58,7 @@ SAMPLE_ROWS = 2_000
 MAX_JSON_BYTES = 16_000_000  # parsed whole into Python objects: about 10x that in memory
 MAX_PARSED_COLUMNS = 1_000  # a 100k-column header is read this far (pandas is slow on very wide frames)
 MAX_UNPACKED_BYTES = 100_000_000  # an xlsx that unpacks to more is a bomb, or too big to sample cheaply
+MAX_DECODED_BYTES = 64_000_000  # a parquet file read whole decodes to at most this much (else: its first rows)
 MAX_SHEETS = 3
 TEXT_LINES = 8
 MAX_MAT_VARIABLES = 20
@@ -74,11 +84,12 @@ def file_kind(path: str | os.PathLike[str]) -> Kind:
 
 
 def describe(source: Path) -> str:
-    """Markdown describing the data file ``source``, at most ``MAX_SUMMARY_CHARS`` long.
+    """Markdown describing the data file ``source``, at most ``MAX_SUMMARY_CHARS`` long, parsed in this process.
 
-    ``source`` has been checked (an existing, readable regular file):
-    ``data.summarize`` is the checked entry point and documents the output.
-    Raises ``DataFileError`` if the file cannot be parsed as its kind says.
+    Only the confined worker calls this (``describe_worker.py``; the host calls ``describer.describe``):
+    the bounds here keep an honest file cheap, not a hostile one harmless. ``source`` has been checked
+    (an existing, readable regular file): ``data.summarize`` is the checked entry point and documents
+    the output. Raises ``DataFileError`` if the file cannot be parsed as its kind says.
     """
     kind = file_kind(source)
     size = source.stat().st_size
@@ -198,15 +209,67 @@ def _excel(path: Path, size: int) -> str:
 def _parquet(path: Path, size: int) -> str:
     import pyarrow.parquet as pq  # optional dependency: its ImportError becomes a DataFileError
 
-    with pq.ParquetFile(path) as parquet:
+    # Streamed a MB at a time (not a row group's column chunks read whole first): a sample reads what it needs.
+    with pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False) as parquet:
         rows = parquet.metadata.num_rows
-        if size <= FULL_READ_BYTES:
-            frame = parquet.read().to_pandas()
-        else:
-            first = next(parquet.iter_batches(batch_size=SAMPLE_ROWS), None)
+        # Read whole only when small decoded: a 426 KB file of zeros declares 100 M rows (800 MB in pandas).
+        if size <= FULL_READ_BYTES and _decoded_bytes(parquet) <= MAX_DECODED_BYTES:
+            frame = parquet.read(use_threads=False).to_pandas(use_threads=False)
+        else:  # the first batch only: pyarrow decodes a row group's pages as it goes
+            first = next(parquet.iter_batches(batch_size=SAMPLE_ROWS, use_threads=False), None)
             empty = parquet.schema_arrow.empty_table()
-            frame = (empty if first is None else first).to_pandas()
+            frame = (empty if first is None else first).to_pandas(use_threads=False)
     return _table("Parquet", size, frame, rows, exact=True, sampled=len(frame) < rows)
+
+
+def _decoded_bytes(parquet: Any) -> int:
+    """About what reading ``parquet`` whole takes in memory, from its metadata: 8 bytes a value (a pointer or a
+    number), plus what its column chunks unpack to (the strings). A claim the confined worker's limits back."""
+    metadata = parquet.metadata
+    unpacked = sum(
+        metadata.row_group(g).column(c).total_uncompressed_size
+        for g in range(metadata.num_row_groups)
+        for c in range(metadata.num_columns)
+    )
+    return 8 * metadata.num_rows * max(metadata.num_columns, 1) + unpacked
+
+
+def _parquet_declared(parquet: Any, size: int) -> str:
+    metadata = parquet.metadata
+    schema = parquet.schema_arrow
+    columns = ", ".join(f"`{_one_line(field.name)[:40]}` {field.type}" for field in list(schema)[:MAX_COLUMNS])
+    more = f", … and {len(schema) - MAX_COLUMNS} more" if len(schema) > MAX_COLUMNS else ""
+    return (
+        f"Parquet · {human_size(size)} · {metadata.num_rows:,} {_plural(metadata.num_rows, 'row')} × "
+        f"{len(schema)} {_plural(len(schema), 'column')} declared ({columns}{more})"
+    )
+
+
+def declared(source: Path) -> str:
+    """What ``source`` says it is, from its metadata only (parquet's footer, a zip's directory): its kind and
+    size, and for parquet its declared rows and columns, for a workbook its unpacked size. What the host
+    shows when a description passes its budget. Raises nothing."""
+    size = source.stat().st_size
+    kind = file_kind(source)
+    plain = f"{_LABELS[kind]} · {human_size(size)}"
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            with pq.ParquetFile(source) as parquet:
+                return _parquet_declared(parquet, size)
+        if kind == "excel":
+            unpacked = unpacked_size(source)
+            return plain if unpacked is None else f"{plain}, unpacking to {human_size(unpacked)}"
+    except Exception:  # a file that cannot say what it is: its kind and size say enough
+        return plain
+    return plain
+
+
+_LABELS: dict[Kind, str] = {
+    "csv": "CSV", "tsv": "TSV", "excel": "Excel workbook", "parquet": "Parquet", "json": "JSON",
+    "npy": "NumPy array", "mat": "MATLAB file", "text": "Text", "other": "File",
+}  # fmt: skip
 
 
 def _json(path: Path, size: int) -> str:

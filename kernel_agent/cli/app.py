@@ -702,6 +702,26 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     help="Runs executing at once; more get 429.",
 )
 @click.option(
+    "--max-running-per-key",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help=(
+        "Runs one key may have executing at once, so one tenant never takes every place "
+        "[default: half of --max-running, rounded up; all of it with --no-auth]."
+    ),
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help=(
+        "A name (NAME or NAME:PORT) this server answers for besides 127.0.0.1, localhost, [::1] and --host; "
+        "repeat for more; '*' for any. Other Host or Origin headers get 421/403 (DNS rebinding)."
+    ),
+)
+@click.option(
     "--max-live-kernels",
     type=click.IntRange(min=1),
     default=8,
@@ -782,6 +802,8 @@ def serve(
     keys_file: str | None,
     no_auth: bool,
     max_running: int,
+    max_running_per_key: int | None,
+    allowed_hosts: tuple[str, ...],
     max_live_kernels: int,
     idle_ttl: float,
     max_upload_mb: float,
@@ -800,6 +822,7 @@ def serve(
     so); on a loopback address it needs no key unless keys are configured."""
     from ..agent.config import NO_MODEL_HELP, AgentConfig
     from ..server.config import ServerConfig, check_host, load_keys
+    from ..server.origins import served_hosts
     from ..server.run import serve as run_server
 
     with _edge():
@@ -822,6 +845,8 @@ def serve(
             auth=not no_auth,
             agent=agent,
             max_running=max_running,
+            max_running_per_key=max_running_per_key,
+            allowed_hosts=served_hosts(host, allowed_hosts),
             max_threads_live=max_live_kernels,
             idle_ttl=idle_ttl,
             max_upload_bytes=int(max_upload_mb * 1024 * 1024),

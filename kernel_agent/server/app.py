@@ -35,6 +35,7 @@ from .config import ServerConfig
 from .deps import Owner, fresh, public, service_of
 from .errors import install_error_handlers
 from .limits import MULTIPART_SLACK, BodyLimit
+from .origins import HostGuard, served_hosts
 from .metrics import CONTENT_TYPE
 from .private import private_folder
 from .service import Service
@@ -72,6 +73,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="kernel-agent", version=__version__, lifespan=lifespan, dependencies=[Depends(fresh)])
     app.state.config = config
     app.add_middleware(BodyLimit, limit=config.max_upload_bytes + MULTIPART_SLACK)
+    app.add_middleware(HostGuard, hosts=served_hosts("", config.allowed_hosts))  # outermost: checked first
 
     install_error_handlers(app)
     _native_routes(app, config)

@@ -44,6 +44,12 @@ class ServerConfig:
         base_url, api_key, protocol, max_rounds, exec_timeout, sandbox, ...);
         the CLI builds them exactly as ``kernel-agent run`` does.
     max_running: runs executing at once; a new run over the cap gets 429.
+    max_running_per_key: runs one key may have executing at once (``key_share``; None: half of
+        ``max_running``, rounded up, so one key never holds every place); a run over it gets 429 that
+        says so. Without auth everyone is one owner, who may use every place.
+    allowed_hosts: names (``name`` or ``name:port``) the service answers for besides the loopback
+        names and the address it listens on (``--allowed-host``; ``*``: any); a request whose ``Host``
+        or ``Origin`` names another gets 421 or 403 (``origins.py``).
     max_threads_live: thread kernels kept alive at once; the idlest is shut
         down to make room (a later follow-up rebuilds it from the notebook).
     idle_ttl: seconds an idle thread's kernel lives before it is shut down.
@@ -66,6 +72,8 @@ class ServerConfig:
     auth: bool = True
     agent: Mapping[str, Any] = field(default_factory=dict, repr=False)
     max_running: int = 4
+    max_running_per_key: int | None = None
+    allowed_hosts: tuple[str, ...] = ()
     max_threads_live: int = 8
     idle_ttl: float = 1800.0
     max_upload_bytes: int = 100 * 1024 * 1024
@@ -78,6 +86,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_threads_live < 1:
             raise ConfigError("max_running and max_threads_live must be at least 1")
+        if self.max_running_per_key is not None and not 1 <= self.max_running_per_key <= self.max_running:
+            raise ConfigError(f"max_running_per_key must be between 1 and max_running ({self.max_running})")
         if not 0 <= self.pool_size <= self.max_threads_live:
             raise ConfigError(
                 f"the pool size must be between 0 and max_threads_live ({self.max_threads_live}), not {self.pool_size}"
@@ -88,6 +98,13 @@ class ServerConfig:
             from .database import database_url
 
             database_url(self.database, self.data_dir)  # a bad URL fails now, not at the first request
+
+    @property
+    def key_share(self) -> int:
+        """Runs one owner may have executing at once (see ``max_running_per_key``)."""
+        if not self.auth:
+            return self.max_running
+        return self.max_running_per_key or (self.max_running + 1) // 2
 
     @property
     def model(self) -> str | None:

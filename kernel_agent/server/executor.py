@@ -49,6 +49,7 @@ class Executor:
         self._leases = leases
         self._draining = draining
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self._owners: dict[str, str] = {}  # run id -> its owner, for each task in ``tasks``
         self.logs: dict[str, RunLog] = {}
         self._closing: set[asyncio.Future[None]] = set()
         self._lost: set[str] = set()  # runs whose lease another replica took: nothing more of them is written
@@ -57,9 +58,14 @@ class Executor:
     def running(self) -> int:
         return sum(1 for task in self.tasks.values() if not task.done())
 
+    def running_for(self, owner: str) -> int:
+        """Runs of ``owner`` executing here."""
+        return sum(1 for run_id, task in self.tasks.items() if not task.done() and self._owners.get(run_id) == owner)
+
     def start(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord]) -> None:
         """Execute ``run`` (saved, its lease and ``runtime.lock`` held) in a task of its own."""
         run_log = self.logs[run.id] = RunLog(self.store, run.id)
+        self._owners[run.id] = run.owner
         task = self.tasks[run.id] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
         task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
 
@@ -184,6 +190,7 @@ class Executor:
         if run.id in self._lost:
             self._lost.discard(run.id)
             self.tasks.pop(run.id, None)
+            self._owners.pop(run.id, None)
             runtime.lock.release()
             await runtime.stop_kernel()
             run_log.over = True
@@ -201,6 +208,7 @@ class Executor:
         )
         self._set_thread_status(thread.id, run.status)
         self.tasks.pop(run.id, None)
+        self._owners.pop(run.id, None)
         try:
             await self.store.flush()
             await self._leases().release(thread.id)

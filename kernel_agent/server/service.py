@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,6 +49,7 @@ class Service:
         self.store = Store(config.data_dir, config.database)
         self.runtimes = Runtimes(config, self.store, lambda: self.leases)
         self._starting = 0  # runs let in whose task is not made yet: they count toward max_running
+        self._starting_by: Counter[str] = Counter()  # the same, by owner: they count toward its share
         self.executor = Executor(
             self.store,
             lambda: self.leases,
@@ -209,18 +211,36 @@ class Service:
         await self.fresh(files=file_ids, threads=[thread_id] if thread_id else ())
         files = [self.file(owner, f) for f in file_ids]
         thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
-        running = self.executor.running + self._starting
-        if running >= self.config.max_running:  # before anything is saved: a refused request changes nothing
-            raise ServiceError(
-                f"{running} runs are running, the most this server runs at once; retry later", status=429
-            )
+        self._admit(owner)
         # The place is taken before the first await: a burst of requests must not all pass the check
         # while each waits for its kernel and folders (32 at once all started, with a cap of 8).
         self._starting += 1
+        self._starting_by[owner] += 1
         try:
             return await self._start_run(owner, task, file_ids, files, thread)
         finally:
             self._starting -= 1
+            self._starting_by[owner] -= 1
+            if not self._starting_by[owner]:
+                del self._starting_by[owner]
+
+    def _admit(self, owner: str) -> None:
+        """Raise ``ServiceError`` 429 saying why when ``owner`` may not start a run now: the server runs as many
+        as it may, or this owner already runs its share (``ServerConfig.key_share``), so one key never takes
+        every place. Checked before anything is saved: a refused request changes nothing."""
+        share = self.config.key_share
+        own = self.executor.running_for(owner) + self._starting_by[owner]
+        if share < self.config.max_running and own >= share:  # said first: it is what this key can change
+            raise ServiceError(
+                f"this key has {own} runs running, the most one key runs at once on this server ({share} of "
+                f"{self.config.max_running}, so other keys keep a place); retry when one ends",
+                status=429,
+            )
+        running = self.executor.running + self._starting
+        if running >= self.config.max_running:
+            raise ServiceError(
+                f"{running} runs are running, the most this server runs at once; retry later", status=429
+            )
 
     async def _start_run(
         self, owner: str, task: str, file_ids: Sequence[str], files: list[FileRecord], thread: ThreadRecord

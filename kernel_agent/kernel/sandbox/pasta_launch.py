@@ -1,14 +1,20 @@
 """Start a bubblewrap sandbox, give its network namespace user-mode networking, then let it run.
 
 Run by the kernel's launch command when the network is on (``network.py`` builds the command); host
-side, standard library only, started as ``python -I -S pasta_launch.py PASTA -- BWRAP-ARGV...``:
+side, standard library only, started as ``python -I -S pasta_launch.py PASTA NSENTER NFT -- BWRAP-ARGV...``:
 
 1. start bwrap with ``--info-fd`` (it reports its sandbox's pid) and ``--block-fd`` (the sandboxed
    command waits until we say go), so the kernel never runs without its network set up;
 2. attach ``pasta`` to that sandbox's network namespace only (``--netns-only``: pasta joins no user
    namespace; pasta 2023's own spawn mode cannot map users when run as root), with no port forwarded
    either way and the gateway not mapped to the host, so the namespace's 127.0.0.1 is its own;
-3. unblock the sandbox, forward SIGTERM/SIGINT/SIGHUP to bwrap, and exit with bwrap's status.
+3. fence this machine off: pasta relays a connection to any address through an ordinary socket of the
+   host, so one to another of the host's own addresses (a second interface, a container bridge) would
+   reach the host's services. ``nft`` rules in the sandbox's namespace (entered with ``nsenter``) reject
+   every packet to an address this machine has now (``host_addresses``: IPv4 and IPv6, loopback
+   included), except what stays on the namespace's own loopback. They are set before the kernel runs,
+   and the kernel, without capabilities in that namespace's user namespace, cannot change them;
+4. unblock the sandbox, forward SIGTERM/SIGINT/SIGHUP to bwrap, and exit with bwrap's status.
 
 pasta runs in the foreground as our child (its network is up once the namespace shows an interface
 besides ``lo``) and is ended when the sandbox ends. If this process is killed, bwrap's
@@ -49,6 +55,62 @@ def pasta_options(binary: str) -> list[str]:
         "--netns-only",
         "--netns",
     ]
+
+
+def host_addresses() -> list[str]:
+    """Every address of this network namespace's interfaces (where this process runs), as ``ADDR/PREFIX``: the
+    IPv4 ones the kernel routes as local (``/proc/net/fib_trie``), the IPv6 ones assigned
+    (``/proc/net/if_inet6``). Raises ``OSError``."""
+    found: list[str] = []
+    with open("/proc/net/fib_trie", encoding="ascii") as trie:
+        address = ""
+        for line in trie:
+            words = line.split()
+            if words[:1] == ["|--"]:
+                address = words[1]
+            elif words and words[0].startswith("/") and words[-1] == "LOCAL" and address:
+                found.append(f"{address}{words[0]}")
+    try:
+        with open("/proc/net/if_inet6", encoding="ascii") as table:
+            for line in table:
+                raw = line.split()[0]
+                found.append(":".join(raw[i : i + 4] for i in range(0, 32, 4)) + "/128")
+    except FileNotFoundError:  # no IPv6 here
+        pass
+    return list(dict.fromkeys(found))
+
+
+def fence_rules(addresses: list[str]) -> str:
+    """The nft script that rejects every packet out of the sandbox's namespace to ``addresses``, except on its
+    own loopback (its own addresses, which pasta copies from the host's, are local there)."""
+    rules = [f"{'ip6' if ':' in address else 'ip'} daddr {address} reject" for address in addresses]
+    body = "\n    ".join(['oifname "lo" accept', *rules])
+    return (
+        "table inet kernel_agent_fence {\n  chain output {\n"
+        "    type filter hook output priority filter; policy accept;\n"
+        f"    {body}\n  }}\n}}\n"
+    )
+
+
+def _fence(pid: int, nsenter: str, nft: str) -> None:
+    """Set ``fence_rules`` for this machine's addresses in ``pid``'s network namespace. Raises ``RuntimeError``."""
+    try:
+        rules = fence_rules(host_addresses())
+        done = subprocess.run(
+            [nsenter, f"--net=/proc/{pid}/ns/net", "--", nft, "-f", "-"],
+            input=rules.encode(),
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"cannot fence this machine's addresses off the sandbox's network: {exc}") from exc
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise RuntimeError(
+            "cannot fence this machine's addresses off the sandbox's network (nft in its namespace: "
+            f"{'; '.join(said[-3:]) or done.returncode})"
+        )
 
 
 def _info(fd: int) -> dict[str, object]:
@@ -114,9 +176,9 @@ def _end(relay: subprocess.Popen[bytes] | None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    pasta, separator, *bwrap = argv
+    pasta, nsenter, nft, separator, *bwrap = [*argv, "", "", "", ""][: max(len(argv), 4)]
     if separator != "--" or not bwrap:
-        sys.stderr.write("usage: pasta_launch.py PASTA -- BWRAP [OPTIONS] -- COMMAND\n")
+        sys.stderr.write("usage: pasta_launch.py PASTA NSENTER NFT -- BWRAP [OPTIONS] -- COMMAND\n")
         return SETUP_FAILED
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
@@ -138,6 +200,7 @@ def main(argv: list[str]) -> int:
             preexec_fn=_die_with_us,
         )
         _wait_for_network(pid, relay)
+        _fence(int(pid), nsenter, nft)  # type: ignore[call-overload]
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         sys.stderr.write(f"{exc}\n")
         sandbox.kill()

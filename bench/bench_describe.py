@@ -1,0 +1,132 @@
+"""Issue 35's benchmark: describing data files under a hard bound. ``NAME`` and ``PARTS`` for ``run.py``.
+
+* ``files``: describing a ~50 MB CSV and a ~50 MB parquet file through the confined describer
+  (``agent/describer.py``: a warm zygote forks a child under memory and CPU limits, the markdown comes back
+  over a socket) vs today's way, the same parser in this process (``summaries.describe``), both warm,
+  alternating; the median of each (information: the bound's own cost per file).
+* ``start``: a run's start on a kernel from a warm pool with the ~50 MB CSV (the data checked, copied to
+  the kernel and described while the setup cell runs), from ``stream`` to the model's first request, with
+  the bound vs with the in-process parser swapped in, alternating, median of each; target ≤ 1.10×.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from bench_agent import _make_csv, _TimedModel
+from report import Row, median
+
+import kernel_agent.agent.data as data_module
+from kernel_agent.agent.describer import describe as bounded
+from kernel_agent.agent.describer import start_describer
+from kernel_agent.agent.loop import AsyncAgent, warm_host
+from kernel_agent.agent.summaries import describe as in_process
+from kernel_agent.kernel.pool import KernelPool
+
+NAME = "describe"
+CSV_ROWS = 930_000  # ~50 MB, as bench_agent's analysis
+
+
+def _files(folder: Path, quick: bool) -> tuple[Path, Path]:
+    csv = folder / "big.csv"
+    _make_csv(csv, 60_000 if quick else CSV_ROWS)
+    rows = 40_000 if quick else 700_000
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({f"x{i}": rng.standard_normal(rows) for i in range(9)})
+    frame["label"] = rng.choice(["alpha", "beta", "gamma"], rows)
+    parquet = folder / "big.parquet"
+    frame.to_parquet(parquet, compression=None)  # ~50 MB on disk, as the issue's row asks
+    return csv, parquet
+
+
+def _alternate(path: Path, count: int) -> tuple[list[float], list[float]]:
+    ours, theirs = [], []
+    for index in range(count):
+        for side, describe, times in (("ours", bounded, ours), ("theirs", in_process, theirs))[:: 1 - 2 * (index % 2)]:
+            started = time.perf_counter()
+            text = describe(path)
+            times.append(time.perf_counter() - started)
+            if "rows" not in text:
+                raise RuntimeError(f"{side} did not describe {path.name}: {text[:200]}")
+    return ours, theirs
+
+
+def files(quick: bool) -> list[Row]:
+    """One file described by the confined describer vs in this process (information)."""
+    folder = Path(tempfile.mkdtemp(prefix="ka-bench-describe-"))
+    try:
+        csv, parquet = _files(folder, quick)
+        start_describer()
+        in_process(csv), in_process(parquet)  # both sides warm: pandas' and pyarrow's first use paid
+        rows = []
+        for path, what in ((csv, "CSV"), (parquet, "parquet file")):
+            ours, theirs = _alternate(path, 3 if quick else 11)
+            size = path.stat().st_size / 1e6
+            rows.append(
+                Row(
+                    f"describe a {size:.0f} MB {what}: confined worker (fork, limits, socket) vs in-process",
+                    median(ours),
+                    median(theirs),
+                )
+            )
+        return rows
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def start(quick: bool) -> list[Row]:
+    """A warm run's start to the model's first request, the bound vs today's in-process description."""
+    folder = Path(tempfile.mkdtemp(prefix="ka-bench-start-"))
+    try:
+        csv, _ = _files(folder, quick)
+        ours, theirs = asyncio.run(_starts(csv, folder, 2 if quick else 7))
+        size = csv.stat().st_size / 1e6
+        return [
+            Row(
+                f"a warm-pool run's start with a {size:.0f} MB CSV (to the first model request): "
+                "described under the bound vs in-process",
+                median(ours),
+                median(theirs),
+                max_ratio=1.1,
+            )
+        ]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _starts(csv: Path, folder: Path, count: int) -> tuple[list[float], list[float]]:
+    ours: list[float] = []
+    theirs: list[float] = []
+    async with KernelPool(size=1) as kernels:
+        await asyncio.gather(kernels.wait_ready(), asyncio.to_thread(warm_host))
+        await asyncio.to_thread(in_process, csv)
+        for index in range(count):
+            sides: list[tuple[Callable[[Path], str], list[float]]] = [(bounded, ours), (in_process, theirs)]
+            for describe, times in sides[:: 1 - 2 * (index % 2)]:
+                await kernels.wait_ready()
+                data_module.describe = describe  # the one name ``CheckedData.summaries`` calls
+                try:
+                    times.append(await _first_request(csv, folder / f"run-{len(ours) + len(theirs)}", kernels))
+                finally:
+                    data_module.describe = bounded
+    return ours, theirs
+
+
+async def _first_request(csv: Path, workspace: Path, kernels: KernelPool) -> float:
+    model = _TimedModel(["<Answer>done</Answer>"])
+    agent = AsyncAgent(protocol="tags", chat_model=model, max_rounds=2, session_factory=kernels.acquire)
+    started = time.perf_counter()
+    async with agent:
+        async for _ in agent.stream("benchmark", data=[csv], workspace=workspace):
+            pass
+    return model.asked[0] - started
+
+
+PARTS = {"files": files, "start": start}

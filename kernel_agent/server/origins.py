@@ -1,0 +1,92 @@
+"""The names the service answers for: ``HostGuard``, a pure ASGI middleware, and ``served_hosts``.
+
+A page on another site can make a browser send requests to this server under its own name (DNS
+rebinding: ``attacker.example`` resolves to 127.0.0.1), or post to it from its own origin. So every
+request's ``Host`` must name this server (the loopback names, the address it listens on, and what
+``--allowed-host`` adds), else 421 Misdirected Request; and an ``Origin``, which browsers send on
+cross-site and on non-GET requests, must be ``http(s)://`` one of those names, else 403. Both hold
+with keys, with ``--no-auth`` and ``--demo``. The MCP server over HTTP does the same (its SDK's
+``TransportSecuritySettings``: 421 and 403), and this matches it. ``/health`` and ``/ready`` answer any
+``Host`` (a load balancer's probe names the address it dials, and they say nothing about anyone).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .._net import is_loopback
+from .errors import error_body
+
+__all__ = ["HostGuard", "served_hosts"]
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_PROBES = ("/health", "/ready")
+
+
+def served_hosts(listen: str, allowed: Iterable[str] = ()) -> tuple[str, ...]:
+    """The names a server listening on ``listen`` answers for: the loopback names, ``listen`` itself when it is
+    a specific address (``[addr]`` for IPv6), and ``allowed`` (``name`` or ``name:port``; ``*``: any).
+    Raises nothing."""
+    names = [*LOOPBACK_NAMES]
+    if listen not in ("", "0.0.0.0", "::") and not is_loopback(listen):
+        names.append(f"[{listen}]" if ":" in listen and not listen.startswith("[") else listen)
+    names.extend(name.strip().lower() for name in allowed if name.strip())
+    return tuple(dict.fromkeys(name.lower() for name in names))
+
+
+class HostGuard:
+    """Answer only requests whose ``Host`` (and ``Origin``, when sent) name one of ``hosts`` (``served_hosts``)."""
+
+    def __init__(self, app: ASGIApp, hosts: Iterable[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or "*" in self.hosts or scope.get("path") in _PROBES:
+            await self.app(scope, receive, send)
+            return
+        headers = {name: value.decode("latin-1") for name, value in scope.get("headers", [])}
+        host = headers.get(b"host", "")
+        if not self._ours(host):
+            await _refuse(send, 421, f"this server does not answer for the host {host[:100]!r}; {self._hint()}")
+            return
+        origin = headers.get(b"origin")
+        if origin is not None and not self._our_origin(origin):
+            await _refuse(send, 403, f"requests from the origin {origin[:100]!r} are refused; {self._hint()}")
+            return
+        await self.app(scope, receive, send)
+
+    def _ours(self, host: str) -> bool:
+        host = host.strip().lower()
+        if not host:
+            return False
+        if host in self.hosts:
+            return True
+        name, _, port = host.rpartition(":")
+        return port.isdigit() and name in self.hosts
+
+    def _our_origin(self, origin: str) -> bool:
+        try:
+            parts = urlsplit(origin)
+        except ValueError:
+            return False
+        return parts.scheme in ("http", "https") and not parts.path.strip("/") and self._ours(parts.netloc)
+
+    def _hint(self) -> str:
+        return f"it answers for {', '.join(sorted(self.hosts))} (serve --allowed-host NAME adds one)"
+
+
+async def _refuse(send: Send, status: int, message: str) -> None:
+    body = json.dumps(error_body(status, message)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
