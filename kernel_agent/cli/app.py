@@ -821,6 +821,22 @@ def serve(
     is_flag=True,
     help="HTTP: listen on an address other than loopback (only with TLS and access control in front).",
 )
+@click.option(
+    "--session-idle",
+    type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 3600),
+    default=60,
+    show_default=True,
+    metavar="S",
+    help="HTTP: close a session (and its kernel) after S seconds with no request in flight and no open stream.",
+)
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    metavar="N",
+    help="HTTP: sessions open at once; one more is refused (503) until one ends.",
+)
 @_kernel_options
 def mcp(
     transport: str,
@@ -831,6 +847,8 @@ def mcp(
     port: int,
     key_file: str | None,
     allow_remote: bool,
+    session_idle: float,
+    max_sessions: int,
     **options: Any,
 ) -> None:
     """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
@@ -857,6 +875,8 @@ def mcp(
             port=port,
             key=key,
             allow_remote=allow_remote,
+            session_idle=session_idle,
+            max_sessions=max_sessions,
         )
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
         config = AgentConfig.resolve(**_kernel_arguments(options))

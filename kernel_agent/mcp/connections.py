@@ -116,10 +116,13 @@ class Workbenches:
             workspace, files=installed, session_factory=self.factory, timeout=self.timeout, client=client, ahead=ahead
         )
         self.open.add(bench)
+        log.info("MCP connection opened (%s): %d live with a kernel", client, len(self.open))
         return bench
 
     async def _close(self, bench: Workbench) -> None:
-        self.open.discard(bench)
+        if bench in self.open:
+            self.open.discard(bench)
+            log.info("MCP connection closed: %d live with a kernel", len(self.open))
         await bench.close()
 
     async def close_all(self) -> None:
