@@ -890,6 +890,10 @@ def mcp(
         limits = kernel_options.get("limits")
         if limits is not None and limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
+        if transport == "http":  # an operator's view of the sessions: how many are live, as they open and end
+            from .logs import show_info_from
+
+            show_info_from("kernel_agent.mcp.connections")
         serve(mcp_options, _session_builder(kernel_options))
 
 
