@@ -433,6 +433,8 @@ def _refusal(exc: OSError, relative: str) -> BaseException:
         return WorkspaceFileError(
             f"{relative!r} leads through a link; links in the workspace are not followed", path=relative
         )
+    if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket (or a device without a driver): never opened
+        return WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
     if exc.errno == errno.EXDEV:
         return WorkspaceFileError(f"{relative!r} is outside the workspace", path=relative)
     if exc.errno == errno.ENOTDIR:  # O_DIRECTORY | O_NOFOLLOW on a link, or a file where a folder should be
