@@ -27,7 +27,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from openai_server import OpenAIServer, Reply
 
+from kernel_agent import Agent
 from kernel_agent.agent.plan.state import CellRecord, NodeResult, PlanState, state_path
 from kernel_agent.errors import NotebookError, WorkspaceFileError
 from kernel_agent.kernel.door import read_record, write_record, write_records
@@ -299,3 +301,29 @@ def test_magics_and_shell_escapes_in_a_hostile_notebook_run_confined_in_replay(t
     printed = json.dumps([cell.outputs for cell in report.notebook.cells])  # type: ignore[union-attr]
     assert "cannot touch" in printed
     assert list(host.iterdir()) == []  # the host's folder is out of the sandbox's view
+
+
+@pytest.mark.kernel
+def test_resume_runs_the_source_the_cells_show(tmp_path: Path, openai_server: OpenAIServer) -> None:
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    setup = nbformat.v4.new_code_cell("open('shown-setup', 'w').write('1')", execution_count=1)
+    setup.metadata["kernel_agent"] = {"role": "setup", "status": "ok", "code": "open('hidden-setup', 'w').write('1')"}
+    cell = nbformat.v4.new_code_cell("open('shown-round', 'w').write('1')", execution_count=2)
+    cell.metadata["kernel_agent"] = {
+        "role": "code",
+        "round": 1,
+        "status": "ok",
+        "code": "open('hidden-round', 'w').write('1')",
+    }
+    notebook = ours(folder / "run.ipynb", {"task": "t", "data_files": []}, [setup, cell])
+    openai_server.add(
+        Reply("<Code>import os\nprint(sorted(n for n in os.listdir('.') if 'den' in n or 'own' in n))</Code>")
+    )
+    openai_server.add(Reply("<Answer>done</Answer>"))
+    with Agent(model="m", base_url=openai_server.base_url, api_key="k", protocol="tags") as agent:
+        run = agent.resume(notebook, "what ran?")
+    assert run.answer == "done"
+    assert "['shown-round', 'shown-setup']" in run.rounds[-2].result.stdout  # type: ignore[union-attr]
+    (workspace,) = [p for p in folder.iterdir() if p.is_dir()]
+    assert sorted(p.name for p in workspace.iterdir() if "-" in p.name and "den" in p.name) == []

@@ -31,6 +31,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NOTEBOOK_BYTES",
     "LoadedRun",
+    "notebook_from_text",
     "load_resumable",
     "load_run",
     "read_json_record",
@@ -93,16 +94,22 @@ def _read_json(path: Path, what: str, limit: int = MAX_NOTEBOOK_BYTES) -> tuple[
         raise NotebookError(f"cannot read the {what} {path}: {exc.strerror or exc}", path=str(path)) from exc
     try:
         text = data.decode("utf-8")
-        document = json.loads(text)
     except UnicodeDecodeError as exc:
         raise NotebookError(f"cannot read the {what} {path}: not UTF-8 ({exc.reason})", path=str(path)) from exc
+    return text, _parse_json(text, what, str(path))
+
+
+def _parse_json(text: str, what: str, label: str) -> Any:
+    """``text`` as JSON, at most ``MAX_DEPTH`` levels deep. Raises ``NotebookError`` (one line) otherwise."""
+    try:
+        document = json.loads(text)
     except RecursionError as exc:
-        raise NotebookError(f"{path} is not a usable {what}: nested too deeply", path=str(path)) from exc
+        raise NotebookError(f"{label} is not a usable {what}: nested too deeply", path=label) from exc
     except ValueError as exc:
-        raise NotebookError(f"{path} is not a {what}: not JSON ({exc})", path=str(path)) from exc
+        raise NotebookError(f"{label} is not a {what}: not JSON ({exc})", path=label) from exc
     if _too_deep(document, MAX_DEPTH):
-        raise NotebookError(f"{path} is not a usable {what}: nested deeper than {MAX_DEPTH} levels", path=str(path))
-    return text, document
+        raise NotebookError(f"{label} is not a usable {what}: nested deeper than {MAX_DEPTH} levels", path=label)
+    return document
 
 
 def _too_deep(document: Any, limit: int) -> bool:
@@ -132,17 +139,27 @@ def read_notebook(path: str | os.PathLike[str]) -> NotebookNode:
     """
     path = Path(path)
     text, raw = _read_json(path, "notebook")
+    return _notebook(text, raw, str(path))
+
+
+def notebook_from_text(text: str, label: str) -> NotebookNode:
+    """``read_notebook`` for a notebook's text already read (``label`` names it in errors): as bounded,
+    as lenient. Raises ``NotebookError``."""
+    return _notebook(text, _parse_json(text, "notebook", label), label)
+
+
+def _notebook(text: str, raw: Any, label: str) -> NotebookNode:
     if not isinstance(raw, dict) or not isinstance(raw.get("nbformat"), int):
-        raise NotebookError(f"{path} is not a notebook: no 'nbformat' version", path=str(path))
+        raise NotebookError(f"{label} is not a notebook: no 'nbformat' version", path=label)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # missing/duplicate cell ids do not matter for reading
             nb = nbformat.reads(text, as_version=4, capture_validation_error={})
     except Exception as exc:  # nbformat raises assorted errors (KeyError, ValidationError, ...) on malformed input
         reason = " ".join(str(exc).split())[:300]
-        raise NotebookError(f"{path} is not a readable notebook: {reason}", path=str(path)) from exc
+        raise NotebookError(f"{label} is not a readable notebook: {reason}", path=label) from exc
     if not isinstance(nb.get("cells"), list):
-        raise NotebookError(f"{path} is not a notebook: no list of cells", path=str(path))
+        raise NotebookError(f"{label} is not a notebook: no list of cells", path=label)
     return nb
 
 
