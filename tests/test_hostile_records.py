@@ -327,3 +327,37 @@ def test_resume_runs_the_source_the_cells_show(tmp_path: Path, openai_server: Op
     assert "['shown-round', 'shown-setup']" in run.rounds[-2].result.stdout  # type: ignore[union-attr]
     (workspace,) = [p for p in folder.iterdir() if p.is_dir()]
     assert sorted(p.name for p in workspace.iterdir() if "-" in p.name and "den" in p.name) == []
+
+
+@pytest.mark.kernel
+def test_mcp_path_tricks_stay_inside_the_clients_workspace(tmp_path: Path) -> None:
+    """Held: ``..``, an absolute path, fullwidth dots and percent-encoded slashes in tool paths and resource
+    URIs never read or write outside the client's own workspace."""
+    from mcp.shared.exceptions import MCPError
+    from test_mcp import open_stdio, stdio_params, text_of, wait_until_gone
+
+    (tmp_path / "secret.txt").write_text("HOST SECRET\n")
+    workspace = tmp_path / "ws"
+    with open_stdio(stdio_params(workspace, "--timeout", "60"), tmp_path / "server.log") as client:
+        client.call("write_file", {"path": "inside.txt", "content": "ok"})
+        for path in ("../secret.txt", str(tmp_path / "secret.txt"), "\uff0e\uff0e/secret.txt", "..%2Fsecret.txt"):
+            read = client.call("read_file", {"path": path})
+            assert read.is_error and "HOST SECRET" not in text_of(read), path
+            written = client.call("write_file", {"path": path, "content": "evil"})
+            assert written.is_error or (workspace / path).resolve().is_relative_to(workspace.resolve()), path
+        for uri in (
+            "kernel-agent://files/..%2Fsecret.txt",
+            "kernel-agent://files/%2E%2E/secret.txt",
+            "kernel-agent://files/\uff0e\uff0e/secret.txt",
+            f"kernel-agent://files/{tmp_path}/secret.txt",
+            "kernel-agent://files/%2F..%2F..%2Fsecret.txt",
+        ):
+            try:
+                contents = client.submit(lambda s, uri=uri: s.read_resource(uri))[0].result(60).contents
+            except MCPError:
+                continue
+            assert all("HOST SECRET" not in getattr(item, "text", "") for item in contents), uri
+        assert "ok" in text_of(client.call("read_file", {"path": "inside.txt"}))
+    assert (tmp_path / "secret.txt").read_text() == "HOST SECRET\n"
+    assert {p.name for p in tmp_path.iterdir()} <= {"secret.txt", "server.log", "ws", "ws.ipynb"}
+    assert wait_until_gone(workspace) == []
