@@ -361,3 +361,13 @@ def test_mcp_path_tricks_stay_inside_the_clients_workspace(tmp_path: Path) -> No
     assert (tmp_path / "secret.txt").read_text() == "HOST SECRET\n"
     assert {p.name for p in tmp_path.iterdir()} <= {"secret.txt", "server.log", "ws", "ws.ipynb"}
     assert wait_until_gone(workspace) == []
+
+
+def test_a_record_folder_that_is_a_link_is_refused_in_words(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    with pytest.raises(WorkspaceFileError, match="link"):
+        write_record(tmp_path / "linked" / "run.ipynb", b"x", durable=False)
+    with pytest.raises(NotebookError, match="link"):
+        read_notebook(tmp_path / "linked" / "run.ipynb")
+    assert list((tmp_path / "real").iterdir()) == []

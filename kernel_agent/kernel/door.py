@@ -397,7 +397,17 @@ def write_records(
     holding them once, after the last rename. ``mode`` None: as the umask allows. Returns the bytes
     written. Raises ``WorkspaceFileError`` for a refused path, ``OSError`` for the rest (the files
     before the failing one are written)."""
-    door, total = Door(folder), 0
+    try:
+        return _write_records(Door(folder), files, durable=durable, mode=mode)
+    except OSError as exc:  # the folder itself a link: refused in words
+        refusal = _refusal(exc, str(folder))
+        if refusal is exc:
+            raise
+        raise refusal from exc
+
+
+def _write_records(door: Door, files: dict[str, bytes], *, durable: bool, mode: int | None) -> int:
+    total = 0
     for relative, data in files.items():
         total += door._replace(relative, partial(_write_all, data=data), mode=mode, durable=durable, sync_folder=False)
     if durable:
@@ -416,7 +426,13 @@ def read_record(path: str | os.PathLike[str], limit: int) -> bytes:
     (a link, FIFO, device or socket is refused at once, never waited on), at most ``limit`` bytes.
     Raises ``WorkspaceFileError`` for a refused path or one over ``limit``, ``FileNotFoundError``, ``OSError``."""
     door, name = _record_door(path)
-    return door.read(name, limit)
+    try:
+        return door.read(name, limit)
+    except OSError as exc:  # the folder itself a link: refused in words
+        refusal = _refusal(exc, str(path))
+        if refusal is exc:
+            raise
+        raise refusal from exc
 
 
 def _fsync_quietly(fd: int) -> None:
