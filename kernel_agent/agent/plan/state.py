@@ -163,6 +163,8 @@ class PlanState:
         data = read_json_record(path, "plan state")
         if not isinstance(data, dict) or data.get("kernel_agent_plan") != 1:
             raise NotebookError(f"{path} is not a kernel-agent plan state", path=str(path))
+        claimed = data.get("data_files") or []
+        check_data_files(claimed if isinstance(claimed, list) else [claimed], path)
         try:
             results = {str(k): NodeResult.from_dict(v) for k, v in dict(data.get("results") or {}).items()}
             state = cls(
@@ -170,7 +172,7 @@ class PlanState:
                 str(data["task"]),
                 dict(data["plan"]),
                 dict(data["budgets"]),
-                tuple(str(name) for name in data.get("data_files") or ()),
+                tuple(claimed),
                 str(data.get("setup_code") or ""),
                 tuple(dict(out) for out in data.get("setup_outputs") or ()),
                 results,
@@ -179,5 +181,4 @@ class PlanState:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise NotebookError(f"{path} is not a usable plan state: {exc!r}", path=str(path)) from exc
-        check_data_files(state.data_files, path)
         return state
