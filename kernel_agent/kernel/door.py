@@ -382,8 +382,12 @@ def write_record(
 ) -> int:
     """Write the host's record ``path`` atomically: ``write_records`` of its folder and name; its size."""
     door, name = _record_door(path)
-    if make_dirs:
-        os.makedirs(door.root, exist_ok=True)
+    try:
+        return write_records(door.root, {name: data}, durable=durable, mode=mode)
+    except FileNotFoundError:
+        if not make_dirs or os.path.lexists(door.root):
+            raise
+    os.makedirs(door.root, exist_ok=True)  # the first record in a folder the user named: made, then written
     return write_records(door.root, {name: data}, durable=durable, mode=mode)
 
 
