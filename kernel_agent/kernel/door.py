@@ -450,9 +450,7 @@ def _fsync_quietly(fd: int) -> None:
 def _refusal(exc: OSError, relative: str) -> BaseException:
     """The words for an open the door refused (a link on the way, a way out), else ``exc`` itself."""
     if exc.errno == errno.ELOOP:
-        return WorkspaceFileError(
-            f"{relative!r} leads through a link; links in the workspace are not followed", path=relative
-        )
+        return WorkspaceFileError(f"{relative!r} leads through a link; links there are not followed", path=relative)
     if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket (or a device without a driver): never opened
         return WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
     if exc.errno == errno.EXDEV:
