@@ -158,6 +158,26 @@ def test_a_sub_path_claim_never_reaches_a_replay_kernel(tmp_path: Path, data_fil
     assert not marker.exists()  # no kernel ran the cell
 
 
+def test_a_folder_the_user_names_allows_plain_sub_folders_but_never_a_hidden_or_outside_path(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "home"
+    (folder / ".ssh").mkdir(parents=True)
+    (folder / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
+    marker = tmp_path / "ran"
+    cell = nbformat.v4.new_code_cell(f"open({str(marker)!r}, 'w').write('ran')")
+    for claim in (".ssh/id_rsa", "../home/.ssh/id_rsa", str(folder / ".ssh" / "id_rsa")):
+        notebook = ours(tmp_path / "evil.ipynb", {"data_files": [claim]}, [cell])
+        with pytest.raises(NotebookError, match="not a plain file name"):
+            replay(notebook, workspace=folder)
+    notebook = ours(tmp_path / "evil.ipynb", {"data_files": ["notes/missing.txt"]}, [cell])
+    with pytest.raises(NotebookError, match="pass --workspace"):
+        replay(notebook)  # a sub-folder beside the notebook: never looked in
+    with pytest.raises(NotebookError, match="not found"):
+        replay(notebook, workspace=folder)  # below the folder the user named: looked for there, through the door
+    assert not marker.exists()
+
+
 def test_a_sub_path_claim_in_a_plan_state_is_refused_before_any_kernel(tmp_path: Path) -> None:
     notebook = done_plan(tmp_path / "shared", data_files=(".ssh/id_rsa",))
     (tmp_path / "shared" / ".ssh").mkdir()

@@ -159,7 +159,8 @@ async def async_replay(
     meta = recorded.metadata.get(METADATA_KEY)
     meta = meta if isinstance(meta, dict) else {}
     names = meta.get("data_files")
-    check_data_files(names if isinstance(names, list) else [], path)  # before any folder or kernel is made
+    named = workspace is not None
+    check_data_files(names if isinstance(names, list) else [], path, in_named_folder=named)  # before any kernel
     sources = _data_sources(path, meta, workspace)
     executed = copy.deepcopy(recorded)
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
@@ -186,7 +187,7 @@ def _stage_data(meta: dict[str, Any], sources: DataSources, cwd: Path, path: Pat
     folder, never through a link."""
     names = meta.get("data_files")
     names = names if isinstance(names, list) else []
-    check_data_files(names, path)
+    check_data_files(names, path, in_named_folder=sources.named)
     for name in names:
         if sources.copy(name, cwd):
             continue
