@@ -106,6 +106,10 @@ def test_killed_clients_kernels_are_shut_down_after_the_idle_bound(reaping_serve
             client.stdout.close()  # type: ignore[union-attr]
     assert wait_for_no_kernels(folders, IDLE + MARGIN) == []  # the server saw no DELETE: the idle bound did it
     assert session_kernels(root) == {}
+    # The line is written once the kernel's shutdown returns, a moment after its process is gone.
+    end = time.monotonic() + MARGIN
+    while "ended, its kernel shut down: 0 live" not in log_path.read_text() and time.monotonic() < end:
+        time.sleep(0.2)
     log = log_path.read_text()
     assert "MCP session opened" in log and "3 live" in log and "ended, its kernel shut down: 0 live" in log
 
