@@ -8,6 +8,11 @@
   folders through ``Door.listing`` (directory fds, no link followed) against the ``os.walk`` + ``stat``
   the agent used before the door.
 
+* ``save``: a notebook save as a run makes one after each round (``write_notebook``: validate, serialise,
+  write through the door's record writer, ``durable`` or not) against the same text written the way the
+  notebook writer did before issue 43 (``open`` of an ``O_EXCL`` temp name beside it, ``os.replace``, and
+  for a durable save an fsync of the file and of the folder). A 40-cell notebook with a figure (~250 kB).
+
 * ``network``: a sandboxed session's start to its first ``1`` answered, with the network on (its own
   namespace behind pasta, ``kernel/sandbox/network.py``) against off (bubblewrap's empty namespace).
   Information: the price of asking for ``--network``.
@@ -17,7 +22,9 @@ Each side runs alternately on the same files after a warm-up (page cache warm on
 
 from __future__ import annotations
 
+import base64
 import os
+import secrets
 import tempfile
 import time
 from collections.abc import Callable
@@ -111,6 +118,68 @@ def artifacts(quick: bool) -> list[Row]:
     ]
 
 
+def _notebook() -> object:
+    from kernel_agent._nbformat import nbformat
+
+    figure = base64.b64encode(os.urandom(120_000)).decode()
+    cells = []
+    for index in range(40):
+        cell = nbformat.v4.new_code_cell(f"x{index} = {index} * 2\nprint(x{index})", execution_count=index + 1)
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"{index * 2}\n" * 40)]
+        cells.append(cell)
+    cells[-1].outputs.append(nbformat.v4.new_output("display_data", data={"image/png": figure}))
+    return nbformat.v4.new_notebook(cells=cells)
+
+
+def _plain_save(path: Path, text: str, durable: bool) -> None:
+    """The notebook writer's own write before issue 43: a plain open of a random temp name, then a rename."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(text)
+        handle.flush()
+        if durable:
+            os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    if durable:
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+
+def save(quick: bool) -> list[Row]:
+    from kernel_agent.notebook.export import notebook_text, write_notebook
+    from kernel_agent.notebook.text import NotebookText
+
+    nb = _notebook()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kernel-agent-bench-door-") as folder:
+        root = Path(folder)
+        for durable, label, repeat in ((False, "a round's save", 20), (True, "a finished run's durable save", 3)):
+            ours_text, theirs_text = NotebookText(), NotebookText()
+
+            def through_door(durable: bool = durable, text: NotebookText = ours_text) -> None:
+                write_notebook(nb, root / "door.ipynb", durable=durable, text=text)  # type: ignore[arg-type]
+
+            def before(durable: bool = durable, text: NotebookText = theirs_text) -> None:
+                _plain_save(root / "plain.ipynb", notebook_text(nb, root / "plain.ipynb", text), durable)  # type: ignore[arg-type]
+
+            ours, theirs = _alternate(through_door, before, 5 if quick else 15, repeat)
+            if (root / "door.ipynb").read_bytes() != (root / "plain.ipynb").read_bytes():
+                raise AssertionError("the two saves wrote different notebooks")
+            rows.append(
+                Row(
+                    f"notebook save ({label}, ~250 kB): through the door vs the plain write before",
+                    ours,
+                    theirs,
+                    max_ratio=1.10 if not durable else None,
+                )
+            )
+    return rows
+
+
 def network(quick: bool) -> list[Row]:
     from kernel_agent.kernel.sandbox.limits import Limits
     from kernel_agent.kernel.session_sync import KernelSession
@@ -127,4 +196,4 @@ def network(quick: bool) -> list[Row]:
     return [Row("session start to first result, network on (pasta) vs off", ours, theirs)]
 
 
-PARTS = {"download": download, "artifacts": artifacts, "network": network}
+PARTS = {"download": download, "artifacts": artifacts, "save": save, "network": network}

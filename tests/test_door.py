@@ -237,6 +237,26 @@ THROUGH_THE_DOOR = {
         "demo_data": "serves the demo's bundled data from the installed package",
     },
 }
+# The host's records (notebooks in both views, a plan's state, report and figures, HTML pages): a shared
+# folder keeps its links, so every module that writes or reads one does it through the door's record
+# writer and reader (``write_record``, ``write_records``, ``read_record``), in the CLI and the service alike.
+RECORDS = {
+    "notebook/export.py": {"export_run": "makes the record's folder, the user's choice, before the door writes in it"},
+    "notebook/load.py": {},
+    "notebook/html.py": {"<module>": "the package's own templates folder"},
+    "notebook/writer.py": {},
+    "notebook/replay.py": {
+        "async_replay": "realpaths of the data folders, to mask them in compared outputs (nothing opened)",
+        "_data_sources": "whether the folder the user named (--workspace) is one",
+    },
+    "agent/plan/output.py": {},
+    "agent/plan/state.py": {},
+    "agent/plan/api.py": {"stream_plan": "whether the workspace the user named (--workspace) is a folder"},
+    "jupyter/live.py": {},
+    "cli/show.py": {},
+    "server/run.py": {},
+    "server/service.py": {},
+}
 PATH_METHODS = {
     "read_text",
     "read_bytes",
@@ -330,6 +350,20 @@ def test_workspace_paths_are_touched_only_through_the_door() -> None:
         if function not in allowed
     ]
     assert strays == []
+
+
+def test_records_are_written_and_read_only_through_the_door() -> None:
+    strays = [
+        f"{module}:{line} {function} calls {call}"
+        for module, allowed in RECORDS.items()
+        for function, call, line in plain_file_io(PACKAGE / module)
+        if function not in allowed
+    ]
+    assert strays == []
+    writers = {"notebook/export.py", "notebook/html.py", "agent/plan/output.py", "agent/plan/state.py"}
+    for module in writers:  # each writes through the record writer, not a helper of its own
+        source = (PACKAGE / module).read_text()
+        assert "write_record" in source and "tempfile" not in source and ".tmp" not in source, module
 
 
 def test_the_rule_sees_plain_file_io(tmp_path: Path) -> None:

@@ -376,8 +376,8 @@ def test_write_keeps_the_old_file_when_the_rename_fails(tmp_path: Path, monkeypa
     path = write_notebook(build_notebook(make_run()), tmp_path / "run.ipynb")
     before = path.read_bytes()
 
-    def refuse(src: object, dst: object) -> None:
-        assert Path(str(src)).read_text(encoding="utf-8").endswith("}\n")  # the new text was fully written
+    def refuse(src: object, dst: object, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+        assert os.read(os.open(str(src), os.O_RDONLY, dir_fd=src_dir_fd), 1 << 20).endswith(b"}\n")  # fully written
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", refuse)

@@ -904,6 +904,22 @@ def serve(
     is_flag=True,
     help="HTTP: listen on an address other than loopback (only with TLS and access control in front).",
 )
+@click.option(
+    "--session-idle",
+    type=click.FloatRange(min=0, min_open=True, max=7 * 24 * 3600),
+    default=60,
+    show_default=True,
+    metavar="S",
+    help="HTTP: close a session (and its kernel) after S seconds with no request in flight and no open stream.",
+)
+@click.option(
+    "--max-sessions",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    metavar="N",
+    help="HTTP: sessions open at once; one more is refused (503) until one ends.",
+)
 @_kernel_options
 def mcp(
     transport: str,
@@ -914,6 +930,8 @@ def mcp(
     port: int,
     key_file: str | None,
     allow_remote: bool,
+    session_idle: float,
+    max_sessions: int,
     **options: Any,
 ) -> None:
     """Serve a live kernel over the Model Context Protocol (Claude Desktop, IDE agents, any MCP client).
@@ -940,6 +958,8 @@ def mcp(
             port=port,
             key=key,
             allow_remote=allow_remote,
+            session_idle=session_idle,
+            max_sessions=max_sessions,
         )
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
         config = AgentConfig.resolve(**_kernel_arguments(options))
@@ -953,6 +973,10 @@ def mcp(
         limits = kernel_options.get("limits")
         if limits is not None and limits.sandbox == "off":  # stderr: on stdio, stdout is the protocol
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
+        if transport == "http":  # an operator's view of the sessions: how many are live, as they open and end
+            from .logs import show_info_from
+
+            show_info_from("kernel_agent.mcp.connections")
         serve(mcp_options, _session_builder(kernel_options))
 
 

@@ -1,6 +1,7 @@
 """The CLI's one log handler: warnings and errors on stderr, with the API key scrubbed.
 
-Owns ``install_log_handler`` and ``hide_in_logs``. Without a handler of its
+Owns ``install_log_handler``, ``hide_in_logs`` and ``show_info_from`` (info records of one logger
+too, e.g. the MCP server's live session counts). Without a handler of its
 own the CLI would print log records through ``logging.lastResort``, which no
 filter can be attached to. ``main()`` (the console script, ``python -m
 kernel_agent.cli``) installs this one on the root logger, so ``openai`` and
@@ -16,10 +17,21 @@ import sys
 
 from ..redact import RedactingFilter
 
-__all__ = ["hide_in_logs", "install_log_handler"]
+__all__ = ["hide_in_logs", "install_log_handler", "show_info_from"]
 
 
 class _StderrHandler(logging.Handler):
+    """Warnings and errors from anyone; info records only from the loggers ``show_info_from`` named."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.informative: tuple[str, ...] = ()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING and not record.name.startswith(self.informative or ("\0",)):
+            return False
+        return bool(super().filter(record))
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
             sys.stderr.write(self.format(record) + "\n")
@@ -34,9 +46,18 @@ def install_log_handler() -> None:
     """Put the CLI's stderr handler (warnings and errors) on the root logger, once. Never raises."""
     global _handler
     if _handler is None:
-        _handler = _StderrHandler(logging.WARNING)
+        _handler = _StderrHandler()
         _handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(_handler)
+
+
+def show_info_from(name: str) -> None:
+    """Let the info records of logger ``name`` (and its children) through too, e.g. a server's live
+    connection counts. Does nothing without the CLI's handler. Never raises."""
+    if _handler is None:
+        return
+    _handler.informative = (*_handler.informative, name)
+    logging.getLogger(name).setLevel(logging.INFO)
 
 
 def hide_in_logs(secret: str | None) -> None:

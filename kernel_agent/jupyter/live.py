@@ -29,6 +29,7 @@ from pycrdt import Map, Text
 from .._loop import in_thread
 from ..errors import NotebookError
 from ..notebook.export import KERNELSPEC, METADATA_KEY
+from ..notebook.load import read_json_record
 
 __all__ = ["LiveNotebook", "exported_cells"]
 
@@ -38,10 +39,11 @@ log = logging.getLogger(__name__)
 def exported_cells(path: Path) -> list[dict[str, Any]]:
     """The cells of the run's full notebook at ``path`` (a host record, outside any workspace), as plain dicts.
     Raises ``NotebookError`` when it cannot be read."""
+    document = read_json_record(path, "run's notebook")  # through the door, bounded
     try:  # written and validated by us: no second validation (nbformat.read), multi-line strings joined as it does
-        nb = rejoin_lines(nbformat.from_dict(json.loads(path.read_text(encoding="utf-8"))))
+        nb = rejoin_lines(nbformat.from_dict(document))
         cells = nb["cells"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise NotebookError(f"cannot read the run's notebook: {exc}", path=str(path)) from exc
     return [_plain(cell) for cell in cells]
 

@@ -14,6 +14,13 @@ a path inside a workspace goes through here, and nothing here trusts a check mad
   entry in the same directory fd (a planted link is replaced, never written through);
 * listings (artifacts, quota) walk directory fds with ``scandir`` and never descend through a link.
 
+The host's own records (notebooks in both views, a plan's state, report and figures, HTML pages) go
+through here too, by ``write_record`` and ``read_record``: a record's folder is the user's choice, but
+what is in it may have come from someone else (a zip, a tar or a git checkout of a colleague's run keeps
+its links), so below that folder the same rules hold. One atomic writer, with one durability rule named
+by its caller: ``durable`` fsyncs the file before the rename and the folder after it; without it a killed
+process still loses nothing (the page cache holds the rename), only a power cut may.
+
 Owns that and nothing else: what a caller does with the bytes is its business. Sync and blocking (call
 it from a worker thread in async code). Raises ``WorkspaceFileError`` for a path that is refused or not
 a regular file, ``FileNotFoundError`` for one that is not there, and ``OSError`` for the rest.
@@ -29,11 +36,12 @@ import secrets
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 from ..errors import WorkspaceFileError
 
-__all__ = ["CHUNK", "Door", "Listing"]
+__all__ = ["CHUNK", "Door", "Listing", "read_record", "write_record", "write_records"]
 
 CHUNK = 1024 * 1024
 Listing = dict[str, tuple[int, int]]  # relative path -> (size, mtime_ns), the shape of workspace snapshots
@@ -199,10 +207,12 @@ class Door:
     def read(self, relative: str, limit: int | None = None) -> bytes:
         """The file's bytes. Raises ``WorkspaceFileError`` when it is larger than ``limit``
         (``read_head`` keeps a head instead)."""
-        data, size = self.read_head(relative, limit)
-        if limit is not None and size > limit:
-            raise WorkspaceFileError(f"{relative!r} is {size} bytes, over the {limit}-byte limit", path=relative)
-        return data
+        with self.open_file(relative) as (fd, info):
+            if limit is not None and info.st_size > limit:
+                raise WorkspaceFileError(
+                    f"{relative!r} is {info.st_size} bytes, over the {limit}-byte limit", path=relative
+                )
+            return _read_exactly(fd, info.st_size)
 
     def read_head(self, relative: str, limit: int | None = None) -> tuple[bytes, int]:
         """Up to ``limit`` bytes from the start of the file (all when None), and its size as opened."""
@@ -218,11 +228,14 @@ class Door:
         return info.st_size, _chunks(fd, info.st_size, chunk)
 
     # ------------------------------------------------------------------ writing
-    def write(self, relative: str, data: bytes, *, mode: int = 0o644, make_dirs: bool = True) -> int:
-        """Write ``data`` as the file at ``relative`` (replacing whatever entry is there, a link included), with
-        ``mode`` less the process's umask, as a plain create would; return its size. Folders on the way are
-        made (``make_dirs``) but never followed through a link."""
-        return self.write_from(relative, iter([data]), mode=mode, make_dirs=make_dirs)
+    def write(
+        self, relative: str, data: bytes, *, mode: int | None = 0o644, make_dirs: bool = True, durable: bool = False
+    ) -> int:
+        """Write ``data`` as the file at ``relative`` (replacing whatever entry is there, a link included);
+        return its size. Folders on the way are made (``make_dirs``) but never followed through a link.
+        ``mode`` less the process's umask, as a plain create would; None: as the umask allows (``0o666`` less
+        it). ``durable``: fsynced, and its folder too."""
+        return self._replace(relative, lambda fd: _write_all(fd, data), mode=mode, make_dirs=make_dirs, durable=durable)
 
     def copy_in(self, source: str | os.PathLike[str], relative: str, *, mode: int = 0o644) -> int:
         """Copy the host file ``source`` (the caller's own, trusted path) to ``relative``; return its size.
@@ -238,21 +251,39 @@ class Door:
             relative, lambda fd: sum(_write_all(fd, chunk) for chunk in chunks), mode=mode, make_dirs=make_dirs
         )
 
-    def _replace(self, relative: str, fill: Callable[[int], int], *, mode: int, make_dirs: bool = True) -> int:
+    def _replace(
+        self,
+        relative: str,
+        fill: Callable[[int], int],
+        *,
+        mode: int | None,
+        make_dirs: bool = True,
+        durable: bool = False,
+        sync_folder: bool = True,
+    ) -> int:
         """``fill(fd)`` writes a new temp file beside ``relative`` and returns its size; then it is renamed over
-        the entry (``write_from``)."""
+        the entry (``write_from``). ``mode`` None leaves the mode the umask gave; ``durable`` fsyncs the file
+        before the rename and (``sync_folder``) the folder after it."""
         with self._parent(relative, create=make_dirs) as (dir_fd, name):
             temp = f".{name[:80]}.{secrets.token_hex(8)}.kernel-agent-partial"
             fd = os.open(
-                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd
+                temp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600 if mode is not None else 0o666,
+                dir_fd=dir_fd,
             )
             try:
                 try:
                     size = fill(fd)
-                    os.fchmod(fd, mode & ~_umask())  # as a plain create would: serve's 077 keeps it private
+                    if mode is not None:
+                        os.fchmod(fd, mode & ~_umask())  # as a plain create would: serve's 077 keeps it private
+                    if durable:
+                        os.fsync(fd)
                 finally:
                     os.close(fd)
                 os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                if durable and sync_folder:
+                    _fsync_quietly(dir_fd)
             except BaseException:
                 try:
                     os.unlink(temp, dir_fd=dir_fd)
@@ -351,12 +382,91 @@ def _umask() -> int:
     return 0o022
 
 
+# ---------------------------------------------------------------------- the host's own records
+def _record_door(path: str | os.PathLike[str]) -> tuple[Door, str]:
+    """A door on ``path``'s folder (the user's choice) and the file's name in it."""
+    path = Path(path)
+    if not path.name or path.name in (".", ".."):
+        raise WorkspaceFileError(f"{str(path)!r} does not name a file", path=str(path))
+    return Door(path.parent), path.name
+
+
+def write_record(
+    path: str | os.PathLike[str], data: bytes, *, durable: bool, mode: int | None = None, make_dirs: bool = True
+) -> int:
+    """Write the host's record ``path`` atomically: ``write_records`` of its folder and name; its size."""
+    door, name = _record_door(path)
+    try:
+        return write_records(door.root, {name: data}, durable=durable, mode=mode)
+    except FileNotFoundError:
+        if not make_dirs or os.path.lexists(door.root):
+            raise
+    os.makedirs(door.root, exist_ok=True)  # the first record in a folder the user named: made, then written
+    return write_records(door.root, {name: data}, durable=durable, mode=mode)
+
+
+def write_records(
+    folder: str | os.PathLike[str], files: dict[str, bytes], *, durable: bool, mode: int | None = None
+) -> int:
+    """Write each of ``files`` (a plain relative path under ``folder``, e.g. ``run_figures/a.png``) with
+    ``Door.write``: a random ``O_EXCL`` temp file renamed over the entry, so a link planted at a name is
+    replaced, never written through, and no link below ``folder`` is followed (folders on the way are
+    made). The one durability rule: ``durable`` fsyncs each file before its rename and each folder
+    holding them once, after the last rename. ``mode`` None: as the umask allows. Returns the bytes
+    written. Raises ``WorkspaceFileError`` for a refused path, ``OSError`` for the rest (the files
+    before the failing one are written)."""
+    try:
+        return _write_records(Door(folder), files, durable=durable, mode=mode)
+    except OSError as exc:  # the folder itself a link: refused in words
+        refusal = _refusal(exc, str(folder))
+        if refusal is exc:
+            raise
+        raise refusal from exc
+
+
+def _write_records(door: Door, files: dict[str, bytes], *, durable: bool, mode: int | None) -> int:
+    total = 0
+    for relative, data in files.items():
+        total += door._replace(relative, partial(_write_all, data=data), mode=mode, durable=durable, sync_folder=False)
+    if durable:
+        for parent in dict.fromkeys(PurePosixPath(relative).parent.as_posix() for relative in files):
+            with door._root_fd() as root_fd:
+                fd = door._open_at(root_fd, [] if parent == "." else plain_parts(parent), _DIR, parent)
+            try:
+                _fsync_quietly(fd)
+            finally:
+                os.close(fd)
+    return total
+
+
+def read_record(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of the host's record ``path``: a regular file reached without a link below its folder
+    (a link, FIFO, device or socket is refused at once, never waited on), at most ``limit`` bytes.
+    Raises ``WorkspaceFileError`` for a refused path or one over ``limit``, ``FileNotFoundError``, ``OSError``."""
+    door, name = _record_door(path)
+    try:
+        return door.read(name, limit)
+    except OSError as exc:  # the folder itself a link: refused in words
+        refusal = _refusal(exc, str(path))
+        if refusal is exc:
+            raise
+        raise refusal from exc
+
+
+def _fsync_quietly(fd: int) -> None:
+    """Make a rename in the folder ``fd`` durable; some filesystems cannot, which is fine."""
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+
+
 def _refusal(exc: OSError, relative: str) -> BaseException:
     """The words for an open the door refused (a link on the way, a way out), else ``exc`` itself."""
     if exc.errno == errno.ELOOP:
-        return WorkspaceFileError(
-            f"{relative!r} leads through a link; links in the workspace are not followed", path=relative
-        )
+        return WorkspaceFileError(f"{relative!r} leads through a link; links there are not followed", path=relative)
+    if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket (or a device without a driver): never opened
+        return WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
     if exc.errno == errno.EXDEV:
         return WorkspaceFileError(f"{relative!r} is outside the workspace", path=relative)
     if exc.errno == errno.ENOTDIR:  # O_DIRECTORY | O_NOFOLLOW on a link, or a file where a folder should be

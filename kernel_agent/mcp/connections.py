@@ -116,11 +116,17 @@ class Workbenches:
             workspace, files=installed, session_factory=self.factory, timeout=self.timeout, client=client, ahead=ahead
         )
         self.open.add(bench)
+        log.info("MCP session opened (%r): %d live", client[:80], len(self.open))
         return bench
 
     async def _close(self, bench: Workbench) -> None:
+        known = bench in self.open
         self.open.discard(bench)
-        await bench.close()
+        try:
+            await bench.close()
+        finally:
+            if known:
+                log.info("MCP session ended, its kernel shut down: %d live", len(self.open))
 
     async def close_all(self) -> None:
         """Close every workbench and a kernel started ahead that none took; wait for the warm-up."""

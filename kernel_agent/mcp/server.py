@@ -5,8 +5,10 @@ descriptions and schemas, one ``Workbench`` (live kernel + notebook) per MCP
 connection, progress notifications while code runs, and the transports. A
 connection's kernel is started on its first call (stdio: ahead, while the first
 requests are read) and shut down when the connection ends (stdio: the process's
-stdin closes; HTTP: the session is deleted or expires), through the SDK's
-per-connection exit stack. Which workbench serves a connection, and our errors as
+stdin closes; HTTP: the session is deleted, or its client is gone: no request
+in flight and no open stream for ``McpOptions.session_idle``, 60 s by default),
+through the SDK's per-connection exit stack; HTTP sessions are capped
+(``max_sessions``). Which workbench serves a connection, and our errors as
 tool errors, are ``connections.py``'s; turning results into content blocks is
 ``content.py``'s; progress notifications (with the output so far) are
 ``progress.py``'s; workspace paths are ``files.py``'s.
@@ -40,7 +42,7 @@ from .progress import with_progress
 if TYPE_CHECKING:
     from .workbench import SessionBuilder
 
-__all__ = ["McpOptions", "Transport", "build_server", "serve"]
+__all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_IDLE", "McpOptions", "Transport", "build_server", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600, description="seconds be
 NOTEBOOK_URI = "kernel-agent://notebook/{view}"
 FILE_URI = "kernel-agent://files/{+path}"
 MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024  # a resource read whole into memory
+DEFAULT_SESSION_IDLE = 60.0  # HTTP: a session with no request in flight and no open stream this long is closed
+DEFAULT_MAX_SESSIONS = 8  # HTTP: each session may hold a kernel (~100 MB); the SDK's own cap is 10,000
 
 _INSTRUCTIONS = """A live, confined Python (IPython) kernel. Variables persist between execute_python calls.
 Figures (matplotlib) come back as images. Long output is cut in the middle and says so. A timeout interrupts
@@ -64,7 +68,10 @@ class McpOptions:
     named after its id); ``data`` are files copied into it read-only and preloaded;
     ``timeout`` is the default seconds per execution; ``limits`` bound what goes back.
     Over HTTP every request must carry ``key`` (``auth.py``), and ``host`` must be loopback
-    unless ``allow_remote``.
+    unless ``allow_remote``; a session whose client has gone (no request in flight and no open
+    stream for ``session_idle`` seconds) is closed with its kernel, and at most ``max_sessions``
+    are open at once (the one key's: one more is refused with a 503 saying so). Raises
+    ``ConfigError`` for an idle time or cap out of range.
     """
 
     workspace: Path
@@ -76,6 +83,17 @@ class McpOptions:
     port: int = 8000
     key: str | None = field(default=None, repr=False)  # HTTP: the bearer key every request must carry
     allow_remote: bool = False  # HTTP: listen on an address other than loopback (TLS must be in front)
+    session_idle: float = DEFAULT_SESSION_IDLE  # HTTP: seconds without a request or open stream before a
+    # session (and its kernel) is closed: a client that vanished (killed, network gone) leaves nothing behind
+    max_sessions: int = DEFAULT_MAX_SESSIONS  # HTTP: sessions open at once for the key; one more gets a 503
+
+    def __post_init__(self) -> None:
+        if not (0 < self.session_idle < float("inf")):
+            raise ConfigError(
+                f"the MCP session idle time must be a positive number of seconds, not {self.session_idle}"
+            )
+        if self.max_sessions < 1:
+            raise ConfigError(f"the MCP session cap must be at least 1, not {self.max_sessions}")
 
 
 def build_server(options: McpOptions, session_factory: SessionBuilder | None = None) -> MCPServer:
@@ -287,7 +305,10 @@ def serve(options: McpOptions, session_factory: SessionBuilder | None = None) ->
     else:  # uvicorn handles the signals: a graceful shutdown ends the sessions, then the lifespan
         import uvicorn
 
-        app = BearerKey(server.streamable_http_app(host=options.host), options.key or "")
+        http = server.streamable_http_app(
+            host=options.host, session_idle_timeout=options.session_idle, max_sessions=options.max_sessions
+        )
+        app = BearerKey(http, options.key or "")
         config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
         anyio.run(uvicorn.Server(config).serve)
 

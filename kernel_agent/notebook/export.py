@@ -1,8 +1,8 @@
 """Export a ``Run`` as an executable notebook: ``build_notebook``, ``write_notebook``, ``export_run``.
 
-Owns the notebook layout (cells, tags, ``kernel_agent`` metadata) and the
-atomic write. Building is pure: a ``Run`` in, an nbformat v4 ``NotebookNode``
-out. Reading notebooks back is ``notebook_load.py``'s job; replaying them is
+Owns the notebook layout (cells, tags, ``kernel_agent`` metadata); the atomic
+write is the door's (``kernel/door.py``'s ``write_record``). Building is pure:
+a ``Run`` in, an nbformat v4 ``NotebookNode`` out. Reading notebooks back is ``notebook_load.py``'s job; replaying them is
 ``replay.py``'s.
 
 Layout (every cell's ``metadata["kernel_agent"]["role"]`` names its part)::
@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import copy
 import os
-import secrets
 from pathlib import Path, PurePath
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from .._nbformat import NotebookNode, nbformat
 from .._version import __version__
-from ..errors import NotebookError
+from ..errors import NotebookError, WorkspaceFileError
+from ..kernel.door import write_record, write_records
 from ..records import PYTHON3_KERNELSPEC, Round, Run, Turn
 from ..result import ExecutionResult
 from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
@@ -181,37 +181,38 @@ def write_notebook(
 ) -> Path:
     """Validate ``nb`` and write it to ``path`` atomically; return the path.
 
-    The text goes to a temporary file in the same folder, is flushed and
-    (``durable``) fsynced, then renamed over ``path`` (and the folder fsynced):
-    an interruption leaves either the old file or the new one, never a torn one,
-    and no temporary file. Without ``durable`` a killed process still loses
-    nothing (the kernel's page cache holds the rename); only a power cut or an OS
-    crash may lose it, until a later durable write. ``text`` serialises it, reusing
-    what it wrote of the same file before (``NotebookText``); the result is the
-    same. Raises ``NotebookError`` when ``nb`` is invalid or cannot be serialised
-    (the old file is untouched) or the file cannot be written.
+    The text goes through the door's one record writer (``kernel/door.py``'s ``write_record``): a
+    temporary file with a random name beside ``path``, renamed over it, so an interruption leaves the
+    old file or the new one, never a torn one, and a link planted at ``path`` is replaced, never
+    written through. ``durable`` is the door's rule (file and folder fsynced); without it a killed
+    process still loses nothing, only a power cut or an OS crash may, until a later durable write.
+    ``text`` serialises it, reusing what it wrote of the same file before (``NotebookText``); the
+    result is the same. Raises ``NotebookError`` when ``nb`` is invalid or cannot be serialised (the
+    old file is untouched) or the file cannot be written.
     """
     path = Path(path)
     _write(nb, path, durable, text)
-    if durable:
-        _fsync_folder(path.parent)
     return path
 
 
 def export_run(run: Run, path: str | os.PathLike[str], texts: tuple[NotebookText, NotebookText] | None = None) -> Path:
     """Write the full view to ``path`` and the clean view to ``clean_path(path)``; return ``path``.
 
-    Both files are complete and durable when it returns. ``texts`` serialise the two views (as
-    ``write_notebook``'s ``text``). Raises ``NotebookError`` as ``write_notebook`` does (for the
-    clean view, after the full one is written).
+    Both files are complete and durable when it returns (the door's ``write_records``: each file
+    fsynced, then the folder once). ``texts`` serialise the two views (as ``write_notebook``'s
+    ``text``). Raises ``NotebookError`` as ``write_notebook`` does; both views are validated before
+    either is written.
     """
     path = Path(path)
     full, clean = texts or (None, None)
-    _write(build_notebook(run, view="full", notebook_dir=path.parent), path, serialise=full)
-    try:
-        _write(build_notebook(run, view="clean", notebook_dir=path.parent), clean_path(path), serialise=clean)
-    finally:
-        _fsync_folder(path.parent)  # one fsync makes both renames durable
+    full_text = notebook_text(build_notebook(run, view="full", notebook_dir=path.parent), path, full)
+    clean_text = notebook_text(build_notebook(run, view="clean", notebook_dir=path.parent), clean_path(path), clean)
+    files = {path.name: full_text.encode("utf-8"), clean_path(path).name: clean_text.encode("utf-8")}
+    try:  # one batch: both files fsynced, then their folder once
+        os.makedirs(path.parent, exist_ok=True)
+        write_records(path.parent, files, durable=True)
+    except (OSError, WorkspaceFileError) as exc:
+        raise NotebookError(f"cannot write notebook {path}: {exc}", path=str(path)) from exc
     return path
 
 
@@ -231,13 +232,11 @@ def notebook_text(nb: NotebookNode, path: str | os.PathLike[str], text: Notebook
 
 
 def _write(nb: NotebookNode, path: Path, durable: bool = True, serialise: NotebookText | None = None) -> None:
-    """Validate, serialise and atomically replace ``path``, fsynced when ``durable`` (the folder is not
-    fsynced here)."""
+    """Validate, serialise and write ``path`` through the door (``write_record``), durable or not."""
     text = notebook_text(nb, path, serialise)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, text, durable)
-    except OSError as exc:
+        write_record(path, text.encode("utf-8"), durable=durable)
+    except (OSError, WorkspaceFileError) as exc:
         raise NotebookError(f"cannot write notebook {path}: {exc}", path=str(path)) from exc
 
 
@@ -627,35 +626,3 @@ def _clean_rounds(rounds: tuple[Round, ...], language: str = "python") -> list[t
         elif rnd.answer is not None and rnd.code is None:
             chosen.append((rnd, _NO_NAMES))
     return chosen
-
-
-# -- writing ---------------------------------------------------------------------------------------
-
-
-def _atomic_write(path: Path, text: str, durable: bool = True) -> None:
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:  # Ctrl-C included: never leave the temporary file behind
-        temporary.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename itself durable; some filesystems cannot, which is fine."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

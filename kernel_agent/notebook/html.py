@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import NotebookError
+from ..errors import NotebookError, WorkspaceFileError
+from ..kernel.door import write_record
 from .load import read_notebook
 
 if TYPE_CHECKING:
@@ -50,9 +51,9 @@ def export_html(notebook: str | os.PathLike[str], target: str | os.PathLike[str]
     """
     body = render_html(notebook)
     target = Path(target)
-    try:
-        target.write_text(body, encoding="utf-8")
-    except OSError as exc:
+    try:  # the door's record writer: a link planted at ``target`` is replaced, never written through
+        write_record(target, body.encode("utf-8"), durable=False)
+    except (OSError, WorkspaceFileError) as exc:
         raise NotebookError(f"cannot write {target}: {exc}", path=str(notebook)) from exc
     return target
 

@@ -12,21 +12,37 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_args
 
 from .._nbformat import NotebookNode, nbformat
-from ..errors import NotebookError
+from ..errors import NotebookError, WorkspaceFileError
+from ..kernel.door import read_record
 from ..kernel.rebuild import RebuildCell
 from ..records import Artifact, Round, Run, RunInfo, StopReason, Turn, Usage
 from ..result import ErrorInfo, ExecutionResult, Status, strip_ansi
-from .export import METADATA_KEY
+from .claims import check_data_files
+from .export import GUARD_HEADER, METADATA_KEY, guard_source
 
-__all__ = ["LoadedRun", "load_resumable", "load_run", "read_notebook"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NOTEBOOK_BYTES",
+    "LoadedRun",
+    "notebook_from_text",
+    "load_resumable",
+    "load_run",
+    "read_json_record",
+    "read_notebook",
+]
+
+MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024  # a notebook or plan state read whole into memory
+MAX_DEPTH = 100  # nesting of lists and objects; ours is under 10, an output's JSON rarely 20
 
 _STATUSES = frozenset(get_args(Status))
+_GUARD_LINE = re.compile(re.escape(GUARD_HEADER).replace(re.escape("{status}"), "([A-Za-z_-]+)"))
 _STOP_REASONS = frozenset(get_args(StopReason))
 
 
@@ -60,31 +76,90 @@ class LoadedRun:
         return f"<LoadedRun [{self.view or 'foreign'}] {len(self.run.rounds)} rounds from {self.path}>"
 
 
+def read_json_record(path: str | os.PathLike[str], what: str, limit: int = MAX_NOTEBOOK_BYTES) -> Any:
+    """The JSON document in the host's record ``path`` (a notebook, a plan state), read through the door
+    (``read_record``: a regular file reached without a link, never waited on) and bounded: at most
+    ``limit`` bytes and ``MAX_DEPTH`` levels of nesting. Raises ``NotebookError`` with a one-line reason
+    otherwise, or when it is missing, unreadable or not JSON; ``what`` names it in the message."""
+    return _read_json(Path(path), what, limit)[1]
+
+
+def _read_json(path: Path, what: str, limit: int = MAX_NOTEBOOK_BYTES) -> tuple[str, Any]:
+    """``read_json_record``'s document and the text it was parsed from."""
+    try:
+        data = read_record(path, limit)
+    except WorkspaceFileError as exc:
+        raise NotebookError(f"cannot read the {what} {path}: {exc}", path=str(path)) from exc
+    except OSError as exc:
+        raise NotebookError(f"cannot read the {what} {path}: {exc.strerror or exc}", path=str(path)) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotebookError(f"cannot read the {what} {path}: not UTF-8 ({exc.reason})", path=str(path)) from exc
+    return text, _parse_json(text, what, str(path))
+
+
+def _parse_json(text: str, what: str, label: str) -> Any:
+    """``text`` as JSON, at most ``MAX_DEPTH`` levels deep. Raises ``NotebookError`` (one line) otherwise."""
+    try:
+        document = json.loads(text)
+    except RecursionError as exc:
+        raise NotebookError(f"{label} is not a usable {what}: nested too deeply", path=label) from exc
+    except ValueError as exc:
+        raise NotebookError(f"{label} is not a {what}: not JSON ({exc})", path=label) from exc
+    if _too_deep(document, MAX_DEPTH):
+        raise NotebookError(f"{label} is not a usable {what}: nested deeper than {MAX_DEPTH} levels", path=label)
+    return document
+
+
+def _too_deep(document: Any, limit: int) -> bool:
+    """Whether ``document`` nests lists and objects deeper than ``limit`` (walked without recursion)."""
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def read_notebook(path: str | os.PathLike[str]) -> NotebookNode:
     """The notebook at ``path`` as nbformat v4 (older versions are converted).
 
-    Lenient about schema details a hand edit may break (missing cell ids).
-    Raises ``NotebookError`` when the file is missing, unreadable, or not a notebook.
+    Lenient about schema details a hand edit may break (missing cell ids). Bounded: read through the
+    door (a link, FIFO, device or socket is refused at once), at most ``MAX_NOTEBOOK_BYTES`` and
+    ``MAX_DEPTH`` levels deep. Raises ``NotebookError`` (a one-line reason) when the file is missing,
+    unreadable, too large, too deep, or not a notebook.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NotebookError(f"cannot read notebook {path}: {exc}", path=str(path)) from exc
-    try:
-        raw = json.loads(text)
-    except ValueError as exc:
-        raise NotebookError(f"{path} is not a notebook: not JSON ({exc})", path=str(path)) from exc
+    text, raw = _read_json(path, "notebook")
+    return _notebook(text, raw, str(path))
+
+
+def notebook_from_text(text: str, label: str) -> NotebookNode:
+    """``read_notebook`` for a notebook's text already read (``label`` names it in errors): as bounded,
+    as lenient. Raises ``NotebookError``."""
+    return _notebook(text, _parse_json(text, "notebook", label), label)
+
+
+def _notebook(text: str, raw: Any, label: str) -> NotebookNode:
     if not isinstance(raw, dict) or not isinstance(raw.get("nbformat"), int):
-        raise NotebookError(f"{path} is not a notebook: no 'nbformat' version", path=str(path))
+        raise NotebookError(f"{label} is not a notebook: no 'nbformat' version", path=label)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # missing/duplicate cell ids do not matter for reading
             nb = nbformat.reads(text, as_version=4, capture_validation_error={})
     except Exception as exc:  # nbformat raises assorted errors (KeyError, ValidationError, ...) on malformed input
-        raise NotebookError(f"{path} is not a readable notebook: {exc}", path=str(path)) from exc
+        reason = " ".join(str(exc).split())[:300]
+        raise NotebookError(f"{label} is not a readable notebook: {reason}", path=label) from exc
     if not isinstance(nb.get("cells"), list):
-        raise NotebookError(f"{path} is not a notebook: no list of cells", path=str(path))
+        raise NotebookError(f"{label} is not a notebook: no list of cells", path=label)
     return nb
 
 
@@ -158,13 +233,7 @@ def load_resumable(path: str | os.PathLike[str]) -> LoadedRun:
             "nothing was run or changed",
             path=str(path),
         )
-    for name in loaded.info.data_files:
-        if not name or name in (".", "..") or name != os.path.basename(name) or "\\" in name or "\0" in name:
-            raise NotebookError(
-                f"{path} records the data file {name!r}, which is not a plain file name in the workspace; "
-                "refusing to resume it (nothing was run or changed)",
-                path=str(path),
-            )
+    check_data_files(loaded.info.data_files, path)
     return loaded
 
 
@@ -266,9 +335,27 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
 
 
 def _code(cell: NotebookNode, meta: dict[str, Any]) -> str:
-    """What the cell ran: the export keeps the original of a commented-out (guarded) cell in its metadata."""
+    """What the cell runs: what it shows. The export keeps the original of a commented-out (guarded)
+    cell in its metadata (``kernel_agent.code``); that copy is used only when the cell shows exactly it,
+    commented out under the guard's line. Any other metadata code is never run: the source is."""
     original = meta.get("code")
-    return original if isinstance(original, str) else cell.source
+    source = cell.get("source")
+    source = source if isinstance(source, str) else ""
+    if isinstance(original, str) and original != source and shows_guarded(source, original):
+        return original
+    return source
+
+
+def shows_guarded(source: str, original: str) -> bool:
+    """Whether ``source`` is exactly ``original`` commented out under the guard's line (``guard_source``):
+    the lines the comment shows, uncommented, are ``original`` character for character (but for
+    trailing newlines, which run the same)."""
+    first, _, rest = source.partition("\n")
+    match = _GUARD_LINE.fullmatch(first)
+    if match is None or guard_source(original, match.group(1)) != source:
+        return False
+    shown = [line[2:] if line.startswith("# ") else line[1:] for line in rest.split("\n")] if rest else []
+    return "\n".join(shown) == original.rstrip("\n")
 
 
 def _error(errors: list[dict[str, Any]], recorded: Any) -> ErrorInfo:

@@ -33,7 +33,7 @@ from ..kernel.outputs import resolve_carriage_returns
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
 from ..result import png_size, strip_ansi
-from .claims import DataSources, plain, recorded_name
+from .claims import DataSources, check_data_files, plain
 from .export import METADATA_KEY, SKIP_TAG
 from .load import read_notebook
 
@@ -135,9 +135,10 @@ async def async_replay(
     The data files named in its metadata are copied from ``workspace`` (or
     else from the notebook's folder, and a recorded workspace only when it is
     a folder under it) into a temporary folder that is the kernel's cwd and is
-    removed afterwards. The metadata is a claim, not an order: an absolute or
-    ``..`` path is never read (only its file name is looked for), and each
-    file is read through the door, so a link leads nowhere.
+    removed afterwards. The metadata is a claim, not an order: a data file that
+    is not a plain name (a sub-folder, a hidden name, an absolute or ``..``
+    path) refuses the replay before anything runs (``claims.check_data_files``),
+    and each file is read through the door, so a link leads nowhere.
     Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
     may raise. ``timeout`` is per cell, in seconds. ``kernel_name`` defaults to
     the notebook's kernelspec (a claim: only an installed kernelspec of that name
@@ -157,6 +158,9 @@ async def async_replay(
     recorded = read_notebook(path)
     meta = recorded.metadata.get(METADATA_KEY)
     meta = meta if isinstance(meta, dict) else {}
+    names = meta.get("data_files")
+    named = workspace is not None
+    check_data_files(names if isinstance(names, list) else [], path, in_named_folder=named)  # before any kernel
     sources = _data_sources(path, meta, workspace)
     executed = copy.deepcopy(recorded)
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
@@ -181,20 +185,16 @@ def _data_sources(path: Path, meta: dict[str, Any], workspace: str | os.PathLike
 
 
 def _stage_data(meta: dict[str, Any], sources: DataSources, cwd: Path, path: Path) -> None:
-    """Copy the data files the notebook names into the kernel's fresh folder (``claims``: an absolute
-    path or one with ``..`` is never read, only its file name looked for; never through a link)."""
+    """Copy the data files the notebook names (plain names only, ``claims``) into the kernel's fresh
+    folder, never through a link."""
     names = meta.get("data_files")
-    for name in names if isinstance(names, list) else []:
-        relative = recorded_name(str(name))
-        if sources.copy(relative, cwd):
+    names = names if isinstance(names, list) else []
+    check_data_files(names, path, in_named_folder=sources.named)
+    for name in names:
+        if sources.copy(name, cwd):
             continue
-        looked = ", ".join(sources.looked_in(relative))
-        shown = (
-            f"{name!r} (read only as {relative!r}: a notebook's paths are never used as given)"
-            if relative != str(name)
-            else repr(name)
-        )
-        message = f"data file {shown} for replaying {path} not found (as a plain file); looked in: {looked}"
+        looked = ", ".join(sources.looked_in(name))
+        message = f"data file {name!r} for replaying {path} not found (as a plain file); looked in: {looked}"
         claimed = meta.get("workspace")
         if isinstance(claimed, str) and claimed and not plain(claimed):
             message += (

@@ -346,13 +346,10 @@ def _attachment(filename: str) -> str:
 
 
 def _render(text: bytes, label: str) -> str:
-    from .._nbformat import nbformat
     from ..notebook.html import render_node  # nbconvert is heavy: only when a report is asked for
+    from ..notebook.load import notebook_from_text
 
-    try:
-        nb = nbformat.reads(text.decode("utf-8", errors="replace"), as_version=4)
-    except Exception as exc:  # nbformat raises assorted JSON and schema errors
-        raise NotebookError(f"cannot read the notebook of {label}: {exc}") from exc
+    nb = notebook_from_text(text.decode("utf-8", errors="replace"), f"the notebook of {label}")  # bounded
     return render_node(nb, label)
 
 

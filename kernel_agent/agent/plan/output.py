@@ -1,8 +1,8 @@
 """What a plan run leaves on disk besides its state: the notebook and the Markdown report.
 
 Owns building both, purely from the nodes and their results, and writing them
-(the notebook through ``write_notebook``: validated, atomic; the report and its
-figure PNGs atomically too). Rewritten after every node, so the report grows as
+(the notebook through ``write_notebook``: validated; every file through the door's
+one record writer). Rewritten after every node, so the report grows as
 figures appear. The notebook has one section per node in execution order: a
 markdown header (title, id, dependencies, status) then the node's kept cells
 with their real outputs, so it replays. The report has each node's output as
@@ -13,12 +13,13 @@ conclusion (listing what the nodes printed instead).
 from __future__ import annotations
 
 import base64
-import os
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..._nbformat import NotebookNode, nbformat
+from ...errors import NotebookError, WorkspaceFileError
+from ...kernel.door import write_record, write_records
 from ...notebook.export import METADATA_KEY, SCRIPTED_STATEMENT, write_notebook
 from .graph import PlanNode
 from .state import NodeResult, PlanState
@@ -163,20 +164,17 @@ def _escaped(text: str) -> str:
 def write_outputs(state: PlanState, nodes: Sequence[PlanNode], notebook: Path, workspace: str) -> Path:
     """Write the notebook and the report (``<stem>.report.md`` + ``<stem>_figures/``); return the report path.
 
-    Raises ``NotebookError`` when the notebook cannot be written, ``OSError`` for the report.
+    Every file goes through the door's record writer (``kernel/door.py``): a link planted at one of
+    these names (a shared plan folder keeps its links) is replaced, never written through, and the
+    figures' folder is never followed through a link. Raises ``NotebookError`` when one cannot be written.
     """
     write_notebook(build_plan_notebook(state, nodes, workspace), notebook)
     figure_dir = f"{notebook.stem}_figures"
     text, figures = build_report(state, nodes, figure_dir)
-    for name, data in figures.items():
-        _atomic(notebook.parent / name, data)
     report = notebook.with_name(f"{notebook.stem}.report.md")
-    _atomic(report, text.encode())
+    try:
+        write_records(notebook.parent, figures, durable=False)
+        write_record(report, text.encode(), durable=True)
+    except (OSError, WorkspaceFileError) as exc:
+        raise NotebookError(f"cannot write the plan's report {report}: {exc}", path=str(report)) from exc
     return report
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -4,21 +4,25 @@ Owns ``NodeResult``/``CellRecord`` values and the state file: one JSON document
 (``<notebook stem>.plan.json`` beside the notebook) holding the task, the
 validated plan, the budgets and every finished node's status, cells with their
 real outputs, the failed attempts' cells (for the report, never re-run), text,
-analysis and error. It is rewritten atomically (temporary
-file, fsync, rename) after every node, so a SIGKILL leaves the previous or the
-next state, never a torn one. It does not run anything.
+analysis and error. It is rewritten through the door's record writer (random
+temporary name, fsync, rename; a planted link is replaced, never written through)
+after every node, so a SIGKILL leaves the previous or the next state, never a torn
+one. Reading it is bounded (size, nesting) and its data files are claims
+(``notebook/claims.py``). It does not run anything.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ...errors import NotebookError
+from ...errors import NotebookError, WorkspaceFileError
+from ...kernel.door import write_record
+from ...notebook.claims import check_data_files
+from ...notebook.load import read_json_record
 from ...result import clip_middle
 
 __all__ = ["CellRecord", "NodeResult", "NodeStatus", "PlanState", "state_path"]
@@ -131,7 +135,8 @@ class PlanState:
         self.save()
 
     def save(self) -> None:
-        """Write the state atomically. Raises ``OSError`` when it cannot be written."""
+        """Write the state atomically. Raises ``OSError`` when it cannot be written, ``NotebookError`` when
+        the door refuses its path."""
         document = {
             "kernel_agent_plan": 1,
             "task": self.task,
@@ -144,38 +149,36 @@ class PlanState:
             "workspace": self.workspace,
             "scripted": self.scripted,
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".plan-", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(document, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            write_record(self.path, json.dumps(document).encode("utf-8"), durable=True)
+        except WorkspaceFileError as exc:
+            raise NotebookError(f"cannot write the plan state {self.path}: {exc}", path=str(self.path)) from exc
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PlanState:
-        """Read a state file. Raises ``NotebookError`` when it is missing or not a plan state."""
+        """Read a state file (bounded: ``read_json_record``). Raises ``NotebookError`` when it is missing,
+        not a regular file, too large or too deep, not a plan state, or claims a data file that is not a
+        plain name beside it (``check_data_files``)."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise NotebookError(f"cannot read the plan state {path}: {exc}", path=str(path)) from exc
+        data = read_json_record(path, "plan state")
         if not isinstance(data, dict) or data.get("kernel_agent_plan") != 1:
             raise NotebookError(f"{path} is not a kernel-agent plan state", path=str(path))
-        results = {k: NodeResult.from_dict(v) for k, v in data.get("results", {}).items()}
-        return cls(
-            path,
-            data["task"],
-            data["plan"],
-            data["budgets"],
-            tuple(data.get("data_files", ())),
-            data.get("setup_code", ""),
-            tuple(data.get("setup_outputs", ())),
-            results,
-            str(data.get("workspace") or ""),
-            data.get("scripted") is True,
-        )
+        claimed = data.get("data_files") or []
+        check_data_files(claimed if isinstance(claimed, list) else [claimed], path)
+        try:
+            results = {str(k): NodeResult.from_dict(v) for k, v in dict(data.get("results") or {}).items()}
+            state = cls(
+                path,
+                str(data["task"]),
+                dict(data["plan"]),
+                dict(data["budgets"]),
+                tuple(claimed),
+                str(data.get("setup_code") or ""),
+                tuple(dict(out) for out in data.get("setup_outputs") or ()),
+                results,
+                str(data.get("workspace") or ""),
+                data.get("scripted") is True,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NotebookError(f"{path} is not a usable plan state: {exc!r}", path=str(path)) from exc
+        return state
