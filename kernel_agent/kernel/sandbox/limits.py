@@ -35,7 +35,8 @@ How each limit is enforced (Linux):
   sandbox: with ``sandbox="off"`` it is a ``ConfigError``; unconfined
   (``sandbox="off"``) the default resolves to on, as nothing could cut it.
 * ``sandbox``: ``"strict"`` (default) runs the kernel inside bubblewrap
-  (``bwrap.py`` says what it sees); when that is impossible here the
+  (``bwrap.py`` says what it sees) under a system-call filter (``seccomp.py``)
+  and with no nested user namespaces; when that is impossible here the
   session raises ``SandboxUnavailableError``, never runs unconfined in
   silence. ``"off"`` runs it unconfined, on purpose.
 * Core dumps are always off: a crashing kernel must not drop its memory,
@@ -57,6 +58,7 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ..inside.handover import CGROUP_ENV, CONFINEMENT_FAILED, CPU_HARD_GRACE_S, LIMITS_ENV, MB, OWNER_ENV
+from . import seccomp
 from .bwrap import SandboxMode, check_mode
 from .cgroup import ProcessCgroup, join_prefix
 
@@ -143,7 +145,11 @@ class Limits:
     def describe(self) -> str:
         """The confinement in force, in words (for notebook metadata, events and warnings)."""
         parts = [
-            "sandbox: bubblewrap (strict)" if self.sandbox == "strict" else "sandbox: OFF (unconfined)",
+            (
+                f"sandbox: bubblewrap (strict); {seccomp.describe()}; no nested user namespaces"
+                if self.sandbox == "strict"
+                else "sandbox: OFF (unconfined)"
+            ),
             f"network: {'on' if self.network else 'off'}",
         ]
         if self.memory_mb is not None:
