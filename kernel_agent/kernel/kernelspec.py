@@ -201,8 +201,8 @@ def launch_spec(folder: Path, choice: KernelChoice, confinement: Confinement, vi
 
     The command becomes ``[cgroup join] [filter open] [pasta_launch ... --] [bwrap ... --] <the kernel's
     argv>`` (``pasta_launch`` when the network is on; the filter open puts the system-call filter,
-    written beside ``kernel.json``, on the descriptor bwrap loads it from), where a Python kernel's argv is our launcher under its
-    interpreter and another kernel's is our launcher's ``--exec`` before its own command;
+    written beside ``kernel.json``, on the descriptor bwrap loads it from), where a Python kernel's
+    argv is our launcher under its interpreter and another kernel's is our launcher's ``--exec`` before its own command;
     a sandboxed kernel is interrupted by message (a SIGINT to bwrap would not
     reach it). Raises ``SandboxUnavailableError`` (strict mode, no working bwrap).
     """
