@@ -1,8 +1,10 @@
 """The kernel's system-call filter: which Linux interfaces model code may not reach.
 
 Owns the rule table (``DENIED`` and the flag rules below), compiling it to a seccomp BPF program
-with libseccomp (through ``pyseccomp``, ctypes over the system's ``libseccomp.so.2``) and the words
-for it. Does not own handing the program to bubblewrap (``bwrap.py``: ``--add-seccomp-fd``, which
+with libseccomp (through ``pyseccomp``, ctypes over the system's ``libseccomp.so.2``), the program
+shipped compiled for x86_64 (``seccomp-x86_64.bpf``: no libseccomp needed at start, and loading
+libseccomp through ctypes costs a process 0.1-0.3 s; ``main`` rewrites it from the rules) and the
+words for it. Does not own handing the program to bubblewrap (``bwrap.py``: ``--add-seccomp-fd``, which
 bwrap loads just before it runs the kernel, after its own setup) or the launch command
 (``kernelspec.py``).
 
