@@ -9,15 +9,21 @@ the kernel's launch command while it starts; nothing else differs).
   first; target: the filter adds at most 5 ms (median difference).
 * ``roundtrip``: ``1+1`` on a filtered and an unfiltered session open side by side, in alternating
   blocks of 10; target ≤ 1.05× (nothing measurable).
+* ``launch``: bwrap with our whole argv running ``/bin/true``, with the filter (prefix and flags) vs
+  without, 200 alternating; target: at most 5 ms more (median difference). The same cost as in
+  ``start``, without a kernel's second of start-up and its noise around it.
+* ``syscalls``: CPU time of 200,000 calls inside the kernel (``os.getppid``, ``os.stat``, a socket made and
+  closed), filtered vs unfiltered session; information.
 * ``compute``: bench_sandbox's ten analysis rounds on a ~50 MB CSV, filtered vs unfiltered session,
   interleaved, five repetitions (one in ``--quick``); both sides' printed results must agree;
-  target ≤ 1.05×.
+  target ≤ 1.05×; and the kernel's own CPU time over the rounds (information).
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,6 +34,8 @@ from bench_sandbox import _ROUNDS, _SETUP
 from report import Row, median, p95
 
 from kernel_agent.kernel import kernelspec
+from kernel_agent.kernel.sandbox import bwrap as bwrap_module
+from kernel_agent.kernel.sandbox import seccomp
 from kernel_agent.kernel.session_sync import KernelSession
 
 NAME = "seccomp"
@@ -117,22 +125,26 @@ def roundtrip(quick: bool) -> list[Row]:
 
 
 # ------------------------------------------------------------------ compute
-def _analysis(workspace: Path, filtered: bool) -> tuple[float, list[str]]:
+def _analysis(workspace: Path, filtered: bool) -> tuple[float, float, list[str]]:
+    """Wall seconds of the ten rounds, the kernel's own CPU seconds over them, and what they printed."""
     with _session(workspace, filtered) as session:
-        session.execute(_SETUP)
+        session.execute(_SETUP + "\nimport time as _bench_time\n_bench_cpu = _bench_time.process_time()")
         started, outputs = time.perf_counter(), []
         for code in _ROUNDS:
             result = session.execute(code, timeout=600)
             if result.status != "ok":
                 raise RuntimeError(f"round failed: {result.to_llm_text()}")
             outputs.append(result.stdout)
-        return time.perf_counter() - started, outputs
+        elapsed = time.perf_counter() - started
+        cpu = float(session.execute("_bench_time.process_time() - _bench_cpu").result_text)
+        return elapsed, cpu, outputs
 
 
 def compute(quick: bool) -> list[Row]:
     """Ten analysis rounds on a ~50 MB CSV: filtered vs unfiltered sandbox, interleaved."""
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-seccomp-"))
     times: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     try:
         csv = scratch / "big.csv"
         _make_csv(csv, 60_000 if quick else 930_000)
@@ -143,8 +155,9 @@ def compute(quick: bool) -> list[Row]:
                 workspace = scratch / f"{filtered}-{index}"
                 workspace.mkdir()
                 shutil.copy(csv, workspace / "big.csv")
-                elapsed, printed[filtered] = _analysis(workspace, filtered)
+                elapsed, used, printed[filtered] = _analysis(workspace, filtered)
                 times[filtered].append(elapsed)
+                cpu[filtered].append(used)
             if printed[True] != printed[False]:
                 raise RuntimeError("the filtered and the unfiltered session printed different results")
     finally:
@@ -155,8 +168,73 @@ def compute(quick: bool) -> list[Row]:
             median(times[True]),
             median(times[False]),
             max_ratio=1.05,
-        )
+        ),
+        Row("  ↳ the kernel's own CPU time over the ten rounds", median(cpu[True]), median(cpu[False])),
     ]
 
 
-PARTS = {"start": start, "roundtrip": roundtrip, "compute": compute}
+# ------------------------------------------------------------------ launch
+def launch(quick: bool) -> list[Row]:
+    """bwrap to ``/bin/true`` with our full argv: with the filter prefix and flags vs without, alternating.
+    What the filter adds to every kernel start, without the kernel's own start (~1 s) around it."""
+    binary = bwrap_module.require_bwrap()
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-seccomp-"))
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        (scratch / "ws").mkdir()
+        (scratch / "sockets").mkdir()
+        (scratch / "connection.json").write_text("{}")
+        view = bwrap_module.SandboxView(scratch / "ws", scratch / "sockets", scratch / "connection.json", network=False)
+        program = scratch / "seccomp.bpf"
+        program.write_bytes(seccomp.require_filter().code)
+        filtered = [*bwrap_module.filter_prefix(program), *bwrap_module.bwrap_argv(binary, view), "/bin/true"]
+        with _unfiltered():
+            plain = [*kernelspec.bwrap_argv(binary, view), "/bin/true"]
+        commands = {True: filtered, False: plain}
+        for index in range(20 if quick else 200):
+            for side in (True, False) if index % 2 == 0 else (False, True):
+                started = time.perf_counter()
+                subprocess.run(commands[side], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                times[side].append(time.perf_counter() - started)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    ours, theirs = median(times[True]), median(times[False])
+    return [
+        Row("bwrap to /bin/true, our argv: with the filter (sh prefix + 3 flags) vs without", ours, theirs),
+        Row("  ↳ what the filter adds to a launch (median difference)", ours - theirs, max_seconds=0.005),
+    ]
+
+
+# ------------------------------------------------------------------ syscalls
+_CALLS = {
+    "os.getppid() (a call the kernel's filter cache allows outright)": "os.getppid()",
+    "os.stat('.')": "os.stat('.')",
+    "socket.socket().close() (a call whose arguments the filter reads)": "socket.socket().close()",
+}
+
+
+def syscalls(quick: bool) -> list[Row]:
+    """CPU time of many calls inside the kernel, filtered vs unfiltered session, alternating."""
+    count = 20_000 if quick else 200_000
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-seccomp-"))
+    per_call: dict[str, dict[bool, list[float]]] = {name: {True: [], False: []} for name in _CALLS}
+    try:
+        with _session(scratch / "filtered", True) as filtered, _session(scratch / "unfiltered", False) as plain:
+            sessions = {True: filtered, False: plain}
+            for session in sessions.values():
+                session.execute("import os, socket, time")
+            for index in range(3 if quick else 7):
+                for name, call in _CALLS.items():
+                    for side in (True, False) if index % 2 == 0 else (False, True):
+                        code = f"_t = time.process_time()\nfor _ in range({count}): {call}\ntime.process_time() - _t"
+                        result = sessions[side].execute(code, timeout=600)
+                        per_call[name][side].append(float(result.result_text))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return [
+        Row(f"kernel CPU for {count:,} × {name}: filtered vs unfiltered", median(by[True]), median(by[False]))
+        for name, by in per_call.items()
+    ]
+
+
+PARTS = {"start": start, "launch": launch, "roundtrip": roundtrip, "syscalls": syscalls, "compute": compute}
