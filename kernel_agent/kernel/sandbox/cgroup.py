@@ -175,15 +175,22 @@ class ProcessCgroup:
             time.sleep(0.005)  # exited tasks leave the cgroup asynchronously
 
 
-def join_prefix(cgroups: Sequence[ProcessCgroup]) -> list[str]:
+def join_prefix(cgroups: Sequence[ProcessCgroup], descriptor: tuple[int, Path] | None = None) -> list[str]:
     """A command prefix that moves itself into every one of ``cgroups``, then ``exec``s the rest.
 
     The kernel's whole process tree (bwrap included) is then inside before
     any model code runs; inside the sandbox ``/sys`` is read-only, so no
     process there can move itself out. Exits 97 (``CONFINEMENT_FAILED``) if a join fails.
+    ``descriptor`` (number, file): the rest also gets that file open for reading on that number (the
+    sandbox's system-call filter, for bwrap), in the same shell: one exec less at every start.
     """
-    script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"'
-    return ["/bin/sh", "-c", script, "sh", *(str(c.path / "cgroup.procs") for c in cgroups), "--"]
+    joins = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; '
+    procs = [str(c.path / "cgroup.procs") for c in cgroups]
+    if descriptor is None:
+        return ["/bin/sh", "-c", joins + 'exec "$@"', "sh", *procs, "--"]
+    number, file = descriptor
+    script = f'file=$1; shift; {joins}exec "$@" {int(number)}<"$file"'
+    return ["/bin/sh", "-c", script, "sh", str(file), *procs, "--"]
 
 
 def _cgroup_parents(controller: str, mountinfo: str | None = None, own: str | None = None) -> list[Path]:

@@ -37,7 +37,8 @@ How each limit is enforced (Linux):
   sandbox: with ``sandbox="off"`` it is a ``ConfigError``; unconfined
   (``sandbox="off"``) the default resolves to on, as nothing could cut it.
 * ``sandbox``: ``"strict"`` (default) runs the kernel inside bubblewrap
-  (``bwrap.py`` says what it sees); when that is impossible here the
+  (``bwrap.py`` says what it sees) under a system-call filter (``seccomp.py``)
+  and with no nested user namespaces; when that is impossible here the
   session raises ``SandboxUnavailableError``, never runs unconfined in
   silence. ``"off"`` runs it unconfined, on purpose.
 * Core dumps are always off: a crashing kernel must not drop its memory,
@@ -59,8 +60,10 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ..inside.handover import CGROUP_ENV, CONFINEMENT_FAILED, CPU_HARD_GRACE_S, LIMITS_ENV, MB, OWNER_ENV
+from . import seccomp
 from .bwrap import SandboxMode, check_mode
 from .cgroup import ProcessCgroup, join_prefix
+from .seccomp import SECCOMP_FD
 
 __all__ = [
     "CGROUP_ENV",
@@ -146,7 +149,11 @@ class Limits:
     def describe(self) -> str:
         """The confinement in force, in words (for notebook metadata, events and warnings)."""
         parts = [
-            "sandbox: bubblewrap (strict)" if self.sandbox == "strict" else "sandbox: OFF (unconfined)",
+            (
+                f"sandbox: bubblewrap (strict); {seccomp.describe()}; no nested user namespaces"
+                if self.sandbox == "strict"
+                else "sandbox: OFF (unconfined)"
+            ),
             f"network: {'on' if self.network else 'off'}",
         ]
         if self.memory_mb is not None:
@@ -259,9 +266,11 @@ class Confinement:
             env[CGROUP_ENV] = self.cgroup.path.name
         return env
 
-    def launch_prefix(self) -> list[str]:
-        """What goes before the kernel's command (bwrap's, when sandboxed) to put it into its cgroups."""
-        return join_prefix(self._cgroups) if self._cgroups else []
+    def launch_prefix(self, program: Path | None = None) -> list[str]:
+        """What goes before the kernel's command (bwrap's, when sandboxed) to put it into its cgroups and,
+        with ``program`` (the compiled system-call filter), to open that on ``SECCOMP_FD`` for bwrap."""
+        descriptor = (SECCOMP_FD, program) if program is not None else None
+        return join_prefix(self._cgroups, descriptor) if self._cgroups or descriptor else []
 
     def describe_exit(self, returncode: int) -> str:
         """Why the kernel ended, in words, e.g. ``signal SIGXCPU: CPU time limit of 60 s reached``."""

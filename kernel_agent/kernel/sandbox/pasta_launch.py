@@ -4,7 +4,8 @@ Run by the kernel's launch command when the network is on (``network.py`` builds
 side, standard library only, started as ``python -I -S pasta_launch.py PASTA NSENTER NFT -- BWRAP-ARGV...``:
 
 1. start bwrap with ``--info-fd`` (it reports its sandbox's pid) and ``--block-fd`` (the sandboxed
-   command waits until we say go), so the kernel never runs without its network set up;
+   command waits until we say go), so the kernel never runs without its network set up; the
+   descriptors its ``--add-seccomp-fd`` options name (the system-call filter) are passed on to it;
 2. attach ``pasta`` to that sandbox's network namespace only (``--netns-only``: pasta joins no user
    namespace; pasta 2023's own spawn mode cannot map users when run as root), with no port forwarded
    either way and the gateway not mapped to the host, so the namespace's 127.0.0.1 is its own;
@@ -175,6 +176,16 @@ def _end(relay: subprocess.Popen[bytes] | None) -> None:
         relay.wait()
 
 
+def _descriptors(bwrap: list[str]) -> list[int]:
+    """The descriptors bwrap's own options name (its seccomp filters), passed on to it as they are."""
+    options = bwrap[: bwrap.index("--")] if "--" in bwrap else bwrap  # not the sandboxed command's own
+    return [
+        int(value)
+        for option, value in zip(options, options[1:], strict=False)
+        if option in ("--seccomp", "--add-seccomp-fd") and value.isdigit()
+    ]
+
+
 def main(argv: list[str]) -> int:
     pasta, nsenter, nft, separator, *bwrap = [*argv, "", "", "", ""][: max(len(argv), 4)]
     if separator != "--" or not bwrap:
@@ -183,7 +194,8 @@ def main(argv: list[str]) -> int:
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     sandbox = subprocess.Popen(
-        [bwrap[0], "--info-fd", str(info_w), "--block-fd", str(block_r), *bwrap[1:]], pass_fds=(info_w, block_r)
+        [bwrap[0], "--info-fd", str(info_w), "--block-fd", str(block_r), *bwrap[1:]],
+        pass_fds=(info_w, block_r, *_descriptors(bwrap)),
     )
     os.close(info_w)
     os.close(block_r)
