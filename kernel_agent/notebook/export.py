@@ -2,8 +2,8 @@
 
 Owns the notebook layout (cells, tags, ``kernel_agent`` metadata); the atomic
 write is the door's (``kernel/door.py``'s ``write_record``). Building is pure:
-a ``Run`` in, an nbformat v4 ``NotebookNode`` out. Reading notebooks back is ``notebook_load.py``'s job; replaying them is
-``replay.py``'s.
+a ``Run`` in, an nbformat v4 ``NotebookNode`` out. Reading notebooks back is ``load.py``'s job;
+replaying them is ``replay.py``'s.
 
 Layout (every cell's ``metadata["kernel_agent"]["role"]`` names its part)::
 

@@ -35,8 +35,8 @@ from .config import ServerConfig
 from .deps import Owner, fresh, public, service_of
 from .errors import install_error_handlers
 from .limits import MULTIPART_SLACK, BodyLimit
-from .origins import HostGuard, served_hosts
 from .metrics import CONTENT_TYPE
+from .origins import HostGuard, served_hosts
 from .private import private_folder
 from .service import Service
 from .store import NOTEBOOK

@@ -212,7 +212,7 @@ def main(argv: list[str]) -> int:
             preexec_fn=_die_with_us,
         )
         _wait_for_network(pid, relay)
-        _fence(int(pid), nsenter, nft)  # type: ignore[call-overload]
+        _fence(pid, nsenter, nft)
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
         sys.stderr.write(f"{exc}\n")
         sandbox.kill()
