@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,12 +23,6 @@ from kernel_agent.kernel.door import Door
 from kernel_agent.server.private import private_database, tighten
 
 WRITES = "import os\nos.makedirs('charts', exist_ok=True)\nopen('charts/out.txt', 'w').write('x')\nprint('wrote')"
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
 
 
 def entries(data: Path, *, workspaces: bool = True) -> dict[Path, int]:
@@ -50,6 +43,7 @@ def others_may(found: dict[Path, int]) -> dict[str, str]:
 
 
 @pytest.mark.kernel
+@pytest.mark.postgresql
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_everything_serve_writes_is_owner_only_and_an_older_data_dir_is_tightened(
     backend: str, openai_server: OpenAIServer, postgres: PostgresServer, tmp_path: Path

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +30,9 @@ from replicas import Replica
 
 from kernel_agent.server.config import owner_of
 
-pytestmark = pytest.mark.kernel
+pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
 
 LONG = "import time\nprint('waiting', flush=True)\ntime.sleep(120)"
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with PostgresServer() as server:
-        yield server
 
 
 class Stream(threading.Thread):
