@@ -1,0 +1,41 @@
+"""What a document served over HTTP carries, so that nothing in it runs or loads: header values.
+
+A run's report, notebook or generated file is the kernel's or the model's content. Served from the
+API's origin it must not run scripts there (they would read other threads with the user's key) nor
+fetch from elsewhere, nor be sniffed into HTML, nor be opened inline when it is not the report
+itself. The web page, which is our code, gets a CSP of its own: scripts from the app only.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+__all__ = ["DOCUMENT_CSP", "PAGE_CSP", "attachment", "document_headers"]
+
+# A document: no script, no plugin, no frame, no external image, style, font or connection.
+DOCUMENT_CSP = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'; sandbox"
+)
+# The web page: its own scripts and styles; images as data (figures) only; the API on its own origin.
+PAGE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+def attachment(filename: str) -> str:
+    """A Content-Disposition that downloads ``filename`` (RFC 6266 / 5987)."""
+    quoted = quote(filename)
+    if quoted != filename:
+        return f"attachment; filename*=utf-8''{quoted}"
+    return f'attachment; filename="{filename}"'
+
+
+def document_headers(filename: str | None = None) -> dict[str, str]:
+    """Headers for a document made from run content: the CSP, ``nosniff``, and, given a ``filename``,
+    ``attachment`` (anything that is not the page itself is downloaded, never shown inline)."""
+    headers = {"Content-Security-Policy": DOCUMENT_CSP, "X-Content-Type-Options": "nosniff"}
+    if filename is not None:
+        headers["Content-Disposition"] = attachment(filename)
+    return headers
