@@ -112,9 +112,15 @@ class CellView:
         self._reply = None
 
     def _on_run_started(self, event: Any) -> None:
-        line = f"**kernel-agent** · model `{event.model}` · protocol `{event.protocol}` · own kernel in `{event.workspace}`"
+        line = (
+            f"**kernel-agent** · model `{event.model}` · protocol `{event.protocol}` · "
+            f"own kernel in `{event.workspace}`"
+        )
         if event.scripted:
-            line += "\n\n**Scripted replies:** the model's text is played back from replies shipped with kernel-agent; the code really runs."
+            line += (
+                "\n\n**Scripted replies:** the model's text is played back from replies shipped with kernel-agent; "
+                "the code really runs."
+            )
         if self._header is not None:
             _redraw(self._header, _markdown(line))
         else:

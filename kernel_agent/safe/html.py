@@ -29,6 +29,7 @@ __all__ = [
     "SAFE_MIMETYPES",
     "Shown",
     "clean_html",
+    "clean_page",
     "code_html",
     "markdown_html",
     "safe_bundle",
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 _EXTRA_TAGS = {"details", "summary", "figure", "figcaption", "caption", "mark"}
-_GENERIC_ATTRIBUTES = {"class", "style", "title", "lang", "dir", "align", "valign"}
+_GENERIC_ATTRIBUTES = {"id", "class", "style", "title", "lang", "dir", "align", "valign"}
 _TAG_ATTRIBUTES = {
     "a": {"href", "target"},
     "img": {"src", "alt", "width", "height"},
@@ -119,6 +120,30 @@ def _cleaner() -> nh3.Cleaner:
 def clean_html(fragment: str) -> str:
     """``fragment`` with everything active or external removed (see the module's policy)."""
     return _cleaner().clean(fragment)
+
+
+_BODY_OPEN = re.compile(r"<body\b[^>]*>", re.IGNORECASE)
+_BODY_CLOSE = re.compile(r"</body\s*>(?![\s\S]*</body)", re.IGNORECASE)
+_HEAD_OPEN = re.compile(r"<head\b[^>]*>", re.IGNORECASE)
+
+
+def clean_page(page: str, csp: str) -> str:
+    """A whole page made by our template around a notebook's content: everything between ``<body>``
+    and ``</body>`` (where the content is) cleaned, and ``csp`` as the page's first ``<meta>``, so a
+    copy opened from disk forbids scripts and external loads too. The head is the template's own."""
+    opened = _BODY_OPEN.search(page)
+    closed = _BODY_CLOSE.search(page, opened.end()) if opened is not None else None
+    if opened is None or closed is None:
+        return f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">{_csp_meta(csp)}</head><body>{clean_html(page)}</body></html>'
+    body = page[: opened.end()] + clean_html(page[opened.end() : closed.start()]) + page[closed.start() :]
+    head = _HEAD_OPEN.search(body)
+    if head is None or head.start() > opened.start():
+        return body.replace(opened.group(), f"{_csp_meta(csp)}{opened.group()}", 1)
+    return body[: head.end()] + _csp_meta(csp) + body[head.end() :]
+
+
+def _csp_meta(csp: str) -> str:
+    return f'<meta http-equiv="Content-Security-Policy" content="{html.escape(csp)}">'
 
 
 def svg_image(svg: str) -> str:

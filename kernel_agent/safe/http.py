@@ -12,11 +12,11 @@ from urllib.parse import quote
 
 __all__ = ["DOCUMENT_CSP", "PAGE_CSP", "attachment", "document_headers"]
 
-# A document: no script, no plugin, no frame, no external image, style, font or connection.
-DOCUMENT_CSP = (
-    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'; sandbox"
-)
+# A document: no script, no plugin, no frame, no external image, style, font or connection. This part
+# also goes into the page itself (a <meta>), so a downloaded copy opened from disk keeps it.
+DOCUMENT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+# Served over HTTP, a document also gets an origin of its own (sandbox) and is never framed.
+_SERVED_CSP = f"{DOCUMENT_CSP}; frame-ancestors 'none'; sandbox"
 # The web page: its own scripts and styles; images as data (figures) only; the API on its own origin.
 PAGE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -35,7 +35,7 @@ def attachment(filename: str) -> str:
 def document_headers(filename: str | None = None) -> dict[str, str]:
     """Headers for a document made from run content: the CSP, ``nosniff``, and, given a ``filename``,
     ``attachment`` (anything that is not the page itself is downloaded, never shown inline)."""
-    headers = {"Content-Security-Policy": DOCUMENT_CSP, "X-Content-Type-Options": "nosniff"}
+    headers = {"Content-Security-Policy": _SERVED_CSP, "X-Content-Type-Options": "nosniff"}
     if filename is not None:
         headers["Content-Disposition"] = attachment(filename)
     return headers
