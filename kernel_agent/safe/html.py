@@ -134,7 +134,8 @@ def clean_page(page: str, csp: str) -> str:
     opened = _BODY_OPEN.search(page)
     closed = _BODY_CLOSE.search(page, opened.end()) if opened is not None else None
     if opened is None or closed is None:
-        return f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">{_csp_meta(csp)}</head><body>{clean_html(page)}</body></html>'
+        head = f'<head><meta charset="utf-8">{_csp_meta(csp)}</head>'
+        return f"<!DOCTYPE html>\n<html>{head}<body>{clean_html(page)}</body></html>"
     body = page[: opened.end()] + clean_html(page[opened.end() : closed.start()]) + page[closed.start() :]
     head = _HEAD_OPEN.search(body)
     if head is None or head.start() > opened.start():
