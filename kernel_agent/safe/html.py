@@ -32,6 +32,7 @@ __all__ = [
     "clean_page",
     "code_html",
     "markdown_html",
+    "markdown_source",
     "safe_bundle",
     "shown_code",
     "shown_html",
@@ -195,6 +196,38 @@ def _protect_math(text: str) -> tuple[str, list[str]]:
         last = code.end()
     parts.append(_MATH.sub(hold, text[last:]))
     return "".join(parts), found
+
+
+_ACTIVE_LINK = re.compile(r"\]\(\s*<?\s*(?:javascript|vbscript|data|file):", re.IGNORECASE)
+
+
+def _inert(text: str) -> str:
+    """Prose (no code) made inert; math (``$…$``) left for the typesetter, which escapes it itself."""
+    parts, last = [], 0
+    for math in _MATH.finditer(text):
+        parts.append(_inert_prose(text[last : math.start()]))
+        parts.append(math.group())
+        last = math.end()
+    parts.append(_inert_prose(text[last:]))
+    return "".join(parts)
+
+
+def _inert_prose(prose: str) -> str:
+    prose = prose.replace("<", "&lt;")  # raw HTML is shown as text
+    prose = prose.replace("![", "!\\[")  # an image would be fetched: a link stays, the fetch goes
+    return _ACTIVE_LINK.sub("](#", prose)
+
+
+def markdown_source(text: str) -> str:
+    """Markdown for a front end that renders it (a chat message): raw HTML shown as text, images as
+    links, links to active schemes cut; code (fenced or inline) and math left as they are."""
+    parts, last = [], 0
+    for code in _CODE.finditer(text):
+        parts.append(_inert(text[last : code.start()]))
+        parts.append(code.group())
+        last = code.end()
+    parts.append(_inert(text[last:]))
+    return "".join(parts)
 
 
 def markdown_html(text: str) -> str:
