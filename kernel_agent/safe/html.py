@@ -165,7 +165,13 @@ def code_html(code: str, language: str = "python") -> str:
 
 # -- markdown -----------------------------------------------------------------------------------------
 
-_CODE = re.compile(r"^(```|~~~).*?(^\1[^\n]*$|\Z)|(`+)[^`]*?\3", re.MULTILINE | re.DOTALL)
+# Code, where markdown shows text as it is. Where this and a markdown parser could disagree, it errs
+# towards prose (escaped): a fence opens only at the line's start with no backtick after it and closes at
+# the first line a parser could close it on; an inline span stays on one line and holds no backtick.
+_CODE = re.compile(
+    r"^(`{3,}|~{3,})[^`\n]*\n.*?(?:^ {0,3}\1[`~]*[ \t]*$|\Z)|(?<![`\\])(`+)(?!`)[^`\n]*?(?<!`)\2(?!`)",
+    re.MULTILINE | re.DOTALL,
+)
 _MATH = re.compile(
     r"\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<![\\$\w])\$(?=\S)[^$\n]+?(?<=\S)\$(?!\w)",
     re.DOTALL,
@@ -175,7 +181,7 @@ _PLACED = re.compile(r"KAMATH(\d+)X")
 
 
 @cache
-def _markdown() -> Any:
+def _markdown_it() -> Any:
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark", {"html": True}).enable(["table", "strikethrough"])
@@ -234,7 +240,7 @@ def markdown_html(text: str) -> str:
     """Markdown (the model's, a notebook's) as clean HTML; raw HTML in it is cleaned too, and math is
     left as ``$…$`` text for the front end's typesetter."""
     protected, math = _protect_math(text)
-    page = clean_html(_markdown().render(protected))
+    page = clean_html(_markdown_it().render(protected))
     if not math:
         return page
     return _PLACED.sub(lambda m: html.escape(math[int(m.group(1))]) if int(m.group(1)) < len(math) else "", page)
