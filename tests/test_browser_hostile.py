@@ -57,15 +57,16 @@ CODE = (
     f"display(Markdown({MARKDOWN!r}))\n"
     "print('printed text')"
 )
-INERT = """() => {
-  const covering = [...document.querySelectorAll('body *')].filter(e =>
+INERT = """(root) => {
+  const scope = document.querySelector(root || 'body');
+  const covering = [...scope.querySelectorAll('*')].filter(e =>
     getComputedStyle(e).position === 'fixed' && /Session expired|full-window cover/.test(e.textContent));
   return {
     pwned: window.PWNED === undefined ? null : String(window.PWNED),
-    forms: document.querySelectorAll('input[name=key]').length,
+    forms: scope.querySelectorAll('input[name=key]').length,
     covering: covering.length,
-    frames: document.querySelectorAll('iframe').length,
-    jsLinks: [...document.querySelectorAll('a')]
+    frames: scope.querySelectorAll('iframe').length,
+    jsLinks: [...scope.querySelectorAll('a')]
       .filter(a => /^\\s*javascript:/i.test(a.getAttribute('href') || '')).length,
   };
 }"""

@@ -17,9 +17,13 @@ __all__ = ["DOCUMENT_CSP", "PAGE_CSP", "attachment", "document_headers"]
 DOCUMENT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 # Served over HTTP, a document also gets an origin of its own (sandbox) and is never framed.
 _SERVED_CSP = f"{DOCUMENT_CSP}; frame-ancestors 'none'; sandbox"
-# The web page: its own scripts and styles; images as data (figures) only; the API on its own origin.
+# The web page: its own scripts only; images as data (figures); the API on its own origin. Inline style
+# is allowed because DOMPurify parses outputs in a document under this policy (a pandas table's <style>
+# would be reported as refused); the page's sanitizer drops style from outputs and the page's CSS keeps
+# them in their box (app.css: contain: paint).
 PAGE_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; "
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 
