@@ -13,6 +13,8 @@ crashed code commented out and tagged, the answer last). Cells are matched by th
 wrote it, so the user's edits to earlier cells stay, and then in place, field by field (the page keeps
 its cell widget: a replaced cell costs the browser a new editor); new cells go after our previous one; cells the
 user added stay where they are. Does not run anything or talk to the chat (``persona.py``).
+Rich outputs go in as ``safe.html.safe_bundle`` leaves them (no script, no external image, SVG as an
+image): the user's notebook shows the run's outputs, it does not obey them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pycrdt import Map, Text
 from .._loop import in_thread
 from ..errors import NotebookError
 from ..notebook.export import KERNELSPEC, METADATA_KEY
+from ..safe.html import safe_bundle
 
 __all__ = ["LiveNotebook", "exported_cells"]
 
@@ -43,7 +46,24 @@ def exported_cells(path: Path) -> list[dict[str, Any]]:
         cells = nb["cells"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise NotebookError(f"cannot read the run's notebook: {exc}", path=str(path)) from exc
-    return [_plain(cell) for cell in cells]
+    return [_plain(_shown_cell(cell)) for cell in cells]
+
+
+def _shown_cell(cell: dict[str, Any]) -> dict[str, Any]:
+    if cell.get("cell_type") != "code":
+        return cell
+    return {**cell, "outputs": shown_outputs(cell.get("outputs", []))}
+
+
+def shown_outputs(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``outputs`` with every rich output's bundle made safe to show (``safe.html.safe_bundle``)."""
+    shown = []
+    for output in outputs:
+        if output.get("output_type") in ("display_data", "execute_result"):
+            bundle = safe_bundle(output.get("data") or {}, output.get("metadata"))
+            output = {**output, "data": bundle.data, "metadata": bundle.metadata}
+        shown.append(output)
+    return shown
 
 
 class LiveNotebook:
@@ -151,7 +171,7 @@ class LiveNotebook:
             if ycell.get("id") == f"round-{index}-code":
                 cell = {
                     **self._written.get(f"round-{index}-code", {}),
-                    "outputs": _plain(outputs),
+                    "outputs": _plain(shown_outputs(outputs)),
                     "execution_count": execution_count,
                 }
                 if "source" in cell:
