@@ -14,7 +14,9 @@ wrote it, so the user's edits to earlier cells stay, and then in place, field by
 its cell widget: a replaced cell costs the browser a new editor); new cells go after our previous one; cells the
 user added stay where they are. Does not run anything or talk to the chat (``persona.py``).
 Rich outputs go in as ``safe.html.safe_bundle`` leaves them (no script, no external image, SVG as an
-image): the user's notebook shows the run's outputs, it does not obey them.
+image), markdown as ``safe.html.markdown_source`` leaves it (raw HTML as text, images as links): the
+user's notebook shows the run's content, it does not obey it (JupyterLab's own policy for cells it did
+not run still loads external images).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pycrdt import Map, Text
 from .._loop import in_thread
 from ..errors import NotebookError
 from ..notebook.export import KERNELSPEC, METADATA_KEY
-from ..safe.html import safe_bundle
+from ..safe.html import markdown_source, safe_bundle
 
 __all__ = ["LiveNotebook", "exported_cells"]
 
@@ -50,9 +52,11 @@ def exported_cells(path: Path) -> list[dict[str, Any]]:
 
 
 def _shown_cell(cell: dict[str, Any]) -> dict[str, Any]:
-    if cell.get("cell_type") != "code":
-        return cell
-    return {**cell, "outputs": shown_outputs(cell.get("outputs", []))}
+    if cell.get("cell_type") == "markdown":
+        return {**cell, "source": markdown_source(str(cell.get("source", "")))}
+    if cell.get("cell_type") == "code":
+        return {**cell, "outputs": shown_outputs(cell.get("outputs", []))}
+    return cell
 
 
 def shown_outputs(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -136,7 +140,7 @@ class LiveNotebook:
                 {
                     "id": f"round-{index}-reasoning",
                     "cell_type": "markdown",
-                    "source": reasoning,
+                    "source": markdown_source(reasoning),
                     "metadata": {METADATA_KEY: {"role": "reasoning", **meta}},
                 }
             ]
