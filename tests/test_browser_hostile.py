@@ -145,7 +145,8 @@ def test_the_service_shows_hostile_output_inertly(
     errors: list[tuple[str, str]] = []
     page.on("console", lambda m: errors.append((m.location["url"], m.text)) if m.type == "error" else None)
 
-    page.goto(service.url + "/")
+    own = page.goto(service.url + "/")
+    assert own is not None and "script-src 'self'" in own.headers["content-security-policy"]  # the page's own
     page.locator("#key-input").fill(KEY)
     page.locator("#key-input").press("Enter")
     page.locator("#new-run").wait_for(state="visible")
