@@ -124,7 +124,6 @@ def clean_html(fragment: str) -> str:
 
 
 _BODY_OPEN = re.compile(r"<body\b[^>]*>", re.IGNORECASE)
-_BODY_CLOSE = re.compile(r"</body\s*>(?![\s\S]*</body)", re.IGNORECASE)
 _HEAD_OPEN = re.compile(r"<head\b[^>]*>", re.IGNORECASE)
 
 
@@ -133,11 +132,11 @@ def clean_page(page: str, csp: str) -> str:
     and ``</body>`` (where the content is) cleaned, and ``csp`` as the page's first ``<meta>``, so a
     copy opened from disk forbids scripts and external loads too. The head is the template's own."""
     opened = _BODY_OPEN.search(page)
-    closed = _BODY_CLOSE.search(page, opened.end()) if opened is not None else None
-    if opened is None or closed is None:
+    closed = page.lower().rfind("</body")  # the template's, after any the content holds
+    if opened is None or closed < opened.end():
         head = f'<head><meta charset="utf-8">{_csp_meta(csp)}</head>'
         return f"<!DOCTYPE html>\n<html>{head}<body>{clean_html(page)}</body></html>"
-    body = page[: opened.end()] + clean_html(page[opened.end() : closed.start()]) + page[closed.start() :]
+    body = page[: opened.end()] + clean_html(page[opened.end() : closed]) + page[closed:]
     head = _HEAD_OPEN.search(body)
     if head is None or head.start() > opened.start():
         return body.replace(opened.group(), f"{_csp_meta(csp)}{opened.group()}", 1)
@@ -173,9 +172,11 @@ _CODE = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 _MATH = re.compile(
-    r"\$\$.+?\$\$|\\\[.+?\\\]|\\\(.+?\\\)|(?<![\\$\w])\$(?=\S)[^$\n]+?(?<=\S)\$(?!\w)",
+    # each span stops at the next opener of its kind, so text full of unclosed openers stays linear
+    r"\$\$.+?\$\$|\\\[(?:(?!\\\[).)+?\\\]|\\\((?:(?!\\\().)+?\\\)|(?<![\\$\w])\$(?=\S)[^$\n]+?(?<=\S)\$(?!\w)",
     re.DOTALL,
 )
+_MATH_TEXT = 100_000  # longer markdown (a huge output) is rendered without math protection: its regex is quadratic
 _PLACEHOLDER = "KAMATH{}X"
 _PLACED = re.compile(r"KAMATH(\d+)X")
 
@@ -190,6 +191,8 @@ def _markdown_it() -> Any:
 def _protect_math(text: str) -> tuple[str, list[str]]:
     """Math kept out of markdown's reach (``\\\\`` and ``_`` mean something there), as JupyterLab does."""
     found: list[str] = []
+    if len(text) > _MATH_TEXT:
+        return text, found
 
     def hold(match: re.Match[str]) -> str:
         found.append(match.group())
@@ -209,6 +212,8 @@ _ACTIVE_LINK = re.compile(r"\]\(\s*<?\s*(?:javascript|vbscript|data|file):", re.
 
 def _inert(text: str) -> str:
     """Prose (no code) made inert; math (``$…$``) left for the typesetter, which escapes it itself."""
+    if len(text) > _MATH_TEXT:
+        return _inert_prose(text)
     parts, last = [], 0
     for math in _MATH.finditer(text):
         parts.append(_inert_prose(text[last : math.start()]))
