@@ -262,3 +262,21 @@ def test_show_prints_a_hostile_notebook_inertly(tmp_path: Path) -> None:
     show_run(Console(file=out, force_terminal=True, color_system="standard", width=100), load_run(path))
     assert not re.search(r"\x1b[\]P]|\x1b\[5;5H|\x1b\[2J|[\x80-\x9f]", out.getvalue())
     assert out.getvalue().count("␛]52;c;UFdORUQ=") >= 2 and re.search(r"\x1b\[[0-9;]*m", out.getvalue())
+
+
+def test_the_personas_live_cells_carry_only_inert_content() -> None:
+    from kernel_agent.jupyter.live import _shown_cell
+    from kernel_agent.notebook.export import METADATA_KEY
+
+    def cell(kind: str, role: str, **fields: object) -> dict[str, object]:
+        return {"cell_type": kind, "metadata": {METADATA_KEY: {"role": role}}, **fields}
+
+    html = {"text/html": "".join(HTML_PAYLOADS), "application/javascript": "window.PWNED=1", "text/plain": "x"}
+    output = {"output_type": "display_data", "data": html, "metadata": {}}
+    shown = _shown_cell(cell("code", "code", source="show()", outputs=[output]))
+    assert set(shown["outputs"][0]["data"]) == {"text/html", "text/plain"}  # type: ignore[index]
+    assert not FORBIDDEN.search(shown["outputs"][0]["data"]["text/html"])  # type: ignore[index]
+    reasoning = _shown_cell(cell("markdown", "reasoning", source="".join(HTML_PAYLOADS)))
+    assert "<" not in str(reasoning["source"])
+    thinking = "<details>\n<summary>Model reasoning</summary>\n\n&lt;script&gt;\n\n</details>"
+    assert _shown_cell(cell("markdown", "thinking", source=thinking))["source"] == thinking  # escaped by the export

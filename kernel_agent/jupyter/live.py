@@ -52,7 +52,8 @@ def exported_cells(path: Path) -> list[dict[str, Any]]:
 
 
 def _shown_cell(cell: dict[str, Any]) -> dict[str, Any]:
-    if cell.get("cell_type") == "markdown":
+    role = (cell.get("metadata", {}).get(METADATA_KEY) or {}).get("role")
+    if cell.get("cell_type") == "markdown" and role != "thinking":  # the export escapes the thinking itself
         return {**cell, "source": markdown_source(str(cell.get("source", "")))}
     if cell.get("cell_type") == "code":
         return {**cell, "outputs": shown_outputs(cell.get("outputs", []))}
