@@ -49,6 +49,7 @@ BENCHMARKS = [
     "bench_kernels",
     "bench_stream",
     "bench_door",
+    "bench_safe",
     "bench_startup",
     "bench_languages",
     "bench_jupyter",

@@ -16,6 +16,7 @@ import pytest
 from browser import screenshot
 from jupyterlab import JupyterLab, saved_cells, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
+from test_browser_hostile import CLEAN, CODE, HTML, INERT, MARKDOWN
 from test_jupyter_persona import _comparable
 
 from kernel_agent.jupyter.store import STORE_FILE
@@ -203,6 +204,35 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(
     screenshot(page, "jupyterlab-chat-run-all")
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert_the_store_is_out_of_the_root(lab)
+    assert page.log.external() == []
+
+
+def test_hostile_replies_and_outputs_stay_inert_in_the_chat_and_the_notebook(
+    page: Any, lab: JupyterLab, model: OpenAIServer
+) -> None:
+    tolerate_file_browser_notice(page)
+    model.add(Reply(f"**Showing** it. {MARKDOWN}", tool_calls=(python_call(CODE),)))
+    model.add(Reply(f"## Answer\n\nShown. {MARKDOWN}\n\n{HTML}\n\n![beacon](https://attacker.example/b.png)"))
+    (lab.root / "hostile.chat").write_text("{}")
+    lab.notebook("hostile.ipynb", ["x = 1"])
+
+    page.goto(lab.url("lab/tree/hostile.chat"))
+    page.locator(f"{CHAT} .jp-chat-input-container textarea").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    page.evaluate(
+        "async () => { await window.jupyterapp.commands.execute('docmanager:open', "
+        "{path: 'hostile.ipynb', options: {mode: 'split-right'}}); }"
+    )
+    page.locator(f"{NOTEBOOK} .jp-Cell").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    ask(page, "@KernelAgent show the outputs")
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Shown.").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    notebook = page.locator(NOTEBOOK)
+    notebook.locator(".jp-Cell", has_text="printed text").first.wait_for(timeout=30_000)
+    page.wait_for_load_state("networkidle")
+
+    assert page.evaluate(INERT, "body") == CLEAN
+    assert page.url.endswith("lab/tree/hostile.chat")
+    assert page.locator(f"{CHAT} .jp-chat-rendered-message strong", has_text="Showing").count() >= 1  # markdown
+    assert notebook.locator("td", has_text="41").count() >= 1  # the table still renders in the notebook
     assert page.log.external() == []
 
 

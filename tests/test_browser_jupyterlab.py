@@ -14,6 +14,7 @@ import pytest
 from browser import screenshot
 from jupyterlab import JupyterLab, free_port, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
+from test_browser_hostile import CLEAN, CODE, INERT, MARKDOWN
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.timeout(300)]
 
@@ -112,7 +113,7 @@ def test_agent_cell_shows_the_run_and_its_notebook_replays(
 
     assert page.evaluate("window.__seen") == ["kernel-agent: starting…", "starting the agent's own kernel", "Round 1/"]
     agent = cells.nth(1)
-    assert agent.locator(".jp-RenderedMarkdown strong", has_text="Looking").count() == 1  # reasoning as markdown
+    assert agent.locator(".jp-RenderedHTMLCommon strong", has_text="Looking").count() == 1  # reasoning as markdown
     assert agent.locator(".highlight", has_text="plt.plot").count() == 1  # code, highlighted
     assert agent.locator(".jp-OutputArea-output img").count() == 1
     assert agent.locator(".jp-OutputArea-output img").evaluate("img => img.naturalWidth") > 100
@@ -133,6 +134,34 @@ def test_agent_cell_shows_the_run_and_its_notebook_replays(
     exported = outputs_json(page)
     assert exported and all(output["output_type"] != "error" for cell in exported for output in cell)
     assert any(output.get("data", {}).get("image/png") for cell in exported for output in cell)
+
+
+def test_hostile_outputs_and_replies_stay_inert_in_the_users_notebook(
+    page: Any, lab: JupyterLab, openai_server: OpenAIServer
+) -> None:
+    # JupyterLab trusts the outputs of a cell the user ran: the magic must hand it nothing active.
+    openai_server.add(Reply(f"**Looking** first. {MARKDOWN}", tool_calls=(python_call(CODE),)))
+    openai_server.add(Reply(f"## Answer\n\nThe area is $x^2$. {MARKDOWN}"))
+    lab.notebook(
+        "hostile.ipynb",
+        ["%load_ext kernel_agent", f"%%agent --model m --base-url {openai_server.base_url} -w hostile1\nShow it."],
+    )
+    cells = open_notebook(page, lab, "hostile.ipynb")
+    run_cell(page, 0)
+    run_cell(page, 1)
+
+    agent = cells.nth(1)
+    agent.locator("h3", has_text="Answer").wait_for(timeout=LAB_TIMEOUT_MS)
+    page.wait_for_load_state("networkidle")
+    assert page.evaluate(INERT, f"#{page.evaluate(f'{_CURRENT}.id')}") == CLEAN
+    assert page.evaluate("window.PWNED === undefined") and page.url.endswith("lab/tree/hostile.ipynb")
+    assert agent.locator("b.kept-html").count() == 1 and agent.locator("td", has_text="41").count() == 1
+    assert agent.locator("img[src^='data:image/svg+xml;base64,']").count() == 1  # the SVG, as an image
+    assert agent.locator(".jp-RenderedHTMLCommon strong", has_text="markdown").count() >= 2  # reply, output
+    assert agent.locator("mjx-container").count() >= 1  # the answer's LaTeX is still typeset
+    assert "printed text" in agent.inner_text()
+    assert page.log.external() == []
+    screenshot(page, "jupyterlab-hostile")
 
 
 def test_problems_look_like_problems(page: Any, lab: JupyterLab, openai_server: OpenAIServer) -> None:

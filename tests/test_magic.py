@@ -56,7 +56,7 @@ def test_share_defines_the_variables_from_round_1_and_the_notebook_replays(
         shell.run_cell_magic("agent", line, "Use the shared variables.")
 
     assert "(3, 2) 0.5 6" in rendered(captured.outputs, "text/plain")
-    assert "The shared values arrived." in rendered(captured.outputs, "text/markdown")
+    assert "The shared values arrived." in rendered(captured.outputs, "text/plain")
     prompt = json.dumps(openai_server.requests[0]["messages"], ensure_ascii=False)
     assert "`df` (DataFrame, 3 rows × 2 columns, from `df.parquet`)" in prompt
     run = shell.user_ns["_agent_run"]
@@ -74,9 +74,11 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
     with capture_output() as captured:
         shell.run_cell_magic("agent", "--scripted-demo -w demo", "Analyse sales.csv.")
 
-    markdown = rendered(captured.outputs, "text/markdown")
+    markdown = rendered(captured.outputs, "text/plain")
     assert "Scripted replies" in markdown and "**Analyze**" in markdown
     assert "### Answer" in markdown and "Sales 2023–2024" in markdown
+    assert "<strong>Analyze</strong>" in rendered(captured.outputs, "text/html")  # markdown, as cleaned HTML
+    assert not any(set(out.data) - {"text/html", "text/plain", "image/png"} for out in captured.outputs)
     assert 'class="highlight' in rendered(captured.outputs, "text/html")  # code, syntax-highlighted
     assert rendered(captured.outputs, "image/png")
     assert 'href="demo.ipynb"' in rendered(captured.outputs, "text/html")  # beside the workspace
@@ -119,7 +121,7 @@ def test_an_interrupted_cell_keeps_the_output_it_had_shown(
     assert "half way there" in rendered(after, "text/plain")  # still shown below the status, not replaced
     assert rendered(after, "image/png")  # the figure it had shown too
     assert "KeyboardInterrupt" not in rendered(after, "text/plain")  # the user's own ■ is no error to show
-    assert "**Interrupted:** the notebook is saved" in rendered(after, "text/markdown")
+    assert "**Interrupted:** the notebook is saved" in rendered(after, "text/plain")
     run = shell.user_ns["_agent_run"]
     assert run.stop_reason == "cancelled" and "half way there" in str(run.rounds[-1].result.outputs)
 
@@ -128,7 +130,7 @@ def test_an_interrupted_cell_keeps_the_output_it_had_shown(
 def test_sandbox_off_says_so_in_the_cell_and_the_run(shell: InteractiveShell) -> None:
     with capture_output() as captured:
         shell.run_cell_magic("agent", "--scripted-demo -w loose --sandbox off --memory 6000", "Analyse sales.csv.")
-    assert "the kernel runs unconfined (sandbox off)" in rendered(captured.outputs, "text/markdown")
+    assert "the kernel runs unconfined (sandbox off)" in rendered(captured.outputs, "text/plain")
     assert shell.user_ns["_agent_run"].info.confinement.startswith(
         "sandbox: OFF (unconfined); network: on; memory: 6,000 MB"
     )
@@ -180,7 +182,7 @@ def test_magic_inside_a_kernel_renders_the_answer_and_an_image(openai_server: Op
 
     outputs = nb.cells[1].outputs
     assert rendered(outputs, "image/png")
-    markdown = rendered(outputs, "text/markdown")
+    markdown = rendered(outputs, "text/plain")
     assert "Plotting." in markdown  # the streamed reply, updated in place into its reasoning
     assert "The line rises from 1 to 3." in markdown
     assert "ws.ipynb" in rendered(outputs, "text/html")
@@ -231,7 +233,7 @@ def test_the_second_cell_takes_the_warm_kernel_and_unload_leaves_no_kernel(
         shell.run_cell_magic("agent", f"{line} -w two", "Second task.")
 
     assert (warm.pool.served_cold, warm.pool.served_warm) == (1, 1)
-    assert "taking the warm kernel started ahead" in rendered(captured.outputs, "text/markdown")
+    assert "taking the warm kernel started ahead" in rendered(captured.outputs, "text/plain")
     run = shell.user_ns["_agent_run"]
     assert run.answer == "The second answer." and "second" in run.rounds[0].result.stdout
     shell.run_line_magic("unload_ext", "kernel_agent")

@@ -654,19 +654,20 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     from rich.text import Text
 
     from ..notebook.load import load_run
+    from ..safe.terminal import printable
     from .show import export_html, show_run
 
     console = Console(highlight=False)
     with _edge():
         if html is not None:
             target = export_html(notebook, html)
-            console.print(Text(f"wrote {target}"), soft_wrap=True)
+            console.print(Text(printable(f"wrote {target}")), soft_wrap=True)
             return
         loaded = load_run(notebook)
     if transcript:
         from ..agent.protocols.transcript import transcript as tagged
 
-        click.echo(tagged(loaded.run), nl=False)
+        click.echo(printable(tagged(loaded.run)), nl=False)
         return
     show_run(console, loaded, thinking=thinking)
 

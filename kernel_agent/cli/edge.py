@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import click
 
 from ..errors import ConfigError, KernelAgentError, NotebookError
+from ..safe.terminal import printable
 from .drive import EXIT_INTERRUPTED, EXIT_USAGE
 
 __all__ = ["Failure", "edge"]
@@ -22,7 +23,7 @@ class Failure(click.ClickException):
     """An expected failure: ``Error: <message>`` on stderr and ``exit_code``, no traceback."""
 
     def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
+        super().__init__(printable(message))  # a message may quote the kernel, the model or a file
         self.exit_code = exit_code  # type: ignore[misc]  # click reads it per instance; its stub says ClassVar
 
 

@@ -16,6 +16,7 @@ import logging
 import sys
 
 from ..redact import RedactingFilter
+from ..safe.terminal import printable
 
 __all__ = ["hide_in_logs", "install_log_handler", "show_info_from"]
 
@@ -34,7 +35,7 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.write(printable(self.format(record)) + "\n")  # a record may quote kernel or model text
         except Exception:  # noqa: BLE001 - logging must never break the run
             self.handleError(record)
 

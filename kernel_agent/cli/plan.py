@@ -16,9 +16,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.text import Text
 from rich.tree import Tree
 
 from ..events import NodeFinished, NodeStarted, Notice, PlanFinished, PlanReady
+from ..safe.terminal import printable
 
 __all__ = ["drive_plan"]
 
@@ -26,12 +28,15 @@ _STYLE = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red
 
 
 def _tree(ready: PlanReady, states: dict[str, str], notes: dict[str, str]) -> Tree:
-    tree = Tree(f"[bold]Plan[/bold] ({', '.join(ready.directions) or 'no directions'})")
+    tree = Tree(Text.assemble(("Plan", "bold"), printable(f" ({', '.join(ready.directions) or 'no directions'})")))
     for node in ready.nodes:
         state = states[node["id"]]
         after = f" ← {', '.join(node['depends_on'])}" if node["depends_on"] else ""
         note = f" · {notes[node['id']]}" if node["id"] in notes else ""
-        tree.add(f"[{_STYLE[state]}]{state:8}[/] {node['id']}: {node['title']} [dim]({node['kind']}{after}){note}[/]")
+        line = Text(f"{state:8}", style=_STYLE[state])
+        line.append(printable(f" {node['id']}: {node['title']} "))
+        line.append(printable(f"({node['kind']}{after}){note}"), style="dim")
+        tree.add(line)
     return tree
 
 
@@ -48,7 +53,7 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
     try:
         for event in events:
             if isinstance(event, Notice):
-                console.print(f"[yellow]note:[/] {event.message}")
+                console.print(Text(printable(f"note: {event.message}"), style="yellow"))
             elif isinstance(event, PlanReady):
                 ready, states = event, {n["id"]: n["status"] for n in event.nodes}
                 notes.update({n["id"]: f"{n['attempts']} attempt(s)" for n in event.nodes if n.get("attempts")})
@@ -63,8 +68,10 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
                     live.update(_tree(ready, states, notes), refresh=True)
                 else:
                     console.print(
-                        f"{states[event.node_id]:8} {event.node_id}"
-                        + (f" · {notes[event.node_id]}" if event.node_id in notes else ""),
+                        printable(
+                            f"{states[event.node_id]:8} {event.node_id}"
+                            + (f" · {notes[event.node_id]}" if event.node_id in notes else "")
+                        ),
                         markup=False,
                     )
             elif isinstance(event, PlanFinished):
@@ -92,7 +99,8 @@ def _finish(event: PlanFinished) -> int:
     counts = event.counts
     sys.stdout.write(
         f"{counts['done']}/{counts['total']} completed, {counts['failed']} failed, "
-        f"{counts['skipped']} skipped\nnotebook: {event.notebook}\nreport: {event.report}\n"
+        + printable(f"{counts['skipped']} skipped\nnotebook: {event.notebook}\nreport: {event.report}")
+        + "\n"
     )
     return 0 if counts["done"] == counts["total"] else 1
 
@@ -100,7 +108,7 @@ def _finish(event: PlanFinished) -> int:
 def _json(events: Iterable[Any]) -> int:
     code = 1
     for event in events:
-        sys.stdout.write(json.dumps(event.to_dict()) + "\n")
+        sys.stdout.write(json.dumps(event.to_dict()) + "\n")  # ASCII: every control character escaped
         sys.stdout.flush()
         if isinstance(event, PlanFinished):
             code = 0 if event.counts["done"] == event.counts["total"] else 1

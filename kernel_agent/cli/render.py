@@ -5,11 +5,16 @@ agent yields (``handle``), plus ``interrupted`` when the run was cancelled,
 and writes to a rich ``Console``. The helpers ``output_renderables`` and
 ``round_status`` are shared with ``show.py`` (the review of a finished
 notebook). No agent logic and no exit codes live here (``app.py`` owns those).
+
+Kernel and model text reaches the terminal only through ``safe.terminal.printable``
+(``shown``, ``markdown``, ``code_block``): control sequences are shown, never obeyed; our own
+colours are rich styles added around it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -26,6 +31,7 @@ from rich.text import Text
 from ..events import Event
 from ..records import STOP_WORDS, Artifact, Round, Run, Usage
 from ..result import ExecutionResult, png_size, strip_ansi
+from ..safe.terminal import printable
 
 __all__ = [
     "JsonRenderer",
@@ -34,8 +40,11 @@ __all__ = [
     "Renderer",
     "SCRIPTED_NOTE",
     "code_block",
+    "json_line",
+    "markdown",
     "output_renderables",
     "round_status",
+    "shown",
     "thinking_text",
     "usage_text",
 ]
@@ -70,6 +79,16 @@ class Renderer(Protocol):
 # -- shared pieces ----------------------------------------------------------------------------------
 
 
+def shown(text: object) -> str:
+    """Kernel or model text (or a value holding it) as text that is safe to print."""
+    return printable(str(text))
+
+
+def markdown(text: str) -> Markdown:
+    """The model's markdown, safe to print; links show their target (no hidden terminal hyperlinks)."""
+    return Markdown(printable(text), hyperlinks=False)
+
+
 def usage_text(usage: Usage) -> str:
     """``"1,234 tokens (1,000 prompt + 234 completion, 100 of it reasoning)"``, or ``"tokens not reported"``."""
     if not usage.total_tokens:
@@ -83,7 +102,7 @@ def usage_text(usage: Usage) -> str:
 
 def thinking_text(thinking: str, *, expanded: bool = True, max_lines: int = 30) -> Text:
     """A reasoning model's hidden reasoning, dimmed: whole (clipped to ``max_lines``) or folded to one line."""
-    body = thinking.strip()
+    body = printable(thinking).strip()
     if not expanded:
         first = body.splitlines()[0] if body else ""
         first = first if len(first) <= 80 else first[:79] + "…"
@@ -104,13 +123,13 @@ def round_status(round_: Round) -> Text:
         parts.append(f"{round_.usage.total_tokens:,} tokens")
     text.append("  " + " · ".join(parts), style="dim")
     if round_.result is not None and round_.result.note:
-        text.append(f"\n  {round_.result.note}", style="yellow")
+        text.append(f"\n  {shown(round_.result.note)}", style="yellow")
     return text
 
 
 def code_block(code: str) -> Syntax:
     """The code of a round, highlighted."""
-    return Syntax(code, "python", theme="ansi_dark", line_numbers=False, word_wrap=True)
+    return Syntax(printable(code), "python", theme="ansi_dark", line_numbers=False, word_wrap=True)
 
 
 def output_renderables(outputs: Sequence[dict[str, Any]], *, max_lines: int = 30) -> list[RenderableType]:
@@ -121,17 +140,18 @@ def output_renderables(outputs: Sequence[dict[str, Any]], *, max_lines: int = 30
         kind = out.get("output_type")
         if kind == "stream":
             style = "yellow" if out.get("name") == "stderr" else ""
-            shown.append(Text(_clip_lines(_joined(out.get("text")), max_lines), style=style))
+            shown.append(Text(_clip_lines(printable(_joined(out.get("text"))), max_lines), style=style))
         elif kind in ("display_data", "execute_result"):
             data = out.get("data", {})
             if "image/png" in data:
                 image_no += 1
                 shown.append(Text(_image_placeholder(image_no, _joined(data["image/png"])), style="magenta"))
             elif "text/plain" in data:
-                shown.append(Text(_clip_lines(_joined(data["text/plain"]), max_lines)))
+                shown.append(Text(_clip_lines(printable(_joined(data["text/plain"])), max_lines)))
         elif kind == "error":
-            trace = "\n".join(strip_ansi(str(line)) for line in out.get("traceback", []))
-            shown.append(Text(_clip_lines(trace or f"{out.get('ename')}: {out.get('evalue')}", max_lines), style="red"))
+            trace = printable("\n".join(strip_ansi(str(line)) for line in out.get("traceback", [])))
+            trace = trace or printable(f"{out.get('ename')}: {out.get('evalue')}")
+            shown.append(Text(_clip_lines(trace, max_lines), style="red"))
     return shown
 
 
@@ -139,7 +159,7 @@ def artifacts_text(artifacts: Sequence[Artifact]) -> Text | None:
     """``files: a.png (44.1 KB, created), ...`` or None."""
     if not artifacts:
         return None
-    listed = ", ".join(f"{a.path} ({_size(a.size)}, {a.change})" for a in artifacts[:10])
+    listed = ", ".join(f"{printable(a.path)} ({_size(a.size)}, {a.change})" for a in artifacts[:10])
     more = f" and {len(artifacts) - 10} more" if len(artifacts) > 10 else ""
     return Text(f"files: {listed}{more}", style="cyan")
 
@@ -190,7 +210,7 @@ class _Activity:
             return Text("")
         elapsed = time.monotonic() - self.started
         spinner = Spinner("dots", Text(f"{self.label} {elapsed:.1f} s", style="cyan"))
-        tail = "\n".join(self.text.rstrip().splitlines()[-_TAIL_LINES:])
+        tail = "\n".join(printable(self.text).rstrip().splitlines()[-_TAIL_LINES:])
         return Group(Text(tail, style="dim"), spinner) if tail else spinner
 
 
@@ -219,14 +239,14 @@ class LiveRenderer:
     def interrupted(self, notebook_path: str | None, signal_name: str) -> None:
         self._activity.end()
         where = f"notebook saved: {notebook_path}" if notebook_path else "the run had not started; nothing was saved"
-        self.console.print(Text(f"Interrupted ({signal_name}): {where}", style="bold yellow"), soft_wrap=True)
+        self.console.print(Text(shown(f"Interrupted ({signal_name}): {where}"), style="bold yellow"), soft_wrap=True)
 
     def _on_run_started(self, event: Any) -> None:
         why = f" ({event.protocol_reason})" if event.protocol_reason not in ("", "asked for") else ""
         self.console.print(
-            Text.assemble(("kernel-agent", "bold"), f" · model {event.model} · protocol {event.protocol}{why}")
+            Text.assemble(("kernel-agent", "bold"), shown(f" · model {event.model} · protocol {event.protocol}{why}"))
         )
-        self.console.print(Text(f"workspace {event.workspace}", style="dim"), soft_wrap=True)
+        self.console.print(Text(shown(f"workspace {event.workspace}"), style="dim"), soft_wrap=True)
         if event.scripted:
             self.console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))
 
@@ -248,7 +268,7 @@ class LiveRenderer:
     def _on_text_reset(self, event: Any) -> None:
         self._activity.text = ""
         self._thinking = ""
-        self.console.print(Text(f"model request failed: {event.reason}", style="yellow"), soft_wrap=True)
+        self.console.print(Text(shown(f"model request failed: {event.reason}"), style="yellow"), soft_wrap=True)
 
     def _flush_thinking(self) -> None:
         if self._thinking.strip():
@@ -259,7 +279,7 @@ class LiveRenderer:
         self._activity.end()
         self._flush_thinking()
         if event.reasoning.strip():
-            self.console.print(Markdown(event.reasoning))
+            self.console.print(markdown(event.reasoning))
         self.console.print(Panel(code_block(event.code), border_style="dim", padding=(0, 1)))
 
     def _on_execution_started(self, event: Any) -> None:
@@ -286,18 +306,18 @@ class LiveRenderer:
         self._flush_thinking()
         round_: Round = event.round
         if round_.code is None and round_.reasoning.strip():
-            self.console.print(Markdown(round_.reasoning))
+            self.console.print(markdown(round_.reasoning))
         self.console.print(round_status(round_))
 
     def _on_answer(self, event: Any) -> None:
-        self.console.print(Panel(Markdown(event.answer), title="Answer", border_style="green"))
+        self.console.print(Panel(markdown(event.answer), title="Answer", border_style="green"))
 
     def _on_notice(self, event: Any) -> None:
-        self.console.print(Text(f"note: {event.message}", style="yellow"))
+        self.console.print(Text(shown(f"note: {event.message}"), style="yellow"))
 
     def _on_error(self, event: Any) -> None:
         self._activity.end()
-        self.console.print(Text(f"error: {event.message}", style="bold red"))
+        self.console.print(Text(shown(f"error: {event.message}"), style="bold red"))
 
     def _on_finished(self, event: Any) -> None:
         run: Run = event.run
@@ -308,7 +328,7 @@ class LiveRenderer:
         if run.info.scripted:
             self.console.print(Text("The model replies were scripted (see the notebook's header).", style="yellow"))
         if run.notebook_path is not None:
-            self.console.print(Text.assemble(("notebook: ", "bold"), str(run.notebook_path)), soft_wrap=True)
+            self.console.print(Text.assemble(("notebook: ", "bold"), shown(run.notebook_path)), soft_wrap=True)
 
 
 # -- quiet and json ---------------------------------------------------------------------------------
@@ -323,18 +343,18 @@ class QuietRenderer:
 
     def handle(self, event: Event) -> None:
         if event.kind == "error":
-            self.err.write(f"error: {event.message}\n")  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
-        if event.kind == "notice" and "unconfined" in event.message:  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
-            self.err.write(f"warning: {event.message}\n")  # type: ignore[union-attr]  # by kind; quiet, not silent
+            self.err.write(shown(f"error: {event.message}") + "\n")  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
+        if event.kind == "notice" and "unconfined" in event.message:  # type: ignore[union-attr]  # narrowed by kind
+            self.err.write(shown(f"warning: {event.message}") + "\n")  # type: ignore[union-attr]  # by kind; quiet, not silent
         if event.kind != "finished":
             return
         run: Run = event.run  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
         if run.answer is not None:
-            self.out.write(run.answer.rstrip("\n") + "\n")
+            self.out.write(shown(run.answer.rstrip("\n")) + "\n")
         else:
             self.err.write(f"no answer: {STOP_WORDS.get(run.stop_reason or '', run.stop_reason)}\n")
         if run.notebook_path is not None:
-            self.out.write(f"{run.notebook_path}\n")
+            self.out.write(shown(run.notebook_path) + "\n")
 
     def interrupted(self, notebook_path: str | None, signal_name: str) -> None:
         self.err.write(f"interrupted ({signal_name})\n")
@@ -343,6 +363,14 @@ class QuietRenderer:
 
     def close(self) -> None:
         self.out.flush()
+
+
+_C1 = re.compile(r"[\x7f-\x9f]")
+
+
+def json_line(payload: dict[str, Any]) -> str:
+    """One JSON line; DEL and C1 controls escaped too (JSON escapes only C0), so it is safe to print."""
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(payload, ensure_ascii=False)) + "\n"
 
 
 class JsonRenderer:
@@ -361,5 +389,5 @@ class JsonRenderer:
         pass
 
     def _write(self, payload: dict[str, Any]) -> None:
-        self.stream.write(json.dumps(payload, ensure_ascii=False) + "\n")
+        self.stream.write(json_line(payload))
         self.stream.flush()

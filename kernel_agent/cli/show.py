@@ -10,7 +10,6 @@ library's job (``notebook_load``, ``replay``); this module only draws.
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
@@ -19,7 +18,16 @@ from ..notebook.html import export_html
 from ..notebook.load import LoadedRun
 from ..notebook.replay import ReplayReport
 from ..records import Round, Turn
-from .render import artifacts_text, code_block, output_renderables, round_status, thinking_text, usage_text
+from .render import (
+    artifacts_text,
+    code_block,
+    markdown,
+    output_renderables,
+    round_status,
+    shown,
+    thinking_text,
+    usage_text,
+)
 
 __all__ = ["export_html", "show_replay", "show_run"]
 
@@ -54,32 +62,34 @@ def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinki
             _round(console, round_, max_lines, thinking)
     console.print(Rule(style="green" if run.answer is not None else "yellow"))
     if run.answer is not None:
-        console.print(Panel(Markdown(run.answer), title="Answer", border_style="green"))
+        console.print(Panel(markdown(run.answer), title="Answer", border_style="green"))
     else:
         reason = run.stop_reason or "not finished"
-        console.print(Text(f"No answer ({reason})" + (f": {run.error}" if run.error else ""), style="yellow"))
+        console.print(Text(shown(f"No answer ({reason})" + (f": {run.error}" if run.error else "")), style="yellow"))
     console.print(Text(f"{len(run.rounds)} round(s) · {usage_text(run.usage)}", style="dim"))
 
 
 def _turn_question(console: Console, number: int, turn: Turn) -> None:
     if number > 1:
         console.print(Rule(f"Follow-up question {number - 1}", style="magenta"))
-        console.print(Markdown(turn.task))
-        console.print(Text(f"model {turn.model or 'unknown'} · endpoint {turn.endpoint or 'unknown'}", style="dim"))
+        console.print(markdown(turn.task))
+        console.print(
+            Text(shown(f"model {turn.model or 'unknown'} · endpoint {turn.endpoint or 'unknown'}"), style="dim")
+        )
 
 
 def _turn_answer(console: Console, turn: Turn) -> None:
     if turn.answer is not None:
-        console.print(Panel(Markdown(turn.answer), title="Answer", border_style="green"))
+        console.print(Panel(markdown(turn.answer), title="Answer", border_style="green"))
     else:
-        console.print(Text(f"No answer ({turn.stop_reason or 'not finished'})", style="yellow"))
+        console.print(Text(shown(f"No answer ({turn.stop_reason or 'not finished'})"), style="yellow"))
 
 
 def _header(console: Console, loaded: LoadedRun) -> None:
     info = loaded.info
-    console.print(Rule(Text(str(loaded.path or "run"), style="bold"), style="blue"))
+    console.print(Rule(Text(shown(loaded.path or "run"), style="bold"), style="blue"))
     task = loaded.run.all_turns()[0].task  # follow-up questions are shown where their turn starts
-    console.print(Markdown(f"**Task:** {task.strip() or '(not recorded)'}"))
+    console.print(markdown(f"**Task:** {task.strip() or '(not recorded)'}"))
     details = [
         f"model {info.model or 'unknown'}",
         f"protocol {info.protocol or 'unknown'}",
@@ -87,7 +97,7 @@ def _header(console: Console, loaded: LoadedRun) -> None:
     ]
     if loaded.view:
         details.append(f"{loaded.view} view")
-    console.print(Text(" · ".join(details), style="dim"), soft_wrap=True)
+    console.print(Text(shown(" · ".join(details)), style="dim"), soft_wrap=True)
     if info.scripted:
         console.print(Text("The model replies in this run were scripted (played back from a file).", style="yellow"))
 
@@ -98,9 +108,9 @@ def _round(console: Console, round_: Round, max_lines: int, thinking: bool) -> N
     if round_.reasoning_content.strip():
         console.print(thinking_text(round_.reasoning_content, expanded=thinking, max_lines=10_000))
     if round_.problem:
-        console.print(Text(f"protocol problem: {round_.problem}", style="yellow"))
+        console.print(Text(shown(f"protocol problem: {round_.problem}"), style="yellow"))
     if round_.reasoning.strip():
-        console.print(Markdown(round_.reasoning))
+        console.print(markdown(round_.reasoning))
     if round_.code is not None:
         console.print(Panel(code_block(round_.code), border_style="dim", padding=(0, 1)))
     if round_.result is not None:
@@ -116,7 +126,7 @@ def show_replay(console: Console, report: ReplayReport) -> None:
     summary = ", ".join(f"{n} {status}" for status, n in report.counts().items()) or "no code cells"
     verdict = Text("ok" if report.ok else "FAILED", style="bold green" if report.ok else "bold red")
     console.print(
-        Text.assemble(f"replay of {report.path}: ", verdict, f" ({summary}) in {report.duration_s:.1f} s"),
+        Text.assemble(shown(f"replay of {report.path}: "), verdict, f" ({summary}) in {report.duration_s:.1f} s"),
         soft_wrap=True,
     )
     for cell in report.cells:
@@ -124,5 +134,5 @@ def show_replay(console: Console, report: ReplayReport) -> None:
         line = Text(f"  cell {cell.index:>3}  {where:<9} ")
         line.append(f"{cell.status:<8}", style=_CHECK_STYLE.get(cell.status, ""))
         if cell.detail:
-            line.append(f"  {cell.detail}", style="dim")
+            line.append(shown(f"  {cell.detail}"), style="dim")
         console.print(line, soft_wrap=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..events import Event
 from ..result import ExecutionResult
+from ..safe.html import markdown_source
 
 __all__ = ["ChatReply"]
 
@@ -73,7 +74,7 @@ class ChatReply:
             parts.append(_round_text(rnd))
         parts.extend(f"> **note:** {_escape(note)}" for note in self.notes)
         if self.answer is not None:
-            parts.append(f"### Answer\n\n{_ANSWER_HEADING.sub('', self.answer, count=1)}")
+            parts.append(f"### Answer\n\n{markdown_source(_ANSWER_HEADING.sub('', self.answer, count=1))}")
         if self.answer is not None or self.ending:
             parts.extend(self._figures())
         if self.ending:
@@ -175,7 +176,7 @@ def _round_text(rnd: _Round) -> str:
         )
     text = rnd.reasoning if rnd.reasoning is not None else rnd.text
     if text.strip() and rnd.status != "answer":
-        lines.append(text.strip())
+        lines.append(markdown_source(text.strip()))  # the model's markdown: its raw HTML and images inert
     if rnd.output.strip():
         lines.append("```text\n" + rnd.output.strip().replace("```", "'''") + "\n```")
     return "\n\n".join(lines)

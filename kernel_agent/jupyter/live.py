@@ -13,6 +13,10 @@ crashed code commented out and tagged, the answer last). Cells are matched by th
 wrote it, so the user's edits to earlier cells stay, and then in place, field by field (the page keeps
 its cell widget: a replaced cell costs the browser a new editor); new cells go after our previous one; cells the
 user added stay where they are. Does not run anything or talk to the chat (``persona.py``).
+Rich outputs go in as ``safe.html.safe_bundle`` leaves them (no script, no external image, SVG as an
+image), markdown as ``safe.html.markdown_source`` leaves it (raw HTML as text, images as links): the
+user's notebook shows the run's content, it does not obey it (JupyterLab's own policy for cells it did
+not run still loads external images).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from .._loop import in_thread
 from ..errors import NotebookError
 from ..notebook.export import KERNELSPEC, METADATA_KEY
 from ..notebook.load import read_json_record
+from ..safe.html import markdown_source, safe_bundle
 
 __all__ = ["LiveNotebook", "exported_cells"]
 
@@ -45,7 +50,27 @@ def exported_cells(path: Path) -> list[dict[str, Any]]:
         cells = nb["cells"]
     except (ValueError, KeyError, TypeError) as exc:
         raise NotebookError(f"cannot read the run's notebook: {exc}", path=str(path)) from exc
-    return [_plain(cell) for cell in cells]
+    return [_plain(_shown_cell(cell)) for cell in cells]
+
+
+def _shown_cell(cell: dict[str, Any]) -> dict[str, Any]:
+    role = (cell.get("metadata", {}).get(METADATA_KEY) or {}).get("role")
+    if cell.get("cell_type") == "markdown" and role != "thinking":  # the export escapes the thinking itself
+        return {**cell, "source": markdown_source(str(cell.get("source", "")))}
+    if cell.get("cell_type") == "code":
+        return {**cell, "outputs": shown_outputs(cell.get("outputs", []))}
+    return cell
+
+
+def shown_outputs(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``outputs`` with every rich output's bundle made safe to show (``safe.html.safe_bundle``)."""
+    shown = []
+    for output in outputs:
+        if output.get("output_type") in ("display_data", "execute_result"):
+            bundle = safe_bundle(output.get("data") or {}, output.get("metadata"))
+            output = {**output, "data": bundle.data, "metadata": bundle.metadata}
+        shown.append(output)
+    return shown
 
 
 class LiveNotebook:
@@ -118,7 +143,7 @@ class LiveNotebook:
                 {
                     "id": f"round-{index}-reasoning",
                     "cell_type": "markdown",
-                    "source": reasoning,
+                    "source": markdown_source(reasoning),
                     "metadata": {METADATA_KEY: {"role": "reasoning", **meta}},
                 }
             ]
@@ -153,7 +178,7 @@ class LiveNotebook:
             if ycell.get("id") == f"round-{index}-code":
                 cell = {
                     **self._written.get(f"round-{index}-code", {}),
-                    "outputs": _plain(outputs),
+                    "outputs": _plain(shown_outputs(outputs)),
                     "execution_count": execution_count,
                 }
                 if "source" in cell:

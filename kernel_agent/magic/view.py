@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from IPython.display import Code, display
+from IPython.display import display
 
 from ..events import Event
 from ..kernel.partial import OutputChunk, OutputTail
 from ..records import Run
 from ..result import ExecutionResult, strip_ansi
+from ..safe.html import Shown, safe_bundle, shown_code, shown_html, shown_markdown
 
 __all__ = ["CellView"]
 
@@ -33,16 +34,28 @@ _TRACEBACK_SHOWN = 12  # traceback lines shown before the rest is folded away
 _ANSWER_HEADING = re.compile(r"\A\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n", re.IGNORECASE)
 
 
-def _markdown(text: str) -> dict[str, str]:
-    return {"text/markdown": text, "text/plain": text}
+def _markdown(text: str) -> Shown:
+    """Markdown (ours around the model's or the kernel's words) as clean HTML: JupyterLab trusts the
+    outputs of a cell the user ran, so nothing is handed to it as markdown or HTML uncleaned."""
+    return shown_markdown(text)
 
 
-def _plain(text: str) -> dict[str, str]:
-    return {"text/plain": text}
+def _plain(text: str) -> Shown:
+    return Shown({"text/plain": text})
 
 
-def _problem(text: str) -> dict[str, str]:
-    return {_STDERR: text, "text/plain": text}
+def _problem(text: str) -> Shown:
+    return Shown({_STDERR: text, "text/plain": text})
+
+
+def _show(shown: Shown, *, display_id: bool = False) -> Any:
+    """The one way this view puts anything in the cell: a ``Shown`` (made safe by ``safe.html``)."""
+    return display(shown.data, raw=True, metadata=shown.metadata or None, display_id=display_id)
+
+
+def _redraw(handle: Any, shown: Shown) -> None:
+    """Replace what ``handle`` (a ``_show`` with a display id) shows."""
+    handle.update(shown.data, raw=True, metadata=shown.metadata or None)
 
 
 class CellView:
@@ -60,17 +73,17 @@ class CellView:
 
     def starting(self) -> None:
         """Say at once that something happens (imports and the kernel start take seconds)."""
-        self._header = display(_markdown("*kernel-agent: starting…*"), raw=True, display_id=True)
+        self._header = _show(_markdown("*kernel-agent: starting…*"), display_id=True)
 
     def starting_kernel(self, warm: bool = False) -> None:
         """Say whether the agent's own kernel starts now or was started ahead (``warm``)."""
         text = "taking the warm kernel started ahead…" if warm else "starting the agent's own kernel…"
-        self._header.update(_markdown(f"*kernel-agent: {text}*"), raw=True)
+        _redraw(self._header, _markdown(f"*kernel-agent: {text}*"))
 
     def failed(self) -> None:
         """The invocation failed before the run started: drop the "starting…" line."""
         if self._header is not None:
-            self._header.update(_plain(""), raw=True)
+            _redraw(self._header, _plain(""))
 
     def handle(self, event: Event) -> None:
         getattr(self, f"_on_{event.kind}")(event)
@@ -80,7 +93,7 @@ class CellView:
         saved notebook keeps it (``run``, as saved, when it had started)."""
         self._clear_placeholder()
         if self._status is not None:
-            self._status.update(_problem("✗ interrupted"), raw=True)
+            _redraw(self._status, _problem("✗ interrupted"))
             self._status = None
             kept = run.rounds[-1] if run is not None and run.rounds else None
             if kept is not None and kept.index == self._round and kept.result is not None:
@@ -88,46 +101,46 @@ class CellView:
                     if output.get("ename") != "KeyboardInterrupt":  # the user's own ■: the status says it
                         _display_output(output)
             elif self._running.text:  # the notebook could not be read back: the text shown so far
-                display(_plain(self._running.text), raw=True)
+                _show(_plain(self._running.text))
         where = f"the notebook is saved: `{notebook_path}`" if notebook_path else "nothing was saved"
-        display(_markdown(f"**Interrupted:** {where}."), raw=True)
+        _show(_markdown(f"**Interrupted:** {where}."))
 
     def _clear_placeholder(self) -> None:
         """The "…" shown while the model is asked goes once it is clear no reply text is coming."""
         if self._reply is not None and not self._text.strip():
-            self._reply.update(_plain(""), raw=True)
+            _redraw(self._reply, _plain(""))
         self._reply = None
 
     def _on_run_started(self, event: Any) -> None:
         line = (
-            f"**kernel-agent** · model `{event.model}` · protocol `{event.protocol}` · own kernel in "
-            f"`{event.workspace}`"
+            f"**kernel-agent** · model `{event.model}` · protocol `{event.protocol}` · "
+            f"own kernel in `{event.workspace}`"
         )
         if event.scripted:
             line += (
-                "\n\n**Scripted replies:** the model's text is played back from replies shipped with "
-                "kernel-agent; the code really runs."
+                "\n\n**Scripted replies:** the model's text is played back from replies shipped with kernel-agent; "
+                "the code really runs."
             )
         if self._header is not None:
-            self._header.update(_markdown(line), raw=True)
+            _redraw(self._header, _markdown(line))
         else:
-            display(_markdown(line), raw=True)
+            _show(_markdown(line))
 
     def _on_round_started(self, event: Any) -> None:
-        display(_markdown(f"#### Round {event.round}/{event.max_rounds}"), raw=True)
+        _show(_markdown(f"#### Round {event.round}/{event.max_rounds}"))
         self._text, self._drawn = "", time.monotonic()
-        self._reply = display(_plain("…"), raw=True, display_id=True)
+        self._reply = _show(_plain("…"), display_id=True)
 
     def _on_text_delta(self, event: Any) -> None:
         self._text += event.text
         if self._reply is not None and time.monotonic() - self._drawn >= _STREAM_EVERY_S:
-            self._reply.update(_plain(self._text), raw=True)
+            _redraw(self._reply, _plain(self._text))
             self._drawn = time.monotonic()
 
     def _on_reasoning_delta(self, event: Any) -> None:
         self._thinking += event.text
         if self._reply is not None and not self._text and time.monotonic() - self._drawn >= _STREAM_EVERY_S:
-            self._reply.update(_plain(f"(thinking) {self._thinking[-2000:]}"), raw=True)
+            _redraw(self._reply, _plain(f"(thinking) {self._thinking[-2000:]}"))
             self._drawn = time.monotonic()
 
     def _show_thinking(self) -> None:
@@ -137,69 +150,69 @@ class CellView:
             folded = (
                 f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary><pre>{body}</pre></details>"
             )
-            display({"text/html": folded, "text/plain": thinking}, raw=True)
+            _show(shown_html(folded, thinking))
 
     def _on_text_reset(self, event: Any) -> None:
         self._text = ""
         self._thinking = ""
         if self._reply is not None:
-            self._reply.update(_plain("…"), raw=True)
-        display(_markdown(f"> **model request failed, retrying:** {event.reason}"), raw=True)
+            _redraw(self._reply, _plain("…"))
+        _show(_markdown(f"> **model request failed, retrying:** {event.reason}"))
 
     def _on_code_ready(self, event: Any) -> None:
         self._show_thinking()
         if self._reply is not None:
-            self._reply.update(_markdown(event.reasoning) if event.reasoning.strip() else _plain(""), raw=True)
+            _redraw(self._reply, _markdown(event.reasoning) if event.reasoning.strip() else _plain(""))
             self._reply = None
-        display({"text/html": Code(event.code, language="python")._repr_html_(), "text/plain": event.code}, raw=True)
+        _show(shown_code(event.code))
 
     def _on_execution_started(self, event: Any) -> None:
-        self._status = display(_markdown("*running…*"), raw=True, display_id=True)
+        self._status = _show(_markdown("*running…*"), display_id=True)
         self._running = OutputTail(1500)
         self._round = event.round
 
     def _on_execution_output(self, event: Any) -> None:
         self._running(OutputChunk(event.text, event.elapsed_s, event.skipped_chars, event.figures))
         if self._status is not None:
-            self._status.update(_plain(f"running… output so far:\n{self._running.text}"), raw=True)
+            _redraw(self._status, _plain(f"running… output so far:\n{self._running.text}"))
 
     def _on_execution_finished(self, event: Any) -> None:
         result: ExecutionResult = event.result
-        self._status.update(_status_line(result), raw=True)
+        _redraw(self._status, _status_line(result))
         self._status = None
         for output in result.outputs:
             _display_output(output)
         if event.artifacts:
             files = ", ".join(f"`{a.path}`" for a in event.artifacts)
-            display(_markdown(f"*files written: {files}*"), raw=True)
+            _show(_markdown(f"*files written: {files}*"))
 
     def _on_round_finished(self, event: Any) -> None:
         self._show_thinking()
         round_ = event.round
         if round_.code is None and self._reply is not None:
-            self._reply.update(_markdown(round_.reasoning) if round_.reasoning.strip() else _plain(""), raw=True)
+            _redraw(self._reply, _markdown(round_.reasoning) if round_.reasoning.strip() else _plain(""))
             self._reply = None
 
     def _on_answer(self, event: Any) -> None:
-        display(_markdown(f"### Answer\n\n{_ANSWER_HEADING.sub('', event.answer, count=1)}"), raw=True)
+        _show(_markdown(f"### Answer\n\n{_ANSWER_HEADING.sub('', event.answer, count=1)}"))
 
     def _on_notice(self, event: Any) -> None:
-        display(_markdown(f"> **note:** {event.message}"), raw=True)
+        _show(_markdown(f"> **note:** {event.message}"))
 
     def _on_error(self, event: Any) -> None:
         self._clear_placeholder()
-        display(_problem(f"Error: {event.message}"), raw=True)
+        _show(_problem(f"Error: {event.message}"))
 
     def _on_finished(self, event: Any) -> None:
         self._clear_placeholder()
         run: Run = event.run
         if run.answer is None:
-            display(_markdown(f"**No answer:** the run stopped ({run.stop_reason})."), raw=True)
+            _show(_markdown(f"**No answer:** the run stopped ({run.stop_reason})."))
         if run.notebook_path is not None:
-            display(_link(run.notebook_path, f"{len(run.rounds)} rounds"), raw=True)
+            _show(_link(run.notebook_path, f"{len(run.rounds)} rounds"))
 
 
-def _status_line(result: ExecutionResult) -> dict[str, str]:
+def _status_line(result: ExecutionResult) -> Shown:
     timing = f"{result.duration_s:.1f} s"
     if result.ok:
         return _markdown(f"*ok · {timing}*")
@@ -215,34 +228,34 @@ def _display_output(output: dict[str, Any]) -> None:
     kind = output.get("output_type")
     if kind == "stream":
         text = _joined(output.get("text"))
-        display(_problem(text) if output.get("name") == "stderr" else _plain(text), raw=True)
+        _show(_problem(text) if output.get("name") == "stderr" else _plain(text))
     elif kind in ("display_data", "execute_result"):
-        display(output.get("data", {}), raw=True, metadata=output.get("metadata") or None)
+        _show(safe_bundle(output.get("data", {}), output.get("metadata")))
     elif kind == "error":
-        display(_traceback(output), raw=True)
+        _show(_traceback(output))
 
 
-def _traceback(output: dict[str, Any]) -> dict[str, str]:
+def _traceback(output: dict[str, Any]) -> Shown:
     """The traceback's last lines (where the error is), the rest folded away in the HTML view."""
     lines = "\n".join(strip_ansi(str(line)) for line in output.get("traceback", [])).splitlines()
     head = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
     if len(lines) <= _TRACEBACK_SHOWN:
         shown = html.escape("\n".join(lines))
-        return {"text/html": f"<pre>{shown}</pre>", "text/plain": "\n".join(lines)}
+        return shown_html(f"<pre>{shown}</pre>", "\n".join(lines))
     hidden, tail = lines[:-_TRACEBACK_SHOWN], lines[-_TRACEBACK_SHOWN:]
     page = (
         f"<details><summary>{html.escape(head)} — full traceback ({len(lines)} lines)</summary>"
         f"<pre>{html.escape(chr(10).join(hidden))}</pre></details><pre>{html.escape(chr(10).join(tail))}</pre>"
     )
-    return {"text/html": page, "text/plain": "\n".join(lines)}
+    return shown_html(page, "\n".join(lines))
 
 
-def _link(path: Path, detail: str) -> dict[str, str]:
+def _link(path: Path, detail: str) -> Shown:
     """A link the notebook UI resolves relative to the user's notebook when it can."""
     shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(Path(path).resolve())
     href = Path(shown).as_posix()
     page = f'Notebook ({detail}): <a href="{html.escape(href)}" target="_blank">{html.escape(shown)}</a>'
-    return {"text/html": page, "text/plain": f"Notebook ({detail}): {shown}"}
+    return shown_html(page, f"Notebook ({detail}): {shown}")
 
 
 def _joined(value: Any) -> str:

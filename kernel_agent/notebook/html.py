@@ -5,6 +5,10 @@ Owns the nbconvert setup: JupyterLab's look with our template
 (nbconvert's default pulls require.js and MathJax from a CDN, which fails
 offline), keeps long outputs in scroll boxes, and a page titled with the task.
 Figures are inline PNGs already, so the page is one file.
+
+Any notebook's content is data (ours or someone else's): outputs go through
+``safe.html.safe_bundle`` (no JavaScript, SVG as an image), and the rendered
+body through ``safe.html.clean_page``, which also writes a CSP into the page.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotebookError, WorkspaceFileError
 from ..kernel.door import write_record
+from ..safe.html import clean_page, safe_bundle
+from ..safe.http import DOCUMENT_CSP
 from .load import read_notebook
 
 if TYPE_CHECKING:
@@ -38,10 +44,25 @@ def render_node(nb: NotebookNode, label: str) -> str:
     notebook = label
     exporter = HTMLExporter(extra_template_basedirs=[str(_TEMPLATES)], template_name="kernel_agent_html")
     try:
-        body, _resources = exporter.from_notebook_node(nb, resources={"metadata": {"name": page_title(nb)}})
+        shown = _safe_outputs(nb)
+        body, _resources = exporter.from_notebook_node(shown, resources={"metadata": {"name": page_title(nb)}})
     except Exception as exc:  # nbconvert raises assorted template and conversion errors
         raise NotebookError(f"cannot render {notebook} as HTML: {exc}", path=str(notebook)) from exc
-    return body
+    return clean_page(body, DOCUMENT_CSP)
+
+
+def _safe_outputs(nb: NotebookNode) -> NotebookNode:
+    """A copy of ``nb`` whose rich outputs hold only what is safe to show (the page is cleaned as a
+    whole afterwards; this keeps what would otherwise be cleaned away, such as SVG, as an image)."""
+    from .._nbformat import nbformat
+
+    copy = nbformat.from_dict(nb)
+    for cell in copy.get("cells", []):
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            if output.get("output_type") in ("display_data", "execute_result"):
+                shown = safe_bundle(output.get("data") or {}, output.get("metadata"))
+                output["data"], output["metadata"] = nbformat.from_dict(shown.data), nbformat.from_dict(shown.metadata)
+    return copy
 
 
 def export_html(notebook: str | os.PathLike[str], target: str | os.PathLike[str]) -> Path:

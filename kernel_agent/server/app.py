@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -30,10 +29,12 @@ from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
 from ..notebook.export import clean_path
 from ..records import STOP_WORDS
+from ..safe.http import document_headers
 from .compat import compat_routes
 from .config import ServerConfig
 from .deps import Owner, fresh, public, service_of
 from .errors import install_error_handlers
+from .headers import ShownAs
 from .limits import MULTIPART_SLACK, BodyLimit
 from .metrics import CONTENT_TYPE
 from .origins import HostGuard, served_hosts
@@ -73,7 +74,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="kernel-agent", version=__version__, lifespan=lifespan, dependencies=[Depends(fresh)])
     app.state.config = config
     app.add_middleware(BodyLimit, limit=config.max_upload_bytes + MULTIPART_SLACK)
-    app.add_middleware(HostGuard, hosts=served_hosts("", config.allowed_hosts))  # outermost: checked first
+    app.add_middleware(HostGuard, hosts=served_hosts("", config.allowed_hosts))
+    app.add_middleware(ShownAs)  # outermost, so every response (a 421 too): the page's CSP or a document's, and nosniff
 
     install_error_handlers(app)
     _native_routes(app, config)
@@ -200,7 +202,9 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
         """One file's bytes."""
         service = service_of(request)
         record = service.file(who, file_id)
-        return FileResponse(service.store.file_content(record), filename=record.filename)
+        return FileResponse(
+            service.store.file_content(record), filename=record.filename, headers=document_headers(record.filename)
+        )
 
     @app.delete("/v1/files/{file_id}")
     async def delete_file(request: Request, who: Owner, file_id: str) -> dict[str, Any]:
@@ -302,7 +306,7 @@ def _thread_routes(app: FastAPI) -> None:
             body = await in_thread(_render, text, f"thread {thread_id}")
         except NotebookError as exc:
             raise ServiceError(str(exc), status=500) from None
-        return HTMLResponse(body)
+        return HTMLResponse(body, headers=document_headers())  # the report itself: shown, never obeyed
 
     @app.get("/v1/threads/{thread_id}/files/{name:path}")
     async def generated_file(request: Request, who: Owner, thread_id: str, name: str) -> StreamingResponse:
@@ -333,16 +337,8 @@ async def _download(
     except (OSError, KernelAgentError):
         raise ServiceError(missing, status=404) from None
     media = media_type or mimetypes.guess_type(filename)[0] or "application/octet-stream"
-    headers = {"Content-Length": str(size), "Content-Disposition": _attachment(filename)}
+    headers = {"Content-Length": str(size), **document_headers(filename)}
     return StreamingResponse(chunks, media_type=media, headers=headers)
-
-
-def _attachment(filename: str) -> str:
-    """A Content-Disposition for ``filename`` (RFC 6266 / 5987, as Starlette's FileResponse writes it)."""
-    quoted = quote(filename)
-    if quoted != filename:
-        return f"attachment; filename*=utf-8''{quoted}"
-    return f'attachment; filename="{filename}"'
 
 
 def _render(text: bytes, label: str) -> str:

@@ -24,7 +24,28 @@ KA.render = (() => {
 
   const joined = (value) => (Array.isArray(value) ? value.join("") : String(value ?? ""));
   const stripAnsi = (text) => text.replace(/\x1b\[[0-?]*[ -/]*[@-~]/g, "");
-  const sanitize = (html) => DOMPurify.sanitize(html, { USE_PROFILES: { html: true } });
+  /* The model's and the kernel's HTML is data: JupyterLab's untrusted-output policy. No forms or inputs
+     (a fake "enter your key" form), no style (it can lift an output over the page), no frames, objects,
+     meta or base; images only from data (nothing fetched elsewhere). The page's CSP backs this up. */
+  const PURIFY = {
+    USE_PROFILES: { html: true },
+    FORBID_TAGS: ["form", "input", "button", "select", "option", "textarea", "style", "link", "meta", "base",
+      "iframe", "frame", "object", "embed", "svg", "math", "dialog", "template"],
+    FORBID_ATTR: ["style", "action", "formaction", "srcset", "ping", "background", "poster"],
+  };
+  const IMAGE_DATA = /^\s*data:image\/(png|jpeg|gif|webp|svg\+xml);base64,/i;
+  let hooked = false;
+  function sanitize(html) {
+    if (!hooked) {  // an image that is not data would be fetched from elsewhere (a beacon): it keeps no source
+      DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+        if (node.tagName === "IMG" && !IMAGE_DATA.test(node.getAttribute("src") || "")) node.removeAttribute("src");
+      });
+      hooked = true;
+    }
+    return DOMPurify.sanitize(html, PURIFY);
+  }
+  /* An SVG is shown as an image: its scripts and links do not run there. */
+  const svgImage = (svg) => el("img", { src: `data:image/svg+xml;base64,${btoa(unescape(encodeURIComponent(svg)))}`, alt: "SVG figure" });
 
   function markdown(text) {
     const node = el("div", { class: "markdown" });
@@ -85,7 +106,7 @@ KA.render = (() => {
       const mime = data["image/png"] ? "image/png" : "image/jpeg";
       box.append(el("img", { src: `data:${mime};base64,${joined(data[mime]).trim()}`, alt: joined(data["text/plain"]) || "figure" }));
     } else if (data["image/svg+xml"]) {
-      box.innerHTML = sanitize(joined(data["image/svg+xml"]));
+      box.append(svgImage(joined(data["image/svg+xml"])));
     } else if (data["text/html"]) {
       box.innerHTML = sanitize(joined(data["text/html"]));
     } else if (data["text/markdown"]) {
