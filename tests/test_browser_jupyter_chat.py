@@ -210,7 +210,6 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(
 def test_hostile_replies_and_outputs_stay_inert_in_the_chat_and_the_notebook(
     page: Any, lab: JupyterLab, model: OpenAIServer
 ) -> None:
-    tolerate_file_browser_notice(page)
     model.add(Reply(f"**Showing** it. {MARKDOWN}", tool_calls=(python_call(CODE),)))
     model.add(Reply(f"## Answer\n\nShown. {MARKDOWN}\n\n{HTML}\n\n![beacon](https://attacker.example/b.png)"))
     (lab.root / "hostile.chat").write_text("{}")

@@ -134,8 +134,8 @@ def clean_page(page: str, csp: str) -> str:
     opened = _BODY_OPEN.search(page)
     closed = page.lower().rfind("</body")  # the template's, after any the content holds
     if opened is None or closed < opened.end():
-        head = f'<head><meta charset="utf-8">{_csp_meta(csp)}</head>'
-        return f"<!DOCTYPE html>\n<html>{head}<body>{clean_html(page)}</body></html>"
+        ours = f'<head><meta charset="utf-8">{_csp_meta(csp)}</head>'
+        return f"<!DOCTYPE html>\n<html>{ours}<body>{clean_html(page)}</body></html>"
     body = page[: opened.end()] + clean_html(page[opened.end() : closed]) + page[closed:]
     head = _HEAD_OPEN.search(body)
     if head is None or head.start() > opened.start():
