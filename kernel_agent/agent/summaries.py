@@ -86,7 +86,7 @@ def describe(source: Path) -> str:
         body = _SUMMARIZERS[kind](source, size)
     except _PARSE_ERRORS as exc:
         raise DataFileError(
-            f"cannot read {source.name} as {kind}: {_one_line(str(exc)) or type(exc).__name__}",
+            f"cannot read {source.name} as {kind}: {_reason(exc)}",
             path=str(source),
         ) from exc
     return _bounded(body, MAX_SUMMARY_CHARS)
@@ -99,13 +99,14 @@ def _delimited(path: Path, size: int, separator: str, label: str) -> str:
     if looks_binary(start):
         return f"{label} · {human_size(size)} · binary data (NUL bytes), not {label} text: not parsed"
     whole = size <= FULL_READ_BYTES
-    sample = start if whole and size <= len(start) else sample_lines(start)
+    newline = _newline(start)
+    sample = start if whole and size <= len(start) else sample_lines(start, newline)
     if sample is None and not whole:
         return (
             f"{label} · {human_size(size)} · no line break in its first {human_size(len(start))}: "
             "lines this long are not parsed for a summary"
         )
-    first = (sample or start).split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    first = (sample or start).split(newline, 1)[0].rstrip(b"\r").decode("utf-8", errors="replace")
     written = max([separator, ",", ";", "\t", "|"], key=first.count)
     width = first.count(written) + 1
     read: dict[str, Any] = {"sep": written, "nrows": None if whole else SAMPLE_ROWS}
@@ -128,8 +129,16 @@ def _delimited(path: Path, size: int, separator: str, label: str) -> str:
     if written != "," and _decimal_comma(frame):
         read["decimal"] = ","
         frame = pd.read_csv(source(), **read)
-    rows = len(frame) if whole else count_lines(path, size)[0] - 1
-    return _table(label, size, frame, rows, exact=whole, note=_written(read, separator, width))
+    rows = len(frame) if whole else count_lines(path, size, newline)[0] - 1
+    note = _written(read, separator, width)
+    if newline == b"\r":  # pandas reads these as they are; the model should know why other tools may not
+        note = ", ".join(filter(None, ["lines end with a carriage return only (old Mac style)", note]))
+    return _table(label, size, frame, rows, exact=whole, note=note)
+
+
+def _newline(start: bytes) -> bytes:
+    """What ends the lines of a text table: ``\\n`` (also for ``\\r\\n``), or ``\\r`` alone (old Mac files)."""
+    return b"\r" if b"\r" in start and b"\n" not in start else b"\n"
 
 
 _SEPARATORS = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}
@@ -421,14 +430,27 @@ def _is_missing(value: Any) -> bool:
 
 
 def human_size(size: float) -> str:
-    """``size`` bytes for people: ``512 B``, ``1.5 KB``, ``3.2 MB``. Raises nothing."""
-    if size < 1000:
+    """``size`` bytes for people: ``512 B``, ``1.5 KB``, ``3.2 MB``, one decimal. Raises nothing.
+
+    The one rule for sizes everywhere (summaries, the CLI, the web page, DeepAnalyze's ``"size": "21.1KB"``):
+    a KB is 1,024 bytes, an MB 1,024 KB, as memory limits and DeepAnalyze's own file blocks count them.
+    """
+    if size < 1024:
         return f"{int(size)} B"
     for unit in ("KB", "MB", "GB"):
-        size /= 1000
-        if size < 1000:
+        size /= 1024
+        if size < 1024:
             break
     return f"{size:.1f} {unit}"
+
+
+def _reason(exc: BaseException, limit: int = 200) -> str:
+    """A parser's complaint, short: long lists (pandas names every missing column) elided, one line, bounded."""
+    text = _LONG_LIST.sub("[…]", _one_line(str(exc))) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_LONG_LIST = re.compile(r"[\[{(][^\]})]{60,}[\]})]?")
 
 
 def _plural(count: int, word: str) -> str:
