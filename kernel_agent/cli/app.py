@@ -610,7 +610,8 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     from rich.text import Text
 
     from ..notebook.load import load_run
-    from .show import export_html, show_run
+    from ..notebook.plan_view import load_plan
+    from .show import export_html, show_plan, show_run
 
     console = Console(highlight=False)
     with _edge():
@@ -619,6 +620,10 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
             console.print(Text(f"wrote {target}"), soft_wrap=True)
             return
         loaded = load_run(notebook)
+        plan = None if transcript else load_plan(notebook)
+    if plan is not None:
+        show_plan(console, plan)
+        return
     if transcript:
         from ..agent.protocols.transcript import transcript as tagged
 

@@ -50,6 +50,16 @@ class CellCheck:
     round: int | None
     status: CheckStatus
     detail: str = ""
+    task: str | None = None  # a plan notebook's cell: the id of the task it belongs to
+
+    @property
+    def where(self) -> str:
+        """``setup``, ``round 3``, ``task clean`` (a plan's), or ``-`` for a cell we did not write."""
+        if self.round == 0:
+            return "setup"
+        if self.round is not None:
+            return f"round {self.round}"
+        return f"task {self.task}" if self.task else "-"
 
 
 @dataclass(frozen=True)
@@ -81,9 +91,8 @@ class ReplayReport:
         summary = ", ".join(f"{n} {status}" for status, n in self.counts().items()) or "no code cells"
         lines = [f"replay of {self.path}: {'ok' if self.ok else 'FAILED'} ({summary}) in {self.duration_s:.1f} s"]
         for cell in self.cells:
-            where = "setup" if cell.round == 0 else f"round {cell.round}" if cell.round is not None else "-"
             detail = f"  {cell.detail}" if cell.detail else ""
-            lines.append(f"  cell {cell.index:>3}  {where:<9} {cell.status:<8}{detail}".rstrip())
+            lines.append(f"  cell {cell.index:>3}  {cell.where:<9} {cell.status:<8}{detail}".rstrip())
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -282,7 +291,8 @@ def _check_cells(
             continue
         meta = old.get("metadata", {}).get(METADATA_KEY)
         meta = meta if isinstance(meta, dict) else {}
-        number = meta["round"] if isinstance(meta.get("round"), int) else None
+        number = meta["round"] if isinstance(meta.get("round"), int) else 0 if meta.get("role") == "setup" else None
+        task = meta["node"] if isinstance(meta.get("node"), str) else None
         status: CheckStatus
         if SKIP_TAG in old.get("metadata", {}).get("tags", []):
             why = f" (recorded {meta['status']})" if isinstance(meta.get("status"), str) else ""
@@ -299,7 +309,7 @@ def _check_cells(
             difference = compare_outputs(old.get("outputs", []), new.get("outputs", []), anchors=anchors, paths=paths)
             status, detail = ("match", "") if difference is None else ("mismatch", difference)
             status, detail = _expected(status, detail, meta, new)
-        checks.append(CellCheck(index, number, status, detail))
+        checks.append(CellCheck(index, number, status, detail, task))
     return tuple(checks)
 
 

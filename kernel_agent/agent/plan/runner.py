@@ -20,6 +20,7 @@ from ...errors import ConfigError, PlanError
 from ...events import NodeStarted, Notice
 from ...kernel.session import AsyncKernelSession
 from ...model.chat import ChatModel, ModelReply
+from ...records import Usage
 from ...result import ExecutionResult
 from ..environment import module_hint
 from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
@@ -114,6 +115,7 @@ class NodeRun:
         self._probes: list[CellRecord] = []
         self._failed: list[CellRecord] = []
         self._probed = 0
+        self.usage = Usage()  # the model's tokens for this node, summed over its replies (as reported)
 
     async def steps(self) -> AsyncIterator[NodeStarted]:
         """Yields ``NodeStarted`` per attempt. Raises ``ModelError``/``KernelError`` from the machinery."""
@@ -142,6 +144,8 @@ class NodeRun:
 
     async def _ask(self) -> tuple[ModelReply, Step]:
         reply = await self._model.complete(self._messages, options=self._protocol.request_options())
+        if reply.usage is not None:
+            self.usage += reply.usage
         step = self._protocol.parse(reply)
         self._messages.append(self._protocol.assistant_message(reply, step))
         return reply, step
