@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import DataFileError
 from .dates import date_columns, describe_dates
+from .dirty import dirty_lines
 from .reading import count_lines, head, looks_binary, sample_lines, unpacked_size
 
 if TYPE_CHECKING:  # imported where used: importing this module stays cheap for the CLI
@@ -395,8 +396,15 @@ def _table(
     if len(missing):
         shown = ", ".join(f"`{name}` {int(n):,}" for name, n in missing.head(MAX_COLUMNS).items())
         lines.append(f"Missing values{where}: {shown}" + (" …" if len(missing) > MAX_COLUMNS else ""))
-    elif len(frame):
-        lines.append(f"No missing values{where}.")
+    dirty = dirty_lines(frame)  # issue 38: numeric-looking text columns and missing-like tokens, named
+    if not len(missing) and len(frame):
+        tokens = any(line.startswith("Missing-like") or "(missing-like)" in line for line in dirty)
+        lines.append(
+            f"No missing values as pandas reads them{where}, but some cells hold missing-like text (below)."
+            if tokens
+            else f"No missing values{where}."
+        )
+    lines += dirty
     if len(frame):
         shown = min(HEAD_ROWS, len(frame))
         lines.append(f"First {shown} rows:" if shown > 1 else "First row:")
