@@ -70,6 +70,11 @@ def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer,
     assert all(t.seconds > 0 for t in plan.tasks)
     assert [t.usage.total_tokens for t in plan.tasks] == [230, 340, 450]  # each task's own replies
 
+    html = notebook.with_suffix(".html").read_text(encoding="utf-8")  # the report: the answer first, then each task
+    assert html.index(">Answer<") < html.index("Load the numbers") < html.index("Mean and spread")
+    assert re.search(r"status: <strong>done</strong> · \d+\.\d s", html)
+    assert re.search(r"@mean_x\[2\.8000\]<br\s*/?>\s*@std_x", html)  # its line breaks kept
+
     shown = CliRunner().invoke(cli, ["show", str(notebook)], terminal_width=120)
     assert shown.exit_code == 0, shown.output
     out = shown.output

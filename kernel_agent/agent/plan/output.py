@@ -57,6 +57,10 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
     """The notebook of the plan: setup cell, then one section per node (pending nodes left out)."""
     title = f"# Plan: {state.task}" + (f"\n\n{SCRIPTED_STATEMENT}" if state.scripted else "")
     cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(title, metadata={METADATA_KEY: {"role": "header"}})]
+    conclusion = _conclusion(state, nodes)
+    if conclusion is not None:  # the answer first (the HTML report too), its line breaks kept as written
+        answer = f"## Answer\n\n{_hard_breaks(conclusion)}"
+        cells.append(nbformat.v4.new_markdown_cell(answer, metadata={METADATA_KEY: {"role": "answer"}}))
     setup = nbformat.v4.new_code_cell(state.setup_code, metadata={METADATA_KEY: {"role": "setup"}})
     setup.outputs = [nbformat.from_dict(out) for out in state.setup_outputs]
     cells.append(setup)
@@ -94,10 +98,19 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
         "finished_at": state.finished_at,
         "usage": _usage(state.results.values()),
     }
-    conclusion = _conclusion(state, nodes)
     if conclusion is not None:
         nb.metadata[METADATA_KEY]["answer"] = conclusion
     return nb
+
+
+def _hard_breaks(text: str) -> str:
+    """Markdown that keeps ``text``'s line breaks (two trailing spaces), code fences untouched."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        fence = line.lstrip().startswith(("```", "~~~"))
+        fenced = fenced != fence
+        lines.append(line if fenced or fence or not line.strip() else line + "  ")
+    return "\n".join(lines)
 
 
 def _usage(results: Iterable[NodeResult]) -> dict[str, int]:
