@@ -55,14 +55,16 @@ def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer,
     notebook = tmp_path / "plan.ipynb"
     ran = CliRunner().invoke(
         cli,
-        ["plan", "Describe x", "--model", "plan-model", "--base-url", openai_server.base_url, "--protocol", "tags",
+        ["plan", "Describe x", "--model", "plan-model", "--base-url", openai_server.base_url,
          "--workspace", str(tmp_path / "ws"), "--out", str(notebook), "--quiet"],
         catch_exceptions=False,
     )  # fmt: skip
     assert ran.exit_code == 0, ran.output
 
+    assert "tools" in openai_server.requests[1] and openai_server.requests[1]["tool_choice"] == "auto"
+    assert "tools" not in openai_server.requests[3] and "tool_choice" not in openai_server.requests[3]  # prose task
     plan = load_plan(notebook)
-    assert plan is not None and plan.model == "plan-model" and plan.protocol == "tags"
+    assert plan is not None and plan.model == "plan-model" and plan.protocol == "tools"
     assert [(t.number, t.id, t.status) for t in plan.tasks] == [
         (1, "load", "done"), (2, "stats", "done"), (3, "answer", "done"),
     ]  # fmt: skip
@@ -78,7 +80,7 @@ def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer,
     shown = CliRunner().invoke(cli, ["show", str(notebook)], terminal_width=120)
     assert shown.exit_code == 0, shown.output
     out = shown.output
-    assert "model plan-model · protocol tags" in out and "unknown" not in out
+    assert "model plan-model · protocol tools" in out and "unknown" not in out
     assert "Task 1/3: load · Load the numbers" in out and "Task 3/3: answer · The answer" in out
     assert "Round " not in out and "No answer" not in out and "not reported" not in out
     assert "mean 2.8 std 1.7889" in out

@@ -122,7 +122,7 @@ class NodeRun:
         node = self._node
         if node.kind == "text":
             yield NodeStarted(node.id, node.title)
-            reply, step = await self._ask()
+            reply, step = await self._ask(prose=True)
             self.result = NodeResult(node.id, "done", attempts=1, text=_prose(reply, step))
             return
         failures: list[str] = []
@@ -142,8 +142,12 @@ class NodeRun:
             reason=f"still failing after {len(failures)} attempts: {failures[-1]}",
         )
 
-    async def _ask(self) -> tuple[ModelReply, Step]:
-        reply = await self._model.complete(self._messages, options=self._protocol.request_options())
+    async def _ask(self, *, prose: bool = False) -> tuple[ModelReply, Step]:
+        """The model's next reply; a ``prose`` task (told to answer without a tool) is offered none."""
+        options = self._protocol.request_options()
+        if prose:
+            options = {k: v for k, v in options.items() if k not in ("tools", "tool_choice")}
+        reply = await self._model.complete(self._messages, options=options)
         if reply.usage is not None:
             self.usage += reply.usage
         step = self._protocol.parse(reply)
