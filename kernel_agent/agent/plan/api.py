@@ -32,6 +32,7 @@ from ...kernel.workspace import (
 from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
+from ...records import Usage
 from ..data import (
     DataFile,
     data_summary,
@@ -122,7 +123,9 @@ async def stream_plan(
         else:
             notices: list[Notice] = []
             installed = (await probe(session, packages=probe_expression())).packages
-            spec, nodes = await design_plan(model, task, data_summary(files), options, notices, installed)
+            planning: list[Usage] = []
+            spec, nodes = await design_plan(model, task, data_summary(files), options, notices, installed, planning)
+            state.planning_tokens = {k: v for k, v in asdict(sum(planning, Usage())).items() if v}
             for notice in notices:
                 yield notice
             state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(setup.outputs)

@@ -96,7 +96,7 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
         "protocol": state.protocol,
         "started_at": state.started_at,
         "finished_at": state.finished_at,
-        "usage": _usage(state.results.values()),
+        "usage": _usage([state.planning_tokens, *(result.tokens for result in state.results.values())]),
     }
     if conclusion is not None:
         nb.metadata[METADATA_KEY]["answer"] = conclusion
@@ -113,11 +113,11 @@ def _hard_breaks(text: str) -> str:
     return "\n".join(lines)
 
 
-def _usage(results: Iterable[NodeResult]) -> dict[str, int]:
-    """The tokens of every task summed (zeros when the server reported none)."""
+def _usage(parts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """The tokens of the planning request and every task summed (zeros when the server reported none)."""
     total: Counter[str] = Counter()
-    for result in results:
-        total.update(result.tokens)
+    for tokens in parts:
+        total.update(tokens)
     keys = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
     return {key: total.get(key, 0) for key in keys}
 

@@ -66,9 +66,10 @@ async def design_plan(
     options: PlanOptions,
     notices: list[Notice],
     packages: Sequence[str] = (),
+    usage: list[Usage] | None = None,
 ) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
     """The model's plan and its DAG. An unusable first plan gets one repair request (noted in ``notices``).
-    ``packages`` are the kernel's installed analysis packages.
+    ``packages`` are the kernel's installed analysis packages; ``usage`` gets each reply's reported tokens.
 
     Raises ``PlanError`` when the second plan is unusable too, ``ModelError`` when the model fails.
     """
@@ -78,6 +79,8 @@ async def design_plan(
     problem = ""
     for attempt in (1, 2):
         reply = await model.complete(messages)
+        if usage is not None and reply.usage is not None:
+            usage.append(reply.usage)
         plan, problem = parse_plan(reply.text)
         if plan is not None:
             try:

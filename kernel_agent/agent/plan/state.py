@@ -132,6 +132,7 @@ class PlanState:
     protocol: str = ""
     started_at: str = ""  # ISO times, UTC
     finished_at: str = ""
+    planning_tokens: dict[str, int] = field(default_factory=dict)  # the planning request's (and its repair's)
 
     def record(self, result: NodeResult) -> None:
         """Keep ``result`` and persist the whole state at once. Raises ``OSError`` when it cannot be written."""
@@ -155,6 +156,7 @@ class PlanState:
             "protocol": self.protocol,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "planning_tokens": self.planning_tokens,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".plan-", suffix=".tmp")
@@ -194,4 +196,5 @@ class PlanState:
             str(data.get("protocol") or ""),
             str(data.get("started_at") or ""),
             str(data.get("finished_at") or ""),
+            {str(k): v for k, v in (data.get("planning_tokens") or {}).items() if isinstance(v, int)},
         )
