@@ -94,3 +94,43 @@ def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer,
     rows = [line.split() for line in checked.output.splitlines() if line.strip().startswith("cell")]
     assert [row[2:4] for row in rows] == [["setup", "match"], ["task", "load"], ["task", "stats"]]
     assert all(row[4] == "match" for row in rows[1:])
+
+
+def test_a_plan_notebook_from_before_times_were_recorded_still_shows_by_task(tmp_path: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+    def of(node: str) -> dict[str, dict[str, str]]:
+        return {"kernel_agent": {"node": node}}
+
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# Plan: Describe x"),
+            new_code_cell("import pandas as pd", metadata={"kernel_agent": {"role": "setup"}}),
+            new_markdown_cell(
+                "## Load\n\nNode `load` (code) · depends on: none · status: **done**", metadata=of("load")
+            ),
+            new_code_cell("x = [1]\nprint(len(x))", metadata=of("load"), outputs=[new_output("stream", text="1\n")]),
+            new_markdown_cell("## Say\n\nNode `say` (text) · depends on: load · status: **done**", metadata=of("say")),
+            new_markdown_cell("One number.", metadata={}),
+        ]
+    )
+    nb.metadata["kernel_agent"] = {
+        "task": "Describe x",
+        "plan": {"nodes": [{"id": "load"}, {"id": "say", "kind": "text"}]},
+    }
+    path = tmp_path / "old.ipynb"
+    nbformat.write(nb, path)
+    plan = load_plan(path)
+    assert plan is not None and [(t.number, t.id, t.title) for t in plan.tasks] == [
+        (1, "load", "Load"),
+        (2, "say", "Say"),
+    ]
+    assert plan.tasks[0].cells == (
+        ("x = [1]\nprint(len(x))", ({"output_type": "stream", "name": "stdout", "text": "1\n"},)),
+    )
+    assert plan.tasks[1].text == "One number."  # written without its task's id then: it follows the task's header
+    shown = CliRunner().invoke(cli, ["show", str(path)], terminal_width=120)
+    assert shown.exit_code == 0, shown.output
+    assert "model not recorded · protocol not recorded" in shown.output and "Task 2/2: say · Say" in shown.output
+    assert "time not recorded" in shown.output and "Round" not in shown.output

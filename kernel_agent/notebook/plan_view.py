@@ -75,11 +75,16 @@ def load_plan(path: str | os.PathLike[str]) -> PlanView | None:
     meta = dict(nb.metadata[METADATA_KEY])
     kinds = _kinds(meta["plan"])
     tasks: dict[str, dict[str, Any]] = {}
+    current: str | None = None
     for cell in nb.cells:
         cell_meta = cell.get("metadata", {}).get(METADATA_KEY)
-        node = cell_meta.get("node") if isinstance(cell_meta, dict) else None
-        if not isinstance(node, str):
-            continue
+        cell_meta = cell_meta if isinstance(cell_meta, dict) else {}
+        node = cell_meta.get("node")
+        if not isinstance(node, str):  # older notebooks wrote a text task's conclusion without its task's id
+            if current is None or cell_meta.get("role") in ("header", "answer", "setup"):
+                continue
+            node = current
+        current = node
         task = tasks.setdefault(node, {"cells": [], "text": [], "header": None, "meta": {}, "analysis": ""})
         role = cell_meta.get("role")
         if cell.get("cell_type") == "code":
