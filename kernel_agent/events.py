@@ -50,7 +50,11 @@ class _EventBase:
 @dataclass(frozen=True)
 class RunStarted(_EventBase):
     """A run (or a continued run's turn) begins: the model and protocol (and why that protocol), the workspace, where
-    the notebook goes, the confinement in force, and whether the replies are scripted."""
+    the notebook goes, the confinement in force, and whether the replies are scripted.
+
+    ``question`` is what this turn asks (a resumed run's follow-up; on a first turn the task itself);
+    ``task`` is the run's task since its start (every turn's questions). ``workspace`` and ``notebook_path``
+    are absolute."""
 
     task: str
     model: str

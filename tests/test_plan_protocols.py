@@ -137,8 +137,11 @@ def test_plan_nodes_speak_the_protocol(protocol: str, openai_server: OpenAIServe
 
     design, *nodes = openai_server.requests
     assert "tools" not in design and "stop" not in design  # the plan is plain JSON chat in every protocol
-    for request in nodes:
+    *code, prose = nodes  # the last request is the text task's: told to answer in prose, offered no tool
+    for request in code:
         assert ("tools" in request) == (protocol == "tools")
+    assert "tools" not in prose and "tool_choice" not in prose
+    for request in nodes:
         assert ("stop" in request) == (protocol == "deepanalyze")
     state = PlanState.load(state_path(notebook))
     assert state.results["load"].failures == ("NameError: name 'undefined_total' is not defined",)

@@ -112,6 +112,7 @@ def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Pa
     nb = nbformat.read(notebook, as_version=4)
     headers = [c["source"] for c in nb["cells"] if c["cell_type"] == "markdown" and c["source"].startswith("## ")]
     assert [h.splitlines()[0] for h in headers] == [
+        "## Answer",  # the conclusion first
         "## Load the numbers",
         "## A task that cannot work",
         "## Mean",

@@ -597,8 +597,8 @@ class AsyncAgent:
             info.task,
             info.model,
             info.protocol,
-            str(live.workspace),
-            str(live.notebook),
+            os.path.abspath(live.workspace),  # absolute for every kind of run (resume was given a relative one)
+            os.path.abspath(live.notebook),
             info.scripted,
             info.confinement,
             self.config.protocol_reason,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import DataFileError
 from .dates import date_columns, describe_dates
+from .dirty import dirty_lines
 from .reading import count_lines, head, looks_binary, sample_lines, unpacked_size
 
 if TYPE_CHECKING:  # imported where used: importing this module stays cheap for the CLI
@@ -97,7 +98,7 @@ def describe(source: Path) -> str:
         body = _SUMMARIZERS[kind](source, size)
     except _PARSE_ERRORS as exc:
         raise DataFileError(
-            f"cannot read {source.name} as {kind}: {_one_line(str(exc)) or type(exc).__name__}",
+            f"cannot read {source.name} as {kind}: {_reason(exc)}",
             path=str(source),
         ) from exc
     return _bounded(body, MAX_SUMMARY_CHARS)
@@ -110,13 +111,14 @@ def _delimited(path: Path, size: int, separator: str, label: str) -> str:
     if looks_binary(start):
         return f"{label} · {human_size(size)} · binary data (NUL bytes), not {label} text: not parsed"
     whole = size <= FULL_READ_BYTES
-    sample = start if whole and size <= len(start) else sample_lines(start)
+    newline = _newline(start)
+    sample = start if whole and size <= len(start) else sample_lines(start, newline)
     if sample is None and not whole:
         return (
             f"{label} · {human_size(size)} · no line break in its first {human_size(len(start))}: "
             "lines this long are not parsed for a summary"
         )
-    first = (sample or start).split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    first = (sample or start).split(newline, 1)[0].rstrip(b"\r").decode("utf-8", errors="replace")
     written = max([separator, ",", ";", "\t", "|"], key=first.count)
     width = first.count(written) + 1
     read: dict[str, Any] = {"sep": written, "nrows": None if whole else SAMPLE_ROWS}
@@ -139,8 +141,16 @@ def _delimited(path: Path, size: int, separator: str, label: str) -> str:
     if written != "," and _decimal_comma(frame):
         read["decimal"] = ","
         frame = pd.read_csv(source(), **read)
-    rows = len(frame) if whole else count_lines(path, size)[0] - 1
-    return _table(label, size, frame, rows, exact=whole, note=_written(read, separator, width))
+    rows = len(frame) if whole else count_lines(path, size, newline)[0] - 1
+    note = _written(read, separator, width)
+    if newline == b"\r":  # pandas reads these as they are; the model should know why other tools may not
+        note = ", ".join(filter(None, ["lines end with a carriage return only (old Mac style)", note]))
+    return _table(label, size, frame, rows, exact=whole, note=note)
+
+
+def _newline(start: bytes) -> bytes:
+    """What ends the lines of a text table: ``\\n`` (also for ``\\r\\n``), or ``\\r`` alone (old Mac files)."""
+    return b"\r" if b"\r" in start and b"\n" not in start else b"\n"
 
 
 _SEPARATORS = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe"}
@@ -449,8 +459,15 @@ def _table(
     if len(missing):
         shown = ", ".join(f"`{name}` {int(n):,}" for name, n in missing.head(MAX_COLUMNS).items())
         lines.append(f"Missing values{where}: {shown}" + (" …" if len(missing) > MAX_COLUMNS else ""))
-    elif len(frame):
-        lines.append(f"No missing values{where}.")
+    dirty = dirty_lines(frame)  # issue 38: numeric-looking text columns and missing-like tokens, named
+    if not len(missing) and len(frame):
+        tokens = any(line.startswith("Missing-like") or "(missing-like)" in line for line in dirty)
+        lines.append(
+            f"No missing values as pandas reads them{where}, but some cells hold missing-like text (below)."
+            if tokens
+            else f"No missing values{where}."
+        )
+    lines += dirty
     if len(frame):
         first = min(HEAD_ROWS, len(frame))
         lines.append(f"First {first} rows:" if first > 1 else "First row:")
@@ -484,16 +501,29 @@ def _is_missing(value: Any) -> bool:
 
 
 def human_size(size: float) -> str:
-    """``size`` bytes for people: ``512 B``, ``1.5 KB``, ``3.2 MB``. Raises nothing."""
-    if size < 1000:
+    """``size`` bytes for people: ``512 B``, ``1.5 KB``, ``3.2 MB``, one decimal. Raises nothing.
+
+    The one rule for sizes everywhere (summaries, the CLI, the web page, DeepAnalyze's ``"size": "21.1KB"``):
+    a KB is 1,024 bytes, an MB 1,024 KB, as memory limits and DeepAnalyze's own file blocks count them.
+    """
+    if size < 1024:
         return f"{int(size)} B"
     units = ("KB", "MB", "GB")
     step = 0
-    size /= 1000
-    while size >= 1000 and step < len(units) - 1:
-        size /= 1000
+    size /= 1024
+    while size >= 1024 and step < len(units) - 1:
+        size /= 1024
         step += 1
     return f"{size:.1f} {units[step]}"
+
+
+def _reason(exc: BaseException, limit: int = 200) -> str:
+    """A parser's complaint, short: long lists (pandas names every missing column) elided, one line, bounded."""
+    text = _LONG_LIST.sub("[…]", _one_line(str(exc))) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_LONG_LIST = re.compile(r"[\[{(][^\]})]{60,}[\]})]?")
 
 
 def _plural(count: int, word: str) -> str:

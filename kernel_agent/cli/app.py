@@ -654,8 +654,9 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     from rich.text import Text
 
     from ..notebook.load import load_run
+    from ..notebook.plan_view import load_plan
     from ..safe.terminal import printable
-    from .show import export_html, show_run
+    from .show import export_html, show_plan, show_run
 
     console = Console(highlight=False)
     with _edge():
@@ -664,6 +665,10 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
             console.print(Text(printable(f"wrote {target}")), soft_wrap=True)
             return
         loaded = load_run(notebook)
+        plan = None if transcript else load_plan(notebook)
+    if plan is not None:
+        show_plan(console, plan)
+        return
     if transcript:
         from ..agent.protocols.transcript import transcript as tagged
 

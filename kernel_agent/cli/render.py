@@ -180,7 +180,9 @@ def _clip_lines(text: str, max_lines: int) -> str:
 
 
 def _size(size: int) -> str:
-    return f"{size} B" if size < 1000 else f"{size / 1000:.1f} KB" if size < 1_000_000 else f"{size / 1e6:.1f} MB"
+    from ..agent.summaries import human_size  # the one rule for sizes (lazy: pandas-free import of the CLI)
+
+    return human_size(size)
 
 
 def _joined(value: Any) -> str:

@@ -9,13 +9,14 @@ library's job (``notebook_load``, ``replay``); this module only draws.
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.text import Text
 
 from ..notebook.html import export_html
 from ..notebook.load import LoadedRun
+from ..notebook.plan_view import PlanTask, PlanView
 from ..notebook.replay import ReplayReport
 from ..records import Round, Turn
 from .render import (
@@ -29,7 +30,7 @@ from .render import (
     usage_text,
 )
 
-__all__ = ["export_html", "show_replay", "show_run"]
+__all__ = ["answer_markdown", "export_html", "show_plan", "show_replay", "show_run"]
 
 _CHECK_STYLE = {
     "match": "green",
@@ -62,7 +63,7 @@ def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinki
             _round(console, round_, max_lines, thinking)
     console.print(Rule(style="green" if run.answer is not None else "yellow"))
     if run.answer is not None:
-        console.print(Panel(markdown(run.answer), title="Answer", border_style="green"))
+        console.print(Panel(answer_markdown(run.answer), title="Answer", border_style="green"))
     else:
         reason = run.stop_reason or "not finished"
         console.print(Text(shown(f"No answer ({reason})" + (f": {run.error}" if run.error else "")), style="yellow"))
@@ -80,7 +81,7 @@ def _turn_question(console: Console, number: int, turn: Turn) -> None:
 
 def _turn_answer(console: Console, turn: Turn) -> None:
     if turn.answer is not None:
-        console.print(Panel(markdown(turn.answer), title="Answer", border_style="green"))
+        console.print(Panel(answer_markdown(turn.answer), title="Answer", border_style="green"))
     else:
         console.print(Text(shown(f"No answer ({turn.stop_reason or 'not finished'})"), style="yellow"))
 
@@ -121,6 +122,68 @@ def _round(console: Console, round_: Round, max_lines: int, thinking: bool) -> N
         console.print(files)
 
 
+def answer_markdown(answer: str) -> RenderableType:
+    """An answer as Markdown that keeps its line breaks as written (``@mean_age[0.4610]`` and
+    ``@mean_sex[0.5052]`` on lines of their own stay so; Markdown would join them), code fences untouched."""
+    lines, fenced = [], False
+    for line in answer.strip().splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        lines.append(line if fenced or not line.strip() or line.lstrip().startswith(("```", "~~~")) else line + "  ")
+    return markdown("\n".join(lines))
+
+
+def show_plan(console: Console, plan: PlanView, *, max_lines: int = 40) -> None:
+    """Print a plan run read from its notebook: header (model, protocol, times), each task under its own
+    heading with its status, time and tokens, code and outputs, then the plan's answer (its conclusion)."""
+    console.print(Rule(Text(str(plan.path), style="bold"), style="blue"))
+    console.print(markdown(f"**Task:** {plan.task.strip() or '(not recorded)'}"))
+    details = [
+        "plan",
+        f"model {plan.model or 'not recorded'}",
+        f"protocol {plan.protocol or 'not recorded'}",
+        f"data {', '.join(plan.data_files) or 'none'}",
+    ]
+    console.print(Text(" · ".join(details), style="dim"), soft_wrap=True)
+    if plan.started_at:
+        span = f"started {plan.started_at}" + (f" · finished {plan.finished_at}" if plan.finished_at else "")
+        console.print(Text(span, style="dim"), soft_wrap=True)
+    if plan.scripted:
+        console.print(Text("The model replies in this run were scripted (played back from a file).", style="yellow"))
+    total = len(plan.tasks)
+    for task in plan.tasks:
+        _plan_task(console, task, total, max_lines)
+    done = plan.counts.get("done", sum(t.status == "done" for t in plan.tasks))
+    whole = plan.counts.get("total", total)
+    console.print(Rule(style="green" if plan.answer is not None else "yellow"))
+    if plan.answer is not None:
+        console.print(Panel(answer_markdown(plan.answer), title="Answer", border_style="green"))
+    else:
+        console.print(Text("No conclusion (the plan has no finished text task)", style="yellow"))
+    console.print(Text(f"{done}/{whole} task(s) completed · {usage_text(plan.usage)}", style="dim"))
+
+
+def _plan_task(console: Console, task: PlanTask, total: int, max_lines: int) -> None:
+    console.print(Rule(f"Task {task.number}/{total}: {task.id} · {task.title}", style="blue"))
+    mark = {"done": ("✓", "green"), "failed": ("✗", "red"), "skipped": ("–", "yellow")}.get(task.status, ("·", "dim"))
+    line = Text(f"{mark[0]} {task.status or 'status not recorded'}", style=mark[1])
+    parts = [f"{task.seconds:.1f} s" if task.seconds else "time not recorded"]
+    if task.usage.total_tokens:
+        parts.append(f"{task.usage.total_tokens:,} tokens")
+    line.append("  " + " · ".join(parts), style="dim")
+    console.print(line)
+    if task.details:
+        console.print(markdown(task.details))
+    for code, outputs in task.cells:
+        console.print(Panel(code_block(code), border_style="dim", padding=(0, 1)))
+        for item in output_renderables(outputs, max_lines=max_lines):
+            console.print(item)
+    if task.text.strip():
+        console.print(answer_markdown(task.text))
+    if task.analysis:
+        console.print(markdown(f"*Analysis:* {task.analysis}"))
+
+
 def show_replay(console: Console, report: ReplayReport) -> None:
     """Print a replay report: one summary line, then one line per code cell, coloured by status."""
     summary = ", ".join(f"{n} {status}" for status, n in report.counts().items()) or "no code cells"
@@ -130,8 +193,7 @@ def show_replay(console: Console, report: ReplayReport) -> None:
         soft_wrap=True,
     )
     for cell in report.cells:
-        where = "setup" if cell.round == 0 else f"round {cell.round}" if cell.round is not None else "-"
-        line = Text(f"  cell {cell.index:>3}  {where:<9} ")
+        line = Text(f"  cell {cell.index:>3}  {cell.where:<9} ")
         line.append(f"{cell.status:<8}", style=_CHECK_STYLE.get(cell.status, ""))
         if cell.detail:
             line.append(shown(f"  {cell.detail}"), style="dim")

@@ -8,47 +8,38 @@ pure. Never prints: front ends render ``ReplayReport.to_text()``.
 What "the same" means: streams are compared per stream name (stdout,
 stderr) after joining; other outputs in order, by kind, MIME types and
 ``text/plain``; PNG images by count and size (±1 px); errors by ``ename``.
-Text is normalised for memory addresses, durations, timestamps near the
-recording or the replay, and the workspace path.
+Text is normalised first by the documented rule list in ``normalise``
+(memory addresses, durations, clock times and dates near the recording or
+the replay, temporary and workspace paths).
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import re
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from .._loop import LoopThread, in_thread
 from .._nbformat import NotebookNode
 from ..errors import NotebookError, SandboxUnavailableError
-from ..kernel.outputs import resolve_carriage_returns
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
-from ..result import png_size, strip_ansi
+from ..result import png_size
 from .claims import DataSources, check_data_files, plain
 from .export import METADATA_KEY, SKIP_TAG
 from .load import read_notebook
+from .normalise import normalise_text
 
 __all__ = ["CellCheck", "CheckStatus", "ReplayReport", "async_replay", "compare_outputs", "normalise_text", "replay"]
 
 CheckStatus = Literal["match", "mismatch", "skipped", "error", "executed", "expected"]
-
-_TOKEN = re.compile(
-    r"(?P<datetime>\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b)"
-    r"|(?P<address>\b0x[0-9a-fA-F]{4,}\b)"
-    r"|(?P<clock>\b\d+:\d{2}:\d{2}\.\d+\b)"
-    r"|(?P<duration>(?<![\w.])\d+(?:\.\d+)?\s?(?:ns|[µμu]s|ms|s|secs?|seconds?|mins?|minutes?|h|hours?)\b)"
-    r"|(?P<loops>\b\d[\d,]* loops?\b)"
-)
-_RECENT = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -59,6 +50,16 @@ class CellCheck:
     round: int | None
     status: CheckStatus
     detail: str = ""
+    task: str | None = None  # a plan notebook's cell: the id of the task it belongs to
+
+    @property
+    def where(self) -> str:
+        """``setup``, ``round 3``, ``task clean`` (a plan's), or ``-`` for a cell we did not write."""
+        if self.round == 0:
+            return "setup"
+        if self.round is not None:
+            return f"round {self.round}"
+        return f"task {self.task}" if self.task else "-"
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,8 @@ class ReplayReport:
         summary = ", ".join(f"{n} {status}" for status, n in self.counts().items()) or "no code cells"
         lines = [f"replay of {self.path}: {'ok' if self.ok else 'FAILED'} ({summary}) in {self.duration_s:.1f} s"]
         for cell in self.cells:
-            where = "setup" if cell.round == 0 else f"round {cell.round}" if cell.round is not None else "-"
             detail = f"  {cell.detail}" if cell.detail else ""
-            lines.append(f"  cell {cell.index:>3}  {where:<9} {cell.status:<8}{detail}".rstrip())
+            lines.append(f"  cell {cell.index:>3}  {cell.where:<9} {cell.status:<8}{detail}".rstrip())
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -293,7 +293,8 @@ def _check_cells(
             continue
         meta = old.get("metadata", {}).get(METADATA_KEY)
         meta = meta if isinstance(meta, dict) else {}
-        number = meta["round"] if isinstance(meta.get("round"), int) else None
+        number = meta["round"] if isinstance(meta.get("round"), int) else 0 if meta.get("role") == "setup" else None
+        task = meta["node"] if isinstance(meta.get("node"), str) else None
         status: CheckStatus
         if SKIP_TAG in old.get("metadata", {}).get("tags", []):
             why = f" (recorded {meta['status']})" if isinstance(meta.get("status"), str) else ""
@@ -310,7 +311,7 @@ def _check_cells(
             difference = compare_outputs(old.get("outputs", []), new.get("outputs", []), anchors=anchors, paths=paths)
             status, detail = ("match", "") if difference is None else ("mismatch", difference)
             status, detail = _expected(status, detail, meta, new)
-        checks.append(CellCheck(index, number, status, detail))
+        checks.append(CellCheck(index, number, status, detail, task))
     return tuple(checks)
 
 
@@ -357,35 +358,6 @@ def compare_outputs(
         if difference:
             return f"output {number} ({old[0]}): {difference}"
     return None
-
-
-def normalise_text(text: str, *, anchors: Sequence[datetime] = (), paths: Sequence[str] = ()) -> str:
-    """``text`` with what legitimately changes between runs replaced by placeholders.
-
-    Memory addresses, durations (``1.2 ms``, ``0:00:01.5``, timeit loop
-    counts), dates and times within a day of an ``anchor``, the given
-    ``paths``, ANSI codes and terminal-overwritten text (``\\r``).
-    """
-    text = resolve_carriage_returns(strip_ansi(text))  # what a terminal overwrites, as nbclient's coalescing does
-    for folder in sorted((p for p in paths if p), key=len, reverse=True):
-        text = text.replace(folder, "<workspace>")
-    days = [anchor.date() for anchor in anchors]
-
-    def replace(match: re.Match[str]) -> str:
-        kind = match.lastgroup
-        if kind == "datetime":
-            return "<now>" if _near(match.group(), days) else match.group()
-        return {"address": "0x?", "loops": "<n> loops"}.get(kind or "", "<duration>")
-
-    return _TOKEN.sub(replace, text)
-
-
-def _near(stamp: str, days: Sequence[date]) -> bool:
-    try:
-        day = date.fromisoformat(stamp[:10])
-    except ValueError:
-        return False
-    return any(abs(day - anchor) <= _RECENT for anchor in days)
 
 
 def _summary(

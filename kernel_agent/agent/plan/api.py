@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from ...kernel.workspace import (
 from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
+from ...records import Usage
 from ..data import (
     DataFile,
     data_summary,
@@ -102,7 +105,10 @@ async def stream_plan(
             setup,
             workspace=recorded_workspace(root, notebook_path),
             scripted=model.scripted,
+            started_at=datetime.now(UTC).isoformat(),
         )
+    protocol = protocol or get_protocol("tools")
+    state.model, state.protocol = model.name, protocol.name  # a resumed plan: the model that finishes it
     async with session_factory(root) as session:
         language = language_of(session.kernel_info.get("language_info"))
         if language is not PYTHON:
@@ -117,18 +123,21 @@ async def stream_plan(
         else:
             notices: list[Notice] = []
             installed = (await probe(session, packages=probe_expression())).packages
-            spec, nodes = await design_plan(model, task, data_summary(files), options, notices, installed)
+            planning: list[Usage] = []
+            spec, nodes = await design_plan(model, task, data_summary(files), options, notices, installed, planning)
+            state.planning_tokens = {k: v for k, v in asdict(sum(planning, Usage())).items() if v}
             for notice in notices:
                 yield notice
             state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(ran.outputs)
             state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
             await asyncio.to_thread(state.save)
         yield PlanReady(tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes))
-        protocol = protocol or get_protocol("tools")
         known = _Known(files, preload_description(files) if preload else "", protocol.vision)
         async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path, known):
             yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
+        state.finished_at = datetime.now(UTC).isoformat()
+        await asyncio.to_thread(state.save)
         await asyncio.to_thread(write_outputs, state, nodes, notebook_path, state.workspace)
         html = await asyncio.to_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
         yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html))
@@ -197,10 +206,12 @@ async def _run_nodes(
             done = [(by_id[d], state.results[d]) for d in node.depends_on]
             lines, environment = await known.lines(session, state.task)
             run = NodeRun(model, session, state.task, node, done, options, protocol, lines, environment.packages)
+            began = time.monotonic()
             async for event in run.steps():
                 yield event
             assert run.result is not None  # steps() always sets it when it returns
-            result = run.result
+            tokens = {k: v for k, v in asdict(run.usage).items() if v} if run.usage.total_tokens else {}
+            result = replace(run.result, seconds=round(time.monotonic() - began, 3), tokens=tokens)
         await asyncio.to_thread(state.record, result)
         await asyncio.to_thread(write_outputs, state, nodes, notebook, state.workspace)
         yield NodeFinished(node.id, result.status, result.attempts, len(result.figures), result.reason)

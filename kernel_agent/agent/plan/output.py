@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..._nbformat import NotebookNode, nbformat
@@ -39,7 +39,12 @@ def counts(nodes: Sequence[PlanNode], results: dict[str, NodeResult]) -> dict[st
 def _header(node: PlanNode, result: NodeResult | None) -> str:
     after = ", ".join(f"`{d}`" for d in node.depends_on) or "none"
     status = result.status if result else "pending"
-    lines = [f"## {node.title}", "", f"Node `{node.id}` ({node.kind}) · depends on: {after} · status: **{status}**"]
+    took = f" · {result.seconds:.1f} s" if result and result.seconds else ""
+    lines = [
+        f"## {node.title}",
+        "",
+        f"Node `{node.id}` ({node.kind}) · depends on: {after} · status: **{status}**{took}",
+    ]
     if node.purpose:
         lines += ["", f"*Purpose:* {node.purpose}"]
     if result and result.failures:
@@ -52,24 +57,33 @@ def _header(node: PlanNode, result: NodeResult | None) -> str:
 def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: str) -> NotebookNode:
     """The notebook of the plan: setup cell, then one section per node (pending nodes left out)."""
     title = f"# Plan: {state.task}" + (f"\n\n{SCRIPTED_STATEMENT}" if state.scripted else "")
-    cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(title)]
+    cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(title, metadata={METADATA_KEY: {"role": "header"}})]
+    conclusion = _conclusion(state, nodes)
+    if conclusion is not None:  # the answer first (the HTML report too), its line breaks kept as written
+        answer = f"## Answer\n\n{_hard_breaks(conclusion)}"
+        cells.append(nbformat.v4.new_markdown_cell(answer, metadata={METADATA_KEY: {"role": "answer"}}))
     setup = nbformat.v4.new_code_cell(state.setup_code, metadata={METADATA_KEY: {"role": "setup"}})
     setup.outputs = [nbformat.from_dict(out) for out in state.setup_outputs]
     cells.append(setup)
-    for node in nodes:
+    for number, node in enumerate(nodes, start=1):
         result = state.results.get(node.id)
         if result is None:
             continue
-        cells.append(nbformat.v4.new_markdown_cell(_header(node, result), metadata={METADATA_KEY: {"node": node.id}}))
+        about = {"node": node.id, "role": "task", "task": number, "status": result.status, "seconds": result.seconds}
+        if result.tokens:
+            about["usage"] = dict(result.tokens)
+        cells.append(nbformat.v4.new_markdown_cell(_header(node, result), metadata={METADATA_KEY: about}))
         if result.text:
-            cells.append(nbformat.v4.new_markdown_cell(result.text))
+            cells.append(nbformat.v4.new_markdown_cell(result.text, metadata={METADATA_KEY: {"node": node.id}}))
         for record in result.cells:
             cell = nbformat.v4.new_code_cell(record.code, metadata={METADATA_KEY: {"node": node.id}})
             cell.outputs = [nbformat.from_dict(out) for out in record.outputs]
             cell.execution_count = record.execution_count
             cells.append(cell)
         if result.analysis:
-            cells.append(nbformat.v4.new_markdown_cell(f"*Analysis:* {result.analysis}"))
+            analysis = nbformat.v4.new_markdown_cell(f"*Analysis:* {result.analysis}")
+            analysis.metadata[METADATA_KEY] = {"node": node.id, "role": "analysis"}
+            cells.append(analysis)
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata[METADATA_KEY] = {
@@ -79,8 +93,44 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
         "plan": state.plan,
         "counts": counts(nodes, state.results),
         "scripted": state.scripted,
+        "model": state.model,
+        "protocol": state.protocol,
+        "started_at": state.started_at,
+        "finished_at": state.finished_at,
+        "usage": _usage([state.planning_tokens, *(result.tokens for result in state.results.values())]),
     }
+    if conclusion is not None:
+        nb.metadata[METADATA_KEY]["answer"] = conclusion
     return nb
+
+
+def _hard_breaks(text: str) -> str:
+    """Markdown that keeps ``text``'s line breaks (two trailing spaces), code fences untouched."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        fence = line.lstrip().startswith(("```", "~~~"))
+        fenced = fenced != fence
+        lines.append(line if fenced or fence or not line.strip() else line + "  ")
+    return "\n".join(lines)
+
+
+def _usage(parts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """The tokens of the planning request and every task summed (zeros when the server reported none)."""
+    total: Counter[str] = Counter()
+    for tokens in parts:
+        total.update(tokens)
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
+    return {key: total.get(key, 0) for key in keys}
+
+
+def _conclusion(state: PlanState, nodes: Sequence[PlanNode]) -> str | None:
+    """The plan's answer: what its finished text tasks concluded, in order (None without one)."""
+    texts = [
+        state.results[n.id].text.strip()
+        for n in nodes
+        if n.kind == "text" and n.id in state.results and state.results[n.id].text.strip()
+    ]
+    return "\n\n".join(texts) if texts else None
 
 
 def build_report(state: PlanState, nodes: Sequence[PlanNode], figure_dir: str) -> tuple[str, dict[str, bytes]]:

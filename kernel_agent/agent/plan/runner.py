@@ -20,6 +20,7 @@ from ...errors import ConfigError, PlanError
 from ...events import NodeStarted, Notice
 from ...kernel.interface import Kernel
 from ...model.chat import ChatModel, ModelReply
+from ...records import Usage
 from ...result import ExecutionResult
 from ..environment import module_hint
 from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
@@ -65,9 +66,10 @@ async def design_plan(
     options: PlanOptions,
     notices: list[Notice],
     packages: Sequence[str] = (),
+    usage: list[Usage] | None = None,
 ) -> tuple[PlanSpec, tuple[PlanNode, ...]]:
     """The model's plan and its DAG. An unusable first plan gets one repair request (noted in ``notices``).
-    ``packages`` are the kernel's installed analysis packages.
+    ``packages`` are the kernel's installed analysis packages; ``usage`` gets each reply's reported tokens.
 
     Raises ``PlanError`` when the second plan is unusable too, ``ModelError`` when the model fails.
     """
@@ -77,6 +79,8 @@ async def design_plan(
     problem = ""
     for attempt in (1, 2):
         reply = await model.complete(messages)
+        if usage is not None and reply.usage is not None:
+            usage.append(reply.usage)
         plan, problem = parse_plan(reply.text)
         if plan is not None:
             try:
@@ -114,13 +118,14 @@ class NodeRun:
         self._probes: list[CellRecord] = []
         self._failed: list[CellRecord] = []
         self._probed = 0
+        self.usage = Usage()  # the model's tokens for this node, summed over its replies (as reported)
 
     async def steps(self) -> AsyncIterator[NodeStarted]:
         """Yields ``NodeStarted`` per attempt. Raises ``ModelError``/``KernelError`` from the machinery."""
         node = self._node
         if node.kind == "text":
             yield NodeStarted(node.id, node.title)
-            reply, step = await self._ask()
+            reply, step = await self._ask(prose=True)
             self.result = NodeResult(node.id, "done", attempts=1, text=_prose(reply, step))
             return
         failures: list[str] = []
@@ -140,8 +145,14 @@ class NodeRun:
             reason=f"still failing after {len(failures)} attempts: {failures[-1]}",
         )
 
-    async def _ask(self) -> tuple[ModelReply, Step]:
-        reply = await self._model.complete(self._messages, options=self._protocol.request_options())
+    async def _ask(self, *, prose: bool = False) -> tuple[ModelReply, Step]:
+        """The model's next reply; a ``prose`` task (told to answer without a tool) is offered none."""
+        options = self._protocol.request_options()
+        if prose:
+            options = {k: v for k, v in options.items() if k not in ("tools", "tool_choice")}
+        reply = await self._model.complete(self._messages, options=options)
+        if reply.usage is not None:
+            self.usage += reply.usage
         step = self._protocol.parse(reply)
         self._messages.append(self._protocol.assistant_message(reply, step))
         return reply, step

@@ -54,6 +54,8 @@ class NodeResult:
     failures: tuple[str, ...] = ()
     reason: str = ""
     failed: tuple[CellRecord, ...] = ()  # the failed attempts' cells, for the report: never re-run
+    seconds: float = 0.0  # the node's time, model and code (0: not recorded, a state from before)
+    tokens: dict[str, int] = field(default_factory=dict)  # the model's usage for the node, as the server reported
 
     @property
     def figures(self) -> tuple[str, ...]:
@@ -101,6 +103,8 @@ class NodeResult:
             tuple(data.get("failures", ())),
             data.get("reason", ""),
             records("failed"),
+            float(data.get("seconds") or 0.0),
+            {str(k): int(v) for k, v in (data.get("tokens") or {}).items() if isinstance(v, int)},
         )
 
 
@@ -128,6 +132,11 @@ class PlanState:
     results: dict[str, NodeResult] = field(default_factory=dict)
     workspace: str = ""  # as the notebook records it (``recorded_workspace``): a claim, never an order
     scripted: bool = False  # the model's replies were played back from a file (the demo), not written
+    model: str = ""  # the model's name and the protocol its tasks spoke, as ``show`` reports them
+    protocol: str = ""
+    started_at: str = ""  # ISO times, UTC
+    finished_at: str = ""
+    planning_tokens: dict[str, int] = field(default_factory=dict)  # the planning request's (and its repair's)
 
     def record(self, result: NodeResult) -> None:
         """Keep ``result`` and persist the whole state at once. Raises ``OSError`` when it cannot be written."""
@@ -148,6 +157,11 @@ class PlanState:
             "results": {k: asdict(v) for k, v in self.results.items()},
             "workspace": self.workspace,
             "scripted": self.scripted,
+            "model": self.model,
+            "protocol": self.protocol,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "planning_tokens": self.planning_tokens,
         }
         try:
             write_record(self.path, json.dumps(document).encode("utf-8"), durable=True)
@@ -178,6 +192,11 @@ class PlanState:
                 results,
                 str(data.get("workspace") or ""),
                 data.get("scripted") is True,
+                str(data.get("model") or ""),
+                str(data.get("protocol") or ""),
+                str(data.get("started_at") or ""),
+                str(data.get("finished_at") or ""),
+                {str(k): v for k, v in dict(data.get("planning_tokens") or {}).items() if isinstance(v, int)},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise NotebookError(f"{path} is not a usable plan state: {exc!r}", path=str(path)) from exc
