@@ -22,6 +22,7 @@ from replicas import Replica, follow
 
 from kernel_agent.agent import describer
 from kernel_agent.agent.describer import BUDGET_NOTE, describe
+from kernel_agent.agent.summaries import human_size
 from kernel_agent.errors import DataFileError
 
 MB = 1 << 20
@@ -133,8 +134,9 @@ def test_the_worker_limits_hold_whatever_the_file_says(tmp_path: Path) -> None:
         noted = describer._describe_with(tight, table)
     finally:
         tight.close()
-    assert noted == f"JSON · 4.0 MB · {BUDGET_NOTE}"
-    assert describe(table).startswith("JSON records · 4.0 MB · 500,000 rows × 1 column")
+    size = human_size(table.stat().st_size)  # 3.8 MB: the one size rule counts 1,024 bytes a KB
+    assert noted == f"JSON · {size} · {BUDGET_NOTE}"
+    assert describe(table).startswith(f"JSON records · {size} · 500,000 rows × 1 column")
 
 
 def test_only_the_worker_parses_a_data_file() -> None:
