@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from report import Row
+from report import Row, scaled
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
@@ -34,22 +34,22 @@ QUESTIONS = 12
 MODEL_DELAY_S = 0.5  # each reply's wait: a fast model's; a real one takes seconds, which only helps parallelism
 
 
-def _cases() -> tuple[Case, ...]:
+def _cases(count: int) -> tuple[Case, ...]:
     return tuple(
         Case(f"b{i}", f"Count the rows of table {i}.", "t1.csv", "easy", ("Counting",), (("rows", "5"),),
              (Step(code="print(len(pd.read_csv('t1.csv')))"), Step(answer="@rows[5]")))
-        for i in range(QUESTIONS)
+        for i in range(count)
     )  # fmt: skip
 
 
-def _suite_runs(quick: bool) -> dict[int, tuple[float, list[dict[str, Any]]]]:
-    cases = _cases()
+def _suite_runs(quick: int, questions: int) -> dict[int, tuple[float, list[dict[str, Any]]]]:
+    cases = _cases(questions)
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-eval-"))
     try:
         suite = load_suite(write_generic(scratch / "suite", cases))
         timed: dict[int, tuple[float, list[dict[str, Any]]]] = {}
         with OpenAIServer() as server:
-            server.add(*entries(ScriptedAnalyst(cases, scratch / "none", delay=MODEL_DELAY_S), 4 * QUESTIONS * 3))
+            server.add(*entries(ScriptedAnalyst(cases, scratch / "none", delay=MODEL_DELAY_S), 4 * questions * 3))
             options = {"model": "m", "base_url": server.base_url}
             for concurrency in (1, 2, 4):
                 started = time.monotonic()
@@ -65,8 +65,9 @@ def _suite_runs(quick: bool) -> dict[int, tuple[float, list[dict[str, Any]]]]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def suite(quick: bool) -> list[Row]:
-    timed = _suite_runs(quick)
+def suite(quick: int) -> list[Row]:
+    questions = scaled(quick, QUESTIONS, QUESTIONS, 4)  # the smoke run: 4 questions at each concurrency
+    timed = _suite_runs(quick, questions)
     one = timed[1][0]
     rows = []
     targets = {2: 0.70, 4: 0.55}
@@ -74,8 +75,8 @@ def suite(quick: bool) -> list[Row]:
         wall = timed[concurrency][0]
         rows.append(
             Row(
-                f"eval: {QUESTIONS} scripted questions (model {MODEL_DELAY_S:g} s a reply) at -j{concurrency}"
-                f" ({60 * QUESTIONS / wall:.1f} q/min) vs 1 ({60 * QUESTIONS / one:.1f} q/min)",
+                f"eval: {questions} scripted questions (model {MODEL_DELAY_S:g} s a reply) at -j{concurrency}"
+                f" ({60 * questions / wall:.1f} q/min) vs 1 ({60 * questions / one:.1f} q/min)",
                 wall,
                 one,
                 max_ratio=targets[concurrency],
