@@ -7,7 +7,8 @@ that failed or for input we refuse::
     KernelAgentError
     ├── ConfigError (ValueError)             bad option, no model configured
     │   ├── DataFileError                    missing or unreadable data file
-    │   └── WorkspaceFileError               a workspace path a client may not use (outside, missing)
+    │   ├── WorkspaceFileError               a workspace path a client may not use (outside, missing)
+    │   └── ExtraMissingError                a front end's optional extra is not installed (names the pip command)
     ├── KernelError                          the kernel machinery failed
     │   ├── KernelStartError                 a kernel would not start or get ready
     │   │   └── KernelChoiceError            the kernel asked for is not installed (also a ConfigError)
@@ -28,13 +29,14 @@ need to match on message text.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "KernelAgentError",
     "ConfigError",
     "DataFileError",
     "WorkspaceFileError",
+    "ExtraMissingError",
     "KernelError",
     "KernelStartError",
     "KernelChoiceError",
@@ -79,6 +81,41 @@ class WorkspaceFileError(ConfigError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ExtraMissingError(ConfigError):
+    """A command or option needs an optional extra (``serve``, ``postgres``, ``mcp``, ``gateway``) that is not
+    installed. ``extra`` names it; the message gives the ``pip install`` that adds it."""
+
+    # The top-level modules each extra brings, for ``of``.
+    MODULES: ClassVar[dict[str, str]] = {
+        "fastapi": "serve",
+        "starlette": "serve",
+        "uvicorn": "serve",
+        "multipart": "serve",
+        "python_multipart": "serve",
+        "sqlalchemy": "serve",
+        "alembic": "serve",
+        "aiosqlite": "serve",
+        "prometheus_client": "serve",
+        "asyncpg": "postgres",
+        "mcp": "mcp",
+        "websockets": "gateway",
+    }
+
+    def __init__(self, extra: str, *, module: str | None = None) -> None:
+        missing = f" ({module} is not installed)" if module else ""
+        super().__init__(f"this needs kernel-agent's {extra!r} extra{missing}: pip install 'kernel-agent[{extra}]'")
+        self.extra = extra
+        self.module = module
+
+    @classmethod
+    def of(cls, exc: ModuleNotFoundError, extra: str | None = None) -> ExtraMissingError | None:
+        """The error for ``exc`` when the missing module is one an extra brings (``extra`` when given, for a
+        module several extras bring), else None (a missing module of ours is a bug, not a missing extra)."""
+        module = (exc.name or "").partition(".")[0]
+        known = cls.MODULES.get(module)
+        return None if known is None else cls(extra or known, module=module)
 
 
 class KernelError(KernelAgentError):

@@ -746,10 +746,11 @@ def serve(
     With --demo every thread plays the scripted demo replies on the bundled sales data (the page says
     so); on a loopback address it needs no key unless keys are configured."""
     from ..agent.config import NO_MODEL_HELP, AgentConfig
-    from ..server.config import ServerConfig, check_host, load_keys
-    from ..server.run import serve as run_server
 
     with _edge():
+        from ..server.config import ServerConfig, check_host, load_keys
+        from ..server.run import serve as run_server
+
         arguments = _agent_arguments(options)
         keys = frozenset() if no_auth else load_keys(keys_file)
         stored = bool(keys) or no_auth or _stored_keys(database, data_dir, host if demo else None)
@@ -842,13 +843,14 @@ def mcp(
     """
     from ..agent.config import AgentConfig
     from ..kernel.workspace import default_workspace
-    from ..mcp.server import McpOptions, serve
 
     missing = [name for name in data if not Path(name).is_file()]
     if missing:
         raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
     root = Path(workspace) if workspace else default_workspace("mcp")
     with _edge():
+        from ..mcp.server import McpOptions, serve
+
         key = _mcp_key(key_file) if transport == "http" else None
         mcp_options = McpOptions(
             workspace=root.resolve(),

@@ -1,7 +1,9 @@
 """The CLI's edge: library errors become plain messages and exit codes (``edge``), never tracebacks.
 
-``ConfigError``, ``DataFileError`` and ``NotebookError`` exit 2 with their message; a ``ModelError``
-or ``KernelError`` exits 1; Ctrl-C exits 130. Every command wraps its library calls in ``edge()``.
+``ConfigError``, ``DataFileError`` and ``NotebookError`` exit 2 with their message, and so does a
+missing optional extra (``ExtraMissingError``: the package an extra brings could not be imported);
+a ``ModelError`` or ``KernelError`` exits 1; Ctrl-C exits 130. Every command wraps
+its library calls in ``edge()``, and the front ends of an extra (serve, mcp) import it inside.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from contextlib import contextmanager
 
 import click
 
-from ..errors import ConfigError, KernelAgentError, NotebookError
+from ..errors import ConfigError, ExtraMissingError, KernelAgentError, NotebookError
 from .drive import EXIT_INTERRUPTED, EXIT_USAGE
 
 __all__ = ["Failure", "edge"]
@@ -35,6 +37,11 @@ def edge() -> Iterator[None]:
         raise Failure(str(exc), EXIT_USAGE) from None
     except KernelAgentError as exc:  # ModelError, KernelError: the machinery failed, not the user
         raise Failure(str(exc), 1) from None
+    except ModuleNotFoundError as exc:  # a package of an extra not installed: say which extra, not a traceback
+        missing = ExtraMissingError.of(exc)
+        if missing is None:
+            raise
+        raise Failure(str(missing), EXIT_USAGE) from None
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
