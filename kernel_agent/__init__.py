@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         SandboxUnavailableError,
         ServiceError,
         SessionClosedError,
+        StorageError,
         WorkspaceFileError,
     )
     from .events import Event
@@ -84,6 +85,7 @@ _EXPORTS = {
     "DataFileError": "errors",
     "WorkspaceFileError": "errors",
     "ExtraMissingError": "errors",
+    "StorageError": "errors",
     "KernelError": "errors",
     "KernelStartError": "errors",
     "KernelChoiceError": "errors",

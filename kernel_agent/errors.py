@@ -2,13 +2,16 @@
 
 Errors in the *analysed* code are not exceptions: they are data
 (``ExecutionResult.status == "error"``). Exceptions here are for machinery
-that failed or for input we refuse::
+that failed or for input we refuse. Each names who must act: a ``ConfigError``
+is the user's to fix (the CLI exits 2, "usage"), the rest are the machinery's
+(exit 1)::
 
     KernelAgentError
     ├── ConfigError (ValueError)             bad option, no model configured
     │   ├── DataFileError                    missing or unreadable data file
     │   ├── WorkspaceFileError               a workspace path a client may not use (outside, missing)
     │   └── ExtraMissingError                a front end's optional extra is not installed (names the pip command)
+    ├── StorageError                         the host's disk failed us (full, over quota, I/O error) mid-run
     ├── KernelError                          the kernel machinery failed
     │   ├── KernelStartError                 a kernel would not start or get ready
     │   │   └── KernelChoiceError            the kernel asked for is not installed (also a ConfigError)
@@ -37,6 +40,7 @@ __all__ = [
     "DataFileError",
     "WorkspaceFileError",
     "ExtraMissingError",
+    "StorageError",
     "KernelError",
     "KernelStartError",
     "KernelChoiceError",
@@ -116,6 +120,15 @@ class ExtraMissingError(ConfigError):
         module = (exc.name or "").partition(".")[0]
         known = cls.MODULES.get(module)
         return None if known is None else cls(extra or known, module=module)
+
+
+class StorageError(KernelAgentError):
+    """The host's storage failed while kernel-agent wrote its own files (a full disk, a quota, an I/O
+    error): the machine's to fix, not the input's. ``path`` names what was being written."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class KernelError(KernelAgentError):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .._loop import in_thread
-from ..errors import ConfigError, DataFileError, KernelError, ModelError, NotebookError
+from ..errors import ConfigError, DataFileError, KernelError, ModelError, NotebookError, StorageError
 from ..events import (
     AnswerReady,
     CodeReady,
@@ -120,7 +120,7 @@ class _Live:
     # from the kernel and before the first round is saved.
     start_recording: Callable[[], asyncio.Future[None]] | None = None
     recording: asyncio.Future[None] | None = None
-    record_error: DataFileError | None = None  # why they failed: raised once the round is saved
+    record_error: DataFileError | StorageError | None = None  # why they failed: raised once the round is saved
     writer: RunWriter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -669,6 +669,7 @@ class AsyncAgent:
         except (
             KernelError,
             DataFileError,
+            StorageError,
         ) as exc:  # the machinery, not the analysed code: raise, carrying the saved run
             live.run = replace(live.run, error=f"{type(exc).__name__}: {exc}", finished_at=_now())
             await self._save(live)
@@ -813,7 +814,7 @@ class AsyncAgent:
         recording, live.recording = live.recording, None
         try:
             await recording
-        except DataFileError as exc:
+        except (DataFileError, StorageError) as exc:
             live.record_error = exc
         live.baseline = await self._disk_usage(live)
 
@@ -874,7 +875,7 @@ async def _put(session: Kernel, checked: CheckedData, installed: bool) -> None:
 
 async def _recorded_copies(checked: CheckedData) -> None:
     """The workspace's copies of the data files, then each file checked unchanged since the kernel's copy
-    was made from it. Raises ``DataFileError``."""
+    was made from it. Raises ``DataFileError``, ``StorageError`` (the disk filled up meanwhile)."""
     try:
         await asyncio.to_thread(checked.install)
     except DataFileError:

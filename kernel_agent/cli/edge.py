@@ -2,7 +2,7 @@
 
 ``ConfigError``, ``DataFileError`` and ``NotebookError`` exit 2 with their message, and so does a
 missing optional extra (``ExtraMissingError``: the package an extra brings could not be imported);
-a ``ModelError`` or ``KernelError`` exits 1; Ctrl-C exits 130. Every command wraps
+a ``ModelError``, ``KernelError`` or ``StorageError`` exits 1; Ctrl-C exits 130. Every command wraps
 its library calls in ``edge()``, and the front ends of an extra (serve, mcp) import it inside.
 """
 
@@ -35,7 +35,7 @@ def edge() -> Iterator[None]:
         yield
     except (ConfigError, NotebookError) as exc:  # DataFileError is a ConfigError
         raise Failure(str(exc), EXIT_USAGE) from None
-    except KernelAgentError as exc:  # ModelError, KernelError: the machinery failed, not the user
+    except KernelAgentError as exc:  # ModelError, KernelError, StorageError: the machinery failed, not the user
         raise Failure(str(exc), 1) from None
     except ModuleNotFoundError as exc:  # a package of an extra not installed: say which extra, not a traceback
         missing = ExtraMissingError.of(exc)
