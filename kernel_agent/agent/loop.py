@@ -39,7 +39,7 @@ from ..events import (
     TextDelta,
     TextReset,
 )
-from ..kernel.interface import Kernel, KernelFactory, kernels_apart
+from ..kernel.interface import Kernel, KernelFactory, KernelMaker, MadeKernels, kernel_factory
 from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
 from ..kernel.rebuild import RebuildCell, RebuildPlan
@@ -143,7 +143,8 @@ class AsyncAgent:
     Arguments after ``vision`` are keyword-only: ``chat_model`` replaces the
     endpoint with any ``ChatModel`` (e.g. the scripted demo model);
     ``session_factory(workspace)`` returns an async context manager yielding
-    a started ``Kernel`` (``interface.KernelFactory``; default: an
+    a started ``Kernel`` (``interface.KernelFactory``, e.g. a ``KernelPool``, or
+    a plain callable, whose kernels work in the run's folder; default: an
     ``AsyncKernelSession`` with ``session_options``, local or on a gateway);
     ``model_options`` go to ``OpenAIChatModel`` (``max_retries``, ``backoff``,
     ``request_timeout``, ``extra_body`` such as vLLM's ``top_k``);
@@ -163,7 +164,7 @@ class AsyncAgent:
         vision: bool | None = None,
         *,
         chat_model: ChatModel | None = None,
-        session_factory: KernelFactory | None = None,
+        session_factory: KernelFactory | KernelMaker | None = None,
         session_options: dict[str, Any] | None = None,
         model_options: dict[str, Any] | None = None,
         **options: Any,
@@ -198,7 +199,13 @@ class AsyncAgent:
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
         self._installed: tuple[str, ...] = ()  # the analysis packages the kernel has (probed with the prompt)
-        self._session_factory = session_factory or self.new_session
+        # Its own kernels (``new_session``: local, or apart on a gateway), or the factory given.
+        self._own_kernels = session_factory is None
+        self._session_factory: KernelFactory = (
+            MadeKernels(self.new_session, kernels_apart=bool(self.config.gateway_url))
+            if session_factory is None
+            else kernel_factory(session_factory)
+        )
 
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
@@ -224,14 +231,14 @@ class AsyncAgent:
         and the kernels are this agent's own local ones; else the usual factory."""
         recorded = info.kernelspec.get("name", "")
         if (
-            self._session_factory != self.new_session
+            not self._own_kernels
             or self.config.kernel
             or self.config.python
             or self.config.gateway_url
             or recorded in ("", "python3", KERNEL_NAME)
         ):
             return self._session_factory
-        return lambda workspace: self.new_session(workspace, kernel_name=recorded)
+        return MadeKernels(lambda workspace: self.new_session(workspace, kernel_name=recorded))
 
     async def close(self) -> None:
         """Release the model client. Idempotent."""
@@ -799,10 +806,8 @@ class AsyncAgent:
 
     def _kernels_apart(self) -> bool:
         """Whether this agent's kernels work in folders of their own, known before one starts: on a gateway
-        (the default factory), or as the factory says (a pool's ``acquire``: ``interface.kernels_apart``)."""
-        if self._session_factory == self.new_session:
-            return bool(self.config.gateway_url)
-        return kernels_apart(self._session_factory)
+        (its own kernels), or as the factory says (a pool: ``KernelFactory.kernels_apart``)."""
+        return self._session_factory.kernels_apart
 
     async def _recorded(self, live: _Live) -> None:
         """Wait for the data files' record copies when they are still to make (``_Live.recording``), then
