@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from .._version import __version__
-from ..agent.names import DATA_FORMATS, PROTOCOLS
+from ..agent.names import DATA_FORMATS, protocol_names
 from ..errors import ConfigError
 from ..redact import read_secret
 from .drive import EXIT_USAGE, Job
@@ -56,6 +56,23 @@ It never reaches the kernel, the notebook, the events or the log.
 """
 
 
+class _Registered(click.Choice):  # type: ignore[type-arg]
+    """A choice among the names a registry holds (``kernel_agent.protocols``' entry points), read when the
+    option is used or shown, not when the CLI is imported."""
+
+    def __init__(self, names: Callable[[], Sequence[str]]) -> None:
+        self._names = names
+        super().__init__(())
+
+    @property  # type: ignore[override]
+    def choices(self) -> Sequence[str]:
+        return tuple(self._names())
+
+    @choices.setter
+    def choices(self, _value: Sequence[str]) -> None:  # click's __init__ sets them: they are the registry's
+        pass
+
+
 def _model_options(function: F) -> F:
     options = [
         click.option("--model", "-m", metavar="NAME", help="Model name [env: KERNEL_AGENT_MODEL]."),
@@ -73,7 +90,7 @@ def _model_options(function: F) -> F:
         click.option("--api-key-stdin", is_flag=True, help="Read the API key from standard input (one line)."),
         click.option(
             "--protocol",
-            type=click.Choice(PROTOCOLS),
+            type=_Registered(protocol_names),
             help="How the model writes code: tools (function calling), tags (any chat model), deepanalyze (DeepAnalyze-8B) [default: deepanalyze for a DeepAnalyze model's name, else tools].",
         ),
         click.option(
