@@ -87,7 +87,7 @@ def test_the_demo_runs_on_the_core_alone(core: Path, tmp_path: Path) -> None:
 def test_a_front_end_without_its_extra_says_which_to_install(
     core: Path, tmp_path: Path, args: tuple[str, ...], extra: str
 ) -> None:
-    command = [core / "kernel-agent", *(a.format(tmp=tmp_path) for a in args)]
+    command = [str(core / "kernel-agent"), *(a.format(tmp=tmp_path) for a in args)]
     run = subprocess.run(
         command, capture_output=True, text=True, timeout=60, env=clean_environment(), stdin=subprocess.DEVNULL
     )

@@ -65,9 +65,9 @@ def their_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
 
 def test_our_protocols_are_registered_as_a_third_partys_are() -> None:
     assert protocol_names()[:3] == PROTOCOLS
-    assert {name: entry.dist.name for name, entry in protocol_entry_points().items() if name in PROTOCOLS} == {
-        name: "kernel-agent" for name in PROTOCOLS
-    }
+    assert {
+        name: entry.dist and entry.dist.name for name, entry in protocol_entry_points().items() if name in PROTOCOLS
+    } == {name: "kernel-agent" for name in PROTOCOLS}
     assert isinstance(get_protocol("TOOLS"), ToolsProtocol)
     assert isinstance(get_protocol("tags", vision=True), TagsProtocol)
     with pytest.raises(ConfigError, match="cannot send images"):

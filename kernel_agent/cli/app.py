@@ -56,7 +56,7 @@ It never reaches the kernel, the notebook, the events or the log.
 """
 
 
-class _Registered(click.Choice):  # type: ignore[type-arg]
+class _Registered(click.Choice):
     """A choice among the names a registry holds (``kernel_agent.protocols``' entry points), read when the
     option is used or shown, not when the CLI is imported."""
 
