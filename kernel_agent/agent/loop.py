@@ -264,7 +264,8 @@ class AsyncAgent:
 
         Model failures end the run with ``stop_reason="llm_error"``; they are
         not raised. Raises ``DataFileError`` for bad data files (before any
-        model call) and ``KernelError`` when the kernel cannot be started.
+        model call), ``KernelError`` when the kernel cannot be started and
+        ``StorageError`` when the disk fills while the data files are copied.
         """
         return await _last_run(self.stream(task, data, workspace, notebook, setup=setup))
 
