@@ -198,7 +198,7 @@ async def _warm_runs(
         await asyncio.gather(kernels.wait_ready(), asyncio.to_thread(warm_host))
         for index in range(count):
             await kernels.wait_ready()
-            runs.append(await _through_agent(csv, workspace / f"run-{index + 1}", kernels.acquire, rounds=rounds))
+            runs.append(await _through_agent(csv, workspace / f"run-{index + 1}", kernels, rounds=rounds))
     return runs[0]
 
 

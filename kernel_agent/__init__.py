@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         ContextLengthError,
         DataFileError,
         ExecutionError,
+        ExtraMissingError,
         KernelAgentError,
         KernelChoiceError,
         KernelError,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         SandboxUnavailableError,
         ServiceError,
         SessionClosedError,
+        StorageError,
         WorkspaceFileError,
     )
     from .events import Event
@@ -82,6 +84,8 @@ _EXPORTS = {
     "ConfigError": "errors",
     "DataFileError": "errors",
     "WorkspaceFileError": "errors",
+    "ExtraMissingError": "errors",
+    "StorageError": "errors",
     "KernelError": "errors",
     "KernelStartError": "errors",
     "KernelChoiceError": "errors",

@@ -2,12 +2,16 @@
 
 Errors in the *analysed* code are not exceptions: they are data
 (``ExecutionResult.status == "error"``). Exceptions here are for machinery
-that failed or for input we refuse::
+that failed or for input we refuse. Each names who must act: a ``ConfigError``
+is the user's to fix (the CLI exits 2, "usage"), the rest are the machinery's
+(exit 1)::
 
     KernelAgentError
     ├── ConfigError (ValueError)             bad option, no model configured
     │   ├── DataFileError                    missing or unreadable data file
-    │   └── WorkspaceFileError               a workspace path a client may not use (outside, missing)
+    │   ├── WorkspaceFileError               a workspace path a client may not use (outside, missing)
+    │   └── ExtraMissingError                a front end's optional extra is not installed (names the pip command)
+    ├── StorageError                         the host's disk failed us (full, over quota, I/O error) mid-run
     ├── KernelError                          the kernel machinery failed
     │   ├── KernelStartError                 a kernel would not start or get ready
     │   │   └── KernelChoiceError            the kernel asked for is not installed (also a ConfigError)
@@ -28,13 +32,15 @@ need to match on message text.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "KernelAgentError",
     "ConfigError",
     "DataFileError",
     "WorkspaceFileError",
+    "ExtraMissingError",
+    "StorageError",
     "KernelError",
     "KernelStartError",
     "KernelChoiceError",
@@ -75,6 +81,50 @@ class DataFileError(ConfigError):
 
 class WorkspaceFileError(ConfigError):
     """A path given by a client (MCP, HTTP) is outside the workspace, missing or unusable. ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ExtraMissingError(ConfigError):
+    """A command or option needs an optional extra (``serve``, ``postgres``, ``mcp``, ``gateway``) that is not
+    installed. ``extra`` names it; the message gives the ``pip install`` that adds it."""
+
+    # The top-level modules each extra brings, for ``of``.
+    MODULES: ClassVar[dict[str, str]] = {
+        "fastapi": "serve",
+        "starlette": "serve",
+        "uvicorn": "serve",
+        "multipart": "serve",
+        "python_multipart": "serve",
+        "sqlalchemy": "serve",
+        "alembic": "serve",
+        "aiosqlite": "serve",
+        "prometheus_client": "serve",
+        "asyncpg": "postgres",
+        "mcp": "mcp",
+        "websockets": "gateway",
+    }
+
+    def __init__(self, extra: str, *, module: str | None = None) -> None:
+        missing = f" ({module} is not installed)" if module else ""
+        super().__init__(f"this needs kernel-agent's {extra!r} extra{missing}: pip install 'kernel-agent[{extra}]'")
+        self.extra = extra
+        self.module = module
+
+    @classmethod
+    def of(cls, exc: ModuleNotFoundError, extra: str | None = None) -> ExtraMissingError | None:
+        """The error for ``exc`` when the missing module is one an extra brings (``extra`` when given, for a
+        module several extras bring), else None (a missing module of ours is a bug, not a missing extra)."""
+        module = (exc.name or "").partition(".")[0]
+        known = cls.MODULES.get(module)
+        return None if known is None else cls(extra or known, module=module)
+
+
+class StorageError(KernelAgentError):
+    """The host's storage failed while kernel-agent wrote its own files (a full disk, a quota, an I/O
+    error): the machine's to fix, not the input's. ``path`` names what was being written."""
 
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)

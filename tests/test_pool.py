@@ -83,7 +83,7 @@ def test_the_agent_runs_on_a_pooled_kernel(tmp_path: Path, openai_server: OpenAI
 
     async def run() -> Any:
         async with KernelPool(size=1) as pool:
-            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool.acquire)
+            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool)
             try:
                 return await agent.run("Sum x", [tmp_path / "numbers.csv"], tmp_path / "run")
             finally:
@@ -172,9 +172,7 @@ def test_a_pooled_run_has_its_data_in_the_kernel_and_in_the_record_and_the_quota
 
     async def run() -> Any:
         async with KernelPool(size=1) as pool:
-            agent = AsyncAgent(
-                model="m", base_url=openai_server.base_url, session_factory=pool.acquire, disk_quota_mb=1
-            )
+            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool, disk_quota_mb=1)
             try:
                 return await agent.run("Count", [data], tmp_path / "run")
             finally:
@@ -208,7 +206,7 @@ def test_a_record_copy_that_fails_ends_the_run_with_its_round_kept(
 
     async def run() -> Any:
         async with KernelPool(size=1) as pool:
-            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool.acquire)
+            agent = AsyncAgent(model="m", base_url=openai_server.base_url, session_factory=pool)
             try:
                 return await agent.run("Sum x", [data], tmp_path / "run")
             finally:

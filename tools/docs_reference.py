@@ -294,9 +294,10 @@ def configuration_page() -> str:
 _EXIT_MEANINGS = {
     "EXIT_ANSWER": "the run answered",
     "EXIT_NO_ANSWER": "the run ended without an answer (max rounds, stuck, model error); the notebook is written "
-    "all the same. `plan`: some task did not complete",
+    "all the same. `plan`: some task did not complete. Also the machinery's failures: a kernel that will not "
+    "start, a disk that fills while the data files are copied",
     "EXIT_USAGE": "usage error: a bad flag, a missing data file, no model configured, a notebook `resume` "
-    "will not act on",
+    "will not act on, a command whose extra is not installed (`pip install 'kernel-agent[serve]'`)",
     "EXIT_INTERRUPTED": "interrupted (Ctrl-C): the running code was interrupted, the notebook saved with the "
     "running round marked `cancelled`, the kernel shut down",
     "EXIT_TERMINATED": "terminated (SIGTERM): the same as Ctrl-C",

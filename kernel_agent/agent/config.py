@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..kernel.providers.gateway.settings import GatewaySettings
 from ..kernel.sandbox.bwrap import SandboxMode
 from ..kernel.sandbox.limits import Limits
-from .names import DATA_FORMATS, PROTOCOLS, DataFormat, ProtocolName, protocol_for_model
+from .names import DATA_FORMATS, PROTOCOLS, DataFormat, ProtocolName, protocol_for_model, protocol_names
 
 __all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]
 
@@ -108,7 +108,7 @@ class AgentConfig:
     model: str | None = None
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
-    protocol: ProtocolName = "tools"
+    protocol: ProtocolName | str = "tools"  # ours, or a name registered in kernel_agent.protocols
     protocol_reason: str = "the default"
     max_rounds: int = 30
     exec_timeout: float | None = 120.0
@@ -160,8 +160,8 @@ class AgentConfig:
 
     def validate(self) -> None:
         """Raise ``ConfigError`` naming the first invalid setting."""
-        if self.protocol not in PROTOCOLS:
-            raise ConfigError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+        if self.protocol not in protocol_names():
+            raise ConfigError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(protocol_names())}")
         if self.max_rounds < 1:
             raise ConfigError(f"max_rounds must be at least 1, not {self.max_rounds}")
         if self.exec_timeout is not None and self.exec_timeout <= 0:

@@ -13,6 +13,7 @@ Everything here is a function of its inputs and the files it reads; only
 
 from __future__ import annotations
 
+import errno
 import json
 import keyword
 import os
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import ConfigError, DataFileError, KernelAgentError, WorkspaceFileError
+from ..errors import ConfigError, DataFileError, KernelAgentError, StorageError, WorkspaceFileError
 from ..kernel.door import Door
 from ..kernel.workspace import resolve_outside_workspaces, workspace_holding
 from ..notebook.claims import DataSources
@@ -154,11 +155,15 @@ class CheckedData:
         try:
             self.workspace.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"cannot create the workspace {self.workspace}: {exc.strerror or exc}") from exc
+            message = f"cannot create the workspace {self.workspace}: {exc.strerror or exc}"
+            if exc.errno in _STORAGE_ERRNOS:
+                raise StorageError(message, path=str(self.workspace)) from exc
+            raise ConfigError(message) from exc
 
     def install(self) -> None:
         """Create the workspace and copy each file in, read-only (see ``prepare_data``). Raises
-        ``ConfigError`` when the workspace cannot be created, ``DataFileError`` when a copy fails."""
+        ``ConfigError`` when the workspace cannot be created, ``DataFileError`` when a copy fails,
+        ``StorageError`` when the disk does (full, over quota, I/O error)."""
         self.make_workspace()
         for source in self._sources:
             _install(source, self.workspace)
@@ -227,7 +232,7 @@ def stage_recorded(sources: DataSources, names: Iterable[str], workspace: Path) 
                 size, chunks = door.stream(name)
                 Door(private).write_from(name, chunks)
             except (OSError, KernelAgentError) as exc:
-                raise DataFileError(f"cannot read the data file {name} in {workspace}: {exc}", path=name) from exc
+                raise _copy_failed(f"cannot read the data file {name} in {workspace}: {exc}", exc, path=name) from exc
             copy = Path(private) / name
             described.append(DataFile(name, os.path.abspath(workspace / name), file_kind(copy), size, summarize(copy)))
     return tuple(described)
@@ -291,8 +296,8 @@ def _checked_source(path: str | os.PathLike[str], private: _Scratch) -> _Source:
         with open(real, "rb") as handle:
             handle.read(1)
             return _Source(shown, real, os.fstat(handle.fileno()))
-    except OSError as exc:
-        raise DataFileError(f"cannot read data file {source}: {exc.strerror or exc}", path=str(source)) from exc
+    except OSError as exc:  # a private copy can fill the disk
+        raise _copy_failed(f"cannot read data file {source}: {exc.strerror or exc}", exc, path=str(source)) from exc
 
 
 def _private_copy(shown: Path, real: Path, workspace: Path, private: _Scratch) -> _Source:
@@ -328,10 +333,23 @@ def _install(source: _Source, workspace: Path) -> None:
     try:
         door.copy_in(source.read, source.name, mode=0o444)  # also replaces an earlier read-only copy
     except (OSError, WorkspaceFileError) as exc:
-        raise DataFileError(
+        raise _copy_failed(
             f"cannot copy {source.shown} into {workspace}: {getattr(exc, 'strerror', None) or exc}",
+            exc,
             path=str(source.shown),
         ) from exc
+
+
+# A write that failed for the host's storage, not for the file: a full disk, a quota, an I/O error.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+
+
+def _copy_failed(message: str, exc: BaseException, *, path: str) -> KernelAgentError:
+    """The error for a copy of a data file that failed with ``exc``: ``StorageError`` when the host's storage
+    failed (the machine's to fix), else ``DataFileError`` (the file's, the user's)."""
+    if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
+        return StorageError(message, path=path)
+    return DataFileError(message, path=path)
 
 
 def summarize(path: str | os.PathLike[str]) -> str:

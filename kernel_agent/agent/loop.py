@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .._loop import in_thread
-from ..errors import ConfigError, DataFileError, KernelError, ModelError, NotebookError
+from ..errors import ConfigError, DataFileError, KernelError, ModelError, NotebookError, StorageError
 from ..events import (
     AnswerReady,
     CodeReady,
@@ -39,7 +39,7 @@ from ..events import (
     TextDelta,
     TextReset,
 )
-from ..kernel.interface import Kernel, KernelFactory, kernels_apart
+from ..kernel.interface import Kernel, KernelFactory, KernelMaker, MadeKernels, kernel_factory
 from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
 from ..kernel.rebuild import RebuildCell, RebuildPlan
@@ -120,7 +120,7 @@ class _Live:
     # from the kernel and before the first round is saved.
     start_recording: Callable[[], asyncio.Future[None]] | None = None
     recording: asyncio.Future[None] | None = None
-    record_error: DataFileError | None = None  # why they failed: raised once the round is saved
+    record_error: DataFileError | StorageError | None = None  # why they failed: raised once the round is saved
     writer: RunWriter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -143,7 +143,8 @@ class AsyncAgent:
     Arguments after ``vision`` are keyword-only: ``chat_model`` replaces the
     endpoint with any ``ChatModel`` (e.g. the scripted demo model);
     ``session_factory(workspace)`` returns an async context manager yielding
-    a started ``Kernel`` (``interface.KernelFactory``; default: an
+    a started ``Kernel`` (``interface.KernelFactory``, e.g. a ``KernelPool``, or
+    a plain callable, whose kernels work in the run's folder; default: an
     ``AsyncKernelSession`` with ``session_options``, local or on a gateway);
     ``model_options`` go to ``OpenAIChatModel`` (``max_retries``, ``backoff``,
     ``request_timeout``, ``extra_body`` such as vLLM's ``top_k``);
@@ -163,7 +164,7 @@ class AsyncAgent:
         vision: bool | None = None,
         *,
         chat_model: ChatModel | None = None,
-        session_factory: KernelFactory | None = None,
+        session_factory: KernelFactory | KernelMaker | None = None,
         session_options: dict[str, Any] | None = None,
         model_options: dict[str, Any] | None = None,
         **options: Any,
@@ -198,7 +199,13 @@ class AsyncAgent:
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
         self._installed: tuple[str, ...] = ()  # the analysis packages the kernel has (probed with the prompt)
-        self._session_factory = session_factory or self.new_session
+        # Its own kernels (``new_session``: local, or apart on a gateway), or the factory given.
+        self._own_kernels = session_factory is None
+        self._session_factory: KernelFactory = (
+            MadeKernels(self.new_session, kernels_apart=bool(self.config.gateway_url))
+            if session_factory is None
+            else kernel_factory(session_factory)
+        )
 
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
@@ -224,14 +231,14 @@ class AsyncAgent:
         and the kernels are this agent's own local ones; else the usual factory."""
         recorded = info.kernelspec.get("name", "")
         if (
-            self._session_factory != self.new_session
+            not self._own_kernels
             or self.config.kernel
             or self.config.python
             or self.config.gateway_url
             or recorded in ("", "python3", KERNEL_NAME)
         ):
             return self._session_factory
-        return lambda workspace: self.new_session(workspace, kernel_name=recorded)
+        return MadeKernels(lambda workspace: self.new_session(workspace, kernel_name=recorded))
 
     async def close(self) -> None:
         """Release the model client. Idempotent."""
@@ -257,7 +264,8 @@ class AsyncAgent:
 
         Model failures end the run with ``stop_reason="llm_error"``; they are
         not raised. Raises ``DataFileError`` for bad data files (before any
-        model call) and ``KernelError`` when the kernel cannot be started.
+        model call), ``KernelError`` when the kernel cannot be started and
+        ``StorageError`` when the disk fills while the data files are copied.
         """
         return await _last_run(self.stream(task, data, workspace, notebook, setup=setup))
 
@@ -669,6 +677,7 @@ class AsyncAgent:
         except (
             KernelError,
             DataFileError,
+            StorageError,
         ) as exc:  # the machinery, not the analysed code: raise, carrying the saved run
             live.run = replace(live.run, error=f"{type(exc).__name__}: {exc}", finished_at=_now())
             await self._save(live)
@@ -798,10 +807,8 @@ class AsyncAgent:
 
     def _kernels_apart(self) -> bool:
         """Whether this agent's kernels work in folders of their own, known before one starts: on a gateway
-        (the default factory), or as the factory says (a pool's ``acquire``: ``interface.kernels_apart``)."""
-        if self._session_factory == self.new_session:
-            return bool(self.config.gateway_url)
-        return kernels_apart(self._session_factory)
+        (its own kernels), or as the factory says (a pool: ``KernelFactory.kernels_apart``)."""
+        return self._session_factory.kernels_apart
 
     async def _recorded(self, live: _Live) -> None:
         """Wait for the data files' record copies when they are still to make (``_Live.recording``), then
@@ -813,7 +820,7 @@ class AsyncAgent:
         recording, live.recording = live.recording, None
         try:
             await recording
-        except DataFileError as exc:
+        except (DataFileError, StorageError) as exc:
             live.record_error = exc
         live.baseline = await self._disk_usage(live)
 
@@ -874,7 +881,7 @@ async def _put(session: Kernel, checked: CheckedData, installed: bool) -> None:
 
 async def _recorded_copies(checked: CheckedData) -> None:
     """The workspace's copies of the data files, then each file checked unchanged since the kernel's copy
-    was made from it. Raises ``DataFileError``."""
+    was made from it. Raises ``DataFileError``, ``StorageError`` (the disk filled up meanwhile)."""
     try:
         await asyncio.to_thread(checked.install)
     except DataFileError:

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from .._version import __version__
-from ..agent.names import DATA_FORMATS, PROTOCOLS
+from ..agent.names import DATA_FORMATS, protocol_names
 from ..errors import ConfigError
 from ..redact import read_secret
 from .drive import EXIT_USAGE, Job
@@ -57,6 +57,23 @@ It never reaches the kernel, the notebook, the events or the log.
 """
 
 
+class _Registered(click.Choice):
+    """A choice among the names a registry holds (``kernel_agent.protocols``' entry points), read when the
+    option is used or shown, not when the CLI is imported."""
+
+    def __init__(self, names: Callable[[], Sequence[str]]) -> None:
+        self._names = names
+        super().__init__(())
+
+    @property  # type: ignore[override]
+    def choices(self) -> Sequence[str]:
+        return tuple(self._names())
+
+    @choices.setter
+    def choices(self, _value: Sequence[str]) -> None:  # click's __init__ sets them: they are the registry's
+        pass
+
+
 def _model_options(function: F) -> F:
     options = [
         click.option("--model", "-m", metavar="NAME", help="Model name [env: KERNEL_AGENT_MODEL]."),
@@ -74,7 +91,7 @@ def _model_options(function: F) -> F:
         click.option("--api-key-stdin", is_flag=True, help="Read the API key from standard input (one line)."),
         click.option(
             "--protocol",
-            type=click.Choice(PROTOCOLS),
+            type=_Registered(protocol_names),
             help=(
                 "How the model writes code: tools (function calling), tags (any chat model), deepanalyze "
                 "(DeepAnalyze-8B) [default: deepanalyze for a DeepAnalyze model's name, else tools]."
@@ -827,11 +844,12 @@ def serve(
     With --demo every thread plays the scripted demo replies on the bundled sales data (the page says
     so); on a loopback address it needs no key unless keys are configured."""
     from ..agent.config import NO_MODEL_HELP, AgentConfig
-    from ..server.config import ServerConfig, check_host, load_keys
-    from ..server.origins import served_hosts
-    from ..server.run import serve as run_server
 
     with _edge():
+        from ..server.config import ServerConfig, check_host, load_keys
+        from ..server.origins import served_hosts
+        from ..server.run import serve as run_server
+
         arguments = _agent_arguments(options)
         keys = frozenset() if no_auth else load_keys(keys_file)
         stored = bool(keys) or no_auth or _stored_keys(database, data_dir, host if demo else None)
@@ -947,13 +965,14 @@ def mcp(
     """
     from ..agent.config import AgentConfig
     from ..kernel.workspace import default_workspace
-    from ..mcp.server import McpOptions, serve
 
     missing = [name for name in data if not Path(name).is_file()]
     if missing:
         raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
     root = Path(workspace) if workspace else default_workspace("mcp")
     with _edge():
+        from ..mcp.server import McpOptions, serve
+
         key = _mcp_key(key_file) if transport == "http" else None
         mcp_options = McpOptions(
             workspace=root.resolve(),

@@ -182,7 +182,7 @@ async def _ask(
     run: Run | None = None
     error_type = ""
     try:
-        async with AsyncAgent(**agent_options, session_factory=pool.acquire) as agent:
+        async with AsyncAgent(**agent_options, session_factory=pool) as agent:
             async for event in agent.stream(question.task, question.data, here / "workspace", notebook):
                 if isinstance(event, RunStarted):
                     row["start_seconds"] = _since(started)

@@ -1,24 +1,26 @@
 """The kernel seam: what a kernel looks like to the rest of kernel-agent, wherever it runs.
 
-Owns two typing protocols and the session state enum, nothing else (where a kernel lives is
-``providers/``):
+Owns two typing protocols, the session state enum and the wrapper that makes a plain callable a
+factory, nothing else (where a kernel lives is ``providers/``):
 
 * ``Kernel``: the public face of one live kernel, what the agent, the magic,
   the CLI, ``PythonTool`` and replay program against. ``AsyncKernelSession``
   is one, whether its kernel is a local process or lives on a gateway.
 * ``KernelFactory``: what front ends and the agent are given instead of a
   class: called with the run's local folder, it returns an async context
-  manager that yields a started ``Kernel`` and closes it on exit (an
-  ``AsyncKernelSession`` is one; so is a pool's ``acquire``). A factory
-  whose kernels always work in folders of their own, not in the run's
-  folder (``KernelFiles.in_local`` false), may say so before any kernel
-  starts: ``kernels_apart(factory)``.
+  manager that yields a started ``Kernel`` and closes it on exit; its
+  ``kernels_apart`` says, before any kernel starts, whether its kernels
+  always work in folders of their own, not in the run's folder
+  (``KernelFiles.in_local`` false: a pool's, a gateway's). A ``KernelPool``
+  is one. ``kernel_factory`` makes one of a plain callable (an
+  ``AsyncKernelSession`` class, a lambda), whose kernels work in the run's folder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     from .partial import OutputCallback
     from .sandbox.limits import Limits
 
-__all__ = ["KERNELS_APART", "Kernel", "KernelFactory", "SessionState", "kernels_apart"]
+__all__ = ["Kernel", "KernelFactory", "KernelMaker", "MadeKernels", "SessionState", "kernel_factory"]
 
 
 class SessionState(Enum):
@@ -116,12 +118,33 @@ class Kernel(Protocol):
     ) -> None: ...
 
 
-KernelFactory = Callable[[Path], AbstractAsyncContextManager[Kernel]]
-
-KERNELS_APART = "kernels_apart"  # the attribute a factory sets (true) when its kernels never work in the run's folder
+KernelMaker = Callable[[Path], AbstractAsyncContextManager[Kernel]]  # a plain factory: folder -> kernel
 
 
-def kernels_apart(factory: KernelFactory) -> bool:
-    """Whether ``factory`` says its kernels work in folders of their own (a pooled kernel's, a remote one's),
-    so a run's folder holds only the run's record, never the kernel's files. False unless it says so."""
-    return getattr(factory, KERNELS_APART, False) is True
+@runtime_checkable
+class KernelFactory(Protocol):
+    """Called with the run's local folder: an async context manager yielding a started ``Kernel``, closed on exit."""
+
+    @property
+    def kernels_apart(self) -> bool:
+        """True when its kernels always work in folders of their own (a pooled kernel's, a remote one's), so a
+        run's folder holds only the run's record, never the kernel's files."""
+        ...
+
+    def __call__(self, workspace: Path, /) -> AbstractAsyncContextManager[Kernel]: ...
+
+
+@dataclass(frozen=True)
+class MadeKernels:
+    """A ``KernelFactory`` of a plain callable, with what it says of its kernels' folders."""
+
+    make: KernelMaker
+    kernels_apart: bool = False
+
+    def __call__(self, workspace: Path, /) -> AbstractAsyncContextManager[Kernel]:
+        return self.make(workspace)
+
+
+def kernel_factory(factory: KernelFactory | KernelMaker) -> KernelFactory:
+    """``factory`` itself when it is a ``KernelFactory``, else a plain callable made one (kernels not apart)."""
+    return factory if isinstance(factory, KernelFactory) else MadeKernels(factory)

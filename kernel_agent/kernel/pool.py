@@ -3,8 +3,8 @@
 Owns kernels started ahead of time (local or on a gateway: whatever the
 session options say) with the set-up already run (pandas, numpy,
 matplotlib imported, inline PNG figures), handed out one per run by
-``acquire(folder)`` and closed when that run ends: a kernel is never
-reused, so no run sees another's state. Taking a kernel starts a refill in
+``acquire(folder)`` (or by calling the pool: it is a ``KernelFactory``) and
+closed when that run ends: a kernel is never reused, so no run sees another's state. Taking a kernel starts a refill in
 the background; ``max_kernels`` caps the kernels alive at once (ready, in
 use and shutting down); ``close()`` (and cancellation, e.g. Ctrl-C) shuts
 every kernel the pool started down.
@@ -27,11 +27,11 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, KernelError
-from .interface import KERNELS_APART
 from .session import AsyncKernelSession
 
 __all__ = ["PRELOAD", "KernelPool"]
@@ -60,9 +60,12 @@ class KernelPool:
     """``size`` warm kernels; ``async with pool.acquire(folder) as kernel:`` runs one run on one of them.
 
     ``session_options`` go to each ``AsyncKernelSession`` (``gateway=``, ``limits=``, ``rebuild=``...).
-    ``preload`` is run silently in each kernel before it counts as ready. ``acquire`` fits where a
-    ``KernelFactory`` is expected. Raises ``ConfigError`` for a size below 0 or a cap below 1.
+    ``preload`` is run silently in each kernel before it counts as ready. The pool is a ``KernelFactory``
+    (calling it is ``acquire``). Raises ``ConfigError`` for a size below 0 or a cap below 1.
     """
+
+    # A pooled kernel started before its run had a folder: it works in its own (``KernelFactory.kernels_apart``).
+    kernels_apart = True
 
     def __init__(
         self, size: int = 2, *, preload: str = PRELOAD, max_kernels: int | None = None, **session_options: Any
@@ -131,8 +134,9 @@ class KernelPool:
         finally:
             self._discard_later(session)  # no await: a cancelled run still hands its kernel back
 
-    # A pooled kernel started before its run had a folder: it works in its own (``interface.kernels_apart``).
-    setattr(acquire, KERNELS_APART, True)
+    def __call__(self, folder: Path, /) -> AbstractAsyncContextManager[AsyncKernelSession]:
+        """``acquire(folder)``: the pool is a ``KernelFactory``."""
+        return self.acquire(folder)
 
     async def close(self) -> None:
         """Stop refilling and shut every kernel of the pool down (in use ones, and those still

@@ -17,7 +17,7 @@ from typing import Any
 
 from jupyter_client import AsyncKernelManager
 
-from ..errors import KernelError, SessionClosedError
+from ..errors import ExtraMissingError, KernelError, SessionClosedError
 from ..records import PYTHON3_KERNELSPEC
 from ..result import ExecutionResult
 from .engine import ExecuteEngine
@@ -51,7 +51,8 @@ class AsyncKernelSession:
     ``kernel_name`` then picks the gateway's kernelspec (default: the
     gateway's default) and ``workspace`` stays the run's local folder.
     ``provider`` replaces where the kernel lives altogether.
-    Raises ``ConfigError`` for a malformed gateway URL.
+    Raises ``ConfigError`` for a malformed gateway URL, ``ExtraMissingError`` for a gateway without
+    the ``gateway`` extra.
     """
 
     def __init__(
@@ -79,7 +80,13 @@ class AsyncKernelSession:
         self.rebuild = rebuild
         self.local_folder = Path(workspace) if workspace is not None else None
         if provider is None and gateway is not None:
-            from .providers.gateway.provider import GatewayProvider
+            try:
+                from .providers.gateway.provider import GatewayProvider
+            except ModuleNotFoundError as exc:  # websockets: the gateway extra
+                missing = ExtraMissingError.of(exc, "gateway")
+                if missing is None:
+                    raise
+                raise missing from None
 
             settings = (
                 gateway

@@ -32,8 +32,9 @@ For ``tools`` every tool call of a reply is answered (the first by
 ``feedback_messages`` or ``nudge_messages``, the others as "not run"), so the
 history stays valid for the API. Parsing is linear in the reply's length.
 
-Owns the registry (``get_protocol``, ``PROTOCOL_NAMES``) and re-exports what
-callers need. One protocol a file: ``base.py`` (``Protocol``, ``Step``,
+Owns the lookup (``get_protocol``: the ``kernel_agent.protocols`` entry points,
+``names.protocol_names``; ours are registered there as a third party's are) and
+re-exports what callers need. One protocol a file: ``base.py`` (``Protocol``, ``Step``,
 ``Feedback``), ``deepanalyze.py``, ``tags.py``, ``tools.py`` (with the
 ``execute_python`` tool). The wording the model reads is ``prompts.py`` (which
 also defines ``PromptContext``), scanning tagged text ``tagparse.py``,
@@ -44,7 +45,8 @@ from __future__ import annotations
 
 from ...errors import ConfigError
 from ..languages import PYTHON, Language
-from .base import Feedback, Protocol, Step
+from ..names import protocol_entry_points, protocol_names
+from .base import Feedback, Protocol, ProtocolSettings, Step
 from .deepanalyze import DEEPANALYZE_MAX_NEW_TOKENS, DEEPANALYZE_STOP_TOKEN_IDS, DeepAnalyzeProtocol
 from .images import MAX_IMAGE_SIDE, MAX_IMAGES, downscale_png
 from .prompts import DATA_FORMATS, DataFormat, FileInfo, PromptContext, environment_lines
@@ -66,6 +68,7 @@ __all__ = [
     "FileInfo",
     "PromptContext",
     "Protocol",
+    "ProtocolSettings",
     "Step",
     "TagsProtocol",
     "ToolsProtocol",
@@ -74,7 +77,7 @@ __all__ = [
     "get_protocol",
 ]
 
-PROTOCOL_NAMES = ("deepanalyze", "tags", "tools")
+PROTOCOL_NAMES = ("deepanalyze", "tags", "tools")  # ours; ``names.protocol_names()`` has every installed one
 
 
 def get_protocol(
@@ -86,25 +89,30 @@ def get_protocol(
     max_new_tokens: int = DEEPANALYZE_MAX_NEW_TOKENS,
     language: Language = PYTHON,
 ) -> Protocol:
-    """The protocol called ``name`` (one of ``PROTOCOL_NAMES``).
+    """The protocol registered as ``name`` (``names.protocol_names()``), made with these settings.
 
     ``data_format``, ``vllm_extras`` and ``max_new_tokens`` configure
     ``deepanalyze`` (see ``DeepAnalyzeProtocol``); the others ignore them.
     Raises ``ConfigError`` for an unknown name or data format, or for
-    ``vision`` with ``deepanalyze`` (DeepAnalyze-8B reads no images). ``language`` is the kernel's
+    ``vision`` with ``deepanalyze`` (DeepAnalyze-8B reads no images), or when a registered
+    protocol cannot be loaded or made. ``language`` is the kernel's
     (``languages.language_of``): the words, code fence and tool name the model is shown.
     """
-    key = name.strip().lower()
-    if key == "deepanalyze":
-        if vision:
-            raise ConfigError("the deepanalyze protocol cannot send images; use 'tags' or 'tools' for vision")
-        if data_format not in DATA_FORMATS:
-            raise ConfigError(f"unknown data format {data_format!r}; choose one of: {', '.join(DATA_FORMATS)}")
-        return DeepAnalyzeProtocol(
-            data_format=data_format, vllm_extras=vllm_extras, max_new_tokens=max_new_tokens, language=language
-        )
-    if key == "tags":
-        return TagsProtocol(vision=vision, language=language)
-    if key == "tools":
-        return ToolsProtocol(vision=vision, language=language)
-    raise ConfigError(f"unknown protocol {name!r}; choose one of: {', '.join(PROTOCOL_NAMES)}")
+    entry = protocol_entry_points().get(name.strip().lower())
+    if entry is None:
+        raise ConfigError(f"unknown protocol {name!r}; choose one of: {', '.join(protocol_names())}")
+    settings = ProtocolSettings(
+        vision=vision,
+        data_format=data_format,
+        vllm_extras=vllm_extras,
+        max_new_tokens=max_new_tokens,
+        language=language,
+    )
+    try:
+        make = entry.load()
+    except Exception as exc:  # a third party's package: its import error is the installation's to fix
+        raise ConfigError(f"the protocol {name!r} ({entry.value}) cannot be loaded: {exc}") from exc
+    protocol = make(settings)
+    if not isinstance(protocol, Protocol):
+        raise ConfigError(f"the protocol {name!r} ({entry.value}) made a {type(protocol).__name__}, not a Protocol")
+    return protocol

@@ -61,6 +61,19 @@ class Step:
     skipped_tool_call_ids: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class ProtocolSettings:
+    """What a run asks of its protocol. A ``kernel_agent.protocols`` entry point is a callable that takes
+    these and returns a ``Protocol``; it ignores what it has no use for, and raises ``ConfigError`` for
+    what it cannot do. ``max_new_tokens`` None: the protocol's own default."""
+
+    vision: bool = False
+    data_format: str = "files"
+    vllm_extras: bool = True
+    max_new_tokens: int | None = None
+    language: Language = PYTHON
+
+
 class Protocol:
     """Base of the three protocols (not ``typing.Protocol``). Instances are frozen values."""
 

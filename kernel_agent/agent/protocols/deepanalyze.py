@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from ...errors import ConfigError
 from ...model.chat import ModelReply
 from ...records import Round, Run
 from ...result import RebuildReport
-from .base import Feedback, Step
-from .prompts import DataFormat, PromptContext, deepanalyze_task, execute_block
+from .base import Feedback, ProtocolSettings, Step
+from .prompts import DATA_FORMATS, DataFormat, PromptContext, deepanalyze_task, execute_block
 from .tags import CODE_STOP_TOKEN_ID, TagProtocol
 
 __all__ = [
@@ -132,3 +133,18 @@ def _trim(turns: list[tuple[str, list[str]]], budget: int) -> int:
             size -= len(pieces.pop(0))
             dropped += 1
     return dropped
+
+
+def deepanalyze_protocol(settings: ProtocolSettings) -> DeepAnalyzeProtocol:
+    """The ``deepanalyze`` entry point of ``kernel_agent.protocols``. Raises ``ConfigError`` for ``vision``
+    (DeepAnalyze-8B reads no images) or an unknown data format."""
+    if settings.vision:
+        raise ConfigError("the deepanalyze protocol cannot send images; use 'tags' or 'tools' for vision")
+    if settings.data_format not in DATA_FORMATS:
+        raise ConfigError(f"unknown data format {settings.data_format!r}; choose one of: {', '.join(DATA_FORMATS)}")
+    return DeepAnalyzeProtocol(
+        data_format=settings.data_format,  # type: ignore[arg-type]  # checked above
+        vllm_extras=settings.vllm_extras,
+        max_new_tokens=settings.max_new_tokens or DEEPANALYZE_MAX_NEW_TOKENS,
+        language=settings.language,
+    )

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ...model.chat import ModelReply
 from ..languages import PYTHON, Language
-from .base import Feedback, Protocol, Step
+from .base import Feedback, Protocol, ProtocolSettings, Step
 from .base import join_problems as _join
 from .prompts import PromptContext, execute_block, opening_messages, tags_nudge, tags_system
 from .tagparse import CLOSING_FENCE, Block, close_code, closed, extract_code, parse_blocks, render_prose
@@ -116,3 +116,8 @@ class TagsProtocol(TagProtocol):
         parts = self._image_parts(feedback)
         content: str | list[dict[str, Any]] = [{"type": "text", "text": block}, *parts] if parts else block
         return [{"role": "user", "content": content}]
+
+
+def tags_protocol(settings: ProtocolSettings) -> TagsProtocol:
+    """The ``tags`` entry point of ``kernel_agent.protocols``."""
+    return TagsProtocol(vision=settings.vision, language=settings.language)

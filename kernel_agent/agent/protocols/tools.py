@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ...model.chat import ModelReply
 from ..languages import PYTHON, Language
-from .base import Feedback, Protocol, Step
+from .base import Feedback, Protocol, ProtocolSettings, Step
 from .base import join_problems as _join
 from .prompts import PromptContext, not_run, opening_messages, tools_empty_nudge, tools_nudge, tools_system
 from .tagparse import extract_code
@@ -132,3 +132,8 @@ def _tool_code(name: str, arguments: str, tool: str = PYTHON.tool) -> tuple[str 
         return None, 'malformed tool arguments (expected {"code": "..."})'
     code = extract_code(args["code"])  # fenced or bare, as in a <Code> block
     return (code, None) if code else (None, "empty code")
+
+
+def tools_protocol(settings: ProtocolSettings) -> ToolsProtocol:
+    """The ``tools`` entry point of ``kernel_agent.protocols``."""
+    return ToolsProtocol(vision=settings.vision, language=settings.language)
