@@ -19,7 +19,7 @@ import pytest
 
 from kernel_agent import AsyncAgent
 from kernel_agent.errors import DataFileError, KernelError, ModelUnreachableError, SessionClosedError
-from kernel_agent.kernel.interface import KERNELS_APART, Kernel, KernelFactory
+from kernel_agent.kernel.interface import Kernel, KernelFactory
 from kernel_agent.model.chat import ModelReply
 from kernel_agent.model.scripted import ScriptedChatModel
 from kernel_agent.records import Run
@@ -39,6 +39,8 @@ def answer(text: str) -> str:
 
 class Kernels:
     """A kernel factory that hands out one ``FakeKernel`` per run and keeps it to look at afterwards."""
+
+    kernels_apart = False  # its kernels work in the run's folder (a pool's or a gateway's would not)
 
     def __init__(self, script: Iterable[Step], **options: Any) -> None:
         self.script, self.options = list(script), options
@@ -166,7 +168,7 @@ def test_a_data_file_changing_while_its_record_copy_is_made_raises_with_the_roun
         return ok("read\n")
 
     kernels = Kernels([ok(), change_the_data], kernel_folder=tmp_path / "kernel-own")
-    setattr(kernels, KERNELS_APART, True)  # the record copies are then made while round 1 runs
+    kernels.kernels_apart = True  # the record copies are then made while round 1 runs
 
     async def scenario() -> None:
         async with agent([code("read()"), answer("never")], kernels) as analyst:
