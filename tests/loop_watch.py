@@ -87,7 +87,9 @@ def one_thread(client: httpx.Client, file_id: str, turns: int) -> None:
         body: dict[str, Any] = {"task": f"Write out.csv (turn {turn})", "file_ids": [file_id]}
         if thread_id:
             body["thread_id"] = thread_id
-        run = client.post("/v1/runs", json=body).json()
+        response = client.post("/v1/runs", json=body)
+        response.raise_for_status()
+        run = response.json()
         thread_id = run["thread_id"]
         assert follow(client, run["id"])[-1]["event"] == "finished"
         record = client.get(f"/v1/runs/{run['id']}").json()
@@ -99,7 +101,15 @@ def one_thread(client: httpx.Client, file_id: str, turns: int) -> None:
 
 def main(folder: Path) -> None:
     sys.addaudithook(audit)
-    with OpenAIServer() as model, ServiceServer(folder, model.base_url, keys={"k"}) as server:
+    with (
+        OpenAIServer() as model,
+        ServiceServer(
+            folder,
+            model.base_url,
+            keys={"k"},
+            max_running_per_key=4,  # one key's three threads at once: all run
+        ) as server,
+    ):
         model.add(*[reply_for] * 16)
         with httpx.Client(base_url=server.url, headers={"Authorization": "Bearer k"}, timeout=120) as client:
             file_id = client.post("/v1/files", files={"file": ("numbers.csv", b"x,y\n1,2\n", "text/csv")}).json()["id"]

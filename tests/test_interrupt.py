@@ -66,8 +66,8 @@ def test_interrupted_magic_says_so_and_keeps_the_partial_run(
     with capture_output() as captured:
         shell.run_cell_magic("agent", f"--model m --base-url {openai_server.base_url} -w ws", "Sleep.")
 
-    shown = "\n".join(str(out.data.get("text/markdown", "")) for out in captured.outputs)
-    assert "**Interrupted:** the notebook is saved" in shown
+    shown = "\n".join(str(out.data.get("text/html", "")) for out in captured.outputs)  # markdown, cleaned
+    assert "<strong>Interrupted:</strong> the notebook is saved" in shown
     run = shell.user_ns["_agent_run"]
     assert run.stop_reason == "cancelled" and Path(run.notebook_path).resolve() == tmp_path / "ws.ipynb"
     assert our_kernel_pids() == [] and runtime_dirs() == []

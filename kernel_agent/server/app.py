@@ -8,6 +8,7 @@ routes in ``compat.py``. The page in ``static/`` is mounted last, at ``/``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import mimetypes
 import tempfile
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .._loop import in_thread
 from .._version import __version__
 from ..agent.config import PROTOCOLS
+from ..agent.names import protocol_entry_points
 from ..agent.summaries import DATA_SUFFIXES
 from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
@@ -67,6 +69,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(protocol_entry_points)  # importlib.metadata scans site-packages: once, off the loop
         async with Service(config) as service:
             app.state.service = service
             yield
