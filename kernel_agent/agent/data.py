@@ -42,7 +42,6 @@ __all__ = [
     "check_data",
     "data_summary",
     "file_kind",
-    "files_line",
     "identifier",
     "preload_code",
     "preload_description",
@@ -431,20 +430,6 @@ def data_summary(files: Sequence[DataFile]) -> str:
         parts.append(entry)
         used += len(entry) + 2
     return "\n\n".join(parts)
-
-
-def files_line(files: Sequence[DataFile]) -> str:
-    """One prompt line naming each data file, its ``data`` attribute and how it is written (its summary's
-    first line: format, separator, encoding, size, shape) plus any date-order note. Raises nothing."""
-    if not files:
-        return "No data files were given."
-    entries = []
-    for attribute, file in zip(data_attributes(files), files, strict=True):
-        lines = file.summary.splitlines()
-        facts = [lines[0]] if lines else [file.kind]
-        facts += [line for line in lines[1:] if line.startswith("Dates stored as text")]
-        entries.append(f"`{file.name}` (`data.{attribute}`): {' '.join(facts)}")
-    return "Data files in the working directory: " + "; ".join(entries)
 
 
 _SETUP = """\

@@ -4,8 +4,11 @@ Owns the list of packages analyst models reach for, the probe that asks the kern
 has and which names the code defined so far (one ``user_expressions`` round trip: ``find_spec`` and
 the distribution's version, nothing imported; each global's type and shape), and the line added to a
 ``ModuleNotFoundError``'s feedback naming what is installed that does the job (``seaborn is not
-installed here; matplotlib 3.9.2 is``). Run, resume, service threads and plan tasks all take their
-``Environment`` from ``probe``; the protocols render it (``protocols/prompts.py``). The probe's
+installed here; matplotlib 3.9.2 is``), and ``prompt_context``, the one view every mode's prompt is
+built from: the task, the data description (``data.data_summary``: each file's columns, dtypes, missing
+counts, dirty columns and first rows) and the kernel as probed. Run, resume, service threads, the plan's
+request and each plan task take their ``Environment`` from ``probe`` and their prompt's facts from
+``prompt_context``; the protocols render it (``protocols/prompts.py``). The probe's
 expressions are the kernel language's; what comes back is a claim of the kernel's, parsed without
 trusting it (``literal_eval`` of bounded text, strings only).
 """
@@ -18,8 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .data import DataFile, data_summary
+
 if TYPE_CHECKING:
     from ..kernel.interface import Kernel
+    from .languages import Language
+    from .protocols.prompts import PromptContext
 
 __all__ = [
     "MAX_ENTRY",
@@ -33,6 +40,7 @@ __all__ = [
     "parse_list",
     "probe",
     "probe_expression",
+    "prompt_context",
 ]
 
 MAX_NAMES = 40  # names listed in a prompt; the rest are counted
@@ -173,3 +181,24 @@ def parse_list(text: str | None) -> tuple[str, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(" ".join(item.split())[:MAX_ENTRY] for item in value if isinstance(item, str))
+
+
+def prompt_context(
+    environment: Environment, task: str, files: Sequence[DataFile], language: Language, *, preload: bool = True
+) -> PromptContext:
+    """What a prompt tells the model, the same in every mode: ``task``; the data description
+    (``data_summary``: each file under its name and ``data`` attribute with its columns, dtypes, missing
+    counts, dirty columns and first rows, bounded); the packages ``environment`` found and the common ones
+    missing; what the setup cell defined (when ``preload``); the names defined so far. Raises nothing."""
+    # The protocols import this module (``Environment``), so their context type is imported when used.
+    from .protocols.prompts import FileInfo, PromptContext
+
+    return PromptContext(
+        task=task,
+        data_summary=data_summary(files),
+        packages=environment.packages,
+        missing=language.missing(environment.packages),
+        preloaded=language.setup_words(files) if preload else "",
+        files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
+        names=environment.names,
+    )

@@ -416,6 +416,13 @@ def run(
     help="Fixes asked for a failing task.",
 )
 @click.option(
+    "--max-task-rounds",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Code rounds a task may run (it sees each one's output) before it stops without saying it is done.",
+)
+@click.option(
     "--resume",
     metavar="PLAN.ipynb",
     help="Finish an interrupted plan run: done tasks are kept (their cells re-run), the rest run.",
@@ -449,6 +456,7 @@ def plan(
     max_depth: int,
     node_budget: int,
     max_fix_attempts: int,
+    max_task_rounds: int,
     resume: str | None,
     workspace: str | None,
     out: str | None,
@@ -485,6 +493,7 @@ def plan(
             max_depth=max_depth,
             node_budget=node_budget,
             max_fix_attempts=max_fix_attempts,
+            max_task_rounds=max_task_rounds,
             exec_timeout=arguments["exec_timeout"],
         )
         _make_parent(out)

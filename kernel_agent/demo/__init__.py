@@ -4,8 +4,9 @@ Owns the package data next to this file: ``sales.csv`` (made by
 ``make_dataset.py``, committed), ``script.json`` (the task and the model
 replies, each stored as a list of lines so the file stays readable and
 diffable) and ``plan_script.json`` (the same for plan mode: the plan as JSON,
-then each node's replies in execution order, one of them a mistake that the
-next reply fixes). It runs nothing itself: the CLI's ``demo`` command hands
+then each node's replies in execution order, a code task's ending with the
+``<Answer>`` that says it is done, one of them a mistake that the next reply
+fixes). It runs nothing itself: the CLI's ``demo`` command hands
 ``dataset_path()``, ``demo_task()`` and ``demo_model()`` to the agent.
 
 The replies use the ``tags`` format (``<Analyze>``, ``<Understand>``,

@@ -33,19 +33,10 @@ from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
 from ...records import Usage
-from ..data import (
-    DataFile,
-    data_summary,
-    files_line,
-    opened_beside,
-    preload_code,
-    preload_description,
-    prepare_data,
-    stage_recorded,
-)
-from ..environment import Environment, names_expression, probe, probe_expression
+from ..data import DataFile, opened_beside, preload_code, prepare_data, stage_recorded
+from ..environment import Environment, names_expression, probe, probe_expression, prompt_context
 from ..languages import PYTHON, language_of
-from ..protocols import PromptContext, Protocol, environment_lines, get_protocol
+from ..protocols import Protocol, environment_lines, get_protocol
 from .graph import PlanNode, build_dag
 from .output import counts, write_outputs
 from .runner import NodeRun, PlanOptions, design_plan
@@ -122,9 +113,9 @@ async def stream_plan(
             await _rebuild(session, nodes, state, options)
         else:
             notices: list[Notice] = []
-            installed = (await probe(session, packages=probe_expression())).packages
+            known = prompt_context(await probe(session, packages=probe_expression()), task, files, PYTHON)
             planning: list[Usage] = []
-            spec, nodes = await design_plan(model, task, data_summary(files), options, notices, installed, planning)
+            spec, nodes = await design_plan(model, task, known.data_summary, options, notices, known.packages, planning)
             state.planning_tokens = {k: v for k, v in asdict(sum(planning, Usage())).items() if v}
             for notice in notices:
                 yield notice
@@ -132,8 +123,8 @@ async def stream_plan(
             state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
             await asyncio.to_thread(state.save)
         yield PlanReady(tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes))
-        known = _Known(files, preload_description(files) if preload else "", protocol.vision)
-        async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path, known):
+        view = _View(files, preload, protocol.vision)
+        async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path, view):
             yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
         state.finished_at = datetime.now(UTC).isoformat()
@@ -164,24 +155,19 @@ async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState,
 
 
 @dataclass(frozen=True)
-class _Known:
-    """What every node is told about its environment besides the kernel's probe."""
+class _View:
+    """What every node is told about its environment, from ``prompt_context`` as run mode's prompt is."""
 
     files: tuple[DataFile, ...]
-    preloaded: str
+    preload: bool
     vision: bool
 
-    async def lines(self, session: Kernel, task: str) -> tuple[list[str], Environment]:
-        """The environment lines for the next node, with the kernel probed now (names defined so far)."""
+    async def context(self, session: Kernel, task: str) -> tuple[list[str], str, Environment]:
+        """The next node's environment lines and data description, with the kernel probed now (the names
+        defined so far)."""
         environment = await probe(session, packages=probe_expression(), names=names_expression())
-        context = PromptContext(
-            task=task,
-            packages=environment.packages,
-            missing=environment.missing,
-            preloaded=self.preloaded,
-            names=environment.names,
-        )
-        return [*environment_lines(context, vision=self.vision), files_line(self.files)], environment
+        context = prompt_context(environment, task, self.files, PYTHON, preload=self.preload)
+        return environment_lines(context, vision=self.vision), context.data_summary, environment
 
 
 async def _run_nodes(
@@ -192,7 +178,7 @@ async def _run_nodes(
     state: PlanState,
     options: PlanOptions,
     notebook: Path,
-    known: _Known,
+    view: _View,
 ) -> AsyncIterator[PlanEvent]:
     by_id = {n.id: n for n in nodes}
     for node in nodes:
@@ -204,8 +190,10 @@ async def _run_nodes(
             result = NodeResult(node.id, "skipped", reason=f"a prerequisite did not complete: {why}")
         else:
             done = [(by_id[d], state.results[d]) for d in node.depends_on]
-            lines, environment = await known.lines(session, state.task)
-            run = NodeRun(model, session, state.task, node, done, options, protocol, lines, environment.packages)
+            lines, described, environment = await view.context(session, state.task)
+            run = NodeRun(
+                model, session, state.task, node, done, options, protocol, lines, environment.packages, described
+            )
             began = time.monotonic()
             async for event in run.steps():
                 yield event

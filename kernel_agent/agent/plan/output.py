@@ -49,7 +49,7 @@ def _header(node: PlanNode, result: NodeResult | None) -> str:
         lines += ["", f"*Purpose:* {node.purpose}"]
     if result and result.failures:
         lines += ["", "Failed attempts: " + "; ".join(f"`{f}`" for f in result.failures)]
-    if result and result.reason and result.status != "done":
+    if result and result.reason:  # a done task has one when a bound ended it
         lines += ["", f"Reason: {result.reason}"]
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """The messages plan mode sends the model, and reading code out of its replies. Pure.
 
-Owns the wording of the experiment-design, repair, node, fix and figure-analysis
-prompts, phrased for the run's protocol (``tools``: call ``execute_python``;
+Owns the wording of the experiment-design, repair, node, fix and next-round
+prompts (a code task's output goes back to it until it says it is done),
+phrased for the run's protocol (``tools``: call ``execute_python``;
 ``tags``/``deepanalyze``: a ``<Code>`` block). The message *shapes* that carry
 execution results back (tool messages, ``<Execute>`` blocks) belong to
 ``agent.protocols``. It does not call the model or parse replies beyond a code fence.
@@ -21,7 +22,6 @@ from .state import NodeResult
 __all__ = [
     "MAX_PROBES",
     "PROBE_MARK",
-    "analysis_text",
     "code_in",
     "design_messages",
     "fix_text",
@@ -29,6 +29,7 @@ __all__ = [
     "node_messages",
     "probe_text",
     "repair_message",
+    "round_text",
 ]
 
 Message = dict[str, Any]
@@ -81,10 +82,13 @@ def node_messages(
     done: Sequence[tuple[PlanNode, NodeResult]],
     protocol: str = "tools",
     environment: Sequence[str] = (),
+    data: str = "",
+    max_rounds: int = 1,
 ) -> list[Message]:
     """The conversation for one node: the overall task, the environment (``environment.probe`` rendered by
-    ``protocols.environment_lines``: packages, data files, names defined so far, figure visibility), what
-    its prerequisites found, and the ask.
+    ``protocols.environment_lines``: packages, names defined so far, figure visibility), the data description
+    the planning request had (``data``: ``environment.prompt_context``'s), what its prerequisites found, and
+    the ask (a code task may take up to ``max_rounds`` code rounds and ends with a reply without code).
 
     ``deepanalyze`` gets no system message (DeepAnalyze-8B is trained without one).
     """
@@ -100,13 +104,15 @@ def node_messages(
         ask = (
             f"To run this task, {how}. Print the numbers you find; reuse the kernel's existing variables instead "
             f"of reloading. To look at something first, {how} whose first line is `{PROBE_MARK}` (at most "
-            f"{MAX_PROBES} probes); you get its output back."
+            f"{MAX_PROBES} probes); you get its output back. You see each run's output and may run more code "
+            f"(at most {max_rounds} code round(s) in this task); when the task is done, {_finish(protocol)}."
             + (" Draw the figure with matplotlib and show it." if node.kind == "visualisation" else "")
         )
     known = "".join(f"- {line}\n" for line in environment)
     user = (
         f"Overall task: {task}\n\n"
         + (f"Environment:\n{known}\n" if known else "")
+        + (f"Data:\n{data.strip()}\n\n" if data.strip() else "")
         + f"Results of the tasks this one depends on:\n{context}\n\n"
         f"Current task [{node.id}]: {node.title}\nPurpose: {node.purpose or '-'}\n\n{ask}"
     )
@@ -115,10 +121,16 @@ def node_messages(
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
 
 
+def _finish(protocol: str) -> str:
+    """How a reply says a code task is done under ``protocol`` (its answer, as in run mode)."""
+    where = "reply without calling any tool" if protocol == "tools" else "reply with one <Answer>...</Answer> block"
+    return f"{where}: 2-4 sentences stating what the task found, with the key numbers"
+
+
 def _context(node: PlanNode, result: NodeResult) -> str:
     body = result.text or result.output_text() or "(no printed output)"
     if result.analysis:
-        body += f"\nFigure analysis: {result.analysis}"
+        body += f"\nIts analysis: {result.analysis}"
     return f"[{node.id}] {node.title}:\n{body}"
 
 
@@ -138,22 +150,27 @@ def no_code_text(protocol: str = "tools") -> str:
     return f"This task needs code: {_how(protocol)}."
 
 
-def analysis_text(node: PlanNode, output_text: str, figures: int, protocol: str = "tools", *, seen: bool = True) -> str:
-    """Asks for the analysis of a visualisation node's figures (sent as the execution's result).
-
-    ``seen=False`` (a model without vision: the figures are not sent) asks about the printed numbers
-    instead, and says the figure itself cannot be seen."""
-    answer = "Prose only, no tool call." if protocol == "tools" else "Prose only, in one <Answer>...</Answer> block."
-    drew = f"The code for [{node.id}] drew {figures} figure(s) and printed:\n{output_text or '(nothing)'}\n\n"
-    if not seen:
-        return (
-            drew + "You cannot see the figure. In 2-4 sentences, state what the printed numbers show with "
-            f"respect to the task's purpose ({node.purpose or node.title}); do not describe the figure. {answer}"
+def round_text(
+    node: PlanNode, output_text: str, figures: int, protocol: str = "tools", *, seen: bool = True, left: int = 0
+) -> str:
+    """Gives a code round's output back within its task (sent as the execution's result) and asks the model
+    to check it: more code when something is wrong or missing (``left`` rounds remain), or the closing words
+    that end the task. ``seen=False`` (a model without vision: figures are not sent) says the figures cannot
+    be seen, so the closing words rest on the printed numbers."""
+    lines = [f"Output:\n{output_text.strip(chr(10)) or '(nothing printed)'}"]
+    if figures:
+        lines.append(
+            f"The code drew {figures} figure(s)"
+            + (", attached." if seen else "; you cannot see them, so judge by the printed numbers.")
         )
-    return (
-        drew + f"In 2-4 sentences, state what the figure shows with respect to its purpose "
-        f"({node.purpose or node.title}). {answer}"
+    purpose = node.purpose or node.title
+    figure = " and what the figure shows" if figures and seen else ""
+    lines.append(
+        f"Check this against the task's purpose ({purpose}). If something is wrong or missing, "
+        f"{_how(protocol)} ({left} code round(s) left in this task). If the task is done, {_finish(protocol)}"
+        f"{figure}."
     )
+    return "\n\n".join(lines)
 
 
 def code_in(reply: str) -> str:

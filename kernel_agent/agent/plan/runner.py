@@ -2,8 +2,11 @@
 
 Owns the model conversations of plan mode: the experiment design (plain chat
 whose JSON is schema-validated, with one repair request for an invalid plan)
-and each node's code → execute → fix loop, plus the figure analysis of
-visualisation nodes. Nodes speak the run's ``Protocol`` (``tools``: function
+and each code node's rounds: code → execute → its output back to the model
+(or a fix request after a traceback) → more code, until the model ends the
+task as run mode's rounds end (a reply with no code: the protocol's answer,
+kept as the node's analysis) or a bound ends it (``max_task_rounds`` code
+rounds, ``max_fix_attempts`` failures). Nodes speak the run's ``Protocol`` (``tools``: function
 calls; ``tags``/``deepanalyze``: ``<Code>`` blocks), so results and fix requests
 go back as tool messages or ``<Execute>`` blocks; a bare ```python fence is
 accepted from any protocol. It does not order nodes,
@@ -13,7 +16,7 @@ persist them or write outputs (``api.py``, ``state.py``, ``output.py`` do).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError, PlanError
@@ -21,14 +24,12 @@ from ...events import NodeStarted, Notice
 from ...kernel.interface import Kernel
 from ...model.chat import ChatModel, ModelReply
 from ...records import Usage
-from ...result import ExecutionResult
 from ..environment import module_hint
 from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
 from .graph import PlanNode, build_dag
 from .prompts import (
     MAX_PROBES,
     PROBE_MARK,
-    analysis_text,
     code_in,
     design_messages,
     fix_text,
@@ -36,25 +37,29 @@ from .prompts import (
     node_messages,
     probe_text,
     repair_message,
+    round_text,
 )
 from .schema import PlanSpec, parse_plan
-from .state import CellRecord, NodeResult
+from .state import CellRecord, NodeResult, NodeStatus
 
 __all__ = ["NodeRun", "PlanOptions", "design_plan"]
 
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """Budgets of a plan run: tree depth, node count, fix attempts per node, seconds per cell."""
+    """Budgets of a plan run: tree depth, node count, fix attempts per node, code rounds per node (a code
+    task whose code ran that many times without the model saying it is done stops there, ``done`` with the
+    reason recorded), seconds per cell."""
 
     max_depth: int = 3
     node_budget: int = 20
     max_fix_attempts: int = 5
+    max_task_rounds: int = 5
     exec_timeout: float | None = None
 
     def __post_init__(self) -> None:
         """Raises ``ConfigError`` for a budget below its minimum."""
-        for name, low in (("max_depth", 1), ("node_budget", 1), ("max_fix_attempts", 0)):
+        for name, low in (("max_depth", 1), ("node_budget", 1), ("max_fix_attempts", 0), ("max_task_rounds", 1)):
             if getattr(self, name) < low:
                 raise ConfigError(f"{name} must be at least {low}, not {getattr(self, name)}")
 
@@ -107,42 +112,98 @@ class NodeRun:
         protocol: Protocol,
         environment: Sequence[str] = (),
         installed: Sequence[str] = (),
+        data: str = "",
     ) -> None:
-        """``environment`` is the prompt's environment lines; ``installed`` the probed packages (for the
-        hint after a ``ModuleNotFoundError``)."""
+        """``environment`` is the prompt's environment lines and ``data`` its data description (both from
+        ``environment.prompt_context``); ``installed`` the probed packages (for the hint after a
+        ``ModuleNotFoundError``)."""
         self._model, self._session, self._node, self._options = model, session, node, options
         self._protocol = protocol
         self._installed = tuple(installed)
-        self._messages: list[dict[str, Any]] = node_messages(task, node, done, protocol.name, environment)
+        self._messages: list[dict[str, Any]] = node_messages(
+            task, node, done, protocol.name, environment, data, options.max_task_rounds
+        )
         self.result: NodeResult | None = None
         self._probes: list[CellRecord] = []
+        self._kept: list[CellRecord] = []  # the code rounds that ran without error, in order
         self._failed: list[CellRecord] = []
         self._probed = 0
         self.usage = Usage()  # the model's tokens for this node, summed over its replies (as reported)
 
     async def steps(self) -> AsyncIterator[NodeStarted]:
-        """Yields ``NodeStarted`` per attempt. Raises ``ModelError``/``KernelError`` from the machinery."""
+        """Yields ``NodeStarted`` per attempt (the first, then one per fix). Raises ``ModelError``/``KernelError``
+        from the machinery."""
         node = self._node
+        yield NodeStarted(node.id, node.title)
         if node.kind == "text":
-            yield NodeStarted(node.id, node.title)
             reply, step = await self._ask(prose=True)
             self.result = NodeResult(node.id, "done", attempts=1, text=_prose(reply, step))
             return
         failures: list[str] = []
-        for attempt in range(1, self._options.max_fix_attempts + 2):
-            yield NodeStarted(node.id, node.title, attempt)
-            success = await self._attempt(failures)
-            if success is not None:
-                self.result = await self._finished(*success, attempt, failures)
-                return
-        self.result = NodeResult(
-            node.id,
-            "failed",
-            attempts=len(failures),
-            cells=tuple(self._probes),
+        while self.result is None:
+            problem = await self._round(failures)
+            if problem is None:
+                continue
+            failures.append(problem)
+            if len(failures) > self._options.max_fix_attempts:
+                self.result = self._ended(
+                    "failed", failures, reason=f"still failing after {len(failures)} attempts: {failures[-1]}"
+                )
+            else:
+                yield NodeStarted(node.id, node.title, len(failures) + 1)
+
+    async def _round(self, failures: list[str]) -> str | None:
+        """One reply acted on: its code run and the output told back, or the task ended (``result`` set).
+        Returns what went wrong (a failure, answered with a fix request or a nudge), or None."""
+        step, code = await self._reply_code()
+        if not code:
+            if self._kept and step.answer is not None:  # the protocol's answer: the model says it is done
+                self.result = self._ended("done", failures, analysis=step.answer.strip())
+                return None
+            # A reply with neither code nor answer gets the protocol's own nudge (it answers tool calls too).
+            self._messages += (
+                self._protocol.nudge_messages(step)
+                if step.answer is None
+                else [{"role": "user", "content": no_code_text(self._protocol.name)}]
+            )
+            return "the reply had no code"
+        result = await self._session.execute(code, self._options.exec_timeout)
+        cell = CellRecord(code, tuple(result.outputs), result.execution_count)
+        if result.status == "ok":
+            self._kept.append(cell)
+            rounds = self._options.max_task_rounds
+            if len(self._kept) >= rounds:
+                reason = (
+                    f"stopped after {rounds} code round(s) without the model saying the task was done "
+                    f"(max_task_rounds {rounds})"
+                )
+                self.result = self._ended("done", failures, reason=reason)
+                return None
+            printed = NodeResult(self._node.id, "done", cells=(cell,)).output_text()
+            seen = self._protocol.vision
+            shown = round_text(
+                self._node, printed, len(result.images), self._protocol.name, seen=seen, left=rounds - len(self._kept)
+            )
+            self._tell(step, shown, result.images if seen else ())
+            return None
+        error = result.error
+        ename, evalue = (error.ename, error.evalue) if error else (result.status, result.note)
+        self._failed.append(cell)
+        hint = module_hint(evalue, self._installed) if ename == "ModuleNotFoundError" else ""
+        self._tell(step, fix_text(ename, evalue, error.traceback if error else (), self._protocol.name, hint))
+        return f"{ename}: {evalue}"
+
+    def _ended(self, status: NodeStatus, failures: list[str], *, analysis: str = "", reason: str = "") -> NodeResult:
+        """The node's result: its probes and kept rounds, its failures and failed cells."""
+        return NodeResult(
+            self._node.id,
+            status,
+            attempts=len(failures) + (status == "done"),
+            cells=(*self._probes, *self._kept),
             failures=tuple(failures),
             failed=tuple(self._failed),
-            reason=f"still failing after {len(failures)} attempts: {failures[-1]}",
+            analysis=analysis,
+            reason=reason,
         )
 
     async def _ask(self, *, prose: bool = False) -> tuple[ModelReply, Step]:
@@ -177,50 +238,6 @@ class NodeRun:
             if result.error is not None:
                 shown += f"{result.error.ename}: {result.error.evalue}"
             self._tell(step, probe_text(shown, MAX_PROBES - self._probed))
-
-    async def _attempt(self, failures: list[str]) -> tuple[CellRecord, Step, ExecutionResult] | None:
-        step, code = await self._reply_code()
-        if not code:
-            failures.append("the reply had no code")
-            # A reply with neither code nor answer gets the protocol's own nudge (it answers tool calls too).
-            self._messages += (
-                self._protocol.nudge_messages(step)
-                if step.answer is None
-                else [{"role": "user", "content": no_code_text(self._protocol.name)}]
-            )
-            return None
-        result = await self._session.execute(code, self._options.exec_timeout)
-        if result.status == "ok":
-            return CellRecord(code, tuple(result.outputs), result.execution_count), step, result
-        error = result.error
-        ename, evalue = (error.ename, error.evalue) if error else (result.status, result.note)
-        failures.append(f"{ename}: {evalue}")
-        self._failed.append(CellRecord(code, tuple(result.outputs), result.execution_count))
-        hint = module_hint(evalue, self._installed) if ename == "ModuleNotFoundError" else ""
-        self._tell(step, fix_text(ename, evalue, error.traceback if error else (), self._protocol.name, hint))
-        return None
-
-    async def _finished(
-        self, cell: CellRecord, step: Step, executed: ExecutionResult, attempt: int, failures: list[str]
-    ) -> NodeResult:
-        result = NodeResult(
-            self._node.id,
-            "done",
-            attempts=attempt,
-            cells=(*self._probes, cell),
-            failures=tuple(failures),
-            failed=tuple(self._failed),
-        )
-        printed = result.output_text()
-        # A model that cannot see the figure is asked about the numbers it printed, or not at all.
-        if self._node.kind == "visualisation" and result.figures and (self._protocol.vision or printed.strip()):
-            ask = analysis_text(
-                self._node, printed, len(result.figures), self._protocol.name, seen=self._protocol.vision
-            )
-            self._tell(step, ask, executed.images if self._protocol.vision else ())
-            reply, answer = await self._ask()
-            result = replace(result, analysis=_prose(reply, answer))
-        return result
 
 
 def _prose(reply: ModelReply, step: Step) -> str:
