@@ -2,11 +2,13 @@
 the third task needs the first task's variable, and its prompt names it (with its type and shape), the
 installed packages, the data files as they are written and that figures are not seen; earlier output
 reaches it with its last lines, never a probe's noise first; a failed attempt's code and the printed
-numbers reach the report, which says plainly that the model gave no conclusion."""
+numbers reach the report, which says plainly that the model gave no conclusion. A task's request carries
+the data description the planning request has (columns with their exact names and dtypes, first rows)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,9 @@ LOAD = (
     "for i in range(200):\n    print('detail line', i, 'x' * 20)\n"
     "print('SUMMARY: best group is b with mean 7.5')"
 )
+
+
+DONE = Reply("<Answer>Done: the numbers are printed above.</Answer>")  # a code task's closing words
 
 
 def code(text: str) -> Reply:
@@ -69,10 +74,14 @@ def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
         design,
         ask("load", code("# probe\nprint('PROBE NOISE ' * 50)")),
         code(LOAD),
+        DONE,
         ask("noise", code("import not_a_module_here")),
         code("noise = 1\nprint('noise', noise)"),
+        DONE,
         ask("rank", code("ranking = survey.groupby('group')['score'].mean()\nprint(ranking)")),
+        DONE,
         ask("plot", code("ranking.plot.bar()\nplt.show()")),
+        DONE,
     )
     notebook = tmp_path / "plan.ipynb"
     with Agent(
@@ -87,7 +96,7 @@ def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
                 options=PlanOptions(max_fix_attempts=1),
             )
         )
-    assert openai_server.remaining == 0  # no figure analysis asked of a model that cannot see the figure
+    assert openai_server.remaining == 0
     assert {e.node_id: e.status for e in events if isinstance(e, NodeFinished)} == {
         "load": "done",
         "noise": "done",
@@ -98,7 +107,7 @@ def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
     rank = prompts["rank"]
     assert "`survey: DataFrame 12x3`" in rank and "`noise: int`" in rank  # names defined so far, typed
     assert "Installed packages: pandas " in rank
-    assert "`survey.csv` (`data.survey`): CSV" in rank and "tab-separated" in rank
+    assert "## survey.csv · `data.survey`\nCSV" in rank and "tab-separated" in rank
     assert "you only see a placeholder" in rank  # figures are not seen without --vision
     context = rank[rank.index("Results of the tasks") :]
     assert "SUMMARY: best group is b with mean 7.5" in context  # the tail survives the budget
@@ -113,3 +122,33 @@ def test_a_later_task_sees_the_environment_and_the_report_keeps_the_numbers(
     assert "Failed attempt 1: ModuleNotFoundError" in report and "import not_a_module_here" in report
     page = Path(events[-1].html).read_text()  # type: ignore[union-attr]
     assert 'alt="&lt;Figure size' in page and not caplog.records  # nbconvert had nothing to warn about
+
+
+CRIMES = "Crimes (midnight to 11:59pm)"  # the exact spelling a model guessing from the question gets wrong
+
+
+def test_a_task_gets_the_planning_requests_data_description(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    table = folder / "2014_q4.csv"
+    table.write_text(
+        f"Dates,{CRIMES},District\n" + "".join(f"{day:02d}/10/2014,{day * 3},D{day % 4}\n" for day in range(13, 31))
+    )
+    plan = {"nodes": [{"id": "count", "title": "Total crimes"}]}
+    openai_server.add(
+        Reply("```json\n" + json.dumps(plan) + "\n```"),
+        code(f"print(pd.read_csv(data.file_2014_q4)[{CRIMES!r}].sum())"),
+        DONE,
+    )
+    with Agent(
+        model="m", base_url=openai_server.base_url, api_key="sk-test", protocol="tags", model_options={"max_retries": 0}
+    ) as agent:
+        events = list(agent.stream_plan("How many crimes?", [table], tmp_path / "run", tmp_path / "plan.ipynb"))
+    assert [(e.node_id, e.status) for e in events if isinstance(e, NodeFinished)] == [("count", "done")]
+
+    design, task = (request["messages"][-1]["content"] for request in openai_server.requests[:2])
+    described = design.split("not yet read):\n", 1)[1].split("\n\nInstalled packages", 1)[0]
+    assert described in task  # the same description, word for word, in the task's fresh conversation
+    assert f"`{CRIMES}`" in task and re.search(rf"`{re.escape(CRIMES)}`[^\n]*int64", task)  # exact name, dtype
+    assert "13/10/2014" in task  # the first rows
+    assert "Dates stored as text" in task and "columns Dates" not in task  # the date note on a line of its own

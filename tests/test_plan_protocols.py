@@ -1,7 +1,7 @@
 """Plan mode in each chat protocol, through the real openai SDK to the scripted server: nodes send
-code as ``execute_python`` calls (tools) or ``<Code>`` blocks (tags, deepanalyze); fix requests, results
-and the figure-analysis ask go back as tool messages, ``<Execute>`` blocks or ``execute`` messages; the
-plan stays plain JSON.
+code as ``execute_python`` calls (tools) or ``<Code>`` blocks (tags, deepanalyze); fix requests and each
+round's output (with its figure under --vision) go back as tool messages, ``<Execute>`` blocks or ``execute``
+messages, and a code task ends with the protocol's answer; the plan stays plain JSON.
 The task has three data files (CSV, NPY, MAT): all are summarised for the design and read by a node."""
 
 from __future__ import annotations
@@ -85,26 +85,31 @@ def script(protocol: str) -> list[Any]:
         assert "NameError" in result_of_last_call(protocol, body)
         return code_reply(protocol, LOAD)
 
+    def loaded(body: dict[str, Any]) -> Reply:
+        assert "total 18" in result_of_last_call(protocol, body)  # the task sees its own output
+        return prose_reply(protocol, "The total is 18.")
+
     def analysis(body: dict[str, Any]) -> Reply:
         if protocol == "tools":  # with --vision the figure follows the tool message as an image part
             *messages, figure = body["messages"]
             assert [part["type"] for part in figure["content"]] == ["text", "image_url"]
             body = {**body, "messages": messages}
-        assert "drew 1 figure(s)" in result_of_last_call(protocol, body)
+        result = result_of_last_call(protocol, body)
+        assert "drew 1 figure(s)" in result
+        assert ("you cannot see them" in result) == (protocol != "tools")  # without vision: not sent, and said
         return prose_reply(protocol, "The line rises steadily.")
 
     def wrap(body: dict[str, Any]) -> Reply:
-        seen = "The line rises steadily." in json.dumps(body["messages"])  # the prerequisite's analysis
-        assert seen == (protocol == "tools")
+        assert "The line rises steadily." in json.dumps(body["messages"])  # the prerequisite's analysis
         return prose_reply(protocol, "The total is 6 and the trend is up.")
 
-    # Without vision the figure is not sent, and nothing was printed: no analysis is asked for.
     return [
         design,
         code_reply(protocol, "print(undefined_total)"),
         fix,
+        loaded,
         code_reply(protocol, "import matplotlib.pyplot as plt\nplt.plot(x)\nplt.show()"),
-        *([analysis] if protocol == "tools" else []),
+        analysis,
         wrap,
     ]
 
@@ -146,5 +151,6 @@ def test_plan_nodes_speak_the_protocol(protocol: str, openai_server: OpenAIServe
     state = PlanState.load(state_path(notebook))
     assert state.results["load"].failures == ("NameError: name 'undefined_total' is not defined",)
     assert state.results["load"].output_text() == "total 18\n"  # 6 from the CSV, 2 from the NPY, 10 from the MAT
-    assert state.results["plot"].analysis == ("The line rises steadily." if protocol == "tools" else "")
+    assert state.results["plot"].analysis == "The line rises steadily."
+    assert state.results["load"].analysis == "The total is 18."
     assert state.results["wrap"].text == "The total is 6 and the trend is up."

@@ -58,7 +58,7 @@ def plan_cli(server: OpenAIServer, *args: str) -> list[str]:
 def test_plan_killed_mid_run_resumes_from_its_state(openai_server: OpenAIServer, tmp_path: Path) -> None:
     workspace, notebook = tmp_path / "ws", tmp_path / "plan.ipynb"
     openai_server.add(Reply(json.dumps(PLAN)))
-    openai_server.add(Reply("```python\na = 21\nprint('a is', a)\n```"))
+    openai_server.add(Reply("```python\na = 21\nprint('a is', a)\n```"), Reply("`a` is 21."))
     openai_server.add(Reply("```python\nimport time\ntime.sleep(120)\n```"))
     cli = subprocess.Popen(
         plan_cli(openai_server, "Double a number", "-w", str(workspace), "-o", str(notebook)),
@@ -66,7 +66,7 @@ def test_plan_killed_mid_run_resumes_from_its_state(openai_server: OpenAIServer,
         stderr=subprocess.PIPE,
     )
     try:
-        wait_for(lambda: len(openai_server.requests) == 3 and bool(kernels_of(cli.pid)), "the slow node to start")
+        wait_for(lambda: len(openai_server.requests) == 4 and bool(kernels_of(cli.pid)), "the slow node to start")
         kernels = kernels_of(cli.pid)
         cli.send_signal(signal.SIGKILL)
         cli.wait(timeout=30)
@@ -81,6 +81,7 @@ def test_plan_killed_mid_run_resumes_from_its_state(openai_server: OpenAIServer,
     sweep_stale_runtime_dirs()
 
     openai_server.add(Reply("```python\nb = a * 2\nprint('b is', b)\n```"))  # `a` comes from the rebuilt kernel
+    openai_server.add(Reply("`b` is 42."))
     openai_server.add(Reply("Doubling 21 gives 42."))
     done = subprocess.run(
         plan_cli(openai_server, "--resume", str(notebook)), capture_output=True, text=True, timeout=300
@@ -91,7 +92,7 @@ def test_plan_killed_mid_run_resumes_from_its_state(openai_server: OpenAIServer,
     assert [n["status"] for n in ready["nodes"]] == ["done", "pending", "pending"]
     assert [e["node_id"] for e in events if e["event"] == "node_finished"] == ["double", "sum_up"]
     assert events[-1]["counts"] == {"total": 3, "done": 3, "failed": 0, "skipped": 0, "pending": 0}
-    assert len(openai_server.requests) == 5  # no new plan was asked for
+    assert len(openai_server.requests) == 7  # no new plan was asked for
 
     nb = nbformat.read(notebook, as_version=4)
     code = [c.source for c in nb.cells if c.cell_type == "code"][1:]

@@ -47,12 +47,14 @@ REPLIES = [
     "```json\n" + json.dumps(PLAN) + "\n```",
     fence("# probe\nprint(40 + 2)"),
     fence("base = [3, 1, 4, 1, 5]\nprint('loaded', len(base))"),
+    "Five numbers are loaded as `base`.",  # a reply without code: the task is done
     fence("raise ValueError('bad idea')"),
     fence("raise ValueError('still a bad idea')"),
     "I would rather not write code for this.",
     fence("print(undefined_name)"),
     fence("print(sum(base) / 0)"),
     fence("mean = sum(base) / len(base)\nprint('mean', mean)"),
+    "The mean is 2.8.",
     fence(
         "import matplotlib.pyplot as plt\nplt.plot(base)\nplt.title(f'mean {mean}')\nplt.show()\nprint('mean', mean)"
     ),
@@ -102,6 +104,8 @@ def test_plan_runs_in_one_kernel_with_fixes_skips_report_and_replay(tmp_path: Pa
     probe, load = state.results["load"].cells
     assert probe.probe and probe.outputs[0]["text"] == "42\n" and not load.probe
     assert state.results["plot"].analysis.startswith("The line wanders")
+    assert state.results["load"].analysis == "Five numbers are loaded as `base`."
+    assert state.results["stats"].analysis == "The mean is 2.8." and state.results["stats"].reason == ""
 
     report = Path(done.report).read_text()
     assert report.index("The mean of the numbers is 2.8") < report.index("### Load the numbers")

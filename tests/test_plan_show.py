@@ -48,8 +48,10 @@ def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer,
     openai_server.add(
         Reply("```json\n" + json.dumps(PLAN) + "\n```", usage=(100, 20)),
         Reply(fence("x = [3, 1, 4, 1, 5]\nprint('loaded', len(x))"), usage=(200, 30)),
+        Reply("Five numbers are loaded.", usage=(50, 5)),
         Reply(fence("import statistics\nprint('mean', sum(x) / len(x), 'std', round(statistics.stdev(x), 4))"),
               usage=(300, 40)),
+        Reply("The mean is 2.8.", usage=(60, 6)),
         Reply(ANSWER, usage=(400, 50)),
     )  # fmt: skip
     notebook = tmp_path / "plan.ipynb"
@@ -62,7 +64,7 @@ def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer,
     assert ran.exit_code == 0, ran.output
 
     assert "tools" in openai_server.requests[1] and openai_server.requests[1]["tool_choice"] == "auto"
-    assert "tools" not in openai_server.requests[3] and "tool_choice" not in openai_server.requests[3]  # prose task
+    assert "tools" not in openai_server.requests[5] and "tool_choice" not in openai_server.requests[5]  # prose task
     plan = load_plan(notebook)
     assert plan is not None and plan.model == "plan-model" and plan.protocol == "tools"
     assert [(t.number, t.id, t.status) for t in plan.tasks] == [
@@ -70,7 +72,7 @@ def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer,
     ]  # fmt: skip
     assert plan.answer == ANSWER and plan.started_at and plan.finished_at
     assert all(t.seconds > 0 for t in plan.tasks)
-    assert [t.usage.total_tokens for t in plan.tasks] == [230, 340, 450]  # each task's own replies
+    assert [t.usage.total_tokens for t in plan.tasks] == [285, 406, 450]  # each task's own replies
 
     html = notebook.with_suffix(".html").read_text(encoding="utf-8")  # the report: the answer first, then each task
     assert html.index(">Answer<") < html.index("Load the numbers") < html.index("Mean and spread")
@@ -87,7 +89,7 @@ def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer,
     answer_lines = [line.strip("│ ") for line in out.split("Answer", 1)[1].splitlines()]
     assert "@mean_x[2.8000]" in answer_lines and "@std_x[1.7889]" in answer_lines  # on lines of their own
     assert "3/3 task(s) completed" in out
-    assert "1,140 tokens" in plain(out)  # the planning request's and every task's
+    assert "1,261 tokens" in plain(out)  # the planning request's and every task's
 
     checked = CliRunner().invoke(cli, ["replay", str(notebook), "--check"], terminal_width=120)
     assert checked.exit_code == 0, checked.output
