@@ -25,7 +25,7 @@ PLAN = {
     "nodes": [
         {"id": "mean", "title": "Mean price", "purpose": "the mean price in euros"},
         {"id": "endless", "title": "Keep looking", "depends_on": ["mean"]},
-        {"id": "wrap", "title": "Conclusion", "kind": "text", "depends_on": ["endless"]},
+        {"id": "wrap", "title": "Conclusion", "kind": "text", "depends_on": ["mean", "endless"]},
     ]
 }
 

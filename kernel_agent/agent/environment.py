@@ -4,8 +4,8 @@ Owns the list of packages analyst models reach for, the probe that asks the kern
 has and which names the code defined so far (one ``user_expressions`` round trip: ``find_spec`` and
 the distribution's version, nothing imported; each global's type and shape), and the line added to a
 ``ModuleNotFoundError``'s feedback naming what is installed that does the job (``seaborn is not
-installed here; matplotlib 3.9.2 is``), and ``prompt_context``, the one view every mode's prompt is
-built from: the task, the data description (``data.data_summary``: each file's columns, dtypes, missing
+installed here; matplotlib 3.9.2 is``), and ``PromptContext`` with ``prompt_context``, the one view every
+mode's prompt is built from: the task, the data description (``data.data_summary``: each file's columns, dtypes, missing
 counts, dirty columns and first rows) and the kernel as probed. Run, resume, service threads, the plan's
 request and each plan task take their ``Environment`` from ``probe`` and their prompt's facts from
 ``prompt_context``; the protocols render it (``protocols/prompts.py``). The probe's
@@ -25,8 +25,6 @@ from .data import DataFile, data_summary
 
 if TYPE_CHECKING:
     from ..kernel.interface import Kernel
-    from .languages import Language
-    from .protocols.prompts import PromptContext
 
 __all__ = [
     "MAX_ENTRY",
@@ -34,6 +32,8 @@ __all__ = [
     "MAX_PROBE_TEXT",
     "PACKAGES",
     "Environment",
+    "FileInfo",
+    "PromptContext",
     "missing",
     "module_hint",
     "names_expression",
@@ -183,22 +183,53 @@ def parse_list(text: str | None) -> tuple[str, ...]:
     return tuple(" ".join(item.split())[:MAX_ENTRY] for item in value if isinstance(item, str))
 
 
+@dataclass(frozen=True)
+class FileInfo:
+    """One data file as the ``deepanalyze`` prompt lists it: name, size in bytes, our summary."""
+
+    name: str
+    size: int
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """What the model is told about its environment.
+
+    ``data_summary`` is markdown about the data files; ``files`` lists them
+    one by one (DeepAnalyze's ``File N:`` blocks); ``packages`` are
+    ``"name version"`` strings; ``preloaded`` says what the setup cell defined;
+    ``names`` what the code defined so far (``"df: DataFrame 3x2"``, from ``environment.probe``).
+    """
+
+    task: str
+    data_summary: str = ""
+    packages: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()  # the common analysis packages that are not installed
+    preloaded: str = ""
+    files: tuple[FileInfo, ...] = ()
+    names: tuple[str, ...] = ()
+
+
 def prompt_context(
-    environment: Environment, task: str, files: Sequence[DataFile], language: Language, *, preload: bool = True
+    environment: Environment,
+    task: str,
+    files: Sequence[DataFile],
+    *,
+    preloaded: str = "",
+    missing: Sequence[str] | None = None,
 ) -> PromptContext:
     """What a prompt tells the model, the same in every mode: ``task``; the data description
     (``data_summary``: each file under its name and ``data`` attribute with its columns, dtypes, missing
     counts, dirty columns and first rows, bounded); the packages ``environment`` found and the common ones
-    missing; what the setup cell defined (when ``preload``); the names defined so far. Raises nothing."""
-    # The protocols import this module (``Environment``), so their context type is imported when used.
-    from .protocols.prompts import FileInfo, PromptContext
-
+    ``missing`` (the kernel language's, ``Language.missing``; by default Python's); ``preloaded``, what the
+    setup cell defined (``Language.setup_words``; "" without one); the names defined so far. Raises nothing."""
     return PromptContext(
         task=task,
         data_summary=data_summary(files),
         packages=environment.packages,
-        missing=language.missing(environment.packages),
-        preloaded=language.setup_words(files) if preload else "",
+        missing=tuple(environment.missing if missing is None else missing),
+        preloaded=preloaded,
         files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
         names=environment.names,
     )

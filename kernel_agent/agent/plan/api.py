@@ -113,7 +113,7 @@ async def stream_plan(
             await _rebuild(session, nodes, state, options)
         else:
             notices: list[Notice] = []
-            known = prompt_context(await probe(session, packages=probe_expression()), task, files, PYTHON)
+            known = prompt_context(await probe(session, packages=probe_expression()), task, files)
             planning: list[Usage] = []
             spec, nodes = await design_plan(model, task, known.data_summary, options, notices, known.packages, planning)
             state.planning_tokens = {k: v for k, v in asdict(sum(planning, Usage())).items() if v}
@@ -166,7 +166,8 @@ class _View:
         """The next node's environment lines and data description, with the kernel probed now (the names
         defined so far)."""
         environment = await probe(session, packages=probe_expression(), names=names_expression())
-        context = prompt_context(environment, task, self.files, PYTHON, preload=self.preload)
+        preloaded = PYTHON.setup_words(self.files) if self.preload else ""
+        context = prompt_context(environment, task, self.files, preloaded=preloaded)
         return environment_lines(context, vision=self.vision), context.data_summary, environment
 
 

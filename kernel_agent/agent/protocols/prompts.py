@@ -1,4 +1,4 @@
-"""What the model is told: ``PromptContext``, the system prompts, the task message, the nudges.
+"""What the model is told: the system prompts, the task message, the nudges.
 
 Owns the wording: the system prompts of the ``tags`` and ``tools``
 protocols, the environment notes and task message built from a
@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from ..environment import Environment
+from ..environment import Environment, FileInfo, PromptContext
 from ..languages import PYTHON, Language
 from ..names import DATA_FORMATS, DataFormat
 
@@ -42,34 +41,6 @@ __all__ = [
     "tools_nudge",
     "tools_system",
 ]
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    """One data file as the ``deepanalyze`` prompt lists it: name, size in bytes, our summary."""
-
-    name: str
-    size: int
-    summary: str = ""
-
-
-@dataclass(frozen=True)
-class PromptContext:
-    """What the model is told about its environment.
-
-    ``data_summary`` is markdown about the data files; ``files`` lists them
-    one by one (DeepAnalyze's ``File N:`` blocks); ``packages`` are
-    ``"name version"`` strings; ``preloaded`` says what the setup cell defined;
-    ``names`` what the code defined so far (``"df: DataFrame 3x2"``, from ``environment.probe``).
-    """
-
-    task: str
-    data_summary: str = ""
-    packages: tuple[str, ...] = ()
-    missing: tuple[str, ...] = ()  # the common analysis packages that are not installed
-    preloaded: str = ""
-    files: tuple[FileInfo, ...] = ()
-    names: tuple[str, ...] = ()
 
 
 _TAGS_SYSTEM = """\
