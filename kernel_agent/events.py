@@ -214,7 +214,8 @@ class NodeStarted(_EventBase):
 
 @dataclass(frozen=True)
 class NodeFinished(_EventBase):
-    """Plan mode: a node ended ``done``, ``failed`` or ``skipped`` (``reason`` says why not done)."""
+    """Plan mode: a node ended ``done``, ``failed`` or ``skipped`` (``reason`` says why not done, or that a
+    code task was stopped by its round bound, ``max_task_rounds``, before the model said it was done)."""
 
     node_id: str
     status: str
