@@ -53,10 +53,8 @@ def _plan_replies(nodes: list[tuple[str, str, list[str]]]) -> list[str]:
         ],
     }
     replies = [json.dumps(plan)]
-    for node_id, code, _ in nodes:
-        replies.append(f"```python\n{code}\n```")
-        if node_id == "plot":
-            replies.append("A bar per region.")
+    for node_id, code, _ in nodes:  # each code task: its code, then the reply without code that ends it
+        replies += [f"```python\n{code}\n```", "A bar per region." if node_id == "plot" else f"{node_id} done."]
     return replies
 
 
