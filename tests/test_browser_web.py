@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,9 @@ LOAD = (
     "sales = pd.read_csv('sales.csv')\n"
     "display(sales.head(3))\n"
     "sales.plot(x='month', y='amount')\n"
+    "plt.savefig('chart.png'); plt.savefig('chart.svg')\n"
     "plt.show()\n"
+    "open('page.html', 'w').write('<script>window.PWNED = 1</script>')\n"
     "sales.assign(double=sales.amount * 2).to_csv('doubled.csv', index=False)\n"
     "print('total', sales.amount.sum())"
 )
@@ -97,10 +100,21 @@ def test_analysis_from_upload_to_downloads(
     assert first.locator(".output img").evaluate("img => img.naturalWidth") > 100
     assert first.locator("pre.stdout", has_text="total 780").count() == 1
     assert "The total is 780." in run.locator(".answer").inner_text()
+    assert run.inner_text().count("The total is 780.") == 1  # one answer per turn: the last round points to it
+    assert run.locator(".round").last.locator(".answered button").inner_text() == "see the answer above"
+    # The files the code wrote: each a link; the raster image among them shown (as data, never the SVG or HTML).
+    written = first.locator(".files-written a")
+    assert written.all_inner_texts() == ["chart.png", "chart.svg", "doubled.csv", "page.html"]
+    assert all(link.get_attribute("download") is None for link in written.all())
+    image = first.locator(".file-image img")
+    image.wait_for()
+    assert image.count() == 1 and image.get_attribute("alt") == "chart.png"
+    assert image.get_attribute("src").startswith("data:image/png;base64,")
+    assert image.evaluate("img => img.naturalWidth") > 100
     run.locator(".status.completed").wait_for()
     assert run.locator(".status").all_inner_texts() == ["completed"]
     assert "tokens" in run.locator(".run-head").inner_text()
-    run.locator(".downloads").wait_for(state="visible")
+    page.locator("#thread-downloads").wait_for(state="visible")
     screenshot(page, "web-service-run")
 
     # A follow-up continues in the same live kernel (`sales` is still defined), with a file of its own.
@@ -120,15 +134,37 @@ def test_analysis_from_upload_to_downloads(
     assert "model scripted-test-model" in second.locator(".run-meta").inner_text()
     assert second.locator(".round").first.get_attribute("aria-label") == "Round 1 of turn 2"
     assert page.locator("#follow-up-list li").count() == 0  # sent with the question
+    assert second.inner_text().count("It has 12 rows.") == 1
 
-    # Downloads: the notebook (every turn of the thread), the clean one, the HTML report, the made file.
+    # Downloads: once for the thread (not per turn), each named by the server after the thread: the
+    # notebook (every turn), the clean one, the HTML report, the zip with the data; the made file by its name.
+    thread = page.evaluate("decodeURIComponent(location.hash.slice('#thread/'.length))")
+    links = page.locator("#thread-downloads a")
+    assert links.all_inner_texts() == [
+        "Notebook (.ipynb)",
+        "Clean notebook",
+        "HTML report",
+        "Notebook with its data (.zip)",
+    ]
+    assert page.locator(".run .downloads, .run a.download:not(.files-written a)").count() == 0
     saved = {}
-    for label in ("Notebook (.ipynb)", "Clean notebook", "HTML report", "doubled.csv"):
+    for label, locator in [(label, links.filter(has_text=label)) for label in links.all_inner_texts()] + [
+        ("doubled.csv", first.locator(".files-written a", has_text="doubled.csv"))
+    ]:
         with page.expect_download() as info:
-            run.locator(".downloads a", has_text=label).click()
+            locator.click()
         target = tmp_path / "downloads" / info.value.suggested_filename
         info.value.save_as(target)
         saved[label] = target
+    assert {label: path.name for label, path in saved.items()} == {
+        "Notebook (.ipynb)": f"{thread}.ipynb",
+        "Clean notebook": f"{thread}.clean.ipynb",
+        "HTML report": f"{thread}.html",
+        "Notebook with its data (.zip)": f"{thread}.zip",
+        "doubled.csv": "doubled.csv",
+    }
+    with zipfile.ZipFile(saved["Notebook with its data (.zip)"]) as bundle:
+        assert f"{thread}/sales.csv" in bundle.namelist() and f"{thread}/extra.csv" in bundle.namelist()
     notebook = nbformat.read(saved["Notebook (.ipynb)"], as_version=4)
     sources = "\n".join(cell.source for cell in notebook.cells)
     assert "pd.read_csv('sales.csv')" in sources and "len(sales)" in sources
