@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
@@ -201,6 +202,82 @@ def test_analysis_from_upload_to_downloads(
     no_problems(page)
 
 
+AT_BOTTOM = "() => { const s = document.scrollingElement; return s.scrollHeight - s.scrollTop - s.clientHeight <= 48; }"
+LONG_TASK = "Follow the printing of many numbered lines and then say how many lines were printed in all, " * 4
+
+
+def held(gate: threading.Event, reply: Reply) -> Any:
+    """A scripted reply that waits for the test to open ``gate``: the model "thinks" until the page is ready."""
+
+    def entry(body: dict[str, Any]) -> Reply:
+        assert gate.wait(TIMEOUT / 1000), "the test never let the model answer"
+        return reply
+
+    return entry
+
+
+def test_the_page_follows_the_live_round_until_the_reader_scrolls_away(
+    page: Any, service: ServiceServer, model: OpenAIServer
+) -> None:
+    lines = "for i in range(24):\n    print('line', i)"
+    gates = [threading.Event() for _ in range(3)]
+    model.add(
+        Reply("Printing.", tool_calls=(python_call(lines),)),
+        held(gates[0], Reply("Printing more.", tool_calls=(python_call(lines),))),
+        held(gates[1], Reply("And more.", tool_calls=(python_call(lines),))),
+        held(gates[2], Reply("72 lines.")),
+    )
+    page.set_viewport_size({"width": 1100, "height": 600})
+    page.goto(service.url + "/")
+    page.locator("#key-input").fill(KEY)
+    page.locator("#key-input").press("Enter")
+    page.locator("#task").fill(LONG_TASK.strip())
+    page.locator("#start").click()
+    run = page.locator(".run").first
+    rounds = run.locator(".round")
+    try:
+        # A long question has a line of its own, three lines at most until pressed; the status sits below it.
+        title, head = run.locator(".run-head h2"), run.locator(".run-head")
+        assert title.get_attribute("title") == LONG_TASK.strip()
+        assert abs(title.bounding_box()["width"] - head.bounding_box()["width"]) < 2
+        assert run.locator(".status").bounding_box()["y"] >= title.bounding_box()["y"] + title.bounding_box()["height"]
+        assert title.evaluate("h => h.scrollHeight > h.clientHeight")  # clamped, ellipsis at the third line
+        title.click()
+        assert title.evaluate("h => h.scrollHeight <= h.clientHeight + 1")
+
+        # Round 1 ran and round 2 waits for the model: the page has followed them down.
+        rounds.nth(1).wait_for(timeout=TIMEOUT)
+        rounds.nth(0).locator(".exec.ok").wait_for()
+        page.wait_for_function(AT_BOTTOM)
+        assert page.evaluate("window.scrollY") > 0
+
+        # The reader scrolls up to read round 1: round 2 runs and round 3 comes, and the page stays put.
+        page.mouse.move(600, 300)
+        page.mouse.wheel(0, -300)
+        page.wait_for_function(f"() => !({AT_BOTTOM})()")
+        read_at = page.evaluate("window.scrollY")
+        gates[0].set()
+        rounds.nth(2).wait_for(timeout=TIMEOUT)
+        rounds.nth(1).locator(".exec.ok").wait_for(timeout=TIMEOUT)
+        assert page.evaluate("window.scrollY") <= read_at
+        assert rounds.nth(2).bounding_box()["y"] > 600  # the newest round is below the fold: not followed
+
+        # Back at the bottom, the page follows again.
+        page.mouse.wheel(0, 100_000)
+        page.wait_for_function(AT_BOTTOM)
+        gates[1].set()
+        rounds.nth(3).wait_for(timeout=TIMEOUT)
+        rounds.nth(2).locator(".exec.ok").wait_for(timeout=TIMEOUT)
+        page.wait_for_function(AT_BOTTOM)
+        assert rounds.nth(3).bounding_box()["y"] < 600
+    finally:
+        for gate in gates:
+            gate.set()
+    run.locator(".status.completed").wait_for(timeout=TIMEOUT)
+    assert run.inner_text().count("72 lines.") == 1
+    no_problems(page)
+
+
 def test_cancel_interrupts_the_running_code(page: Any, service: ServiceServer, model: OpenAIServer) -> None:
     code = "import time\nprint('still working', flush=True)\ntime.sleep(120)"
     model.add(Reply("This will take a while.", tool_calls=(python_call(code),)))
@@ -372,4 +449,22 @@ def test_serve_demo_runs_end_to_end_from_the_page(page: Any, demo_server: str) -
     assert not any("<Analyze>" in text or "<Code>" in text for text in reasoning)
     assert run.locator(".problem").is_hidden()
     screenshot(page, "web-serve-demo")
+    no_problems(page)
+
+
+def test_serve_demo_says_on_the_run_that_it_ignores_the_users_task_and_file(page: Any, demo_server: str) -> None:
+    page.goto(demo_server + "/")
+    page.locator("#file-list li:not(.refused)", has_text="sales.csv").wait_for(timeout=TIMEOUT)
+    page.locator("#file-input").set_input_files([{"name": "mine.csv", "mimeType": "text/csv", "buffer": b"a\n1\n"}])
+    page.locator("#file-list li:not(.refused)", has_text="mine.csv").wait_for()
+    page.locator("#task").fill("What is in my own file?")
+    page.locator("#start").click()
+    run = page.locator(".run").first
+    notice = run.locator(".note", has_text="Demo server: this run ignores your question and your file mine.csv")
+    notice.wait_for(timeout=TIMEOUT)
+    assert "replies are scripted for the bundled sales.csv" in notice.inner_text()
+    assert notice.bounding_box()["y"] < run.locator(".rounds").bounding_box()["y"]  # above the rounds, first
+    screenshot(page, "web-serve-demo-own-task")
+    run.get_by_role("button", name="Cancel").click()
+    run.locator(".status.cancelled").wait_for(timeout=TIMEOUT)
     no_problems(page)
