@@ -220,6 +220,7 @@ THROUGH_THE_DOOR = {
         "remove_thread": "removes a deleted thread's folder (rmtree never follows a link in it)",
     },
     "mcp/files.py": {},
+    "server/bundle.py": {},  # a thread's zip: its records, uploads and (a deleted upload's) workspace copy
     "eval/runner.py": {
         "_claim": "the eval run's own folder and its manifest, which no kernel sees",
         "_record": "writes answer.json beside the question's workspace, never in it",
