@@ -1,7 +1,8 @@
 """A thread's notebook with its data files, as one zip: it replays on a clean folder elsewhere, takes only
 plain names and regular files reached without a link, and is bounded; a generated file is served as a
 passive type or as bytes, never as HTML or SVG. A real service (uvicorn, sandboxed kernels, the scripted
-model); the replay is the real ``kernel-agent replay --check`` in a folder the service never saw."""
+model); the replay is the real ``kernel-agent replay --check`` in a folder the service never saw. And what a
+demo server's run says first when it was given a question or files of the user's own."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ import pytest
 from openai_server import OpenAIServer, Reply, python_call
 from service_server import ServiceServer
 
+from kernel_agent.demo import demo_task
 from kernel_agent.errors import ServiceError
 from kernel_agent.server.bundle import write_bundle
-
-pytestmark = [pytest.mark.kernel]
+from kernel_agent.server.service import demo_notice
 
 AUTH = {"Authorization": "Bearer bundle-key"}
 
@@ -54,6 +55,7 @@ def upload(client: httpx.Client, name: str, content: bytes) -> str:
     return str(client.post("/v1/files", files={"file": (name, content, "text/csv")}).raise_for_status().json()["id"])
 
 
+@pytest.mark.kernel
 def test_the_zip_replays_on_a_clean_folder(
     client: httpx.Client, server: ServiceServer, model: OpenAIServer, tmp_path: Path
 ) -> None:
@@ -114,6 +116,7 @@ def test_the_zip_replays_on_a_clean_folder(
     assert report.headers["content-disposition"] == f'inline; filename="{thread}.html"'  # shown, named for saving
 
 
+@pytest.mark.kernel
 def test_the_zip_takes_plain_names_only_and_is_bounded(
     client: httpx.Client, server: ServiceServer, model: OpenAIServer, tmp_path: Path
 ) -> None:
@@ -147,3 +150,15 @@ def test_the_zip_takes_plain_names_only_and_is_bounded(
     assert refused.value.status == 413
     missing = client.get("/v1/threads/thread-none/notebook/zip")
     assert missing.status_code == 404
+
+
+def test_a_demo_run_says_what_it_ignores_and_only_then() -> None:
+    assert demo_notice(demo_task(), ["sales.csv"]) is None  # the demo's own run
+    mine = demo_notice("What is in my file?", ["sales.csv", "mine.csv", "more.csv"])
+    assert mine is not None and mine.startswith(
+        "Demo server: this run ignores your question and your files mine.csv, more.csv."
+    )
+    assert "scripted for the bundled sales.csv" in mine and "expect it to fail" not in mine
+    alone = demo_notice(demo_task(), ["mine.csv"])
+    assert alone is not None and "ignores your file mine.csv" in alone and "your question" not in alone
+    assert alone.endswith("The scripted code reads sales.csv, which this run was not given, so expect it to fail.")
