@@ -401,7 +401,7 @@ def demo_notice(task: str, filenames: Sequence[str]) -> str | None:
     )
     text = (
         f"Demo server: this run ignores {ignored}. Its replies are scripted for the bundled {bundled} "
-        f'and the demo\'s task ("{demo_task().strip()}"), and no language model is asked.'
+        "and the demo's own task, and no language model is asked."
     )
     if bundled not in filenames:
         text += f" The scripted code reads {bundled}, which this run was not given, so expect it to fail."
