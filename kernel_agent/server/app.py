@@ -323,7 +323,7 @@ def _thread_routes(app: FastAPI) -> None:
         limit (2 GiB)."""
         service = service_of(request)
         thread = service.thread(who, thread_id)
-        target = tempfile.SpooledTemporaryFile(max_size=16 * _CHUNK, dir=service.store.root / "tmp")
+        target = tempfile.SpooledTemporaryFile(max_size=16 * _CHUNK, dir=str(service.store.root / "tmp"))
         try:
             made = await in_thread(write_bundle, service.store, thread, target)
         except BaseException:
