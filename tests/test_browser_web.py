@@ -18,7 +18,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,9 @@ LOAD = (
     "sales = pd.read_csv('sales.csv')\n"
     "display(sales.head(3))\n"
     "sales.plot(x='month', y='amount')\n"
+    "plt.savefig('chart.png'); plt.savefig('chart.svg')\n"
     "plt.show()\n"
+    "open('page.html', 'w').write('<script>window.PWNED = 1</script>')\n"
     "sales.assign(double=sales.amount * 2).to_csv('doubled.csv', index=False)\n"
     "print('total', sales.amount.sum())"
 )
@@ -97,10 +101,21 @@ def test_analysis_from_upload_to_downloads(
     assert first.locator(".output img").evaluate("img => img.naturalWidth") > 100
     assert first.locator("pre.stdout", has_text="total 780").count() == 1
     assert "The total is 780." in run.locator(".answer").inner_text()
+    assert run.inner_text().count("The total is 780.") == 1  # one answer per turn: the last round points to it
+    assert run.locator(".round").last.locator(".answered button").inner_text() == "see the answer above"
+    # The files the code wrote: each a link; the raster image among them shown (as data, never the SVG or HTML).
+    written = first.locator(".files-written a")
+    assert written.all_inner_texts() == ["chart.png", "chart.svg", "doubled.csv", "page.html"]
+    assert all(link.get_attribute("download") is None for link in written.all())
+    image = first.locator(".file-image img")
+    image.wait_for()
+    assert image.count() == 1 and image.get_attribute("alt") == "chart.png"
+    assert image.get_attribute("src").startswith("data:image/png;base64,")
+    assert image.evaluate("img => img.naturalWidth") > 100
     run.locator(".status.completed").wait_for()
     assert run.locator(".status").all_inner_texts() == ["completed"]
     assert "tokens" in run.locator(".run-head").inner_text()
-    run.locator(".downloads").wait_for(state="visible")
+    page.locator("#thread-downloads").wait_for(state="visible")
     screenshot(page, "web-service-run")
 
     # A follow-up continues in the same live kernel (`sales` is still defined), with a file of its own.
@@ -120,15 +135,37 @@ def test_analysis_from_upload_to_downloads(
     assert "model scripted-test-model" in second.locator(".run-meta").inner_text()
     assert second.locator(".round").first.get_attribute("aria-label") == "Round 1 of turn 2"
     assert page.locator("#follow-up-list li").count() == 0  # sent with the question
+    assert second.inner_text().count("It has 12 rows.") == 1
 
-    # Downloads: the notebook (every turn of the thread), the clean one, the HTML report, the made file.
+    # Downloads: once for the thread (not per turn), each named by the server after the thread: the
+    # notebook (every turn), the clean one, the HTML report, the zip with the data; the made file by its name.
+    thread = page.evaluate("decodeURIComponent(location.hash.slice('#thread/'.length))")
+    links = page.locator("#thread-downloads a")
+    assert links.all_inner_texts() == [
+        "Notebook (.ipynb)",
+        "Clean notebook",
+        "HTML report",
+        "Notebook with its data (.zip)",
+    ]
+    assert page.locator(".run .downloads, .run a.download:not(.files-written a)").count() == 0
     saved = {}
-    for label in ("Notebook (.ipynb)", "Clean notebook", "HTML report", "doubled.csv"):
+    for label, locator in [(label, links.filter(has_text=label)) for label in links.all_inner_texts()] + [
+        ("doubled.csv", first.locator(".files-written a", has_text="doubled.csv"))
+    ]:
         with page.expect_download() as info:
-            run.locator(".downloads a", has_text=label).click()
+            locator.click()
         target = tmp_path / "downloads" / info.value.suggested_filename
         info.value.save_as(target)
         saved[label] = target
+    assert {label: path.name for label, path in saved.items()} == {
+        "Notebook (.ipynb)": f"{thread}.ipynb",
+        "Clean notebook": f"{thread}.clean.ipynb",
+        "HTML report": f"{thread}.html",
+        "Notebook with its data (.zip)": f"{thread}.zip",
+        "doubled.csv": "doubled.csv",
+    }
+    with zipfile.ZipFile(saved["Notebook with its data (.zip)"]) as bundle:
+        assert f"{thread}/sales.csv" in bundle.namelist() and f"{thread}/extra.csv" in bundle.namelist()
     notebook = nbformat.read(saved["Notebook (.ipynb)"], as_version=4)
     sources = "\n".join(cell.source for cell in notebook.cells)
     assert "pd.read_csv('sales.csv')" in sources and "len(sales)" in sources
@@ -162,6 +199,82 @@ def test_analysis_from_upload_to_downloads(
     page.set_viewport_size({"width": 390, "height": 844})
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # phone width
     screenshot(page, "web-service-phone")
+    no_problems(page)
+
+
+AT_BOTTOM = "() => { const s = document.scrollingElement; return s.scrollHeight - s.scrollTop - s.clientHeight <= 48; }"
+LONG_TASK = "Follow the printing of many numbered lines and then say how many lines were printed in all, " * 4
+
+
+def held(gate: threading.Event, reply: Reply) -> Any:
+    """A scripted reply that waits for the test to open ``gate``: the model "thinks" until the page is ready."""
+
+    def entry(body: dict[str, Any]) -> Reply:
+        assert gate.wait(TIMEOUT / 1000), "the test never let the model answer"
+        return reply
+
+    return entry
+
+
+def test_the_page_follows_the_live_round_until_the_reader_scrolls_away(
+    page: Any, service: ServiceServer, model: OpenAIServer
+) -> None:
+    lines = "for i in range(24):\n    print('line', i)"
+    gates = [threading.Event() for _ in range(3)]
+    model.add(
+        Reply("Printing.", tool_calls=(python_call(lines),)),
+        held(gates[0], Reply("Printing more.", tool_calls=(python_call(lines),))),
+        held(gates[1], Reply("And more.", tool_calls=(python_call(lines),))),
+        held(gates[2], Reply("72 lines.")),
+    )
+    page.set_viewport_size({"width": 1100, "height": 600})
+    page.goto(service.url + "/")
+    page.locator("#key-input").fill(KEY)
+    page.locator("#key-input").press("Enter")
+    page.locator("#task").fill(LONG_TASK.strip())
+    page.locator("#start").click()
+    run = page.locator(".run").first
+    rounds = run.locator(".round")
+    try:
+        # A long question has a line of its own, three lines at most until pressed; the status sits below it.
+        title, head = run.locator(".run-head h2"), run.locator(".run-head")
+        assert title.get_attribute("title") == LONG_TASK.strip()
+        assert abs(title.bounding_box()["width"] - head.bounding_box()["width"]) < 2
+        assert run.locator(".status").bounding_box()["y"] >= title.bounding_box()["y"] + title.bounding_box()["height"]
+        assert title.evaluate("h => h.scrollHeight > h.clientHeight")  # clamped, ellipsis at the third line
+        title.click()
+        assert title.evaluate("h => h.scrollHeight <= h.clientHeight + 1")
+
+        # Round 1 ran and round 2 waits for the model: the page has followed them down.
+        rounds.nth(1).wait_for(timeout=TIMEOUT)
+        rounds.nth(0).locator(".exec.ok").wait_for()
+        page.wait_for_function(AT_BOTTOM)
+        assert page.evaluate("window.scrollY") > 0
+
+        # The reader scrolls up to read round 1: round 2 runs and round 3 comes, and the page stays put.
+        page.mouse.move(600, 300)
+        page.mouse.wheel(0, -300)
+        page.wait_for_function(f"() => !({AT_BOTTOM})()")
+        read_at = page.evaluate("window.scrollY")
+        gates[0].set()
+        rounds.nth(2).wait_for(timeout=TIMEOUT)
+        rounds.nth(1).locator(".exec.ok").wait_for(timeout=TIMEOUT)
+        assert page.evaluate("window.scrollY") <= read_at
+        assert rounds.nth(2).bounding_box()["y"] > 600  # the newest round is below the fold: not followed
+
+        # Back at the bottom, the page follows again.
+        page.mouse.wheel(0, 100_000)
+        page.wait_for_function(AT_BOTTOM)
+        gates[1].set()
+        rounds.nth(3).wait_for(timeout=TIMEOUT)
+        rounds.nth(2).locator(".exec.ok").wait_for(timeout=TIMEOUT)
+        page.wait_for_function(AT_BOTTOM)
+        assert rounds.nth(3).bounding_box()["y"] < 600
+    finally:
+        for gate in gates:
+            gate.set()
+    run.locator(".status.completed").wait_for(timeout=TIMEOUT)
+    assert run.inner_text().count("72 lines.") == 1
     no_problems(page)
 
 
@@ -336,4 +449,22 @@ def test_serve_demo_runs_end_to_end_from_the_page(page: Any, demo_server: str) -
     assert not any("<Analyze>" in text or "<Code>" in text for text in reasoning)
     assert run.locator(".problem").is_hidden()
     screenshot(page, "web-serve-demo")
+    no_problems(page)
+
+
+def test_serve_demo_says_on_the_run_that_it_ignores_the_users_task_and_file(page: Any, demo_server: str) -> None:
+    page.goto(demo_server + "/")
+    page.locator("#file-list li:not(.refused)", has_text="sales.csv").wait_for(timeout=TIMEOUT)
+    page.locator("#file-input").set_input_files([{"name": "mine.csv", "mimeType": "text/csv", "buffer": b"a\n1\n"}])
+    page.locator("#file-list li:not(.refused)", has_text="mine.csv").wait_for()
+    page.locator("#task").fill("What is in my own file?")
+    page.locator("#start").click()
+    run = page.locator(".run").first
+    notice = run.locator(".note", has_text="Demo server: this run ignores your question and your file mine.csv")
+    notice.wait_for(timeout=TIMEOUT)
+    assert "replies are scripted for the bundled sales.csv" in notice.inner_text()
+    assert notice.bounding_box()["y"] < run.locator(".rounds").bounding_box()["y"]  # above the rounds, first
+    screenshot(page, "web-serve-demo-own-task")
+    run.get_by_role("button", name="Cancel").click()
+    run.locator(".status.cancelled").wait_for(timeout=TIMEOUT)
     no_problems(page)

@@ -220,6 +220,8 @@ THROUGH_THE_DOOR = {
         "remove_thread": "removes a deleted thread's folder (rmtree never follows a link in it)",
     },
     "mcp/files.py": {},
+    # A thread's zip: its records, its uploads and (for a deleted upload) the workspace's copy, through doors.
+    "server/bundle.py": {"_copy": "opens an entry of the zip being written (ZipFile.open), not a path"},
     "eval/runner.py": {
         "_claim": "the eval run's own folder and its manifest, which no kernel sees",
         "_record": "writes answer.json beside the question's workspace, never in it",

@@ -23,7 +23,7 @@ from kernel_agent.events import AnswerReady, CodeReady, ExecutionFinished, Notic
 from kernel_agent.notebook.html import render_node
 from kernel_agent.notebook.load import load_run
 from kernel_agent.safe.html import clean_html, markdown_html, markdown_source, safe_bundle
-from kernel_agent.safe.http import DOCUMENT_CSP, document_headers
+from kernel_agent.safe.http import DOCUMENT_CSP, document_headers, served_type
 from kernel_agent.safe.terminal import printable
 
 PACKAGE = Path(kernel_agent.__file__).parent
@@ -136,6 +136,15 @@ def test_documents_are_served_inert() -> None:
         "default-src 'none'" in headers["Content-Security-Policy"] and "sandbox" in headers["Content-Security-Policy"]
     )
     assert "script-src" not in DOCUMENT_CSP
+    assert document_headers("t.html", inline=True)["Content-Disposition"] == 'inline; filename="t.html"'
+    assert document_headers("é.csv")["Content-Disposition"] == "attachment; filename*=utf-8''%C3%A9.csv"
+
+
+def test_files_are_served_as_passive_types_or_as_bytes() -> None:
+    passive = {"a.png": "image/png", "b.JPG": "image/jpeg", "c.csv": "text/csv", "d.json": "application/json"}
+    assert {name: served_type(name) for name in passive} == passive
+    for active in ("page.html", "page.htm", "chart.svg", "x.xhtml", "x.xml", "x.js", "x.mjs", "x.pdf", "noext"):
+        assert served_type(active) == "application/octet-stream", active
 
 
 def test_the_notebook_page_is_cleaned_and_carries_its_csp() -> None:
@@ -205,7 +214,8 @@ def test_html_pages_and_sanitizers_live_in_one_place_each() -> None:
     render_node_source = (PACKAGE / "notebook" / "html.py").read_text()
     assert "return clean_page(body, DOCUMENT_CSP)" in render_node_source
     app = (PACKAGE / "server" / "app.py").read_text()
-    assert "HTMLResponse(body, headers=document_headers())" in app and "app.add_middleware(ShownAs)" in app
+    assert 'HTMLResponse(body, headers=document_headers(f"{thread_id}.html", inline=True))' in app
+    assert "app.add_middleware(ShownAs)" in app
 
 
 def _events_with(payload: str) -> list[object]:

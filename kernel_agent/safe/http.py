@@ -8,9 +8,10 @@ itself. The web page, which is our code, gets a CSP of its own: scripts from the
 
 from __future__ import annotations
 
+import mimetypes
 from urllib.parse import quote
 
-__all__ = ["DOCUMENT_CSP", "PAGE_CSP", "attachment", "document_headers"]
+__all__ = ["DOCUMENT_CSP", "PAGE_CSP", "attachment", "document_headers", "served_type"]
 
 # A document: no script, no plugin, no frame, no external image, style, font or connection. This part
 # also goes into the page itself (a <meta>), so a downloaded copy opened from disk keeps it.
@@ -28,18 +29,48 @@ PAGE_CSP = (
 )
 
 
-def attachment(filename: str) -> str:
-    """A Content-Disposition that downloads ``filename`` (RFC 6266 / 5987)."""
+# What a file the code wrote (or an upload) may be served as: passive types only. Anything a browser
+# would run or lay out as a page of our origin (HTML, SVG, XML, scripts, PDF) goes as bytes.
+_PASSIVE_TYPES = frozenset(
+    {
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "text/csv",
+        "text/plain",
+        "text/tab-separated-values",
+        "application/json",
+        "application/zip",
+        "application/gzip",
+        "application/vnd.ms-excel",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "application/x-ipynb+json",
+    }
+)
+
+
+def attachment(filename: str, disposition: str = "attachment") -> str:
+    """A Content-Disposition that downloads ``filename`` (RFC 6266 / 5987); ``disposition="inline"``
+    names the file a browser saves while showing it."""
     quoted = quote(filename)
     if quoted != filename:
-        return f"attachment; filename*=utf-8''{quoted}"
-    return f'attachment; filename="{filename}"'
+        return f"{disposition}; filename*=utf-8''{quoted}"
+    return f'{disposition}; filename="{filename}"'
 
 
-def document_headers(filename: str | None = None) -> dict[str, str]:
+def document_headers(filename: str | None = None, *, inline: bool = False) -> dict[str, str]:
     """Headers for a document made from run content: the CSP, ``nosniff``, and, given a ``filename``,
-    ``attachment`` (anything that is not the page itself is downloaded, never shown inline)."""
+    ``attachment`` (anything that is not the page itself is downloaded, never shown inline). ``inline``
+    is for the report itself (shown in its sandbox): the filename then only names a saved copy."""
     headers = {"Content-Security-Policy": _SERVED_CSP, "X-Content-Type-Options": "nosniff"}
     if filename is not None:
-        headers["Content-Disposition"] = attachment(filename)
+        headers["Content-Disposition"] = attachment(filename, "inline" if inline else "attachment")
     return headers
+
+
+def served_type(filename: str) -> str:
+    """The Content-Type a file named ``filename`` is served with: its own for passive types (images,
+    tables, text), ``application/octet-stream`` for anything else, HTML and SVG included."""
+    guessed = mimetypes.guess_type(filename, strict=False)[0]
+    return guessed if guessed in _PASSIVE_TYPES else "application/octet-stream"

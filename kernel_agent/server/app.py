@@ -31,7 +31,8 @@ from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
 from ..notebook.export import clean_path
 from ..records import STOP_WORDS
-from ..safe.http import document_headers
+from ..safe.http import document_headers, served_type
+from .bundle import spooled, write_bundle
 from .compat import compat_routes
 from .config import ServerConfig
 from .deps import Owner, fresh, public, service_of
@@ -206,7 +207,10 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
         service = service_of(request)
         record = service.file(who, file_id)
         return FileResponse(
-            service.store.file_content(record), filename=record.filename, headers=document_headers(record.filename)
+            service.store.file_content(record),
+            filename=record.filename,
+            media_type=served_type(record.filename),
+            headers=document_headers(record.filename),
         )
 
     @app.delete("/v1/files/{file_id}")
@@ -309,7 +313,24 @@ def _thread_routes(app: FastAPI) -> None:
             body = await in_thread(_render, text, f"thread {thread_id}")
         except NotebookError as exc:
             raise ServiceError(str(exc), status=500) from None
-        return HTMLResponse(body, headers=document_headers())  # the report itself: shown, never obeyed
+        # The report itself: shown (in its sandbox), never obeyed; a saved copy is named after the thread.
+        return HTMLResponse(body, headers=document_headers(f"{thread_id}.html", inline=True))
+
+    @app.get("/v1/threads/{thread_id}/notebook/zip")
+    async def notebook_zip(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
+        """The thread's notebooks and the data files they read, as one zip (a folder named after the thread):
+        unzipped anywhere, `kernel-agent replay THREAD/THREAD.ipynb --check` replays it. 413 over the bundle
+        limit (2 GiB)."""
+        service = service_of(request)
+        thread = service.thread(who, thread_id)
+        target = tempfile.SpooledTemporaryFile(max_size=16 * _CHUNK, dir=str(service.store.root / "tmp"))
+        try:
+            made = await in_thread(write_bundle, service.store, thread, target)
+        except BaseException:
+            target.close()
+            raise
+        headers = {"Content-Length": str(made.size), **document_headers(f"{thread_id}.zip")}
+        return StreamingResponse(spooled(target), media_type="application/zip", headers=headers)
 
     @app.get("/v1/threads/{thread_id}/files/{name:path}")
     async def generated_file(request: Request, who: Owner, thread_id: str, name: str) -> StreamingResponse:
@@ -339,7 +360,7 @@ async def _download(
         size, chunks = await in_thread(door.stream, relative)
     except (OSError, KernelAgentError):
         raise ServiceError(missing, status=404) from None
-    media = media_type or mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    media = media_type or served_type(filename)
     headers = {"Content-Length": str(size), **document_headers(filename)}
     return StreamingResponse(chunks, media_type=media, headers=headers)
 

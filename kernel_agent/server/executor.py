@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import KernelAgentError
+from ..events import Notice
 from .leases import Leases
 from .records import FileRecord, GeneratedFile, RunRecord, ThreadRecord
 from .store import Store
@@ -62,11 +63,19 @@ class Executor:
         """Runs of ``owner`` executing here."""
         return sum(1 for run_id, task in self.tasks.items() if not task.done() and self._owners.get(run_id) == owner)
 
-    def start(self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord]) -> None:
-        """Execute ``run`` (saved, its lease and ``runtime.lock`` held) in a task of its own."""
+    def start(
+        self,
+        run: RunRecord,
+        thread: ThreadRecord,
+        runtime: ThreadRuntime,
+        files: list[FileRecord],
+        notice: str | None = None,
+    ) -> None:
+        """Execute ``run`` (saved, its lease and ``runtime.lock`` held) in a task of its own; ``notice``,
+        when given, is the run's first event (a ``notice``: what the user must know before it starts)."""
         run_log = self.logs[run.id] = RunLog(self.store, run.id)
         self._owners[run.id] = run.owner
-        task = self.tasks[run.id] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log))
+        task = self.tasks[run.id] = asyncio.create_task(self._execute(run, thread, runtime, files, run_log, notice))
         task.add_done_callback(lambda _task: self._never_started(run, thread, runtime, run_log))
 
     async def cancel(self, run_id: str) -> None:
@@ -90,10 +99,18 @@ class Executor:
         await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def _execute(
-        self, run: RunRecord, thread: ThreadRecord, runtime: ThreadRuntime, files: list[FileRecord], run_log: RunLog
+        self,
+        run: RunRecord,
+        thread: ThreadRecord,
+        runtime: ThreadRuntime,
+        files: list[FileRecord],
+        run_log: RunLog,
+        notice: str | None,
     ) -> None:
         renewing = asyncio.create_task(self._leases().keep(thread.id, lambda: self._lost_lease(run)))
         try:
+            if notice is not None:
+                await run_log.add(event_dict(Notice(message=notice)))
             await self._drive(run, thread, runtime, files, run_log)
         except asyncio.CancelledError:
             run.status, run.stop_reason, run.error = "cancelled", "cancelled", "cancelled"

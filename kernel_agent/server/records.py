@@ -99,7 +99,10 @@ def public(record: Record) -> dict[str, Any]:
         thread = record.thread_id if isinstance(record, RunRecord) else record.id
         base = f"/v1/threads/{thread}"
         out.update(
-            notebook_url=f"{base}/notebook", clean_url=f"{base}/notebook/clean", html_url=f"{base}/notebook/html"
+            notebook_url=f"{base}/notebook",
+            clean_url=f"{base}/notebook/clean",
+            html_url=f"{base}/notebook/html",
+            zip_url=f"{base}/notebook/zip",
         )
         if isinstance(record, RunRecord):
             out["elapsed_s"] = record.elapsed_s(datetime.now(UTC))

@@ -271,7 +271,8 @@ class Service:
         thread.runs, thread.status, thread.updated_at = [*thread.runs, run.id], "running", now()
         thread.protocol = thread.protocol or runtime.agent.config.protocol  # the one its agent speaks, not null
         self.store.save_thread(thread)
-        self.executor.start(run, thread, runtime, files)
+        notice = demo_notice(task, [f.filename for f in files]) if self.config.demo else None
+        self.executor.start(run, thread, runtime, files, notice)
         if self.store.shared:  # committed before the client hears of it: it may ask another replica next
             await self.store.flush()
         log.info("run %s started in thread %s", run.id, thread.id, extra={"run_id": run.id, "thread_id": thread.id})
@@ -377,3 +378,31 @@ def safe_name(filename: str) -> str:
     if not name or len(name) > 200:
         raise ServiceError(f"unusable file name {filename!r}", status=422)
     return name
+
+
+def demo_notice(task: str, filenames: Sequence[str]) -> str | None:
+    """What a demo server's run must say before it starts when the user brought a task or files of
+    their own (the scripted replies answer the bundled task on the bundled data, whatever was asked);
+    None when the run is the demo's own. Raises nothing but a broken install's ``OSError``."""
+    from ..demo import dataset_path, demo_task
+
+    bundled = dataset_path().name
+    own_files = [name for name in filenames if name != bundled]
+    own_task = task.strip() != demo_task().strip()
+    if not own_files and not own_task:
+        return None
+    ignored = " and ".join(
+        part
+        for part in (
+            "your question" if own_task else "",
+            f"your file{'s' if len(own_files) > 1 else ''} {', '.join(own_files)}" if own_files else "",
+        )
+        if part
+    )
+    text = (
+        f"Demo server: this run ignores {ignored}. Its replies are scripted for the bundled {bundled} "
+        "and the demo's own task, and no language model is asked."
+    )
+    if bundled not in filenames:
+        text += f" The scripted code reads {bundled}, which this run was not given, so expect it to fail."
+    return text

@@ -48,18 +48,54 @@ KA.api = (() => {
     return response.status === 204 ? null : response.json();
   }
 
-  /* Download a protected file with the key, then hand it to the browser as a file. */
-  async function download(url, filename) {
+  /* The file name a response's Content-Disposition gives (RFC 6266: filename* first), or null. */
+  function dispositionName(header) {
+    if (!header) return null;
+    const extended = header.match(/filename\*\s*=\s*(?:utf-8|UTF-8)''([^;]+)/);
+    if (extended) {
+      try { return decodeURIComponent(extended[1].trim()); } catch (_) { /* malformed: try the plain one */ }
+    }
+    const plain = header.match(/filename\s*=\s*"([^"]*)"|filename\s*=\s*([^;\s]+)/);
+    return plain ? (plain[1] ?? plain[2]) : null;
+  }
+
+  /* Download a protected file with the key, then hand it to the browser as a file named as the server
+     names it (its Content-Disposition), else after the URL's last part. */
+  async function download(url) {
     const response = await fetch(url, { headers: headers() });
     if (!response.ok) throw await failure(response);
+    const name = dispositionName(response.headers.get("Content-Disposition")) || decodeURIComponent(url.split("/").pop());
     const blob = await response.blob();
     const link = document.createElement("a");
     link.href = URL.createObjectURL(blob);
-    link.download = filename;
+    link.download = name;
     document.body.appendChild(link);
     link.click();
     link.remove();
     setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+  }
+
+  /* The magic numbers of the raster formats the page shows; the served type is not trusted for this. */
+  const IMAGE_MAGIC = [
+    ["image/png", [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]],
+    ["image/jpeg", [0xff, 0xd8, 0xff]],
+    ["image/gif", [0x47, 0x49, 0x46, 0x38]],
+    ["image/webp", [0x52, 0x49, 0x46, 0x46, null, null, null, null, 0x57, 0x45, 0x42, 0x50]],
+  ];
+
+  /* A file as a data: URL of the raster image its bytes are (PNG, JPEG, GIF, WebP: never SVG or HTML),
+     or null when it is none of those or larger than ``limit`` bytes. */
+  async function fetchImage(url, limit) {
+    const response = await fetch(url, { headers: headers() });
+    if (!response.ok) throw await failure(response);
+    const size = Number(response.headers.get("Content-Length"));
+    if (!(size > 0 && size <= limit)) { response.body?.cancel(); return null; }
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    const found = IMAGE_MAGIC.find(([, magic]) => magic.every((byte, i) => byte === null || bytes[i] === byte));
+    if (!found) return null;
+    let binary = "";
+    for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    return `data:${found[0]};base64,${btoa(binary)}`;
   }
 
   /* Follow /v1/runs/{id}/events until the run's "finished" event (or the stream ends for good).
@@ -125,7 +161,7 @@ KA.api = (() => {
   }
 
   return {
-    AuthError, ApiError, key, download, follow, fetchFile,
+    AuthError, ApiError, key, download, fetchImage, follow, fetchFile,
     upload: (file) => { const form = new FormData(); form.append("file", file, file.name); return request("POST", "/v1/files", form); },
     info: () => request("GET", "/v1/info"),
     startRun: (body) => request("POST", "/v1/runs", body),

@@ -1,25 +1,33 @@
 /* The page: the new-analysis form (uploads, task, model/protocol), the thread being watched
-   (its runs, live, and a follow-up question in the same kernel, with files of its own), the list of
+   (its downloads, once; its runs, live and followed to the newest round unless the reader scrolls away;
+   and a follow-up question in the same kernel, with files of its own), the list of
    past analyses with search, kept live while any of them runs, the service key when the server asks
    for one, and on a demo server what it offers and that its replies are scripted. Routes by location.hash. */
 "use strict";
 
 (() => {
-  const { api, RunView, Uploads } = KA;
+  const { api, RunView, Uploads, Follower } = KA;
   const { el, when } = KA.render;
   const $ = (id) => document.getElementById(id);
   const LIST_POLL_MS = 2000;  // the history is asked again this often while one of its analyses runs
   const state = { info: {}, threads: [], thread: null, views: [], follow: null, listTimer: null, changedTimer: null,
     demoOffered: false };
+  const THREAD_DOWNLOADS = [  // [record field, label]: each named by the server after the thread
+    ["notebook_url", "Notebook (.ipynb)"],
+    ["clean_url", "Clean notebook"],
+    ["html_url", "HTML report"],
+    ["zip_url", "Notebook with its data (.zip)"],
+  ];
   const actions = {
     cancel: (id) => api.cancel(id),
-    download: (url, name) => api.download(url, name),
+    download: (url) => api.download(url),
+    fetchImage: (url, limit) => api.fetchImage(url, limit),
     changed: () => {  // a watched run started or ended: the history says so at once (one ask for a burst)
       clearTimeout(state.changedTimer);
       state.changedTimer = setTimeout(loadThreads, 50);
     },
   };
-  let uploads, followUploads;
+  let uploads, followUploads, follower;
 
   function banner(text) {
     $("banner").textContent = text || "";
@@ -106,22 +114,39 @@
     show("thread");
     markCurrent();
     $("runs").replaceChildren();
+    $("thread-downloads").hidden = true;
     const thread = await call(() => api.thread(threadId)).catch(() => null);
     if (!thread || state.thread !== threadId) return;
+    threadDownloads(thread);
     for (const run of thread.runs || []) watch(typeof run === "string" ? { id: run } : run);
-    $("main").focus();
+    $("main").focus({ preventScroll: true });
+    follower.resume();
+  }
+
+  /* The thread's downloads, once for the whole thread (every turn is in its notebook): shown from the
+     moment one of its runs has ended, when there is a notebook to download. */
+  function threadDownloads(thread) {
+    const links = THREAD_DOWNLOADS.filter(([field]) => typeof thread[field] === "string").map(([field, label]) =>
+      KA.render.downloadLink(thread[field], label, actions.download, (error) => banner(`Download failed: ${error.message}`)));
+    $("thread-download-links").replaceChildren(...links);
+  }
+
+  function showThreadDownloads() {
+    $("thread-downloads").hidden = $("thread-download-links").childElementCount === 0;
   }
 
   /* Show a run and follow its events (a finished run replays them, then ends). */
   function watch(record) {
-    const view = new RunView(record, actions, { turn: state.views.length + 1, words: state.info.stop_words || {} });
+    const view = new RunView(record, actions,
+      { turn: state.views.length + 1, words: state.info.stop_words || {}, thread: state.thread });
     state.views.push(view);
     $("runs").append(view.node);
     $("follow-up").hidden = true;
     const controller = state.follow || (state.follow = new AbortController());
+    follower.resume();
     api.follow(view.id, (event) => view.handle(event), controller.signal)
       .then(() => call(() => api.run(view.id)))
-      .then((run) => { if (run) view.summary(run); })
+      .then((run) => { if (run) { view.summary(run); showThreadDownloads(); } })
       .catch((error) => { if (!(error instanceof api.AuthError)) view.problem(error.message); })
       .finally(() => { if (state.views.at(-1) === view && !controller.signal.aborted) readyForFollowUp(); });
   }
@@ -226,6 +251,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    follower = new Follower($("thread-view"), () => state.views.some((view) => view.live));
     uploads = new Uploads({ zone: $("drop-zone"), input: $("file-input"), list: $("file-list"), upload, onChange: () => updateStart() });
     followUploads = new Uploads({ zone: $("follow-up-drop"), input: $("follow-up-files"), list: $("follow-up-list"), upload,
       onChange: () => updateStart() });

@@ -142,6 +142,15 @@ KA.render = (() => {
       .replace(/<\/?[A-Za-z]*$/, "");
   }
 
+  /* A link that downloads ``url`` with the key, under the name the server gives it (``download(url)``;
+     no ``download`` attribute here: the server's Content-Disposition names every file). */
+  function downloadLink(url, label, download, onError) {
+    return el("a", { href: url, class: "download", text: label, onclick: (event) => {
+      event.preventDefault();
+      download(url).catch(onError);
+    } });
+  }
+
   /* The answer is shown under our own "Answer" heading: drop the model's, if it wrote one. */
   const withoutAnswerHeading = (text) => text.replace(/^\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n/i, "");
   /* A server time (ISO 8601 or unix seconds) in the reader's own words and time zone. */
@@ -153,9 +162,15 @@ KA.render = (() => {
   const seconds = (s) => (s < 60 ? `${s.toFixed(s < 10 ? 1 : 0)} s` : `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`);
   const tokens = (usage) => (usage && usage.total_tokens ? `${usage.total_tokens.toLocaleString()} tokens` : "");
 
-  /* One round's card. ``label`` is its heading: "Round 2", or "Round 2 of turn 3" in a follow-up. */
+  /* A file the code wrote, named by a path the kernel chose (hostile): shown as text; a link and, for a
+     raster image, the image itself, only when ``files`` (the run's) makes them. */
+  const IMAGE_FILE = /\.(png|jpe?g|gif|webp)$/i;
+
+  /* One round's card. ``label`` is its heading: "Round 2", or "Round 2 of turn 3" in a follow-up.
+     ``files``: {link(path, label) → node or null, image(path) → Promise of a data: URL or null}. */
   class RoundView {
-    constructor(label) {
+    constructor(label, files = null) {
+      this.files = files;
       this.text = "";
       this.tokens = el("span", { class: "tokens" });
       this.reasoning = el("div", { class: "reasoning streaming waiting", "aria-live": "off", text: "waiting for the model…" });
@@ -233,13 +248,42 @@ KA.render = (() => {
       this.exec.textContent = line;
       if (result.note) this.body.append(el("div", { class: ok ? "note" : "problem", text: result.note }));
       for (const out of Array.isArray(result.outputs) ? result.outputs : flatOutputs(result)) this.body.append(output(out));
-      const files = (event.artifacts || []).map((a) => a.path).filter(Boolean);
-      if (files.length) this.body.append(el("div", { class: "muted", text: `Files written: ${files.join(", ")}` }));
+      const files = (event.artifacts || []).map((a) => a.path).filter((path) => typeof path === "string" && path);
+      if (files.length) this.body.append(this.written(files));
     }
-    done(round) {
+    /* "Files written:" each a download link, and the images among them shown below the list. */
+    written(paths) {
+      const list = el("div", { class: "files-written" }, el("span", { class: "muted", text: "Files written:" }));
+      const images = el("div", { class: "file-images" });
+      for (const path of paths) {
+        const link = this.files && this.files.link(path, path);
+        list.append(" ", link || el("span", { class: "file-name", text: path }));
+        if (link && IMAGE_FILE.test(path)) {
+          const figure = el("figure", { class: "file-image", hidden: true },
+            el("img", { alt: path }), el("figcaption", { class: "muted", text: path }));
+          images.append(figure);
+          this.files.image(path).then((url) => {
+            if (!url) return;
+            figure.querySelector("img").src = url;
+            figure.hidden = false;
+          }).catch(() => {});  // not shown; its link still downloads it
+        }
+      }
+      return el("div", {}, list, images);
+    }
+    /* The round ended. The answering round shows what it said besides the answer (the answer itself is
+       at the top of its turn, once), and a way there. */
+    done(round, toAnswer) {
       this.stop();
       if (round.usage) this.tokens.textContent = tokens(round.usage);
-      if (!round.code && this.reasoning.classList.contains("streaming")) this.showReasoning(withoutAnswerHeading(round.answer || readable(this.text)));
+      if (round.answer) {
+        this.showReasoning(round.reasoning || "");
+        if (!round.reasoning) this.reasoning.hidden = true;
+        this.body.append(el("p", { class: "answered muted" }, "Answered: ",
+          el("button", { type: "button", class: "link-button", text: "see the answer above", onclick: toAnswer })));
+      } else if (!round.code && this.reasoning.classList.contains("streaming")) {
+        this.showReasoning(readable(this.text));
+      }
     }
     stop() {
       if (this.timer) clearInterval(this.timer);
@@ -250,5 +294,5 @@ KA.render = (() => {
     }
   }
 
-  return { el, markdown, code, output, readable, seconds, tokens, when, withoutAnswerHeading, RoundView };
+  return { el, markdown, code, output, readable, seconds, tokens, when, withoutAnswerHeading, downloadLink, RoundView };
 })();

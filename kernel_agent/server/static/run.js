@@ -1,17 +1,14 @@
 /* One run on the page: its header (its own question, one status, its times from the server's record,
-   tokens, cancel), the answer at the top, the downloads, one place for why it failed, notes, then its
-   rounds as they happen, numbered within the run's turn. Fed by events and the run's record. */
+   tokens, cancel), the answer at the top (once), one place for why it failed, notes, then its rounds as
+   they happen, numbered within the run's turn, with the files their code wrote as links (images shown).
+   Fed by events and the run's record. The thread's own downloads are the page's (app.js), not a run's. */
 "use strict";
 
 window.KA = window.KA || {};
 
 KA.RunView = (() => {
   const { el, markdown, seconds, tokens, when, withoutAnswerHeading, RoundView } = KA.render;
-  const DOWNLOADS = [  // [field, label, file name]
-    ["notebook", "Notebook (.ipynb)", "analysis.ipynb"],
-    ["clean", "Clean notebook", "analysis.clean.ipynb"],
-    ["html", "HTML report", "analysis.html"],
-  ];
+  const SHOWN_IMAGE_BYTES = 8 * 1024 * 1024;  // a bigger image the code wrote is a link only
   const OPEN = ["queued", "running"];
   const sentence = (text) => text.charAt(0).toUpperCase() + text.slice(1);
 
@@ -22,10 +19,12 @@ KA.RunView = (() => {
   }
 
   class RunView {
-    /* summary: the run's record, or at least {id, task?, status?}; actions: {cancel(id), download(url, name),
-       changed?(view)}; options: {turn: its place in the thread (1 = first), words: stop reason → words}. */
+    /* summary: the run's record, or at least {id, task?, status?, thread_id?}; actions: {cancel(id),
+       download(url), fetchImage(url, limit) → data: URL or null, changed?(view)}; options: {turn: its place
+       in the thread (1 = first), words: stop reason → words, thread: its thread's id}. */
     constructor(summary, actions, options = {}) {
       this.id = summary.id;
+      this.thread = summary.thread_id || options.thread || null;
       this.actions = actions;
       this.turn = options.turn || 1;
       this.words = options.words || {};
@@ -41,17 +40,19 @@ KA.RunView = (() => {
       this.usage = el("span", { class: "muted" });
       this.cancelButton = el("button", { type: "button", class: "danger", text: "Cancel", hidden: true,
         onclick: () => this.cancel() });
-      this.title = el("h2", { text: summary.task || "Analysis" });
+      this.title = el("h2", { class: "run-title", text: summary.task || "Analysis", title: summary.task || null,
+        onclick: () => this.title.classList.toggle("whole") });
       this.titled = Boolean(summary.task);
       this.meta = el("div", { class: "run-meta" });
       this.answer = el("section", { class: "card answer", hidden: true, "aria-label": "Answer" });
-      this.downloads = el("div", { class: "downloads", hidden: true });
       this.failure = el("div", { class: "problem failure", role: "alert", hidden: true });
       this.problems = el("div");
       this.list = el("div", { class: "rounds" });
       this.node = el("section", { class: "run", "data-run-id": this.id },
-        el("div", { class: "run-head" }, this.title, this.status, this.startedAt, this.clock, this.usage, this.cancelButton),
-        this.meta, this.answer, this.downloads, this.failure, this.problems, this.list);
+        el("div", { class: "run-head" }, this.title,
+          el("div", { class: "run-line" }, this.status, this.startedAt, this.clock, this.usage, this.cancelButton)),
+        this.meta, this.answer, this.failure, this.problems, this.list);
+      this.openWhenShown = OPEN.includes(summary.status || "queued");
       this.setStatus(summary.status || "queued");
       this.ready = true;  // status changes from now on are news to the page
       this.timing(summary);
@@ -59,6 +60,8 @@ KA.RunView = (() => {
     }
 
     get running() { return OPEN.includes(this.state); }
+    /* Running now, not a finished run whose recorded events are being replayed. */
+    get live() { return this.running && this.openWhenShown; }
 
     /* The one status of the run: the record's words (queued, running, completed, failed, cancelled, interrupted). */
     setStatus(state) {
@@ -145,7 +148,7 @@ KA.RunView = (() => {
 
     on_run_started(event) {
       this.setStatus("running");
-      if (!this.titled && (event.question || event.task)) this.title.textContent = event.question || event.task;
+      if (!this.titled && (event.question || event.task)) this.setTitle(event.question || event.task);
       this.describe(event);
     }
     on_round_started(event) {
@@ -154,7 +157,7 @@ KA.RunView = (() => {
         if (event.max_rounds) { this.limit = event.max_rounds - event.round + 1; this.describe(this.described || {}); }
       }
       const number = event.round - this.firstRound + 1;
-      const view = new RoundView(this.turn > 1 ? `Round ${number} of turn ${this.turn}` : `Round ${number}`);
+      const view = new RoundView(this.turn > 1 ? `Round ${number} of turn ${this.turn}` : `Round ${number}`, this.files());
       this.rounds.set(event.round, view);
       this.list.append(view.node);
     }
@@ -166,7 +169,7 @@ KA.RunView = (() => {
     on_execution_finished(event) { this.round(event.round)?.finished(event); }
     on_round_finished(event) {
       const round = event.round || {};
-      this.round(round.index)?.done(round);
+      this.round(round.index)?.done(round, () => this.answer.scrollIntoView({ block: "start" }));
       this.total += (round.usage && round.usage.total_tokens) || 0;
       if (this.total) this.usage.textContent = tokens({ total_tokens: this.total });
     }
@@ -191,43 +194,41 @@ KA.RunView = (() => {
       this.answer.hidden = false;
     }
 
-    /* Fill in what only the run's record has: its status, times and the download links. */
+    setTitle(text) {
+      this.title.textContent = text;
+      this.title.title = text;
+    }
+
+    /* Fill in what only the run's record has: its status and times. */
     summary(run) {
-      if (run.task && !this.titled) { this.title.textContent = run.task; this.titled = true; }
+      if (run.task && !this.titled) { this.setTitle(run.task); this.titled = true; }
+      if (run.thread_id) this.thread = run.thread_id;
       if (run.status) this.setStatus(run.status);
       this.timing(run);
-      const links = [];
-      for (const [field, label, name] of DOWNLOADS) {
-        const url = findUrl(run, field);
-        if (url) links.push(this.link(url, label, name));
-      }
-      for (const file of run.files || []) {
-        const url = file.url || file.download_url;
-        const name = file.name || file.path || file.filename;
-        if (url && name) links.push(this.link(url, name, name.split("/").pop()));
-      }
-      this.downloads.replaceChildren(...links);
-      this.downloads.hidden = links.length === 0;
     }
 
-    link(url, label, name) {
-      return el("a", { href: url, download: name, text: label, onclick: (event) => {
-        event.preventDefault();
-        this.actions.download(url, name).catch((error) => this.problem(`Download failed: ${error.message}`));
-      } });
+    /* What a round needs to offer the files its code wrote: a download link (with the key, named by the
+       server) and, for an image, its bytes as a data: URL (the page's CSP shows images from data only). */
+    files() {
+      return {
+        link: (path, label) => {
+          const url = this.fileUrl(path);
+          return url && KA.render.downloadLink(url, label, this.actions.download, (error) => this.problem(`Download failed: ${error.message}`));
+        },
+        image: (path) => {
+          const url = this.fileUrl(path);
+          return url ? this.actions.fetchImage(url, SHOWN_IMAGE_BYTES) : Promise.resolve(null);
+        },
+      };
     }
-  }
 
-  /* The URL of one download, wherever this server version puts it. */
-  function findUrl(run, field) {
-    const places = [run.urls, run.links, run.notebooks, run.downloads, run];
-    for (const place of places) {
-      if (!place || typeof place !== "object") continue;
-      for (const key of [field, `${field}_url`, `${field}_notebook`, `${field}_notebook_url`]) {
-        if (typeof place[key] === "string") return place[key];
-      }
+    /* The files route of a path the kernel chose: only plain relative paths (no "." or ".." step, which
+       the browser would resolve into another route), each step encoded. */
+    fileUrl(path) {
+      const steps = path.split("/");
+      if (!this.thread || steps.some((step) => !step || step === "." || step === "..")) return null;
+      return `/v1/threads/${encodeURIComponent(this.thread)}/files/${steps.map(encodeURIComponent).join("/")}`;
     }
-    return null;
   }
 
   return RunView;
