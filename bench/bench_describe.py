@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from bench_agent import _make_csv, _TimedModel
-from report import Row, median
+from report import Row, median, scaled
 
 import kernel_agent.agent.data as data_module
 from kernel_agent.agent.describer import describe as bounded
@@ -36,8 +36,8 @@ CSV_ROWS = 930_000  # ~50 MB, as bench_agent's analysis
 
 def _files(folder: Path, quick: bool) -> tuple[Path, Path]:
     csv = folder / "big.csv"
-    _make_csv(csv, 60_000 if quick else CSV_ROWS)
-    rows = 40_000 if quick else 700_000
+    _make_csv(csv, scaled(quick, CSV_ROWS, 60_000, 2_000))
+    rows = scaled(quick, 700_000, 40_000, 2_000)
     rng = np.random.default_rng(3)
     frame = pd.DataFrame({f"x{i}": rng.standard_normal(rows) for i in range(9)})
     frame["label"] = rng.choice(["alpha", "beta", "gamma"], rows)
@@ -67,7 +67,7 @@ def files(quick: bool) -> list[Row]:
         in_process(csv), in_process(parquet)  # both sides warm: pandas' and pyarrow's first use paid
         rows = []
         for path, what in ((csv, "CSV"), (parquet, "parquet file")):
-            ours, theirs = _alternate(path, 3 if quick else 11)
+            ours, theirs = _alternate(path, scaled(quick, 11, 3, 1))
             size = path.stat().st_size / 1e6
             rows.append(
                 Row(
@@ -86,7 +86,7 @@ def start(quick: bool) -> list[Row]:
     folder = Path(tempfile.mkdtemp(prefix="ka-bench-start-"))
     try:
         csv, _ = _files(folder, quick)
-        ours, theirs = asyncio.run(_starts(csv, folder, 2 if quick else 7))
+        ours, theirs = asyncio.run(_starts(csv, folder, scaled(quick, 7, 2, 1)))
         size = csv.stat().st_size / 1e6
         return [
             Row(

@@ -42,14 +42,14 @@ def _cases(count: int) -> tuple[Case, ...]:
     )  # fmt: skip
 
 
-def _suite_runs(quick: int, questions: int) -> dict[int, tuple[float, list[dict[str, Any]]]]:
+def _suite_runs(questions: int, delay: float) -> dict[int, tuple[float, list[dict[str, Any]]]]:
     cases = _cases(questions)
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-eval-"))
     try:
         suite = load_suite(write_generic(scratch / "suite", cases))
         timed: dict[int, tuple[float, list[dict[str, Any]]]] = {}
         with OpenAIServer() as server:
-            server.add(*entries(ScriptedAnalyst(cases, scratch / "none", delay=MODEL_DELAY_S), 4 * questions * 3))
+            server.add(*entries(ScriptedAnalyst(cases, scratch / "none", delay=delay), 4 * questions * 3))
             options = {"model": "m", "base_url": server.base_url}
             for concurrency in (1, 2, 4):
                 started = time.monotonic()
@@ -66,8 +66,10 @@ def _suite_runs(quick: int, questions: int) -> dict[int, tuple[float, list[dict[
 
 
 def suite(quick: int) -> list[Row]:
-    questions = scaled(quick, QUESTIONS, QUESTIONS, 4)  # the smoke run: 4 questions at each concurrency
-    timed = _suite_runs(quick, questions)
+    # the smoke run: one question at each concurrency (each question takes a fresh kernel), the model at once
+    questions = scaled(quick, QUESTIONS, QUESTIONS, 1)
+    delay = scaled(quick, MODEL_DELAY_S, MODEL_DELAY_S, 0.0)
+    timed = _suite_runs(questions, delay)
     one = timed[1][0]
     rows = []
     targets = {2: 0.70, 4: 0.55}
@@ -75,7 +77,7 @@ def suite(quick: int) -> list[Row]:
         wall = timed[concurrency][0]
         rows.append(
             Row(
-                f"eval: {questions} scripted questions (model {MODEL_DELAY_S:g} s a reply) at -j{concurrency}"
+                f"eval: {questions} scripted questions (model {delay:g} s a reply) at -j{concurrency}"
                 f" ({60 * questions / wall:.1f} q/min) vs 1 ({60 * questions / one:.1f} q/min)",
                 wall,
                 one,

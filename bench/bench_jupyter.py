@@ -23,6 +23,8 @@ Both sides check their answers: a missing output or event raises.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import re
@@ -118,12 +120,58 @@ def _browser(playwright: Any) -> Any:
     )
 
 
-def _lab(model: OpenAIServer) -> tuple[Any, Path]:
-    return start_jupyterlab(
-        {"OPENAI_BASE_URL": model.base_url, "KERNEL_AGENT_MODEL": "scripted-m"},
-        (f"--PersonaManager.default_persona_id={PERSONA}",),
-        collaborative=True,
-    )
+class _Stage:
+    """The scripted model, the JupyterLab (persona, real-time collaboration) and the chromium the three parts
+    share: a lab's start costs seconds. Each part opens its own chat and notebook in it."""
+
+    def __init__(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self._stack = contextlib.ExitStack()
+        try:
+            self.model = self._stack.enter_context(OpenAIServer())
+            playwright = self._stack.enter_context(sync_playwright())
+            lab, base = start_jupyterlab(
+                {"OPENAI_BASE_URL": self.model.base_url, "KERNEL_AGENT_MODEL": "scripted-m"},
+                (f"--PersonaManager.default_persona_id={PERSONA}",),
+                collaborative=True,
+            )
+            self._stack.callback(stop_jupyterlab, lab, base)
+            self.lab = lab
+            self.browser = _browser(playwright)
+            self._stack.callback(self.browser.close)
+        except BaseException:
+            self._stack.close()
+            raise
+        self._names = itertools.count()
+
+    def name(self, stem: str) -> str:
+        """A file name no earlier part used in this lab."""
+        return f"{stem}-{next(self._names)}"
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+_stage: _Stage | None = None
+
+
+def _shared() -> _Stage:
+    """The stage, started at the first part that needs it (``close()`` stops it)."""
+    global _stage
+    if _stage is None:
+        _stage = _Stage()
+    if _stage.model.remaining:  # an earlier part that failed left replies unread: they are not this part's
+        raise RuntimeError(f"the scripted model still holds {_stage.model.remaining} replies of an earlier part")
+    return _stage
+
+
+def close() -> None:
+    """Stop the shared model, JupyterLab and chromium (``run.py`` calls it after this module's last part)."""
+    global _stage
+    stage, _stage = _stage, None
+    if stage is not None:
+        stage.close()
 
 
 class _Listener:
@@ -162,31 +210,28 @@ class _Listener:
 def cells(quick: bool, pause: float = MODEL_PAUSE_S) -> list[Row]:
     """Median seconds from a round's code finishing to its output showing in the open notebook, the model
     answering each request after ``pause`` seconds."""
-    from playwright.sync_api import sync_playwright
-
     rounds = scaled(quick, 8, 3, 1)
-    with OpenAIServer() as model, sync_playwright() as playwright:
-        for k in range(1, rounds + 1):
-            model.add(Reply(f"Round {k}.", tool_calls=(python_call(_round(k)),), pause=pause))
-        model.add(Reply("Done."))
-        lab, base = _lab(model)
-        browser = _browser(playwright)
+    stage = _shared()
+    lab, name = stage.lab, stage.name("bench")
+    for k in range(1, rounds + 1):
+        stage.model.add(Reply(f"Round {k}.", tool_calls=(python_call(_round(k)),), pause=pause))
+    stage.model.add(Reply("Done."))
+    (lab.root / f"{name}.chat").write_text("{}")
+    lab.notebook(f"{name}.ipynb", ["# the user's own cell"])
+    page = stage.browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.add_init_script(f"({_WIRE})()")
+        _open(page, lab, f"{name}.chat", f"{name}.ipynb")
+        listener = _Listener(lab, f"{name}.ipynb")
         try:
-            (lab.root / "bench.chat").write_text("{}")
-            lab.notebook("bench.ipynb", ["# the user's own cell"])
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.add_init_script(f"({_WIRE})()")
-            _open(page, lab, "bench.chat", "bench.ipynb")
-            listener = _Listener(lab, "bench.ipynb")
-            try:
-                _send(page, "@KernelAgent run the rounds")
-                page.wait_for_function(f"() => Object.keys(window.__seen).length >= {rounds}", timeout=WAIT_MS)
-                seen, wire = page.evaluate("[window.__seen, window.__wire]")
-            finally:
-                listener.close()
+            _send(page, "@KernelAgent run the rounds")
+            page.wait_for_function(f"() => Object.keys(window.__seen).length >= {rounds}", timeout=WAIT_MS)
+            seen, wire = page.evaluate("[window.__seen, window.__wire]")
+            page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Done.").first.wait_for(timeout=WAIT_MS)
         finally:
-            browser.close()
-            stop_jupyterlab(lab, base)
+            listener.close()
+    finally:
+        page.close()
     delays = [shown - finished for finished, shown in seen.values()]
     server = [listener.arrived[k] - finished for k, (finished, _shown) in seen.items() if k in listener.arrived]
     if not server:
@@ -247,30 +292,27 @@ def _cli_first_token(model: OpenAIServer, folder: Path) -> float:
 
 def first_token(quick: bool) -> list[Row]:
     """The chat's time to the first streamed text vs the CLI's, alternating, one fresh kernel each."""
-    from playwright.sync_api import sync_playwright
 
     samples = scaled(quick, 3, 1, 1)
     chat_times: list[float] = []
     cli_times: list[float] = []
-    with OpenAIServer() as model, sync_playwright() as playwright:
-        lab, base = _lab(model)
-        browser = _browser(playwright)
+    stage = _shared()
+    lab, model = stage.lab, stage.model
+    for _ in range(samples):
+        cli_times.append(_cli_first_token(model, lab.root))
+        model.add(Reply("Looking first.", tool_calls=(python_call("print(1)"),)), Reply("One."))
+        name = stage.name("t")
+        (lab.root / f"{name}.chat").write_text("{}")
+        lab.notebook(f"{name}.ipynb", ["1"])
+        page = stage.browser.new_page(viewport={"width": 1280, "height": 900})
         try:
-            for index in range(samples):
-                cli_times.append(_cli_first_token(model, lab.root))
-                model.add(Reply("Looking first.", tool_calls=(python_call("print(1)"),)), Reply("One."))
-                (lab.root / f"t{index}.chat").write_text("{}")
-                lab.notebook(f"t{index}.ipynb", ["1"])
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                _open(page, lab, f"t{index}.chat", f"t{index}.ipynb")
-                sent = _send(page, "@KernelAgent say one")
-                page.wait_for_function("() => window.__firstText !== null", timeout=WAIT_MS)
-                chat_times.append(page.evaluate("window.__firstText") - sent)
-                page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="One.").first.wait_for(timeout=WAIT_MS)
-                page.close()
+            _open(page, lab, f"{name}.chat", f"{name}.ipynb")
+            sent = _send(page, "@KernelAgent say one")
+            page.wait_for_function("() => window.__firstText !== null", timeout=WAIT_MS)
+            chat_times.append(page.evaluate("window.__firstText") - sent)
+            page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="One.").first.wait_for(timeout=WAIT_MS)
         finally:
-            browser.close()
-            stop_jupyterlab(lab, base)
+            page.close()
     return [
         Row(
             f"time to the first streamed token, median of {samples}: the chat (send click → text on the page) "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from report import Row, median
+from report import Row, median, scaled
 
 from kernel_agent.safe.html import clean_html, safe_bundle
 from kernel_agent.safe.terminal import printable
@@ -60,7 +60,7 @@ def html(quick: bool) -> list[Row]:
     bundle = {"text/html": page, "text/plain": "table"}
     if "<td>item 1</td>" not in clean_html(page):
         raise AssertionError("the cleaned table lost its cells")
-    rounds = 3 if quick else 9
+    rounds = scaled(quick, 9, 3, 1)
     cleaned, copied = _alternate(lambda: clean_html(page), lambda: page.encode().decode(), rounds)
     bundled, _ = _alternate(lambda: safe_bundle(bundle), lambda: dict(bundle), rounds)
     return [

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench_agent import _make_csv
 from bench_sandbox import _ROUNDS, _SETUP
-from report import Row, median, p95
+from report import Row, median, p95, scaled
 
 from kernel_agent.kernel import kernelspec
 from kernel_agent.kernel.sandbox import bwrap as bwrap_module
@@ -78,7 +78,7 @@ def start(quick: bool) -> list[Row]:
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-seccomp-"))
     try:
         KernelSession(scratch / "warm").start().close()  # the per-process probes, out of the timings
-        for index in range(3 if quick else 12):
+        for index in range(scaled(quick, 12, 3, 1)):
             for filtered in (True, False) if index % 2 == 0 else (False, True):
                 started = time.perf_counter()
                 with contextlib.nullcontext() if filtered else _unfiltered():
@@ -104,7 +104,7 @@ def roundtrip(quick: bool) -> list[Row]:
     try:
         with _session(scratch / "filtered", True) as filtered, _session(scratch / "unfiltered", False) as plain:
             sessions = {True: filtered, False: plain}
-            for block in range(10 if quick else 100):
+            for block in range(scaled(quick, 100, 10, 1)):
                 for side in (True, False) if block % 2 == 0 else (False, True):
                     for _ in range(10):
                         started = time.perf_counter()
@@ -148,7 +148,7 @@ def compute(quick: bool) -> list[Row]:
     cpu: dict[bool, list[float]] = {True: [], False: []}
     try:
         csv = scratch / "big.csv"
-        _make_csv(csv, 60_000 if quick else 930_000)
+        _make_csv(csv, scaled(quick, 930_000, 60_000, 2_000))
         size_mb = csv.stat().st_size / 1e6
         for index in range(1 if quick else 5):
             printed: dict[bool, list[str]] = {}
@@ -197,7 +197,7 @@ def launch(quick: bool) -> list[Row]:
         with _unfiltered():
             plain = [*joins, *kernelspec.bwrap_argv(binary, view), "/bin/true"]
         commands = {True: filtered, False: plain}
-        for index in range(20 if quick else 200):
+        for index in range(scaled(quick, 200, 20, 2)):
             for side in (True, False) if index % 2 == 0 else (False, True):
                 started = time.perf_counter()
                 subprocess.run(commands[side], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -225,7 +225,7 @@ _CALLS = {
 
 def syscalls(quick: bool) -> list[Row]:
     """CPU time of many calls inside the kernel, filtered vs unfiltered session, alternating."""
-    count = 20_000 if quick else 200_000
+    count = scaled(quick, 200_000, 20_000, 2_000)
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-seccomp-"))
     per_call: dict[str, dict[bool, list[float]]] = {name: {True: [], False: []} for name in _CALLS}
     try:
@@ -233,7 +233,7 @@ def syscalls(quick: bool) -> list[Row]:
             sessions = {True: filtered, False: plain}
             for session in sessions.values():
                 session.execute("import os, socket, time")
-            for index in range(3 if quick else 7):
+            for index in range(scaled(quick, 7, 3, 1)):
                 for name, call in _CALLS.items():
                     for side in (True, False) if index % 2 == 0 else (False, True):
                         code = f"_t = time.process_time()\nfor _ in range({count}): {call}\ntime.process_time() - _t"

@@ -13,6 +13,10 @@ started and no file it made is left; a leak is reported and exits 3. A part
 that raises is reported, the others still run, and the exit code is 1.
 ``--smoke`` (``make test``) runs every part once at tiny sizes: it fails only
 when a part raises or leaks, never on a number (its numbers mean nothing).
+
+A module whose parts share something costly (a JupyterLab, a browser) starts it
+at its first use and exposes ``close()``: the runner calls it after the
+module's last selected part, and again (a no-op then) when the run ends.
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     failed: list[str] = []
     try:
-        for label, part in selected:
+        for index, (label, part, module) in enumerate(selected):
             started = time.monotonic()
             print(f"… {label}", file=sys.stderr, flush=True)
             try:
@@ -82,8 +86,12 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:  # one broken part must not hide the others' rows
                 traceback.print_exc()
                 failed.append(label)
+            if index + 1 == len(selected) or selected[index + 1][2] is not module:
+                _close(module, label, failed)
             print(f"  {label} took {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
     finally:
+        for module in {module for *_, module in selected}:
+            _close(module, module.NAME, [])  # after a KeyboardInterrupt too: nothing shared is left running
         tempfile.tempdir = None
         leaks = _leaks(Path(scratch))
         shutil.rmtree(scratch, ignore_errors=True)
@@ -116,22 +124,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _select(modules: list[ModuleType], only: list[str]) -> list[tuple[str, Part]]:
-    """The (label, part) pairs to run, in registry order. Unknown names are an error."""
+def _select(modules: list[ModuleType], only: list[str]) -> list[tuple[str, Part, ModuleType]]:
+    """The (label, part, module) triples to run, in registry order (a module's parts together). Unknown names
+    are an error."""
     every = [
-        (f"{module.NAME}.{part}", part, module.NAME, function)
+        (f"{module.NAME}.{part}", part, module.NAME, function, module)
         for module in modules
         for part, function in module.PARTS.items()
     ]
-    unknown = [name for name in only if not any(name in (label, part, bench) for label, part, bench, _ in every)]
+    unknown = [name for name in only if not any(name in (label, part, bench) for label, part, bench, *_ in every)]
     if unknown:
-        names = sorted({bench for *_, bench, _ in every} | {label for label, *_ in every})
+        names = sorted({bench for _, _, bench, *_ in every} | {label for label, *_ in every})
         raise SystemExit(f"unknown --only {unknown}; choose from {names}")
     return [
-        (label, function)
-        for label, part, bench, function in every
+        (label, function, module)
+        for label, part, bench, function, module in every
         if not only or any(name in (label, part, bench) for name in only)
     ]
+
+
+def _close(module: ModuleType, label: str, failed: list[str]) -> None:
+    """Stop what ``module``'s parts shared (its optional ``close()``, idempotent); a failure fails ``label``."""
+    close = getattr(module, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:
+        traceback.print_exc()
+        failed.append(label)
 
 
 def _machine(markdown: bool) -> str:

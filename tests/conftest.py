@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from openai_server import OpenAIServer
 from postgres import PostgresServer
 from traitlets.config import Config
+
+if TYPE_CHECKING:
+    from gateway import KernelGateway
 
 pytest_plugins = ["leaks", "tiers", "browser"]
 
@@ -27,6 +31,24 @@ def postgres() -> Iterator[PostgresServer]:
     database on it (``postgres.database(name)``); a test that stops its server starts one of its own."""
     with PostgresServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def kernel_gateway_server() -> Iterator[KernelGateway]:
+    """One stock Kernel Gateway for the whole run (its start costs seconds); use ``kernel_gateway``. Whatever
+    is left on it at the end fails the run."""
+    from gateway import KernelGateway  # after the plugins: it imports ``leaks``, which pytest rewrites
+
+    with KernelGateway() as running:
+        yield running
+
+
+@pytest.fixture
+def kernel_gateway(kernel_gateway_server: KernelGateway) -> Iterator[KernelGateway]:
+    """The run's Kernel Gateway for one test: a kernel or a kernel's folder the test left on it fails the test,
+    as leaving ``with KernelGateway()`` did."""
+    yield kernel_gateway_server
+    kernel_gateway_server.assert_clean()
 
 
 @pytest.fixture(scope="module")

@@ -60,12 +60,21 @@ class KernelGateway:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         try:
-            left = self.kernels() if self.process is not None and self.process.poll() is None else []
-            folders = sorted(p.name for p in self.folder.glob("kernel-agent.remote-*"))  # kernels' TMPDIR is ours
+            left, folders = self._left() if self.process is not None and self.process.poll() is None else ([], [])
         finally:
             self._stop()
         assert not left, f"kernels left running on the gateway: {left}"
         assert not folders, f"kernel working folders left on the gateway: {folders}"
+
+    def assert_clean(self) -> None:
+        """What ``__exit__`` checks, on a gateway that goes on running (one shared by several tests)."""
+        left, folders = self._left()
+        assert not left, f"kernels left running on the gateway: {left}"
+        assert not folders, f"kernel working folders left on the gateway: {folders}"
+
+    def _left(self) -> tuple[list[str], list[str]]:
+        """The kernels the gateway runs and the kernels' working folders (their TMPDIR is ours) left in it."""
+        return self.kernels(), sorted(p.name for p in self.folder.glob("kernel-agent.remote-*"))
 
     def kernels(self) -> list[str]:
         """The ids of the kernels the gateway runs now."""

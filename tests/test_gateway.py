@@ -29,9 +29,10 @@ pytestmark = pytest.mark.kernel
 
 
 @pytest.fixture(scope="module")
-def gateway() -> Iterator[KernelGateway]:
-    with KernelGateway() as running:
-        yield running
+def gateway(kernel_gateway_server: KernelGateway) -> Iterator[KernelGateway]:
+    """The run's Kernel Gateway; what this module's tests left on it fails the module."""
+    yield kernel_gateway_server
+    kernel_gateway_server.assert_clean()
 
 
 @pytest.fixture(scope="module")

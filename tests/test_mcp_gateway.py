@@ -17,26 +17,26 @@ from test_mcp import open_stdio, run, stdio_params, text_of
 pytestmark = pytest.mark.kernel
 
 
-def test_mcp_runs_its_kernel_on_the_gateway(tmp_path: Path) -> None:
+def test_mcp_runs_its_kernel_on_the_gateway(tmp_path: Path, kernel_gateway: KernelGateway) -> None:
     data = tmp_path / "sales.csv"
     data.write_text("region,units\nnorth,3\nsouth,5\n")
     workspace = tmp_path / "ws"
-    with KernelGateway() as gateway:
-        token_file = tmp_path / "token"
-        token_file.write_text(gateway.token + "\n")
-        params = stdio_params(
-            workspace, "--data", str(data), "--gateway", gateway.url, "--gateway-token-file", str(token_file)
-        )
-        with open_stdio(params, tmp_path / "server.log") as client:
-            where = run(client, "import os\nprint('KERNEL_GATEWAY' in os.environ)")
-            assert text_of(where).strip().endswith("True")  # the kernel is the gateway's, not ours
-            assert len(gateway.kernels()) == 1
-            total = run(client, "int(pd.read_csv(data.sales)['units'].sum())")
-            assert "8" in text_of(total)  # the data file reached the remote kernel and was preloaded
-            run(client, "open('made.txt', 'w').write('remote')")
-            assert "remote" in text_of(client.call("read_file", {"path": "made.txt"}))
-            assert (workspace / "made.txt").read_text() == "remote"
-        assert _remote_kernels_gone(gateway) == []
+    gateway = kernel_gateway
+    token_file = tmp_path / "token"
+    token_file.write_text(gateway.token + "\n")
+    params = stdio_params(
+        workspace, "--data", str(data), "--gateway", gateway.url, "--gateway-token-file", str(token_file)
+    )
+    with open_stdio(params, tmp_path / "server.log") as client:
+        where = run(client, "import os\nprint('KERNEL_GATEWAY' in os.environ)")
+        assert text_of(where).strip().endswith("True")  # the kernel is the gateway's, not ours
+        assert len(gateway.kernels()) == 1
+        total = run(client, "int(pd.read_csv(data.sales)['units'].sum())")
+        assert "8" in text_of(total)  # the data file reached the remote kernel and was preloaded
+        run(client, "open('made.txt', 'w').write('remote')")
+        assert "remote" in text_of(client.call("read_file", {"path": "made.txt"}))
+        assert (workspace / "made.txt").read_text() == "remote"
+    assert _remote_kernels_gone(gateway) == []
     notebook = workspace.with_name(f"{workspace.name}.ipynb").read_text()
     assert "made.txt" in notebook and gateway.token not in notebook
     assert gateway.token not in (tmp_path / "server.log").read_text()

@@ -113,44 +113,42 @@ def test_a_replica_killed_mid_round_is_taken_over_with_every_completed_round_and
 
 
 def test_with_kernels_on_a_gateway_the_replica_taking_over_adopts_the_live_kernel(
-    postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path
+    postgres: PostgresServer, openai_server: OpenAIServer, tmp_path: Path, kernel_gateway: KernelGateway
 ) -> None:
     model, database = openai_server, postgres.database("gateway_takeover")
     token_file = tmp_path / "gateway-token"
-    with KernelGateway() as gateway:
-        token_file.write_text(gateway.token)
-        options = ("--lease-ttl", "2", "--gateway", gateway.url, "--gateway-token-file", str(token_file))
-        with (
-            Replica(tmp_path / "data", model.base_url, database=database, options=options) as a,
-            Replica(tmp_path / "data", model.base_url, database=database, options=options) as b,
-        ):
-            model.add(
-                Reply("Draw.", tool_calls=(python_call("import random\ntoken = random.random()\nprint(token)"),)),
-                Reply("Drawn."),
-            )
-            done = a.client.post("/v1/runs", json={"task": "Draw a token"}).json()
-            drawn = [e for _, e in follow(b.client, done["id"]) if e["event"] == "execution_finished"]
-            token = drawn[0]["result"]["stdout"]
-            assert len(gateway.kernels()) == 1
-            model.add(Reply("Next.", tool_calls=(python_call("twice = token * 2"),)), Reply("never sent", pause=120))
-            flying = a.client.post("/v1/runs", json={"task": "More", "thread_id": done["thread_id"]}).json()
-            follow(b.client, flying["id"], until="round_finished")
-            deadline = time.monotonic() + 30
-            while model.remaining and time.monotonic() < deadline:
-                time.sleep(0.05)
-            a.kill()  # its kernel lives on, on the gateway
+    gateway = kernel_gateway
+    token_file.write_text(gateway.token)
+    options = ("--lease-ttl", "2", "--gateway", gateway.url, "--gateway-token-file", str(token_file))
+    with (
+        Replica(tmp_path / "data", model.base_url, database=database, options=options) as a,
+        Replica(tmp_path / "data", model.base_url, database=database, options=options) as b,
+    ):
+        model.add(
+            Reply("Draw.", tool_calls=(python_call("import random\ntoken = random.random()\nprint(token)"),)),
+            Reply("Drawn."),
+        )
+        done = a.client.post("/v1/runs", json={"task": "Draw a token"}).json()
+        drawn = [e for _, e in follow(b.client, done["id"]) if e["event"] == "execution_finished"]
+        token = drawn[0]["result"]["stdout"]
+        assert len(gateway.kernels()) == 1
+        model.add(Reply("Next.", tool_calls=(python_call("twice = token * 2"),)), Reply("never sent", pause=120))
+        flying = a.client.post("/v1/runs", json={"task": "More", "thread_id": done["thread_id"]}).json()
+        follow(b.client, flying["id"], until="round_finished")
+        deadline = time.monotonic() + 30
+        while model.remaining and time.monotonic() < deadline:
+            time.sleep(0.05)
+        a.kill()  # its kernel lives on, on the gateway
 
-            model.add(
-                Reply("Again.", tool_calls=(python_call("print(token)\nprint(twice == token * 2)"),)), Reply("Same.")
-            )
-            while True:  # 409 until the dead replica's lease has expired
-                more = b.client.post("/v1/runs", json={"task": "Token?", "thread_id": done["thread_id"]})
-                if more.status_code != 409:
-                    break
-                time.sleep(0.1)
-            executed = [e for _, e in follow(b.client, more.json()["id"]) if e["event"] == "execution_finished"]
-            # The same random token: the kernel itself, not a rebuild (which would draw another).
-            assert executed[-1]["result"]["stdout"] == token + "True\n"
-            assert b.client.get(f"/v1/runs/{flying['id']}").json()["status"] == "interrupted"
-            assert len(gateway.kernels()) == 1  # adopted, not doubled
-        assert gateway.kernels() == []  # B owned it, and deleted it when it stopped
+        model.add(Reply("Again.", tool_calls=(python_call("print(token)\nprint(twice == token * 2)"),)), Reply("Same."))
+        while True:  # 409 until the dead replica's lease has expired
+            more = b.client.post("/v1/runs", json={"task": "Token?", "thread_id": done["thread_id"]})
+            if more.status_code != 409:
+                break
+            time.sleep(0.1)
+        executed = [e for _, e in follow(b.client, more.json()["id"]) if e["event"] == "execution_finished"]
+        # The same random token: the kernel itself, not a rebuild (which would draw another).
+        assert executed[-1]["result"]["stdout"] == token + "True\n"
+        assert b.client.get(f"/v1/runs/{flying['id']}").json()["status"] == "interrupted"
+        assert len(gateway.kernels()) == 1  # adopted, not doubled
+    assert gateway.kernels() == []  # B owned it, and deleted it when it stopped
