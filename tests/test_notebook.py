@@ -357,7 +357,7 @@ def test_export_run_writes_both_views_next_to_each_other(tmp_path: Path) -> None
     nbformat.validate(full)
     nbformat.validate(clean)
     assert full.metadata.kernel_agent["view"] == "full" and clean.metadata.kernel_agent["view"] == "clean"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.clean.ipynb", "run.ipynb"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.clean.ipynb", "run.ipynb"]
 
 
 def test_write_is_atomic_when_the_notebook_cannot_be_serialised(tmp_path: Path) -> None:

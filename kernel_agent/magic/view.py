@@ -2,7 +2,7 @@
 
 Owns the cell's layout (a status line that says "starting…" at once, then the
 run header; per round the streamed reply updated in place into its markdown
-reasoning, the code highlighted, a status line, the real outputs; the answer;
+reasoning, the code highlighted in a framed, labelled box, a status line, the real outputs; the answer;
 the link to the notebook). Problems look like problems: failed code, stderr,
 model errors and interruptions use Jupyter's stderr rendering, which
 notebook front ends draw on a red background. It does not run anything
@@ -31,6 +31,8 @@ __all__ = ["CellView"]
 _STREAM_EVERY_S = 0.25  # how often the streamed reply is redrawn
 _STDERR = "application/vnd.jupyter.stderr"  # Jupyter front ends render it as stderr (red background)
 _TRACEBACK_SHOWN = 12  # traceback lines shown before the rest is folded away
+_BOX_STYLE = "border: 1px solid #90a4ae; border-left: 4px solid #1976d2; background-color: #f5f8fc; padding: 2px 10px"
+_LABEL_STYLE = "font-size: 80%; color: #546e7a; font-family: sans-serif; padding-top: 4px"
 _ANSWER_HEADING = re.compile(r"\A\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n", re.IGNORECASE)
 
 
@@ -51,6 +53,16 @@ def _problem(text: str) -> Shown:
 def _show(shown: Shown, *, display_id: bool = False) -> Any:
     """The one way this view puts anything in the cell: a ``Shown`` (made safe by ``safe.html``)."""
     return display(shown.data, raw=True, metadata=shown.metadata or None, display_id=display_id)
+
+
+def _code_box(code: str, round_: int) -> Shown:
+    """The agent's code in a framed box with a label, so it never reads as one of the cell's outputs."""
+    label = f"code the agent runs · round {round_}"
+    box = (
+        f'<div class="kernel-agent-code" style="{_BOX_STYLE}"><div style="{_LABEL_STYLE}">{html.escape(label)}</div>'
+        f"{shown_code(code).data['text/html']}</div>"
+    )
+    return shown_html(box, code)
 
 
 def _redraw(handle: Any, shown: Shown) -> None:
@@ -164,7 +176,7 @@ class CellView:
         if self._reply is not None:
             _redraw(self._reply, _markdown(event.reasoning) if event.reasoning.strip() else _plain(""))
             self._reply = None
-        _show(shown_code(event.code))
+        _show(_code_box(event.code, event.round))
 
     def _on_execution_started(self, event: Any) -> None:
         self._status = _show(_markdown("*running…*"), display_id=True)
