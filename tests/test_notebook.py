@@ -352,7 +352,7 @@ def test_clean_view_follows_names_through_a_kept_failure() -> None:
 def test_export_run_writes_both_views_next_to_each_other(tmp_path: Path) -> None:
     path = export_run(make_run(), tmp_path / "run.ipynb")
     assert path == tmp_path / "run.ipynb"
-    assert clean_path(path) == tmp_path / "run.clean.ipynb"
+    assert clean_path(path) == tmp_path / ".run.clean.ipynb"
     full, clean = nbformat.read(path, as_version=4), nbformat.read(clean_path(path), as_version=4)
     nbformat.validate(full)
     nbformat.validate(clean)

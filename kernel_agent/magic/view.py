@@ -24,15 +24,13 @@ from ..events import Event
 from ..kernel.partial import OutputChunk, OutputTail
 from ..records import Run
 from ..result import ExecutionResult, strip_ansi
-from ..safe.html import Shown, safe_bundle, shown_code, shown_html, shown_markdown
+from ..safe.html import Shown, safe_bundle, shown_code_box, shown_html, shown_markdown
 
 __all__ = ["CellView"]
 
 _STREAM_EVERY_S = 0.25  # how often the streamed reply is redrawn
 _STDERR = "application/vnd.jupyter.stderr"  # Jupyter front ends render it as stderr (red background)
 _TRACEBACK_SHOWN = 12  # traceback lines shown before the rest is folded away
-_BOX_STYLE = "border: 1px solid #90a4ae; border-left: 4px solid #1976d2; background-color: #f5f8fc; padding: 2px 10px"
-_LABEL_STYLE = "font-size: 80%; color: #546e7a; font-family: sans-serif; padding-top: 4px"
 _ANSWER_HEADING = re.compile(r"\A\s*#{1,6}\s*(final\s+)?answer\s*:?\s*#*\s*\n", re.IGNORECASE)
 
 
@@ -53,16 +51,6 @@ def _problem(text: str) -> Shown:
 def _show(shown: Shown, *, display_id: bool = False) -> Any:
     """The one way this view puts anything in the cell: a ``Shown`` (made safe by ``safe.html``)."""
     return display(shown.data, raw=True, metadata=shown.metadata or None, display_id=display_id)
-
-
-def _code_box(code: str, round_: int) -> Shown:
-    """The agent's code in a framed box with a label, so it never reads as one of the cell's outputs."""
-    label = f"code the agent runs · round {round_}"
-    box = (
-        f'<div class="kernel-agent-code" style="{_BOX_STYLE}"><div style="{_LABEL_STYLE}">{html.escape(label)}</div>'
-        f"{shown_code(code).data['text/html']}</div>"
-    )
-    return shown_html(box, code)
 
 
 def _redraw(handle: Any, shown: Shown) -> None:
@@ -176,7 +164,7 @@ class CellView:
         if self._reply is not None:
             _redraw(self._reply, _markdown(event.reasoning) if event.reasoning.strip() else _plain(""))
             self._reply = None
-        _show(_code_box(event.code, event.round))
+        _show(shown_code_box(event.code, f"code the agent runs · round {event.round}"))
 
     def _on_execution_started(self, event: Any) -> None:
         self._status = _show(_markdown("*running…*"), display_id=True)
