@@ -20,7 +20,7 @@ __all__ = ["hard_breaks", "report_order"]
 def report_order(nb: NotebookNode) -> NotebookNode:
     """A copy of ``nb`` laid out as a report: header, the run's answer, the setup, then each round under
     a ``Round N`` heading (follow-up questions and their answers where they were asked)."""
-    copy = nbformat.from_dict(nb)
+    copy: NotebookNode = nbformat.from_dict(nb)
     cells = list(copy.get("cells", []))
     roles = [_about(cell).get("role") for cell in cells]
     if METADATA_KEY not in copy.get("metadata", {}) or "task" in roles:
