@@ -6,8 +6,12 @@ Pure: a ``Run`` built by hand, exported and rendered with nbconvert (no kernel).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from kernel_agent.notebook.export import answer_body, build_notebook
+from click.testing import CliRunner
+
+from kernel_agent.cli import cli
+from kernel_agent.notebook.export import answer_body, build_notebook, export_run
 from kernel_agent.notebook.html import render_node
 from kernel_agent.notebook.report import hard_breaks, report_order
 from kernel_agent.records import Round, Run, RunInfo
@@ -69,3 +73,15 @@ def test_the_html_report_shows_the_answer_with_its_breaks_before_the_rounds_and_
 
 def test_hard_breaks_leaves_blank_lines_and_fences_alone() -> None:
     assert hard_breaks("a\nb\n\n~~~\nc\n~~~") == "a  \nb  \n\n~~~\nc\n~~~"
+
+
+def test_show_prints_the_answer_with_its_line_breaks_before_the_rounds(tmp_path: Path) -> None:
+    notebook = export_run(run(), tmp_path / "run.ipynb")
+
+    shown = CliRunner().invoke(cli, ["show", str(notebook)], catch_exceptions=False, terminal_width=100).output
+
+    assert shown.index("@mean_age[0.4610]") < shown.index("Round 1") < shown.index("Round 2")
+    age, sex = (
+        next(n for n, line in enumerate(shown.splitlines()) if key in line) for key in ("@mean_age", "@mean_sex")
+    )
+    assert sex == age + 1  # on lines of their own, as written
