@@ -279,8 +279,8 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
     assert path is not None
     shown = CliRunner().invoke(cli, ["show", str(path)], catch_exceptions=False).output
     assert "round 2: timeout" in shown and "round 2: error" not in shown
-    assert (
-        shown.index("first") < shown.index("Follow-up question 1") < shown.index("times five") < shown.index("second")
+    assert (  # the run's answer first (the latest turn's), then the turns in order
+        shown.index("second") < shown.index("first") < shown.index("Follow-up question 1") < shown.index("times five")
     )
     looped = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"][2]
     assert SKIP_TAG in looped.metadata["tags"] and RAISES_TAG not in looped.metadata["tags"]
