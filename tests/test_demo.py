@@ -61,7 +61,7 @@ def test_demo_without_a_model_plays_the_scripted_replies_through_a_real_kernel(d
     assert "scripted" in nb.cells[0].source
     assert images(nb) >= 3
     assert (notebook.parent / "demo-run" / "monthly_revenue.png").stat().st_size > 10_000
-    assert notebook.with_name("demo-run.clean.ipynb").is_file()
+    assert notebook.with_name(".demo-run.clean.ipynb").is_file()
 
 
 def test_demo_notebook_replays_with_check(demo: tuple[Result, Path]) -> None:

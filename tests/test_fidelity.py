@@ -279,8 +279,8 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
     assert path is not None
     shown = CliRunner().invoke(cli, ["show", str(path)], catch_exceptions=False).output
     assert "round 2: timeout" in shown and "round 2: error" not in shown
-    assert (
-        shown.index("first") < shown.index("Follow-up question 1") < shown.index("times five") < shown.index("second")
+    assert (  # the run's answer first (the latest turn's), then the turns in order
+        shown.index("second") < shown.index("first") < shown.index("Follow-up question 1") < shown.index("times five")
     )
     looped = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"][2]
     assert SKIP_TAG in looped.metadata["tags"] and RAISES_TAG not in looped.metadata["tags"]
@@ -311,7 +311,7 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
 
 def test_the_clean_view_keeps_a_timed_out_cell_later_cells_use_and_explains_it(tmp_path: Path) -> None:
     export_run(timed_out_dependency_run(), tmp_path / "run.ipynb")
-    nb = nbformat.read(tmp_path / "run.clean.ipynb", as_version=4)
+    nb = nbformat.read(tmp_path / ".run.clean.ipynb", as_version=4)
     codes = [c for c in nb.cells if c.cell_type == "code"]
     assert [c.metadata["kernel_agent"]["round"] for c in codes] == [0, 1, 2, 3, 4]
     assert SKIP_TAG in codes[2].metadata["tags"] and codes[2].metadata["kernel_agent"]["code"] == LOOP

@@ -92,7 +92,7 @@ def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equ
             assert "`analysis.ipynb`" in body
             assert SECRET not in json.dumps(chat.all()) and model.base_url.split("//")[1].split("/")[0] not in body
             async with shared_document(lab.port, lab.token, "analysis.ipynb", "notebook") as notebook:
-                record = lab.root / "analysis-agent.ipynb"
+                record = lab.root / ".analysis-agent.ipynb"
 
                 def synced() -> list[dict[str, Any]]:
                     # the answer shows in the chat a moment before the finished run is written and synced
@@ -244,7 +244,7 @@ def test_an_attached_file_is_a_data_file_and_an_attachment_outside_the_root_is_n
             assert "total cost 7" in answer[0] and "files ['costs.csv']" in answer[0]
 
     asyncio.run(scenario())
-    header = nbformat.read(lab.root / "attach-agent.ipynb", as_version=4).cells[0].source
+    header = nbformat.read(lab.root / ".attach-agent.ipynb", as_version=4).cells[0].source
     assert "costs.csv" in header and "outside" not in header
 
 
@@ -263,7 +263,7 @@ def test_scripted_demo_needs_no_model_and_says_so() -> None:
                 assert "(scripted replies)" in answer[0] and "**Round 1** · ✓ ok" in answer[0]
 
         asyncio.run(scenario())
-        record = nbformat.read(demo.root / "try-agent.ipynb", as_version=4)
+        record = nbformat.read(demo.root / ".try-agent.ipynb", as_version=4)
         assert record.metadata["kernel_agent"]["scripted"] is True
         assert "`sales.csv`" in record.cells[0].source and "scripted" in record.cells[0].source
         assert (demo.root / "try-agent" / "sales.csv").is_file()  # the bundled data, copied in

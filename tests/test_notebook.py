@@ -352,12 +352,12 @@ def test_clean_view_follows_names_through_a_kept_failure() -> None:
 def test_export_run_writes_both_views_next_to_each_other(tmp_path: Path) -> None:
     path = export_run(make_run(), tmp_path / "run.ipynb")
     assert path == tmp_path / "run.ipynb"
-    assert clean_path(path) == tmp_path / "run.clean.ipynb"
+    assert clean_path(path) == tmp_path / ".run.clean.ipynb"
     full, clean = nbformat.read(path, as_version=4), nbformat.read(clean_path(path), as_version=4)
     nbformat.validate(full)
     nbformat.validate(clean)
     assert full.metadata.kernel_agent["view"] == "full" and clean.metadata.kernel_agent["view"] == "clean"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.clean.ipynb", "run.ipynb"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.clean.ipynb", "run.ipynb"]
 
 
 def test_write_is_atomic_when_the_notebook_cannot_be_serialised(tmp_path: Path) -> None:

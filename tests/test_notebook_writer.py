@@ -46,7 +46,7 @@ def test_each_save_writes_the_full_view_at_once_and_the_clean_view_by_the_next(t
     writer.save(replace(finished, notebook_path=path))
     assert writer._pending is None  # a finished run's save writes both views itself
     assert _views_match(finished, path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.clean.ipynb", "run.ipynb"]  # no temporary file
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.clean.ipynb", "run.ipynb"]  # no temporary file
 
 
 def test_a_failed_background_write_is_raised_by_the_next_save(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_rounds_are_renamed_into_place_and_only_the_finished_run_is_fsynced(
     writer.flush()
     assert synced == [] and path.exists() and clean_path(path).exists()
     writer.save(replace(finished, notebook_path=path))
-    assert len(synced) == 3 and ".run.ipynb." in synced[0] and ".run.clean.ipynb." in synced[1]  # temp files
+    assert len(synced) == 3 and ".run.ipynb." in synced[0] and "..run.clean.ipynb." in synced[1]  # temp files
     assert synced[-1] == str(tmp_path)  # the folder last: both renames durable
     assert _views_match(finished, path)
 

@@ -605,7 +605,7 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
 
 
 @cli.command()
-@click.argument("notebook", metavar="RUN.ipynb")
+@click.argument("notebooks", metavar="RUN.ipynb...", nargs=-1, required=True)
 @click.option(
     "--workspace",
     "-w",
@@ -627,18 +627,21 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
     help="Seconds per cell.",
 )
 @_kernel_options
-def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **options: Any) -> None:
-    """Re-execute a run's notebook in a fresh kernel and report cell by cell.
+def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, timeout: float, **options: Any) -> None:
+    """Re-execute runs' notebooks, each in a fresh kernel, and report cell by cell.
 
     The recorded code is model-written: it runs confined exactly as an agent run's kernel does.
+    Several notebooks (``replay agent-runs/*.ipynb``) are replayed one after the other.
 
     Exits 1 when a cell's outputs differ from the recorded ones (with --check) or a cell fails,
-    2 when the notebook or its data files cannot be found.
+    2 when a notebook or its data files cannot be found.
     """
     from rich.console import Console
+    from rich.text import Text
 
     from ..agent.config import AgentConfig
     from ..notebook.replay import replay as replay_notebook
+    from ..safe.terminal import printable
     from .show import show_replay
 
     with _edge():
@@ -648,17 +651,25 @@ def replay(notebook: str, workspace: str | None, check: bool, timeout: float, **
         limits = config.limits()
         if limits.sandbox == "off":
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
-        report = replay_notebook(
-            notebook,
-            workspace=workspace,
-            check=check,
-            timeout=timeout,
-            limits=limits,
-            kernel_name=config.kernel,
-            python=config.python,
-        )
-    show_replay(Console(highlight=False), report)
-    sys.exit(0 if report.ok else 1)
+        if workspace is not None and len(notebooks) > 1:
+            raise ConfigError("--workspace names one run's data: give it with one notebook")
+    console, ok = Console(highlight=False), True
+    for notebook in notebooks:
+        if len(notebooks) > 1:
+            console.rule(Text(printable(notebook)))
+        with _edge():
+            report = replay_notebook(
+                notebook,
+                workspace=workspace,
+                check=check,
+                timeout=timeout,
+                limits=limits,
+                kernel_name=config.kernel,
+                python=config.python,
+            )
+        show_replay(console, report)
+        ok = ok and report.ok
+    sys.exit(0 if ok else 1)
 
 
 @cli.command()

@@ -29,6 +29,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from ..events import Event
+from ..notebook.export import clean_path
 from ..records import STOP_WORDS, Artifact, Round, Run, Usage
 from ..result import ExecutionResult, png_size, strip_ansi
 from ..safe.terminal import printable
@@ -331,6 +332,8 @@ class LiveRenderer:
             self.console.print(Text("The model replies were scripted (see the notebook's header).", style="yellow"))
         if run.notebook_path is not None:
             self.console.print(Text.assemble(("notebook: ", "bold"), shown(run.notebook_path)), soft_wrap=True)
+            clean = clean_path(run.notebook_path)
+            self.console.print(Text.assemble(("clean view: ", "bold"), shown(clean)), soft_wrap=True)
 
 
 # -- quiet and json ---------------------------------------------------------------------------------

@@ -43,12 +43,17 @@ _CHECK_STYLE = {
 
 
 def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinking: bool = False) -> None:
-    """Print a run read from its notebook: header, every round, then the answer or why there is none.
+    """Print a run read from its notebook: header, the answer (or why there is none), then every round.
 
     A reasoning model's hidden reasoning is folded to one dim line unless ``thinking``.
     """
     run = loaded.run
     _header(console, loaded)
+    if run.answer is not None:  # what a reader came for first, as the HTML report does
+        console.print(Panel(answer_markdown(run.answer), title="Answer", border_style="green"))
+    else:
+        reason = run.stop_reason or "not finished"
+        console.print(Text(shown(f"No answer ({reason})" + (f": {run.error}" if run.error else "")), style="yellow"))
     for number, turn in enumerate(run.turns, start=1):  # earlier turns of a resumed run: each with its answer
         _turn_question(console, number, turn)
         for round_ in run.rounds:
@@ -62,11 +67,6 @@ def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinki
         if round_.index >= current.first_round:
             _round(console, round_, max_lines, thinking)
     console.print(Rule(style="green" if run.answer is not None else "yellow"))
-    if run.answer is not None:
-        console.print(Panel(answer_markdown(run.answer), title="Answer", border_style="green"))
-    else:
-        reason = run.stop_reason or "not finished"
-        console.print(Text(shown(f"No answer ({reason})" + (f": {run.error}" if run.error else "")), style="yellow"))
     console.print(Text(f"{len(run.rounds)} round(s) · {usage_text(run.usage)}", style="dim"))
 
 

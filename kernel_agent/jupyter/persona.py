@@ -9,7 +9,8 @@ one the message names (``… in analysis.ipynb``), else ``<chat name>.ipynb`` be
 missing. Data files are paths the message names (relative to the chat's folder) and the message's
 attachments; they are copied into the run's workspace, ``<chat name>-agent/`` beside the chat, so
 the notebook's own kernel finds them when it re-runs the cells (the setup cell goes there). The run's
-exported notebook is written beside that workspace as for every run (``replay`` and ``show`` work on it).
+exported notebooks are written beside that workspace under dot names (``.<chat name>-agent.ipynb`` and its clean
+view), so the chat's folder shows one notebook; ``replay`` and ``show`` work on them.
 
 A follow-up message continues in the same kernel (every variable is still there) and appends to the
 same notebooks. The chat's stop button (``cancel_response``), and JupyterLab's interrupt of the notebook's
@@ -247,7 +248,7 @@ class _Conversation:
         self.live = live
         stem = Path(notebook).stem
         self.workspace = fresh_folder(folder / f"{stem}-agent")
-        self.record = records_beside(self.workspace)
+        self.record = records_beside(self.workspace, hidden=True)  # the user's one notebook is ``notebook``
         self.agent = AsyncAgent(**options, session_factory=lambda _root: _Held(self))  # raises ConfigError
         self.session: AsyncKernelSession | None = None
 

@@ -64,11 +64,12 @@ def fresh_beside(notebook: Path) -> Path:
     return _fresh(Path(os.path.abspath(notebook)).parent, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def records_beside(workspace: Path, suffix: str = ".ipynb") -> Path:
+def records_beside(workspace: Path, suffix: str = ".ipynb", *, hidden: bool = False) -> Path:
     """Where the host's record of a run in ``workspace`` goes by default: beside it, named after it
-    (``agent-runs/<run>`` → ``agent-runs/<run>.ipynb``), out of the kernel's reach."""
+    (``agent-runs/<run>`` → ``agent-runs/<run>.ipynb``), out of the kernel's reach. ``hidden``: a dot name
+    (``.<run>.ipynb``), for a front end whose user sees another notebook (the chat's)."""
     folder = Path(os.path.abspath(workspace))
-    return folder.parent / f"{folder.name or 'workspace'}{suffix}"
+    return folder.parent / f"{'.' if hidden else ''}{folder.name or 'workspace'}{suffix}"
 
 
 def workspace_holding(path: str | os.PathLike[str]) -> Path | None:
@@ -83,7 +84,11 @@ def workspace_holding(path: str | os.PathLike[str]) -> Path | None:
     for ancestor in folder.parents:
         if ancestor.parent == ancestor:
             break
-        if ancestor.parent.name == "agent-runs" or os.path.lexists(records_beside(ancestor)):
+        if (
+            ancestor.parent.name == "agent-runs"
+            or os.path.lexists(records_beside(ancestor))
+            or os.path.lexists(records_beside(ancestor, hidden=True))
+        ):
             return ancestor
     return None
 

@@ -2,7 +2,7 @@
 
 Owns the cell's layout (a status line that says "starting…" at once, then the
 run header; per round the streamed reply updated in place into its markdown
-reasoning, the code highlighted, a status line, the real outputs; the answer;
+reasoning, the code highlighted in a framed, labelled box, a status line, the real outputs; the answer;
 the link to the notebook). Problems look like problems: failed code, stderr,
 model errors and interruptions use Jupyter's stderr rendering, which
 notebook front ends draw on a red background. It does not run anything
@@ -24,7 +24,7 @@ from ..events import Event
 from ..kernel.partial import OutputChunk, OutputTail
 from ..records import Run
 from ..result import ExecutionResult, strip_ansi
-from ..safe.html import Shown, safe_bundle, shown_code, shown_html, shown_markdown
+from ..safe.html import Shown, safe_bundle, shown_code_box, shown_html, shown_markdown
 
 __all__ = ["CellView"]
 
@@ -164,7 +164,7 @@ class CellView:
         if self._reply is not None:
             _redraw(self._reply, _markdown(event.reasoning) if event.reasoning.strip() else _plain(""))
             self._reply = None
-        _show(shown_code(event.code))
+        _show(shown_code_box(event.code, f"code the agent runs · round {event.round}"))
 
     def _on_execution_started(self, event: Any) -> None:
         self._status = _show(_markdown("*running…*"), display_id=True)

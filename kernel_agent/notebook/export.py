@@ -25,13 +25,14 @@ The *clean* view keeps only what the answer rests on: the setup, every round
 whose code ran ok, failed cells that later kept cells depend on (see
 ``notebook_deps.needed_failures``), and the answer round's reasoning.
 Execution counts are renumbered 1..n. ``export_run`` writes both views:
-``run.ipynb`` and ``run.clean.ipynb``.
+``run.ipynb`` and ``.run.clean.ipynb`` (``clean_path``).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path, PurePath
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -56,15 +57,18 @@ __all__ = [
     "SCRIPTED_STATEMENT",
     "SKIP_TAG",
     "View",
+    "answer_body",
     "build_notebook",
     "clean_path",
     "export_run",
+    "legacy_clean_path",
     "notebook_text",
     "warm_up",
     "write_notebook",
 ]
 
 View = Literal["full", "clean"]
+_ANSWER_HEADING = re.compile(r"(?:#{1,6}\s*|\*\*|__)?\s*(?:final\s+)?answer\s*:?\s*(?:\*\*|__)?\s*:?", re.IGNORECASE)
 
 METADATA_KEY = "kernel_agent"
 SCHEMA = 1  # version of the layout of our metadata, bumped on incompatible changes
@@ -241,7 +245,18 @@ def _write(nb: NotebookNode, path: Path, durable: bool = True, serialise: Notebo
 
 
 def clean_path(path: str | os.PathLike[str]) -> Path:
-    """Where the clean view of the notebook at ``path`` goes: ``run.ipynb`` -> ``run.clean.ipynb``."""
+    """Where the clean view of the notebook at ``path`` goes: ``run.ipynb`` -> ``.run.clean.ipynb``, beside it.
+
+    Beside it, so the setup cell's step into the workspace (relative to the notebook's folder) holds for both
+    views; a dot name, so a glob for a folder's notebooks (``replay agent-runs/*.ipynb``) finds each run once.
+    """
+    path = Path(path)
+    stem = path.stem if path.suffix == ".ipynb" else path.name
+    return path.with_name(f"{'' if stem.startswith('.') else '.'}{stem}.clean.ipynb")
+
+
+def legacy_clean_path(path: str | os.PathLike[str]) -> Path:
+    """Where runs before 0.4 wrote the clean view: ``run.ipynb`` -> ``run.clean.ipynb`` (read, never written)."""
     path = Path(path)
     stem = path.stem if path.suffix == ".ipynb" else path.name
     return path.with_name(f"{stem}.clean.ipynb")
@@ -283,6 +298,7 @@ def _header_text(run: Run, view: View) -> str:
 def _setup_cell(run: Run) -> NotebookNode:
     cell = _code_cell(run.info.setup_code, run.setup_result)
     cell.metadata[METADATA_KEY] = {"role": "setup", "round": 0, **_result_record(run.setup_result)}
+    cell.metadata["jupyter"] = {"source_hidden": True}  # JupyterLab folds it: the rounds are what a reader came for
     if cell.source != run.info.setup_code:
         cell.metadata[METADATA_KEY]["code"] = run.info.setup_code
     return cell
@@ -403,16 +419,25 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def answer_body(answer: str) -> str:
+    """``answer`` without a heading of its own that says only "Answer" (``## Answer``, ``**Final answer:**``): the
+    notebook's heading says it once."""
+    lines = answer.strip().splitlines()
+    if lines and _ANSWER_HEADING.fullmatch(lines[0].strip()):
+        return "\n".join(lines[1:]).strip()
+    return answer
+
+
 def _turn_answer_text(turn: Turn) -> str:
     if turn.answer is not None:
-        return f"## Answer\n\n{turn.answer}"
+        return f"## Answer\n\n{answer_body(turn.answer)}"
     reason = _STOP_REASONS.get(turn.stop_reason, turn.stop_reason) if turn.stop_reason else "it was resumed"
     return f"## No answer\n\nThis question stopped without an answer: {reason}."
 
 
 def _final_text(run: Run) -> str:
     if run.answer is not None:
-        return f"## Answer\n\n{run.answer}"
+        return f"## Answer\n\n{answer_body(run.answer)}"
     if run.stop_reason is None:
         return f"## In progress\n\nThe run has not finished yet ({len(run.rounds)} rounds so far)."
     text = f"## No answer\n\nThe run stopped without an answer: {_STOP_REASONS.get(run.stop_reason, run.stop_reason)}."

@@ -3,7 +3,8 @@
 Owns the nbconvert setup: JupyterLab's look with our template
 (``templates/kernel_agent_html``), which loads nothing from the network
 (nbconvert's default pulls require.js and MathJax from a CDN, which fails
-offline), keeps long outputs in scroll boxes, and a page titled with the task.
+offline), keeps long outputs in scroll boxes, folds the setup cell (``<details>``), and a page titled with
+the task. The cells come in the report's order (``report.py``: the answer first, a heading per round).
 Figures are inline PNGs already, so the page is one file.
 
 Any notebook's content is data (ours or someone else's): outputs go through
@@ -22,6 +23,7 @@ from ..kernel.door import write_record
 from ..safe.html import clean_page, safe_bundle
 from ..safe.http import DOCUMENT_CSP
 from .load import read_notebook
+from .report import report_order
 
 if TYPE_CHECKING:
     from .._nbformat import NotebookNode
@@ -44,7 +46,7 @@ def render_node(nb: NotebookNode, label: str) -> str:
     notebook = label
     exporter = HTMLExporter(extra_template_basedirs=[str(_TEMPLATES)], template_name="kernel_agent_html")
     try:
-        shown = _safe_outputs(nb)
+        shown = _safe_outputs(report_order(nb))
         body, _resources = exporter.from_notebook_node(shown, resources={"metadata": {"name": page_title(nb)}})
     except Exception as exc:  # nbconvert raises assorted template and conversion errors
         raise NotebookError(f"cannot render {notebook} as HTML: {exc}", path=str(notebook)) from exc

@@ -35,11 +35,14 @@ __all__ = [
     "markdown_source",
     "safe_bundle",
     "shown_code",
+    "shown_code_box",
     "shown_html",
     "shown_markdown",
     "svg_image",
 ]
 
+_BOX_STYLE = "border: 1px solid #90a4ae; border-left: 4px solid #1976d2; background-color: #f5f8fc; padding: 2px 10px"
+_LABEL_STYLE = "font-size: 80%; color: #546e7a; font-family: sans-serif; padding-top: 4px"
 _EXTRA_TAGS = {"details", "summary", "figure", "figcaption", "caption", "mark"}
 _GENERIC_ATTRIBUTES = {"id", "class", "style", "title", "lang", "dir", "align", "valign"}
 _TAG_ATTRIBUTES = {
@@ -293,6 +296,16 @@ def shown_markdown(text: str) -> Shown:
 def shown_code(code: str, language: str = "python") -> Shown:
     """Code, highlighted, with the code itself as its plain form."""
     return Shown({"text/html": code_html(code, language), "text/plain": code})
+
+
+def shown_code_box(code: str, label: str, language: str = "python") -> Shown:
+    """Code, highlighted, in a framed box under a small ``label`` (plain text): a front end's way to show code
+    that is not one of the cell's outputs (the magic's rounds)."""
+    box = (
+        f'<div class="kernel-agent-code" style="{_BOX_STYLE}"><div style="{_LABEL_STYLE}">{html.escape(label)}</div>'
+        f"{code_html(code, language)}</div>"
+    )
+    return Shown({"text/html": clean_html(box), "text/plain": code})
 
 
 def safe_bundle(data: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> Shown:

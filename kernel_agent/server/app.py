@@ -29,7 +29,7 @@ from ..agent.names import protocol_entry_points
 from ..agent.summaries import DATA_SUFFIXES
 from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
-from ..notebook.export import clean_path
+from ..notebook.export import clean_path, legacy_clean_path
 from ..records import STOP_WORDS
 from ..safe.http import document_headers, served_type
 from .bundle import spooled, write_bundle
@@ -293,9 +293,12 @@ def _thread_routes(app: FastAPI) -> None:
     async def clean_notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
         """The thread's clean notebook (failed attempts dropped)."""
         door = _thread_door(request, who, thread_id)
+        name = clean_path(Path(NOTEBOOK)).name
+        if await in_thread(door.entry_kind, name) is None:  # a thread from before 0.4: the old name
+            name = legacy_clean_path(Path(NOTEBOOK)).name
         return await _download(
             door,
-            clean_path(Path(NOTEBOOK)).name,
+            name,
             f"{thread_id}.clean.ipynb",
             f"thread {thread_id} has no clean notebook yet",
             media_type="application/x-ipynb+json",

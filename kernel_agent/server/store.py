@@ -6,7 +6,7 @@ store extends with the records::
 
     DATA/kernel-agent.db                         the embedded database (unless --database names another)
     DATA/files/<file-id>/<name>                  an upload under its (sanitised) file name
-    DATA/threads/<thread-id>/analysis.ipynb      its notebook (+ .clean.ipynb), out of the kernel's reach
+    DATA/threads/<thread-id>/analysis.ipynb      its notebook (+ .analysis.clean.ipynb), out of the kernel's reach
     DATA/threads/<thread-id>/workspace/          the kernel's cwd: data files, generated files
 
 Records are typed (``records.py``), read once when the store opens and kept in memory, so a read
@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from .._loop import in_thread
 from ..errors import KernelAgentError
 from ..kernel.door import Door
+from ..notebook.export import legacy_clean_path
 from . import legacy
 from .blobs import NOTEBOOK, Blobs
 from .database import database_url, engine_for, migrate, readiness, row_of, safe_url, tables, upsert
@@ -223,7 +224,7 @@ class Store(Blobs):
         moved = 0
         for record in list(self._threads.values()):
             folder = Door(self.thread_dir(record.id))
-            for name in (NOTEBOOK, NOTEBOOK.replace(".ipynb", ".clean.ipynb")):
+            for name in (NOTEBOOK, legacy_clean_path(NOTEBOOK).name):
                 if folder.entry_kind(name) is not None:
                     continue
                 try:

@@ -1,0 +1,84 @@
+"""The order a run's notebook is read in as a report (``show --html``, the service's report): ``report_order``.
+
+Owns what the page shows first, not how it looks (``html.py`` renders; its template folds the setup cell):
+the answer right after the task, with its line breaks kept, then a heading per round above that round's
+cells. Pure: a notebook in, a reordered copy out; the notebook on disk keeps the export's layout
+(``export.py``), which ``load``, ``resume`` and ``replay`` read. A notebook that is not ours, or a plan's
+(its answer already leads and its tasks have headings), comes back as it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._nbformat import NotebookNode, nbformat
+from .export import METADATA_KEY
+
+__all__ = ["hard_breaks", "report_order"]
+
+
+def report_order(nb: NotebookNode) -> NotebookNode:
+    """A copy of ``nb`` laid out as a report: header, the run's answer, the setup, then each round under
+    a ``Round N`` heading (follow-up questions and their answers where they were asked)."""
+    copy: NotebookNode = nbformat.from_dict(nb)
+    cells = list(copy.get("cells", []))
+    roles = [_about(cell).get("role") for cell in cells]
+    if METADATA_KEY not in copy.get("metadata", {}) or "task" in roles:
+        return copy
+    answers = [index for index, role in enumerate(roles) if role == "answer"]
+    for index in answers:
+        cells[index]["source"] = _answer_breaks(str(cells[index].get("source", "")))
+    if answers:
+        final = cells.pop(answers[-1])
+        cells.insert(1 if roles and roles[0] == "header" else 0, final)
+    copy["cells"] = _with_round_headings(cells)
+    return copy
+
+
+def hard_breaks(text: str) -> str:
+    """Markdown that keeps ``text``'s line breaks (two trailing spaces), code fences untouched."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        fence = line.lstrip().startswith(("```", "~~~"))
+        fenced = fenced != fence
+        lines.append(line if fenced or fence or not line.strip() else line.rstrip() + "  ")
+    return "\n".join(lines)
+
+
+def _answer_breaks(source: str) -> str:
+    heading, _, body = source.partition("\n\n")
+    return f"{heading}\n\n{hard_breaks(body)}" if body else source
+
+
+def _with_round_headings(cells: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    shown: set[int] = set()
+    for cell in cells:
+        about = _about(cell)
+        number = about.get("round")
+        if (
+            isinstance(number, int)
+            and not isinstance(number, bool)
+            and number >= 1
+            and number not in shown
+            and about.get("role") != "answer"
+        ):
+            shown.add(number)
+            heading = {"role": "round-heading", "round": number}
+            out.append(nbformat.from_dict(_markdown(f"### Round {number}", heading)))
+        out.append(cell)
+    return out
+
+
+def _markdown(text: str, about: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "cell_type": "markdown",
+        "id": f"round-heading-{about['round']}",
+        "metadata": {METADATA_KEY: about},
+        "source": text,
+    }
+
+
+def _about(cell: Any) -> dict[str, Any]:
+    about = (cell.get("metadata") or {}).get(METADATA_KEY)
+    return about if isinstance(about, dict) else {}
