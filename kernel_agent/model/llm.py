@@ -290,8 +290,9 @@ class OpenAIChatModel:
                         on_reasoning(thought)
                     if text and on_delta is not None:
                         on_delta(text)
-                    for piece in calls if on_tool_delta is not None else ():
-                        on_tool_delta(piece)
+                    if on_tool_delta is not None:
+                        for piece in calls:
+                            on_tool_delta(piece)
             except sdk.APITimeoutError as exc:
                 raise _StalledStream(acc.received) from exc
             except sdk.APIConnectionError as exc:
