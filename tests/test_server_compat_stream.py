@@ -14,7 +14,9 @@ import pytest
 from openai_server import OpenAIServer, Reply, python_call
 from service_server import ServiceServer
 
+from kernel_agent import Agent
 from kernel_agent.agent.protocols.codestream import CodeStream
+from kernel_agent.events import CodeDelta
 from kernel_agent.model.chat import ToolCallDelta
 from kernel_agent.server.transcript import TagWriter
 
@@ -143,3 +145,33 @@ def test_a_rejected_tool_call_closes_its_code_block() -> None:
     ]
     text = "".join(writer.feed(e) for e in events)
     assert text == "<Code>\n```python\nprint(2\n```\n</Code>\n[reply rejected: malformed tool arguments]\n"
+
+
+@pytest.mark.kernel
+def test_a_reply_broken_off_mid_code_streams_its_retry_from_the_start(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """The model's stream drops halfway through the tool call's code: the front ends are told the code so far
+    is void, the retried reply's code streams whole from its start, and the compat transcript says so."""
+    first = "print('a broken reply that never ran')\n"
+    arguments = len(python_call(first)["arguments"])
+    openai_server.add(
+        Reply("", tool_calls=(python_call(first),), chunk_size=PIECE, die_after=2 + arguments // PIECE // 2),
+        Reply("", tool_calls=(python_call("print(6 * 7)\n"),), chunk_size=PIECE),
+        Reply("It is 42."),
+    )
+    options = {"max_retries": 2, "backoff": 0.01}
+    with Agent(model="m", base_url=openai_server.base_url, protocol="tools", model_options=options) as agent:
+        events = list(agent.stream("6*7?", workspace=tmp_path / "ws"))
+    kinds = [e.kind for e in events]
+    reset = kinds.index("text_reset")
+    before = "".join(e.text for e in events[:reset] if isinstance(e, CodeDelta))
+    after = "".join(e.text for e in events[reset:] if isinstance(e, CodeDelta) and e.round == 1)
+    assert before and first.startswith(before) and before != first  # it had started, and broke off
+    assert after == "print(6 * 7)\n"
+    writer = TagWriter("tools")
+    text = "".join(writer.feed(e.to_dict()) for e in events)
+    assert text.startswith(
+        f"<Code>\n```python\n{before}\n```\n</Code>\n[the model's reply broke off; it starts over]\n"
+    )
+    assert "<Code>\n```python\nprint(6 * 7)\n```\n</Code>\n<Execute>\n42\n</Execute>" in text
