@@ -66,7 +66,8 @@ class TagWriter:
 
     def _text(self, text: str) -> str:
         """A piece of the model's text: as it comes for the tag protocols; in an ``<Analyze>`` block opened
-        at its first visible character for ``tools`` (text after the code started waits for the round's end)."""
+        at its first visible character for ``tools`` (servers send the text before the call; text after the
+        code started is left out)."""
         self.round_text += text
         if self.raw:
             return text
