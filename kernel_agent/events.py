@@ -14,6 +14,7 @@ from .result import ExecutionResult
 
 __all__ = [
     "AnswerReady",
+    "CodeDelta",
     "CodeReady",
     "Event",
     "ExecutionFinished",
@@ -102,6 +103,17 @@ class TextReset(_EventBase):
     round: int
     reason: str
     kind = "text_reset"
+
+
+@dataclass(frozen=True)
+class CodeDelta(_EventBase):
+    """A piece of the round's code as the model writes it, where the protocol sends code apart from the
+    text (``tools``: the tool call's ``code`` argument, decoded as it streams). ``CodeReady`` follows with
+    the whole code as it runs; with the tag protocols the code streams inside ``TextDelta``."""
+
+    round: int
+    text: str
+    kind = "code_delta"
 
 
 @dataclass(frozen=True)
@@ -246,6 +258,7 @@ Event = (
     | TextDelta
     | ReasoningDelta
     | TextReset
+    | CodeDelta
     | CodeReady
     | ExecutionStarted
     | ExecutionOutput

@@ -20,6 +20,8 @@ Script entries::
     Reply("slow", pause=2.0)                        wait 2 s before answering (a slow prefill)
     Reply("slow", chunk_size=1, chunk_pause=0.2)    stream, one chunk every 0.2 s (slow generation)
     Reply("stalls", stall_after=2)                  send 2 SSE chunks, then nothing until close()
+    Reply("held", hold_after=3, hold=event)         send 3 SSE chunks, then the rest once the test sets
+                                                    ``event`` (a ``threading.Event``; close() sets it too)
     HTTPError(500) / HTTPError(429, headers={"retry-after": "0"})
     context_length_error()                          OpenAI's 400 ``context_length_exceeded``
     lambda body: Reply(...)                          computed from (or asserting on) the request
@@ -66,7 +68,9 @@ class Reply:
     ``reasoning`` is sent as ``reasoning_content`` (streamed before the text);
     ``reasoning_tokens`` as ``usage.completion_tokens_details.reasoning_tokens``.
     ``pause`` delays the response's start and ``chunk_pause`` each streamed
-    chunk, in seconds (``close()`` cuts both short).
+    chunk, in seconds (``close()`` cuts both short). ``hold_after=n`` with
+    ``hold`` sends n SSE chunks, then waits for ``hold`` to be set before the
+    rest: a test sees what reached its client while the model is mid-reply.
     """
 
     content: str | None = ""
@@ -81,6 +85,8 @@ class Reply:
     pause: float = 0.0
     chunk_pause: float = 0.0
     stall_after: int | None = None
+    hold_after: int | None = None
+    hold: threading.Event | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -136,6 +142,7 @@ class OpenAIServer:
         self.errors: list[BaseException] = []
         self._script: deque[Entry] = deque(script)
         self._lock = threading.Lock()
+        self._holds: list[threading.Event] = []  # set on close(), so no held reply outlives the server
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -161,6 +168,9 @@ class OpenAIServer:
         httpd, self._httpd = self._httpd, None
         if httpd is not None:
             httpd.stopping.set()
+            with self._lock:
+                for hold in self._holds:
+                    hold.set()
             httpd.shutdown()
             httpd.drop_connections()
             httpd.server_close()  # joins the handler threads (daemon_threads is False)
@@ -215,6 +225,8 @@ class OpenAIServer:
             self.requests.append(body)
             self.request_headers.append(headers)
             entry = self._script.popleft() if self._script else None
+            if isinstance(entry, Reply) and entry.hold is not None:
+                self._holds.append(entry.hold)
         if entry is None:
             n = len(self.requests)
             return HTTPError(500, f"OpenAIServer: the script ran out (request #{n} has no scripted reply)")
@@ -361,6 +373,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if sent and reply.chunk_pause and self.server.stopping.wait(reply.chunk_pause):
                 return
+            if reply.hold is not None and sent == reply.hold_after:
+                reply.hold.wait()  # the test sets it, or close() does
+                if self.server.stopping.is_set():
+                    return
             if reply.stall_after is not None and sent >= reply.stall_after:
                 self.server.stopping.wait(60)  # a server that hangs mid-reply; close() ends the wait
                 return

@@ -135,9 +135,13 @@ def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
     answers = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "answer"]
     assert answers == ["## Answer\n\nfirst: 42", "## Answer\n\nsecond: 84", "## Answer\n\nthird: 126"]
     questions = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "question"]
-    assert questions == ["## Follow-up question 1\n\ndouble it", "## Follow-up question 2\n\ntriple it"]
+    assert questions == [  # a follow-up names its model where it changes
+        "## Follow-up question 1\n\ndouble it\n\n*Model `model-b` · protocol `tags`*",
+        "## Follow-up question 2\n\ntriple it",
+    ]
     header = next(c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "header")
     assert header.startswith("# Task\n\ncompute\n") and "Follow-up" not in header  # each has its own section
+    assert "- **Model:** `model-a`" in header  # the first turn's: the task's own
     turns = nb.metadata["kernel_agent"]["turns"]
     assert [t["task"] for t in turns] == ["compute", "double it", "triple it"]
     assert [t["answer"] for t in turns] == ["first: 42", "second: 84", "third: 126"]

@@ -74,7 +74,8 @@ def events_page() -> str:
         "path.\n\n",
         "## A run's events\n\n",
         "In the order a run sends them: `run_started`, then per round `round_started`, streamed `text_delta` "
-        "(and `reasoning_delta`), `code_ready`, `execution_started`, `execution_output`…, `execution_finished`, "
+        "(and `reasoning_delta`; with `tools`, `code_delta` as the tool call's code streams), `code_ready`, "
+        "`execution_started`, `execution_output`…, `execution_finished`, "
         "`round_finished`; `answer` once the model answers; `notice` and `error` when they happen; `finished` "
         "last.\n\n",
     ]

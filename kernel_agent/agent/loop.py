@@ -25,6 +25,7 @@ from .._loop import in_thread
 from ..errors import ConfigError, DataFileError, KernelError, ModelError, NotebookError, StorageError
 from ..events import (
     AnswerReady,
+    CodeDelta,
     CodeReady,
     Event,
     ExecutionFinished,
@@ -52,7 +53,7 @@ from ..kernel.workspace import (
     records_beside,
     workspace_from,
 )
-from ..model.chat import ChatModel, ModelReply
+from ..model.chat import ChatModel, ModelReply, ToolCallDelta
 from ..notebook.claims import DataSources
 from ..notebook.export import clean_path, warm_up
 from ..notebook.load import load_resumable
@@ -698,14 +699,21 @@ class AsyncAgent:
             keep=self.config.full_feedback_rounds,
             clip_chars=self.config.old_feedback_chars,
         )
+        code = live.protocol.code_stream()
         async for piece in self._ask(sent, live.protocol):
             if isinstance(piece, str):
                 yield TextDelta(index, piece)
+            elif isinstance(piece, ToolCallDelta):
+                if added := code.feed(piece):
+                    yield CodeDelta(index, added)
             elif isinstance(piece, _Thought):
                 yield ReasoningDelta(index, piece.text)
             elif isinstance(piece, _Replied):
                 reply = piece.reply
+                if rest := code.flush():
+                    yield CodeDelta(index, rest)
             else:
+                code = live.protocol.code_stream()  # the retried request's call starts over
                 yield TextReset(index, piece.reason)
         assert reply is not None  # _ask ends with _Replied or raises
         model_s = time.monotonic() - t0
@@ -763,9 +771,10 @@ class AsyncAgent:
 
     async def _ask(
         self, messages: list[dict[str, Any]], protocol: Protocol
-    ) -> AsyncIterator[str | _Retry | _Thought | _Replied]:
-        """Call the model; yield text and reasoning deltas as they stream (and retries), then the whole reply."""
-        queue: asyncio.Queue[str | _Retry | _Thought] = asyncio.Queue()
+    ) -> AsyncIterator[str | ToolCallDelta | _Retry | _Thought | _Replied]:
+        """Call the model; yield text, tool-call and reasoning deltas as they stream (and retries), then the
+        whole reply."""
+        queue: asyncio.Queue[str | ToolCallDelta | _Retry | _Thought] = asyncio.Queue()
         task = asyncio.ensure_future(
             self.chat_model.complete(
                 list(messages),
@@ -773,9 +782,10 @@ class AsyncAgent:
                 on_delta=queue.put_nowait,
                 on_retry=lambda reason: queue.put_nowait(_Retry(reason)),
                 on_reasoning=lambda text: queue.put_nowait(_Thought(text)),
+                on_tool_delta=queue.put_nowait,
             )
         )
-        getter: asyncio.Future[str | _Retry | _Thought] | None = None
+        getter: asyncio.Future[str | ToolCallDelta | _Retry | _Thought] | None = None
         try:
             while not task.done() or not queue.empty():
                 getter = asyncio.ensure_future(queue.get())

@@ -262,6 +262,11 @@ class LiveRenderer:
         self._activity.label = "model writing"
         self._activity.text += event.text
 
+    def _on_code_delta(self, event: Any) -> None:
+        # The spinner shows the code's tail as the model writes it; the whole code comes with code_ready.
+        self._activity.label = "model writing code"
+        self._activity.text = (self._activity.text + event.text)[-_LIVE_OUTPUT_CHARS:]
+
     def _on_reasoning_delta(self, event: Any) -> None:
         if not self._thinking:
             self._activity.label = "model thinking"

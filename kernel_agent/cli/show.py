@@ -15,10 +15,11 @@ from rich.rule import Rule
 from rich.text import Text
 
 from ..notebook.html import export_html
+from ..notebook.kinds import Kind, kind_of, step_word, turn_word
 from ..notebook.load import LoadedRun
 from ..notebook.plan_view import PlanTask, PlanView
 from ..notebook.replay import ReplayReport
-from ..records import Round, Turn
+from ..records import STOP_WORDS, Round, Run, Turn
 from .render import (
     artifacts_text,
     code_block,
@@ -45,67 +46,101 @@ _CHECK_STYLE = {
 def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinking: bool = False) -> None:
     """Print a run read from its notebook: header, the answer (or why there is none), then every round.
 
-    A reasoning model's hidden reasoning is folded to one dim line unless ``thinking``.
+    A resumed run (or a service thread) shows each follow-up question where its turn starts, each turn
+    with its answer; an MCP session shows the client's executions and how the session ended. A
+    reasoning model's hidden reasoning is folded to one dim line unless ``thinking``.
     """
     run = loaded.run
-    _header(console, loaded)
-    if run.answer is not None:  # what a reader came for first, as the HTML report does
-        console.print(Panel(answer_markdown(run.answer), title="Answer", border_style="green"))
-    else:
-        reason = run.stop_reason or "not finished"
-        console.print(Text(shown(f"No answer ({reason})" + (f": {run.error}" if run.error else "")), style="yellow"))
+    kind = kind_of(run) if loaded.view else "foreign"
+    _header(console, loaded, kind)
+    if kind != "mcp":  # what a reader came for first, as the HTML report does (a session ends with how it ended)
+        if run.answer is not None:
+            console.print(Panel(answer_markdown(run.answer), title="Answer", border_style="green"))
+        else:
+            console.print(Text(shown(_no_answer(run.stop_reason, run.error)), style="yellow"))
     for number, turn in enumerate(run.turns, start=1):  # earlier turns of a resumed run: each with its answer
         _turn_question(console, number, turn)
         for round_ in run.rounds:
             if turn.first_round <= round_.index <= turn.last_round:
-                _round(console, round_, max_lines, thinking)
+                _round(console, round_, max_lines, thinking, kind)
         _turn_answer(console, turn)
     current = run.current_turn()
     if run.turns:
         _turn_question(console, len(run.turns) + 1, current)
     for round_ in run.rounds:
         if round_.index >= current.first_round:
-            _round(console, round_, max_lines, thinking)
+            _round(console, round_, max_lines, thinking, kind)
+    if kind == "mcp":
+        _session_end(console, run)
+        return
     console.print(Rule(style="green" if run.answer is not None else "yellow"))
     console.print(Text(f"{len(run.rounds)} round(s) · {usage_text(run.usage)}", style="dim"))
 
 
+def _no_answer(stop_reason: str | None, error: str | None = None) -> str:
+    why = STOP_WORDS.get(stop_reason, stop_reason) if stop_reason else "the run had not finished when it was saved"
+    return f"No answer ({why})" + (f": {error}" if error else "")
+
+
 def _turn_question(console: Console, number: int, turn: Turn) -> None:
     if number > 1:
-        console.print(Rule(f"Follow-up question {number - 1}", style="magenta"))
+        console.print(Rule(turn_word(number), style="magenta"))
         console.print(markdown(turn.task))
-        console.print(
-            Text(shown(f"model {turn.model or 'unknown'} · endpoint {turn.endpoint or 'unknown'}"), style="dim")
-        )
+        line = f"model {turn.model or 'not recorded'} · protocol {turn.protocol or 'not recorded'}"
+        console.print(Text(shown(line + f" · endpoint {turn.endpoint or 'not recorded'}"), style="dim"))
 
 
 def _turn_answer(console: Console, turn: Turn) -> None:
     if turn.answer is not None:
         console.print(Panel(answer_markdown(turn.answer), title="Answer", border_style="green"))
     else:
-        console.print(Text(shown(f"No answer ({turn.stop_reason or 'not finished'})"), style="yellow"))
+        console.print(Text(shown(_no_answer(turn.stop_reason, turn.error)), style="yellow"))
 
 
-def _header(console: Console, loaded: LoadedRun) -> None:
+def _header(console: Console, loaded: LoadedRun, kind: Kind) -> None:
     info = loaded.info
     console.print(Rule(Text(shown(loaded.path or "run"), style="bold"), style="blue"))
-    task = loaded.run.all_turns()[0].task  # follow-up questions are shown where their turn starts
-    console.print(markdown(f"**Task:** {task.strip() or '(not recorded)'}"))
-    details = [
-        f"model {info.model or 'unknown'}",
-        f"protocol {info.protocol or 'unknown'}",
-        f"data {', '.join(info.data_files) or 'none'}",
-    ]
-    if loaded.view:
-        details.append(f"{loaded.view} view")
-    console.print(Text(shown(" · ".join(details)), style="dim"), soft_wrap=True)
+    first = loaded.run.all_turns()[0]  # follow-up questions are shown where their turn starts
+    console.print(markdown(f"**{'Session' if kind == 'mcp' else 'Task'}:** {first.task.strip() or '(not recorded)'}"))
+    console.print(Text(shown(" · ".join(_details(loaded, kind, first))), style="dim"), soft_wrap=True)
     if info.scripted:
         console.print(Text("The model replies in this run were scripted (played back from a file).", style="yellow"))
 
 
-def _round(console: Console, round_: Round, max_lines: int, thinking: bool) -> None:
-    console.print(Rule(f"Round {round_.index}", style="blue"))
-    console.print(round_status(round_))
+def _details(loaded: LoadedRun, kind: Kind, first: Turn) -> list[str]:
+    """The header's line: who wrote the code (the first turn's model and protocol: a follow-up may use
+    others, shown where it starts; an MCP session's client), the data, the view."""
+    info = loaded.info
+    if kind == "mcp":
+        details = [f"MCP session · client {info.model or 'not recorded'}"]
+    else:
+        details = [
+            f"model {first.model or info.model or 'not recorded'}",
+            f"protocol {first.protocol or info.protocol or 'not recorded'}",
+        ]
+    details.append(f"data {', '.join(info.data_files) or 'none'}")
+    if kind == "resumed":
+        details.append(f"{len(loaded.run.turns)} follow-up question(s)")
+    if loaded.view:
+        details.append(f"{loaded.view} view")
+    return details
+
+
+def _session_end(console: Console, run: Run) -> None:
+    """An MCP session's close: the line it ended with (kept where a run keeps its answer), or that it was
+    still open when the notebook was written; no tokens (no model of ours took part)."""
+    ended = run.answer is not None
+    console.print(Rule(style="green" if ended else "yellow"))
+    if ended:
+        console.print(Text(shown(run.answer or ""), style="green"))
+        return
+    still = f"The session was still open when this notebook was written ({len(run.rounds)} code execution(s))."
+    console.print(Text(still, style="yellow"))
+
+
+def _round(console: Console, round_: Round, max_lines: int, thinking: bool, kind: Kind = "run") -> None:
+    console.print(Rule(f"{step_word(kind)} {round_.index}", style="blue"))
+    console.print(_execution_status(round_) if kind == "mcp" else round_status(round_))
     if round_.reasoning_content.strip():
         console.print(thinking_text(round_.reasoning_content, expanded=thinking, max_lines=10_000))
     if round_.problem:
@@ -120,6 +155,17 @@ def _round(console: Console, round_: Round, max_lines: int, thinking: bool) -> N
     files = artifacts_text(round_.artifacts)
     if files is not None:
         console.print(files)
+
+
+def _execution_status(round_: Round) -> Text:
+    """An MCP execution's line: mark, status and the code's time (no model took part)."""
+    status = round_.result.status if round_.result is not None else "not run"
+    mark, style = {"ok": ("✓", "green"), "error": ("✗", "red")}.get(status, ("!", "yellow"))
+    text = Text(f"{mark} execution {round_.index}: {status}", style=style)
+    text.append(f"  code {round_.exec_s:.1f} s", style="dim")
+    if round_.result is not None and round_.result.note:
+        text.append(f"\n  {shown(round_.result.note)}", style="yellow")
+    return text
 
 
 def answer_markdown(answer: str) -> RenderableType:

@@ -159,6 +159,9 @@ class CellView:
             _redraw(self._reply, _plain("…"))
         _show(_markdown(f"> **model request failed, retrying:** {event.reason}"))
 
+    def _on_code_delta(self, event: Any) -> None:
+        """The code shows whole, highlighted, once ready (``_on_code_ready``)."""
+
     def _on_code_ready(self, event: Any) -> None:
         self._show_thinking()
         if self._reply is not None:

@@ -35,6 +35,7 @@ from ..kernel.partial import OutputCallback
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import check_outside, records_beside, workspace_from
 from ..notebook.export import build_notebook, clean_path, export_run, notebook_text
+from ..notebook.kinds import MCP_PROTOCOL
 from ..records import Round, Run, RunInfo
 from ..result import ExecutionResult
 from .files import FileEntry, write_file
@@ -344,7 +345,7 @@ class Workbench:
         return RunInfo(
             task=f"Code run through the kernel-agent MCP server by {self._client}.",
             model=self._client,
-            protocol="mcp",
+            protocol=MCP_PROTOCOL,
             data_files=self._data_names(),
             workspace=str(self.workspace.resolve()),
             setup_code=self.setup_code,

@@ -1,4 +1,4 @@
-"""The seam between the agent and a chat model: ``ChatModel``, ``ModelReply``, ``ToolCall``.
+"""The seam between the agent and a chat model: ``ChatModel``, ``ModelReply``, ``ToolCall``, ``ToolCallDelta``.
 
 Pure types. ``llm.py`` implements ``ChatModel`` over the ``openai`` SDK (the
 only module that imports it); ``scripted.py`` implements it by playing
@@ -13,7 +13,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..records import Usage
 
-__all__ = ["ChatModel", "DeltaCallback", "ModelReply", "RetryCallback", "ToolCall"]
+__all__ = [
+    "ChatModel",
+    "DeltaCallback",
+    "ModelReply",
+    "RetryCallback",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolDeltaCallback",
+]
 
 DeltaCallback = Callable[[str], None]
 RetryCallback = Callable[[str], None]
@@ -26,6 +34,19 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a tool call as it streams: call ``index`` of the reply, its ``name`` (as far as known:
+    servers send it with the call's first piece) and the next piece of its raw JSON ``arguments``."""
+
+    index: int
+    name: str
+    arguments: str
+
+
+ToolDeltaCallback = Callable[[ToolCallDelta], None]
 
 
 @dataclass(frozen=True)
@@ -55,7 +76,8 @@ class ChatModel(Protocol):
 
     ``options`` are extra request fields chosen by the protocol (``stop``,
     ``tools``). ``on_delta`` receives text as it streams, when the model streams;
-    ``on_reasoning`` receives the reasoning (hidden thinking) as it streams.
+    ``on_reasoning`` receives the reasoning (hidden thinking) as it streams;
+    ``on_tool_delta`` the tool calls' arguments as they stream (``ToolCallDelta``).
     ``on_retry`` is called with the reason before a failed request is retried;
     text streamed before it is void (the reply starts over).
     Implementations raise ``ModelError`` subclasses, never SDK exceptions.
@@ -72,6 +94,7 @@ class ChatModel(Protocol):
         on_delta: DeltaCallback | None = None,
         on_retry: RetryCallback | None = None,
         on_reasoning: DeltaCallback | None = None,
+        on_tool_delta: ToolDeltaCallback | None = None,
     ) -> ModelReply: ...
 
     async def aclose(self) -> None: ...

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 from .._loop import in_thread
 from ..errors import ConfigError, ContextLengthError, ModelError, ModelTimeoutError, ModelUnreachableError
 from ..redact import redact
-from .chat import DeltaCallback, ModelReply, RetryCallback
+from .chat import DeltaCallback, ModelReply, RetryCallback, ToolDeltaCallback
 from .replies import StreamAccumulator, completion_reply
 
 if TYPE_CHECKING:
@@ -180,11 +180,13 @@ class OpenAIChatModel:
         on_delta: DeltaCallback | None = None,
         on_retry: RetryCallback | None = None,
         on_reasoning: DeltaCallback | None = None,
+        on_tool_delta: ToolDeltaCallback | None = None,
     ) -> ModelReply:
         """Send ``messages`` (plus protocol ``options``) and return the reply.
 
         ``on_delta`` gets each text delta while streaming, ``on_reasoning``
-        each reasoning delta; after a retry both start over. Raises
+        each reasoning delta, ``on_tool_delta`` each piece of a tool call's
+        arguments; after a retry all start over. Raises
         ``ModelUnreachableError``, ``ModelTimeoutError``, ``ContextLengthError``
         or ``ModelError`` as the module docstring says, each ``from`` the SDK error.
         """
@@ -195,7 +197,7 @@ class OpenAIChatModel:
         for attempt in range(self.max_retries + 1):
             try:
                 if self.stream:
-                    return await self._complete_streaming(request, on_delta, on_reasoning)
+                    return await self._complete_streaming(request, on_delta, on_reasoning, on_tool_delta)
                 return await self._complete_once(request)
             except (sdk.OpenAIError, _BrokenStream, _StalledStream, json.JSONDecodeError) as exc:
                 transient, error = self._failure(exc, attempts=attempt + 1, extras=request.get("extra_body"))
@@ -269,7 +271,11 @@ class OpenAIChatModel:
         return reply
 
     async def _complete_streaming(
-        self, request: dict[str, Any], on_delta: DeltaCallback | None, on_reasoning: DeltaCallback | None
+        self,
+        request: dict[str, Any],
+        on_delta: DeltaCallback | None,
+        on_reasoning: DeltaCallback | None,
+        on_tool_delta: ToolDeltaCallback | None = None,
     ) -> ModelReply:
         sdk = _sdk()
         stream = await self._sdk_client().chat.completions.create(
@@ -279,11 +285,14 @@ class OpenAIChatModel:
         async with stream:
             try:
                 async for chunk in stream:
-                    text, thought = acc.add(chunk)
+                    text, thought, calls = acc.add(chunk)
                     if thought and on_reasoning is not None:
                         on_reasoning(thought)
                     if text and on_delta is not None:
                         on_delta(text)
+                    if on_tool_delta is not None:
+                        for piece in calls:
+                            on_tool_delta(piece)
             except sdk.APITimeoutError as exc:
                 raise _StalledStream(acc.received) from exc
             except sdk.APIConnectionError as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import Usage
-from .chat import ModelReply, ToolCall
+from .chat import ModelReply, ToolCall, ToolCallDelta
 
 __all__ = ["StreamAccumulator", "completion_reply"]
 
@@ -50,11 +50,13 @@ class StreamAccumulator:
         self.usage: Usage | None = None
         self.thoughts: list[str] = []
 
-    def add(self, chunk: Any) -> tuple[str, str]:
-        """Take one chunk; return its text delta and its reasoning delta ("" when none)."""
+    def add(self, chunk: Any) -> tuple[str, str, tuple[ToolCallDelta, ...]]:
+        """Take one chunk; return its text delta, its reasoning delta ("" when none) and its tool calls'
+        argument pieces."""
         if getattr(chunk, "usage", None) is not None:
             self.usage = _usage(chunk.usage)
         text = thought = ""
+        pieces: list[ToolCallDelta] = []
         for choice in chunk.choices or ():
             if choice.index != 0:
                 continue
@@ -64,7 +66,9 @@ class StreamAccumulator:
             if delta is not None:
                 thought += _reasoning(delta)
             for call in (getattr(delta, "tool_calls", None) or ()) if delta is not None else ():
-                self._add_call(call)
+                piece = self._add_call(call)
+                if piece is not None:
+                    pieces.append(piece)
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
             stop = _stop_reason(choice)
@@ -76,9 +80,10 @@ class StreamAccumulator:
         if thought:
             self.thoughts.append(thought)
             self.received += len(thought)
-        return text, thought
+        return text, thought, tuple(pieces)
 
-    def _add_call(self, call: Any) -> None:
+    def _add_call(self, call: Any) -> ToolCallDelta | None:
+        """Fold one tool-call delta in; return its arguments piece (None when it brought none)."""
         index = call.index if call.index is not None else len(self.calls)
         slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
         if call.id and not slot["id"]:
@@ -91,6 +96,8 @@ class StreamAccumulator:
             if function.arguments:
                 slot["arguments"].append(function.arguments)
                 self.received += len(function.arguments)
+                return ToolCallDelta(index, slot["name"], function.arguments)
+        return None
 
     def reply(self) -> ModelReply:
         calls = tuple(

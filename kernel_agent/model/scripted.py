@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigError
-from .chat import DeltaCallback, ModelReply, RetryCallback
+from .chat import DeltaCallback, ModelReply, RetryCallback, ToolDeltaCallback
 
 __all__ = ["END_OF_SCRIPT", "ScriptedChatModel"]
 
@@ -61,8 +61,10 @@ class ScriptedChatModel:
         on_delta: DeltaCallback | None = None,
         on_retry: RetryCallback | None = None,
         on_reasoning: DeltaCallback | None = None,
+        on_tool_delta: ToolDeltaCallback | None = None,
     ) -> ModelReply:
-        """The next scripted reply (``messages`` are not read; it never retries). Raises nothing."""
+        """The next scripted reply (``messages`` are not read; it never retries; its replies are text, so
+        ``on_tool_delta`` is never called). Raises nothing."""
         if self._played < len(self._replies):
             text = self._replies[self._played]
             self._played += 1

@@ -44,6 +44,7 @@ from ..kernel.door import write_record, write_records
 from ..records import PYTHON3_KERNELSPEC, Round, Run, Turn
 from ..result import ExecutionResult
 from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
+from .kinds import first_turn_provenance, kind_of
 from .text import NotebookText
 
 _VALIDATOR_BACKEND = "fastjsonschema"
@@ -126,7 +127,8 @@ def build_notebook(
     turns = run.all_turns()
     for number, turn in enumerate(turns, start=1):
         if number > 1:
-            cells.append(_markdown(f"## Follow-up question {number - 1}\n\n{turn.task}", "question", turn=number))
+            text = f"## Follow-up question {number - 1}\n\n{turn.task}" + _changed_provenance(turns[number - 2], turn)
+            cells.append(_markdown(text, "question", turn=number))
         mine = [
             (rnd, kept)
             for rnd, kept in chosen
@@ -275,16 +277,19 @@ def _markdown(text: str, role: str, **meta: Any) -> NotebookNode:
 def _header_text(run: Run, view: View) -> str:
     info = run.info
     files = ", ".join(f"`{name}`" for name in info.data_files) or "none"
-    model = f"`{info.model}`" if info.model else "unknown"
     first = run.turns[0].task if run.turns else info.task  # follow-ups have sections of their own
-    lines = [
-        f"# Task\n\n{first.strip()}\n",
-        f"- **Data files:** {files}",
-        # the model, not where it is served: a notebook is shared, the endpoint is the operator's (the host
-        # stays in the metadata, for `kernel-agent show`)
-        f"- **Model:** {model}",
-        f"- **Protocol:** `{info.protocol}`" if info.protocol else "- **Protocol:** unknown",
-    ]
+    if kind_of(run) == "mcp":  # no model of ours: the client ran the code
+        lines = [f"# MCP session\n\n{first.strip()}\n", f"- **Data files:** {files}", f"- **Client:** `{info.model}`"]
+    else:
+        model, protocol = first_turn_provenance(run)  # a follow-up's own are in its turn's metadata
+        lines = [
+            f"# Task\n\n{first.strip()}\n",
+            f"- **Data files:** {files}",
+            # the model, not where it is served: a notebook is shared, the endpoint is the operator's (the host
+            # stays in the metadata, for `kernel-agent show`)
+            f"- **Model:** `{model}`" if model else "- **Model:** unknown",
+            f"- **Protocol:** `{protocol}`" if protocol else "- **Protocol:** unknown",
+        ]
     if info.scripted:
         lines.append("\n" + SCRIPTED_STATEMENT)
     if view == "clean":
@@ -428,6 +433,13 @@ def answer_body(answer: str) -> str:
     return answer
 
 
+def _changed_provenance(before: Turn, turn: Turn) -> str:
+    """A follow-up's model and protocol, when either differs from the turn before's ("" otherwise)."""
+    if (turn.model, turn.protocol) == (before.model, before.protocol) or not (turn.model or turn.protocol):
+        return ""
+    return f"\n\n*Model `{turn.model or 'unknown'}` · protocol `{turn.protocol or 'unknown'}`*"
+
+
 def _turn_answer_text(turn: Turn) -> str:
     if turn.answer is not None:
         return f"## Answer\n\n{answer_body(turn.answer)}"
@@ -436,6 +448,10 @@ def _turn_answer_text(turn: Turn) -> str:
 
 
 def _final_text(run: Run) -> str:
+    if kind_of(run) == "mcp":  # its close is kept where a run keeps its answer
+        if run.answer is not None:
+            return f"## Session ended\n\n{run.answer}"
+        return f"## Session open\n\nThe session is still open ({len(run.rounds)} code executions so far)."
     if run.answer is not None:
         return f"## Answer\n\n{answer_body(run.answer)}"
     if run.stop_reason is None:

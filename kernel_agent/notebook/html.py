@@ -22,6 +22,7 @@ from ..errors import NotebookError, WorkspaceFileError
 from ..kernel.door import write_record
 from ..safe.html import clean_page, safe_bundle
 from ..safe.http import DOCUMENT_CSP
+from .kinds import notebook_kind
 from .load import read_notebook
 from .report import report_order
 
@@ -82,12 +83,23 @@ def export_html(notebook: str | os.PathLike[str], target: str | os.PathLike[str]
 
 
 def page_title(nb: object) -> str:
-    """``kernel-agent: <the task's first line>`` (shortened), or the plain name for other notebooks."""
+    """``kernel-agent: <the task's first line>`` (shortened), ``kernel-agent: MCP session (<client>)``, or
+    the plain name for other notebooks."""
     metadata = getattr(nb, "metadata", {}) or {}
-    task = str((metadata.get("kernel_agent") or {}).get("task") or "").strip()
+    meta = metadata.get("kernel_agent") if isinstance(metadata, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    if notebook_kind(metadata) == "mcp":
+        client = str(meta.get("model") or "").strip()
+        return "kernel-agent: MCP session" + (f" ({_short(client)})" if client else "")
+    task = str(meta.get("task") or "").strip()
     if not task:
         return "kernel-agent run"
-    first = task.splitlines()[0]
+    return f"kernel-agent: {_short(task)}"
+
+
+def _short(text: str) -> str:
+    """``text``'s first line, shortened to the title's length."""
+    first = text.splitlines()[0]
     if len(first) > _TITLE_CHARS:
         first = first[: _TITLE_CHARS - 1].rstrip() + "…"
-    return f"kernel-agent: {first}"
+    return first

@@ -15,6 +15,7 @@ from ...records import Run
 from ...result import RebuildReport
 from ..history import resume_context
 from ..languages import PYTHON, Language
+from .codestream import CodeStream
 from .images import image_parts
 from .prompts import PromptContext
 
@@ -97,6 +98,11 @@ class Protocol:
         answers) then the question. ``report`` is what a rebuilt kernel restored (None: it kept its state)."""
         briefing = resume_context(run.rounds, question, report=report, fence=self.language.fence)
         return [*self.initial_messages(ctx), {"role": "user", "content": briefing}]
+
+    def code_stream(self) -> CodeStream:
+        """A fresh decoder of the code in a reply's tool-call pieces as they stream; the base's decodes
+        none (the tag protocols' code streams inside their text)."""
+        return CodeStream(None)
 
     def parse(self, reply: ModelReply) -> Step:
         """Turn a reply into a ``Step``. Never raises: trouble goes into ``Step.problem``."""

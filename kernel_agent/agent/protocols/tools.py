@@ -15,6 +15,7 @@ from ...model.chat import ModelReply
 from ..languages import PYTHON, Language
 from .base import Feedback, Protocol, ProtocolSettings, Step
 from .base import join_problems as _join
+from .codestream import CodeStream
 from .prompts import PromptContext, not_run, opening_messages, tools_empty_nudge, tools_nudge, tools_system
 from .tagparse import extract_code
 
@@ -58,6 +59,9 @@ class ToolsProtocol(Protocol):
 
     def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
         return opening_messages(ctx, system=tools_system(self.language), vision=self.vision, language=self.language)
+
+    def code_stream(self) -> CodeStream:
+        return CodeStream(self.language.tool)
 
     def parse(self, reply: ModelReply) -> Step:
         text = reply.text or ""
