@@ -41,11 +41,12 @@ def page_text(page: str) -> str:
 
 
 def assert_two_turns(out: str, first_model: str, second_model: str) -> None:
-    """``show``'s reading of a two-turn run: each question where its turn starts, each with its answer
-    and its own model, nothing unknown, nothing unanswered."""
+    """``show``'s reading of a two-turn run: the latest answer first, then each question where its turn
+    starts, each earlier turn with its answer and its own model, nothing unknown, nothing unanswered."""
     assert f"model {first_model} · protocol tools" in out.split("Round 1", 1)[0]  # the header: the first turn's
     assert "1 follow-up question(s)" in out
-    assert out.index("The total is 8.") < out.index("Follow-up question 1") < out.index("Doubled: 16.")
+    # the run's answer first (the latest turn's, as the report reads), then the turns in order
+    assert out.index("Doubled: 16.") < out.index("The total is 8.") < out.index("Follow-up question 1")
     follow_up = out.split("Follow-up question 1", 1)[1]
     assert "Double it" in follow_up and f"model {second_model} · protocol tools" in follow_up
     assert "unknown" not in out and "not recorded" not in out and "No answer" not in out
@@ -81,7 +82,7 @@ def test_a_resumed_run_shows_each_question_with_its_model_and_answer(
     assert page_title(_Node(_metadata(notebook))) == "kernel-agent: Total amount?"
     assert notebook_kind(_metadata(notebook)) == "resumed"
     assert "Model: model-one" in text and "Model model-two · protocol tools" in text  # the follow-up's own
-    assert text.index("The total is 8.") < text.index("Follow-up question 1") < text.index("Doubled: 16.")
+    assert text.index("Doubled: 16.") < text.index("The total is 8.") < text.index("Follow-up question 1")
 
 
 @pytest.mark.kernel
@@ -109,7 +110,7 @@ def test_a_service_threads_notebook_shows_its_turns(openai_server: OpenAIServer,
         text = page_text(page)
         assert "kernel-agent: Total amount?" in text and "Model: scripted-test-model" in text
         assert (
-            text.index("The total is 8.") < text.index("Follow-up question 1 ¶ Double it") < text.index("Doubled: 16.")
+            text.index("Doubled: 16.") < text.index("The total is 8.") < text.index("Follow-up question 1 ¶ Double it")
         )
 
 
