@@ -30,9 +30,7 @@ async def settled() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
-def test_a_kernel_in_the_workspace_finds_the_copies_and_nothing_is_left_to_record(
-    tmp_path: Path, sales: Path
-) -> None:
+def test_a_kernel_in_the_workspace_finds_the_copies_and_nothing_is_left_to_record(tmp_path: Path, sales: Path) -> None:
     async def scenario() -> tuple[DataStaging, list[str]]:
         root = tmp_path / "ws"
         staging = await DataStaging.check([sales], root)

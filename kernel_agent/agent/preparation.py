@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..kernel.interface import Kernel
 from ..kernel.rebuild import RebuildCell, RebuildPlan
@@ -123,7 +123,10 @@ class Preparation:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
-        (setup, environment), files = done[0], done[-1]
+        (setup, environment), files = (
+            cast(tuple[ExecutionResult, Environment], done[0]),
+            cast(tuple[DataFile, ...], done[-1]),
+        )
         protocol = self.protocol(language)
         info = RunInfo(
             task=task,
