@@ -9,16 +9,17 @@ objects, never here. It does not run rounds, parse replies or lay out notebooks 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from .._loop import in_thread
 from ..errors import ConfigError, NotebookError
 from ..events import Event, RunFinished
-from ..kernel.interface import KernelFactory, KernelMaker, MadeKernels, kernel_factory
+from ..kernel.interface import Kernel, KernelFactory, KernelMaker, MadeKernels, kernel_factory
 from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
 from ..kernel.session import AsyncKernelSession
@@ -29,11 +30,14 @@ from ..notebook.load import load_resumable
 from ..records import Run, RunInfo
 from .config import NO_MODEL_HELP, AgentConfig
 from .data import warm_describer
-from .loop import Rounds
-from .preparation import Preparation
+from .loop import Ask, Rounds
+from .preparation import Preparation, Prompt
 from .staging import DataStaging, resumed_files
 
 __all__ = ["AsyncAgent", "warm_host"]
+
+# ``session_options`` that choose another kernel than the configured one (its language is then not known ahead).
+_KERNEL_CHOICE = frozenset({"kernel_name", "python", "gateway", "gateway_kernel_id", "provider"})
 
 
 def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -> ChatModel:
@@ -202,9 +206,22 @@ class AsyncAgent:
         try:
             if not self._kernels_apart():
                 await staging.into_workspace()
-            async with self._session_factory(root) as session:
-                opening = await self._preparation.new_run(session, task, staging, root, notebook_path, setup)
-                rounds = Rounds(self.config, self.chat_model, session, opening, notebook_path, root, staging)
+            language = self._preparation.language_ahead(
+                self._own_kernels and not _KERNEL_CHOICE & set(self._session_options)
+            )
+            async with AsyncExitStack() as stack:
+                prompt: Prompt | None = None
+                first: Ask | None = None
+                if language is None:
+                    session = await stack.enter_async_context(self._session_factory(root))
+                else:  # the first request goes out while the kernel starts; its first code waits for it
+                    starting = await stack.enter_async_context(_starting(self._session_factory(root)))
+                    prompt = await self._preparation.ahead(task, staging, language)
+                    first = Ask(self.chat_model, prompt.protocol, prompt.messages)
+                    stack.push_async_callback(first.aclose)  # a run that ends before its first round drops it
+                    session = await starting
+                opening = await self._preparation.new_run(session, task, staging, root, notebook_path, setup, prompt)
+                rounds = Rounds(self.config, self.chat_model, session, opening, notebook_path, root, staging, first)
                 async with aclosing(rounds.events()) as events:  # closing this stream stops the code too
                     async for event in events:
                         yield event
@@ -327,6 +344,22 @@ def warm_host() -> None:
     first parse), e.g. while a server's warm pool starts. Blocking (call it in a thread); raises nothing."""
     warm_up()
     warm_describer()
+
+
+@asynccontextmanager
+async def _starting(manager: AbstractAsyncContextManager[Kernel]) -> AsyncIterator[asyncio.Future[Kernel]]:
+    """``manager`` entered in the background (the kernel starts while the run prepares): its kernel's future.
+    On the way out, a start still under way is cancelled (the provider cleans a half-started kernel up)
+    and a started kernel is closed."""
+    start = asyncio.ensure_future(manager.__aenter__())
+    try:
+        yield start
+    finally:
+        if not start.done():
+            start.cancel()
+            await asyncio.wait({start})
+        if not start.cancelled() and start.exception() is None:
+            await manager.__aexit__(None, None, None)
 
 
 async def _last_run(events: AsyncIterator[Event]) -> Run:

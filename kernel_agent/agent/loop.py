@@ -47,11 +47,11 @@ from .config import AgentConfig
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback
 from .preparation import Opening, now
-from .protocols import Feedback
+from .protocols import Feedback, Protocol
 from .quota import over_quota, workspace_usage
 from .staging import DataStaging
 
-__all__ = ["Rounds"]
+__all__ = ["Ask", "Rounds"]
 
 
 @dataclass(frozen=True)
@@ -66,9 +66,48 @@ class _Thought:
 
 @dataclass(frozen=True)
 class _Replied:
-    """The model's whole reply: the last thing ``_ask`` yields."""
+    """The model's whole reply: the last thing ``Ask.pieces`` yields."""
 
     reply: ModelReply
+
+
+class Ask:
+    """One request to the model, sent when made: ``pieces()`` yields its text and reasoning deltas as they
+    stream (and retries), then the whole reply; raises ``ModelError``. ``aclose()`` drops it."""
+
+    def __init__(self, chat_model: ChatModel, protocol: Protocol, messages: list[dict[str, Any]]) -> None:
+        self.started, self.started_at = time.monotonic(), now()
+        self._queue: asyncio.Queue[str | _Retry | _Thought] = asyncio.Queue()
+        self._task = asyncio.ensure_future(
+            chat_model.complete(
+                list(messages),
+                options=protocol.request_options(),
+                on_delta=self._queue.put_nowait,
+                on_retry=lambda reason: self._queue.put_nowait(_Retry(reason)),
+                on_reasoning=lambda text: self._queue.put_nowait(_Thought(text)),
+            )
+        )
+
+    async def pieces(self) -> AsyncIterator[str | _Retry | _Thought | _Replied]:
+        getter: asyncio.Future[str | _Retry | _Thought] | None = None
+        try:
+            while not self._task.done() or not self._queue.empty():
+                getter = asyncio.ensure_future(self._queue.get())
+                await asyncio.wait({self._task, getter}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+            yield _Replied(self._task.result())
+        finally:
+            for pending in (self._task, getter):
+                if pending is not None and not pending.done():
+                    pending.cancel()
+
+    async def aclose(self) -> None:
+        """Drop the request (when its reply is not in yet) and wait until it has ended. Idempotent."""
+        self._task.cancel()
+        await asyncio.wait({self._task})
 
 
 @dataclass(frozen=True)
@@ -83,7 +122,8 @@ class Rounds:
 
     The mutable state of the run in progress lives here (the values it builds are frozen). ``staging``,
     when the run has data files still to record, gives the record's copies (awaited before any file comes
-    back from the kernel and before the first round is saved). ``events()`` runs it once.
+    back from the kernel and before the first round is saved); ``first_ask``, the first round's request
+    when it was sent ahead (``Ask``, with the opening messages). ``events()`` runs it once.
     """
 
     def __init__(
@@ -95,6 +135,7 @@ class Rounds:
         notebook: Path,
         workspace: Path,
         staging: DataStaging | None = None,
+        first_ask: Ask | None = None,
     ) -> None:
         self.config = config
         self.chat_model = chat_model
@@ -108,6 +149,7 @@ class Rounds:
         self.notebook = notebook
         self.workspace = workspace
         self.staging = staging
+        self.first_ask = first_ask  # the first round's request, sent ahead (while the kernel started)
         self.writer = RunWriter(notebook)
         self.feedback_at: list[range] = []  # per executed round: its feedback in ``messages``
         self.baseline = 0  # bytes the workspace took when the run started (its disk quota counts growth)
@@ -218,8 +260,6 @@ class Rounds:
 
     async def _round(self, index: int) -> AsyncGenerator[Event | _RoundDone, None]:
         """Ask → parse → execute → feed back; the last thing yielded is the round."""
-        started_at = now()
-        t0 = time.monotonic()
         reply: ModelReply | None = None
         sent = clip_old_feedback(
             self.messages,
@@ -227,7 +267,8 @@ class Rounds:
             keep=self.config.full_feedback_rounds,
             clip_chars=self.config.old_feedback_chars,
         )
-        async for piece in self._ask(sent):
+        ask, self.first_ask = self.first_ask or Ask(self.chat_model, self.protocol, sent), None
+        async for piece in ask.pieces():
             if isinstance(piece, str):
                 yield TextDelta(index, piece)
             elif isinstance(piece, _Thought):
@@ -236,8 +277,8 @@ class Rounds:
                 reply = piece.reply
             else:
                 yield TextReset(index, piece.reason)
-        assert reply is not None  # _ask ends with _Replied or raises
-        model_s = time.monotonic() - t0
+        assert reply is not None  # pieces() ends with _Replied or raises
+        model_s = time.monotonic() - ask.started
         step = self.protocol.parse(reply)
         self.messages.append(self.protocol.assistant_message(reply, step))
         if step.problem:
@@ -249,7 +290,7 @@ class Rounds:
             code=step.code,
             usage=reply.usage or Usage(),
             model_s=model_s,
-            started_at=started_at,
+            started_at=ask.started_at,
             problem=step.problem,
             reasoning_content=reply.reasoning,
         )
@@ -287,33 +328,6 @@ class Rounds:
         self.feedback_at.append(range(len(self.messages), len(self.messages) + len(feedback)))
         self.messages.extend(feedback)
         yield _RoundDone(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
-
-    async def _ask(self, messages: list[dict[str, Any]]) -> AsyncIterator[str | _Retry | _Thought | _Replied]:
-        """Call the model; yield text and reasoning deltas as they stream (and retries), then the whole reply."""
-        queue: asyncio.Queue[str | _Retry | _Thought] = asyncio.Queue()
-        task = asyncio.ensure_future(
-            self.chat_model.complete(
-                list(messages),
-                options=self.protocol.request_options(),
-                on_delta=queue.put_nowait,
-                on_retry=lambda reason: queue.put_nowait(_Retry(reason)),
-                on_reasoning=lambda text: queue.put_nowait(_Thought(text)),
-            )
-        )
-        getter: asyncio.Future[str | _Retry | _Thought] | None = None
-        try:
-            while not task.done() or not queue.empty():
-                getter = asyncio.ensure_future(queue.get())
-                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    yield getter.result()
-                else:
-                    getter.cancel()
-            yield _Replied(task.result())
-        finally:
-            for pending in (task, getter):
-                if pending is not None and not pending.done():
-                    pending.cancel()
 
     def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None) -> Feedback:
         text = result.to_llm_text(max_chars=self.config.feedback_chars)

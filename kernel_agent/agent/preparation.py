@@ -26,12 +26,12 @@ from ..records import Run, RunInfo
 from ..result import ExecutionResult, RebuildReport
 from .config import AgentConfig
 from .data import DataFile, data_summary
-from .environment import Environment, probe
+from .environment import Environment, host_packages, probe
 from .languages import PYTHON, Language, language_of
 from .protocols import FileInfo, PromptContext, Protocol, get_protocol
 from .staging import DataStaging
 
-__all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "endpoint", "now"]
+__all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "Prompt", "endpoint", "now"]
 
 SETUP_TIMEOUT_S = 120.0  # the setup cell is ours: a short per-round timeout for the model's code is not its
 
@@ -47,6 +47,16 @@ class Opening:
     packages: tuple[str, ...]
     calls: dict[int, int] = field(default_factory=dict)
     first_round: int = 1
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The opening prompt, made before the kernel has started (``Preparation.ahead``): the protocol, the
+    opening messages and the analysis packages they name."""
+
+    protocol: Protocol
+    messages: list[dict[str, Any]]
+    packages: tuple[str, ...]
 
 
 class KnownPackages:
@@ -93,11 +103,40 @@ class Preparation:
             code = _merged_setup(code, extra)
         return language.beside(code, workspace_from(notebook, root))
 
+    def language_ahead(self, own_kernels: bool) -> Language | None:
+        """The kernel's language when it is known before the kernel starts: this agent's own local kernels
+        of our own kernelspec run this interpreter (so its packages can be asked here too); else None."""
+        config = self.config
+        if own_kernels and not (config.gateway_url or config.kernel or config.python):
+            return PYTHON
+        return None
+
+    async def ahead(self, task: str, staging: DataStaging, language: Language) -> Prompt:
+        """The opening prompt before the kernel has started, for a kernel of ``language_ahead``: the data
+        files' description (the host-side describer's), the packages known for this environment or asked
+        of this interpreter, no names (the setup cell is a fresh kernel's first). Raises ``DataFileError``."""
+        key = (language.key, "", "")
+        packages = self._known.get(key)
+        files, found = await asyncio.gather(
+            staging.described(), asyncio.to_thread(host_packages) if packages is None else _given(packages)
+        )
+        self._known.put(key, found)
+        protocol = self.protocol(language)
+        messages = protocol.initial_messages(self.prompt_context(Environment(found), task, files, language))
+        return Prompt(protocol, messages, found)
+
     async def new_run(
-        self, session: Kernel, task: str, staging: DataStaging, root: Path, notebook: Path, extra_setup: str
+        self,
+        session: Kernel,
+        task: str,
+        staging: DataStaging,
+        root: Path,
+        notebook: Path,
+        extra_setup: str,
+        prompt: Prompt | None = None,
     ) -> Opening:
-        """The setup cell run, the data files copied to the kernel and described, the opening messages made.
-        Raises ``KernelError``, ``DataFileError``, ``StorageError``."""
+        """The setup cell run, the data files copied to the kernel and described, the opening messages made
+        (or taken from ``prompt``, made ahead). Raises ``KernelError``, ``DataFileError``, ``StorageError``."""
         language = language_of(session.kernel_info.get("language_info"))
         setup_code = self.setup_code(language, staging.files, extra_setup, notebook, root)
         put = staging.into_kernel(session)
@@ -127,7 +166,7 @@ class Preparation:
             cast(tuple[ExecutionResult, Environment], done[0]),
             cast(tuple[DataFile, ...], done[-1]),
         )
-        protocol = self.protocol(language)
+        protocol = prompt.protocol if prompt is not None else self.protocol(language)
         info = RunInfo(
             task=task,
             model=self.chat_model.name,
@@ -142,9 +181,12 @@ class Preparation:
             language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
         )
-        messages = protocol.initial_messages(self.prompt_context(environment, task, files, language))
         staging.arm_record()
-        return Opening(Run(info=info, setup_result=setup), protocol, messages, environment.packages, {setup.call: 0})
+        run = Run(info=info, setup_result=setup)
+        if prompt is not None:
+            return Opening(run, protocol, prompt.messages, prompt.packages, {setup.call: 0})
+        messages = protocol.initial_messages(self.prompt_context(environment, task, files, language))
+        return Opening(run, protocol, messages, environment.packages, {setup.call: 0})
 
     async def resumed(
         self,
@@ -240,6 +282,10 @@ class Preparation:
                 found = Environment(cached, found.names)
         self._known.put(key, found.packages)
         return found
+
+
+async def _given(packages: tuple[str, ...]) -> tuple[str, ...]:
+    return packages
 
 
 def endpoint(base_url: str | None, model: ChatModel) -> str:
