@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._loop import in_thread
 from ..errors import ConfigError, NotebookError
@@ -34,13 +34,16 @@ from .loop import Ask, Rounds
 from .preparation import Preparation, Prompt
 from .staging import DataStaging, resumed_files
 
+if TYPE_CHECKING:
+    from ..model.llm import OpenAIChatModel
+
 __all__ = ["AsyncAgent", "warm_host"]
 
 # ``session_options`` that choose another kernel than the configured one (its language is then not known ahead).
 _KERNEL_CHOICE = frozenset({"kernel_name", "python", "gateway", "gateway_kernel_id", "provider"})
 
 
-def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -> ChatModel:
+def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -> OpenAIChatModel:
     """The model ``config`` names, reached over its OpenAI-compatible endpoint. Raises ``ConfigError``
     when no model is configured."""
     if not config.model:
@@ -103,7 +106,11 @@ class AsyncAgent:
             vision=vision,
             **options,
         )
-        self.chat_model = chat_model if chat_model is not None else chat_model_from(self.config, model_options)
+        self._ready_model: Callable[[], None] | None = None  # readies the model this agent made, ahead of a run
+        if chat_model is None:
+            made = chat_model_from(self.config, model_options)
+            chat_model, self._ready_model = made, made.ready
+        self.chat_model: ChatModel = chat_model
         self._preparation = Preparation(self.config, self.chat_model)
         self._session_options = dict(session_options or {})
         # Its own kernels (``new_session``: local, or apart on a gateway), or the factory given.
@@ -210,6 +217,8 @@ class AsyncAgent:
                 self._own_kernels and not _KERNEL_CHOICE & set(self._session_options)
             )
             async with AsyncExitStack() as stack:
+                if self._ready_model is not None:  # the SDK's import meanwhile: the first request goes out at once
+                    stack.push_async_callback(_settled, asyncio.ensure_future(in_thread(self._ready_model)))
                 prompt: Prompt | None = None
                 first: Ask | None = None
                 if language is None:
@@ -360,6 +369,13 @@ async def _starting(manager: AbstractAsyncContextManager[Kernel]) -> AsyncIterat
             await asyncio.wait({start})
         if not start.cancelled() and start.exception() is None:
             await manager.__aexit__(None, None, None)
+
+
+async def _settled(work: asyncio.Future[Any]) -> None:
+    """Wait for ``work``; what it raised is not this run's to report (the first request meets it again)."""
+    await asyncio.wait({work})
+    if not work.cancelled():
+        work.exception()
 
 
 async def _last_run(events: AsyncIterator[Event]) -> Run:
