@@ -2,7 +2,8 @@
 
 Owns the rounds: ask the model, parse its reply with the run's protocol, run the code in the live kernel,
 feed the result back, record the round and write the notebook, until an answer, a limit or a failure.
-Every step is an ``Event``. It does not prepare the run (``preparation``), move data files (``staging``),
+Every step is an ``Event``; ``Ask`` is one request to the model (the first may be sent ahead, while the
+kernel starts). It does not prepare the run (``preparation``), move data files (``staging``),
 parse replies (``protocols``), talk HTTP (``llm``), fold kernel messages (``session``) or lay out
 notebooks (``notebook``); ``AsyncAgent`` (``agent.py``) wires them.
 """

@@ -4,8 +4,9 @@ Owns the data files' life in a run: checked (off the loop, before any model call
 thread, the bounded host-side describer, while the kernel starts), copied into the kernel (a kernel that
 works in the workspace finds them there; a pooled or remote kernel gets its own copies), the run's record
 (the workspace's copies, made beside the first round's code when the kernel works apart) and closed once
-every thread reading them has ended. It reads the checked files only, never the workspace the kernel
-reaches. It does not run code, talk to the model or write notebooks.
+every thread reading them has ended; a resumed run's files come from ``resumed_files``. It reads the
+checked files only, never the workspace the kernel reaches. It does not run code, talk to the model or
+write notebooks.
 """
 
 from __future__ import annotations
