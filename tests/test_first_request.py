@@ -65,6 +65,7 @@ def test_the_first_request_is_sent_before_the_kernel_has_started_and_its_code_wa
     assert "sales.csv" in prompt and "amount" in prompt  # the data description, made host side, is in it
     assert "pandas" in prompt  # the packages line, known without the kernel
     assert run.info.confinement  # the record still says how the kernel ran
+    assert run.info.started_at <= run.rounds[0].started_at  # the run starts before its first round's request
 
 
 def test_a_kernel_that_fails_to_start_after_the_request_went_out_is_raised_with_nothing_left_running(

@@ -57,6 +57,7 @@ class Prompt:
     protocol: Protocol
     messages: list[dict[str, Any]]
     packages: tuple[str, ...]
+    started_at: str = field(default_factory=lambda: now())  # the run's start (before its first round's)
 
 
 class KnownPackages:
@@ -177,7 +178,7 @@ class Preparation:
             setup_code=setup_code,
             scripted=self.chat_model.scripted,
             confinement=session.confinement,
-            started_at=now(),
+            started_at=prompt.started_at if prompt is not None else now(),
             language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
         )
