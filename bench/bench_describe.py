@@ -24,9 +24,9 @@ from bench_agent import _make_csv, _TimedModel
 from report import Row, median, scaled
 
 import kernel_agent.agent.data as data_module
+from kernel_agent.agent.agent import AsyncAgent, warm_host
 from kernel_agent.agent.describer import describe as bounded
 from kernel_agent.agent.describer import start_describer
-from kernel_agent.agent.loop import AsyncAgent, warm_host
 from kernel_agent.agent.summaries import describe as in_process
 from kernel_agent.kernel.pool import KernelPool
 

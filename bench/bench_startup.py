@@ -19,6 +19,13 @@
   JupyterLab), timed as one execute, against ``1+1`` on the same kernel. Median of 10 kernels (3 with
   ``--quick``). Target: 1 s.
 
+* ``first_request``: from spawning ``kernel-agent run`` (the scripted local model server from ``tests/``, an
+  answer at once) to that server receiving the first model request, with the prompt made while the kernel
+  starts, against the same run with the kernel named (``--kernel kernel-agent``), which asks once the
+  kernel is up as every run did before issue 38; without data and with a 500-row CSV; and the same from
+  ``AsyncAgent.run`` in this process (the SDK imported: what the run itself adds). Median of 5 (3 with
+  ``--quick``), taking turns. Target: 0.5 s on a quiet machine.
+
 The child processes import the same ``kernel_agent`` as this process (its folder goes first on
 ``PYTHONPATH``), so a worktree is measured as checked out.
 """
@@ -29,6 +36,7 @@ import asyncio
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,6 +49,12 @@ from pathlib import Path
 from report import Row, Scale, median, scaled
 
 import kernel_agent
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+from openai_server import OpenAIServer, Reply  # noqa: E402 (the tests' scripted model server)
 
 NAME = "startup"
 
@@ -288,7 +302,89 @@ def magic(quick: bool) -> list[Row]:
     ]
 
 
-PARTS = {"cli": cli, "servers": servers, "magic": magic}
+FIRST_REQUEST_TARGET_S = 0.5  # issue 38 item 11, on a quiet machine
+KERNEL_NAMED = ("--kernel", "kernel-agent")  # the same kernel, named: its language is then not known ahead
+
+
+def _first_request_once(environment: dict[str, str], root: Path, extra: tuple[str, ...], data: Path | None) -> float:
+    """Seconds from spawning ``kernel-agent run`` to the scripted model server receiving its first request."""
+    asked: list[float] = []
+
+    def first(_body: dict[str, object]) -> Reply:
+        asked.append(time.perf_counter())
+        return Reply("<Answer>done</Answer>")
+
+    folder = Path(tempfile.mkdtemp(prefix="first-request-", dir=root))
+    with OpenAIServer([first]) as server:
+        argv = [*_cli(), "run", "How many rows?", "--model", "m", "--base-url", server.base_url]
+        argv += ["--protocol", "tags", "--workspace", str(folder / "ws"), "--out", str(folder / "run.ipynb"), "-q"]
+        argv += [*extra, *(["--data", str(data)] if data is not None else [])]
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, env=environment, timeout=300)
+    if done.returncode != 0 or not asked:
+        raise AssertionError(f"{argv} exited {done.returncode}: {done.stderr[-500:]}")
+    return asked[0] - started
+
+
+async def _first_request_in_process(root: Path, kernel: str | None) -> float:
+    """Seconds from ``AsyncAgent.run`` to the scripted model server receiving its first request (this process
+    has imported the SDK already; the agent and its client are new)."""
+    from kernel_agent import AsyncAgent
+
+    asked: list[float] = []
+
+    def first(_body: dict[str, object]) -> Reply:
+        asked.append(time.perf_counter())
+        return Reply("<Answer>done</Answer>")
+
+    folder = Path(tempfile.mkdtemp(prefix="first-request-", dir=root))
+    with OpenAIServer([first]) as server:
+        options = {"kernel": kernel} if kernel else {}
+        async with AsyncAgent("m", server.base_url, "sk-bench", "tags", **options) as agent:
+            started = time.perf_counter()
+            await agent.run("How many rows?", [], folder / "ws", folder / "run.ipynb")
+    return asked[0] - started
+
+
+def first_request(quick: bool) -> list[Row]:
+    """Issue 38 item 11: from spawning ``kernel-agent run`` to the scripted model's first request, with the
+    prompt made while the kernel starts, against the same run whose kernel is named (``--kernel
+    kernel-agent``: its language is not known ahead, so the run asks once the kernel is up, as every run
+    did before), taking turns; without data and with a small CSV (the describer's first parse)."""
+    environment = {**_environment(), "OPENAI_API_KEY": "sk-bench"}
+    root = Path(tempfile.mkdtemp(prefix="ka-first-request-"))
+    try:
+        csv = root / "sales.csv"
+        csv.write_text("region,amount\n" + "".join(f"r{i % 7},{i}\n" for i in range(500)), encoding="utf-8")
+        timers: dict[str, Callable[[], float]] = {
+            "ahead": lambda: _first_request_once(environment, root, (), None),
+            "waits": lambda: _first_request_once(environment, root, KERNEL_NAMED, None),
+            "ahead, csv": lambda: _first_request_once(environment, root, (), csv),
+            "waits, csv": lambda: _first_request_once(environment, root, KERNEL_NAMED, csv),
+            "run, ahead": lambda: asyncio.run(_first_request_in_process(root, None)),
+            "run, waits": lambda: asyncio.run(_first_request_in_process(root, KERNEL_NAMED[1])),
+        }
+        medians = _taking_turns(timers, scaled(quick, 5, 3, 1), warm=scaled(quick, True, True, False))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return [
+        Row(
+            "first model request after `kernel-agent run` starts (scripted model) vs asking once the kernel is up",
+            medians["ahead"],
+            medians["waits"],
+            max_seconds=FIRST_REQUEST_TARGET_S,
+        ),
+        Row("  ↳ the same with a 500-row CSV (described first)", medians["ahead, csv"], medians["waits, csv"]),
+        Row(
+            "  ↳ from `AsyncAgent.run` (SDK imported, no data) vs asking once the kernel is up",
+            medians["run, ahead"],
+            medians["run, waits"],
+            max_seconds=FIRST_REQUEST_TARGET_S,
+        ),
+    ]
+
+
+PARTS = {"cli": cli, "servers": servers, "magic": magic, "first_request": first_request}
 
 
 if __name__ == "__main__":

@@ -28,8 +28,11 @@ from typing import Any
 
 from bench_agent import _make_csv, _rounds, _TimedModel
 
+from kernel_agent.agent import agent as agent_module
 from kernel_agent.agent import data as data_module
 from kernel_agent.agent import loop as loop_module
+from kernel_agent.agent import preparation as preparation_module
+from kernel_agent.agent import staging as staging_module
 from kernel_agent.events import ExecutionFinished, RoundFinished
 from kernel_agent.kernel import files as files_module
 from kernel_agent.kernel.pool import KernelPool
@@ -65,29 +68,29 @@ def _timed(owner: Any, name: str, label: str) -> None:
 
 
 def _instrument() -> None:
-    agent = loop_module.AsyncAgent
-    _timed(loop_module, "_checked_data", "check data")
+    rounds = loop_module.Rounds
+    _timed(staging_module, "_checked_data", "check data")
     _timed(data_module.CheckedData, "summaries", "describe")
     _timed(data_module.CheckedData, "install", "record copies")
     _timed(files_module.CopiedFiles, "put", "kernel's copies")
-    _timed(agent, "_begin", "begin")
-    _timed(agent, "_environment", "probe")
-    _timed(agent, "_save", "save (awaited)")
+    _timed(preparation_module.Preparation, "new_run", "begin")
+    _timed(preparation_module.Preparation, "environment", "probe")
+    _timed(rounds, "_save", "save (awaited)")
     _timed(writer_module.RunWriter, "save", "  in its thread")
     _timed(writer_module.RunWriter, "_write_clean", "clean view (background)")
-    _timed(agent, "_disk_usage", "disk usage")
+    _timed(rounds, "_disk_usage", "disk usage")
     _timed(files_module.CopiedFiles, "snapshot", "listing")
     _timed(AsyncKernelSession, "execute", "execute")
 
 
 async def _runs(csv: Path, scratch: Path, count: int) -> None:
     async with KernelPool(size=1) as kernels:
-        await asyncio.gather(kernels.wait_ready(), asyncio.to_thread(loop_module.warm_host))
+        await asyncio.gather(kernels.wait_ready(), asyncio.to_thread(agent_module.warm_host))
         for index in range(count):
             await kernels.wait_ready()
             PHASES.clear()
             model = _TimedModel([f"<Code>\n{code}\n</Code>" for code in _rounds()] + ["<Answer>done</Answer>"])
-            agent = loop_module.AsyncAgent(
+            agent = agent_module.AsyncAgent(
                 protocol="tags", chat_model=model, exec_timeout=600, max_rounds=20, session_factory=kernels.acquire
             )
             _ORIGIN[0] = started = time.perf_counter()

@@ -443,7 +443,7 @@ def test_line_counts_are_exact_across_chunks_and_extrapolated_past_the_limit(
 
 
 def test_warming_the_host_twice_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel_agent.agent.loop import warm_host
+    from kernel_agent.agent.agent import warm_host
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     warm_host()

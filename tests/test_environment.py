@@ -7,7 +7,14 @@ import math
 
 import pandas as pd
 
-from kernel_agent.agent.environment import MAX_NAMES, Environment, names_expression, parse_list
+from kernel_agent.agent.environment import (
+    MAX_NAMES,
+    Environment,
+    host_packages,
+    names_expression,
+    parse_list,
+    probe_expression,
+)
 
 
 def test_the_names_probe_lists_the_analysis_names_with_types_and_shapes() -> None:
@@ -42,3 +49,9 @@ def test_the_names_line_is_bounded() -> None:
     assert line.startswith("Defined in the kernel so far (reuse them, do not reload): `v0: int`")
     assert line.endswith("and 5 more.") and f"v{MAX_NAMES}:" not in line
     assert Environment().names_line() == ""
+
+
+def test_the_packages_asked_here_are_what_the_kernels_probe_says_in_the_same_interpreter() -> None:
+    in_a_kernel = eval(probe_expression())  # what a kernel running this interpreter answers, nothing imported
+    assert list(host_packages()) == in_a_kernel
+    assert any(entry.startswith("pandas ") for entry in in_a_kernel)

@@ -16,6 +16,8 @@ trusting it (``literal_eval`` of bounded text, strings only).
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import importlib.util
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ __all__ = [
     "parse_list",
     "probe",
     "probe_expression",
+    "host_packages",
     "prompt_context",
 ]
 
@@ -98,6 +101,19 @@ def probe_expression() -> str:
         f"[m + ' ' + __import__('importlib.metadata').metadata.version(d) for m, d in {pairs} "
         "if __import__('importlib.util').util.find_spec(m)]"
     )
+
+
+def host_packages() -> tuple[str, ...]:
+    """What ``probe_expression`` gives in a kernel that runs this interpreter, asked here: ``find_spec`` and
+    the distribution's version, nothing imported. For a prompt made before the kernel has started."""
+    found = []
+    for module, distribution in ((module, _DIST.get(module, module)) for module in PACKAGES):
+        try:
+            if importlib.util.find_spec(module) is not None:
+                found.append(f"{module} {importlib.metadata.version(distribution)}")
+        except (ImportError, ValueError):  # a broken install: the kernel's probe would skip it too
+            continue
+    return tuple(found)
 
 
 def missing(installed: Sequence[str]) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from typing import Any
 from .._loop import LoopThread
 from ..events import Event
 from ..records import Run
-from .loop import AsyncAgent
+from .agent import AsyncAgent
 
 __all__ = ["Agent"]
 

@@ -387,7 +387,7 @@ def run(
     if not task.strip():
         raise click.UsageError("the task is empty")
     renderer = _renderer(quiet, as_json)
-    from ..agent.loop import AsyncAgent
+    from ..agent.agent import AsyncAgent
 
     job = Job(task, data, workspace, out)
     sys.exit(_run(lambda: AsyncAgent(**arguments), job, renderer))
@@ -543,7 +543,7 @@ def resume(
     beside the notebook, and the recorded data files are read from there, from beside the notebook or
     from its recorded workspace when that is a folder under the notebook's own (never an absolute path).
     """
-    from ..agent.loop import AsyncAgent
+    from ..agent.agent import AsyncAgent
     from ..notebook.load import load_resumable
 
     arguments = _agent_arguments(options, task)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..agent.loop import AsyncAgent
+    from ..agent.agent import AsyncAgent
     from .render import Renderer
 
 __all__ = ["EXIT_ANSWER", "EXIT_INTERRUPTED", "EXIT_NO_ANSWER", "EXIT_TERMINATED", "EXIT_USAGE", "Job", "drive"]

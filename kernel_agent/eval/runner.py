@@ -103,8 +103,8 @@ async def run_eval(
     Raises ``ConfigError`` for bad options or an ``out`` that holds another suite's or model's run;
     every failure of one question is recorded in its line instead.
     """
+    from ..agent.agent import AsyncAgent
     from ..agent.config import AgentConfig
-    from ..agent.loop import AsyncAgent
     from ..kernel.pool import KernelPool
 
     folder = Path(out)
@@ -169,7 +169,7 @@ async def _ask(
     question: Question, labels: tuple[Label, ...], out: Path, agent_options: dict[str, Any], pool: Any
 ) -> dict[str, Any]:
     """Run one question to its end and return its result line; a failure is recorded, never raised."""
-    from ..agent.loop import AsyncAgent
+    from ..agent.agent import AsyncAgent
 
     here = out / "questions" / question_folder(question.id)
     notebook = here / "notebook.ipynb"

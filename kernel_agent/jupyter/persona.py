@@ -38,7 +38,7 @@ from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
 from jupyterlab_chat.models import Message, NewMessage
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
-from ..agent.loop import AsyncAgent
+from ..agent.agent import AsyncAgent
 from ..errors import KernelAgentError
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside

@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import random
+import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -156,6 +157,7 @@ class OpenAIChatModel:
         self.extra_body = dict(extra_body or {})
         self._api_key = api_key
         self._client: openai.AsyncOpenAI | None = None
+        self._making_client = threading.Lock()  # ``ready`` in a worker thread and a first request may race
 
     def __repr__(self) -> str:
         return f"<OpenAIChatModel {self.name} @ {self.endpoint}>"
@@ -191,7 +193,7 @@ class OpenAIChatModel:
         or ``ModelError`` as the module docstring says, each ``from`` the SDK error.
         """
         if self._client is None:  # the SDK's import and its TLS set-up read many files: not on the loop
-            await in_thread(self._ready_client)
+            await in_thread(self.ready)
         sdk = _sdk()
         request = self._request(messages, options)
         for attempt in range(self.max_retries + 1):
@@ -252,16 +254,19 @@ class OpenAIChatModel:
             request["extra_body"] = extra
         return request
 
-    def _ready_client(self) -> None:
+    def ready(self) -> None:
+        """Import the SDK and make the client now (the first request then goes out at once), e.g. in a worker
+        thread while a kernel starts. Blocking; idempotent."""
         self._sdk_client().chat.completions  # noqa: B018 - the SDK imports its resources on first access
 
     def _sdk_client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            sdk = _sdk()
-            self._client = sdk.AsyncOpenAI(
-                base_url=self.base_url, api_key=self._key(), max_retries=0, timeout=self.request_timeout
-            )
-        return self._client
+        with self._making_client:
+            if self._client is None:
+                sdk = _sdk()
+                self._client = sdk.AsyncOpenAI(
+                    base_url=self.base_url, api_key=self._key(), max_retries=0, timeout=self.request_timeout
+                )
+            return self._client
 
     async def _complete_once(self, request: dict[str, Any]) -> ModelReply:
         completion = await self._sdk_client().chat.completions.create(**request)

@@ -1,0 +1,311 @@
+"""A run's preparation: ``Preparation`` makes its ``Opening`` (setup cell, probe, the opening prompt).
+
+Owns what happens between a started kernel and the first round: the setup cell (the language's preload,
+the caller's extra setup, the notebook's folder), the probe of what the kernel has (``environment.probe``;
+the analysis packages once per environment, ``KnownPackages``), the run's ``RunInfo`` and the protocol's
+opening messages; for a resumed run, the rebuild of the earlier cells and the resume messages. It does not
+run rounds (``loop``), move data files (``staging``) or talk to the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from ..kernel.interface import Kernel
+from ..kernel.rebuild import RebuildCell, RebuildPlan
+from ..kernel.workspace import workspace_from
+from ..model.chat import ChatModel
+from ..notebook.export import warm_up
+from ..notebook.load import LoadedRun
+from ..records import Run, RunInfo
+from ..result import ExecutionResult, RebuildReport
+from .config import AgentConfig
+from .data import DataFile
+from .environment import Environment, host_packages, probe, prompt_context
+from .languages import PYTHON, Language, language_of
+from .protocols import PromptContext, Protocol, get_protocol
+from .staging import DataStaging
+
+__all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "Prompt", "endpoint", "now"]
+
+SETUP_TIMEOUT_S = 120.0  # the setup cell is ours: a short per-round timeout for the model's code is not its
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A run ready for its rounds: its record so far, the protocol, the opening messages, the analysis
+    packages the kernel has (for the feedback's hints) and which execute call ran which round (0: ours)."""
+
+    run: Run
+    protocol: Protocol
+    messages: list[dict[str, Any]]
+    packages: tuple[str, ...]
+    calls: dict[int, int] = field(default_factory=dict)
+    first_round: int = 1
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The opening prompt, made before the kernel has started (``Preparation.ahead``): the protocol, the
+    opening messages and the analysis packages they name."""
+
+    protocol: Protocol
+    messages: list[dict[str, Any]]
+    packages: tuple[str, ...]
+    started_at: str = field(default_factory=lambda: now())  # the run's start (before its first round's)
+
+
+class KnownPackages:
+    """The analysis packages each environment has, as probed, by ``(language, kernel, python)``: a local
+    kernel's packages cannot change between its starts, so one probe per environment in a process."""
+
+    def __init__(self) -> None:
+        self._by_environment: dict[tuple[str, str, str], tuple[str, ...]] = {}
+
+    def get(self, key: tuple[str, str, str] | None) -> tuple[str, ...] | None:
+        return self._by_environment.get(key) if key is not None else None
+
+    def put(self, key: tuple[str, str, str] | None, packages: tuple[str, ...]) -> None:
+        if key is not None:
+            self._by_environment[key] = packages
+
+
+KNOWN_PACKAGES = KnownPackages()  # this process's: every agent's local kernels share their environments
+
+
+class Preparation:
+    """How this agent's runs are prepared (its settings and model name what the record says)."""
+
+    def __init__(self, config: AgentConfig, chat_model: ChatModel, known: KnownPackages = KNOWN_PACKAGES) -> None:
+        self.config = config
+        self.chat_model = chat_model
+        self._known = known
+
+    def protocol(self, language: Language = PYTHON) -> Protocol:
+        config = self.config
+        return get_protocol(
+            config.protocol,
+            vision=config.vision,
+            data_format=config.data_format,
+            vllm_extras=config.vllm_extras,
+            max_new_tokens=config.max_new_tokens,
+            language=language,
+        )
+
+    def setup_code(self, language: Language, files: Sequence[DataFile], extra: str, notebook: Path, root: Path) -> str:
+        """The setup cell: the language's preload (or its plain setup), the extra setup, the notebook's folder."""
+        code = language.setup(files) if self.config.preload else language.plain_setup
+        if extra:
+            code = _merged_setup(code, extra)
+        return language.beside(code, workspace_from(notebook, root))
+
+    def language_ahead(self, own_kernels: bool) -> Language | None:
+        """The kernel's language when it is known before the kernel starts: this agent's own local kernels
+        of our own kernelspec run this interpreter (so its packages can be asked here too); else None."""
+        config = self.config
+        if own_kernels and not (config.gateway_url or config.kernel or config.python):
+            return PYTHON
+        return None
+
+    async def ahead(self, task: str, staging: DataStaging, language: Language) -> Prompt:
+        """The opening prompt before the kernel has started, for a kernel of ``language_ahead``: the data
+        files' description (the host-side describer's), the packages known for this environment or asked
+        of this interpreter, no names (the setup cell is a fresh kernel's first). Raises ``DataFileError``."""
+        key = (language.key, "", "")
+        packages = self._known.get(key)
+        files, found = await asyncio.gather(
+            staging.described(), asyncio.to_thread(host_packages) if packages is None else _given(packages)
+        )
+        self._known.put(key, found)
+        protocol = self.protocol(language)
+        messages = protocol.initial_messages(self.prompt_context(Environment(found), task, files, language))
+        return Prompt(protocol, messages, found)
+
+    async def new_run(
+        self,
+        session: Kernel,
+        task: str,
+        staging: DataStaging,
+        root: Path,
+        notebook: Path,
+        extra_setup: str,
+        prompt: Prompt | None = None,
+    ) -> Opening:
+        """The setup cell run, the data files copied to the kernel and described, the opening messages made
+        (or taken from ``prompt``, made ahead). Raises ``KernelError``, ``DataFileError``, ``StorageError``."""
+        language = language_of(session.kernel_info.get("language_info"))
+        setup_code = self.setup_code(language, staging.files, extra_setup, notebook, root)
+        put = staging.into_kernel(session)
+        if extra_setup:  # it may load its variables from the data files: they must be there first
+            await put
+
+        async def setup_then_environment() -> tuple[ExecutionResult, Environment]:
+            ran = await session.execute(setup_code, _setup_timeout(self.config.exec_timeout))
+            # A kernel whose first cell was the setup holds only the setup's names: nothing to ask for.
+            return ran, await self.environment(session, language, names=ran.execution_count != 1)
+
+        # While the kernel runs the setup cell and answers the probe, this process is idle: finish describing
+        # the data files and copying them in (begun as the kernel started; the cell only names them, the
+        # preload never opens them) and compile the notebook validator then. A file that cannot be described
+        # or copied is raised once all of it is done (nothing left running).
+        done = await asyncio.gather(
+            setup_then_environment(),
+            asyncio.to_thread(warm_up),
+            *([] if extra_setup else [put]),
+            staging.described(),
+            return_exceptions=True,
+        )
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        (setup, environment), files = (
+            cast(tuple[ExecutionResult, Environment], done[0]),
+            cast(tuple[DataFile, ...], done[-1]),
+        )
+        protocol = prompt.protocol if prompt is not None else self.protocol(language)
+        info = RunInfo(
+            task=task,
+            model=self.chat_model.name,
+            protocol=self.config.protocol,
+            endpoint=endpoint(self.config.base_url, self.chat_model),
+            data_files=staging.names,
+            workspace=str(root.resolve()),
+            setup_code=setup_code,
+            scripted=self.chat_model.scripted,
+            confinement=session.confinement,
+            started_at=prompt.started_at if prompt is not None else now(),
+            language_info=dict(session.kernel_info.get("language_info", {})),
+            kernelspec=session.kernelspec,
+        )
+        staging.arm_record()
+        run = Run(info=info, setup_result=setup)
+        if prompt is not None:
+            return Opening(run, protocol, prompt.messages, prompt.packages, {setup.call: 0})
+        messages = protocol.initial_messages(self.prompt_context(environment, task, files, language))
+        return Opening(run, protocol, messages, environment.packages, {setup.call: 0})
+
+    async def resumed(
+        self,
+        session: Kernel,
+        loaded: LoadedRun,
+        task: str,
+        files: Sequence[DataFile],
+        workspace: str,
+        names: tuple[str, ...],
+        *,
+        restore: bool = True,
+    ) -> Opening:
+        """A resumed run's opening: the earlier cells rebuilt (unless not ``restore``), the model told what
+        was done, a new turn opened for ``task``.
+        Raises ``KernelError``."""
+        calls: dict[int, int] = {}
+        report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
+        language = language_of(session.kernel_info.get("language_info"))
+        protocol = self.protocol(language)
+        environment = await self.environment(session, language)
+        context = self.prompt_context(environment, loaded.info.task, files, language)
+        messages = protocol.resume_messages(context, loaded.run, task, report)
+        run = self._next_turn(loaded.run, task, session, workspace, names)
+        return Opening(run, protocol, messages, environment.packages, calls, first_round=len(loaded.rounds) + 1)
+
+    async def _restore(self, session: Kernel, cells: Sequence[RebuildCell], calls: dict[int, int]) -> RebuildReport:
+        """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost.
+        ``calls`` learns which session execute() ran which round."""
+        plan = RebuildPlan(tuple(cells), str(session.kernel_info.get("language_info", {}).get("name") or "python"))
+        for cell in cells:
+            if plan.should_run(cell):
+                result = await session.execute(cell.code, self.config.exec_timeout)
+                calls[result.call] = cell.label
+                plan.record(cell, result.ok, str(result.error) if result.error else result.status)
+        return plan.report()
+
+    def _next_turn(self, run: Run, task: str, session: Kernel, workspace: str, data_files: tuple[str, ...]) -> Run:
+        """``run`` with its current turn closed into ``turns`` and a new one opened for ``task``.
+
+        Append-only: the earlier answers stay in ``turns``; the new turn records the model,
+        protocol and endpoint this agent uses, not the ones of the session that started the run.
+        """
+        info = replace(
+            run.info,
+            task=f"{run.info.task}\n\nFollow-up: {task}",
+            question=task,
+            model=self.chat_model.name,
+            protocol=self.config.protocol,
+            endpoint=endpoint(self.config.base_url, self.chat_model),
+            scripted=self.chat_model.scripted,
+            started_at=now(),
+            confinement=session.confinement,
+            workspace=workspace,
+            data_files=data_files,
+            kernelspec=session.kernelspec,
+            language_info=dict(session.kernel_info.get("language_info") or run.info.language_info),
+        )
+        return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None, finished_at="")
+
+    def prompt_context(
+        self, environment: Environment, task: str, files: Sequence[DataFile], language: Language
+    ) -> PromptContext:
+        """What the opening prompt tells the model: the one view every mode builds from
+        (``environment.prompt_context``), with this language's words."""
+        preloaded = language.setup_words(files) if self.config.preload else ""
+        return prompt_context(
+            environment, task, files, preloaded=preloaded, missing=language.missing(environment.packages)
+        )
+
+    async def environment(self, session: Kernel, language: Language, *, names: bool = True) -> Environment:
+        """What the kernel has: its analysis packages, probed once per environment (``KnownPackages``; a
+        gateway's kernels are asked each time), and the names the code defined so far, asked every time
+        (unless not ``names``). Raises ``KernelError``."""
+        names_probe = language.names_probe if names else ""
+        config = self.config
+        key = None if config.gateway_url else (language.key, config.kernel or "", config.python or "")
+        cached = self._known.get(key)
+        if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes
+            packages = (
+                cached
+                if cached is not None
+                else (language.parse_probe(await session.run_quietly(language.probe)) if language.probe else ())
+            )
+            defined = language.parse_probe(await session.run_quietly(names_probe)) if names_probe else ()
+            found = Environment(packages, defined)
+        else:
+            found = await probe(session, packages=language.probe if cached is None else "", names=names_probe)
+            if cached is not None:
+                found = Environment(cached, found.names)
+        self._known.put(key, found.packages)
+        return found
+
+
+async def _given(packages: tuple[str, ...]) -> tuple[str, ...]:
+    return packages
+
+
+def endpoint(base_url: str | None, model: ChatModel) -> str:
+    """Where the model is reached, as the record says it."""
+    if model.scripted:
+        return "scripted (no endpoint)"
+    from ..model.llm import endpoint_host
+
+    return endpoint_host(base_url)
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _setup_timeout(exec_timeout: float | None) -> float | None:
+    """The setup cell's time limit: the rounds' own, but never below ``SETUP_TIMEOUT_S`` (importing the
+    analysis stack on a loaded machine can take longer than a round may)."""
+    return None if exec_timeout is None else max(exec_timeout, SETUP_TIMEOUT_S)
+
+
+def _merged_setup(preload: str, extra: str) -> str:
+    """The preload, then the extra setup without the import lines the preload already has."""
+    have = {line.strip() for line in preload.splitlines() if line.startswith(("import ", "from "))}
+    kept = [line for line in extra.strip().splitlines() if line.strip() not in have]
+    return f"{preload.rstrip()}\n\n" + "\n".join(kept) + "\n"
