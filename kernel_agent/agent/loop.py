@@ -183,18 +183,18 @@ class AsyncAgent:
         if chat_model is None:
             if not self.config.model:
                 raise ConfigError(NO_MODEL_HELP)
-            from ..model.llm import OpenAIChatModel
+            from ..model.registry import ModelSettings, make_model
 
-            options = dict(model_options or {})
-            if self.config.request_timeout is not None:
-                options.setdefault("request_timeout", self.config.request_timeout)
-            chat_model = OpenAIChatModel(
+            chat_model = make_model(
                 self.config.model,
-                base_url=self.config.base_url,
-                api_key=self.config.api_key,
-                temperature=self.config.temperature,
-                stream=self.config.stream,
-                **options,
+                ModelSettings(
+                    base_url=self.config.base_url,
+                    api_key=self.config.api_key,
+                    temperature=self.config.temperature,
+                    stream=self.config.stream,
+                    request_timeout=self.config.request_timeout,
+                    options=dict(model_options or {}),
+                ),
             )
         self.chat_model = chat_model
         self._session_options = dict(session_options or {})
