@@ -3,6 +3,8 @@ unknown name is a ``ConfigError`` listing the choices, and every group is read i
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -106,3 +108,12 @@ def test_the_service_takes_any_registered_protocol_and_no_other() -> None:
     assert RunRequest(task="t", protocol="tags").protocol == "tags"
     with pytest.raises(ValidationError, match="unknown protocol 'nope'; choose one of: tools, tags, deepanalyze"):
         RunRequest(task="t", protocol="nope")
+
+
+def test_front_ends_read_no_registry_when_imported() -> None:
+    probe = (
+        "import kernel_agent.cli.app, kernel_agent.magic.cell, kernel_agent.kernel.session\n"
+        "from kernel_agent import plugins\nprint(plugins._scan.cache_info().currsize)"
+    )
+    scanned = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert scanned.strip() == "0"  # choices are read when used: importing scans no site-packages
