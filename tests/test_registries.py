@@ -3,6 +3,7 @@ unknown name is a ``ConfigError`` listing the choices, and every group is read i
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 from collections.abc import Callable
@@ -84,13 +85,13 @@ def test_a_kernels_language_is_the_registered_one_or_a_generic_one() -> None:
 
 def test_every_group_is_read_in_one_scan(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = plugins.entry_points
+    real = importlib.metadata.entry_points
 
     def counted() -> Any:
         calls.append(1)
         return real()
 
-    monkeypatch.setattr(plugins, "entry_points", counted)
+    monkeypatch.setattr(importlib.metadata, "entry_points", counted)
     plugins.forget()
     try:
         plugins.warm()

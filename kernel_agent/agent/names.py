@@ -13,10 +13,12 @@ a third party's by its own, e.g.::
 
 from __future__ import annotations
 
-from importlib.metadata import EntryPoint
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from ..plugins import Registry
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "DATA_FORMATS",

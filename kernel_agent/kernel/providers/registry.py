@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from ...errors import ConfigError
 from ...plugins import Registry
-from ..outputs import OutputCaps
 from .base import KernelProvider
 
 if TYPE_CHECKING:
@@ -59,8 +58,8 @@ class ProviderSettings:
     env: Mapping[str, str] = field(default_factory=dict)
     allow_env: tuple[str, ...] = ()
     startup_timeout: float = 60.0
-    max_images: int = OutputCaps.max_images
-    max_output_bytes: int = OutputCaps.max_output_bytes
+    max_images: int = 50  # outputs.OutputCaps' defaults (not imported here: nbformat is slow to import)
+    max_output_bytes: int = 10_000_000
     limits: Limits | None = None
     python: str | None = None
     gateway: str | GatewaySettings | None = None
