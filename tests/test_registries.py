@@ -118,3 +118,14 @@ def test_front_ends_read_no_registry_when_imported() -> None:
     )
     scanned = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert scanned.strip() == "0"  # choices are read when used: importing scans no site-packages
+
+
+def test_the_gateway_provider_without_its_extra_names_it() -> None:
+    probe = (
+        "import sys\nsys.modules['websockets'] = None  # not installed: the core alone\n"
+        "from kernel_agent.errors import ExtraMissingError\n"
+        "from kernel_agent.kernel.session import AsyncKernelSession\n"
+        "try:\n    AsyncKernelSession(gateway='http://gw:8888')\nexcept ExtraMissingError as exc:\n    print(exc)"
+    )
+    said = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "pip install 'kernel-agent[gateway]'" in said
