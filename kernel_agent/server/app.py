@@ -76,9 +76,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await asyncio.to_thread(
-            warm
-        )  # the plug-in registries: importlib.metadata scans site-packages once, off the loop
+        # The plug-in registries: importlib.metadata scans site-packages once, here, not on the loop.
+        await asyncio.to_thread(warm)
         async with Service(config) as service:
             app.state.service = service
             yield
