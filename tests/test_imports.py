@@ -81,7 +81,19 @@ def test_every_error_is_a_kernel_agent_error() -> None:
 
 
 PACKAGE = Path(kernel_agent.__file__).parent
-SHARED = {"errors", "result", "records", "events", "redact", "safe", "_loop", "_net", "_nbformat", "_version"}
+SHARED = {
+    "errors",
+    "result",
+    "records",
+    "events",
+    "redact",
+    "safe",
+    "plugins",
+    "_loop",
+    "_net",
+    "_nbformat",
+    "_version",
+}
 BELOW_FRONT_ENDS = SHARED | {"kernel", "model", "notebook", "agent", "demo"}
 # What each top-level module or subpackage may import of kernel_agent besides itself, bottom up:
 # shared values, then the kernel and the model seam (apart), notebooks, the agent, then front ends,
@@ -96,6 +108,7 @@ ALLOWED = {
     "records": {"errors", "result"},
     "events": {"errors", "result", "records"},
     "redact": {"errors"},
+    "plugins": {"errors"},  # the entry-point registries' mechanism: each layer keeps its own group
     "safe": set(),  # making kernel and model content safe to show: for every layer above, of none
     "kernel": SHARED,
     "model": SHARED,

@@ -14,7 +14,7 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._loop import in_thread
 from ..errors import ConfigError, NotebookError
@@ -34,33 +34,35 @@ from .loop import Ask, Rounds
 from .preparation import Preparation, Prompt
 from .staging import DataStaging, resumed_files
 
-if TYPE_CHECKING:
-    from ..model.llm import OpenAIChatModel
-
 __all__ = ["AsyncAgent", "warm_host"]
 
 # ``session_options`` that choose another kernel than the configured one (its language is then not known ahead).
 _KERNEL_CHOICE = frozenset({"kernel_name", "python", "gateway", "gateway_kernel_id", "provider"})
 
 
-def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -> OpenAIChatModel:
-    """The model ``config`` names, reached over its OpenAI-compatible endpoint. Raises ``ConfigError``
-    when no model is configured."""
+def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -> ChatModel:
+    """The model ``config`` names, from the ``kernel_agent.models`` registry (``--model theirs:x``; any
+    other name at the OpenAI-compatible endpoint). Raises ``ConfigError`` when no model is configured."""
     if not config.model:
         raise ConfigError(NO_MODEL_HELP)
-    from ..model.llm import OpenAIChatModel
+    from ..model.registry import ModelSettings, make_model
 
-    options = dict(model_options or {})
-    if config.request_timeout is not None:
-        options.setdefault("request_timeout", config.request_timeout)
-    return OpenAIChatModel(
-        config.model,
+    settings = ModelSettings(
         base_url=config.base_url,
         api_key=config.api_key,
         temperature=config.temperature,
         stream=config.stream,
-        **options,
+        request_timeout=config.request_timeout,
+        options=dict(model_options or {}),
     )
+    return make_model(config.model, settings)
+
+
+def _warm_up_of(model: ChatModel) -> Callable[[], None] | None:
+    """A model's optional ``ready()``: blocking work (its SDK's import) worth doing in a thread while the
+    kernel starts. None when the model has none (a plug-in's model need not)."""
+    ready = getattr(model, "ready", None)
+    return ready if callable(ready) else None
 
 
 class AsyncAgent:
@@ -72,7 +74,7 @@ class AsyncAgent:
     a started ``Kernel`` (``interface.KernelFactory``, e.g. a ``KernelPool``, or
     a plain callable, whose kernels work in the run's folder; default: an
     ``AsyncKernelSession`` with ``session_options``, local or on a gateway);
-    ``model_options`` go to ``OpenAIChatModel`` (``max_retries``, ``backoff``,
+    ``model_options`` go to the model's plug-in (the OpenAI-compatible one's: ``max_retries``, ``backoff``,
     ``request_timeout``, ``extra_body`` such as vLLM's ``top_k``);
     other ``AgentConfig`` fields (``stuck_after``, ``preload``, ...) are accepted too.
     Raises ``ConfigError`` when no model is configured or a setting is invalid.
@@ -109,7 +111,7 @@ class AsyncAgent:
         self._ready_model: Callable[[], None] | None = None  # readies the model this agent made, ahead of a run
         if chat_model is None:
             made = chat_model_from(self.config, model_options)
-            chat_model, self._ready_model = made, made.ready
+            chat_model, self._ready_model = made, _warm_up_of(made)
         self.chat_model: ChatModel = chat_model
         self._preparation = Preparation(self.config, self.chat_model)
         self._session_options = dict(session_options or {})

@@ -1,12 +1,13 @@
 """The kernel's language, in one place: what differs between a Python kernel and an R one (or any other).
 
 Owns one ``Language`` per language the agent knows (``PYTHON``, ``R``) and ``language_of``, which
-picks it from the kernel's own ``language_info`` (any other language gets a generic profile: its
-name and fence, no setup beyond the working folder). A profile holds what the layers above the
-kernel would otherwise assume: the words and code fence the model is shown, the tools protocol's
-function name, the setup cell (data paths, figures as PNG, a fixed seed) and the line that describes
-it, the probe for installed packages and the hint for a package that is missing. The protocols and
-the loop take a ``Language``; nothing above the kernel layer assumes Python.
+picks it from the kernel's own ``language_info``: the ``Language`` registered under that name in the
+``kernel_agent.languages`` entry points (an entry point is a ``Language``; ours are registered there as a
+third party's are), else a generic profile (its name and fence, no setup beyond the working folder).
+A profile holds what the layers above the kernel would otherwise assume: the words and code fence the
+model is shown, the tools protocol's function name, the setup cell (data paths, figures as PNG, a fixed
+seed) and the line that describes it, the probe for installed packages and the hint for a package that
+is missing. The protocols and the loop take a ``Language``; nothing above the kernel layer assumes Python.
 
 Pure: strings in, strings out; the loop runs the probe and the setup cell.
 """
@@ -18,10 +19,22 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..errors import ConfigError
+from ..plugins import Registry
 from . import environment
 from .data import SEED, DataFile, data_attributes, data_helper_words, opened_beside, preload_code, preload_description
 
-__all__ = ["PYTHON", "R", "Language", "language_of"]
+__all__ = [
+    "LANGUAGES",
+    "LANGUAGE_GROUP",
+    "LANGUAGE_REGISTRY",
+    "PYTHON",
+    "R",
+    "Language",
+    "get_language",
+    "language_names",
+    "language_of",
+]
 
 
 @dataclass(frozen=True)
@@ -197,7 +210,24 @@ R = Language(
     hint=_r_hint,
 )
 
-_KNOWN = {language.key: language for language in (PYTHON, R)}
+LANGUAGE_GROUP = "kernel_agent.languages"
+LANGUAGES = ("python", "r")  # ours
+LANGUAGE_REGISTRY = Registry(LANGUAGE_GROUP, "language", LANGUAGES)
+
+
+def language_names() -> tuple[str, ...]:
+    """Every installed language's name (a kernel's ``language_info`` name, lower case): ours first."""
+    return LANGUAGE_REGISTRY.names()
+
+
+def get_language(name: str) -> Language:
+    """The ``Language`` registered as ``name``. Raises ``ConfigError`` for an unknown name (listing the
+    choices), or an entry point that cannot be loaded or is not a ``Language``."""
+    language = LANGUAGE_REGISTRY.load(name)
+    if not isinstance(language, Language):
+        entry = LANGUAGE_REGISTRY.entry(name)
+        raise ConfigError(f"the language {name!r} ({entry.value}) is a {type(language).__name__}, not a Language")
+    return language
 
 
 def _generic(key: str, name: str) -> Language:
@@ -217,6 +247,9 @@ def _generic(key: str, name: str) -> Language:
 
 
 def language_of(language_info: dict[str, object] | None) -> Language:
-    """The profile for a kernel whose ``kernel_info_reply`` says ``language_info`` (None: Python)."""
+    """The profile for a kernel whose ``kernel_info_reply`` says ``language_info`` (None: Python): the one
+    registered under its name, else a generic one. Raises ``ConfigError`` as ``get_language`` does."""
     name = str((language_info or {}).get("name") or "python")
-    return _KNOWN.get(name.lower()) or _generic(re.sub(r"[^a-z0-9_+-]", "", name.lower()) or "code", name)
+    if name.lower() in LANGUAGE_REGISTRY:
+        return get_language(name)
+    return _generic(re.sub(r"[^a-z0-9_+-]", "", name.lower()) or "code", name)

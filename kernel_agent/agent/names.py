@@ -1,10 +1,11 @@
 """The agent's option vocabularies, importable without the agent: protocol names and data-list formats.
 
 Owns the names only (the CLI's choices, the magic's, the service's ``/config``); what each one does lives
-in ``protocols/``. Imports nothing of ours, so a front end can offer them without loading the agent.
+in ``protocols/``. Imports only ``plugins`` (and the errors), so a front end can offer them without loading the agent.
 
-Protocols are found through the ``kernel_agent.protocols`` entry-point group (``protocol_names``): ours
-(``PROTOCOLS``) are registered there by our pyproject, a third party's by its own, e.g.::
+Protocols are found through the ``kernel_agent.protocols`` entry-point group (``PROTOCOL_REGISTRY``,
+``protocol_names``; ``plugins.py`` reads it): ours (``PROTOCOLS``) are registered there by our pyproject,
+a third party's by its own, e.g.::
 
     [project.entry-points."kernel_agent.protocols"]
     theirs = "their_package.protocol:make"   # make(ProtocolSettings) -> Protocol
@@ -12,14 +13,18 @@ Protocols are found through the ``kernel_agent.protocols`` entry-point group (``
 
 from __future__ import annotations
 
-from functools import cache
-from importlib.metadata import EntryPoint, entry_points
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
+
+from ..plugins import Registry
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "DATA_FORMATS",
     "PROTOCOLS",
     "PROTOCOL_GROUP",
+    "PROTOCOL_REGISTRY",
     "DataFormat",
     "ProtocolName",
     "protocol_entry_points",
@@ -30,18 +35,17 @@ __all__ = [
 ProtocolName = Literal["tools", "tags", "deepanalyze"]  # ours; any registered name is a protocol
 PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
 PROTOCOL_GROUP = "kernel_agent.protocols"
+PROTOCOL_REGISTRY = Registry(PROTOCOL_GROUP, "protocol", PROTOCOLS)
 
 
-@cache
 def protocol_entry_points() -> dict[str, EntryPoint]:
     """The installed protocols by name (lower case), as their entry points say; read once a process."""
-    return {entry.name.strip().lower(): entry for entry in entry_points(group=PROTOCOL_GROUP)}
+    return PROTOCOL_REGISTRY.entry_points()
 
 
 def protocol_names() -> tuple[str, ...]:
     """Every installed protocol's name: ours first, then the others in order."""
-    found = protocol_entry_points()
-    return (*(name for name in PROTOCOLS if name in found), *sorted(name for name in found if name not in PROTOCOLS))
+    return PROTOCOL_REGISTRY.names()
 
 
 DEFAULT_PROTOCOL: ProtocolName = "tools"

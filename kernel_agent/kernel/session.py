@@ -2,9 +2,9 @@
 
 Owns the session's lifecycle (``SessionState``: new, ready, closed) and
 its public methods, the ``interface.Kernel`` protocol. It *has* a provider,
-which says where the kernel lives (``local.LocalProvider`` by default,
-``AttachedProvider`` for ``connect``), and an ``engine.ExecuteEngine``,
-which runs each request over the provider's channels. A session we started
+which says where the kernel lives, made by name (``providers/registry.py``: ``local`` by
+default, ``gateway`` with a gateway, ``attached`` for ``connect``, or a third party's), and an
+``engine.ExecuteEngine``, which runs each request over the provider's channels. A session we started
 we shut down; one we attached to we never kill.
 """
 
@@ -17,18 +17,18 @@ from typing import Any
 
 from jupyter_client import AsyncKernelManager
 
-from ..errors import ExtraMissingError, KernelError, SessionClosedError
+from ..errors import KernelError, SessionClosedError
 from ..records import PYTHON3_KERNELSPEC
 from ..result import ExecutionResult
 from .engine import ExecuteEngine
 from .files import CopiedFiles, KernelFiles, LocalFiles, NoFiles, RemoteFiles
 from .interface import SessionState
-from .kernelspec import KERNEL_NAME
 from .outputs import OutputCaps
 from .partial import OutputCallback
 from .providers.base import KernelProvider
 from .providers.gateway.settings import GatewaySettings
-from .providers.local import AttachedProvider, LocalProvider, sweep_stale_runtime_dirs
+from .providers.local import sweep_stale_runtime_dirs
+from .providers.registry import ProviderSettings, make_provider
 from .sandbox.limits import Confinement, Limits
 
 __all__ = ["AsyncKernelSession", "SessionState", "sweep_stale_runtime_dirs"]
@@ -50,9 +50,11 @@ class AsyncKernelSession:
     makes this session its owner);
     ``kernel_name`` then picks the gateway's kernelspec (default: the
     gateway's default) and ``workspace`` stays the run's local folder.
-    ``provider`` replaces where the kernel lives altogether.
-    Raises ``ConfigError`` for a malformed gateway URL, ``ExtraMissingError`` for a gateway without
-    the ``gateway`` extra.
+    ``provider`` says where the kernel lives: a name registered in ``kernel_agent.providers``
+    (``providers/registry.py``; default ``gateway`` when ``gateway`` is given, else ``local``), made with
+    these arguments, or a ``KernelProvider`` already made.
+    Raises ``ConfigError`` for an unknown provider or a malformed gateway URL, ``ExtraMissingError`` for a
+    gateway without the ``gateway`` extra.
     """
 
     def __init__(
@@ -72,46 +74,30 @@ class AsyncKernelSession:
         gateway_token: str | None = None,
         gateway_kernel_id: str | None = None,
         gateway_adopt: bool = False,
-        provider: KernelProvider | None = None,
+        provider: KernelProvider | str | None = None,
         python: str | None = None,
     ) -> None:
         self.timeout = timeout
         self.caps = caps or OutputCaps()
         self.rebuild = rebuild
         self.local_folder = Path(workspace) if workspace is not None else None
-        if provider is None and gateway is not None:
-            try:
-                from .providers.gateway.provider import GatewayProvider
-            except ModuleNotFoundError as exc:  # websockets: the gateway extra
-                missing = ExtraMissingError.of(exc, "gateway")
-                if missing is None:
-                    raise
-                raise missing from None
-
-            settings = (
-                gateway
-                if isinstance(gateway, GatewaySettings)
-                else GatewaySettings(gateway, gateway_token, kernel_name=kernel_name, startup_timeout=startup_timeout)
-            )
-            provider = GatewayProvider(
-                settings,
-                kernel_id=gateway_kernel_id,
-                env=env,
-                adopt=gateway_adopt,
-                max_output_bytes=self.caps.max_output_bytes,
-            )
-        if provider is None:
-            provider = LocalProvider(
-                self.local_folder,
-                kernel_name=kernel_name or KERNEL_NAME,
-                env=env,
+        if provider is None or isinstance(provider, str):
+            settings = ProviderSettings(
+                workspace=self.local_folder,
+                kernel_name=kernel_name,
+                env=dict(env or {}),
                 allow_env=allow_env,
                 startup_timeout=startup_timeout,
                 max_images=self.caps.max_images,
                 max_output_bytes=self.caps.max_output_bytes,
                 limits=limits,
                 python=python,
+                gateway=gateway,
+                gateway_token=gateway_token,
+                kernel_id=gateway_kernel_id,
+                adopt=gateway_adopt,
             )
+            provider = make_provider(provider or ("gateway" if gateway is not None else "local"), settings)
         self.kernel_name = kernel_name or getattr(provider, "kernel_name", None) or "default"
         self.provider = provider
         self.engine = ExecuteEngine(provider, self.caps, interrupt_grace=interrupt_grace)
@@ -196,9 +182,12 @@ class AsyncKernelSession:
         """Attach to a running kernel by its connection file; ``close()`` never kills it.
         Raises ``KernelStartError`` when it does not answer."""
         caps = kwargs.get("caps") or OutputCaps()
-        provider = AttachedProvider(
-            connection_file, startup_timeout=kwargs.pop("startup_timeout", 60.0), max_output_bytes=caps.max_output_bytes
+        settings = ProviderSettings(
+            startup_timeout=kwargs.pop("startup_timeout", 60.0),
+            max_output_bytes=caps.max_output_bytes,
+            connection_file=str(connection_file),
         )
+        provider = make_provider("attached", settings)
         session = cls(provider=provider, **kwargs)
         return await session.start()
 

@@ -31,7 +31,6 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..agent.names import protocol_names
 from ..errors import KernelAgentError
 from ..records import Run
 from ..redact import read_secret
@@ -79,7 +78,9 @@ class AgentMagics(Magics):
         help="how much the workspace may grow (and each file may take); 0: off (default 1024)",
     )
     @argument("--data", "-d", action="append", default=[], metavar="FILE", help="a data file (repeatable)")
-    @argument("--protocol", choices=protocol_names(), help="tools (default), tags, deepanalyze or one installed")
+    # No argparse choices: IPython formats the help when the magic is defined, which would read the registry
+    # at import; AgentConfig checks the name against it (ConfigError listing the choices).
+    @argument("--protocol", metavar="NAME", help="tools (default), tags, deepanalyze or one installed")
     @argument("--max-rounds", type=int, metavar="N", help="model replies before the run stops (default 30)")
     @argument("--timeout", type=float, metavar="S", help="seconds per code execution (default 120)")
     @argument("--vision", action="store_true", help="send figures back to the model as images")

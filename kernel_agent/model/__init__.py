@@ -1,2 +1,3 @@
 """The model seam: ``ChatModel`` (one method, ``complete``), the OpenAI-compatible
-client that is the only importer of ``openai``, and the scripted model for demos and tests."""
+client that is the only importer of ``openai``, the scripted model for demos and tests, and the
+``kernel_agent.models`` registry that makes a model from its name (``registry.make_model``)."""

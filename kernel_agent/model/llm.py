@@ -39,12 +39,13 @@ from .._loop import in_thread
 from ..errors import ConfigError, ContextLengthError, ModelError, ModelTimeoutError, ModelUnreachableError
 from ..redact import redact
 from .chat import DeltaCallback, ModelReply, RetryCallback, ToolDeltaCallback
+from .registry import ModelSettings
 from .replies import StreamAccumulator, completion_reply
 
 if TYPE_CHECKING:
     import openai
 
-__all__ = ["DEFAULT_REQUEST_TIMEOUT", "EXTRAS_OPTION", "OpenAIChatModel", "endpoint_host"]
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "EXTRAS_OPTION", "OpenAIChatModel", "endpoint_host", "openai_model"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Long enough for a local 8B model to prefill a long conversation on a busy GPU; a streamed reply
@@ -375,6 +376,23 @@ class OpenAIChatModel:
             return min(retry_after, _MAX_DELAY_S)
         base = self.backoff * (2.0**attempt)
         return min(base * (1 + random.random() / 4), _MAX_DELAY_S)
+
+
+def openai_model(name: str, settings: ModelSettings) -> OpenAIChatModel:
+    """The ``openai`` entry point of ``kernel_agent.models``: ``name`` at the OpenAI-compatible endpoint the
+    settings say. ``settings.options`` are further ``OpenAIChatModel`` keywords (``max_retries``, ``backoff``,
+    ``extra_body``; a ``request_timeout`` there wins). Raises ``ConfigError`` as ``OpenAIChatModel`` does."""
+    options = dict(settings.options)
+    if settings.request_timeout is not None:
+        options.setdefault("request_timeout", settings.request_timeout)
+    return OpenAIChatModel(
+        name,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        temperature=settings.temperature,
+        stream=settings.stream,
+        **options,
+    )
 
 
 def _is_read_timeout(sdk: Any, exc: BaseException) -> bool:

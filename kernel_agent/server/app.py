@@ -20,16 +20,16 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .._loop import in_thread
 from .._version import __version__
-from ..agent.config import PROTOCOLS
-from ..agent.names import protocol_entry_points
+from ..agent.names import protocol_names
 from ..agent.summaries import DATA_SUFFIXES
 from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
 from ..notebook.export import clean_path, legacy_clean_path
+from ..plugins import warm
 from ..records import STOP_WORDS
 from ..safe.http import document_headers, served_type
 from .bundle import spooled, write_bundle
@@ -62,7 +62,14 @@ class RunRequest(BaseModel):
     file_ids: list[str] = []
     thread_id: str | None = None
     model: str | None = None
-    protocol: Literal["tools", "tags", "deepanalyze"] | None = None
+    protocol: str | None = None  # a registered one (``names.protocol_names``)
+
+    @field_validator("protocol")
+    @classmethod
+    def _registered(cls, protocol: str | None) -> str | None:
+        if protocol is not None and protocol not in protocol_names():
+            raise ValueError(f"unknown protocol {protocol!r}; choose one of: {', '.join(protocol_names())}")
+        return protocol
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -70,7 +77,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await asyncio.to_thread(protocol_entry_points)  # importlib.metadata scans site-packages: once, off the loop
+        # The plug-in registries: importlib.metadata scans site-packages once, here, not on the loop.
+        await asyncio.to_thread(warm)
         async with Service(config) as service:
             app.state.service = service
             yield
@@ -116,7 +124,7 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
             "auth": config.auth,
             "models": [model] if model else None,
             "default_model": model,
-            "protocols": list(PROTOCOLS),
+            "protocols": list(protocol_names()),
             "model_choice": False,
             "version": __version__,
             "max_upload_bytes": config.max_upload_bytes,

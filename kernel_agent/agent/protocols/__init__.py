@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from ...errors import ConfigError
 from ..languages import PYTHON, Language
-from ..names import protocol_entry_points, protocol_names
+from ..names import PROTOCOL_REGISTRY
 from .base import Feedback, Protocol, ProtocolSettings, Step
 from .deepanalyze import DEEPANALYZE_MAX_NEW_TOKENS, DEEPANALYZE_STOP_TOKEN_IDS, DeepAnalyzeProtocol
 from .images import MAX_IMAGE_SIDE, MAX_IMAGES, downscale_png
@@ -98,9 +98,7 @@ def get_protocol(
     protocol cannot be loaded or made. ``language`` is the kernel's
     (``languages.language_of``): the words, code fence and tool name the model is shown.
     """
-    entry = protocol_entry_points().get(name.strip().lower())
-    if entry is None:
-        raise ConfigError(f"unknown protocol {name!r}; choose one of: {', '.join(protocol_names())}")
+    make = PROTOCOL_REGISTRY.load(name)
     settings = ProtocolSettings(
         vision=vision,
         data_format=data_format,
@@ -108,11 +106,8 @@ def get_protocol(
         max_new_tokens=max_new_tokens,
         language=language,
     )
-    try:
-        make = entry.load()
-    except Exception as exc:  # a third party's package: its import error is the installation's to fix
-        raise ConfigError(f"the protocol {name!r} ({entry.value}) cannot be loaded: {exc}") from exc
     protocol = make(settings)
     if not isinstance(protocol, Protocol):
+        entry = PROTOCOL_REGISTRY.entry(name)
         raise ConfigError(f"the protocol {name!r} ({entry.value}) made a {type(protocol).__name__}, not a Protocol")
     return protocol

@@ -17,7 +17,7 @@ kernel can live, each behind the same two protocols:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..sandbox.limits import Limits
@@ -66,6 +66,7 @@ class ChannelClient(Protocol):
     def stop_channels(self) -> None: ...
 
 
+@runtime_checkable
 class KernelProvider(Protocol):
     """Where one kernel lives, and its lifecycle. The engine drives executes through ``client``.
 

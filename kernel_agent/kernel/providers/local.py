@@ -27,7 +27,7 @@ from jupyter_client import AsyncKernelClient, AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
 from ..._loop import in_thread
-from ...errors import KernelError, KernelStartError, SandboxUnavailableError
+from ...errors import ConfigError, KernelError, KernelStartError, SandboxUnavailableError
 from ..inside.figure_cap import USER_STARTUP_ENV, figure_cap_env
 from ..inside.output_cap import OUTPUT_CAP_ENV
 from ..kernelspec import KERNEL_NAME, KernelChoice, choose_kernel, launch_spec
@@ -38,8 +38,16 @@ from ..sandbox.environment import kernel_environment
 from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
 from .base import bound_messages, max_message_bytes
 from .guard import MessageGuard
+from .registry import ProviderSettings
 
-__all__ = ["AttachedProvider", "LocalProvider", "runtime_root", "sweep_stale_runtime_dirs"]
+__all__ = [
+    "AttachedProvider",
+    "LocalProvider",
+    "attached_provider",
+    "local_provider",
+    "runtime_root",
+    "sweep_stale_runtime_dirs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -444,3 +452,29 @@ class AttachedProvider:
             await self.guard.close()
         if self.client is not None:
             self.client.stop_channels()
+
+
+def local_provider(settings: ProviderSettings) -> LocalProvider:
+    """The ``local`` entry point of ``kernel_agent.providers``: a kernel process started here, in the
+    settings' workspace, confined by their limits."""
+    return LocalProvider(
+        settings.workspace,
+        kernel_name=settings.kernel_name or KERNEL_NAME,
+        env=dict(settings.env),
+        allow_env=settings.allow_env,
+        startup_timeout=settings.startup_timeout,
+        max_images=settings.max_images,
+        max_output_bytes=settings.max_output_bytes,
+        limits=settings.limits,
+        python=settings.python,
+    )
+
+
+def attached_provider(settings: ProviderSettings) -> AttachedProvider:
+    """The ``attached`` entry point of ``kernel_agent.providers``: the running kernel whose connection file
+    the settings name (never restarted or killed). Raises ``ConfigError`` without one."""
+    if not settings.connection_file:
+        raise ConfigError("the attached kernel provider needs a running kernel's connection file")
+    return AttachedProvider(
+        settings.connection_file, startup_timeout=settings.startup_timeout, max_output_bytes=settings.max_output_bytes
+    )

@@ -1,0 +1,92 @@
+"""Where a kernel lives, by name: the ``kernel_agent.providers`` entry points and ``ProviderSettings``.
+
+An entry point is ``make(settings: ProviderSettings) -> KernelProvider``: given what a session knows of
+the kernel it wants, it returns a provider, not yet started (``base.KernelProvider``), or raises
+``ConfigError`` (``ExtraMissingError`` for a missing extra). Ours are registered by our pyproject as a
+third party's is by theirs (e.g. a kernel in a container)::
+
+    [project.entry-points."kernel_agent.providers"]
+    local = "kernel_agent.kernel.providers.local:local_provider"        # a process we start here
+    gateway = "kernel_agent.kernel.providers.gateway:gateway_provider"  # on a Kernel/Enterprise Gateway
+    attached = "kernel_agent.kernel.providers.local:attached_provider"  # a running kernel's connection file
+
+``AsyncKernelSession(provider="theirs")`` asks for one by name (default: ``gateway`` when a gateway is
+given, else ``local``). A ``KernelPool`` is not a place a kernel lives but kernels started ahead: it
+pools any provider (``KernelPool(provider="theirs")``), so it is not registered here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from ...errors import ConfigError
+from ...plugins import Registry
+from .base import KernelProvider
+
+if TYPE_CHECKING:
+    from ..sandbox.limits import Limits
+    from .gateway.settings import GatewaySettings
+
+__all__ = [
+    "PROVIDERS",
+    "PROVIDER_GROUP",
+    "PROVIDER_REGISTRY",
+    "ProviderFactory",
+    "ProviderSettings",
+    "make_provider",
+    "provider_names",
+]
+
+PROVIDER_GROUP = "kernel_agent.providers"
+PROVIDERS = ("local", "gateway", "attached")  # ours
+PROVIDER_REGISTRY = Registry(PROVIDER_GROUP, "kernel provider", PROVIDERS)
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """What a session asks of its kernel; each provider reads what applies to it (as ``AsyncKernelSession``
+    documents them). ``workspace`` is the run's folder on this machine (None: a private one);
+    ``kernel_name`` None is the provider's default; ``gateway`` a URL or ``GatewaySettings``, with
+    ``gateway_token`` its secret (never in the repr); ``kernel_id`` a running gateway kernel to attach
+    to (owned when ``adopt``); ``connection_file`` a running local kernel's (``attached``)."""
+
+    workspace: Path | None = None
+    kernel_name: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    allow_env: tuple[str, ...] = ()
+    startup_timeout: float = 60.0
+    max_images: int = 50  # outputs.OutputCaps' defaults (not imported here: nbformat is slow to import)
+    max_output_bytes: int = 10_000_000
+    limits: Limits | None = None
+    python: str | None = None
+    gateway: str | GatewaySettings | None = None
+    gateway_token: str | None = field(default=None, repr=False)
+    kernel_id: str | None = None
+    adopt: bool = False
+    connection_file: str | None = None
+
+
+class ProviderFactory(Protocol):
+    """A ``kernel_agent.providers`` entry point."""
+
+    def __call__(self, settings: ProviderSettings, /) -> KernelProvider: ...
+
+
+def provider_names() -> tuple[str, ...]:
+    """Every installed kernel provider's name: ours first."""
+    return PROVIDER_REGISTRY.names()
+
+
+def make_provider(name: str, settings: ProviderSettings) -> KernelProvider:
+    """The provider registered as ``name``, made with ``settings`` (not started). Raises ``ConfigError`` for
+    an unknown name (listing the choices), a provider that cannot be loaded or made, or one that makes
+    something else than a ``KernelProvider``; ``ExtraMissingError`` when its extra is not installed."""
+    make: ProviderFactory = PROVIDER_REGISTRY.load(name)
+    made = make(settings)
+    if not isinstance(made, KernelProvider):
+        entry = PROVIDER_REGISTRY.entry(name)
+        raise ConfigError(f"the kernel provider {name!r} ({entry.value}) made a {type(made).__name__}, not a provider")
+    return made
