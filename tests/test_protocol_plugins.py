@@ -15,9 +15,8 @@ import pytest
 from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply
 
-from kernel_agent import plugins
+from kernel_agent import AsyncAgent, plugins
 from kernel_agent.agent.languages import PYTHON, language_names, language_of
-from kernel_agent.agent.loop import AsyncAgent
 from kernel_agent.agent.names import PROTOCOLS, protocol_entry_points, protocol_names
 from kernel_agent.agent.protocols import ProtocolSettings, TagsProtocol, ToolsProtocol, get_protocol
 from kernel_agent.cli import cli
