@@ -181,19 +181,19 @@ class AsyncAgent:
             **options,
         )
         if chat_model is None:
-            if not self.config.model:
+            if not self.config.model.name:
                 raise ConfigError(NO_MODEL_HELP)
             from ..model.llm import OpenAIChatModel
 
             options = dict(model_options or {})
-            if self.config.request_timeout is not None:
-                options.setdefault("request_timeout", self.config.request_timeout)
+            if self.config.model.request_timeout is not None:
+                options.setdefault("request_timeout", self.config.model.request_timeout)
             chat_model = OpenAIChatModel(
-                self.config.model,
-                base_url=self.config.base_url,
-                api_key=self.config.api_key,
-                temperature=self.config.temperature,
-                stream=self.config.stream,
+                self.config.model.name,
+                base_url=self.config.model.base_url,
+                api_key=self.config.model.api_key,
+                temperature=self.config.model.temperature,
+                stream=self.config.model.stream,
                 **options,
             )
         self.chat_model = chat_model
@@ -202,28 +202,30 @@ class AsyncAgent:
         # Its own kernels (``new_session``: local, or apart on a gateway), or the factory given.
         self._own_kernels = session_factory is None
         self._session_factory: KernelFactory = (
-            MadeKernels(self.new_session, kernels_apart=bool(self.config.gateway_url))
+            MadeKernels(self.new_session, kernels_apart=bool(self.config.kernel.gateway_url))
             if session_factory is None
             else kernel_factory(session_factory)
         )
 
     def __repr__(self) -> str:
-        return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
+        return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol.name}>"
 
     def _check_kernel(self) -> None:
         """The local kernel asked for is installed and has what the setup cell needs. Raises ``ConfigError``."""
         config = self.config
-        if config.gateway_url or not (config.kernel or config.python):
+        if config.kernel.gateway_url or not (config.kernel.name or config.kernel.python):
             return
-        choice = choose_kernel(config.kernel or KERNEL_NAME, config.python)
-        if choice.python is not None and config.preload:  # the setup cell's imports
+        choice = choose_kernel(config.kernel.name or KERNEL_NAME, config.kernel.python)
+        if choice.python is not None and config.kernel.preload:  # the setup cell's imports
             require_setup_packages(choice.python.executable)
 
     def new_session(self, workspace: Path, **options: Any) -> AsyncKernelSession:
         """A kernel session as this agent's runs get one by default (not started): local, or on the gateway.
         ``options`` add or override ``AsyncKernelSession`` arguments (``gateway_kernel_id``, ``kernel_name``
         for a resumed run's own kernelspec...)."""
-        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options, **options})
+        return AsyncKernelSession(
+            workspace, **{**self.config.kernel.session_options(), **self._session_options, **options}
+        )
 
     def _resume_factory(self, info: RunInfo) -> KernelFactory:
         """Where a resumed run's kernel comes from: the kernelspec its notebook records (an installed one of
@@ -232,9 +234,9 @@ class AsyncAgent:
         recorded = info.kernelspec.get("name", "")
         if (
             not self._own_kernels
-            or self.config.kernel
-            or self.config.python
-            or self.config.gateway_url
+            or self.config.kernel.name
+            or self.config.kernel.python
+            or self.config.kernel.gateway_url
             or recorded in ("", "python3", KERNEL_NAME)
         ):
             return self._session_factory
@@ -380,7 +382,7 @@ class AsyncAgent:
         plan = RebuildPlan(tuple(cells), str(session.kernel_info.get("language_info", {}).get("name") or "python"))
         for cell in cells:
             if plan.should_run(cell):
-                result = await session.execute(cell.code, self.config.exec_timeout)
+                result = await session.execute(cell.code, self.config.kernel.exec_timeout)
                 calls[result.call] = cell.label
                 plan.record(cell, result.ok, str(result.error) if result.error else result.status)
         return plan.report()
@@ -396,8 +398,8 @@ class AsyncAgent:
             task=f"{run.info.task}\n\nFollow-up: {task}",
             question=task,
             model=self.chat_model.name,
-            protocol=self.config.protocol,
-            endpoint=_endpoint(self.config.base_url, self.chat_model),
+            protocol=self.config.protocol.name,
+            endpoint=_endpoint(self.config.model.base_url, self.chat_model),
             scripted=self.chat_model.scripted,
             started_at=_now(),
             confinement=session.confinement,
@@ -442,7 +444,7 @@ class AsyncAgent:
         from .plan.api import stream_plan
         from .plan.runner import PlanOptions
 
-        options = options or PlanOptions(exec_timeout=self.config.exec_timeout)
+        options = options or PlanOptions(exec_timeout=self.config.kernel.exec_timeout)
         async for event in stream_plan(
             self.chat_model,
             self._session_factory,
@@ -452,7 +454,7 @@ class AsyncAgent:
             notebook,
             options=options,
             resume=resume,
-            preload=self.config.preload,
+            preload=self.config.kernel.preload,
             protocol=self._protocol(),
         ):
             yield event
@@ -476,7 +478,7 @@ class AsyncAgent:
         files = checked.files
         names = [f.name for f in files]
         language = language_of(session.kernel_info.get("language_info"))
-        setup_code = language.setup(files) if self.config.preload else language.plain_setup
+        setup_code = language.setup(files) if self.config.kernel.preload else language.plain_setup
         if extra_setup:
             setup_code = _merged_setup(setup_code, extra_setup)
         setup_code = language.beside(setup_code, workspace_from(notebook, root))
@@ -493,7 +495,7 @@ class AsyncAgent:
         protocol = self._protocol(language)
 
         async def setup_then_environment() -> tuple[ExecutionResult, Environment]:
-            ran = await session.execute(setup_code, _setup_timeout(self.config.exec_timeout))
+            ran = await session.execute(setup_code, _setup_timeout(self.config.kernel.exec_timeout))
             # A kernel whose first cell was the setup holds only the setup's names: nothing to ask for.
             return ran, await self._environment(session, language, names=ran.execution_count != 1)
 
@@ -518,8 +520,8 @@ class AsyncAgent:
         info = RunInfo(
             task=task,
             model=self.chat_model.name,
-            protocol=self.config.protocol,
-            endpoint=_endpoint(self.config.base_url, self.chat_model),
+            protocol=self.config.protocol.name,
+            endpoint=_endpoint(self.config.model.base_url, self.chat_model),
             data_files=tuple(names),
             workspace=str(root.resolve()),
             setup_code=setup_code,
@@ -545,11 +547,11 @@ class AsyncAgent:
     def _protocol(self, language: Language = PYTHON) -> Protocol:
         config = self.config
         return get_protocol(
-            config.protocol,
-            vision=config.vision,
-            data_format=config.data_format,
-            vllm_extras=config.vllm_extras,
-            max_new_tokens=config.max_new_tokens,
+            config.protocol.name,
+            vision=config.protocol.vision,
+            data_format=config.protocol.data_format,
+            vllm_extras=config.protocol.vllm_extras,
+            max_new_tokens=config.protocol.max_new_tokens,
             language=language,
         )
 
@@ -568,7 +570,7 @@ class AsyncAgent:
             data_summary=data_summary(files),
             packages=environment.packages,
             missing=language.missing(environment.packages),
-            preloaded=language.setup_words(files) if self.config.preload else "",
+            preloaded=language.setup_words(files) if self.config.kernel.preload else "",
             files=tuple(FileInfo(f.name, f.size, f.summary) for f in files),
             names=environment.names,
         )
@@ -579,7 +581,9 @@ class AsyncAgent:
         time), and the names the code defined so far, asked every time (unless not ``names``)."""
         names_probe = language.names_probe if names else ""
         config = self.config
-        key = None if config.gateway_url else (language.key, config.kernel or "", config.python or "")
+        key = (
+            None if config.kernel.gateway_url else (language.key, config.kernel.name or "", config.kernel.python or "")
+        )
         cached = _PROBED.get(key) if key is not None else None
         if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes
             packages = (
@@ -609,7 +613,7 @@ class AsyncAgent:
             os.path.abspath(live.notebook),
             info.scripted,
             info.confinement,
-            self.config.protocol_reason,
+            self.config.protocol.reason,
             info.question or info.task,
         )
         if (
@@ -619,10 +623,10 @@ class AsyncAgent:
                 f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
                 f"({live.session.limits.describe()})"
             )
-        guard = StuckGuard(self.config.stuck_after)
+        guard = StuckGuard(self.config.protocol.stuck_after)
         if live.recorded:  # else measured once the data files' record copies are in (``_recorded``)
             live.baseline = await self._disk_usage(live)
-        last = live.first_round + self.config.max_rounds - 1
+        last = live.first_round + self.config.protocol.max_rounds - 1
         stop: StopReason | None = None
         try:
             for index in range(live.first_round, last + 1):
@@ -695,8 +699,8 @@ class AsyncAgent:
         sent = clip_old_feedback(
             live.messages,
             live.feedback_at,
-            keep=self.config.full_feedback_rounds,
-            clip_chars=self.config.old_feedback_chars,
+            keep=self.config.protocol.full_feedback_rounds,
+            clip_chars=self.config.protocol.old_feedback_chars,
         )
         async for piece in self._ask(sent, live.protocol):
             if isinstance(piece, str):
@@ -730,13 +734,13 @@ class AsyncAgent:
             yield _RoundDone(replace(base, answer=step.answer))
             return
         yield CodeReady(index, step.code, step.reasoning)
-        yield ExecutionStarted(index, self.config.exec_timeout)
+        yield ExecutionStarted(index, self.config.kernel.exec_timeout)
         exclude = (live.notebook, clean_path(live.notebook))
         before = live.listing if live.listing is not None else await live.session.files.snapshot(exclude)
         live.listing = None  # taken again after this round's code (a round cancelled meanwhile leaves none)
         live.running = base
         live.begin_recording()  # the record copies beside the kernel's work, not before the first request
-        execution = StreamedExecution(live.session, step.code, self.config.exec_timeout, index)
+        execution = StreamedExecution(live.session, step.code, self.config.kernel.exec_timeout, index)
         try:
             async with aclosing(execution.events()) as outputs:
                 async for output in outputs:
@@ -793,7 +797,7 @@ class AsyncAgent:
     def _feedback(
         self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None, language: Language = PYTHON
     ) -> Feedback:
-        text = result.to_llm_text(max_chars=self.config.feedback_chars)
+        text = result.to_llm_text(max_chars=self.config.protocol.feedback_chars)
         if result.error is not None:
             hint = language.hint(result.error.ename, result.error.evalue, self._installed)
             text += f"\n{hint}\n" if hint else ""
@@ -801,7 +805,7 @@ class AsyncAgent:
         if artifacts:
             listed = ", ".join(f"{a.path} ({a.size} bytes, {a.change})" for a in artifacts[:20])
             files = f"[files written: {listed}]\n"
-        images = tuple(result.images) if self.config.vision else ()
+        images = tuple(result.images) if self.config.protocol.vision else ()
         note = f"\n[about your reply: {problem}]\n" if problem else ""  # a partly used reply: what was not
         return Feedback(text=text, images=images, files=files, note=note)
 
@@ -825,16 +829,16 @@ class AsyncAgent:
         live.baseline = await self._disk_usage(live)
 
     async def _disk_usage(self, live: _Live) -> int:
-        if not self.config.disk_quota_mb:
+        if not self.config.kernel.disk_quota_mb:
             return 0
         exclude = (live.notebook, clean_path(live.notebook))
         return await asyncio.to_thread(workspace_usage, live.workspace, exclude)
 
     async def _over_quota(self, live: _Live) -> str | None:
         """Why the run must stop for the disk quota, or None (also when it is off)."""
-        if not self.config.disk_quota_mb:
+        if not self.config.kernel.disk_quota_mb:
             return None
-        return over_quota(await self._disk_usage(live) - live.baseline, self.config.disk_quota_mb)
+        return over_quota(await self._disk_usage(live) - live.baseline, self.config.kernel.disk_quota_mb)
 
     async def _save(self, live: _Live) -> None:
         live.run = replace(live.run, notebook_path=live.notebook)

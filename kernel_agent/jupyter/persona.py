@@ -264,7 +264,7 @@ class _Conversation:
 
     def hidden(self, text: str) -> str:
         """``text`` without the endpoint or the key (a model error may name the endpoint)."""
-        return redact(text, [self.agent.config.api_key, self.agent.config.base_url])
+        return redact(text, [self.agent.config.model.api_key, self.agent.config.model.base_url])
 
     async def kernel(self) -> AsyncKernelSession:
         if self.session is not None and not await self.session.is_alive():
