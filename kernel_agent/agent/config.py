@@ -176,9 +176,10 @@ class AgentConfig:
 def setting_fields() -> dict[str, str]:
     """Each ``AgentConfig`` part's setting fields by keyword: ``{"max_rounds": "protocol.max_rounds", ...}``,
     read from the dataclasses themselves (``tests/test_settings.py`` holds them equal to the table)."""
+    defaults = AgentConfig()
     found: dict[str, str] = {}
-    for part in fields(AgentConfig):
-        for f in fields(part.default_factory()):  # type: ignore[misc]  # every part has a default factory
+    for part in fields(defaults):
+        for f in fields(getattr(defaults, part.name)):
             if "setting" in f.metadata:
                 found[f.metadata["setting"]] = f"{part.name}.{f.name}"
     return found

@@ -88,11 +88,15 @@ class Registered(click.Choice):
 def _click_type(row: Setting) -> Any:
     if row.choices is not None:
         return Registered(row.choices)
-    if row.type in (int, float):
-        bounded = click.IntRange if row.type is int else click.FloatRange
-        opened = {"min_open": True} if row.positive else {}
-        return bounded(min=row.minimum, max=row.maximum, **opened)
+    if row.type is int:
+        return click.IntRange(min=_whole(row.minimum), max=_whole(row.maximum), min_open=row.positive)
+    if row.type is float:
+        return click.FloatRange(min=row.minimum, max=row.maximum, min_open=row.positive)
     return None
+
+
+def _whole(bound: float | None) -> int | None:
+    return None if bound is None else int(bound)
 
 
 def setting_option(row: Setting) -> Callable[[F], F]:
