@@ -314,9 +314,9 @@ def test_environment_supplies_defaults_and_arguments_win(
     monkeypatch.setenv("KERNEL_AGENT_MODEL", "from-env")
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
     with Agent() as agent:
-        assert agent.config.model == "from-env" and agent.config.base_url == openai_server.base_url
+        assert agent.config.model.name == "from-env" and agent.config.model.base_url == openai_server.base_url
     with Agent(model="explicit") as agent:
-        assert agent.config.model == "explicit"
+        assert agent.config.model.name == "explicit"
 
 
 def test_the_api_key_never_reaches_the_kernel(

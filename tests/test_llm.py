@@ -409,8 +409,12 @@ def test_request_timeout_and_extras_come_from_flags_or_the_environment() -> None
 
     env = {"KERNEL_AGENT_REQUEST_TIMEOUT": "900", "KERNEL_AGENT_VLLM_EXTRAS": "0", "KERNEL_AGENT_DATA_FORMAT": "rich"}
     config = AgentConfig.resolve(env)
-    assert (config.request_timeout, config.vllm_extras, config.data_format) == (900.0, False, "rich")
-    assert AgentConfig.resolve(env, request_timeout=5.0, vllm_extras=True).request_timeout == 5.0
+    assert (config.model.request_timeout, config.protocol.vllm_extras, config.protocol.data_format) == (
+        900.0,
+        False,
+        "rich",
+    )
+    assert AgentConfig.resolve(env, request_timeout=5.0, vllm_extras=True).model.request_timeout == 5.0
     with pytest.raises(ConfigError, match="KERNEL_AGENT_REQUEST_TIMEOUT"):
         AgentConfig.resolve({"KERNEL_AGENT_REQUEST_TIMEOUT": "soon"})
     with pytest.raises(ConfigError, match="KERNEL_AGENT_VLLM_EXTRAS"):

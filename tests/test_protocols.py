@@ -631,10 +631,10 @@ def test_the_models_name_chooses_its_protocol_unless_one_is_asked_for(model: str
     from kernel_agent.agent.config import AgentConfig
 
     config = AgentConfig.resolve(environ={}, model=model)
-    assert config.protocol == expected
-    assert ("DeepAnalyze's" in config.protocol_reason) == (expected == "deepanalyze")
+    assert config.protocol.name == expected
+    assert ("DeepAnalyze's" in config.protocol.reason) == (expected == "deepanalyze")
     asked = AgentConfig.resolve(environ={}, model=model, protocol="tags")
-    assert (asked.protocol, asked.protocol_reason) == ("tags", "asked for")
+    assert (asked.protocol.name, asked.protocol.reason) == ("tags", "asked for")
 
 
 def test_a_missing_module_is_answered_with_what_is_installed_that_does_the_job() -> None:

@@ -2,10 +2,10 @@
 
 Each page is written from the code it documents, so it cannot drift: the events from
 ``kernel_agent.events``, the HTTP API from the FastAPI app's OpenAPI schema, the MCP tools from the
-server's own tool list, the configuration table from ``AgentConfig`` and the ``run`` command's click
-options, the exit codes from ``cli/drive.py``. The CLI reference is mkdocs-click's (``docs/reference/cli.md``);
-the Python API is mkdocstrings' (``docs/reference/python.md``). A name this script cannot place fails
-the build (an exception), never a silent gap.
+server's own tool list, the configuration from the settings table (``agent/settings.py``, each flag checked
+against the ``run`` command's), the exit codes from ``cli/drive.py``. The CLI reference is mkdocs-click's
+(``docs/reference/cli.md``); the Python API is mkdocstrings' (``docs/reference/python.md``). A name this
+script cannot place fails the build (an exception), never a silent gap.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from typing import Any
 import mkdocs_gen_files
 
 import kernel_agent.events as events_module
-from kernel_agent.agent.config import _ENV, AgentConfig
+from kernel_agent.agent.settings import SETTINGS, Setting
 from kernel_agent.cli import drive
-from kernel_agent.cli.app import _agent_arguments, cli
+from kernel_agent.cli.app import cli
+from kernel_agent.cli.options import secret_flags
 
 GENERATED = "*This page is generated from the code at every build (`tools/docs_reference.py`).*\n\n"
 
@@ -217,76 +218,61 @@ def mcp_page(tools: list[Any]) -> str:
 # -- configuration ---------------------------------------------------------------------------------
 
 
-def field_docs(docstring: str) -> dict[str, str]:
-    """``name: text`` entries of a docstring (``a, b, c: text`` documents three names), continuation
-    lines joined."""
-    docs: dict[str, str] = {}
-    current: list[str] = []
-    for line in docstring.splitlines():
-        match = re.match(r"^    ([a-z_][a-z_0-9]*(?:, [a-z_][a-z_0-9]*)*): (.*)$", line)
-        if match:
-            current = match.group(1).split(", ")
-            for name in current:
-                docs[name] = match.group(2)
-        elif line.startswith("        ") and current:
-            for name in current:
-                docs[name] += " " + line.strip()
-        else:
-            current = []
-    return docs
+def _option_flags(row: Setting) -> list[str]:
+    """The command line's flags that set ``row``; fails the build when ``run`` lacks its own."""
+    run = {flag for param in cli.commands["run"].params for flag in (*param.opts, *param.secondary_opts)}
+    flags = ([f"{row.flag}/--no-{row.flag[2:]}"] if row.negatable else [row.flag]) if row.flag else []
+    flags += secret_flags(row.name)
+    missing = [flag for flag in flags for single in flag.split("/") if single not in run]
+    if missing:
+        raise ValueError(f"the run command has no {', '.join(missing)} for the setting {row.name}")
+    return flags
 
 
-def cli_options_by_field() -> dict[str, str]:
-    """Which ``run`` option sets which ``AgentConfig`` field: found by giving each option a marker and
-    seeing where ``_agent_arguments`` (the CLI's own translation) puts it."""
-    run = cli.commands["run"]
-    params = {p.name: p for p in run.params if p.name}
-    baseline = {name: None for name in params}
-    found: dict[str, str] = {}
-    for name, param in params.items():
-        if name in {"api_key_file", "api_key_stdin", "gateway_token_file", "data", "task"}:
-            continue  # read a secret from a file or stdin, or are not settings
-        marker = f"<{name}>"
-        arguments = _agent_arguments({**baseline, name: marker})
-        hits = [key for key, value in arguments.items() if value not in (None, False)]
-        flag = "/".join(param.opts + param.secondary_opts) if param.secondary_opts else param.opts[0]
-        for key in hits:
-            found[key] = f"`{flag}`"
-    found["api_key"] += ", `--api-key-file`, `--api-key-stdin`"
-    found["gateway_token"] = "`--gateway-token-file`"
-    return found
+def _choices(row: Setting) -> str:
+    if row.choices is None:
+        return ""
+    listed = ", ".join(f"`{name}`" for name in row.choices())
+    return listed + (f", or any registered in the `{row.registry}` entry-point group" if row.registry else "")
+
+
+def _default(row: Setting) -> str:
+    value = f"`{row.default!r}`"
+    return f"{value} ({row.shown_default})" if row.shown_default else value
 
 
 def configuration_page() -> str:
-    docs = field_docs(AgentConfig.__doc__ or "")
-    options = cli_options_by_field()
-    hints = typing.get_type_hints(AgentConfig)
     rows = []
-    for f in dataclasses.fields(AgentConfig):
-        default: Any = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    for row in SETTINGS.values():
+        kind = row.type.__name__ + (" | None" if row.optional else "")
         rows.append(
             (
-                f"`{f.name}`",
-                f"`{type_name(hints[f.name])}`",
-                f"`{default!r}`",
-                f"`{_ENV[f.name]}`" if f.name in _ENV else "",
-                options.get(f.name, ""),
-                docs.get(f.name, ""),
+                f"`{row.name}`",
+                f"`{row.attribute}`",
+                f"`{kind}`",
+                _default(row),
+                f"`{row.env}`" if row.env else "",
+                ", ".join(f"`{flag}`" for flag in _option_flags(row)),
+                _choices(row),
+                row.help + ".",
             )
         )
-    missing = [f.name for f in dataclasses.fields(AgentConfig) if f.name not in docs]
-    if missing:
-        raise ValueError(f"AgentConfig's docstring does not describe: {', '.join(missing)}")
     return (
         "# Configuration\n\n"
         + GENERATED
-        + "An agent's settings are `AgentConfig`'s fields, with one precedence: explicit argument (a keyword "
-        "of `Agent`/`AsyncAgent`, a command-line option) > environment variable > default. Invalid values raise "
-        "`ConfigError` before any kernel starts or any model is called. `run`, `resume`, `plan`, `demo` and "
-        "`serve` take the same options (the [command line](cli.md)); the `%%agent` magic takes most of them as "
-        "its own flags (`%%agent --help`), the chat persona a few as `c.KernelAgentPersona.*` settings "
-        "([In JupyterLab](../tutorials/jupyterlab.md)).\n\n"
-        + table(["field", "type", "default", "environment", "option", "meaning"], rows)
+        + "An agent's settings are one table (`kernel_agent/agent/settings.py`), from which the command-line "
+        "options, the `%%agent` magic's flags, `AgentConfig` and this page are made. Each setting has a keyword "
+        "(`Agent(max_rounds=10)`, `AsyncAgent(...)`, `AgentConfig.resolve(...)`) and lives in one of "
+        "`AgentConfig`'s three parts: `model` (which model answers and how it is asked), `protocol` (how the "
+        "conversation goes) and `kernel` (where the code runs and how it is confined), e.g. "
+        "`agent.config.protocol.max_rounds`. One precedence: explicit argument (a keyword, a command-line "
+        "option, a magic flag) > environment variable > default. Invalid values raise `ConfigError` before any "
+        "kernel starts or any model is called. `run`, `resume`, `plan`, `demo`, `serve` and `eval` take every "
+        "option (the [command line](cli.md)); `replay` and `mcp` the kernel's; the `%%agent` magic takes each "
+        "option as its own flag (`%%agent?` lists them); the chat persona a few as `c.KernelAgentPersona.*` "
+        "settings ([In JupyterLab](../tutorials/jupyterlab.md)). `api_key` and `gateway_token` are secrets: "
+        "never logged, exported, passed to the kernel or shown in a repr.\n\n"
+        + table(["keyword", "attribute", "type", "default", "environment", "option", "choices", "meaning"], rows)
     )
 
 
@@ -333,8 +319,15 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/exit-codes.md": exit_codes_page,
 }
 
-_schema = openapi_schema()
-write("reference/http.md", http_page(_schema))
-write("reference/openapi.json", json.dumps(_schema, indent=2) + "\n")
-for _path, _page in PAGES.items():
-    write(_path, _page())
+
+def main() -> None:
+    """Write every page into the build's files."""
+    schema = openapi_schema()
+    write("reference/http.md", http_page(schema))
+    write("reference/openapi.json", json.dumps(schema, indent=2) + "\n")
+    for path, page in PAGES.items():
+        write(path, page())
+
+
+if __name__ in ("__main__", "<run_path>"):  # mkdocs-gen-files runs it with runpy.run_path; a test imports it
+    main()

@@ -43,19 +43,19 @@ _KERNEL_CHOICE = frozenset({"kernel_name", "python", "gateway", "gateway_kernel_
 def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -> ChatModel:
     """The model ``config`` names, from the ``kernel_agent.models`` registry (``--model theirs:x``; any
     other name at the OpenAI-compatible endpoint). Raises ``ConfigError`` when no model is configured."""
-    if not config.model:
+    if not config.model.name:
         raise ConfigError(NO_MODEL_HELP)
     from ..model.registry import ModelSettings, make_model
 
     settings = ModelSettings(
-        base_url=config.base_url,
-        api_key=config.api_key,
-        temperature=config.temperature,
-        stream=config.stream,
-        request_timeout=config.request_timeout,
+        base_url=config.model.base_url,
+        api_key=config.model.api_key,
+        temperature=config.model.temperature,
+        stream=config.model.stream,
+        request_timeout=config.model.request_timeout,
         options=dict(model_options or {}),
     )
-    return make_model(config.model, settings)
+    return make_model(config.model.name, settings)
 
 
 def _warm_up_of(model: ChatModel) -> Callable[[], None] | None:
@@ -118,28 +118,30 @@ class AsyncAgent:
         # Its own kernels (``new_session``: local, or apart on a gateway), or the factory given.
         self._own_kernels = session_factory is None
         self._session_factory: KernelFactory = (
-            MadeKernels(self.new_session, kernels_apart=bool(self.config.gateway_url))
+            MadeKernels(self.new_session, kernels_apart=bool(self.config.kernel.gateway_url))
             if session_factory is None
             else kernel_factory(session_factory)
         )
 
     def __repr__(self) -> str:
-        return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol}>"
+        return f"<AsyncAgent {self.chat_model.name} protocol={self.config.protocol.name}>"
 
     def _check_kernel(self) -> None:
         """The local kernel asked for is installed and has what the setup cell needs. Raises ``ConfigError``."""
         config = self.config
-        if config.gateway_url or not (config.kernel or config.python):
+        if config.kernel.gateway_url or not (config.kernel.name or config.kernel.python):
             return
-        choice = choose_kernel(config.kernel or KERNEL_NAME, config.python)
-        if choice.python is not None and config.preload:  # the setup cell's imports
+        choice = choose_kernel(config.kernel.name or KERNEL_NAME, config.kernel.python)
+        if choice.python is not None and config.kernel.preload:  # the setup cell's imports
             require_setup_packages(choice.python.executable)
 
     def new_session(self, workspace: Path, **options: Any) -> AsyncKernelSession:
         """A kernel session as this agent's runs get one by default (not started): local, or on the gateway.
         ``options`` add or override ``AsyncKernelSession`` arguments (``gateway_kernel_id``, ``kernel_name``
         for a resumed run's own kernelspec...)."""
-        return AsyncKernelSession(workspace, **{**self.config.kernel_options(), **self._session_options, **options})
+        return AsyncKernelSession(
+            workspace, **{**self.config.kernel.session_options(), **self._session_options, **options}
+        )
 
     def _resume_factory(self, info: RunInfo) -> KernelFactory:
         """Where a resumed run's kernel comes from: the kernelspec its notebook records (an installed one of
@@ -148,9 +150,9 @@ class AsyncAgent:
         recorded = info.kernelspec.get("name", "")
         if (
             not self._own_kernels
-            or self.config.kernel
-            or self.config.python
-            or self.config.gateway_url
+            or self.config.kernel.name
+            or self.config.kernel.python
+            or self.config.kernel.gateway_url
             or recorded in ("", "python3", KERNEL_NAME)
         ):
             return self._session_factory
@@ -334,7 +336,7 @@ class AsyncAgent:
         from .plan.api import stream_plan
         from .plan.runner import PlanOptions
 
-        options = options or PlanOptions(exec_timeout=self.config.exec_timeout)
+        options = options or PlanOptions(exec_timeout=self.config.kernel.exec_timeout)
         async for event in stream_plan(
             self.chat_model,
             self._session_factory,
@@ -344,7 +346,7 @@ class AsyncAgent:
             notebook,
             options=options,
             resume=resume,
-            preload=self.config.preload,
+            preload=self.config.kernel.preload,
             protocol=self._preparation.protocol(),
         ):
             yield event

@@ -1,11 +1,12 @@
-"""Agent settings: ``AgentConfig`` and its one precedence rule.
+"""Agent settings: ``AgentConfig``, its three parts and its one precedence rule.
 
-Explicit argument > environment variable > default. The environment
-variables are ``KERNEL_AGENT_MODEL``, ``OPENAI_BASE_URL``,
-``OPENAI_API_KEY``, ``KERNEL_AGENT_DATA_FORMAT``, ``KERNEL_AGENT_VLLM_EXTRAS``
-(``0``/``1``), ``KERNEL_AGENT_REQUEST_TIMEOUT`` (seconds) and
-``KERNEL_AGENT_SANDBOX`` (``strict``/``off``). Invalid values
-raise ``ConfigError`` here, before any kernel starts or any model is called.
+``AgentConfig`` holds ``model`` (``ModelConfig``: which model answers and how it is asked), ``protocol``
+(``ProtocolConfig``: how the conversation goes) and ``kernel`` (``KernelConfig``: where the code runs and
+how it is confined). Every field is a row of ``settings.SETTINGS``, which gives its default, its environment
+variable and its checks; the docs' configuration reference lists them. ``AgentConfig.resolve`` takes the
+rows' flat keywords (``max_rounds=``, ``exec_timeout=``...) with one precedence: explicit argument >
+environment variable > default. Invalid values raise ``ConfigError`` here, before any kernel starts or any
+model is called.
 """
 
 from __future__ import annotations
@@ -19,187 +20,99 @@ from ..errors import ConfigError
 from ..kernel.providers.gateway.settings import GatewaySettings
 from ..kernel.sandbox.bwrap import SandboxMode
 from ..kernel.sandbox.limits import Limits
-from .names import DATA_FORMATS, PROTOCOLS, DataFormat, ProtocolName, protocol_for_model, protocol_names
+from .names import PROTOCOLS, DataFormat, ProtocolName, protocol_for_model
+from .settings import SETTINGS, Part
 
-__all__ = ["PROTOCOLS", "AgentConfig", "ProtocolName"]
-
-
-_ENV = {
-    "model": "KERNEL_AGENT_MODEL",
-    "base_url": "OPENAI_BASE_URL",
-    "api_key": "OPENAI_API_KEY",
-    "data_format": "KERNEL_AGENT_DATA_FORMAT",
-    "vllm_extras": "KERNEL_AGENT_VLLM_EXTRAS",
-    "request_timeout": "KERNEL_AGENT_REQUEST_TIMEOUT",
-    "sandbox": "KERNEL_AGENT_SANDBOX",
-    "gateway_url": "KERNEL_AGENT_GATEWAY_URL",
-    "gateway_token": "KERNEL_AGENT_GATEWAY_TOKEN",
-    "gateway_kernel": "KERNEL_AGENT_GATEWAY_KERNEL",
-    "python": "KERNEL_AGENT_PYTHON",
-    "kernel": "KERNEL_AGENT_KERNEL",
-}
-_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+__all__ = ["PROTOCOLS", "AgentConfig", "KernelConfig", "ModelConfig", "ProtocolConfig", "ProtocolName"]
 
 NO_MODEL_HELP = (
     "no model configured: pass --model (or model=...), or set KERNEL_AGENT_MODEL; "
     "point OPENAI_BASE_URL at any OpenAI-compatible server (vLLM, Ollama, OpenAI) "
     "and set OPENAI_API_KEY if it needs one"
 )
+_DERIVED: dict[str, tuple[Part, str]] = {
+    "protocol_reason": ("protocol", "reason")
+}  # keywords that are no setting: set by resolve
+
+
+def _setting(name: str) -> Any:
+    """The dataclass field of the setting ``name``: its default from the table, a secret kept out of the repr."""
+    row = SETTINGS[name]
+    return field(default=row.default, repr=not row.secret, metadata={"setting": name})
 
 
 @dataclass(frozen=True)
-class AgentConfig:
-    """How an agent runs.
+class ModelConfig:
+    """Which model answers and how it is asked; the ``model`` rows of ``SETTINGS`` (``api_key`` is never
+    logged, exported, passed to the kernel or shown in a repr)."""
 
-    model, base_url, api_key: the OpenAI-compatible endpoint (``api_key`` is
-        never logged, exported or passed to the kernel).
-    protocol: ``tools`` (function calling), ``tags`` (tag protocol for any chat
-        model) or ``deepanalyze`` (DeepAnalyze-8B's native form); when not given,
-        ``deepanalyze`` for a DeepAnalyze model's name, else ``tools``
-        (``protocol_reason`` says which rule chose it).
-    protocol_reason: which rule chose ``protocol`` (``asked for``, ``the default``, the model's name),
-        said in ``run_started`` and the CLI's header.
-    max_rounds: model replies before the run stops with ``max_rounds``.
-    exec_timeout: seconds per execution (None: no limit).
-    temperature: sampling temperature (None: the server's default).
-    vision: send figures back to the model as images (``tools`` protocol).
-    stuck_after: the same failing code or the same reply this many times in a
-        row stops the run with ``stuck``.
-    preload: run the setup cell (pd, np, plt, ``data``) before round 1.
-    rebuild: after the kernel loses state, re-run the successful cells.
-    feedback_chars: bound on the execution text the model gets per round.
-    full_feedback_rounds: the latest this-many execution results stay in the
-        conversation in full; older ones are clipped to ``old_feedback_chars``
-        (and lose their images), so long runs fit the model's context.
-    old_feedback_chars: what an older execution result is clipped to, in characters.
-    stream: stream replies (text deltas reach the front ends live).
-    data_format: how the ``deepanalyze`` protocol lists the data files:
-        ``files`` (DeepAnalyze's own ``File N:`` name/size blocks, the shape
-        it was trained and served with) or ``rich`` (the same blocks with our
-        summary under each: columns, dtypes, separator, encoding, dates).
-    vllm_extras: send vLLM's ``add_generation_prompt``, ``stop_token_ids``
-        and ``max_new_tokens`` with the ``deepanalyze`` protocol, as
-        DeepAnalyze's server does; turn off for servers that reject them.
-    max_new_tokens: the ``max_new_tokens`` extra (DeepAnalyze's 32768).
-    request_timeout: seconds to wait for the model's reply to start, and
-        between two streamed pieces of it (None: the model's default, 600).
-    sandbox: ``strict`` runs the kernel in bubblewrap (``SandboxUnavailableError``
-        where that is impossible); ``off`` runs it unconfined, on purpose.
-    network: None (default): off in the sandbox, so model code reaches no network, this
-        machine's services included; True: in the sandbox, a network of its own behind pasta (the outside
-        world, never this machine's services; unconfined, the host's network); False: off (needs the sandbox).
-    memory_mb: the kernel's memory limit per process (None: the default).
-    disk_quota_mb: how much the workspace may grow during the run (checked
-        after every round, which then ends the run with ``disk_quota``); it also
-        caps each file the code writes (``RLIMIT_FSIZE``). 0 switches both off.
-        See ``quota.py`` for what it does and does not bound.
-    gateway_url: run kernels on this Jupyter Kernel/Enterprise Gateway
-        (``http://host:port``) instead of this machine; the gateway's own
-        isolation applies there (our sandbox settings do not).
-    gateway_token: the gateway's token (a secret: never logged, exported,
-        sent to a kernel or shown in a repr).
-    gateway_kernel: the gateway's kernelspec to start (None: its default).
-    python: another Python environment's interpreter for local kernels (it needs ipykernel);
-        its prefix is shown read-only in the same sandbox (None: the agent's own).
-    kernel: the Jupyter kernelspec to run (any installed one, e.g. ``ir`` for R; None: ours, Python);
-        with a gateway, the gateway's kernelspec unless ``gateway_kernel`` names one.
-    """
+    name: str | None = _setting("model")
+    base_url: str | None = _setting("base_url")
+    api_key: str | None = _setting("api_key")
+    request_timeout: float | None = _setting("request_timeout")
+    temperature: float | None = _setting("temperature")
+    stream: bool = _setting("stream")
 
-    model: str | None = None
-    base_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    protocol: ProtocolName | str = "tools"  # ours, or a name registered in kernel_agent.protocols
-    protocol_reason: str = "the default"
-    max_rounds: int = 30
-    exec_timeout: float | None = 120.0
-    temperature: float | None = None
-    vision: bool = False
-    stuck_after: int = 3
-    preload: bool = True
-    rebuild: bool = True
-    feedback_chars: int = 6000
-    full_feedback_rounds: int = 8
-    old_feedback_chars: int = 800
-    stream: bool = True
-    data_format: DataFormat = "files"
-    vllm_extras: bool = True
-    max_new_tokens: int = 32768
-    request_timeout: float | None = None
-    sandbox: SandboxMode = "strict"
-    network: bool | None = None
-    memory_mb: int | None = None
-    disk_quota_mb: int = 1024
-    gateway_url: str | None = None
-    gateway_token: str | None = field(default=None, repr=False)
-    gateway_kernel: str | None = None
-    python: str | None = None
-    kernel: str | None = None
 
-    @classmethod
-    def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> AgentConfig:
-        """Build a config from explicit values (None means unset), then the environment.
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """How the conversation with the model goes; the ``protocol`` rows of ``SETTINGS``. ``reason`` is no
+    setting: which rule chose ``name`` (``asked for``, ``the default``, the model's name), said in
+    ``run_started`` and the CLI's header."""
 
-        Raises ``ConfigError`` for unknown or invalid settings.
-        """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(explicit) - known)
-        if unknown:
-            raise ConfigError(f"unknown agent option(s): {', '.join(unknown)}")
-        env = os.environ if environ is None else environ
-        values = {name: value for name, value in explicit.items() if value is not None}
-        for name, variable in _ENV.items():
-            if name not in values and env.get(variable):
-                values[name] = _from_env(name, variable, env[variable])
-        if "protocol" in values:
-            values.setdefault("protocol_reason", "asked for")
-        else:
-            values["protocol"], values["protocol_reason"] = protocol_for_model(values.get("model"))
-        config = cls(**values)
-        config.validate()
-        return config
+    name: ProtocolName | str = _setting("protocol")  # ours, or a name registered in kernel_agent.protocols
+    max_rounds: int = _setting("max_rounds")
+    vision: bool = _setting("vision")
+    data_format: DataFormat = _setting("data_format")
+    vllm_extras: bool = _setting("vllm_extras")
+    max_new_tokens: int = _setting("max_new_tokens")
+    stuck_after: int = _setting("stuck_after")
+    feedback_chars: int = _setting("feedback_chars")
+    full_feedback_rounds: int = _setting("full_feedback_rounds")
+    old_feedback_chars: int = _setting("old_feedback_chars")
+    reason: str = "the default"
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Where the code runs and how it is confined; the ``kernel`` rows of ``SETTINGS`` (``gateway_token`` is a
+    secret, as ``api_key`` is). ``name`` is the kernelspec (None: ours, Python)."""
+
+    exec_timeout: float | None = _setting("exec_timeout")
+    disk_quota_mb: int = _setting("disk_quota_mb")
+    preload: bool = _setting("preload")
+    rebuild: bool = _setting("rebuild")
+    sandbox: SandboxMode = _setting("sandbox")
+    network: bool | None = _setting("network")
+    name: str | None = _setting("kernel")
+    python: str | None = _setting("python")
+    gateway_url: str | None = _setting("gateway_url")
+    gateway_token: str | None = _setting("gateway_token")
+    gateway_kernel: str | None = _setting("gateway_kernel")
+    memory_mb: int | None = _setting("memory_mb")
 
     def validate(self) -> None:
-        """Raise ``ConfigError`` naming the first invalid setting."""
-        if self.protocol not in protocol_names():
-            raise ConfigError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(protocol_names())}")
-        if self.max_rounds < 1:
-            raise ConfigError(f"max_rounds must be at least 1, not {self.max_rounds}")
-        if self.exec_timeout is not None and self.exec_timeout <= 0:
-            raise ConfigError(f"exec_timeout must be positive, not {self.exec_timeout}")
-        if self.full_feedback_rounds < 1 or self.old_feedback_chars < 100:
-            raise ConfigError("full_feedback_rounds must be at least 1 and old_feedback_chars at least 100")
-        if self.stuck_after < 2:
-            raise ConfigError(f"stuck_after must be at least 2, not {self.stuck_after}")
-        if self.temperature is not None and not 0 <= self.temperature <= 2:
-            raise ConfigError(f"temperature must be between 0 and 2, not {self.temperature}")
-        if self.data_format not in DATA_FORMATS:
-            raise ConfigError(f"unknown data format {self.data_format!r}; choose one of {', '.join(DATA_FORMATS)}")
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}")
-        if self.disk_quota_mb < 0:
-            raise ConfigError(f"disk_quota_mb must be 0 (off) or more, not {self.disk_quota_mb}")
-        if self.request_timeout is not None and self.request_timeout <= 0:
-            raise ConfigError(f"request_timeout must be positive, not {self.request_timeout}")
-        self.gateway()  # raises ConfigError for a malformed gateway URL
+        """Raise ``ConfigError`` for settings that do not go together, a bad gateway URL or bad limits."""
+        self.gateway()
         if self.python and self.gateway_url:
             raise ConfigError("python picks a local environment; a gateway kernel runs the gateway's: give one")
-        self.limits()  # raises ConfigError for a bad sandbox mode, memory or no network without the sandbox
+        self.limits()
 
     def gateway(self) -> GatewaySettings | None:
         """Where remote kernels run (None: on this machine). Raises ``ConfigError`` for a bad URL."""
         if not self.gateway_url:
             return None
-        return GatewaySettings(self.gateway_url, self.gateway_token, kernel_name=self.gateway_kernel or self.kernel)
+        return GatewaySettings(self.gateway_url, self.gateway_token, kernel_name=self.gateway_kernel or self.name)
 
-    def kernel_options(self) -> dict[str, Any]:
-        """``AsyncKernelSession`` keyword arguments (besides its folder) for this config's kernels:
-        on the gateway, or local with ``limits()``. Raises ``ConfigError`` as ``gateway``/``limits`` do."""
+    def session_options(self) -> dict[str, Any]:
+        """``AsyncKernelSession`` keyword arguments (besides its folder) for these kernels: on the gateway, or
+        local with ``limits()``. Raises ``ConfigError`` as ``gateway``/``limits`` do."""
         gateway = self.gateway()
         if gateway:
             return {"rebuild": self.rebuild, "gateway": gateway}
         chosen = {"python": self.python} if self.python else {}
-        if self.kernel:
-            chosen["kernel_name"] = self.kernel
+        if self.name:
+            chosen["kernel_name"] = self.name
         return {"rebuild": self.rebuild, "limits": self.limits(), **chosen}
 
     def limits(self) -> Limits:
@@ -211,15 +124,62 @@ class AgentConfig:
         return Limits(network=self.network, sandbox=self.sandbox, **chosen)
 
 
-def _from_env(name: str, variable: str, raw: str) -> Any:
-    """An environment value as the field's type; ``ConfigError`` naming the variable when it is not one."""
-    if name == "vllm_extras":
-        if raw.strip().lower() not in _BOOLEANS:
-            raise ConfigError(f"{variable} must be 0 or 1 (or true/false), not {raw!r}")
-        return _BOOLEANS[raw.strip().lower()]
-    if name == "request_timeout":
-        try:
-            return float(raw)
-        except ValueError:
-            raise ConfigError(f"{variable} must be a number of seconds, not {raw!r}") from None
-    return raw
+@dataclass(frozen=True)
+class AgentConfig:
+    """How an agent runs: ``model``, ``protocol`` and ``kernel`` settings (see the module)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    kernel: KernelConfig = field(default_factory=KernelConfig)
+
+    @classmethod
+    def resolve(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> AgentConfig:
+        """Build a config from explicit values by their keywords (None means unset), then the environment
+        (``environ``, default ``os.environ``), then the defaults. Raises ``ConfigError`` for unknown or
+        invalid settings."""
+        unknown = sorted(set(explicit) - set(SETTINGS) - set(_DERIVED))
+        if unknown:
+            raise ConfigError(f"unknown agent option(s): {', '.join(unknown)}")
+        env = os.environ if environ is None else environ
+        values = {name: value for name, value in explicit.items() if value is not None}
+        for row in SETTINGS.values():
+            if row.name not in values and row.env and env.get(row.env):
+                values[row.name] = row.parse(env[row.env], row.env)
+        if "protocol" in values:
+            values.setdefault("protocol_reason", "asked for")
+        else:
+            values["protocol"], values["protocol_reason"] = protocol_for_model(values.get("model"))
+        config = cls.from_keywords(values)
+        config.validate()
+        return config
+
+    @classmethod
+    def from_keywords(cls, values: Mapping[str, Any]) -> AgentConfig:
+        """A config from settings by their keywords, the others at their defaults (nothing is checked)."""
+        parts: dict[Part, dict[str, Any]] = {"model": {}, "protocol": {}, "kernel": {}}
+        for name, value in values.items():
+            part, attribute = _DERIVED[name] if name in _DERIVED else (SETTINGS[name].part, SETTINGS[name].field)
+            parts[part][attribute] = value
+        return cls(ModelConfig(**parts["model"]), ProtocolConfig(**parts["protocol"]), KernelConfig(**parts["kernel"]))
+
+    def keywords(self) -> dict[str, Any]:
+        """Every setting by its keyword: what ``from_keywords`` takes back."""
+        return {row.name: getattr(getattr(self, row.part), row.field) for row in SETTINGS.values()}
+
+    def validate(self) -> None:
+        """Raise ``ConfigError`` naming the first invalid setting."""
+        for row in SETTINGS.values():
+            row.check(getattr(getattr(self, row.part), row.field))
+        self.kernel.validate()
+
+
+def setting_fields() -> dict[str, str]:
+    """Each ``AgentConfig`` part's setting fields by keyword: ``{"max_rounds": "protocol.max_rounds", ...}``,
+    read from the dataclasses themselves (``tests/test_settings.py`` holds them equal to the table)."""
+    defaults = AgentConfig()
+    found: dict[str, str] = {}
+    for part in fields(defaults):
+        for f in fields(getattr(defaults, part.name)):
+            if "setting" in f.metadata:
+                found[f.metadata["setting"]] = f"{part.name}.{f.name}"
+    return found

@@ -219,14 +219,14 @@ class Rounds:
             os.path.abspath(self.notebook),
             info.scripted,
             info.confinement,
-            self.config.protocol_reason,
+            self.config.protocol.reason,
             info.question or info.task,
         )
 
     async def _rounds(self) -> AsyncGenerator[Event | _Stop, None]:
         """Each round in turn, recorded; the last thing yielded is why they stopped."""
-        guard = StuckGuard(self.config.stuck_after)
-        last = self.first_round + self.config.max_rounds - 1
+        guard = StuckGuard(self.config.protocol.stuck_after)
+        last = self.first_round + self.config.protocol.max_rounds - 1
         for index in range(self.first_round, last + 1):
             yield RoundStarted(index, last)
             round_: Round | None = None
@@ -267,8 +267,8 @@ class Rounds:
         sent = clip_old_feedback(
             self.messages,
             self.feedback_at,
-            keep=self.config.full_feedback_rounds,
-            clip_chars=self.config.old_feedback_chars,
+            keep=self.config.protocol.full_feedback_rounds,
+            clip_chars=self.config.protocol.old_feedback_chars,
         )
         code = self.protocol.code_stream()
         ask, self.first_ask = self.first_ask or Ask(self.chat_model, self.protocol, sent), None
@@ -310,14 +310,14 @@ class Rounds:
             yield _RoundDone(replace(base, answer=step.answer))
             return
         yield CodeReady(index, step.code, step.reasoning)
-        yield ExecutionStarted(index, self.config.exec_timeout)
+        yield ExecutionStarted(index, self.config.kernel.exec_timeout)
         exclude = (self.notebook, clean_path(self.notebook))
         before = self.listing if self.listing is not None else await self.session.files.snapshot(exclude)
         self.listing = None  # taken again after this round's code (a round cancelled meanwhile leaves none)
         self.running = base
         if self.staging is not None:
             self.staging.begin_record()  # the record's copies beside the kernel's work, not before the first request
-        execution = StreamedExecution(self.session, step.code, self.config.exec_timeout, index)
+        execution = StreamedExecution(self.session, step.code, self.config.kernel.exec_timeout, index)
         try:
             async with aclosing(execution.events()) as outputs:
                 async for output in outputs:
@@ -340,7 +340,7 @@ class Rounds:
         yield _RoundDone(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
 
     def _feedback(self, result: ExecutionResult, artifacts: Sequence[Any], problem: str | None = None) -> Feedback:
-        text = result.to_llm_text(max_chars=self.config.feedback_chars)
+        text = result.to_llm_text(max_chars=self.config.protocol.feedback_chars)
         if result.error is not None:
             hint = self.protocol.language.hint(result.error.ename, result.error.evalue, self.packages)
             text += f"\n{hint}\n" if hint else ""
@@ -348,7 +348,7 @@ class Rounds:
         if artifacts:
             listed = ", ".join(f"{a.path} ({a.size} bytes, {a.change})" for a in artifacts[:20])
             files = f"[files written: {listed}]\n"
-        images = tuple(result.images) if self.config.vision else ()
+        images = tuple(result.images) if self.config.protocol.vision else ()
         note = f"\n[about your reply: {problem}]\n" if problem else ""  # a partly used reply: what was not
         return Feedback(text=text, images=images, files=files, note=note)
 
@@ -360,16 +360,16 @@ class Rounds:
             self.baseline = await self._disk_usage()
 
     async def _disk_usage(self) -> int:
-        if not self.config.disk_quota_mb:
+        if not self.config.kernel.disk_quota_mb:
             return 0
         exclude = (self.notebook, clean_path(self.notebook))
         return await asyncio.to_thread(workspace_usage, self.workspace, exclude)
 
     async def _over_quota(self) -> str | None:
         """Why the run must stop for the disk quota, or None (also when it is off)."""
-        if not self.config.disk_quota_mb:
+        if not self.config.kernel.disk_quota_mb:
             return None
-        return over_quota(await self._disk_usage() - self.baseline, self.config.disk_quota_mb)
+        return over_quota(await self._disk_usage() - self.baseline, self.config.kernel.disk_quota_mb)
 
     async def _save(self) -> None:
         self.run = replace(self.run, notebook_path=self.notebook)

@@ -89,17 +89,17 @@ class Preparation:
     def protocol(self, language: Language = PYTHON) -> Protocol:
         config = self.config
         return get_protocol(
-            config.protocol,
-            vision=config.vision,
-            data_format=config.data_format,
-            vllm_extras=config.vllm_extras,
-            max_new_tokens=config.max_new_tokens,
+            config.protocol.name,
+            vision=config.protocol.vision,
+            data_format=config.protocol.data_format,
+            vllm_extras=config.protocol.vllm_extras,
+            max_new_tokens=config.protocol.max_new_tokens,
             language=language,
         )
 
     def setup_code(self, language: Language, files: Sequence[DataFile], extra: str, notebook: Path, root: Path) -> str:
         """The setup cell: the language's preload (or its plain setup), the extra setup, the notebook's folder."""
-        code = language.setup(files) if self.config.preload else language.plain_setup
+        code = language.setup(files) if self.config.kernel.preload else language.plain_setup
         if extra:
             code = _merged_setup(code, extra)
         return language.beside(code, workspace_from(notebook, root))
@@ -108,7 +108,7 @@ class Preparation:
         """The kernel's language when it is known before the kernel starts: this agent's own local kernels
         of our own kernelspec run this interpreter (so its packages can be asked here too); else None."""
         config = self.config
-        if own_kernels and not (config.gateway_url or config.kernel or config.python):
+        if own_kernels and not (config.kernel.gateway_url or config.kernel.name or config.kernel.python):
             return PYTHON
         return None
 
@@ -145,7 +145,7 @@ class Preparation:
             await put
 
         async def setup_then_environment() -> tuple[ExecutionResult, Environment]:
-            ran = await session.execute(setup_code, _setup_timeout(self.config.exec_timeout))
+            ran = await session.execute(setup_code, _setup_timeout(self.config.kernel.exec_timeout))
             # A kernel whose first cell was the setup holds only the setup's names: nothing to ask for.
             return ran, await self.environment(session, language, names=ran.execution_count != 1)
 
@@ -171,8 +171,8 @@ class Preparation:
         info = RunInfo(
             task=task,
             model=self.chat_model.name,
-            protocol=self.config.protocol,
-            endpoint=endpoint(self.config.base_url, self.chat_model),
+            protocol=self.config.protocol.name,
+            endpoint=endpoint(self.config.model.base_url, self.chat_model),
             data_files=staging.names,
             workspace=str(root.resolve()),
             setup_code=setup_code,
@@ -219,7 +219,7 @@ class Preparation:
         plan = RebuildPlan(tuple(cells), str(session.kernel_info.get("language_info", {}).get("name") or "python"))
         for cell in cells:
             if plan.should_run(cell):
-                result = await session.execute(cell.code, self.config.exec_timeout)
+                result = await session.execute(cell.code, self.config.kernel.exec_timeout)
                 calls[result.call] = cell.label
                 plan.record(cell, result.ok, str(result.error) if result.error else result.status)
         return plan.report()
@@ -235,8 +235,8 @@ class Preparation:
             task=f"{run.info.task}\n\nFollow-up: {task}",
             question=task,
             model=self.chat_model.name,
-            protocol=self.config.protocol,
-            endpoint=endpoint(self.config.base_url, self.chat_model),
+            protocol=self.config.protocol.name,
+            endpoint=endpoint(self.config.model.base_url, self.chat_model),
             scripted=self.chat_model.scripted,
             started_at=now(),
             confinement=session.confinement,
@@ -252,7 +252,7 @@ class Preparation:
     ) -> PromptContext:
         """What the opening prompt tells the model: the one view every mode builds from
         (``environment.prompt_context``), with this language's words."""
-        preloaded = language.setup_words(files) if self.config.preload else ""
+        preloaded = language.setup_words(files) if self.config.kernel.preload else ""
         return prompt_context(
             environment, task, files, preloaded=preloaded, missing=language.missing(environment.packages)
         )
@@ -263,7 +263,9 @@ class Preparation:
         (unless not ``names``). Raises ``KernelError``."""
         names_probe = language.names_probe if names else ""
         config = self.config
-        key = None if config.gateway_url else (language.key, config.kernel or "", config.python or "")
+        key = (
+            None if config.kernel.gateway_url else (language.key, config.kernel.name or "", config.kernel.python or "")
+        )
         cached = self._known.get(key)
         if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes
             packages = (

@@ -3,7 +3,7 @@
 Owns measuring what a run's workspace takes on disk and the words for going
 over the quota. The agent measures once when the run starts and again after
 every round, and ends the run (``stop_reason="disk_quota"``) when the
-workspace has grown by more than ``AgentConfig.disk_quota_mb``. A single file
+workspace has grown by more than ``config.kernel.disk_quota_mb``. A single file
 is capped in the kernel itself by ``RLIMIT_FSIZE`` (``Limits.max_file_mb``,
 set to at most the quota), so writing one huge file fails inside the round as
 an ``OSError`` the model sees.

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from .._version import __version__
-from ..agent.names import DATA_FORMATS, protocol_names
+from ..agent.settings import SETTINGS
 from ..errors import ConfigError
 from ..redact import read_secret
 from .drive import EXIT_USAGE, Job
@@ -33,7 +33,12 @@ from .edge import Failure
 from .edge import edge as _edge
 from .eval import eval_group
 from .keys import keys as _keys
-from .logs import hide_in_logs, install_log_handler
+from .logs import install_log_handler
+from .options import agent_arguments as _agent_arguments
+from .options import agent_options as _model_options
+from .options import kernel_arguments as _kernel_arguments
+from .options import kernel_options as _kernel_options
+from .options import secret_flags
 
 if TYPE_CHECKING:
     from .render import Renderer
@@ -42,218 +47,22 @@ __all__ = ["cli", "main"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_ENVIRONMENT = """
-\b
-Environment (flags win over it):
-  KERNEL_AGENT_MODEL  model name, e.g. gpt-4o-mini or a vLLM/Ollama model
-  OPENAI_BASE_URL     any OpenAI-compatible endpoint, e.g. http://localhost:8000/v1
-  OPENAI_API_KEY      its key, if it needs one
-  KERNEL_AGENT_SANDBOX  strict (default) or off: see --sandbox
 
-\b
-The key: prefer --api-key-file FILE (or --api-key-stdin, or OPENAI_API_KEY) to
---api-key, which every user of this machine can read from the process list.
-It never reaches the kernel, the notebook, the events or the log.
-"""
-
-
-class _Registered(click.Choice):
-    """A choice among the names a registry holds (``kernel_agent.protocols``' entry points), read when the
-    option is used or shown, not when the CLI is imported."""
-
-    def __init__(self, names: Callable[[], Sequence[str]]) -> None:
-        self._names = names
-        super().__init__(())
-
-    @property  # type: ignore[override]
-    def choices(self) -> Sequence[str]:
-        return tuple(self._names())
-
-    @choices.setter
-    def choices(self, _value: Sequence[str]) -> None:  # click's __init__ sets them: they are the registry's
-        pass
+def _environment() -> str:
+    """The commands' epilog: each setting's environment variable and the flag that wins over it."""
+    rows = [row for row in SETTINGS.values() if row.env]
+    width = max(len(row.env or "") for row in rows)
+    lines = [f"  {row.env:<{width}}  {row.flag or ', '.join(secret_flags(row.name))}" for row in rows]
+    return (
+        "\n\b\nEnvironment (flags win over it):\n"
+        + "\n".join(lines)
+        + "\n\n\b\nThe key: prefer --api-key-file FILE (or --api-key-stdin, or OPENAI_API_KEY) to\n"
+        "--api-key, which every user of this machine can read from the process list.\n"
+        "It never reaches the kernel, the notebook, the events or the log.\n"
+    )
 
 
-def _model_options(function: F) -> F:
-    options = [
-        click.option("--model", "-m", metavar="NAME", help="Model name [env: KERNEL_AGENT_MODEL]."),
-        click.option(
-            "--base-url",
-            metavar="URL",
-            help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL].",
-        ),
-        click.option(
-            "--api-key",
-            metavar="KEY",
-            help="API key for the endpoint; visible to other users in `ps`, prefer the next two [env: OPENAI_API_KEY].",
-        ),
-        click.option("--api-key-file", metavar="FILE", help="Read the API key from FILE (one line; '-' reads stdin)."),
-        click.option("--api-key-stdin", is_flag=True, help="Read the API key from standard input (one line)."),
-        click.option(
-            "--protocol",
-            type=_Registered(protocol_names),
-            help=(
-                "How the model writes code: tools (function calling), tags (any chat model), deepanalyze "
-                "(DeepAnalyze-8B) [default: deepanalyze for a DeepAnalyze model's name, else tools]."
-            ),
-        ),
-        click.option(
-            "--max-rounds",
-            type=click.IntRange(min=1),
-            metavar="N",
-            help="Model replies before the run stops [default: 30].",
-        ),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(min=0, min_open=True),
-            metavar="S",
-            help="Seconds each code execution may take [default: 120].",
-        ),
-        click.option("--vision", is_flag=True, help="Send figures back to the model as images (tools protocol)."),
-        click.option(
-            "--request-timeout",
-            type=click.FloatRange(min=0, min_open=True),
-            metavar="S",
-            help=(
-                "Seconds to wait for the model's reply to start, or for its next streamed piece [env: "
-                "KERNEL_AGENT_REQUEST_TIMEOUT; default: 600]."
-            ),
-        ),
-        click.option(
-            "--data-format",
-            type=click.Choice(DATA_FORMATS),
-            help=(
-                "deepanalyze protocol: list data files as DeepAnalyze does (files: name and size, default) or with "
-                "our summary under each (rich) [env: KERNEL_AGENT_DATA_FORMAT]."
-            ),
-        ),
-        click.option(
-            "--vllm-extras/--no-vllm-extras",
-            default=None,
-            help=(
-                "deepanalyze protocol: send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens (default: "
-                "on) [env: KERNEL_AGENT_VLLM_EXTRAS]."
-            ),
-        ),
-        click.option(
-            "--disk-quota",
-            type=click.IntRange(min=0),
-            metavar="MB",
-            help=(
-                "How much the workspace may grow during the run; each file the code writes is capped at it too; 0: "
-                "off [default: 1024]."
-            ),
-        ),
-        click.option(
-            "--max-new-tokens",
-            type=click.IntRange(min=1),
-            metavar="N",
-            help="deepanalyze protocol: the max_new_tokens vLLM extra [default: 32768].",
-        ),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
-
-
-def _kernel_options(function: F) -> F:
-    """The kernel's confinement: the same names as ``AgentConfig``'s and ``Limits``' fields."""
-    options = [
-        click.option(
-            "--sandbox",
-            type=click.Choice(["strict", "off"]),
-            default=None,
-            help=(
-                "strict (default): run the kernel in a bubblewrap sandbox (read-only system, only the workspace "
-                "writable, no view of other processes), and refuse to start where that is impossible; off: run it "
-                "unconfined, on purpose (a warning says so) [env: KERNEL_AGENT_SANDBOX]."
-            ),
-        ),
-        click.option(
-            "--network/--no-network",
-            "network",
-            default=None,
-            help=(
-                "--network gives the kernel a network of its own behind pasta (the outside world, never this "
-                "machine's loopback); by default (and with --no-network) it has none."
-            ),
-        ),
-        click.option(
-            "--kernel",
-            "kernel",
-            metavar="NAME",
-            help=(
-                "Run the analysis in this Jupyter kernel (any installed kernelspec: `jupyter kernelspec list`; e.g. "
-                "ir for R), in the same sandbox; with --gateway, the gateway's kernelspec [default: kernel-agent's "
-                "Python; env: KERNEL_AGENT_KERNEL]."
-            ),
-        ),
-        click.option(
-            "--python",
-            "python",
-            metavar="PATH",
-            help=(
-                "Run the kernel in this Python environment (its interpreter, e.g. /opt/conda/envs/x/bin/python, "
-                "with ipykernel), in the same sandbox [env: KERNEL_AGENT_PYTHON]."
-            ),
-        ),
-        click.option(
-            "--gateway",
-            "gateway_url",
-            metavar="URL",
-            help=(
-                "Run the kernel on this Jupyter Kernel/Enterprise Gateway (http://host:port); its own isolation "
-                "applies, not our sandbox [env: KERNEL_AGENT_GATEWAY_URL]."
-            ),
-        ),
-        click.option(
-            "--gateway-token-file",
-            type=click.Path(exists=True, dir_okay=False),
-            metavar="FILE",
-            help=(
-                "Read the gateway's token from FILE (keeps it off the command line) [env: "
-                "KERNEL_AGENT_GATEWAY_TOKEN holds the token itself]."
-            ),
-        ),
-        click.option(
-            "--gateway-kernel",
-            metavar="NAME",
-            help="The gateway's kernelspec to start [default: the gateway's; env: KERNEL_AGENT_GATEWAY_KERNEL].",
-        ),
-        click.option(
-            "--memory",
-            "memory_mb",
-            type=click.IntRange(min=1),
-            metavar="MB",
-            help="Memory limit of each kernel process [default: 3/4 of RAM, at least 4096].",
-        ),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
-
-
-def _kernel_arguments(options: dict[str, Any]) -> dict[str, Any]:
-    """``AgentConfig``'s sandbox fields from ``_kernel_options`` (None: environment or default)."""
-    token_file = options.pop("gateway_token_file")
-    return {
-        "sandbox": options.pop("sandbox"),
-        "network": options.pop("network"),
-        "memory_mb": options.pop("memory_mb"),
-        "gateway_url": options.pop("gateway_url"),
-        "gateway_token": _read_token(token_file) if token_file else None,
-        "gateway_kernel": options.pop("gateway_kernel"),
-        "python": options.pop("python"),
-        "kernel": options.pop("kernel"),
-    }
-
-
-def _read_token(path: str) -> str:
-    """The token in ``path`` (surrounding whitespace dropped). Raises ``ConfigError`` for an empty file."""
-    token = Path(path).read_text(encoding="utf-8").strip()
-    if not token:
-        raise ConfigError(f"the gateway token file {path} is empty")
-    return token
+_ENVIRONMENT = _environment()
 
 
 def _output_options(function: F) -> F:
@@ -261,44 +70,6 @@ def _output_options(function: F) -> F:
         function
     )
     return click.option("--quiet", "-q", is_flag=True, help="Print only the answer and the notebook path.")(function)
-
-
-def _api_key(options: dict[str, Any], task: str | None = None) -> str | None:
-    """The key from --api-key, --api-key-file or --api-key-stdin (at most one; None: the environment).
-
-    Also puts the key (or ``OPENAI_API_KEY``) on the log handler's redaction list.
-    """
-    given = [name for name in ("api_key", "api_key_file", "api_key_stdin") if options.get(name)]
-    if len(given) > 1:
-        raise click.UsageError("give the API key one way: --api-key, --api-key-file or --api-key-stdin")
-    source = "-" if options.get("api_key_stdin") else options.get("api_key_file")
-    if source == "-" and task == "-":
-        raise click.UsageError("the task and the API key cannot both be read from stdin")
-    key = options.get("api_key")
-    if source is not None:
-        with _edge():
-            key = read_secret(source)
-    hide_in_logs(key or os.environ.get("OPENAI_API_KEY"))
-    return key
-
-
-def _agent_arguments(options: dict[str, Any], task: str | None = None) -> dict[str, Any]:
-    """``AsyncAgent`` keyword arguments from the shared model options (None: environment or default)."""
-    return {
-        "model": options["model"],
-        "base_url": options["base_url"],
-        "api_key": _api_key(options, task),
-        "protocol": options["protocol"],
-        "max_rounds": options["max_rounds"],
-        "exec_timeout": options["timeout"],
-        "vision": True if options["vision"] else None,
-        "request_timeout": options["request_timeout"],
-        "data_format": options["data_format"],
-        "vllm_extras": options["vllm_extras"],
-        "max_new_tokens": options["max_new_tokens"],
-        "disk_quota_mb": options["disk_quota"],
-        **_kernel_arguments(dict(options)),
-    }
 
 
 def _renderer(quiet: bool, as_json: bool) -> Renderer:
@@ -551,7 +322,7 @@ def resume(
     with _edge():
         recorded = load_resumable(notebook).info
     arguments["protocol"] = arguments["protocol"] or recorded.protocol or None
-    if not arguments["model"] and not os.environ.get("KERNEL_AGENT_MODEL") and not recorded.scripted:
+    if not arguments["model"] and not os.environ.get(SETTINGS["model"].env or "") and not recorded.scripted:
         arguments["model"] = recorded.model or None
     job = Job(task, data, workspace, out, resume_from=notebook)
     sys.exit(_run(lambda: AsyncAgent(**arguments), job, renderer))
@@ -646,9 +417,9 @@ def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, timeo
 
     with _edge():
         config = AgentConfig.resolve(**_kernel_arguments(options))
-        if config.gateway_url:
+        if config.kernel.gateway_url:
             raise ConfigError("replay runs the notebook on this machine; --gateway is for run, resume and demo")
-        limits = config.limits()
+        limits = config.kernel.limits()
         if limits.sandbox == "off":
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
         if workspace is not None and len(notebooks) > 1:
@@ -664,8 +435,8 @@ def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, timeo
                 check=check,
                 timeout=timeout,
                 limits=limits,
-                kernel_name=config.kernel,
-                python=config.python,
+                kernel_name=config.kernel.name,
+                python=config.kernel.python,
             )
         show_replay(console, report)
         ok = ok and report.ok
@@ -878,7 +649,7 @@ def serve(
 
             agent = demo_serve(arguments)
             no_auth = no_auth or not stored  # on loopback: _stored_keys let it through
-        elif not AgentConfig.resolve(**arguments).model:  # bad options fail now, not on every request
+        elif not AgentConfig.resolve(**arguments).model.name:  # bad options fail now, not on every request
             raise ConfigError(NO_MODEL_HELP)
         else:
             agent = {k: v for k, v in arguments.items() if v is not None}
@@ -1008,11 +779,11 @@ def mcp(
         )
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
         config = AgentConfig.resolve(**_kernel_arguments(options))
-        kernel_options = config.kernel_options()
-        if config.kernel and not config.gateway_url:
+        kernel_options = config.kernel.session_options()
+        if config.kernel.name and not config.kernel.gateway_url:
             _require_python_kernel(
-                config.kernel,
-                config.python,
+                config.kernel.name,
+                config.kernel.python,
                 "the MCP server's tools (execute_python, list_variables, describe_data) are Python's",
             )
         limits = kernel_options.get("limits")

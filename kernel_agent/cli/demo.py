@@ -41,7 +41,7 @@ def demo_agent(arguments: dict[str, Any], *, scripted: bool = False, typing: boo
     ``ConfigError`` for invalid settings, or for ``--protocol`` other than
     ``tags`` with the scripted replies.
     """
-    if not scripted and AgentConfig.resolve(model=arguments.get("model")).model:
+    if not scripted and AgentConfig.resolve(model=arguments.get("model")).model.name:
         return AsyncAgent(**arguments)
     from ..demo import demo_model
 
@@ -61,7 +61,7 @@ def demo_plan(arguments: dict[str, Any]) -> tuple[dict[str, Any], str, tuple[str
     from ..demo import dataset_path, demo_plan_model, demo_plan_task
 
     task, data = demo_plan_task(), (str(dataset_path()),)
-    if AgentConfig.resolve(model=arguments.get("model")).model:
+    if AgentConfig.resolve(model=arguments.get("model")).model.name:
         return arguments, task, data
     if arguments.get("protocol") not in (None, "tags"):
         raise ConfigError("the scripted plan demo replies use the tags protocol; drop --protocol or configure a model")

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..agent.settings import SETTINGS
+
 if TYPE_CHECKING:
     from ..eval import Comparison, EvalRun
 from .drive import EXIT_USAGE
@@ -100,7 +102,7 @@ def eval_group(
         with edge():
             loaded = load_suite(suite)
             chosen = loaded.select(tuple(i.strip() for i in ids.split(",") if i.strip()) if ids else (), limit)
-            model = arguments.get("model") or os.environ.get("KERNEL_AGENT_MODEL") or "model"
+            model = arguments.get("model") or os.environ.get(SETTINGS["model"].env or "") or "model"
             folder = Path(out) if out else Path("eval-runs") / re.sub(r"[^A-Za-z0-9_.-]", "_", f"{loaded.name}-{model}")
             click.echo(f"{len(chosen)} question(s) of {_plain(loaded.name)} → {folder}", err=True)
             work = run_eval(

@@ -111,7 +111,7 @@ async def run_eval(
     size = concurrency or default_concurrency()
     await AsyncAgent(**agent_options).close()  # a bad option or no model: raised now, before any kernel starts
     config = AgentConfig.resolve(**{k: v for k, v in agent_options.items() if k not in _SEAMS})
-    await in_thread(_claim, folder, suite, config.model or "")
+    await in_thread(_claim, folder, suite, config.model.name or "")
     kept = tuple(read_results(folder, repair=True))
     redo = {row["id"] for row in kept if retry_failed and row["outcome"] in MACHINERY}
     kept = tuple(row for row in kept if row["id"] not in redo)
@@ -121,7 +121,7 @@ async def run_eval(
     if not todo:
         return EvalRun(folder, (), kept)
     gate = asyncio.Semaphore(size)
-    options = {**config.kernel_options(), **agent_options.get("session_options", {})}
+    options = {**config.kernel.session_options(), **agent_options.get("session_options", {})}
     # One kernel more than the questions at once starts while they wait for the model, so the next
     # question finds it ready; the cap leaves room for used kernels still shutting down.
     pool = KernelPool(min(size + 1, len(todo)), max_kernels=2 * size + 1, **options)

@@ -39,6 +39,7 @@ from jupyterlab_chat.models import Message, NewMessage
 from traitlets import Bool, Enum, Float, Integer, Unicode
 
 from ..agent.agent import AsyncAgent
+from ..agent.settings import SETTINGS
 from ..errors import KernelAgentError
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 
 _REDRAW_S = 0.2  # the chat message is redrawn at most this often while the run goes (each page re-renders it whole)
 _SYNCED = frozenset({"run_started", "round_finished", "finished"})  # events after which the notebook is synced
+_SETTING_TRAITS = ("model", "base_url", "api_key", "max_rounds", "exec_timeout")  # settings' keywords, as traits
 _PATH = re.compile(r"[`'\"]?([\w./-]+\.[A-Za-z0-9]{1,8})[`'\"]?")
 
 
@@ -60,16 +62,11 @@ class KernelAgentPersona(BasePersona):
     """KernelAgent in Jupyter AI's chat (see the module). One instance per chat, so one conversation:
     its agent, kernel, workspace and notebooks live as long as the chat's persona."""
 
-    model = Unicode(None, allow_none=True, config=True, help="model name [env: KERNEL_AGENT_MODEL]")
-    base_url = Unicode(
-        None,
-        allow_none=True,
-        config=True,
-        help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]",
-    )
-    api_key = Unicode(None, allow_none=True, config=True, help="API key [env: OPENAI_API_KEY]")
-    max_rounds = Integer(None, allow_none=True, config=True, help="model replies per message (default 30)")
-    exec_timeout = Float(None, allow_none=True, config=True, help="seconds per code execution (default 120)")
+    model = Unicode(None, allow_none=True, config=True, help=SETTINGS["model"].described())
+    base_url = Unicode(None, allow_none=True, config=True, help=SETTINGS["base_url"].described())
+    api_key = Unicode(None, allow_none=True, config=True, help=SETTINGS["api_key"].described())
+    max_rounds = Integer(None, allow_none=True, config=True, help=SETTINGS["max_rounds"].described("per message"))
+    exec_timeout = Float(None, allow_none=True, config=True, help=SETTINGS["exec_timeout"].described())
     kernel = Enum(
         ["sandbox", "notebook"],
         default_value="sandbox",
@@ -184,13 +181,7 @@ class KernelAgentPersona(BasePersona):
         )
 
     def _new_conversation(self, task: str) -> _Conversation:
-        options: dict[str, Any] = {
-            "model": self.model,
-            "base_url": self.base_url,
-            "api_key": self.api_key,
-            "max_rounds": self.max_rounds,
-            "exec_timeout": self.exec_timeout,
-        }
+        options: dict[str, Any] = {name: getattr(self, name) for name in _SETTING_TRAITS}
         if self.scripted_demo:  # the replies are written for the tags protocol; no model, no endpoint
             from ..demo import TYPING_DELAY_S, demo_model
 
@@ -265,7 +256,7 @@ class _Conversation:
 
     def hidden(self, text: str) -> str:
         """``text`` without the endpoint or the key (a model error may name the endpoint)."""
-        return redact(text, [self.agent.config.api_key, self.agent.config.base_url])
+        return redact(text, [self.agent.config.model.api_key, self.agent.config.model.base_url])
 
     async def kernel(self) -> AsyncKernelSession:
         if self.session is not None and not await self.session.is_alive():

@@ -29,12 +29,13 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, kwds, magic_arguments, parse_argstring
 
 from ..errors import KernelAgentError
 from ..records import Run
 from ..redact import read_secret
 from .kernels import WarmKernels
+from .options import HelpFormatter, setting_arguments, setting_values
 from .share import check_names, share_variables
 from .view import CellView
 
@@ -65,76 +66,12 @@ class AgentMagics(Magics):
         self.warm = WarmKernels()
 
     @magic_arguments()
-    @argument("--model", "-m", help="model name [env: KERNEL_AGENT_MODEL]")
-    @argument("--base-url", help="OpenAI-compatible endpoint, usually ending in /v1 [env: OPENAI_BASE_URL]")
-    @argument("--api-key", help="API key: it stays in the cell's source, prefer --api-key-file [env: OPENAI_API_KEY]")
+    @kwds(formatter_class=HelpFormatter)
+    @setting_arguments
     @argument(
         "--api-key-file", metavar="FILE", help="read the API key from FILE (one line), keeping it out of the notebook"
     )
-    @argument(
-        "--disk-quota",
-        type=int,
-        metavar="MB",
-        help="how much the workspace may grow (and each file may take); 0: off (default 1024)",
-    )
     @argument("--data", "-d", action="append", default=[], metavar="FILE", help="a data file (repeatable)")
-    # No argparse choices: IPython formats the help when the magic is defined, which would read the registry
-    # at import; AgentConfig checks the name against it (ConfigError listing the choices).
-    @argument("--protocol", metavar="NAME", help="tools (default), tags, deepanalyze or one installed")
-    @argument("--max-rounds", type=int, metavar="N", help="model replies before the run stops (default 30)")
-    @argument("--timeout", type=float, metavar="S", help="seconds per code execution (default 120)")
-    @argument("--vision", action="store_true", help="send figures back to the model as images")
-    @argument(
-        "--request-timeout",
-        type=float,
-        metavar="S",
-        help="seconds to wait for the model's reply to start or continue (default 600)",
-    )
-    @argument(
-        "--data-format",
-        choices=("files", "rich"),
-        help="deepanalyze: list data files as DeepAnalyze does (files) or with our summary (rich)",
-    )
-    @argument(
-        "--no-vllm-extras",
-        action="store_true",
-        help="deepanalyze: do not send vLLM's add_generation_prompt, stop_token_ids, max_new_tokens",
-    )
-    @argument(
-        "--sandbox",
-        choices=("strict", "off"),
-        help=(
-            "strict (default): the kernel runs in a bubblewrap sandbox; off: unconfined, on purpose [env: "
-            "KERNEL_AGENT_SANDBOX]"
-        ),
-    )
-    @argument(
-        "--network",
-        action="store_true",
-        help="give the agent's kernel a network of its own (pasta; never this machine's loopback; off by default)",
-    )
-    @argument(
-        "--kernel",
-        metavar="NAME",
-        help="run the agent's code in this Jupyter kernel (an installed kernelspec, e.g. ir)",
-    )
-    @argument("--python", metavar="PATH", help="run the agent's kernel in this Python environment (it needs ipykernel)")
-    @argument("--no-network", action="store_true", help="no network for the agent's kernel (the default)")
-    @argument(
-        "--memory",
-        type=int,
-        metavar="MB",
-        help="memory limit of each kernel process (default 3/4 of RAM, at least 4096)",
-    )
-    @argument(
-        "--gateway",
-        metavar="URL",
-        help=(
-            "run the agent's kernel on this Jupyter Kernel/Enterprise Gateway; the token comes from "
-            "KERNEL_AGENT_GATEWAY_TOKEN only (never type it into a cell) [env: KERNEL_AGENT_GATEWAY_URL]"
-        ),
-    )
-    @argument("--gateway-kernel", metavar="NAME", help="the gateway's kernelspec to start (default: the gateway's)")
     @argument(
         "--share",
         action="append",
@@ -229,26 +166,7 @@ def _agent_options(args: Any) -> tuple[dict[str, Any], list[str]]:
     if args.api_key and args.api_key_file:
         raise UsageError("give the API key one way: --api-key or --api-key-file")
     key = read_secret(args.api_key_file) if args.api_key_file else args.api_key
-    options: dict[str, Any] = {
-        "model": args.model,
-        "base_url": args.base_url,
-        "api_key": key,
-        "protocol": args.protocol,
-        "disk_quota_mb": args.disk_quota,
-        "max_rounds": args.max_rounds,
-        "exec_timeout": args.timeout,
-        "vision": True if args.vision else None,
-        "request_timeout": args.request_timeout,
-        "data_format": args.data_format,
-        "vllm_extras": False if args.no_vllm_extras else None,
-        "sandbox": args.sandbox,
-        "network": True if args.network else False if args.no_network else None,
-        "memory_mb": args.memory,
-        "gateway_url": args.gateway,
-        "gateway_kernel": args.gateway_kernel,
-        "python": args.python,
-        "kernel": args.kernel,
-    }
+    options: dict[str, Any] = {**setting_values(args), "api_key": key}
     data = list(args.data)
     if args.scripted_demo:
         from ..demo import dataset_path, demo_model

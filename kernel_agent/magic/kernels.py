@@ -121,6 +121,6 @@ async def _build(options: dict[str, Any], acquire: Callable[[dict[str, Any], Pat
     # The factory reads the agent's own resolved config (flags > environment > defaults) when the run
     # starts, so the pool's kernels get the very options a kernel of this agent would get.
     agent: AsyncAgent = AsyncAgent(
-        **options, session_factory=lambda folder: acquire(agent.config.kernel_options(), folder)
+        **options, session_factory=lambda folder: acquire(agent.config.kernel.session_options(), folder)
     )
     return agent

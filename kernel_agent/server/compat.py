@@ -104,7 +104,7 @@ def _text(content: Any) -> str:
 
 def _protocol(service: Service, run: RunRecord) -> str:
     runtime = service.runtimes.get(run.thread_id)
-    return runtime.agent.config.protocol if runtime is not None else "tools"
+    return runtime.agent.config.protocol.name if runtime is not None else "tools"
 
 
 class _Reply:

@@ -142,5 +142,5 @@ def pool_for(config: ServerConfig) -> KernelPool:
     Raises ``ConfigError`` for bad agent options."""
     seams = ("chat_model", "session_factory", "session_options", "model_options")
     agent = AgentConfig.resolve(**{k: v for k, v in config.agent.items() if k not in seams})
-    options = {**agent.kernel_options(), **config.agent.get("session_options", {})}
+    options = {**agent.kernel.session_options(), **config.agent.get("session_options", {})}
     return KernelPool(config.pool_size, max_kernels=config.max_threads_live, **options)

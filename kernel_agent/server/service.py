@@ -269,7 +269,7 @@ class Service:
         runtime.last_run = run.id
         self.store.save_run(run)
         thread.runs, thread.status, thread.updated_at = [*thread.runs, run.id], "running", now()
-        thread.protocol = thread.protocol or runtime.agent.config.protocol  # the one its agent speaks, not null
+        thread.protocol = thread.protocol or runtime.agent.config.protocol.name  # the one its agent speaks, not null
         self.store.save_thread(thread)
         notice = demo_notice(task, [f.filename for f in files]) if self.config.demo else None
         self.executor.start(run, thread, runtime, files, notice)
