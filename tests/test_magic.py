@@ -145,7 +145,7 @@ def test_sandbox_off_says_so_in_the_cell_and_the_run(shell: InteractiveShell) ->
         ("--model m --data nope.csv", "Task.", "nope.csv"),
         ("--model m", "   ", "needs a task"),
         ("--scripted-demo --protocol tools", "Task.", "tags protocol"),
-        ("--model m --protocol nope", "Task.", "unknown protocol 'nope'; choose one of tools, tags, deepanalyze"),
+        ("--model m --protocol nope", "Task.", "invalid choice: 'nope' \\(choose from 'tools', 'tags', 'deepanalyze'"),
         ("--model m --sandbox off --no-network", "Task.", "needs the sandbox"),
     ],
 )

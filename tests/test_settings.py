@@ -21,12 +21,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import parse_argstring
 
 from kernel_agent.agent.config import AgentConfig, KernelConfig, ModelConfig, ProtocolConfig, setting_fields
-from kernel_agent.agent.names import protocol_entry_points
 from kernel_agent.agent.settings import SETTINGS, Setting
 from kernel_agent.cli import cli
 from kernel_agent.cli.options import KERNEL_SETTINGS
 from kernel_agent.errors import ConfigError
 from kernel_agent.magic.cell import AgentMagics
+from kernel_agent.plugins import forget
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGGED = [row for row in SETTINGS.values() if row.flag]
@@ -242,9 +242,9 @@ def their_protocol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: their-protocol\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[kernel_agent.protocols]\ntheirs = their_protocol:make\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    protocol_entry_points.cache_clear()
+    forget()
     yield
-    protocol_entry_points.cache_clear()
+    forget()
 
 
 def test_a_registered_protocol_is_a_choice_of_the_cli_and_the_magic(their_protocol: None) -> None:
@@ -261,7 +261,7 @@ def test_a_registered_protocol_is_a_choice_of_the_cli_and_the_magic(their_protoc
 
 
 def test_without_it_the_name_is_refused() -> None:
-    protocol_entry_points.cache_clear()
+    forget()
     with pytest.raises(UsageError, match="invalid choice: 'theirs'"):
         parse_argstring(AgentMagics.agent, "--protocol theirs")
     result = CliRunner().invoke(cli, ["run", "task", "--protocol", "theirs"])
