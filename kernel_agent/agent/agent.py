@@ -19,7 +19,15 @@ from typing import Any
 from .._loop import in_thread
 from ..errors import ConfigError, NotebookError
 from ..events import Event, RunFinished
-from ..kernel.interface import Kernel, KernelFactory, KernelMaker, MadeKernels, kernel_factory
+from ..kernel.interface import (
+    Kernel,
+    KernelFactory,
+    KernelMaker,
+    KernelsAhead,
+    MadeKernels,
+    kernel_factory,
+    kernels_ahead,
+)
 from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
 from ..kernel.session import AsyncKernelSession
@@ -35,9 +43,6 @@ from .preparation import Preparation, Prompt
 from .staging import DataStaging, resumed_files
 
 __all__ = ["AsyncAgent", "warm_host"]
-
-# ``session_options`` that choose another kernel than the configured one (its language is then not known ahead).
-_KERNEL_CHOICE = frozenset({"kernel_name", "python", "gateway", "gateway_kernel_id", "provider"})
 
 
 def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -> ChatModel:
@@ -163,6 +168,13 @@ class AsyncAgent:
         (its own kernels), or as the factory says (a pool: ``KernelFactory.kernels_apart``)."""
         return self._session_factory.kernels_apart
 
+    def _kernels_ahead(self) -> KernelsAhead | None:
+        """What this agent's kernels are before one starts: its own, from the settings and session options
+        (``KernelConfig.ahead``); a factory's, as it says (``KernelFactory``'s optional ``kernels_ahead``)."""
+        if self._own_kernels:
+            return self.config.kernel.ahead(**self._session_options)
+        return kernels_ahead(self._session_factory)
+
     async def close(self) -> None:
         """Release the model client. Idempotent."""
         await self.chat_model.aclose()
@@ -217,9 +229,8 @@ class AsyncAgent:
         try:
             if not self._kernels_apart():
                 await staging.into_workspace()
-            language = self._preparation.language_ahead(
-                self._own_kernels and not _KERNEL_CHOICE & set(self._session_options)
-            )
+            kernels = self._kernels_ahead()
+            language = self._preparation.language_ahead(kernels)
             async with AsyncExitStack() as stack:
                 if self._ready_model is not None:  # the SDK's import meanwhile: the first request goes out at once
                     stack.push_async_callback(_settled, asyncio.ensure_future(in_thread(self._ready_model)))
@@ -229,11 +240,14 @@ class AsyncAgent:
                     session = await stack.enter_async_context(self._session_factory(root))
                 else:  # the first request goes out while the kernel starts; its first code waits for it
                     starting = await stack.enter_async_context(_starting(self._session_factory(root)))
-                    prompt = await self._preparation.ahead(task, staging, language)
+                    assert kernels is not None  # language_ahead knows a language only of kernels said ahead
+                    prompt = await self._preparation.ahead(task, staging, language, kernels)
                     first = Ask(self.chat_model, prompt.protocol, prompt.messages)
                     stack.push_async_callback(first.aclose)  # a run that ends before its first round drops it
                     session = await starting
-                opening = await self._preparation.new_run(session, task, staging, root, notebook_path, setup, prompt)
+                opening = await self._preparation.new_run(
+                    session, task, staging, root, notebook_path, setup, prompt, kernels
+                )
                 rounds = Rounds(self.config, self.chat_model, session, opening, notebook_path, root, staging, first)
                 async with aclosing(rounds.events()) as events:  # closing this stream stops the code too
                     async for event in events:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
+from ..kernel.interface import KernelsAhead, kernels_ahead_of
 from ..kernel.providers.gateway.settings import GatewaySettings
 from ..kernel.sandbox.bwrap import SandboxMode
 from ..kernel.sandbox.limits import Limits
@@ -103,6 +104,13 @@ class KernelConfig:
         if not self.gateway_url:
             return None
         return GatewaySettings(self.gateway_url, self.gateway_token, kernel_name=self.gateway_kernel or self.name)
+
+    def ahead(self, **options: Any) -> KernelsAhead | None:
+        """What these kernels are before one starts (``KernelsAhead``), with ``options`` (more
+        ``AsyncKernelSession`` arguments) over the settings: None on a gateway or for another kernelspec."""
+        if self.gateway_url:
+            return None
+        return kernels_ahead_of({"kernel_name": self.name, "python": self.python, **options})
 
     def session_options(self) -> dict[str, Any]:
         """``AsyncKernelSession`` keyword arguments (besides its folder) for these kernels: on the gateway, or

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from ..kernel.interface import Kernel
+from ..kernel.interface import Kernel, KernelsAhead
 from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.workspace import workspace_from
 from ..model.chat import ChatModel
@@ -104,19 +104,23 @@ class Preparation:
             code = _merged_setup(code, extra)
         return language.beside(code, workspace_from(notebook, root))
 
-    def language_ahead(self, own_kernels: bool) -> Language | None:
-        """The kernel's language when it is known before the kernel starts: this agent's own local kernels
-        of our own kernelspec run this interpreter (so its packages can be asked here too); else None."""
-        config = self.config
-        if own_kernels and not (config.kernel.gateway_url or config.kernel.name or config.kernel.python):
-            return PYTHON
+    def language_ahead(self, kernels: KernelsAhead | None) -> Language | None:
+        """The kernel's language when the opening prompt can be made before it starts: its factory says
+        what its kernels are (``KernelsAhead``), and their packages are known without them: this
+        interpreter's (the kernels run it, so it can be asked here) or probed earlier in this process for
+        that environment (``KnownPackages``). Else None: the run waits for the kernel, as it must."""
+        if kernels is None:
+            return None
+        if kernels.this_interpreter or self._known.get(kernels.environment) is not None:
+            return language_of({"name": kernels.language})
         return None
 
-    async def ahead(self, task: str, staging: DataStaging, language: Language) -> Prompt:
-        """The opening prompt before the kernel has started, for a kernel of ``language_ahead``: the data
-        files' description (the host-side describer's), the packages known for this environment or asked
-        of this interpreter, no names (the setup cell is a fresh kernel's first). Raises ``DataFileError``."""
-        key = (language.key, "", "")
+    async def ahead(self, task: str, staging: DataStaging, language: Language, kernels: KernelsAhead) -> Prompt:
+        """The opening prompt before the kernel has started, for kernels ``language_ahead`` accepted: the
+        data files' description (the host-side describer's), the packages known for their environment or
+        asked of this interpreter, no names (a factory that says ``kernels_ahead`` gives fresh kernels).
+        Raises ``DataFileError``."""
+        key = kernels.environment
         packages = self._known.get(key)
         files, found = await asyncio.gather(
             staging.described(), asyncio.to_thread(host_packages) if packages is None else _given(packages)
@@ -135,9 +139,11 @@ class Preparation:
         notebook: Path,
         extra_setup: str,
         prompt: Prompt | None = None,
+        kernels: KernelsAhead | None = None,
     ) -> Opening:
         """The setup cell run, the data files copied to the kernel and described, the opening messages made
-        (or taken from ``prompt``, made ahead). Raises ``KernelError``, ``DataFileError``, ``StorageError``."""
+        (or taken from ``prompt``, made ahead); ``kernels``, what the factory said its kernels are, keys the
+        packages' probe. Raises ``KernelError``, ``DataFileError``, ``StorageError``."""
         language = language_of(session.kernel_info.get("language_info"))
         setup_code = self.setup_code(language, staging.files, extra_setup, notebook, root)
         put = staging.into_kernel(session)
@@ -147,7 +153,8 @@ class Preparation:
         async def setup_then_environment() -> tuple[ExecutionResult, Environment]:
             ran = await session.execute(setup_code, _setup_timeout(self.config.kernel.exec_timeout))
             # A kernel whose first cell was the setup holds only the setup's names: nothing to ask for.
-            return ran, await self.environment(session, language, names=ran.execution_count != 1)
+            key = kernels.environment if kernels is not None else None
+            return ran, await self.environment(session, language, names=ran.execution_count != 1, key=key)
 
         # While the kernel runs the setup cell and answers the probe, this process is idle: finish describing
         # the data files and copying them in (begun as the kernel started; the cell only names them, the
@@ -257,15 +264,16 @@ class Preparation:
             environment, task, files, preloaded=preloaded, missing=language.missing(environment.packages)
         )
 
-    async def environment(self, session: Kernel, language: Language, *, names: bool = True) -> Environment:
-        """What the kernel has: its analysis packages, probed once per environment (``KnownPackages``; a
-        gateway's kernels are asked each time), and the names the code defined so far, asked every time
-        (unless not ``names``). Raises ``KernelError``."""
+    async def environment(
+        self, session: Kernel, language: Language, *, names: bool = True, key: tuple[str, str, str] | None = None
+    ) -> Environment:
+        """What the kernel has: its analysis packages, probed once per environment (``KnownPackages``, under
+        ``key`` or the settings' kernel; a gateway's kernels are asked each time), and the names the code
+        defined so far, asked every time (unless not ``names``). Raises ``KernelError``."""
         names_probe = language.names_probe if names else ""
         config = self.config
-        key = (
-            None if config.kernel.gateway_url else (language.key, config.kernel.name or "", config.kernel.python or "")
-        )
+        if key is None and not config.kernel.gateway_url:
+            key = (language.key, config.kernel.name or "", config.kernel.python or "")
         cached = self._known.get(key)
         if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes
             packages = (

@@ -41,6 +41,7 @@ from traitlets import Bool, Enum, Float, Integer, Unicode
 from ..agent.agent import AsyncAgent
 from ..agent.settings import SETTINGS
 from ..errors import KernelAgentError
+from ..kernel.interface import KernelsAhead
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside
 from ..redact import redact
@@ -240,7 +241,7 @@ class _Conversation:
         stem = Path(notebook).stem
         self.workspace = fresh_folder(folder / f"{stem}-agent")
         self.record = records_beside(self.workspace, hidden=True)  # the user's one notebook is ``notebook``
-        self.agent = AsyncAgent(**options, session_factory=lambda _root: _Held(self))  # raises ConfigError
+        self.agent = AsyncAgent(**options, session_factory=_HeldKernels(self))  # raises ConfigError
         self.session: AsyncKernelSession | None = None
 
     async def open_notebook(self) -> None:
@@ -318,6 +319,27 @@ class _Redraw:
         self.pending = None
         self.last = time.monotonic()
         self.draw()
+
+
+class _HeldKernels:
+    """The conversation's ``KernelFactory``: its one kernel, in the chat's workspace. Its kernel is the agent's
+    own kind (``new_session``), so what it is is known before it starts (``kernels_ahead``: the first
+    request goes out while it starts), unless it is the notebook's kernel (any kernelspec the user chose)."""
+
+    kernels_apart = False
+
+    def __init__(self, conversation: _Conversation) -> None:
+        self.conversation = conversation
+
+    @property
+    def kernels_ahead(self) -> KernelsAhead | None:
+        conversation = self.conversation
+        if conversation.serverapp is not None or conversation.session is not None:  # attached, or started already
+            return None
+        return conversation.agent.config.kernel.ahead()
+
+    def __call__(self, _workspace: Path, /) -> _Held:
+        return _Held(self.conversation)
 
 
 class _Held:

@@ -14,11 +14,15 @@ factory, nothing else (where a kernel lives is ``providers/``):
   (``KernelFiles.in_local`` false: a pool's, a gateway's). A ``KernelPool``
   is one. ``kernel_factory`` makes one of a plain callable (an
   ``AsyncKernelSession`` class, a lambda), whose kernels work in the run's folder.
+  A factory may also say, before any kernel starts, what its kernels are
+  (``kernels_ahead``: a ``KernelsAhead``, or None when it does not know), so
+  the agent can ask the model while the kernel starts; ``kernels_ahead_of``
+  reads it from ``AsyncKernelSession`` options.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import Enum
@@ -32,7 +36,17 @@ if TYPE_CHECKING:
     from .partial import OutputCallback
     from .sandbox.limits import Limits
 
-__all__ = ["Kernel", "KernelFactory", "KernelMaker", "MadeKernels", "SessionState", "kernel_factory"]
+__all__ = [
+    "Kernel",
+    "KernelFactory",
+    "KernelMaker",
+    "KernelsAhead",
+    "MadeKernels",
+    "SessionState",
+    "kernel_factory",
+    "kernels_ahead",
+    "kernels_ahead_of",
+]
 
 
 class SessionState(Enum):
@@ -121,9 +135,60 @@ class Kernel(Protocol):
 KernelMaker = Callable[[Path], AbstractAsyncContextManager[Kernel]]  # a plain factory: folder -> kernel
 
 
+@dataclass(frozen=True)
+class KernelsAhead:
+    """What a factory's kernels are, known before one starts: fresh local kernels of ``language`` (a
+    kernelspec's language, lower case) in one environment, ``python`` (an interpreter's path; "" for this
+    process's) for the ``kernel_name`` kernelspec ("" for ours). Enough to make a run's opening prompt
+    while its kernel starts."""
+
+    language: str = "python"
+    kernel_name: str = ""
+    python: str = ""
+
+    @property
+    def this_interpreter(self) -> bool:
+        """True when the kernels run this process's interpreter with our kernelspec: what they can import
+        can be asked here."""
+        return self.language == "python" and not self.kernel_name and not self.python
+
+    @property
+    def environment(self) -> tuple[str, str, str]:
+        """The environment's key: kernels with the same one have the same packages."""
+        return (self.language, self.kernel_name, self.python)
+
+
+_ELSEWHERE = ("gateway", "provider", "gateway_kernel_id")  # options that put the kernel out of this machine's view
+
+
+def kernels_ahead_of(options: Mapping[str, Any]) -> KernelsAhead | None:
+    """What ``AsyncKernelSession(folder, **options)`` kernels are, when known without starting one: our
+    kernelspec's Python (this interpreter, or ``python``); None for another kernelspec (its language is its
+    own) or a kernel elsewhere (a gateway's, a provider's, an existing one)."""
+    if any(options.get(name) for name in _ELSEWHERE):
+        return None
+    from .kernelspec import KERNEL_NAME
+
+    if options.get("kernel_name") not in (None, "", KERNEL_NAME):
+        return None
+    return KernelsAhead("python", python=str(options.get("python") or ""))
+
+
+def kernels_ahead(factory: object) -> KernelsAhead | None:
+    """What ``factory`` says of its kernels before one starts (its optional ``kernels_ahead``), else None."""
+    said = getattr(factory, "kernels_ahead", None)
+    return said if isinstance(said, KernelsAhead) else None
+
+
 @runtime_checkable
 class KernelFactory(Protocol):
-    """Called with the run's local folder: an async context manager yielding a started ``Kernel``, closed on exit."""
+    """Called with the run's local folder: an async context manager yielding a started ``Kernel``, closed on exit.
+
+    Optionally, a ``kernels_ahead`` attribute (``KernelsAhead | None``, read by ``kernels_ahead``; not part of
+    the protocol, so a factory that does not know says nothing): what its kernels are before one starts. A
+    factory that gives it promises fresh kernels of that language in that environment; the agent then sends
+    its first request while the kernel starts.
+    """
 
     @property
     def kernels_apart(self) -> bool:
@@ -140,6 +205,7 @@ class MadeKernels:
 
     make: KernelMaker
     kernels_apart: bool = False
+    kernels_ahead: KernelsAhead | None = None
 
     def __call__(self, workspace: Path, /) -> AbstractAsyncContextManager[Kernel]:
         return self.make(workspace)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, KernelError
+from .interface import KernelsAhead, kernels_ahead_of
 from .session import AsyncKernelSession
 
 __all__ = ["PRELOAD", "KernelPool"]
@@ -85,6 +86,11 @@ class KernelPool:
         self._closed = False
         self.served_warm = 0  # acquires that found a ready kernel (observable by front ends and tests)
         self.served_cold = 0
+
+    @property
+    def kernels_ahead(self) -> KernelsAhead | None:
+        """What its kernels are before one is taken (``KernelFactory``): from its session options."""
+        return kernels_ahead_of(self._options)
 
     def __repr__(self) -> str:
         return f"<KernelPool ready={self._ready.qsize()} alive={len(self._alive)} size={self.size}>"
