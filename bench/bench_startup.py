@@ -25,6 +25,11 @@
   kernel is up as every run did before issue 38; without data and with a 500-row CSV; and the same from
   ``AsyncAgent.run`` in this process (the SDK imported: what the run itself adds). Median of 5 (3 with
   ``--quick``), taking turns. Target: 0.5 s on a quiet machine.
+  The chat's, in the same turns: from a first message to a fresh JupyterLab chat conversation (the persona's
+  ``_Conversation``, in this process: a running server) to the first model request, its kernel started by
+  the run, against the CLI's (target: no later, ratio at most 1), and against the same conversation with
+  the kernel named (it asks once its kernel is up, as the chat did before). A scripted model answers at
+  once, so the first token follows the request by one local round trip in both.
 
 The child processes import the same ``kernel_agent`` as this process (its folder goes first on
 ``PYTHONPATH``), so a worktree is measured as checked out.
@@ -45,6 +50,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 from report import Row, Scale, median, scaled
 
@@ -346,6 +352,33 @@ async def _first_request_in_process(root: Path, kernel: str | None) -> float:
     return asked[0] - started
 
 
+async def _chat_first_request(root: Path, kernel: str | None) -> float:
+    """Seconds from a first message to a fresh chat conversation (the JupyterLab persona's, its kernel not yet
+    started) to the scripted model server receiving its first request."""
+    from kernel_agent.jupyter.live import LiveNotebook
+    from kernel_agent.jupyter.persona import _Conversation
+
+    asked: list[float] = []
+
+    def first(_body: dict[str, object]) -> Reply:
+        asked.append(time.perf_counter())
+        return Reply("<Answer>done</Answer>")
+
+    folder = Path(tempfile.mkdtemp(prefix="chat-first-request-", dir=root))
+    with OpenAIServer([first]) as server:
+        options: dict[str, Any] = {"model": "m", "base_url": server.base_url, "api_key": "sk-bench", "protocol": "tags"}
+        conversation = _Conversation(
+            {**options, **({"kernel": kernel} if kernel else {})}, folder, "chat.ipynb", cast(LiveNotebook, None)
+        )
+        try:
+            started = time.perf_counter()
+            async for _event in conversation.stream("How many rows?", []):
+                pass
+        finally:
+            await conversation.close()
+    return asked[0] - started
+
+
 def first_request(quick: bool) -> list[Row]:
     """Issue 38 item 11: from spawning ``kernel-agent run`` to the scripted model's first request, with the
     prompt made while the kernel starts, against the same run whose kernel is named (``--kernel
@@ -363,6 +396,8 @@ def first_request(quick: bool) -> list[Row]:
             "waits, csv": lambda: _first_request_once(environment, root, KERNEL_NAMED, csv),
             "run, ahead": lambda: asyncio.run(_first_request_in_process(root, None)),
             "run, waits": lambda: asyncio.run(_first_request_in_process(root, KERNEL_NAMED[1])),
+            "chat, ahead": lambda: asyncio.run(_chat_first_request(root, None)),
+            "chat, waits": lambda: asyncio.run(_chat_first_request(root, KERNEL_NAMED[1])),
         }
         medians = _taking_turns(timers, scaled(quick, 5, 3, 1), warm=scaled(quick, True, True, False))
     finally:
@@ -380,6 +415,17 @@ def first_request(quick: bool) -> list[Row]:
             medians["run, ahead"],
             medians["run, waits"],
             max_seconds=FIRST_REQUEST_TARGET_S,
+        ),
+        Row(
+            "the chat's first model request after a first message (fresh conversation) vs the CLI's after `run`",
+            medians["chat, ahead"],
+            medians["ahead"],
+            max_ratio=1.0,
+        ),
+        Row(
+            "  ↳ the chat's vs its conversation asking once the kernel is up (before issue 38)",
+            medians["chat, ahead"],
+            medians["chat, waits"],
         ),
     ]
 

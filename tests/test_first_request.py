@@ -214,6 +214,7 @@ def test_what_a_pool_and_the_settings_say_of_their_kernels_before_one_starts() -
     assert KernelPool(0).kernels_ahead == KernelsAhead("python")
     assert KernelPool(0, python="/other/bin/python").kernels_ahead == KernelsAhead("python", python="/other/bin/python")
     assert KernelPool(0, kernel_name="ir").kernels_ahead is None  # its language is the kernelspec's
+    assert AgentConfig.resolve(model="m", kernel="kernel-agent").kernel.ahead() is None  # even ours, named
     assert KernelPool(0, gateway=object()).kernels_ahead is None  # elsewhere: nothing can be asked here
     assert kernels_ahead(MadeKernels(lambda workspace: AsyncKernelSession(workspace))) is None
     assert AgentConfig.resolve(model="m").kernel.ahead() == KernelsAhead("python")

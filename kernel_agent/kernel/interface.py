@@ -163,13 +163,9 @@ _ELSEWHERE = ("gateway", "provider", "gateway_kernel_id")  # options that put th
 
 def kernels_ahead_of(options: Mapping[str, Any]) -> KernelsAhead | None:
     """What ``AsyncKernelSession(folder, **options)`` kernels are, when known without starting one: our
-    kernelspec's Python (this interpreter, or ``python``); None for another kernelspec (its language is its
-    own) or a kernel elsewhere (a gateway's, a provider's, an existing one)."""
-    if any(options.get(name) for name in _ELSEWHERE):
-        return None
-    from .kernelspec import KERNEL_NAME
-
-    if options.get("kernel_name") not in (None, "", KERNEL_NAME):
+    default kernelspec's Python (this interpreter, or ``python``); None for a named kernelspec (its language
+    is the spec's, even ours named) or a kernel elsewhere (a gateway's, a provider's, an existing one)."""
+    if any(options.get(name) for name in _ELSEWHERE) or options.get("kernel_name"):
         return None
     return KernelsAhead("python", python=str(options.get("python") or ""))
 
