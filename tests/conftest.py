@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,3 +71,11 @@ def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Interacti
     yield ipython
     ipython.run_line_magic("unload_ext", "kernel_agent")  # shuts the magic's warm kernel down
     InteractiveShell.clear_instance()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGINT back to Python's default when the suite inherited it ignored (a shell starts a background job,
+    ``make test &``, with SIGINT ignored, and every child then ignores it too): the tests that send a CLI
+    or an owner process SIGINT need it to arrive as Ctrl-C does."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
