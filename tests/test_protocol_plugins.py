@@ -71,7 +71,9 @@ class TheirModel:
         self.model = name
         self.settings = settings
 
-    async def complete(self, messages, *, options=None, on_delta=None, on_retry=None, on_reasoning=None, on_tool_delta=None):
+    async def complete(
+        self, messages, *, options=None, on_delta=None, on_retry=None, on_reasoning=None, on_tool_delta=None
+    ):
         SEEN.append((self.model, self.settings, [dict(m) for m in messages]))
         return ModelReply(REPLIES.pop(0), finish_reason="stop")
 
