@@ -10,6 +10,7 @@ import secrets
 import sqlite3
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ from kernel_agent.server.config import ServerConfig, owner_of
 from kernel_agent.server.database import DATABASE_FILE, database_url
 from kernel_agent.server.keys import Keys, open_keys
 from kernel_agent.server.records import ThreadRecord
+from kernel_agent.server.revocations import Revocations
 from kernel_agent.server.service import Service
 
 NO_MODEL = "http://127.0.0.1:9/v1"  # no request here reaches a model
@@ -216,3 +218,35 @@ def test_two_replicas_accept_a_key_added_through_the_cli_and_both_refuse_it_once
     assert "imported 1 service keys" in logs
     assert key not in logs and KEY not in logs
     assert key not in rows_of(database) and KEY not in rows_of(database)
+
+
+def test_a_revoked_owners_stream_ends_revoked_even_when_the_runs_last_event_came_first(database: str) -> None:
+    """Another replica cancelled the run of a revoked key before this one's watcher looked: the run's
+    ``finished`` must not end this stream as if nothing happened; an active owner's ``finished`` stands."""
+
+    async def work() -> tuple[list[str], list[str]]:
+        keys, engine = await open_keys(database_url(database, "/"))
+        try:
+            _, kept = await keys.add("bob")
+            _, gone = await keys.add("carol")
+            await keys.revoke(owner_of(gone))
+            revocations = Revocations(keys, open_runs=set, cancel_runs=lambda _owner: asyncio.sleep(0))
+
+            async def run_events() -> AsyncIterator[dict[str, str]]:
+                yield {"event": "round_started"}
+                yield {"event": "finished"}
+
+            def last(item: dict[str, str]) -> bool:
+                return item["event"] == "finished"
+
+            seen = {}
+            for key in (kept, gone):
+                stream = revocations.stream(owner_of(key), run_events(), {"event": "revoked"}, last)
+                seen[key] = [item["event"] async for item in stream]
+            return seen[kept], seen[gone]
+        finally:
+            await engine.dispose()
+
+    kept, gone = asyncio.run(work())
+    assert kept == ["round_started", "finished"]
+    assert gone == ["round_started", "revoked"]

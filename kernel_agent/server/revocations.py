@@ -64,18 +64,28 @@ class Revocations:
             if not streams:
                 self._streams.pop(owner, None)
 
-    async def stream(self, owner: str, events: AsyncIterator[T], revoked_item: T) -> AsyncIterator[T]:
-        """``events`` until they end, or until ``owner``'s key is revoked: then ``revoked_item``, and the end."""
+    async def stream(
+        self, owner: str, events: AsyncIterator[T], revoked_item: T, ends: Callable[[T], bool] = lambda _item: False
+    ) -> AsyncIterator[T]:
+        """``events`` until they end, or until ``owner``'s key is revoked: then ``revoked_item``, and the end.
+
+        A revocation seen here wins over an item that came at the same moment; an item that ``ends`` the
+        stream (the run's last event: a run cancelled because of that revocation, by another replica) is
+        checked against the keys table first, so a revoked owner's stream ends with ``revoked_item`` on
+        every replica, whichever noticed first."""
         with self.watching(owner) as revoked:
             stop = asyncio.ensure_future(revoked.wait())
             try:
                 while True:
                     step = asyncio.ensure_future(anext(events))
                     await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
-                    if step.done():
+                    if step.done() and not stop.done():
                         try:
                             item = step.result()
                         except StopAsyncIteration:
+                            return
+                        if ends(item) and await self._revoked_now(owner):
+                            yield revoked_item
                             return
                         yield item
                         continue
@@ -89,6 +99,14 @@ class Revocations:
                 closing = getattr(events, "aclose", None)
                 if closing is not None:
                     await closing()
+
+    async def _revoked_now(self, owner: str) -> bool:
+        """Whether the database has ``owner``'s key revoked now (False when it cannot say: the item stands)."""
+        try:
+            return owner in await self.keys.revoked()
+        except (SQLAlchemyError, OSError) as exc:
+            log.warning("cannot read the revoked keys: %s", type(exc).__name__)
+            return False
 
     async def run(self) -> None:
         """Check every ``interval`` seconds, while anything is open here, until cancelled."""

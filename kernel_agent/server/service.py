@@ -302,7 +302,7 @@ class Service:
             async for item in followed:
                 yield item
             return
-        async for item in self._revocations.stream(owner, followed, (None, KEY_REVOKED)):
+        async for item in self._revocations.stream(owner, followed, (None, KEY_REVOKED), _is_last):
             yield item
 
     async def _follow(self, run_id: str, after: int) -> AsyncIterator[tuple[int | None, dict[str, Any]]]:
@@ -406,3 +406,8 @@ def demo_notice(task: str, filenames: Sequence[str]) -> str | None:
     if bundled not in filenames:
         text += f" The scripted code reads {bundled}, which this run was not given, so expect it to fail."
     return text
+
+
+def _is_last(item: tuple[int | None, dict[str, Any]]) -> bool:
+    """Whether a followed event is the run's last (``finished``)."""
+    return item[1].get("event") == "finished"
