@@ -94,7 +94,7 @@ def start_jupyterlab(
     ``extra_env`` is added to its environment (e.g. the model for the chat persona), ``extra_args`` to its
     command line. Real-time collaboration (jupyter-collaboration, installed for the chat persona) is off
     unless ``collaborative``: a stock JupyterLab, as most ``%%agent`` users have."""
-    base = Path(tempfile.mkdtemp(prefix="jupyterlab-test-"))
+    base = Path(tempfile.mkdtemp(prefix="lab-"))  # a short path: it is the lab's TMPDIR (kernels' ipc sockets)
     root, data = base / "notebooks", base / "data"
     root.mkdir()
     env = {
@@ -102,6 +102,9 @@ def start_jupyterlab(
         "JUPYTER_CONFIG_DIR": str(base / "config"),
         "JUPYTER_DATA_DIR": str(data),
         "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        # the lab's temp dir is its own, removed with it: what its kernels' %%agent runs leave when the lab
+        # shuts them down (runtime dirs whose owner is gone) goes with the lab, not into the test run's
+        "TMPDIR": str(base),
         "IPYTHONDIR": str(base / "ipython"),
         "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
