@@ -11,7 +11,7 @@ export CHROMIUM
 
 LINTED := kernel_agent tests bench
 
-.PHONY: demo demo-plan lint test test-fast bench install clean chromium bubblewrap r-kernel postgresql docs screenshots
+.PHONY: demo demo-plan lint test test-parallel test-fast bench install clean chromium bubblewrap r-kernel postgresql docs screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -94,7 +94,14 @@ lint: $(STAMP)
 # then the suite.
 test: lint docs $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
 	$(BIN)/python bench/run.py --smoke
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
+
+# Opt-in: the suite over pytest-xdist workers, each module on one worker (tests/workers.py), each worker
+# with its own temp root, servers and ports. `make test` stays serial unless PYTEST_WORKERS is set.
+PYTEST_WORKERS ?=
+PYTEST_PARALLEL := $(if $(PYTEST_WORKERS),-n $(PYTEST_WORKERS) --dist loadgroup)
+test-parallel:
+	$(MAKE) test PYTEST_WORKERS=2
 
 # The docs site (mkdocs.yml, docs/), built strictly: a broken link, a missing reference or a warning fails.
 # Offline: the theme fetches no fonts and the pages load no outside script. The `docs` extra comes with `test`.
@@ -115,7 +122,7 @@ screenshots: $(STAMP) chromium
 # The fast tier while you work: no kernel, browser, PostgreSQL or network (tests/tiers.py keeps the markers
 # honest), < 1 min.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not kernel and not browser and not postgresql"
+	$(BIN)/python -m pytest -q -m "not kernel and not browser and not postgresql" $(PYTEST_PARALLEL)
 
 bench: $(STAMP) $(EG_STAMP) postgresql
 	$(BIN)/python bench/run.py

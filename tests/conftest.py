@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from openai_server import OpenAIServer
+from ports import closed_port
 from postgres import PostgresServer
 from traitlets.config import Config
 
 if TYPE_CHECKING:
     from gateway import KernelGateway
 
-pytest_plugins = ["leaks", "tiers", "browser"]
+pytest_plugins = ["leaks", "tiers", "browser", "workers"]
 
 
 @pytest.fixture
@@ -24,6 +25,13 @@ def openai_server() -> Iterator[OpenAIServer]:
     """A started scripted OpenAI-compatible server; ``add()`` replies, read ``requests``."""
     with OpenAIServer() as server:
         yield server
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A local port where every connection is refused for the whole test (bound, never listening)."""
+    with closed_port() as port:
+        yield port
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """A real ``jupyter kernelgateway`` on 127.0.0.1 for the tests: ``KernelGateway``.
 
-Started from this venv (``python -m kernel_gateway``) on a free port with a
+Started from this venv (``python -m kernel_gateway``) on port 0 (the OS picks a free one) with a
 token, in a clean environment (no model keys, no gateway token: a kernel it
 starts could only learn our secrets from what we send it), with its own
 runtime and temp folders. On exit it checks that no kernel was left on the
@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,14 +23,9 @@ from types import TracebackType
 
 import httpx
 from leaks import kernels_of, process_gone
+from ports import listening_port
 
 _START_S = 60.0  # a gateway on a loaded 2-core machine takes a few seconds to import and bind
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class KernelGateway:
@@ -42,8 +36,8 @@ class KernelGateway:
 
     def __init__(self, *, nodelay: bool = False) -> None:
         self.token = secrets.token_hex(16)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # the OS picks a free one as the gateway binds; read back once it listens (``_start``)
+        self.url = ""
         self.nodelay = nodelay
         self.folder = Path(tempfile.mkdtemp(prefix="kg-test-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -132,6 +126,8 @@ class KernelGateway:
                 stderr=log,
                 start_new_session=True,
             )
+        self.port = listening_port(self.process, _START_S)
+        self.url = f"http://127.0.0.1:{self.port}"
         self._wait_ready()
 
     def _wait_ready(self) -> None:

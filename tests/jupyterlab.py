@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from typing import Any
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
+from ports import listening_port
 
 _START_S = 90.0  # bound on JupyterLab's start on a loaded 2-core machine
 
@@ -37,12 +37,6 @@ def saved_cells(path: Path) -> list[dict[str, Any]] | None:
         return json.loads(path.read_text())["cells"]
     except (ValueError, KeyError):
         return None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -100,7 +94,7 @@ def start_jupyterlab(
     ``extra_env`` is added to its environment (e.g. the model for the chat persona), ``extra_args`` to its
     command line. Real-time collaboration (jupyter-collaboration, installed for the chat persona) is off
     unless ``collaborative``: a stock JupyterLab, as most ``%%agent`` users have."""
-    base = Path(tempfile.mkdtemp(prefix="jupyterlab-test-"))
+    base = Path(tempfile.mkdtemp(prefix="lab-"))  # a short path: it is the lab's TMPDIR (kernels' ipc sockets)
     root, data = base / "notebooks", base / "data"
     root.mkdir()
     env = {
@@ -108,6 +102,9 @@ def start_jupyterlab(
         "JUPYTER_CONFIG_DIR": str(base / "config"),
         "JUPYTER_DATA_DIR": str(data),
         "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        # the lab's temp dir is its own, removed with it: what its kernels' %%agent runs leave when the lab
+        # shuts them down (runtime dirs whose owner is gone) goes with the lab, not into the test run's
+        "TMPDIR": str(base),
         "IPYTHONDIR": str(base / "ipython"),
         "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
@@ -127,7 +124,7 @@ def start_jupyterlab(
     news = base / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text(json.dumps({"fetchNews": "false"}))  # no "get Jupyter news?" toast, no news fetch
-    port, token = free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     log = open(base / "jupyterlab.log", "wb")  # noqa: SIM115 - closed with the process below
     process = subprocess.Popen(
         [
@@ -136,7 +133,7 @@ def start_jupyterlab(
             "jupyterlab",
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
+            "--ServerApp.port=0",  # the OS picks a free port: read back once it listens
             "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={root}",
@@ -154,6 +151,12 @@ def start_jupyterlab(
         cwd=root,
     )
     log.close()
+    try:
+        port = listening_port(process, _START_S)
+    except RuntimeError:
+        log_text = (base / "jupyterlab.log").read_text()[-3000:]
+        stop_jupyterlab(JupyterLab(process, 0, token, root, data), base)
+        raise RuntimeError(f"JupyterLab did not start: {log_text}") from None
     lab = JupyterLab(process, port, token, root, data)
     deadline = time.monotonic() + _START_S
     while True:

@@ -4,6 +4,7 @@ and every test runs in a clean environment (no model settings leak in from the d
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,10 @@ import pytest
 from kernel_agent.kernel.providers.local import runtime_root
 
 _ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
+_ROOT_VARIABLE = "KERNEL_TESTS_TEMP_ROOT"
+_JUPYTER_RUNTIME = "jupyter-runtime"
+_SHARED_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")  # where runtime_root() may send runtime dirs
+_ROOT_KEY = pytest.StashKey[Path]()
 
 
 def kernels_of(owner: int) -> list[int]:
@@ -45,22 +50,56 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+def _own_temp_root() -> Path:
+    """The temp root of this test process (``pytest_configure``)."""
+    return Path(os.environ[_ROOT_VARIABLE])
+
+
 def _temp_leftovers() -> set[str]:
-    """Our runtime dirs (attributed by their owner.pid) and jupyter connection files."""
-    roots = {Path(tempfile.gettempdir()), runtime_root()}  # a long TMPDIR sends runtime dirs to a short one
+    """Runtime dirs and jupyter connection files in this process's own temp root (whoever made them: only
+    this test process and what it started write there), and runtime dirs that ``runtime_root()`` sent to a
+    shared short dir (a test's long TMPDIR), attributed there by their owner file."""
+    own = _own_temp_root()
+    ours = {p.name for folder in (own, own / _JUPYTER_RUNTIME) for p in folder.glob("kernel-*.json")}
+    ours.update(folder.name for folder in own.glob("kernel-agent-*"))
     me = str(os.getpid())
-    ours = set()
-    for folder in (found for root in roots for found in root.glob("kernel-agent-*")):
+    for folder in (found for root in _SHARED_ROOTS for found in Path(root).glob("kernel-agent-*")):
         if folder.name.startswith("kernel-agent-replay-"):  # kernel-agent-replay-<pid>-<random>
             ours.update([folder.name] if folder.name.split("-")[3] == me else [])
             continue
-        try:
-            owner = (folder / "owner.pid").read_text()
+        try:  # another process's dir without an owner file (a tempfile dir, or not yet renamed) is not ours:
+            owner = (folder / "owner.pid").read_text()  # ours are made under their name with that file in them
         except OSError:
-            owner = me  # a dir without an owner file is suspicious: count it
+            continue
         if owner == me:
             ours.add(folder.name)
-    return ours | {p.name for root in roots for p in root.glob("kernel-*.json")}
+    return ours
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this test process (the serial run, or each pytest-xdist worker) a temp root of its own: TMPDIR and
+    JUPYTER_RUNTIME_DIR point into it, for this process and every process it starts, so runs side by side
+    (``pytest -n 2``, or two engineers' runs) never see each other's temp dirs in the leak checks. It sits
+    in a short dir (``runtime_root()``) so that kernels' ipc socket paths still fit. Under pytest-xdist the
+    controller's root holds its workers' roots (they inherit its TMPDIR), and goes with the run. pytest's own
+    ``tmp_path`` dirs stay where they were (kept for a look after a failure, as pytest does)."""
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    root = Path(tempfile.mkdtemp(prefix=f"tests-{worker}-", dir=runtime_root()))
+    root.chmod(0o711)  # others may pass through to what is theirs in it (PostgreSQL's user to its cluster)
+    (root / _JUPYTER_RUNTIME).mkdir()
+    os.environ.update(
+        {_ROOT_VARIABLE: str(root), "TMPDIR": str(root), "JUPYTER_RUNTIME_DIR": str(root / _JUPYTER_RUNTIME)}
+    )
+    tempfile.tempdir = None  # tempfile caches the temp dir: read TMPDIR again
+    config.stash[_ROOT_KEY] = root
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this process's temp root (the session's leak check has looked at it)."""
+    root = config.stash.get(_ROOT_KEY, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,4 +1,4 @@
-"""Service replicas for tests: ``kernel-agent serve`` as real subprocesses on free loopback ports,
+"""Service replicas for tests: ``kernel-agent serve`` as real subprocesses on loopback (port 0: the OS picks),
 sharing one database and one data dir, each reachable with its own ``httpx.Client``.
 
 Usage::
@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+from ports import listening_port
 
 __all__ = ["KEY", "Replica", "follow"]
 
@@ -42,17 +43,15 @@ class Replica:
         umask: int | None = None,
     ) -> None:
         self.umask = umask  # the one the process starts with (None: this one's)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # the OS picks a free one as the replica binds: read back once it listens (``__enter__``)
+        self.url = ""
         self.command = [
             sys.executable,
             "-m",
             "kernel_agent.cli",
             "serve",
             "--port",
-            str(self.port),
+            "0",
             "--data-dir",
             str(data_dir),
             "--database",
@@ -65,15 +64,24 @@ class Replica:
             "tools",
             *options,
         ]
-        self.log = data_dir.parent / f"replica-{self.port}.log"
+        handle, log = tempfile.mkstemp(prefix="replica-", suffix=".log", dir=data_dir.parent)
+        os.close(handle)
+        self.log = Path(log)
         self.process: subprocess.Popen[bytes] | None = None
-        self.client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+        self.client = httpx.Client(headers={"Authorization": f"Bearer {KEY}"}, timeout=60)  # its URL: ``__enter__``
 
     def __enter__(self) -> Replica:
         env = {**os.environ, "KERNEL_AGENT_SERVER_KEYS": KEY}
         with self.log.open("ab") as log:
             umask = -1 if self.umask is None else self.umask
             self.process = subprocess.Popen(self.command, env=env, stdout=log, stderr=log, umask=umask)
+        try:
+            self.port = listening_port(self.process)
+        except RuntimeError as error:
+            self.kill()
+            raise RuntimeError(f"{error}: {self.log.read_text()[-3000:]}") from None
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client.base_url = httpx.URL(self.url)
         deadline = time.monotonic() + 60
         while True:
             if self.process.poll() is not None:

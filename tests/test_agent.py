@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pandas as pd
 import pytest
 from leaks import kernels_of
 from openai_server import HTTPError, OpenAIServer, Reply, python_call
+from ports import closed_port
 
 from kernel_agent import Agent
 from kernel_agent.errors import ConfigError, DataFileError
@@ -241,10 +241,7 @@ def test_a_server_error_then_success_is_retried(openai_server: OpenAIServer, tmp
 
 
 def test_connection_refused_ends_with_llm_error_and_a_notebook(tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with Agent(model="m", base_url=f"http://127.0.0.1:{port}/v1", model_options=FAST) as agent:
+    with closed_port() as port, Agent(model="m", base_url=f"http://127.0.0.1:{port}/v1", model_options=FAST) as agent:
         events = list(agent.stream("unreachable", workspace=tmp_path / "ws"))
     run = events[-1].run  # type: ignore[union-attr]
     assert run.stop_reason == "llm_error"

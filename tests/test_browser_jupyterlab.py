@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from browser import screenshot
-from jupyterlab import JupyterLab, free_port, start_jupyterlab, stop_jupyterlab
+from jupyterlab import JupyterLab, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
 from test_browser_hostile import CLEAN, CODE, INERT, MARKDOWN
 
@@ -164,7 +164,9 @@ def test_hostile_outputs_and_replies_stay_inert_in_the_users_notebook(
     screenshot(page, "jupyterlab-hostile")
 
 
-def test_problems_look_like_problems(page: Any, lab: JupyterLab, openai_server: OpenAIServer) -> None:
+def test_problems_look_like_problems(
+    page: Any, lab: JupyterLab, openai_server: OpenAIServer, refused_port: int
+) -> None:
     failing = "import warnings\nwarnings.warn('careful with y')\n1 / 0"
     openai_server.add(Reply("Trying.", tool_calls=(python_call(failing),)), Reply("It failed, as expected."))
     openai_server.add(Reply("Waiting.", tool_calls=(python_call("import time\ntime.sleep(120)"),)))
@@ -174,7 +176,7 @@ def test_problems_look_like_problems(page: Any, lab: JupyterLab, openai_server: 
             "%load_ext kernel_agent\nimport glob, os, tempfile",
             f"%%agent --model m --base-url {openai_server.base_url} -w p1\nDivide.",
             f"%%agent --model m --base-url {openai_server.base_url} --data nope.csv\nRead nope.csv.",
-            f"%%agent --model m --base-url http://127.0.0.1:{free_port()}/v1 -w p3\nHello?",
+            f"%%agent --model m --base-url http://127.0.0.1:{refused_port}/v1 -w p3\nHello?",
             f"%%agent --model m --base-url {openai_server.base_url} -w p4\nSleep.",
             # a dir another process is still creating has no owner file yet: not ours
             "mine = [d for d in glob.glob(tempfile.gettempdir() + '/kernel-agent-*')\n"

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ import nbformat
 import pytest
 from browser import screenshot
 from openai_server import OpenAIServer, Reply, context_length_error, python_call
+from ports import listening_port
 from service_server import ServiceServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel]
@@ -387,9 +387,6 @@ def test_a_failed_run_shows_one_status_one_message_and_the_models_line_first(
 @pytest.fixture
 def demo_server(tmp_path: Path) -> Iterator[str]:
     """``kernel-agent serve --demo`` as a user starts it: its own process, no model, no key, on loopback."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KERNEL_AGENT_"))}
     process = subprocess.Popen(
         [
@@ -399,7 +396,7 @@ def demo_server(tmp_path: Path) -> Iterator[str]:
             "serve",
             "--demo",
             "--port",
-            str(port),
+            "0",
             "--data-dir",
             str(tmp_path / "data"),
         ],
@@ -408,8 +405,8 @@ def demo_server(tmp_path: Path) -> Iterator[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    url = f"http://127.0.0.1:{port}"
     try:
+        url = f"http://127.0.0.1:{listening_port(process)}"  # the OS picked it: it stays this server's
         deadline = time.monotonic() + 60
         while True:  # up when it answers: the readiness of another process, not a pause
             assert process.poll() is None, process.stderr.read() if process.stderr else ""

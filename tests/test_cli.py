@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from click.testing import CliRunner, Result
 from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
+from ports import closed_port
 
 from kernel_agent import __version__
 from kernel_agent.cli import cli
@@ -45,12 +45,6 @@ def numbers_csv(tmp_path: Path) -> Path:
 
 def notebook_meta(path: Path) -> dict[str, Any]:
     return nbformat.read(path, as_version=4).metadata["kernel_agent"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- runs ---------------------------------------------------------------------------------------------
@@ -218,18 +212,19 @@ def test_sandbox_flags_reach_the_kernel_and_off_is_loud(openai_server: OpenAISer
 def test_unreachable_model_exits_1_with_a_clear_message_and_a_notebook(tmp_path: Path) -> None:
     notebook = tmp_path / "down.ipynb"
 
-    result = invoke(
-        "run",
-        "Anything",
-        "--model",
-        "m",
-        "--base-url",
-        f"http://127.0.0.1:{free_port()}/v1",
-        "--workspace",
-        tmp_path / "ws",
-        "--out",
-        notebook,
-    )
+    with closed_port() as port:
+        result = invoke(
+            "run",
+            "Anything",
+            "--model",
+            "m",
+            "--base-url",
+            f"http://127.0.0.1:{port}/v1",
+            "--workspace",
+            tmp_path / "ws",
+            "--out",
+            notebook,
+        )
 
     assert result.exit_code == 1
     assert "cannot reach the model endpoint" in result.output

@@ -13,8 +13,9 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from enterprise_gateway import EnterpriseGateway
-from gateway import KernelGateway, free_port
+from gateway import KernelGateway
 from openai_server import OpenAIServer, Reply, python_call
+from ports import closed_port
 
 from kernel_agent.cli import cli
 from kernel_agent.errors import ConfigError, KernelStartError
@@ -217,8 +218,8 @@ def test_a_wrong_token_or_a_down_gateway_is_a_clear_start_error(tmp_path: Path, 
     with pytest.raises(KernelStartError, match="refused.*token") as refused:
         KernelSession(tmp_path, gateway=remote.url, gateway_token="wrong").start()
     assert remote.url in str(refused.value) and "wrong" not in str(refused.value)
-    down = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(KernelStartError, match="cannot reach") as unreachable:
+    with closed_port() as port, pytest.raises(KernelStartError, match="cannot reach") as unreachable:
+        down = f"http://127.0.0.1:{port}"
         KernelSession(tmp_path, gateway=down, gateway_token="t").start()
     assert down in str(unreachable.value)
     with pytest.raises(ConfigError):

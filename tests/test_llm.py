@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 from openai_server import HTTPError, OpenAIServer, Reply, context_length_error, python_call, tool_call
+from ports import closed_port
 
 from kernel_agent.errors import (
     ConfigError,
@@ -46,12 +47,6 @@ def fail(server: OpenAIServer, **model_kw: Any) -> ModelError:
     with pytest.raises(ModelError) as info:
         run(complete(server, **model_kw))
     return info.value
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- replies -----------------------------------------------------------------------
@@ -208,8 +203,7 @@ async def complete_at(base_url: str, **model_kw: Any) -> ModelReply:
 
 
 def test_connection_refused_is_unreachable() -> None:
-    port = free_port()  # nobody listens there once the probe socket is closed
-    with pytest.raises(ModelUnreachableError) as info:
+    with closed_port() as port, pytest.raises(ModelUnreachableError) as info:  # bound here, nobody listens
         run(complete_at(f"http://user:secret@127.0.0.1:{port}/v1", max_retries=1, backoff=0.01))
     message = str(info.value)
     assert f"http://127.0.0.1:{port}/v1" in message and "secret" not in message

@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,29 +21,12 @@ import pytest
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_client import HeldClient
+from ports import listening_port
 from test_mcp import CLI, kernels_in, text_of, wait_until_gone
 
 pytestmark = pytest.mark.kernel
 
 KEY = "mcp-test-key-never-logged"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes], seconds: float = 60) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        assert process.poll() is None, "the server exited before listening"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"nothing listens on port {port}")
 
 
 def session_kernels(root: Path) -> dict[Path, list[int]]:
@@ -55,17 +36,15 @@ def session_kernels(root: Path) -> dict[Path, list[int]]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
     root = tmp_path_factory.mktemp("mcp-http") / "ws"
-    port = free_port()
     with (root.parent / "server.log").open("wb") as log:
         process = subprocess.Popen(
-            [CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root), "--timeout", "60"],
+            [CLI, "mcp", "--transport", "http", "--port", "0", "--workspace", str(root), "--timeout", "60"],
             stdout=log,
             stderr=log,
             env={**os.environ, "KERNEL_AGENT_MCP_KEY": KEY},
         )
         try:
-            wait_for_port(port, process)
-            yield f"http://127.0.0.1:{port}/mcp", root, process
+            yield f"http://127.0.0.1:{listening_port(process)}/mcp", root, process
         finally:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -137,7 +116,7 @@ def test_http_refuses_a_non_loopback_address_without_allow_remote(tmp_path: Path
             "--host",
             "0.0.0.0",
             "--port",
-            str(free_port()),
+            "0",  # refused before it binds
             "--workspace",
             str(tmp_path / "ws"),
         ],
@@ -189,15 +168,14 @@ def test_closing_a_session_shuts_its_kernel_down(server: tuple[str, Path, subpro
 
 def test_sigterm_shuts_every_kernel_down(tmp_path: Path) -> None:
     root = tmp_path / "ws"
-    port = free_port()
     with (tmp_path / "server.log").open("wb") as log:
         process = subprocess.Popen(
-            [CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root)],
+            [CLI, "mcp", "--transport", "http", "--port", "0", "--workspace", str(root)],
             stdout=log,
             stderr=log,
             env={k: v for k, v in os.environ.items() if k != "KERNEL_AGENT_MCP_KEY"},
         )
-        wait_for_port(port, process)
+        port = listening_port(process)
         printed = re.findall(r"Bearer KEY\): (\S+)", (tmp_path / "server.log").read_text())
         assert len(printed) == 1  # no key given: one is made and printed once
         client = connect(f"http://127.0.0.1:{port}/mcp", printed[0]).__enter__()

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ports import listening_port
 from test_mcp import CLI, kernels_in
-from test_mcp_http import KEY, connect, free_port, run, session_kernels, wait_for_port
+from test_mcp_http import KEY, connect, run, session_kernels
 
 pytestmark = pytest.mark.kernel
 
@@ -51,19 +52,17 @@ anyio.run(main)
 @pytest.fixture
 def reaping_server(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     root = tmp_path / "ws"
-    port = free_port()
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [CLI, "mcp", "--transport", "http", "--port", str(port), "--workspace", str(root)]
+            [CLI, "mcp", "--transport", "http", "--port", "0", "--workspace", str(root)]
             + ["--session-idle", str(IDLE), "--max-sessions", "3"],
             stdout=log,
             stderr=log,
             env={**os.environ, "KERNEL_AGENT_MCP_KEY": KEY},
         )
         try:
-            wait_for_port(port, process)
-            yield f"http://127.0.0.1:{port}/mcp", root, log_path
+            yield f"http://127.0.0.1:{listening_port(process)}/mcp", root, log_path
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=60)

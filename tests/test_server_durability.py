@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import httpx
 import pytest
 from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
+from ports import listening_port
 
 pytestmark = pytest.mark.kernel
 
@@ -26,16 +26,13 @@ AUTH = {"Authorization": "Bearer durable-key"}
 
 @contextmanager
 def service(data_dir: Path, model_url: str) -> Iterator[tuple[subprocess.Popen[bytes], httpx.Client]]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     command = [
         sys.executable,
         "-m",
         "kernel_agent.cli",
         "serve",
         "--port",
-        str(port),
+        "0",
         "--data-dir",
         str(data_dir),
         "--model",
@@ -47,8 +44,9 @@ def service(data_dir: Path, model_url: str) -> Iterator[tuple[subprocess.Popen[b
     ]
     env = {**os.environ, "KERNEL_AGENT_SERVER_KEYS": "durable-key"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=60)
+    client = httpx.Client(headers=AUTH, timeout=60)
     try:
+        client.base_url = httpx.URL(f"http://127.0.0.1:{listening_port(process)}")  # the OS picked it
         deadline = time.monotonic() + 60
         while True:
             assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ import nbformat
 import pytest
 from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
+from ports import listening_port
 
 pytestmark = pytest.mark.kernel
 
@@ -29,24 +29,16 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 MODEL_KEY = "model-secret-durable"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class ServeProcess:
-    """``kernel-agent serve`` in its own process, on a free port, until killed or terminated."""
+    """``kernel-agent serve`` in its own process, on port 0 (the OS picks), until killed or terminated."""
 
     def __init__(self, data_dir: Path, model_url: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "KERNEL_AGENT_SERVER_KEYS": KEY, "OPENAI_API_KEY": MODEL_KEY}
         command = [
             str(Path(sys.executable).parent / "kernel-agent"),
             "serve",
             "--port",
-            str(self.port),
+            "0",
             "--data-dir",
             str(data_dir),
             "--model",
@@ -58,6 +50,12 @@ class ServeProcess:
         ]
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the process; closed in stop()
         self.process = subprocess.Popen(command, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            self.port = listening_port(self.process)
+        except RuntimeError:
+            self.stop()
+            raise RuntimeError(f"kernel-agent serve did not start:\n{self.output()}") from None
+        self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
         while True:
             try:

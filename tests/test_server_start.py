@@ -7,13 +7,14 @@ import asyncio
 import http.client
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from ports import listening_port
 
 from kernel_agent.server.run import DeferredApp
 
@@ -150,12 +151,6 @@ def test_an_app_whose_start_up_fails_is_never_served() -> None:
     asyncio.run(scenario())
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _get(port: int, path: str) -> tuple[int, dict] | None:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
@@ -169,7 +164,6 @@ def _get(port: int, path: str) -> tuple[int, dict] | None:
 
 
 def test_kernel_agent_serve_answers_health_then_serves_and_stops_cleanly(tmp_path: Path) -> None:
-    port = _free_port()
     process = subprocess.Popen(
         [
             sys.executable,
@@ -178,7 +172,7 @@ def test_kernel_agent_serve_answers_health_then_serves_and_stops_cleanly(tmp_pat
             "serve",
             "--no-auth",
             "--port",
-            str(port),
+            "0",
             "--data-dir",
             str(tmp_path / "data"),
             "--model",
@@ -190,6 +184,7 @@ def test_kernel_agent_serve_answers_health_then_serves_and_stops_cleanly(tmp_pat
         stderr=subprocess.PIPE,
     )
     try:
+        port = listening_port(process)  # the OS picked it: it stays this server's
         deadline = time.monotonic() + 60
         while (health := _get(port, "/health")) is None:
             assert process.poll() is None and time.monotonic() < deadline
