@@ -11,7 +11,7 @@ export CHROMIUM
 
 LINTED := kernel_agent tests bench
 
-.PHONY: demo demo-plan lint test test-parallel test-fast bench install clean chromium bubblewrap r-kernel postgresql docs screenshots
+.PHONY: demo demo-plan lint test test-fast bench install clean chromium bubblewrap r-kernel postgresql docs screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -96,12 +96,11 @@ test: lint docs $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
 	$(BIN)/python bench/run.py --smoke
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
-# Opt-in: the suite over pytest-xdist workers, each module on one worker (tests/workers.py), each worker
-# with its own temp root, servers and ports. `make test` stays serial unless PYTEST_WORKERS is set.
-PYTEST_WORKERS ?=
-PYTEST_PARALLEL := $(if $(PYTEST_WORKERS),-n $(PYTEST_WORKERS) --dist loadgroup)
-test-parallel:
-	$(MAKE) test PYTEST_WORKERS=2
+# The suite over two pytest-xdist workers, each module whole on one worker (`--dist loadfile`: its
+# module-scoped servers start once), each worker with its own temp root, servers and ports.
+# PYTEST_WORKERS=1 runs it serially, in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 
 # The docs site (mkdocs.yml, docs/), built strictly: a broken link, a missing reference or a warning fails.
 # Offline: the theme fetches no fonts and the pages load no outside script. The `docs` extra comes with `test`.

@@ -17,7 +17,7 @@ from traitlets.config import Config
 if TYPE_CHECKING:
     from gateway import KernelGateway
 
-pytest_plugins = ["leaks", "tiers", "browser", "workers"]
+pytest_plugins = ["leaks", "tiers", "browser"]
 
 
 @pytest.fixture
