@@ -1,10 +1,12 @@
-"""A real PostgreSQL for tests: Debian's server binaries, ``initdb`` in a temp dir, on a free loopback
-port, as an unprivileged user when we are root (PostgreSQL refuses to run as root).
+"""A real PostgreSQL for tests: Debian's server binaries, ``initdb`` in a temp dir, listening on a Unix
+socket in that dir only (no TCP port: a port found free and closed again could be taken before the server,
+or while it is down between ``stop()`` and ``start()``, binds it), as an unprivileged user when we are root
+(PostgreSQL refuses to run as root).
 
 Usage::
 
     with PostgresServer() as postgres:
-        Store(data_dir, postgres.url)          # postgresql://test@127.0.0.1:PORT/kernel_agent
+        Store(data_dir, postgres.url)          # postgresql://test@/kernel_agent?host=/tmp/…/pg-test-…
 
 ``close()`` stops the server (fast shutdown) and removes its folder; ``stop()``/``start()`` take it
 down and up again on the same data (what a lost database looks like to the service).
@@ -17,12 +19,12 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 __all__ = ["PostgresServer", "postgres_binaries"]
 
@@ -48,10 +50,7 @@ class PostgresServer:
         self.bin = postgres_binaries()
         self.folder = Path(tempfile.mkdtemp(prefix="pg-test-"))
         self.data = self.folder / "data"
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"postgresql://test@127.0.0.1:{self.port}/kernel_agent"
+        self.url = self.database_url("kernel_agent")
         self.process: subprocess.Popen[bytes] | None = None
         self._as: dict[str, Any] = {}
         if os.geteuid() == 0:  # PostgreSQL will not run as root: its own system user, else nobody
@@ -68,7 +67,7 @@ class PostgresServer:
         try:
             self._run("initdb", "-D", str(self.data), "-U", "test", "--auth=trust", "--no-sync", "-E", "UTF8")
             self.start()
-            self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "test", "kernel_agent")
+            self._run("createdb", "-h", str(self.folder), "-U", "test", "kernel_agent")
         except BaseException:
             self.close()
             raise
@@ -86,8 +85,12 @@ class PostgresServer:
 
     def database(self, name: str) -> str:
         """Create another empty database ``name`` and return its URL."""
-        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "test", name)
-        return self.url.rsplit("/", 1)[0] + "/" + name
+        self._run("createdb", "-h", str(self.folder), "-U", "test", name)
+        return self.database_url(name)
+
+    def database_url(self, name: str) -> str:
+        """The URL of database ``name`` on this server (through its socket)."""
+        return f"postgresql://test@/{name}?host={quote(str(self.folder), safe='')}"
 
     def start(self) -> None:
         """Start the server on its data and wait until it takes connections."""
@@ -98,12 +101,10 @@ class PostgresServer:
                     str(self.bin / "postgres"),
                     "-D",
                     str(self.data),
-                    "-p",
-                    str(self.port),
                     "-k",
                     str(self.folder),
                     "-c",
-                    "listen_addresses=127.0.0.1",
+                    "listen_addresses=",
                     "-c",
                     "fsync=off",
                     "-c",
@@ -116,12 +117,7 @@ class PostgresServer:
                 **self._as,
             )
         deadline = time.monotonic() + 60
-        while (
-            subprocess.run(
-                [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port), "-q"], timeout=30
-            ).returncode
-            != 0
-        ):
+        while subprocess.run([str(self.bin / "pg_isready"), "-h", str(self.folder), "-q"], timeout=30).returncode != 0:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("PostgreSQL did not start: " + (self.folder / "postgres.log").read_text()[-2000:])
             time.sleep(0.1)
