@@ -93,7 +93,7 @@ lint: $(STAMP)
 # lint and the strict docs build first, then the bench's smoke run (each part once, tiny sizes: fails only when a part raises),
 # then the suite.
 test: lint docs $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
-	$(BIN)/python bench/run.py --smoke
+	$(BIN)/python bench/run.py --smoke --jobs 2
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 # The suite over two pytest-xdist workers, each module whole on one worker (`--dist loadfile`: its

@@ -43,7 +43,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import psutil
 from report import Row, Scale, median, scaled
 
 import kernel_agent
@@ -138,10 +138,13 @@ def cli(quick: bool) -> list[Row]:
     return rows
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def _listening(process: subprocess.Popen[bytes]) -> int | None:
+    """The port ``process`` (started with ``--port 0``) listens on, or None while it listens on none."""
+    try:
+        connections = psutil.Process(process.pid).net_connections("tcp")
+    except psutil.NoSuchProcess:  # it exited: the caller's poll() says how
+        return None
+    return next((c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN), None)
 
 
 def _answered(port: int, path: str) -> bool:
@@ -167,15 +170,14 @@ def _stopped(process: subprocess.Popen[bytes], argv: list[str], signalled: bool 
 
 def _serve_ready(environment: dict[str, str], root: Path, extra: tuple[str, ...] = (), path: str = "/health") -> float:
     """Seconds from spawning ``kernel-agent serve`` to its first 200 on ``path``."""
-    port = _free_port()
     argv = [
         *_cli(),
         "serve",
         "--no-auth",
         "--port",
-        str(port),
+        "0",  # the OS picks a free port and it stays ours: read back from the process once it listens
         "--data-dir",
-        str(root / f"serve-{port}"),
+        str(root / f"serve-{time.monotonic_ns()}"),
         "--model",
         "bench-model",
         "--base-url",
@@ -185,7 +187,8 @@ def _serve_ready(environment: dict[str, str], root: Path, extra: tuple[str, ...]
     started = time.perf_counter()
     process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        while not _answered(port, path):
+        port = None
+        while (port := port or _listening(process)) is None or not _answered(port, path):
             if process.poll() is not None:
                 raise AssertionError(f"{argv} exited {process.returncode} before answering")
             time.sleep(0.002)  # polling resolution, not a wait for anything in particular

@@ -1,6 +1,6 @@
 """Run the benchmarks and print one table (``make bench``).
 
-    .venv/bin/python bench/run.py [--quick | --smoke] [--only NAME]... [--markdown]
+    .venv/bin/python bench/run.py [--quick | --smoke] [--only NAME]... [--jobs N] [--markdown]
 
 Not a test: nothing here asserts a timing; the table says what met its
 target. ``BENCHMARKS`` is the registry: each entry names a module in this
@@ -14,6 +14,11 @@ that raises is reported, the others still run, and the exit code is 1.
 ``--smoke`` (``make test``) runs every part once at tiny sizes: it fails only
 when a part raises or leaks, never on a number (its numbers mean nothing).
 
+``--jobs N`` runs the benchmark modules in N processes at once (each module
+whole in one process, the costliest first) and prints their rows in registry
+order: ``make test`` runs the smoke with two. The numbers of such a run share
+the machine, so quote those of a run with one job.
+
 A module whose parts share something costly (a JupyterLab, a browser) starts it
 at its first use and exposes ``close()``: the runner calls it after the
 module's last selected part, and again (a no-op then) when the run ends.
@@ -22,11 +27,15 @@ module's last selected part, and again (a no-op then) when the run ends.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import dataclasses
 import datetime
 import importlib
+import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +73,10 @@ BENCHMARKS = [
 FAILED_EXIT = 1
 LEAK_EXIT = 3
 
+# With --jobs, modules start costliest first (their smoke seconds, quiet, 2026-11-27), so no long one
+# starts last and runs alone; the rest follow in registry order.
+COSTLIEST_FIRST = ["bench_startup", "bench_jupyter", "bench_session", "bench_kernels", "bench_seccomp", "bench_mcp"]
+
 Part = Callable[[Scale], list[Row]]
 
 
@@ -72,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     scale = Scale.SMOKE if args.smoke else Scale.QUICK if args.quick else Scale.FULL
     modules = [importlib.import_module(name) for name in BENCHMARKS]
     selected = _select(modules, args.only or [])
-    print(_machine(args.markdown), flush=True)
+    if args.rows_out is None:
+        print(_machine(args.markdown), flush=True)
+    if args.jobs > 1 and len({module for *_, module in selected}) > 1:
+        return _in_processes(args, selected)
     scratch = tempfile.mkdtemp(prefix="ka-bench-tmp-")
     tempfile.tempdir = scratch  # every session's runtime dir lands here, where we can check it
     rows: list[Row] = []
@@ -95,16 +111,52 @@ def main(argv: list[str] | None = None) -> int:
         tempfile.tempdir = None
         leaks = _leaks(Path(scratch))
         shutil.rmtree(scratch, ignore_errors=True)
-    print()
-    print(render(rows, markdown=args.markdown))
-    missed = [row.metric for row in rows if row.passed is False and scale is not Scale.SMOKE]
-    print(f"\n{len(rows)} rows; {len(missed)} targets missed" + (f": {missed}" if missed else "") + f"; load {_load()}")
+    if args.rows_out is not None:  # one of --jobs' processes: the parent prints the table
+        Path(args.rows_out).write_text(json.dumps([dataclasses.asdict(row) for row in rows]), encoding="utf-8")
+    else:
+        _table(rows, scale, args.markdown)
     if failed:
         print(f"FAILED parts (no rows): {failed}", file=sys.stderr)
     if leaks:
         print(f"LEAK: {leaks}", file=sys.stderr)
         return LEAK_EXIT
     return FAILED_EXIT if failed else 0
+
+
+def _table(rows: list[Row], scale: Scale, markdown: bool) -> None:
+    print()
+    print(render(rows, markdown=markdown))
+    missed = [row.metric for row in rows if row.passed is False and scale is not Scale.SMOKE]
+    print(f"\n{len(rows)} rows; {len(missed)} targets missed" + (f": {missed}" if missed else "") + f"; load {_load()}")
+
+
+def _in_processes(args: argparse.Namespace, selected: list[tuple[str, Part, ModuleType]]) -> int:
+    """Run ``selected`` as one child process per module, ``--jobs`` at a time; print their rows in registry
+    order. The exit code is the worst child's (a leak over a failed part)."""
+    scale = Scale.SMOKE if args.smoke else Scale.QUICK if args.quick else Scale.FULL
+    by_module: dict[str, list[str]] = {}
+    for label, _, module in selected:
+        by_module.setdefault(module.__name__, []).append(label)
+    order = sorted(by_module, key=lambda name: COSTLIEST_FIRST.index(name) if name in COSTLIEST_FIRST else 99)
+    sizes = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
+    scratch = Path(tempfile.mkdtemp(prefix="ka-bench-rows-"))
+
+    def one(name: str) -> tuple[int, list[Row]]:
+        out = scratch / f"{name}.json"
+        only = [flag for label in by_module[name] for flag in ("--only", label)]
+        command = [sys.executable, str(Path(__file__).resolve()), *sizes, *only, "--rows-out", str(out)]
+        code = subprocess.run(command, stdout=subprocess.DEVNULL, check=False).returncode
+        rows = [Row(**row) for row in json.loads(out.read_text(encoding="utf-8"))] if out.exists() else []
+        return code, rows
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            results = dict(zip(order, pool.map(one, order), strict=True))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _table([row for name in by_module for row in results[name][1]], scale, args.markdown)
+    codes = {code for code, _ in results.values()}
+    return LEAK_EXIT if LEAK_EXIT in codes else FAILED_EXIT if codes - {0} else 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,7 +172,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="run one benchmark (e.g. session) or one part (roundtrip, session.timeout); repeatable",
     )
+    parser.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="run the modules in N processes at once (make test: 2)"
+    )
     parser.add_argument("--markdown", action="store_true", help="print a markdown table (for bench/README.md)")
+    parser.add_argument("--rows-out", metavar="FILE", help=argparse.SUPPRESS)  # a --jobs process's rows, as JSON
     return parser
 
 
