@@ -1,4 +1,4 @@
-"""Pytest plugin: one real browser for the whole session (Debian's chromium through Playwright).
+"""Pytest plugin: one real browser per module (Debian's chromium through Playwright).
 
 Browser downloads are not possible on these machines, so Playwright drives the
 system chromium by ``executable_path`` (``$CHROMIUM``, default /usr/bin/chromium;
@@ -8,9 +8,10 @@ records console errors, page errors and every requested URL (``PageLog``), and
 may save a screenshot under tests/artifacts/ (ignored by git).
 
 Playwright's sync API keeps its event loop marked as running on the main thread
-while the browser is open, which breaks ``asyncio.run`` in other tests; so the
-browser tests run last (``pytest_collection_modifyitems``), after which the
-session's browser opens once and stays open.
+while the browser is open, which breaks ``asyncio.run`` in every test after it;
+so the browser (and Playwright with it) lives for one module only, and whatever
+runs next on that process, in any order (pytest-xdist hands out modules
+largest first), finds no loop running.
 """
 
 from __future__ import annotations
@@ -39,11 +40,6 @@ FLAGS = [
 ]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the browser tests to the end, keeping every other order as collected."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
-
-
 def chromium_path() -> str:
     path = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     if not (Path(path).is_file() and os.access(path, os.X_OK)):
@@ -55,9 +51,9 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """One headless chromium for the session, with a fresh profile removed afterwards."""
+    """One headless chromium for the module, with a fresh profile removed afterwards."""
     from playwright.sync_api import sync_playwright
 
     executable = chromium_path()
