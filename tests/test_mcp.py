@@ -8,9 +8,12 @@ by their working directory (the workspace), which holds inside the sandbox too.
 from __future__ import annotations
 
 import base64
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -294,6 +297,30 @@ def test_a_kernel_started_ahead_and_never_used_is_shut_down(tmp_path: Path) -> N
     with open_stdio(stdio_params(workspace), tmp_path / "server.log"):
         assert wait_for_a_kernel(workspace)
     assert wait_until_gone(workspace) == []
+
+
+def test_a_client_that_stops_the_server_while_its_kernel_starts_finds_nothing_left(tmp_path: Path) -> None:
+    """The SDK's client closes stdin, waits 2 s, sends SIGTERM and SIGKILLs 2 s later. The kernel started
+    ahead may still be starting then (on a loaded machine it can take longer; this one never answers):
+    the SIGTERM kills it at once, so the server removes its runtime dir before the SIGKILL, which would
+    leave it behind (the first loaded run of issue 36 found one)."""
+    spec = tmp_path / "jupyter" / "kernels" / "never-ready"
+    spec.mkdir(parents=True)
+    kernel = {"argv": ["sh", "-c", "sleep 120", "{connection_file}"], "display_name": "x", "language": "python"}
+    (spec / "kernel.json").write_text(json.dumps(kernel))
+    runtime = Path(tempfile.mkdtemp(prefix="rt-"))  # short: a kernel's ipc sockets live under it
+    params = stdio_params(tmp_path / "ws", "--kernel", "never-ready")
+    params.env = {**(params.env or {}), "TMPDIR": str(runtime), "JUPYTER_PATH": str(tmp_path / "jupyter")}
+    try:
+        with open_stdio(params, tmp_path / "server.log"):
+            deadline = time.monotonic() + 60
+            while not list(runtime.glob("kernel-agent-*")):  # the kernel's start is under way
+                assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+                time.sleep(0.05)  # polling another process's progress
+        assert list(runtime.iterdir()) == []
+        assert "1 kernel(s) killed at once" in (tmp_path / "server.log").read_text()
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def test_sandbox_flags_reach_the_kernel(tmp_path: Path) -> None:

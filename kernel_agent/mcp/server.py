@@ -314,12 +314,21 @@ def serve(options: McpOptions, session_factory: SessionBuilder | None = None) ->
 
 
 async def _until_signal(run: Any) -> None:
-    """Await ``run()``; a SIGTERM or SIGINT cancels it, so the connections' exit stacks close the kernels."""
+    """Await ``run()``; a SIGTERM or SIGINT cancels it, so the connections' exit stacks close the kernels.
+
+    The signal also kills our kernels at once: it comes when the client wants us gone now (an MCP
+    client closes stdin, waits 2 s, sends SIGTERM, and SIGKILLs 2 s later), maybe while a kernel is
+    still starting or shutting down gracefully after stdin closed; the closes then end promptly and
+    remove their runtime dirs, which a SIGKILL would leave behind."""
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
                 async for _ in received:
+                    from ..kernel.providers.local import kill_local_kernels
+
+                    if killed := kill_local_kernels():
+                        log.warning("stopped by a signal: %d kernel(s) killed at once, closing", killed)
                     group.cancel_scope.cancel()
                     return
 

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
@@ -44,6 +45,7 @@ __all__ = [
     "AttachedProvider",
     "LocalProvider",
     "attached_provider",
+    "kill_local_kernels",
     "local_provider",
     "runtime_root",
     "sweep_stale_runtime_dirs",
@@ -88,6 +90,19 @@ def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
             _remove_runtime_dir(folder)
             removed.append(folder)
     return removed
+
+
+# Providers whose kernel process may be running: what kill_local_kernels() reaches.
+_LIVE: weakref.WeakSet[LocalProvider] = weakref.WeakSet()
+
+
+def kill_local_kernels() -> int:
+    """Kill at once every kernel process this process started and has not closed yet; return how many
+    were signalled. For a process told to stop (SIGTERM) while it closes its kernels the polite way:
+    a graceful shutdown (or a start still under way) then ends as soon as the kernel is gone, and each
+    provider's ``close()`` still removes its runtime dir, which a kill after the stop's grace would
+    leave behind. Synchronous (signals only, no I/O); raises nothing."""
+    return sum(provider.kill_now() for provider in list(_LIVE))
 
 
 def _make_runtime_dir() -> Path:
@@ -200,13 +215,16 @@ class LocalProvider:
     async def _start(self) -> dict[str, Any]:
         env = await in_thread(self._prepare_start)
         assert self.manager is not None and self._workspace is not None
+        _LIVE.add(self)
         try:
             await self.manager.start_kernel(
                 cwd=str(self._workspace), env=env, stdout=subprocess.DEVNULL, stderr=self._stderr_file
             )
             self.client = self.manager.client()
             bound_messages(self.client, self._max_message_bytes)
-            self.client.start_channels()
+            # No heartbeat: the process says whether the kernel lives (is_alive), and stopping a heartbeat
+            # thread whose kernel has died blocks the loop for a second (its socket's linger).
+            self.client.start_channels(hb=False)
             self.guard = MessageGuard(self.client, self._max_message_bytes)
             self.guard.start()
             return await self._wait_ready()
@@ -329,6 +347,19 @@ class LocalProvider:
             return self.confinement.describe_exit(returncode)
         return f"exit code {returncode}"
 
+    def kill_now(self) -> bool:
+        """SIGKILL the kernel's process group, if it runs; True when a signal was sent. ``close()``
+        cleans up afterwards as after any death. Synchronous; raises nothing."""
+        provisioner = getattr(self.manager, "provisioner", None)  # jupyter_client's LocalProvisioner
+        process = getattr(provisioner, "process", None)
+        if process is None or process.poll() is not None:
+            return False
+        try:  # the kernel leads a process group of its own (bwrap and what it runs): all of it
+            os.killpg(getattr(provisioner, "pgid", None) or process.pid, signal.SIGKILL)
+        except OSError:
+            return False
+        return True
+
     def _returncode(self) -> int | None:
         provisioner = getattr(self.manager, "provisioner", None)  # jupyter_client's LocalProvisioner
         process = getattr(provisioner, "process", None)
@@ -366,6 +397,7 @@ class LocalProvider:
     def _clean_up(self) -> None:
         """The kernel is gone: kill what it left behind, drop its cgroup, close its log, remove its
         runtime dir. Blocking; idempotent."""
+        _LIVE.discard(self)
         if self.confinement is not None:
             self.confinement.release()
         if self._stderr_file is not None:
