@@ -51,7 +51,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-import psutil
 from report import Row, Scale, median, scaled
 
 import kernel_agent
@@ -61,6 +60,7 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 from openai_server import OpenAIServer, Reply  # noqa: E402 (the tests' scripted model server)
+from ports import listening_now  # noqa: E402 (the tests' port helpers)
 
 NAME = "startup"
 
@@ -138,15 +138,6 @@ def cli(quick: bool) -> list[Row]:
     return rows
 
 
-def _listening(process: subprocess.Popen[bytes]) -> int | None:
-    """The port ``process`` (started with ``--port 0``) listens on, or None while it listens on none."""
-    try:
-        connections = psutil.Process(process.pid).net_connections("tcp")
-    except psutil.NoSuchProcess:  # it exited: the caller's poll() says how
-        return None
-    return next((c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN), None)
-
-
 def _answered(port: int, path: str) -> bool:
     """True once the server on ``port`` answers ``path`` with 200; False while nothing listens."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -188,7 +179,7 @@ def _serve_ready(environment: dict[str, str], root: Path, extra: tuple[str, ...]
     process = subprocess.Popen(argv, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         port = None
-        while (port := port or _listening(process)) is None or not _answered(port, path):
+        while (port := port or next(iter(listening_now(process)), None)) is None or not _answered(port, path):
             if process.poll() is not None:
                 raise AssertionError(f"{argv} exited {process.returncode} before answering")
             time.sleep(0.002)  # polling resolution, not a wait for anything in particular

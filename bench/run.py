@@ -81,14 +81,17 @@ Part = Callable[[Scale], list[Row]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, not {args.jobs}")
     scale = Scale.SMOKE if args.smoke else Scale.QUICK if args.quick else Scale.FULL
     modules = [importlib.import_module(name) for name in BENCHMARKS]
     selected = _select(modules, args.only or [])
     if args.rows_out is None:
         print(_machine(args.markdown), flush=True)
     if args.jobs > 1 and len({module for *_, module in selected}) > 1:
-        return _in_processes(args, selected)
+        return _in_processes(args, scale, selected)
     scratch = tempfile.mkdtemp(prefix="ka-bench-tmp-")
     tempfile.tempdir = scratch  # every session's runtime dir lands here, where we can check it
     rows: list[Row] = []
@@ -130,15 +133,14 @@ def _table(rows: list[Row], scale: Scale, markdown: bool) -> None:
     print(f"\n{len(rows)} rows; {len(missed)} targets missed" + (f": {missed}" if missed else "") + f"; load {_load()}")
 
 
-def _in_processes(args: argparse.Namespace, selected: list[tuple[str, Part, ModuleType]]) -> int:
+def _in_processes(args: argparse.Namespace, scale: Scale, selected: list[tuple[str, Part, ModuleType]]) -> int:
     """Run ``selected`` as one child process per module, ``--jobs`` at a time; print their rows in registry
     order. The exit code is the worst child's (a leak over a failed part)."""
-    scale = Scale.SMOKE if args.smoke else Scale.QUICK if args.quick else Scale.FULL
     by_module: dict[str, list[str]] = {}
     for label, _, module in selected:
         by_module.setdefault(module.__name__, []).append(label)
     order = sorted(by_module, key=lambda name: COSTLIEST_FIRST.index(name) if name in COSTLIEST_FIRST else 99)
-    sizes = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
+    sizes = {Scale.SMOKE: ["--smoke"], Scale.QUICK: ["--quick"]}.get(scale, [])
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-rows-"))
 
     def one(name: str) -> tuple[int, list[Row]]:

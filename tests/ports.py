@@ -32,13 +32,11 @@ def listening_port(process: subprocess.Popen[Any], seconds: float = 90.0, host: 
     """The TCP port ``process`` (a server started on port 0) listens on at ``host``, once it listens. Fails
     when it exits first, when it listens on more than one port there, or after ``seconds`` (a start bound on
     a loaded 2-core machine, not a wait that makes a test pass)."""
-    server = psutil.Process(process.pid)
     deadline = time.monotonic() + seconds
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode} before it listened")
-        listening = [c.laddr for c in server.net_connections("tcp") if c.status == psutil.CONN_LISTEN]
-        ports = {address.port for address in listening if address.ip == host}
+        ports = listening_now(process, host)
         if len(ports) == 1:
             return ports.pop()
         if ports:
@@ -46,3 +44,12 @@ def listening_port(process: subprocess.Popen[Any], seconds: float = 90.0, host: 
         if time.monotonic() > deadline:
             raise RuntimeError(f"the server did not listen within {seconds:.0f} s")
         time.sleep(0.05)  # polling a server another process is starting
+
+
+def listening_now(process: subprocess.Popen[Any], host: str = "127.0.0.1") -> set[int]:
+    """The TCP ports ``process`` listens on at ``host`` now, without waiting (none once it has exited)."""
+    try:
+        connections = psutil.Process(process.pid).net_connections("tcp")
+    except psutil.NoSuchProcess:
+        return set()
+    return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN and c.laddr.ip == host}

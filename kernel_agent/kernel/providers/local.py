@@ -350,8 +350,7 @@ class LocalProvider:
     def kill_now(self) -> bool:
         """SIGKILL the kernel's process group, if it runs; True when a signal was sent. ``close()``
         cleans up afterwards as after any death. Synchronous; raises nothing."""
-        provisioner = getattr(self.manager, "provisioner", None)  # jupyter_client's LocalProvisioner
-        process = getattr(provisioner, "process", None)
+        provisioner, process = self._process()
         if process is None or process.poll() is not None:
             return False
         try:  # the kernel leads a process group of its own (bwrap and what it runs): all of it
@@ -361,9 +360,13 @@ class LocalProvider:
         return True
 
     def _returncode(self) -> int | None:
-        provisioner = getattr(self.manager, "provisioner", None)  # jupyter_client's LocalProvisioner
-        process = getattr(provisioner, "process", None)
-        return getattr(process, "returncode", None)
+        return getattr(self._process()[1], "returncode", None)
+
+    def _process(self) -> tuple[Any, subprocess.Popen[bytes] | None]:
+        """jupyter_client's ``LocalProvisioner`` and the kernel's ``Popen`` (None before a start or after
+        the provisioner let it go)."""
+        provisioner = getattr(self.manager, "provisioner", None)
+        return provisioner, getattr(provisioner, "process", None)
 
     def log_tail(self, lines: int = 5) -> str:
         """The last lines the kernel wrote to stderr, for an error message ("" when none)."""
