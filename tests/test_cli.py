@@ -182,7 +182,7 @@ def test_sandbox_flags_reach_the_kernel_and_off_is_loud(openai_server: OpenAISer
     )
     events = [json.loads(line) for line in offline.stdout.splitlines()]
     started = next(event for event in events if event["event"] == "run_started")
-    assert started["confinement"].startswith("sandbox: bubblewrap (strict); seccomp filter kernel-agent/1 (")
+    assert started["confinement"].startswith("sandbox: bubblewrap (strict); seccomp filter kernel-agent/2 (")
     assert "; no nested user namespaces; network: off; memory: 5,000 MB" in started["confinement"]
     assert (
         next(e for e in events if e["event"] == "execution_finished")["result"]["stdout"] == "ConnectionRefusedError\n"

@@ -133,6 +133,29 @@ def test_namespaces_clone3_personality_vsock_and_terminal_rules(shipped: bytes) 
     assert run_bpf(shipped, ioctl, args=(0, 0x5401)) == ALLOW  # TCGETS
 
 
+HIGH_BITS = (1 << 32, 0xFFFFFFFF << 32, 1 << 63)
+
+
+def test_every_refused_argument_is_refused_with_high_bits_set(shipped: bytes) -> None:
+    """Linux reads an int argument's low 32 bits; seccomp hands the filter all 64. A rule that compared 64
+    bits let ``socket((1 << 32) | AF_VSOCK)`` through (issue 48): each refused value, dressed up, still is."""
+    clone, unshare, personality = number("clone"), number("unshare"), number("personality")
+    socket, ioctl = number("socket"), number("ioctl")
+    refused = [(socket, (40, 1, 0)), (ioctl, (0, 0x5412)), (ioctl, (0, 0x541C)), (unshare, (0x80,))]
+    for flag in (0x20000, 0x02000000, 0x04000000, 0x08000000, CLONE_NEWUSER, 0x20000000, CLONE_NEWNET):
+        refused += [(clone, (flag | 0x11,)), (unshare, (flag,))]
+    for flag in (0x0040000, 0x0100000, 0x0200000, 0x0400000, 0x0800000, 0x8000000):
+        refused.append((personality, (flag,)))
+    allowed = [(socket, (1, 1, 0)), (socket, (2, 1, 0)), (ioctl, (0, 0x5401)), (personality, (0,))]
+    for high in HIGH_BITS:
+        for nr, (first, *rest) in refused:
+            assert run_bpf(shipped, nr, args=(high | first, *rest)) == EPERM, (nr, hex(high | first))
+        for nr, (first, *rest) in allowed:  # the mask does not turn an allowed value into a refused one
+            assert run_bpf(shipped, nr, args=(high | first, *rest)) == ALLOW, (nr, hex(high | first))
+        # the argument Linux reads as a pointer-sized value stays whole: ioctl's third
+        assert run_bpf(shipped, ioctl, args=(high, 0x5401, high)) == ALLOW
+
+
 def test_32_bit_entry_is_refused(shipped: bytes) -> None:
     for nr in (1, 20, 120, 172):  # i386: exit, getpid, clone, prctl
         assert run_bpf(shipped, nr, arch=AUDIT_I386) == EPERM
@@ -278,12 +301,15 @@ def test_each_refused_call_fails_with_eperm_from_model_code(confined: KernelSess
         print('clone3', errno_of({number("clone3")}, 0, 0))
         print('personality', errno_of({number("personality")}, 0x0040000))
         print('vsock', errno_of({number("socket")}, 40, 1, 0))
+        print('vsock-high', errno_of({number("socket")}, (1 << 32) | 40, 1, 0))  # Linux reads the int: 40
+        print('tiocsti-high', errno_of({number("ioctl")}, 0, (1 << 32) | 0x5412, 0))
         print('x32-getpid', errno_of(39 | {X32_BIT}))
         """,
     )
     seen = dict(line.split() for line in out.splitlines())
     assert {name: seen[name] for name in calls} == dict.fromkeys(calls, "EPERM")
-    expected = {"unshare-user", "unshare-net", "clone-user", "personality", "vsock", "x32-getpid"}
+    expected = {"unshare-user", "unshare-net", "clone-user", "personality", "vsock", "vsock-high", "tiocsti-high"}
+    expected.add("x32-getpid")
     assert {name: seen[name] for name in expected} == dict.fromkeys(expected, "EPERM")
     assert seen["clone3"] == "ENOSYS"
 

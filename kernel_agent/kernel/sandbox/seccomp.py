@@ -58,7 +58,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-FILTER_ID = "kernel-agent/1"  # bump with any change to the rules
+FILTER_ID = "kernel-agent/2"  # bump with any change to the rules
 SECCOMP_FD = 3  # the descriptor the program reaches bwrap on (``Confinement.launch_prefix`` opens it there)
 _HERE = Path(__file__).resolve().parent
 
@@ -174,6 +174,11 @@ _WEAK_ASLR = {  # linux/personality.h
     "ADDR_LIMIT_3GB": 0x8000000,
 }
 _AF_VSOCK = 40
+# seccomp hands a filter all 64 bits of each argument; Linux reads an ``int`` argument (socket's family,
+# ioctl's request) as its low 32. A rule on such a value compares those bits only, or ``(1 << 32) | 40``
+# passes the filter and still makes an AF_VSOCK socket. Flag rules (clone, unshare, personality) test
+# single low bits, which the high ones cannot hide.
+_INT_BITS = 0xFFFFFFFF
 _TERMINAL_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
 
 _INSTALL_HINT = (
@@ -259,9 +264,9 @@ def compile_filter() -> Program:
     rules.add_rule(refuse, "unshare", sc.Arg(0, sc.MASKED_EQ, _CLONE_NEWTIME, _CLONE_NEWTIME))
     for flag in _WEAK_ASLR.values():
         rules.add_rule(refuse, "personality", sc.Arg(0, sc.MASKED_EQ, flag, flag))
-    rules.add_rule(refuse, "socket", sc.Arg(0, sc.EQ, _AF_VSOCK))
+    rules.add_rule(refuse, "socket", sc.Arg(0, sc.MASKED_EQ, _INT_BITS, _AF_VSOCK))
     for request in _TERMINAL_IOCTLS.values():
-        rules.add_rule(refuse, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+        rules.add_rule(refuse, "ioctl", sc.Arg(1, sc.MASKED_EQ, _INT_BITS, request))
     memory = os.memfd_create("kernel-agent-seccomp", os.MFD_CLOEXEC)
     try:
         with os.fdopen(memory, "w+b", closefd=False) as out:
