@@ -316,7 +316,9 @@ def test_kernelspec_install_into_a_prefix(tmp_path: Path) -> None:
 
     assert result.exit_code == 0
     spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / "kernel-agent" / "kernel.json").read_text())
-    assert spec["argv"][1:3] == ["-m", "kernel_agent.kernel.inside.launcher"]
+    assert spec["argv"][1] == "-I" and spec["argv"][3] == "kernel_agent.kernel.inside.launcher"
+    assert spec["argv"][2].endswith("/kernel_agent/_boot.py") and Path(spec["argv"][2]).is_absolute()
+    assert spec["argv"][4:6] == ["-f", "{connection_file}"]
 
 
 # -- signals ------------------------------------------------------------------------------------------

@@ -92,6 +92,8 @@ SHARED = {
     "_loop",
     "_net",
     "_nbformat",
+    "_python",
+    "_boot",
     "_version",
 }
 BELOW_FRONT_ENDS = SHARED | {"kernel", "model", "notebook", "agent", "demo"}
@@ -103,6 +105,8 @@ ALLOWED = {
     "_loop": set(),
     "_net": set(),
     "_nbformat": set(),
+    "_python": set(),  # the one rule for starting a Python process
+    "_boot": set(),  # the script it starts: imports nothing of ours itself
     "errors": set(),
     "result": {"errors"},
     "records": {"errors", "result"},

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from planting import plant
 
 from kernel_agent.cli import cli
 from kernel_agent.errors import ConfigError
 from kernel_agent.kernel.python_env import probe_python, require_setup_packages
+from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session_sync import KernelSession
 
 pytestmark = pytest.mark.kernel
@@ -60,6 +62,21 @@ def test_the_kernel_runs_the_other_environment_confined(other: Path, tmp_path: P
     # an agent run's setup cell needs pandas, numpy, matplotlib: said before any model call
     with pytest.raises(ConfigError, match=r"matplotlib, numpy, pandas not installed in .*pip install matplotlib"):
         require_setup_packages(str(other))
+
+
+def test_a_launcher_planted_in_the_workspace_never_runs_in_the_other_environment(other: Path, tmp_path: Path) -> None:
+    """Issue 48: the other interpreter runs our launcher isolated, by its path in the session's own folder;
+    the workspace (its current folder) full of planted modules and a ``kernel_agent/`` is never imported,
+    before or after the kernel killed itself and was started again."""
+    marker = plant(tmp_path / "ws")
+    limits = Limits(max_file_mb=7)
+    with KernelSession(tmp_path / "ws", python=str(other), limits=limits) as session:
+        check = "import resource\nprint(resource.getrlimit(resource.RLIMIT_FSIZE)[1] >> 20)"
+        assert session.execute(check).stdout == "7\n"
+        assert session.execute("import os\nos._exit(1)").status == "died"
+        assert session.execute(check).stdout == "7\n"
+        assert session.execute("import env_marker\nenv_marker.WHERE").result_text == "'the other environment'"
+    assert not marker.exists()
 
 
 def test_an_environment_without_what_we_need_is_a_clear_error_before_any_model_call(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from openai import OpenAI
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent import AsyncKernelSession, KernelSession, PythonTool
+from kernel_agent._python import BOOT
 from kernel_agent.kernel.kernelspec import KERNEL_NAME, install_kernelspec, kernelspec_dir
 
 pytestmark = pytest.mark.kernel
@@ -105,4 +106,5 @@ def test_kernelspec_install_names_this_interpreter(tmp_path: Path) -> None:
     where = install_kernelspec(prefix=str(tmp_path))
     manifest = json.loads((where / "kernel.json").read_text())
     assert manifest["argv"][0] == sys.executable and Path(sys.executable).is_absolute()
-    assert manifest["argv"][1:3] == ["-m", "kernel_agent.kernel.inside.launcher"]
+    # isolated, by absolute path: a kernel_agent/ planted in the notebook's folder is never the launcher
+    assert manifest["argv"][1:4] == ["-I", str(BOOT), "kernel_agent.kernel.inside.launcher"]

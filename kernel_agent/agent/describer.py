@@ -21,10 +21,10 @@ import atexit
 import json
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
+from .._python import NEUTRAL_CWD, python_argv
 from ..errors import DataFileError
 from ..kernel.sandbox.environment import kernel_environment
 from .describe_worker import CPU_SECONDS, MEMORY_BYTES, WALL_SECONDS
@@ -36,6 +36,7 @@ BUDGET_NOTE = (
     f"not read: larger than the description budget ({MEMORY_BYTES >> 20} MB of memory, {CPU_SECONDS} s of CPU); "
     "read it in the kernel, in parts"
 )
+_WORKER = "kernel_agent.agent.describe_worker"
 _START_SECONDS = 120.0  # the zygote imports pandas and pyarrow: seconds on a loaded machine
 # One thread each for BLAS and Arrow in the zygote: no thread pool exists when it forks.
 _THREADS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_THREAD_LIMIT": "1"}
@@ -151,13 +152,8 @@ class _Zygote:
         try:
             with theirs:
                 self._process = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "kernel_agent.agent.describe_worker",
-                        str(theirs.fileno()),
-                        *map(str, self._limits),
-                    ],
+                    python_argv(_WORKER, str(theirs.fileno()), *map(str, self._limits)),
+                    cwd=NEUTRAL_CWD,  # and isolated: nothing of the caller's folder (a workspace?) is imported
                     pass_fds=(theirs.fileno(),),
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,

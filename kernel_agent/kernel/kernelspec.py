@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.paths import jupyter_path
 
+from .._python import python_argv
 from ..errors import ConfigError, KernelChoiceError
 from ..records import PYTHON3_KERNELSPEC
 from .inside.launcher import EXEC_FLAG
@@ -46,6 +47,7 @@ __all__ = [
     "kernel_spec_manager",
     "kernelspec_dir",
     "launch_spec",
+    "launcher_argv",
 ]
 
 KERNEL_NAME = "kernel-agent"
@@ -78,7 +80,7 @@ def install_kernelspec(*, user: bool = False, prefix: str | None = None) -> Path
         spec = Path(staging) / KERNEL_NAME
         shutil.copytree(kernelspec_dir() / KERNEL_NAME, spec)
         manifest = json.loads((spec / "kernel.json").read_text(encoding="utf-8"))
-        manifest["argv"][0] = sys.executable
+        manifest["argv"] = launcher_argv(manifest["argv"], sys.executable)
         (spec / "kernel.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         try:
             where = KernelSpecManager().install_kernel_spec(
@@ -196,6 +198,14 @@ def _program_paths(program: str, resource_dir: str) -> tuple[Path, ...]:
     return tuple(sorted(p for p in found if not str(p).startswith(("/usr/", "/etc/"))))
 
 
+def launcher_argv(spec_argv: list[str], interpreter: str, package_root: Path | None = None) -> list[str]:
+    """Our kernelspec's command (``python -m <launcher> ARGS``) as we start it: the launcher by the absolute
+    path of our boot script under ``interpreter``, isolated (``_python.python_argv``), then ``ARGS``.
+    ``package_root``: the folder that holds the ``kernel_agent`` to run (another environment's, ``--python``)."""
+    args = spec_argv[spec_argv.index(LAUNCHER) + 1 :] if LAUNCHER in spec_argv else spec_argv[1:]
+    return python_argv(LAUNCHER, *args, interpreter=interpreter, package_root=package_root)
+
+
 def _write_filter(folder: Path) -> Path:
     """The sandbox's compiled system-call filter, written into ``folder`` (the kernel's launch spec), for
     the launch prefix to open. Raises ``SandboxUnavailableError`` when there is none to be had here."""
@@ -204,25 +214,34 @@ def _write_filter(folder: Path) -> Path:
     return program
 
 
-def launch_spec(folder: Path, choice: KernelChoice, confinement: Confinement, view: SandboxView) -> Path:
+def launch_spec(
+    folder: Path,
+    choice: KernelChoice,
+    confinement: Confinement,
+    view: SandboxView,
+    package_root: Path | None = None,
+) -> Path:
     """Write ``folder/<name>/kernel.json``: the chosen kernel, launched confined; return ``folder``.
 
-    The command becomes ``[cgroup join, filter open] [pasta_launch ... --] [bwrap ... --] <the kernel's
-    argv>`` (``pasta_launch`` when the network is on; the one shell that joins the cgroups also opens
-    the system-call filter, written beside ``kernel.json``, on the descriptor bwrap loads it from),
-    where a Python kernel's argv is our launcher under its interpreter and another kernel's is our
-    launcher's ``--exec`` before its own command; a sandboxed kernel is interrupted by message (a
-    SIGINT to bwrap would not reach it). Raises ``SandboxUnavailableError`` (strict mode, no working
+    The command becomes ``[cgroup join, filter open] [pasta_launch ... --] [bwrap ... --] <the kernel's argv>``
+    (``pasta_launch`` when the network is on; the one shell that joins the cgroups also opens the system-call
+    filter, written beside ``kernel.json``, on the descriptor bwrap loads it from), where a Python kernel's argv is
+    our launcher under its interpreter (``package_root``: the folder holding the ``kernel_agent`` it imports, for
+    another environment) and another kernel's is our launcher's ``--exec`` before its own command (each isolated, by
+    absolute path: ``launcher_argv``); a sandboxed kernel is interrupted by message (a SIGINT to bwrap would not
+    reach it).
+    Raises ``SandboxUnavailableError`` (strict mode, no working
     bwrap or no system-call filter).
     """
     spec = kernel_spec_manager().get_kernel_spec(KERNEL_NAME)
     manifest = spec.to_dict()
     if choice.command:
-        argv = [sys.executable, "-m", LAUNCHER, EXEC_FLAG, *choice.command]
+        argv = python_argv(LAUNCHER, EXEC_FLAG, *choice.command)
         manifest.update(display_name=choice.display_name, language=choice.language, interrupt_mode="signal")
     else:
         argv = [arg.replace("{resource_dir}", spec.resource_dir) for arg in spec.argv]
-        argv[0] = choice.python.executable if choice.python is not None else sys.executable
+        interpreter = choice.python.executable if choice.python is not None else sys.executable
+        argv = launcher_argv(argv, interpreter, package_root if choice.python is not None else None)
     manifest["env"] = {**manifest.get("env", {}), **dict(choice.env)}
     target = folder / KERNEL_NAME
     target.mkdir(parents=True)

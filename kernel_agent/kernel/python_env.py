@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._python import NEUTRAL_CWD, code_argv
 from ..errors import ConfigError
 
 __all__ = ["PythonEnvironment", "inside_path", "probe_python", "require_setup_packages"]
@@ -64,7 +65,9 @@ def probe_python(path: str) -> PythonEnvironment:
             "/opt/conda/envs/x/bin/python)"
         )
     try:
-        done = subprocess.run([executable, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            code_argv(executable, _PROBE), cwd=NEUTRAL_CWD, capture_output=True, text=True, timeout=60, check=False
+        )
         facts = json.loads(done.stdout)
     except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
         raise ConfigError(f"--python {path} did not answer as a Python interpreter: {exc}") from exc
@@ -94,8 +97,9 @@ def require_setup_packages(path: str) -> PythonEnvironment:
 
 def inside_path(folder: Path) -> Path:
     """A folder in ``folder`` (a session's runtime dir) holding only ``kernel_agent`` as a link to our
-    package: on the other interpreter's path it imports our in-kernel code (``kernel/inside/``, standard
-    library only) and nothing else of the agent's environment."""
+    package: the other interpreter runs our launcher through it (``_python.python_argv``'s
+    ``package_root``), importing our in-kernel code (``kernel/inside/``, standard library only) and
+    nothing else of the agent's environment."""
     target = folder / "pythonpath"
     target.mkdir(exist_ok=True)
     link = target / "kernel_agent"

@@ -1,13 +1,15 @@
 """The kernel process entry point named by our kernelspec, and the rlimits it applies.
 
-``python -m kernel_agent.kernel.inside.launcher -f CONNECTION_FILE [ipykernel options]``:
-take the session's limits (``KERNEL_AGENT_LIMITS``) out of the environment,
-lower this process's rlimits to them (``confine``), then become an ordinary
-ipykernel in the same process. ``... launcher --exec ARGV...`` does the same for any other
-kernelspec's command (IRkernel, another environment's ipykernel): confine, then ``execvp`` it, so
-the limits hold in that kernel too (rlimits survive ``exec``). It already runs inside the sandbox and its
-cgroup (``sandbox/bwrap.py``, ``sandbox/limits.Confinement.launch_prefix``): namespaces
-are bwrap's job, not ours. Exit code 97 means a requested limit could not be
+``python -I /abs/kernel_agent/_boot.py kernel_agent.kernel.inside.launcher -f CONNECTION_FILE [ipykernel options]``
+(``_python.python_argv``: isolated, so nothing in the workspace, the kernel's current folder, is imported before the
+limits hold; a launcher the code planted there is never the one that runs): take the session's limits
+(``KERNEL_AGENT_LIMITS``) out of the environment, lower this process's rlimits to them (``confine``), then become an
+ordinary ipykernel in the same process, with ``PYTHONPATH``'s absolute entries (which ``-I`` ignored) on its path.
+``... launcher --exec ARGV...`` does the same for any other kernelspec's command (IRkernel, another environment's
+ipykernel): confine, then ``execvp`` it, so the limits hold in that kernel too (rlimits survive ``exec``). It
+already runs inside the sandbox and its cgroup (``sandbox/bwrap.py``, ``sandbox/limits.Confinement.launch_prefix``):
+namespaces are bwrap's job, not ours.
+Exit code 97 means a requested limit could not be
 set; the reason is on stderr (the session's ``kernel.log``). What each limit
 means is ``sandbox/limits.py``'s docstring; what is handed over, ``handover.py``.
 """
@@ -44,9 +46,17 @@ def main(argv: list[str] | None = None) -> None:
         except (OSError, IndexError) as exc:
             sys.stderr.write(f"kernel-agent launcher: cannot start the kernel {command[:1]}: {exc}\n")
             sys.exit(CONFINEMENT_FAILED + 1)
+    _honour_pythonpath(os.environ.get("PYTHONPATH", ""))
     from ipykernel.kernelapp import launch_new_instance
 
     launch_new_instance(argv=args)
+
+
+def _honour_pythonpath(value: str) -> None:
+    """The user's ``PYTHONPATH`` (absolute entries only: a relative one names the workspace), after the
+    limits hold, where Python would have put it: before the standard library."""
+    entries = [entry for entry in value.split(os.pathsep) if os.path.isabs(entry) and entry not in sys.path]
+    sys.path[1:1] = entries
 
 
 def read_env(environ: MutableMapping[str, str]) -> tuple[Rlimits, bool]:

@@ -198,7 +198,6 @@ class LocalProvider:
         extra = {**self._env_extra, **self.confinement.env}
         if self.choice.python is not None:  # its own packages; ours only for the in-kernel code
             self._inside_path = inside_path(self._runtime_dir)
-            extra["PYTHONPATH"] = str(self._inside_path)
         self.manager = self._manager(self._runtime_dir, self._workspace)
         env = kernel_environment(extra=extra, allow=self._allow_env)
         return self.manager, env
@@ -253,6 +252,7 @@ class LocalProvider:
                 read_only=protected_files(workspace),
                 extra_read=self._extra_read(),
             ),
+            package_root=self._inside_path,
         )
         manager = AsyncKernelManager(
             kernel_name=KERNEL_NAME,

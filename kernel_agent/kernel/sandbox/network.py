@@ -20,9 +20,9 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+from ..._python import script_argv
 from ...errors import SandboxUnavailableError
 from . import pasta_launch
 
@@ -44,7 +44,7 @@ _INSTALL_HINT = (
 def network_prefix(tools: NetworkTools) -> list[str]:
     """What goes before ``bwrap ...`` so the sandbox gets its own network behind pasta, fenced off this machine
     (``tools``: ``require_pasta``'s)."""
-    return [sys.executable, "-I", "-S", str(Path(pasta_launch.__file__)), *tools, "--"]
+    return script_argv(pasta_launch.__file__, *tools, "--", site=False)  # standard library only
 
 
 def require_pasta(bwrap: Path) -> NetworkTools:
