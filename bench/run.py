@@ -68,6 +68,7 @@ BENCHMARKS = [
     "bench_jupyter",
     "bench_eval",
     "bench_describe",
+    "bench_host_python",
 ]
 
 FAILED_EXIT = 1
