@@ -9,7 +9,8 @@ describer and boot script, ``sitecustomize``/``usercustomize``), each writing a 
 the describer (and a control: the old ``-m`` start writes the marker), the interpreter probe of
 ``--python``, the kernel's launcher (our Python, with its network behind pasta, and R's, both with a
 restart after the kernel killed itself, its rlimits still in force), and the CLI's whole run from a
-colleague's folder (``run -w .`` with its data file there). The marker is never written.
+colleague's folder (``run -w .`` with its data file there, ``resume`` of it, ``plan --demo``). The marker
+is never written.
 """
 
 from __future__ import annotations
@@ -244,8 +245,29 @@ def test_an_r_kernel_starts_and_restarts_clean_in_a_planted_workspace(tmp_path: 
 
 
 # ------------------------------------------------------------------ the CLI, run from a colleague's folder
+def cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real ``kernel-agent`` command, started in ``folder``."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("kernel-agent")), *args],
+        cwd=folder,
+        env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def printed(notebook: Path) -> list[str]:
+    return [
+        "".join(output.get("text", ""))
+        for cell in json.loads(notebook.read_text())["cells"]
+        for output in cell.get("outputs", [])
+    ]
+
+
 @pytest.mark.kernel
-def test_a_run_from_a_colleagues_planted_folder_imports_nothing_there(
+def test_run_resume_and_plan_from_a_colleagues_planted_folder_import_nothing_there(
     openai_server: OpenAIServer, tmp_path: Path
 ) -> None:
     folder = tmp_path / "colleague"
@@ -255,24 +277,17 @@ def test_a_run_from_a_colleagues_planted_folder_imports_nothing_there(
         Reply("Kill it.", tool_calls=(python_call("import os\nos._exit(1)"),)),
         Reply("Total.", tool_calls=(python_call("print(pd.read_csv('sales.csv').revenue.sum())"),)),
         Reply("Revenue totals 30."),
+        Reply("Double.", tool_calls=(python_call("print(2 * pd.read_csv('sales.csv').revenue.sum())"),)),
+        Reply("Twice the revenue is 60."),
     )
-    cli = Path(sys.executable).with_name("kernel-agent")
-    done = subprocess.run(
-        [str(cli), "run", "Total revenue", "--model", "m", "--base-url", openai_server.base_url]
-        + ["--protocol", "tools", "--data", "sales.csv", "-w", ".", "--out", "../run.ipynb", "--quiet"],
-        cwd=folder,
-        env={**os.environ, "OPENAI_API_KEY": "sk-test"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    model = ["--model", "m", "--base-url", openai_server.base_url, "--protocol", "tools", "--quiet"]
+    done = cli(folder, "run", "Total revenue", *model, "--data", "sales.csv", "-w", ".", "--out", "../run.ipynb")
     assert done.returncode == 0, done.stderr
-    printed = [
-        "".join(output.get("text", ""))
-        for cell in json.loads((tmp_path / "run.ipynb").read_text())["cells"]
-        for output in cell.get("outputs", [])
-    ]
-    assert "30\n" in printed  # after the kernel killed itself and was started again from that folder
+    assert "30\n" in printed(tmp_path / "run.ipynb")  # after the kernel killed itself and was started again
     assert "revenue" in json.dumps(openai_server.requests[0])  # the describer described sales.csv
+    done = cli(folder, "resume", "../run.ipynb", "Twice that?", *model, "-w", ".")
+    assert done.returncode == 0, done.stderr
+    assert "60\n" in printed(tmp_path / "run.ipynb")
+    done = cli(folder, "plan", "--demo", "-w", "plan-ws", "-o", "../plan.ipynb")
+    assert done.returncode == 0, done.stderr
     assert not marker.exists()
