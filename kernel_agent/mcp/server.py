@@ -211,10 +211,12 @@ def _add_file_tools(server: MCPServer, benches: Workbenches, max_side: int) -> N
     async def list_files(ctx: Context, folder: str = ".") -> str:
         bench = benches.get(ctx)
         with edge():
-            found, total = await in_thread(files.list_files, bench.workspace, folder)
+            found, total, unwalked = await in_thread(files.list_files, bench.workspace, folder)
         lines = [f"{entry.path}  ({entry.size} bytes)" for entry in found]
         if total > len(found):
             lines.append(f"[{total - len(found)} more files not listed]")
+        if unwalked is not None:
+            lines.append(f"[the listing is partial: {unwalked}]")
         return "\n".join(lines) or "the folder is empty"
 
     @server.tool(
