@@ -413,16 +413,16 @@ class _Walk:
         seen = 0
         with self.door._root_fd() as root_fd:
             os.close(self.door._open_at(root_fd, self.start, _DIR, self.folder))  # refused or missing: raised
-            pending = [self.start]
-            held: list[tuple[list[str], int]] = [([], root_fd)]  # the folders above the one read now, opened
+            pending = [("/".join(self.start), 0)]  # (path, depth below the start): folders still to read
+            held = [("", root_fd)]  # the folders above the one read now, opened (the root's first)
             try:
                 while pending:
-                    parts = pending.pop()
-                    while len(held) > 1 and held[-1][0] != parts[: len(held[-1][0])]:
+                    path, depth = pending.pop()
+                    while len(held) > 1 and not path.startswith(held[-1][0] + "/"):
                         os.close(held.pop()[1])
-                    entries, fd = self._read(held[-1], parts)
+                    entries, fd = self._read(held[-1], path)
                     if fd is not None:
-                        held.append((parts, fd))
+                        held.append((path, fd))
                         if len(held) > _HELD + 1:  # the nearest ones are kept: the next folder is under them
                             os.close(held.pop(1)[1])
                     folders = []
@@ -431,28 +431,27 @@ class _Walk:
                         if seen > self.bounds.entries:
                             self._note(f"it holds more than {self.bounds.entries:,} entries, more than a walk reads")
                             return
-                        path = "/".join((*parts, name))
-                        yield path, info
+                        inner = f"{path}/{name}" if path else name
+                        yield inner, info
                         if stat.S_ISDIR(info.st_mode):
-                            if len(parts) - len(self.start) >= self.bounds.depth:
-                                self._note(f"its folders nest deeper than {self.bounds.depth} ({path!r})")
+                            if depth >= self.bounds.depth:
+                                self._note(f"its folders nest deeper than {self.bounds.depth} ({inner!r})")
                             else:
-                                folders.append([*parts, name])
+                                folders.append((inner, depth + 1))
                     pending.extend(reversed(folders))  # read in name order
             finally:
-                for _parts, fd in held[1:]:
+                for _path, fd in held[1:]:
                     os.close(fd)
 
-    def _read(
-        self, above: tuple[list[str], int], parts: list[str]
-    ) -> tuple[list[tuple[str, os.stat_result]], int | None]:
-        """The entries of the folder ``parts`` (hidden ones left out unless asked), each with its lstat, in
+    def _read(self, above: tuple[str, int], path: str) -> tuple[list[tuple[str, os.stat_result]], int | None]:
+        """The entries of the folder ``path`` (hidden ones left out unless asked), each with its lstat, in
         name order, and its fd (the caller's to close; None when it failed). It is opened from ``above``,
         the nearest folder over it still open, by the rest of its name path, no link followed. Whatever
         fails is noted."""
-        relative = "/".join(parts) or "."
+        relative = path or "."
+        rest = path[len(above[0]) + 1 :] if above[0] else path
         try:
-            fd = self.door._open_at(above[1], parts[len(above[0]) :], _DIR, relative)
+            fd = self.door._open_at(above[1], rest.split("/") if rest else [], _DIR, relative)
         except (OSError, WorkspaceFileError) as exc:
             self._note(f"the folder {relative!r} could not be read ({_why(exc)})")
             return [], None
@@ -464,7 +463,7 @@ class _Walk:
                 try:
                     entries.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
                 except OSError as exc:
-                    self._note(f"{'/'.join((*parts, name))!r} could not be read ({_why(exc)})")
+                    self._note(f"{f'{path}/{name}' if path else name!r} could not be read ({_why(exc)})")
             return entries, fd
         except OSError as exc:
             os.close(fd)
