@@ -100,7 +100,7 @@ def artifacts(quick: bool) -> list[Row]:
         door = Door(root)
 
         def through_door() -> int:
-            return len(door.listing()[0])
+            return len(door.listing().files)
 
         def walk_and_stat() -> int:
             found = {}

@@ -62,6 +62,7 @@ BENCHMARKS = [
     "bench_kernels",
     "bench_stream",
     "bench_door",
+    "bench_walk",
     "bench_safe",
     "bench_startup",
     "bench_languages",

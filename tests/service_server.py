@@ -1,4 +1,5 @@
-"""A real kernel-agent service for tests: uvicorn on a free 127.0.0.1 port, in a background thread.
+"""A real kernel-agent service for tests: uvicorn on a free 127.0.0.1 port, in a background thread, its
+connections bounded as ``serve`` bounds them (``connections.uvicorn_options``).
 
 Usage (module scope, with the scripted model server of ``openai_server.py`` as its model)::
 
@@ -20,6 +21,7 @@ import uvicorn
 
 from kernel_agent.server.app import create_app
 from kernel_agent.server.config import ServerConfig
+from kernel_agent.server.connections import uvicorn_options
 
 __all__ = ["ServiceServer"]
 
@@ -42,7 +44,9 @@ class ServiceServer:
         self.socket.bind(("127.0.0.1", 0))
         self.port = self.socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        server_config = uvicorn.Config(create_app(self.config), log_level="warning", lifespan="on")
+        server_config = uvicorn.Config(
+            create_app(self.config), log_level="warning", lifespan="on", **uvicorn_options(self.config.connections)
+        )
         self.server = uvicorn.Server(server_config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 

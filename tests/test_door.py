@@ -98,14 +98,14 @@ def test_listing_and_usage_never_follow_links(mode: str, place: tuple[Path, Path
     (workspace / "link.txt").symlink_to(outside / "secret.txt")
     (workspace / ".hidden").write_text("h")
     gate = Door(workspace)
-    listing, total = gate.listing()
-    assert set(listing) == {"sub/data.txt"} and total == 1
-    assert set(gate.listing(hidden=True)[0]) == {"sub/data.txt", ".hidden"}
-    assert gate.listing("sub")[0] == listing
+    found = gate.listing()
+    assert set(found.files) == {"sub/data.txt"} and found.total == 1 and not found.partial
+    assert set(gate.listing(hidden=True).files) == {"sub/data.txt", ".hidden"}
+    assert gate.listing("sub").files == found.files
     with pytest.raises(WorkspaceFileError):
         gate.listing("linkdir")
-    used, stopped = gate.usage(limit=1000)
-    assert used > 0 and not stopped
+    used, unwalked = gate.usage()
+    assert used > 0 and unwalked is None
     assert gate.entry_kind("link.txt") == "link" and gate.entry_kind("sub") == "dir"
     assert gate.entry_kind("sub/data.txt") == "file" and gate.entry_kind("nope") is None
 
@@ -382,3 +382,106 @@ def test_the_rule_sees_plain_file_io(tmp_path: Path) -> None:
         "os.path.exists",
         ".mkdir()",
     ]
+
+
+# --- the walk: bounded descriptors, never a quiet skip (issue 48) ---------------------------------------
+
+CHILD = r"""
+import json, os, resource, sys
+from kernel_agent.kernel import door as door_module
+from kernel_agent.kernel.door import Door
+from kernel_agent.agent.quota import over_quota, workspace_usage
+door_module._WALK_ONLY = sys.argv[2] == "walk"
+root, limit = sys.argv[1], 256
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+base = len(os.listdir("/proc/self/fd"))
+most = 0
+for _ in door_module._Walk(Door(root), ".", hidden=True, bounds=door_module.WalkBounds()):
+    most = max(most, len(os.listdir("/proc/self/fd")) - base)
+used, unwalked = workspace_usage(root)
+found = Door(root).listing()
+starved = []
+for free in range(1, 14):  # the process out of descriptors but for a few: the walk says so, or is whole
+    held = []
+    try:
+        while True:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError:
+        pass
+    for fd in held[len(held) - free:]:
+        os.close(fd)
+    del held[len(held) - free:]
+    try:
+        seen = Door(root).usage()
+        starved.append([seen[0], seen[1]])
+    except OSError as exc:
+        starved.append([None, exc.strerror])
+    for fd in held:
+        os.close(fd)
+print(json.dumps({"most": most, "used": used, "unwalked": unwalked, "files": sorted(found.files),
+                  "partial": found.partial, "over": over_quota(used, 2), "starved": starved}))
+"""
+
+
+def test_more_empty_folders_than_descriptors_hide_nothing_from_the_quota_or_the_listing(
+    mode: str, tmp_path: Path
+) -> None:
+    # 1,000 empty folders under a 256-descriptor limit, then 3 MB past a 2 MB quota below and after them:
+    # the walk before issue 48 held a descriptor per pending folder, ran out, and skipped the files.
+    import json
+    import subprocess
+    import sys
+
+    workspace = tmp_path / "workspace"
+    for n in range(1000):
+        (workspace / f"d{n:04}").mkdir(parents=True)
+    for name in ("d0500/a.bin", "d0999/b.bin", "zz/deep/c.bin"):
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_bytes(os.urandom(1 << 20))
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(workspace), mode], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["most"] <= door_module._HELD + 3  # descriptors held at once, whatever the width
+    assert seen["unwalked"] is None and seen["used"] >= 3 << 20
+    assert seen["over"] is not None and "quota of 2 MB" in seen["over"]
+    assert seen["files"] == ["d0500/a.bin", "d0999/b.bin", "zz/deep/c.bin"] and not seen["partial"]
+    whole = [used for used, why in seen["starved"] if why is None]
+    said = [why for used, why in seen["starved"] if why is not None]
+    assert all(used >= 3 << 20 for used in whole)  # a walk that says nothing counted every byte
+    assert said and all("Too many open files" in why for why in said)  # and one that could not, said why
+
+
+def test_a_tree_past_the_walks_bounds_says_so(mode: str, tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.joinpath(*(f"n{level}" for level in range(8))).mkdir(parents=True)
+    (workspace / "n0" / "n1" / "n2" / "n3" / "n4" / "n5" / "n6" / "n7" / "deep.txt").write_text("x")
+    for n in range(60):
+        (workspace / f"wide{n}").mkdir()
+    gate = Door(workspace)
+    assert gate.usage()[1] is None and "n0/n1/n2/n3/n4/n5/n6/n7/deep.txt" in gate.listing().files
+    deep = gate.listing(bounds=door_module.WalkBounds(depth=5))
+    assert deep.partial and "nest deeper than 5" in (deep.unwalked or "")
+    assert not any(path.endswith("deep.txt") for path in deep.files)
+    wide = gate.usage(bounds=door_module.WalkBounds(entries=50))
+    assert wide[1] is not None and "more than 50 entries" in wide[1]
+    from kernel_agent.agent.quota import unmeasured, workspace_usage
+
+    used, why = workspace_usage(workspace, bounds=door_module.WalkBounds(entries=50))
+    assert why is not None and "disk quota" in unmeasured(why) and "more than 50 entries" in unmeasured(why)
+
+
+def test_a_folder_the_walk_cannot_open_is_named_not_skipped(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, _ = place
+    if os.geteuid() == 0:
+        pytest.skip("root opens a folder whatever its mode")
+    (workspace / "locked").mkdir()
+    (workspace / "locked" / "big.bin").write_bytes(b"x" * 4096)
+    (workspace / "locked").chmod(0)
+    try:
+        used, unwalked = Door(workspace).usage()
+        assert unwalked is not None and "'locked'" in unwalked and "Permission denied" in unwalked
+        assert Door(workspace).listing().partial
+    finally:
+        (workspace / "locked").chmod(0o755)

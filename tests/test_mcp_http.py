@@ -102,6 +102,8 @@ def test_a_foreign_host_or_origin_is_refused_even_with_the_key(
     assert foreign.status_code == 421
     crossed = httpx.post(url, json=hello, headers={**headers, "Origin": "http://attacker.example"}, timeout=30)
     assert crossed.status_code == 403
+    other_port = httpx.post(url, json=hello, headers={**headers, "Origin": "http://localhost:9999"}, timeout=30)
+    assert other_port.status_code == 403  # another program's page on this machine is another origin
     ours = httpx.post(url, json=hello, headers={**headers, "Origin": f"http://localhost:{port}"}, timeout=30)
     assert ours.status_code == 200
 

@@ -80,8 +80,8 @@ def test_reading_listing_and_writing_files(tmp_path: Path) -> None:
     assert files.read_file(tmp_path, "sub/data.bin").kind == "binary"
     with pytest.raises(WorkspaceFileError, match="not valid base64"):
         files.write_file(tmp_path, "bad.bin", "***", "base64")
-    listed, total = files.list_files(tmp_path, limit=1)
-    assert total == 2 and [e.path for e in listed] == ["long.txt"]
+    listed, total, unwalked = files.list_files(tmp_path, limit=1)
+    assert total == 2 and [e.path for e in listed] == ["long.txt"] and unwalked is None
 
 
 def test_the_cli_refuses_a_missing_data_file(tmp_path: Path) -> None:

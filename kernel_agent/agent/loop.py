@@ -50,7 +50,7 @@ from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback
 from .preparation import Opening, now
 from .protocols import Feedback, Protocol
-from .quota import over_quota, workspace_usage
+from .quota import over_quota, unmeasured, workspace_usage
 from .staging import DataStaging
 
 __all__ = ["Ask", "Rounds"]
@@ -175,7 +175,7 @@ class Rounds:
                 f"({self.session.limits.describe()})"
             )
         if self.staging is None or self.staging.recorded:  # else measured once the record's copies are in
-            self.baseline = await self._disk_usage()
+            self.baseline, _ = await self._disk_usage()  # a count not whole stops the run at its next check
         stop: StopReason | None = None
         try:
             async with aclosing(self._rounds()) as rounds:  # closing this stream stops the code too
@@ -334,6 +334,8 @@ class Rounds:
         artifacts = await self.session.files.changes(before, exclude, after=after)
         self.listing = after
         yield ExecutionFinished(index, result, artifacts)
+        if after.partial is not None:  # the files listed may not be all the round wrote: said, never hidden
+            yield Notice(f"round {index}: the list of files written is partial: {after.partial}", round=index)
         feedback = self.protocol.feedback_messages(step, self._feedback(result, artifacts, step.problem))
         self.feedback_at.append(range(len(self.messages), len(self.messages) + len(feedback)))
         self.messages.extend(feedback)
@@ -357,19 +359,24 @@ class Rounds:
         baseline, which counts them. When they failed, ``staging.record_error`` says why (raised once the
         round is saved)."""
         if self.staging is not None and await self.staging.record():
-            self.baseline = await self._disk_usage()
+            self.baseline, _ = await self._disk_usage()  # a count not whole stops the run at its next check
 
-    async def _disk_usage(self) -> int:
+    async def _disk_usage(self) -> tuple[int, str | None]:
+        """Bytes the workspace takes, and why that count is not whole (None: it is)."""
         if not self.config.kernel.disk_quota_mb:
-            return 0
+            return 0, None
         exclude = (self.notebook, clean_path(self.notebook))
         return await asyncio.to_thread(workspace_usage, self.workspace, exclude)
 
     async def _over_quota(self) -> str | None:
-        """Why the run must stop for the disk quota, or None (also when it is off)."""
+        """Why the run must stop for the disk quota, or None (also when it is off). A workspace the walk
+        could not count whole stops it too: a count it never finished is no proof of staying under."""
         if not self.config.kernel.disk_quota_mb:
             return None
-        return over_quota(await self._disk_usage() - self.baseline, self.config.kernel.disk_quota_mb)
+        used, unwalked = await self._disk_usage()
+        if unwalked is not None:
+            return unmeasured(unwalked)
+        return over_quota(used - self.baseline, self.config.kernel.disk_quota_mb)
 
     async def _save(self) -> None:
         self.run = replace(self.run, notebook_path=self.notebook)

@@ -599,6 +599,30 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     help="On SIGTERM: seconds the runs in flight get to finish (no new runs meanwhile) before they are stopped.",
 )
 @click.option(
+    "--header-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10,
+    show_default=True,
+    metavar="S",
+    help="Seconds a request's line and headers may take in all; then its connection is closed (slow clients).",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30,
+    show_default=True,
+    metavar="S",
+    help="Seconds without a byte while a request's body is read; then its connection is closed.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    metavar="N",
+    help="Connections open at once; one more is answered 503 and closed (keep it under the open-file limit).",
+)
+@click.option(
     "--database",
     envvar="KERNEL_AGENT_DATABASE",
     metavar="URL",
@@ -626,6 +650,9 @@ def serve(
     database: str | None,
     lease_ttl: float,
     drain_grace: float,
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
     log_format: str,
     **options: Any,
 ) -> None:
@@ -637,7 +664,7 @@ def serve(
     from ..agent.config import NO_MODEL_HELP, AgentConfig
 
     with _edge():
-        from ..server.config import ServerConfig, check_host, load_keys
+        from ..server.config import ConnectionLimits, ServerConfig, check_host, load_keys
         from ..server.origins import served_hosts
         from ..server.run import serve as run_server
 
@@ -670,6 +697,9 @@ def serve(
             database=database,
             lease_ttl=lease_ttl,
             drain_grace=drain_grace,
+            connections=ConnectionLimits(
+                header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
+            ),
         )
         run_server(config, host, port, log_format)  # type: ignore[arg-type]  # click.Choice gave one of its names
 

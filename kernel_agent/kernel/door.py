@@ -12,7 +12,12 @@ a path inside a workspace goes through here, and nothing here trusts a check mad
   ``O_NONBLOCK`` keeps a FIFO from hanging the open), and read, streamed or written through that fd;
 * a write goes to a temp file with a random name, created with ``O_EXCL``, then renamed over the
   entry in the same directory fd (a planted link is replaced, never written through);
-* listings (artifacts, quota) walk directory fds with ``scandir`` and never descend through a link.
+* listings (artifacts, quota) walk the tree with ``scandir``, one folder at a time, each opened from the
+  root's fd by the same no-link open and closed before the next: two descriptors at most, whatever the
+  tree's width or depth (21,000 empty folders once held one each, hit the open-file limit and hid what
+  lay below them). A walk never skips quietly: a folder it cannot open, an entry it cannot stat, more
+  than ``MAX_ENTRIES`` entries or folders more than ``MAX_DEPTH`` deep, and its result says why it is
+  not whole (``Found.unwalked``, ``usage``'s second value); the disk quota then stops the run.
 
 The host's own records (notebooks in both views, a plan's state, report and figures, HTML pages) go
 through here too, by ``write_record`` and ``read_record``: a record's folder is the user's choice, but
@@ -36,15 +41,30 @@ import secrets
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
 
 from ..errors import WorkspaceFileError
 
-__all__ = ["CHUNK", "Door", "Listing", "read_record", "write_record", "write_records"]
+__all__ = [
+    "CHUNK",
+    "MAX_DEPTH",
+    "MAX_ENTRIES",
+    "Door",
+    "Found",
+    "Listing",
+    "WalkBounds",
+    "read_record",
+    "write_record",
+    "write_records",
+]
 
 CHUNK = 1024 * 1024
 Listing = dict[str, tuple[int, int]]  # relative path -> (size, mtime_ns), the shape of workspace snapshots
+MAX_ENTRIES = 1_000_000  # entries one walk reads: past it a listing is partial and the disk quota stops the run
+MAX_DEPTH = 256  # folders deep one walk descends (a path that deep is ~1 KB even with 2-letter names)
+_HELD = 8  # folders a walk keeps open above the one it reads (so a deep tree is not re-resolved from the root)
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -312,61 +332,152 @@ class Door:
         return "file" if stat.S_ISREG(info.st_mode) else "dir" if stat.S_ISDIR(info.st_mode) else "other"
 
     # ------------------------------------------------------------------ listing
-    def listing(self, folder: str = ".", *, hidden: bool = False, limit: int = 100_000) -> tuple[Listing, int]:
+    def listing(
+        self, folder: str = ".", *, hidden: bool = False, limit: int = 100_000, bounds: WalkBounds | None = None
+    ) -> Found:
         """Regular files under ``folder`` (recursive; links and what they lead to are not listed, hidden
-        names skipped unless ``hidden``): relative path (to the root) -> (size, mtime_ns), at most
-        ``limit`` of them; and how many there were in all."""
+        names skipped unless ``hidden``): at most ``limit`` of them, how many there were in all, and why the
+        walk did not see every entry (``Found.unwalked``; ``Found.partial`` says either). Raises
+        ``WorkspaceFileError`` for a ``folder`` refused, ``FileNotFoundError``/``OSError`` for one not opened."""
         found: Listing = {}
         total = 0
-        for path, info in self._walk(folder, hidden=hidden):
+        walk = _Walk(self, folder, hidden=hidden, bounds=bounds or WalkBounds())
+        for path, info in walk:
             if stat.S_ISREG(info.st_mode):
                 total += 1
                 if len(found) < limit:
                     found[path] = (info.st_size, info.st_mtime_ns)
-        return found, total
+        return Found(found, total, walk.unwalked)
 
-    def usage(self, limit: int, exclude: frozenset[str] = frozenset()) -> tuple[int, bool]:
+    def usage(
+        self, exclude: frozenset[str] = frozenset(), *, bounds: WalkBounds | None = None
+    ) -> tuple[int, str | None]:
         """Bytes the entries under the root take on disk (folders themselves and ``exclude``, relative
-        paths, left out; links counted, never followed), and whether the walk stopped at ``limit`` entries."""
-        total = count = 0
-        for path, info in self._walk(".", hidden=True):
-            count += 1
-            if count >= limit:
-                return total, True
+        paths, left out; links counted, never followed), and why the walk did not see every entry (None: it
+        did, the count is whole). Raises ``FileNotFoundError``/``OSError`` when the root cannot be opened."""
+        total = 0
+        walk = _Walk(self, ".", hidden=True, bounds=bounds or WalkBounds())
+        for path, info in walk:
             if not stat.S_ISDIR(info.st_mode) and path not in exclude:
                 total += info.st_blocks * 512
-        return total, False
+        return total, walk.unwalked
 
-    def _walk(self, folder: str, *, hidden: bool) -> Iterator[tuple[str, os.stat_result]]:
-        parts = [] if folder in ("", ".") else plain_parts(folder)
-        with self._root_fd() as root_fd:
-            start = self._open_at(root_fd, parts, _DIR, folder)
-        stack = [(start, "/".join(parts))]
-        try:
-            while stack:
-                fd, prefix = stack.pop()
-                try:
-                    with os.scandir(fd) as entries:
-                        listed = sorted(entries, key=lambda entry: entry.name)
-                    for entry in listed:
-                        if not hidden and entry.name.startswith("."):
-                            continue
-                        try:
-                            info = entry.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        path = f"{prefix}/{entry.name}" if prefix else entry.name
-                        yield path, info
+
+@dataclass(frozen=True)
+class WalkBounds:
+    """How much of a tree one walk takes on: ``entries`` in all (files, folders, links, anything), folders
+    ``depth`` deep below where it starts. A tree past either is walked no further and the walk says so."""
+
+    entries: int = MAX_ENTRIES
+    depth: int = MAX_DEPTH
+
+
+@dataclass(frozen=True)
+class Found:
+    """A listing: ``files`` (relative path -> (size, mtime_ns), at most the caller's limit), ``total`` regular
+    files seen, and ``unwalked``: why the walk did not see every entry (None: it saw them all)."""
+
+    files: Listing
+    total: int
+    unwalked: str | None = None
+
+    @property
+    def partial(self) -> bool:
+        """Whether some file under the folder may be missing from ``files``."""
+        return self.unwalked is not None or self.total > len(self.files)
+
+
+class _Walk:
+    """One walk of the tree under ``folder``, iterated once: (relative path, lstat) of every entry.
+
+    Holds ``_HELD`` + 2 descriptors at most, whatever the tree's width or depth: the root's, the folders
+    on the way down to the one read now (the nearest ``_HELD``, closed as the walk leaves them), and
+    that one. The folders still to read are kept as name paths, not fds, and each is opened from the
+    nearest open folder above it with the door's no-link open, so a folder swapped for a link is
+    refused, never followed. Nothing is skipped quietly: an open or a stat that fails
+    (a descriptor limit, a permission, the tree changing under the walk), a tree of more than
+    ``bounds.entries`` entries or folders deeper than ``bounds.depth`` leaves ``unwalked`` saying why
+    (the first reason); the walk goes on with the rest, but past the entry bound it stops."""
+
+    def __init__(self, door: Door, folder: str, *, hidden: bool, bounds: WalkBounds) -> None:
+        self.door, self.hidden, self.bounds = door, hidden, bounds
+        self.start = [] if folder in ("", ".") else plain_parts(folder)
+        self.folder = folder
+        self.unwalked: str | None = None
+
+    def _note(self, why: str) -> None:
+        if self.unwalked is None:
+            self.unwalked = why
+
+    def __iter__(self) -> Iterator[tuple[str, os.stat_result]]:
+        seen = 0
+        with self.door._root_fd() as root_fd:
+            os.close(self.door._open_at(root_fd, self.start, _DIR, self.folder))  # refused or missing: raised
+            pending = [("/".join(self.start), 0)]  # (path, depth below the start): folders still to read
+            held = [("", root_fd)]  # the folders above the one read now, opened (the root's first)
+            try:
+                while pending:
+                    path, depth = pending.pop()
+                    while len(held) > 1 and not path.startswith(held[-1][0] + "/"):
+                        os.close(held.pop()[1])
+                    entries, fd = self._read(held[-1], path)
+                    if fd is not None:
+                        held.append((path, fd))
+                        if len(held) > _HELD + 1:  # the nearest ones are kept: the next folder is under them
+                            os.close(held.pop(1)[1])
+                    folders = []
+                    for name, info in entries:
+                        seen += 1
+                        if seen > self.bounds.entries:
+                            self._note(f"it holds more than {self.bounds.entries:,} entries, more than a walk reads")
+                            return
+                        inner = f"{path}/{name}" if path else name
+                        yield inner, info
                         if stat.S_ISDIR(info.st_mode):
-                            try:
-                                stack.append((os.open(entry.name, _DIR, dir_fd=fd), path))
-                            except OSError:  # swapped for a link or removed meanwhile: not followed
-                                continue
-                finally:
+                            if depth >= self.bounds.depth:
+                                self._note(f"its folders nest deeper than {self.bounds.depth} ({inner!r})")
+                            else:
+                                folders.append((inner, depth + 1))
+                    pending.extend(reversed(folders))  # read in name order
+            finally:
+                for _path, fd in held[1:]:
                     os.close(fd)
-        finally:
-            for fd, _ in stack:
-                os.close(fd)
+
+    def _read(self, above: tuple[str, int], path: str) -> tuple[list[tuple[str, os.stat_result]], int | None]:
+        """The entries of the folder ``path`` (hidden ones left out unless asked), each with its lstat, in
+        name order, and its fd (the caller's to close; None when it failed). It is opened from ``above``,
+        the nearest folder over it still open, by the rest of its name path, no link followed. Whatever
+        fails is noted."""
+        relative = path or "."
+        rest = path[len(above[0]) + 1 :] if above[0] else path
+        try:
+            fd = self.door._open_at(above[1], rest.split("/") if rest else [], _DIR, relative)
+        except (OSError, WorkspaceFileError) as exc:
+            self._note(f"the folder {relative!r} could not be read ({_why(exc)})")
+            return [], None
+        try:
+            with os.scandir(fd) as listed:
+                names = sorted(entry.name for entry in listed if self.hidden or not entry.name.startswith("."))
+            entries = []
+            for name in names:
+                try:
+                    entries.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
+                except OSError as exc:
+                    self._note(f"{f'{path}/{name}' if path else name!r} could not be read ({_why(exc)})")
+            return entries, fd
+        except OSError as exc:
+            os.close(fd)
+            self._note(f"the folder {relative!r} could not be read ({_why(exc)})")
+            return [], None
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 def _umask() -> int:

@@ -154,7 +154,7 @@ class RemoteFiles:
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
         listing = await self._evaluate(_LISTING)
-        return {path: (size, mtime) for path, (size, mtime) in json.loads(listing or "{}").items()}
+        return Snapshot((path, (size, mtime)) for path, (size, mtime) in json.loads(listing or "{}").items())
 
     async def changes(
         self, before: Snapshot, exclude: Iterable[Path] = (), *, after: Snapshot | None = None

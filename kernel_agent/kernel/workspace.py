@@ -35,8 +35,14 @@ __all__ = [
     "workspace_holding",
 ]
 
-Snapshot = dict[str, tuple[int, int]]
 _MAX_FILES = 20_000
+
+
+class Snapshot(dict[str, tuple[int, int]]):
+    """Size and mtime_ns of the workspace's files by relative path. ``partial``: why some file may be
+    missing from it (too many files or entries, a folder the walk could not read), None when none is."""
+
+    partial: str | None = None
 
 
 def default_workspace(task: str, root: Path | None = None) -> Path:
@@ -161,7 +167,8 @@ def check_outside(record: Path, workspace: Path) -> None:
 
 def snapshot(root: Path, exclude: Iterable[Path] = ()) -> Snapshot:
     """Size and mtime of every regular file under ``root`` (hidden names skipped, links neither listed
-    nor followed, bounded in count), read through the door. ``exclude``: files the host itself writes."""
+    nor followed, bounded in count), read through the door; ``partial`` says when some may be missing.
+    ``exclude``: files the host itself writes."""
     skip = {os.path.abspath(path) for path in exclude}
     names = {
         Path(path).relative_to(os.path.abspath(root)).as_posix()
@@ -169,10 +176,15 @@ def snapshot(root: Path, exclude: Iterable[Path] = ()) -> Snapshot:
         if Path(path).is_relative_to(os.path.abspath(root))
     }
     try:
-        listing, _ = Door(root).listing(limit=_MAX_FILES + len(names))
+        found = Door(root).listing(limit=_MAX_FILES + len(names))
     except FileNotFoundError:
-        return {}
-    return {path: found for path, found in listing.items() if path not in names}
+        return Snapshot()
+    taken = Snapshot((path, seen) for path, seen in found.files.items() if path not in names)
+    if found.unwalked is not None:
+        taken.partial = f"the workspace was not walked whole: {found.unwalked}"
+    elif found.partial:
+        taken.partial = f"it holds {found.total:,} files; only the first {len(found.files):,} are listed"
+    return taken
 
 
 def changed_files(before: Snapshot, after: Snapshot) -> tuple[Artifact, ...]:

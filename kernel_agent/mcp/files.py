@@ -56,16 +56,17 @@ class FileRead:
     truncated: bool = False
 
 
-def list_files(workspace: Path, folder: str = ".", limit: int = MAX_LIST) -> tuple[list[FileEntry], int]:
-    """Files under ``folder`` (recursive, sorted), at most ``limit``; and how many there were in all.
+def list_files(workspace: Path, folder: str = ".", limit: int = MAX_LIST) -> tuple[list[FileEntry], int, str | None]:
+    """Files under ``folder`` (recursive, sorted), at most ``limit``; how many there were in all; and why
+    the walk did not see every entry (None: it did; ``door.Found.unwalked``).
     Links are not listed nor followed. Raises ``WorkspaceFileError`` for a folder outside the workspace,
     reached through a link, or not a folder."""
     try:
-        listing, _ = Door(workspace).listing(folder, hidden=True)
+        found = Door(workspace).listing(folder, hidden=True)
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise WorkspaceFileError(f"{folder!r} is not a folder in the workspace", path=folder) from exc
-    paths = sorted(p for p in listing if not set(p.split("/")[:-1]) & _SKIP_DIRS)
-    return [FileEntry(p, listing[p][0]) for p in paths[:limit]], len(paths)
+    paths = sorted(p for p in found.files if not set(p.split("/")[:-1]) & _SKIP_DIRS)
+    return [FileEntry(p, found.files[p][0]) for p in paths[:limit]], len(paths), found.unwalked
 
 
 def read_head(workspace: Path, relative: str, limit: int) -> tuple[bytes, int]:

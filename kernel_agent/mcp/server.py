@@ -21,6 +21,7 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -211,10 +212,12 @@ def _add_file_tools(server: MCPServer, benches: Workbenches, max_side: int) -> N
     async def list_files(ctx: Context, folder: str = ".") -> str:
         bench = benches.get(ctx)
         with edge():
-            found, total = await in_thread(files.list_files, bench.workspace, folder)
+            found, total, unwalked = await in_thread(files.list_files, bench.workspace, folder)
         lines = [f"{entry.path}  ({entry.size} bytes)" for entry in found]
         if total > len(found):
             lines.append(f"[{total - len(found)} more files not listed]")
+        if unwalked is not None:
+            lines.append(f"[the listing is partial: {unwalked}]")
         return "\n".join(lines) or "the folder is empty"
 
     @server.tool(
@@ -303,14 +306,40 @@ def serve(options: McpOptions, session_factory: SessionBuilder | None = None) ->
     if options.transport == "stdio":
         anyio.run(_until_signal, server.run_stdio_async)
     else:  # uvicorn handles the signals: a graceful shutdown ends the sessions, then the lifespan
+        import socket
+
         import uvicorn
 
+        # Bound here, so the origin check knows the port (also with --port 0) before the app is made.
+        family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+        listening = socket.create_server((options.host, options.port), family=family)
+        port = listening.getsockname()[1]
         http = server.streamable_http_app(
-            host=options.host, session_idle_timeout=options.session_idle, max_sessions=options.max_sessions
+            host=options.host,
+            session_idle_timeout=options.session_idle,
+            max_sessions=options.max_sessions,
+            transport_security=_own_origins(options.host, port),
         )
         app = BearerKey(http, options.key or "")
-        config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning")
-        anyio.run(uvicorn.Server(config).serve)
+        config = uvicorn.Config(app, host=options.host, port=port, log_level="warning")
+        with listening:
+            anyio.run(partial(uvicorn.Server(config).serve, sockets=[listening]))
+
+
+def _own_origins(host: str, port: int) -> Any:
+    """The SDK's DNS-rebinding check on a loopback address, with this server's port: its default allows
+    ``http://localhost:*``, so a page another program serves on another local port was let through (the
+    bearer key still stopped it: a page's simple request cannot carry one). None elsewhere: as the SDK does."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    names = ("127.0.0.1", "localhost", "[::1]")
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{name}:*" for name in names],
+        allowed_origins=[f"http://{name}:{port}" for name in names],
+    )
 
 
 async def _until_signal(run: Any) -> None:

@@ -6,12 +6,14 @@ request's ``Host`` must name this server (the loopback names, the address it lis
 ``--allowed-host`` adds), else 421 Misdirected Request; and an ``Origin``, which browsers send on
 cross-site and on non-GET requests, must be ``http(s)://`` one of those names, else 403. Both hold
 with keys, with ``--no-auth`` and ``--demo``. The MCP server over HTTP does the same (its SDK's
-``TransportSecuritySettings``: 421 and 403), and this matches it. ``/health`` and ``/ready`` answer any
+``TransportSecuritySettings``: 421 and 403); its defaults allow ``http://localhost:*``, any port, so
+``mcp/server.py`` gives it the listening port's origins only. ``/health`` and ``/ready`` answer any
 ``Host`` (a load balancer's probe names the address it dials, and they say nothing about anyone).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterable
 from urllib.parse import urlsplit
@@ -24,6 +26,7 @@ from .errors import error_body
 __all__ = ["HostGuard", "served_hosts"]
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _PROBES = ("/health", "/ready")
 
 
@@ -55,7 +58,7 @@ class HostGuard:
             await _refuse(send, 421, f"this server does not answer for the host {host[:100]!r}; {self._hint()}")
             return
         origin = headers.get(b"origin")
-        if origin is not None and not self._our_origin(origin):
+        if origin is not None and not self._our_origin(origin, host, scope.get("scheme", "http")):
             await _refuse(send, 403, f"requests from the origin {origin[:100]!r} are refused; {self._hint()}")
             return
         await self.app(scope, receive, send)
@@ -69,12 +72,29 @@ class HostGuard:
         name, _, port = host.rpartition(":")
         return port.isdigit() and name in self.hosts
 
-    def _our_origin(self, origin: str) -> bool:
+    def _our_origin(self, origin: str, host: str, scheme: str) -> bool:
+        """Whether ``origin`` is the page's own (scheme, host and port of the ``Host`` the request came by,
+        ``scheme`` its own) or a name ``--allowed-host`` gave: ``NAME:PORT`` that port, a plain ``NAME`` its
+        scheme's default port (80, 443; never a loopback name or an address, whose other ports are other
+        servers). Another port on the same host is another origin: a page there is refused."""
         try:
             parts = urlsplit(origin)
+            port = parts.port
         except ValueError:
             return False
-        return parts.scheme in ("http", "https") and not parts.path.strip("/") and self._ours(parts.netloc)
+        if parts.scheme not in _DEFAULT_PORTS or parts.path.strip("/") or parts.hostname is None:
+            return False
+        name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        port = port or _DEFAULT_PORTS[parts.scheme]
+        own_name, own_port = _name_and_port(host)
+        if (parts.scheme, name, port) == (scheme, own_name, own_port or _DEFAULT_PORTS.get(scheme)):
+            return True
+        return f"{name}:{port}" in self.hosts or (
+            name in self.hosts
+            and port == _DEFAULT_PORTS[parts.scheme]
+            and name not in LOOPBACK_NAMES
+            and not _is_address(name)
+        )
 
     def _hint(self) -> str:
         return f"it answers for {', '.join(sorted(self.hosts))} (serve --allowed-host NAME adds one)"
@@ -90,3 +110,18 @@ async def _refuse(send: Send, status: int, message: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _name_and_port(host: str) -> tuple[str, int | None]:
+    """``Host``'s name (lower case, an IPv6 address in brackets) and port (None when it names none)."""
+    host = host.strip().lower()
+    name, _, port = host.rpartition(":")
+    return (name, int(port)) if port.isdigit() and name and not name.endswith(":") else (host, None)
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True

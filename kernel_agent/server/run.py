@@ -7,6 +7,8 @@ at once, builds the real app in a worker thread and then enters its lifespan (th
 warm pool, whose kernels start in the background). Every other request waits until the app is
 up, then goes to it; none is refused for being early. ``/health`` then says what the app says.
 A build or start-up failure is logged and stops the server.
+Its connections are bounded (``connections.py``): a request's headers have ``header_timeout`` seconds,
+its body ``body_timeout`` seconds between bytes, and past ``max_connections`` open ones a new one gets 503.
 On SIGTERM (or SIGINT) the service drains: uvicorn stops accepting connections, the service takes no
 new run and its running ones get ``drain_grace`` seconds to finish (open streams go on), then the app's
 lifespan stops the rest and every kernel. Logging is ``logs.configure``'s (text, or JSON lines). The process's
@@ -157,6 +159,7 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
     import uvicorn
 
     from ..errors import ServiceError
+    from .connections import uvicorn_options
 
     configure(log_format)
     os.umask(PRIVATE_UMASK)  # before anything is written: this process's files and its kernels' are owner-only
@@ -183,6 +186,7 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
             log_config=None,
             # uvicorn waits with it as a timeout, a float is fine; its annotation says int
             timeout_graceful_shutdown=max(config.drain_grace, 0.1),  # type: ignore[arg-type]
+            **uvicorn_options(config.connections),  # a deadline on headers and body, a cap on connections
         )
     )
     exit_now = server.handle_exit
