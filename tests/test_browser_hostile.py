@@ -95,7 +95,8 @@ COVERED = """([containers, marker]) => {
       const box = hit.closest(containers);
       if (!box) continue;  // the page itself (its body, its notebook): it holds the outputs
       const r = box.getBoundingClientRect();
-      if (x < r.left || x > r.right || y < r.top || y > r.bottom) escaped.push([x, y, hit.outerHTML.slice(0, 80)]);
+      const outside = x < r.left - 1 || x > r.right + 1 || y < r.top - 1 || y > r.bottom + 1;  // fractional edges
+      if (outside) escaped.push([x, y, [r.left, r.top, r.right, r.bottom].map(Math.round), hit.outerHTML.slice(0, 80)]);
     }
   }
   const headings = [...document.querySelectorAll('h1, h2, h3')].filter(h => {
