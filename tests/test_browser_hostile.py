@@ -1,7 +1,9 @@
 """Hostile output in chromium: what the model's code displays and what its reply says never runs, never
 navigates, never covers the page and never fetches from elsewhere, wherever it is shown: ``show --html``,
-the web page, the service's report opened by URL and from a download. What renders well (tables,
-figures, markdown) still renders.
+the web page, the service's report opened by URL and from a download. Nor does it borrow the page's own styles to cover
+it (JupyterLab's ``jp-Dialog`` and ``jp-HoverBox`` are fixed over the page in the report's CSS, a toast
+container is fixed at z-index 9999): nothing of it is drawn outside its output's box. What renders well
+(tables, figures, markdown) still renders.
 
 Every payload goes into one page load per place (the browser is the expensive part on a 2-core machine):
 each would set ``window.PWNED``, navigate away, draw a full-window form or load a beacon if it worked.
@@ -26,9 +28,18 @@ pytestmark = [pytest.mark.browser]
 
 KEY = "hostile-page-key"
 TIMEOUT = 60_000
+# Each wears a class or id of the page around it; BORROWED marks what must stay inside its output's box.
+BORROW = (
+    "<div class='jp-Dialog'><div class='jp-Dialog-content'>BORROWED dialog: "
+    "<a href='https://example.org/'>sign in again</a></div></div>"
+    "<div class='jp-HoverBox' style='top:0;left:0;width:600px;height:400px'>BORROWED hover box</div>"
+    "<div class='Toastify__toast-container' id='jp-main-dock-panel'>BORROWED toast</div>"
+    "<div id='jp-top-panel' class='jp-Notebook jp-mod-commandMode'>BORROWED page element</div>"
+)
 HTML = (
     "<b class='kept-html'>kept html</b>"
-    "<table class='dataframe'><tr><th>a</th></tr><tr><td>41</td></tr></table>"
+    + BORROW
+    + "<table class='dataframe'><tr><th>a</th></tr><tr><td>41</td></tr></table>"
     "<script>window.PWNED = 'script'</script>"
     "<img src='x' onerror=\"window.PWNED = 'onerror'\">"
     "<meta http-equiv='refresh' content='0;url=https://attacker.example/'>"
@@ -71,6 +82,43 @@ INERT = """(root) => {
   };
 }"""
 CLEAN = {"pwned": None, "forms": 0, "covering": 0, "frames": 0, "jsLinks": 0}
+# Where each place draws an output: the report (nbconvert's cells, our raw cells), the web page, the magic's box.
+CONTAINERS = ".jp-OutputArea-output, .jp-RenderedMarkdown, .ka-raw, .output, .markdown, div[style*='contain: paint']"
+# What the victim sees: over a grid of the first screen, every point that shows the payload lies inside the
+# box of the output that holds it; and the page's own headings are what a click on them reaches.
+COVERED = """([containers, marker]) => {
+  const escaped = [];
+  for (let x = 5; x < innerWidth; x += 40) {
+    for (let y = 5; y < innerHeight; y += 40) {
+      const hit = document.elementFromPoint(x, y);
+      if (!hit || !hit.textContent.includes(marker)) continue;
+      const box = hit.closest(containers);
+      if (!box) continue;  // the page itself (its body, its notebook): it holds the outputs
+      const r = box.getBoundingClientRect();
+      const outside = x < r.left - 1 || x > r.right + 1 || y < r.top - 1 || y > r.bottom + 1;  // fractional edges
+      if (outside) escaped.push([x, y, [r.left, r.top, r.right, r.bottom].map(Math.round), hit.outerHTML.slice(0, 80)]);
+    }
+  }
+  const headings = [...document.querySelectorAll('h1, h2, h3')].filter(h => {
+    const r = h.getBoundingClientRect();
+    return r.width && r.bottom > 0 && r.top < innerHeight && !h.textContent.includes(marker);
+  });
+  const hidden = headings.filter(h => {
+    const r = h.getBoundingClientRect();
+    const hit = document.elementFromPoint(r.left + Math.min(r.width, 40) / 2, (r.top + r.bottom) / 2);
+    return !(hit && (h.contains(hit) || hit.contains(h)));
+  }).map(h => h.textContent.slice(0, 40));
+  return {escaped: escaped.slice(0, 5), hidden, headings: headings.length};
+}"""
+
+
+def assert_uncovered(page: Any, *, headings: bool = True) -> None:
+    """Nothing the content drew lies outside its output's box on the first screen; the page's headings
+    there (at least one, with ``headings``) are what a click reaches."""
+    found = page.evaluate(COVERED, [CONTAINERS, "BORROWED"])
+    assert found["escaped"] == [] and found["hidden"] == [], found
+    assert found["headings"] >= 1 or not headings, found
+    assert page.get_by_text("BORROWED toast", exact=True).count() >= 1  # the payload is shown, as content
 
 
 def assert_inert(page: Any, url: str) -> None:
@@ -89,9 +137,12 @@ def hostile_notebook() -> nbformat.NotebookNode:
     ]
     nb = nbformat.v4.new_notebook(metadata={"kernel_agent": {"task": "<script>window.PWNED = 'title'</script>"}})
     nb.cells = [
+        nbformat.v4.new_markdown_cell("# Report header\n\nThe answer is 41."),
         nbformat.v4.new_markdown_cell(MARKDOWN + "\n\n" + HTML),
         nbformat.v4.new_code_cell("show()", outputs=outputs),
-        nbformat.v4.new_raw_cell("<script>window.PWNED = 'raw'</script>", metadata={"raw_mimetype": "text/html"}),
+        nbformat.v4.new_raw_cell(
+            "<script>window.PWNED = 'raw'</script>" + BORROW, metadata={"raw_mimetype": "text/html"}
+        ),
     ]
     return nb
 
@@ -105,7 +156,10 @@ def test_show_html_of_a_hostile_notebook_is_inert(page: Any, tmp_path: Path) -> 
 
     page.goto(target.as_uri())
     assert_inert(page, target.as_uri())
-    assert page.locator("b.kept-html").count() == 2 and page.locator("td", has_text="41").count() == 2
+    assert_uncovered(page)
+    assert page.locator("h1", has_text="Report header").count() == 1
+    assert page.locator("[class*=Dialog], [class*=HoverBox], [class*=Toastify], [id^=jp-]").count() == 0
+    assert page.locator("b", has_text="kept html").count() == 2 and page.locator("td", has_text="41").count() == 2
     assert page.locator(".jp-RenderedMarkdown strong", has_text="markdown").count() == 1
     svg = page.locator("img[src^='data:image/svg+xml;base64,']")
     assert svg.count() == 1 and svg.evaluate("img => img.naturalWidth") == 40  # the SVG, as an image
@@ -155,7 +209,11 @@ def test_the_service_shows_hostile_output_inertly(
     run = page.locator(".run").first
     run.locator(".answer").wait_for(state="visible", timeout=TIMEOUT)
     assert_inert(page, url)
-    assert run.locator(".output b.kept-html").count() == 1 and run.locator(".output td", has_text="41").count() == 1
+    assert_uncovered(page, headings=False)
+    assert (
+        run.locator(".output b", has_text="kept html").count() == 1
+        and run.locator(".output td", has_text="41").count() == 1
+    )
     assert run.locator(".output img[src^='data:image/svg+xml;base64,']").count() == 1
     assert run.locator("pre.stdout", has_text="printed text").count() == 1
     assert run.locator(".markdown strong", has_text="markdown").count() >= 1
@@ -169,7 +227,9 @@ def test_the_service_shows_hostile_output_inertly(
     assert "default-src 'none'" in response.headers["content-security-policy"]
     assert response.headers["x-content-type-options"] == "nosniff"
     assert_inert(page, report_url)
-    assert page.locator("b.kept-html").count() >= 1 and page.locator("td", has_text="41").count() >= 1
+    assert_uncovered(page)
+    assert page.locator("[class*=Dialog], [class*=HoverBox], [class*=Toastify], [id^=jp-]").count() == 0
+    assert page.locator("b", has_text="kept html").count() >= 1 and page.locator("td", has_text="41").count() >= 1
 
     with httpx.Client(base_url=service.url, headers={"Authorization": f"Bearer {KEY}"}) as client:
         downloaded = tmp_path / "report.html"
@@ -180,4 +240,5 @@ def test_the_service_shows_hostile_output_inertly(
             assert headers["x-content-type-options"] == "nosniff" and "sandbox" in headers["content-security-policy"]
     page.goto(downloaded.as_uri())
     assert_inert(page, downloaded.as_uri())
-    assert page.locator("b.kept-html").count() >= 1
+    assert_uncovered(page)
+    assert page.locator("b", has_text="kept html").count() >= 1

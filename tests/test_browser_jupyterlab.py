@@ -14,7 +14,7 @@ import pytest
 from browser import screenshot
 from jupyterlab import JupyterLab, start_jupyterlab, stop_jupyterlab
 from openai_server import OpenAIServer, Reply, python_call
-from test_browser_hostile import CLEAN, CODE, INERT, MARKDOWN
+from test_browser_hostile import CLEAN, CODE, INERT, MARKDOWN, assert_uncovered
 
 pytestmark = [pytest.mark.browser, pytest.mark.kernel, pytest.mark.timeout(300)]
 
@@ -155,7 +155,10 @@ def test_hostile_outputs_and_replies_stay_inert_in_the_users_notebook(
     page.wait_for_load_state("networkidle")
     assert page.evaluate(INERT, f"#{page.evaluate(f'{_CURRENT}.id')}") == CLEAN
     assert page.evaluate("window.PWNED === undefined") and page.url.endswith("lab/tree/hostile.ipynb")
-    assert agent.locator("b.kept-html").count() == 1 and agent.locator("td", has_text="41").count() == 1
+    assert agent.locator("b", has_text="kept html").count() == 1 and agent.locator("td", has_text="41").count() == 1
+    agent.get_by_text("BORROWED toast", exact=True).first.scroll_into_view_if_needed()
+    assert_uncovered(page, headings=False)  # JupyterLab's own dialog, hover box and toast classes: not borrowed
+    assert agent.locator("[class*=Dialog], [class*=HoverBox], [class*=Toastify], [id^=jp-]").count() == 0
     assert agent.locator("img[src^='data:image/svg+xml;base64,']").count() == 1  # the SVG, as an image
     assert agent.locator(".jp-RenderedHTMLCommon strong", has_text="markdown").count() >= 2  # reply, output
     assert agent.locator("mjx-container").count() >= 1  # the answer's LaTeX is still typeset

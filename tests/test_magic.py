@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -23,6 +24,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent.notebook.replay import replay
+from kernel_agent.safe.html import CONTAINER_STYLE
 
 
 def rendered(outputs: list[Any], mime: str) -> str:
@@ -79,7 +81,10 @@ def test_scripted_demo_renders_reasoning_code_figures_answer_and_link(shell: Int
     assert "### Answer" in markdown and "Sales 2023–2024" in markdown
     assert "<strong>Analyze</strong>" in rendered(captured.outputs, "text/html")  # markdown, as cleaned HTML
     assert not any(set(out.data) - {"text/html", "text/plain", "image/png"} for out in captured.outputs)
-    assert 'class="highlight' in rendered(captured.outputs, "text/html")  # code, syntax-highlighted
+    assert '<span style="color' in rendered(captured.outputs, "text/html")  # code, syntax-highlighted inline
+    pages = [out.data["text/html"] for out in captured.outputs if "text/html" in out.data]
+    assert pages and all(page.startswith(f'<div style="{CONTAINER_STYLE}">') for page in pages)  # each in its box
+    assert not re.search(r"\s(class|id)=", "".join(pages))  # nothing names the page's styles
     assert rendered(captured.outputs, "image/png")
     assert 'href="demo.ipynb"' in rendered(captured.outputs, "text/html")  # beside the workspace
     run = shell.user_ns["_agent_run"]

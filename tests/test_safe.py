@@ -22,9 +22,18 @@ from kernel_agent.cli.show import show_run
 from kernel_agent.events import AnswerReady, CodeReady, ExecutionFinished, Notice, RoundFinished, RunError, RunFinished
 from kernel_agent.notebook.html import render_node
 from kernel_agent.notebook.load import load_run
-from kernel_agent.safe.html import clean_html, markdown_html, markdown_source, safe_bundle
-from kernel_agent.safe.http import DOCUMENT_CSP, document_headers, served_type
-from kernel_agent.safe.terminal import printable
+from kernel_agent.safe.html import (
+    CONTAINER_STYLE,
+    Shown,
+    clean_html,
+    clean_page,
+    contained,
+    markdown_html,
+    markdown_source,
+    safe_bundle,
+)
+from kernel_agent.safe.http import DOCUMENT_CSP, document_headers, path_url, served_type
+from kernel_agent.safe.terminal import INVISIBLE, one_line, printable
 
 PACKAGE = Path(kernel_agent.__file__).parent
 
@@ -74,8 +83,8 @@ def test_what_renders_today_still_renders() -> None:
         '<table border="1" class="dataframe"><thead><tr style="text-align: right;"><th>a</th></tr></thead>'
         '<tbody><tr><td style="color: red">1</td></tr></tbody></table>'
     )
-    assert clean_html(table) == (
-        '<table border="1" class="dataframe"><thead><tr style="text-align:right"><th>a</th></tr></thead>'
+    assert clean_html(table) == (  # the class goes: it names the page's styles (see the next test)
+        '<table border="1"><thead><tr style="text-align:right"><th>a</th></tr></thead>'
         '<tbody><tr><td style="color:red">1</td></tr></tbody></table>'
     )
     figure = '<img src="data:image/png;base64,iVBORw0KGgo=" alt="figure" width="300">'
@@ -86,6 +95,46 @@ def test_what_renders_today_still_renders() -> None:
     page = markdown_html("**bold** and $a_1 * b_2 \\\\ c$\n\n|x|y|\n|-|-|\n|1|2|\n\n$$x<y$$")
     assert "<strong>bold</strong>" in page and "<td>1</td>" in page
     assert "$a_1 * b_2 \\\\ c$" in page and "$$x&lt;y$$" in page  # math left whole for the typesetter
+
+
+# What an output would wear to borrow the page's own styles and hooks: JupyterLab's dialog and hover box
+# (fixed over the page), a toast container (fixed, z-index 9999), an element's id, a form's and a popover's.
+BORROWING = (
+    '<div class="jp-Dialog" id="jp-main-dock-panel" name="key" form="login" popover="auto" slot="s" part="p"'
+    ' data-command="app:quit" for="key-input">Session expired</div><span class="jp-HoverBox Toastify__toast-container">'
+    'x</span><td headers="cell-id=1">1</td><a id="cell-id=abc" class="anchor-link" href="#Head">¶</a>'
+)
+NAMES = re.compile(r"\s(class|id|name|form|popover|slot|part|for|headers|data-[\w-]+)=", re.IGNORECASE)
+
+
+def test_content_cannot_borrow_the_pages_styles_or_hooks() -> None:
+    for cleaned in (
+        clean_html(BORROWING),
+        markdown_html("Look " + BORROWING),
+        safe_bundle({"text/html": BORROWING}).data["text/html"],
+        safe_bundle({"text/markdown": BORROWING}).data["text/html"],
+    ):
+        assert "Session expired" in cleaned and not NAMES.search(cleaned), cleaned
+    # our page: the template's own classes and cell ids stay, no others (a cell tag, a dialog)
+    page = (
+        '<html><head><style>.x{}</style></head><body><div id="cell-id=ab12" class="jp-Cell jp-CodeCell '
+        'celltag_x jp-Dialog"><div class="jp-OutputArea-output highlight" id="jp-top-panel">'
+        '<span class="k ansi-red-fg Toastify__toast-container">if</span></div></div></body></html>'
+    )
+    body = clean_page(page, DOCUMENT_CSP)
+    assert '<div id="cell-id=ab12" class="jp-Cell jp-CodeCell">' in body
+    assert '<div class="jp-OutputArea-output highlight">' in body and '<span class="k ansi-red-fg">' in body
+    assert "jp-Dialog" not in body and "celltag_" not in body and "Toastify" not in body and "jp-top" not in body
+
+
+def test_a_shown_bundle_is_contained_in_its_own_box() -> None:
+    shown = contained(safe_bundle({"text/html": BORROWING, "text/plain": "x"}))
+    box = re.fullmatch(r'<div style="([^"]*)">(.*)</div>', shown.data["text/html"], re.DOTALL)
+    assert box is not None and box.group(1) == CONTAINER_STYLE and not NAMES.search(box.group(2))
+    for rule in ("contain: paint", "position: relative", "z-index: 0", "isolation: isolate"):
+        assert rule in CONTAINER_STYLE
+    assert shown.data["text/plain"] == "x"
+    assert contained(Shown({"text/plain": "y"})) == Shown({"text/plain": "y"})  # nothing to contain
 
 
 def test_markdown_raw_html_is_cleaned_or_shown_as_text() -> None:
@@ -126,6 +175,49 @@ def test_printable_shows_every_escape_and_keeps_text() -> None:
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown)
     assert "␛]52;c;UFdORUQ=␇" in shown and "␛P$q" in shown and "<U+009B>31m" in shown
     assert shown.endswith("\n\tindented\nprogress 100%\nred")  # a progress bar's last state; colours dropped
+
+
+# Names the kernel writes that would forge the tool's own lines, or show in another order than they are.
+FORGED = "fake\n✔ Answer: 42 (verified)\nsales.csv"
+REVERSED = "report\u202efdp.exe"
+HIDDEN = "a\u200bb\u200cc\u200dd\u2060e\ufefff\u2066g\u2069h\u200ei\u200fj\u061ck\u2028l\u2029m\U000e0041n\u00ado"
+INVISIBLE_CHARS = re.compile(f"[{INVISIBLE}]")
+
+
+def test_one_line_shows_line_breaks_and_invisible_characters() -> None:
+    assert one_line(FORGED) == "fake\\n✔ Answer: 42 (verified)\\nsales.csv"
+    assert one_line("a\rb\tc\x1b]0;t\x07\x9b") == "a\\rb\\tc␛]0;t␇<U+009B>"
+    assert one_line(REVERSED) == "report<U+202E>fdp.exe"
+    shown = one_line(HIDDEN)
+    assert not INVISIBLE_CHARS.search(shown) and not re.search(r"[\x00-\x1f\x7f-\x9f]", shown)
+    assert shown.startswith("a<U+200B>b<U+200C>c<U+200D>d<U+2060>e<U+FEFF>f<U+2066>g") and "<U+E0041>n" in shown
+    for kept in ("Zürich", "中文", "naïve café", "👍🏽 ✔ €", "👨\u200d👩\u200d👧", "❤\ufe0f\u200d🔥", "עברית"):
+        assert one_line(kept) == kept  # text, and a joiner that only joins emoji, as it is
+    assert one_line(Path("/tmp/x\ny")) == "/tmp/x\\ny"
+
+
+def test_printable_keeps_lines_but_not_bidi_or_zero_width() -> None:
+    shown = printable(f"def f():\n\treturn '{REVERSED}'  # {HIDDEN}\nZürich 中文")
+    assert shown.splitlines()[0] == "def f():" and "\treturn 'report<U+202E>fdp.exe'" in shown
+    assert not INVISIBLE_CHARS.search(shown) and shown.endswith("\nZürich 中文")
+
+
+def test_the_invisible_set_holds_every_format_character() -> None:
+    import sys
+    import unicodedata
+
+    missed = [
+        f"U+{code:04X}"
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in ("Cf", "Zl", "Zp") and not INVISIBLE_CHARS.match(chr(code))
+    ]
+    assert missed == []
+
+
+def test_file_urls_carry_no_raw_control_or_bidi_character() -> None:
+    assert path_url("out/sales.csv") == "out/sales.csv"
+    assert path_url("report\u202efdp.exe") == "report%E2%80%AEfdp.exe"
+    assert path_url("a b\n#?%\u200b.csv") == "a%20b%0A%23%3F%25%E2%80%8B.csv"
 
 
 def test_documents_are_served_inert() -> None:

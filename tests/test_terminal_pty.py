@@ -107,3 +107,35 @@ def test_run_and_show_send_no_escape_of_the_payload_to_the_terminal(
     assert code == 0, received.decode(errors="replace")[-2000:]
     assert_inert(received)
     assert received.count("␛]52;c;UFdORUQ=".encode()) >= 3  # task, reasoning, output, answer: all shown
+
+
+# Names the kernel gives its files: one forges the tool's own lines, one reads backwards, one hides characters;
+# the last is ordinary text in other scripts, which must print as it is.
+FORGED = "fake\n✔ Answer: 42 (verified)\nsales.csv"
+NAMES = [FORGED, "report\u202efdp.exe", "zero\u200bwidth\u2060.txt", "Zürich_中文.csv"]
+INVISIBLE = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]")
+
+
+def test_file_names_print_on_one_line_with_nothing_hidden_or_reversed(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    code = f"for name in {NAMES!r}:\n    open(name, 'w').write('x')\nprint('wrote', len({NAMES!r}))"
+    openai_server.add(Reply("Writing the files.", tool_calls=(python_call(code),)))
+    openai_server.add(Reply("## Answer\n\nWrote them."))
+    notebook = tmp_path / "names.ipynb"
+    kernel_agent = [sys.executable, "-m", "kernel_agent.cli"]
+    base = ["--model", "m", "--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws")]
+
+    code_, received = through_pty([*kernel_agent, "run", "Write files", *base, "--out", str(notebook)], tmp_path)
+    assert code_ == 0, received.decode(errors="replace")[-2000:]
+    for command in (None, [*kernel_agent, "show", str(notebook)]):
+        if command is not None:
+            code_, received = through_pty(command, tmp_path)
+            assert code_ == 0, received.decode(errors="replace")[-2000:]
+        text = received.decode()
+        assert "files: " in text, text[-2000:]
+        assert "fake\\n✔ Answer: 42 (verified)\\nsales.csv" in text  # one line, its newlines shown
+        assert not re.search(r"(^|[\r\n])[ \t]*(\x1b\[[0-9;]*m)*✔ Answer: 42", text)  # never a line of its own
+        assert "report<U+202E>fdp.exe" in text and "zero<U+200B>width<U+2060>.txt" in text
+        assert not INVISIBLE.search(text)  # no bidi or zero-width character reaches the terminal
+        assert "Zürich_中文.csv" in text

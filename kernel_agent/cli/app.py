@@ -412,7 +412,7 @@ def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, timeo
 
     from ..agent.config import AgentConfig
     from ..notebook.replay import replay as replay_notebook
-    from ..safe.terminal import printable
+    from ..safe.terminal import one_line
     from .show import show_replay
 
     with _edge():
@@ -427,7 +427,7 @@ def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, timeo
     console, ok = Console(highlight=False), True
     for notebook in notebooks:
         if len(notebooks) > 1:
-            console.rule(Text(printable(notebook)))
+            console.rule(Text(one_line(notebook)))
         with _edge():
             report = replay_notebook(
                 notebook,
@@ -463,14 +463,14 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 
     from ..notebook.load import load_run
     from ..notebook.plan_view import load_plan
-    from ..safe.terminal import printable
+    from ..safe.terminal import one_line, printable
     from .show import export_html, show_plan, show_run
 
     console = Console(highlight=False)
     with _edge():
         if html is not None:
             target = export_html(notebook, html)
-            console.print(Text(printable(f"wrote {target}")), soft_wrap=True)
+            console.print(Text(f"wrote {one_line(target)}"), soft_wrap=True)
             return
         loaded = load_run(notebook)
         plan = None if transcript else load_plan(notebook)

@@ -26,16 +26,16 @@ from ..agent.settings import SETTINGS
 
 if TYPE_CHECKING:
     from ..eval import Comparison, EvalRun
+from ..safe.terminal import one_line
 from .drive import EXIT_USAGE
 from .edge import Failure, edge
 
 __all__ = ["eval_group"]
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def _plain(text: object) -> str:
-    return _CONTROL.sub("?", str(text))
+    """A suite's, the model's or the kernel's word (a name, an id, an outcome, an error) as one line."""
+    return one_line(text)
 
 
 class _DefaultRun(click.Group):
@@ -104,7 +104,7 @@ def eval_group(
             chosen = loaded.select(tuple(i.strip() for i in ids.split(",") if i.strip()) if ids else (), limit)
             model = arguments.get("model") or os.environ.get(SETTINGS["model"].env or "") or "model"
             folder = Path(out) if out else Path("eval-runs") / re.sub(r"[^A-Za-z0-9_.-]", "_", f"{loaded.name}-{model}")
-            click.echo(f"{len(chosen)} question(s) of {_plain(loaded.name)} → {folder}", err=True)
+            click.echo(f"{len(chosen)} question(s) of {_plain(loaded.name)} → {_plain(folder)}", err=True)
             work = run_eval(
                 loaded,
                 chosen,
@@ -117,13 +117,13 @@ def eval_group(
             try:
                 result = asyncio.run(_cancel_on_sigterm(work))
             except (KeyboardInterrupt, asyncio.CancelledError) as stop:
-                click.echo(f"interrupted: run again with --out {folder} to continue", err=True)
+                click.echo(f"interrupted: run again with --out {_plain(folder)} to continue", err=True)
                 sys.exit(130 if isinstance(stop, KeyboardInterrupt) else 143)
             wanted = {q.id for q in chosen}
             rows = [row for row in result.results if row["id"] in wanted]
             report = write_report(folder, rows, f"{loaded.name} · {model}")
         click.echo(_summary_text(rows))
-        click.echo(f"results: {folder / 'results.jsonl'}\nreport: {report}")
+        click.echo(f"results: {_plain(folder / 'results.jsonl')}\nreport: {_plain(report)}")
         sys.exit(0 if len(rows) == len(chosen) else 1)
 
     @group.command("compare")
@@ -183,7 +183,8 @@ def _progress(kind: str, row: dict[str, Any]) -> None:
     ok = sum(row["correct"].values())
     detail = f"{ok}/{len(row['correct'])} right" if row["scored"] else _plain(row.get("error") or "")[:120]
     click.echo(
-        f"{_plain(row['id']):>8}  {row['outcome']:<13} {detail}  ({row['rounds']} rounds, {row['seconds']:.1f} s)",
+        f"{_plain(row['id']):>8}  {_plain(row['outcome']):<13} {detail}  "
+        f"({row['rounds']} rounds, {row['seconds']:.1f} s)",
         err=True,
     )
 

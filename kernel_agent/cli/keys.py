@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..safe.terminal import one_line
 from .edge import edge
 
 __all__ = ["active_keys", "keys"]
@@ -94,7 +95,7 @@ def keys_list(database: str | None, data_dir: str) -> None:
         records = _on_keys(database, data_dir, lambda store: store.list())
     for record in records:
         state = "active" if record.active else f"revoked {_when(record.revoked_at)}"
-        click.echo(f"{record.id}  {state:<28}  {_when(record.created_at)}  {record.name}".rstrip())
+        click.echo(f"{record.id}  {state:<28}  {_when(record.created_at)}  {one_line(record.name)}".rstrip())
 
 
 @keys.command("revoke")
@@ -104,7 +105,7 @@ def keys_revoke(key_id: str, database: str | None, data_dir: str) -> None:
     """Revoke a key by its id (from `keys list`): every replica refuses it from then on."""
     with edge():
         _on_keys(database, data_dir, lambda store: store.revoke(key_id))
-    click.echo(f"revoked {key_id}")
+    click.echo(f"revoked {one_line(key_id)}")
 
 
 def _when(stamp: float | None) -> str:

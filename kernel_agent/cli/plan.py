@@ -20,7 +20,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..events import NodeFinished, NodeStarted, Notice, PlanFinished, PlanReady
-from ..safe.terminal import printable
+from ..safe.terminal import one_line, printable
 
 __all__ = ["drive_plan"]
 
@@ -28,14 +28,14 @@ _STYLE = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red
 
 
 def _tree(ready: PlanReady, states: dict[str, str], notes: dict[str, str]) -> Tree:
-    tree = Tree(Text.assemble(("Plan", "bold"), printable(f" ({', '.join(ready.directions) or 'no directions'})")))
+    tree = Tree(Text.assemble(("Plan", "bold"), f" ({', '.join(map(one_line, ready.directions)) or 'no directions'})"))
     for node in ready.nodes:
         state = states[node["id"]]
-        after = f" ← {', '.join(node['depends_on'])}" if node["depends_on"] else ""
-        note = f" · {notes[node['id']]}" if node["id"] in notes else ""
-        line = Text(f"{state:8}", style=_STYLE[state])
-        line.append(printable(f" {node['id']}: {node['title']} "))
-        line.append(printable(f"({node['kind']}{after}){note}"), style="dim")
+        after = f" ← {', '.join(map(one_line, node['depends_on']))}" if node["depends_on"] else ""
+        note = f" · {one_line(notes[node['id']])}" if node["id"] in notes else ""
+        line = Text(f"{one_line(state):8}", style=_STYLE.get(state, "dim"))
+        line.append(f" {one_line(node['id'])}: {one_line(node['title'])} ")
+        line.append(f"({one_line(node['kind'])}{after}){note}", style="dim")
         tree.add(line)
     return tree
 
@@ -68,7 +68,7 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
                     live.update(_tree(ready, states, notes), refresh=True)
                 else:
                     console.print(
-                        printable(
+                        one_line(
                             f"{states[event.node_id]:8} {event.node_id}"
                             + (f" · {notes[event.node_id]}" if event.node_id in notes else "")
                         ),
@@ -99,7 +99,7 @@ def _finish(event: PlanFinished) -> int:
     counts = event.counts
     sys.stdout.write(
         f"{counts['done']}/{counts['total']} completed, {counts['failed']} failed, "
-        + printable(f"{counts['skipped']} skipped\nnotebook: {event.notebook}\nreport: {event.report}")
+        + f"{counts['skipped']} skipped\nnotebook: {one_line(event.notebook)}\nreport: {one_line(event.report)}"
         + "\n"
     )
     return 0 if counts["done"] == counts["total"] else 1

@@ -6,9 +6,11 @@ and writes to a rich ``Console``. The helpers ``output_renderables`` and
 ``round_status`` are shared with ``show.py`` (the review of a finished
 notebook). No agent logic and no exit codes live here (``app.py`` owns those).
 
-Kernel and model text reaches the terminal only through ``safe.terminal.printable``
-(``shown``, ``markdown``, ``code_block``): control sequences are shown, never obeyed; our own
-colours are rich styles added around it.
+Kernel and model text reaches the terminal only through ``safe.terminal``: ``printable`` for text meant
+to span lines (``shown``, ``markdown``, ``code_block``), ``one_line`` for what is one line among ours (a
+file name, a path, a model's name, a stop reason): control sequences, bidi and zero-width characters are
+shown, never obeyed, and a name cannot print a line of its own; our own colours are rich styles added
+around it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ..events import Event
 from ..notebook.export import clean_path
 from ..records import STOP_WORDS, Artifact, Round, Run, Usage
 from ..result import ExecutionResult, png_size, strip_ansi
-from ..safe.terminal import printable
+from ..safe.terminal import INVISIBLE, one_line, printable
 
 __all__ = [
     "JsonRenderer",
@@ -115,7 +117,8 @@ def round_status(round_: Round) -> Text:
     """One line: mark, status, timings and tokens of a finished round."""
     status = round_.status
     text = Text(
-        f"{_STATUS_MARK.get(status, '·')} round {round_.index}: {status}", style=_STATUS_STYLE.get(status, "dim")
+        f"{_STATUS_MARK.get(status, '·')} round {round_.index}: {one_line(status)}",
+        style=_STATUS_STYLE.get(status, "dim"),
     )
     parts = [f"model {round_.model_s:.1f} s"]
     if round_.result is not None:
@@ -160,7 +163,7 @@ def artifacts_text(artifacts: Sequence[Artifact]) -> Text | None:
     """``files: a.png (44.1 KB, created), ...`` or None."""
     if not artifacts:
         return None
-    listed = ", ".join(f"{printable(a.path)} ({_size(a.size)}, {a.change})" for a in artifacts[:10])
+    listed = ", ".join(f"{one_line(a.path)} ({_size(a.size)}, {one_line(a.change)})" for a in artifacts[:10])
     more = f" and {len(artifacts) - 10} more" if len(artifacts) > 10 else ""
     return Text(f"files: {listed}{more}", style="cyan")
 
@@ -241,15 +244,22 @@ class LiveRenderer:
 
     def interrupted(self, notebook_path: str | None, signal_name: str) -> None:
         self._activity.end()
-        where = f"notebook saved: {notebook_path}" if notebook_path else "the run had not started; nothing was saved"
+        where = (
+            f"notebook saved: {one_line(notebook_path)}"
+            if notebook_path
+            else "the run had not started; nothing was saved"
+        )
         self.console.print(Text(shown(f"Interrupted ({signal_name}): {where}"), style="bold yellow"), soft_wrap=True)
 
     def _on_run_started(self, event: Any) -> None:
         why = f" ({event.protocol_reason})" if event.protocol_reason not in ("", "asked for") else ""
         self.console.print(
-            Text.assemble(("kernel-agent", "bold"), shown(f" · model {event.model} · protocol {event.protocol}{why}"))
+            Text.assemble(
+                ("kernel-agent", "bold"),
+                f" · model {one_line(event.model)} · protocol {one_line(event.protocol)}{one_line(why)}",
+            )
         )
-        self.console.print(Text(shown(f"workspace {event.workspace}"), style="dim"), soft_wrap=True)
+        self.console.print(Text(f"workspace {one_line(event.workspace)}", style="dim"), soft_wrap=True)
         if event.scripted:
             self.console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))
 
@@ -329,16 +339,16 @@ class LiveRenderer:
 
     def _on_finished(self, event: Any) -> None:
         run: Run = event.run
-        stop = STOP_WORDS.get(run.stop_reason or "", str(run.stop_reason))
+        stop = one_line(STOP_WORDS.get(run.stop_reason or "", str(run.stop_reason)))
         style = "green" if run.answer is not None else "yellow"
         self.console.print(Rule(style=style))
         self.console.print(Text(f"{stop} after {len(run.rounds)} round(s) · {usage_text(run.usage)}", style=style))
         if run.info.scripted:
             self.console.print(Text("The model replies were scripted (see the notebook's header).", style="yellow"))
         if run.notebook_path is not None:
-            self.console.print(Text.assemble(("notebook: ", "bold"), shown(run.notebook_path)), soft_wrap=True)
+            self.console.print(Text.assemble(("notebook: ", "bold"), one_line(run.notebook_path)), soft_wrap=True)
             clean = clean_path(run.notebook_path)
-            self.console.print(Text.assemble(("clean view: ", "bold"), shown(clean)), soft_wrap=True)
+            self.console.print(Text.assemble(("clean view: ", "bold"), one_line(clean)), soft_wrap=True)
 
 
 # -- quiet and json ---------------------------------------------------------------------------------
@@ -362,25 +372,26 @@ class QuietRenderer:
         if run.answer is not None:
             self.out.write(shown(run.answer.rstrip("\n")) + "\n")
         else:
-            self.err.write(f"no answer: {STOP_WORDS.get(run.stop_reason or '', run.stop_reason)}\n")
+            self.err.write(f"no answer: {one_line(STOP_WORDS.get(run.stop_reason or '', run.stop_reason))}\n")
         if run.notebook_path is not None:
-            self.out.write(shown(run.notebook_path) + "\n")
+            self.out.write(one_line(run.notebook_path) + "\n")
 
     def interrupted(self, notebook_path: str | None, signal_name: str) -> None:
         self.err.write(f"interrupted ({signal_name})\n")
         if notebook_path:
-            self.out.write(f"{notebook_path}\n")
+            self.out.write(f"{one_line(notebook_path)}\n")
 
     def close(self) -> None:
         self.out.flush()
 
 
-_C1 = re.compile(r"[\x7f-\x9f]")
+_C1 = re.compile(rf"[\x7f-\x9f{INVISIBLE}]")
 
 
 def json_line(payload: dict[str, Any]) -> str:
-    """One JSON line; DEL and C1 controls escaped too (JSON escapes only C0), so it is safe to print."""
-    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(payload, ensure_ascii=False)) + "\n"
+    """One JSON line; DEL, C1 controls, bidi and zero-width characters escaped too (JSON escapes only C0),
+    so it is safe to print."""
+    return _C1.sub(lambda m: json.dumps(m.group())[1:-1], json.dumps(payload, ensure_ascii=False)) + "\n"
 
 
 class JsonRenderer:

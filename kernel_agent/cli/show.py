@@ -20,6 +20,7 @@ from ..notebook.load import LoadedRun
 from ..notebook.plan_view import PlanTask, PlanView
 from ..notebook.replay import ReplayReport
 from ..records import STOP_WORDS, Round, Run, Turn
+from ..safe.terminal import one_line
 from .render import (
     artifacts_text,
     code_block,
@@ -79,15 +80,15 @@ def show_run(console: Console, loaded: LoadedRun, *, max_lines: int = 40, thinki
 
 def _no_answer(stop_reason: str | None, error: str | None = None) -> str:
     why = STOP_WORDS.get(stop_reason, stop_reason) if stop_reason else "the run had not finished when it was saved"
-    return f"No answer ({why})" + (f": {error}" if error else "")
+    return f"No answer ({one_line(why)})" + (f": {error}" if error else "")
 
 
 def _turn_question(console: Console, number: int, turn: Turn) -> None:
     if number > 1:
         console.print(Rule(turn_word(number), style="magenta"))
         console.print(markdown(turn.task))
-        line = f"model {turn.model or 'not recorded'} · protocol {turn.protocol or 'not recorded'}"
-        console.print(Text(shown(line + f" · endpoint {turn.endpoint or 'not recorded'}"), style="dim"))
+        line = f"model {one_line(turn.model or 'not recorded')} · protocol {one_line(turn.protocol or 'not recorded')}"
+        console.print(Text(line + f" · endpoint {one_line(turn.endpoint or 'not recorded')}", style="dim"))
 
 
 def _turn_answer(console: Console, turn: Turn) -> None:
@@ -99,30 +100,30 @@ def _turn_answer(console: Console, turn: Turn) -> None:
 
 def _header(console: Console, loaded: LoadedRun, kind: Kind) -> None:
     info = loaded.info
-    console.print(Rule(Text(shown(loaded.path or "run"), style="bold"), style="blue"))
+    console.print(Rule(Text(one_line(loaded.path or "run"), style="bold"), style="blue"))
     first = loaded.run.all_turns()[0]  # follow-up questions are shown where their turn starts
     console.print(markdown(f"**{'Session' if kind == 'mcp' else 'Task'}:** {first.task.strip() or '(not recorded)'}"))
-    console.print(Text(shown(" · ".join(_details(loaded, kind, first))), style="dim"), soft_wrap=True)
+    console.print(Text(" · ".join(_details(loaded, kind, first)), style="dim"), soft_wrap=True)
     if info.scripted:
         console.print(Text("The model replies in this run were scripted (played back from a file).", style="yellow"))
 
 
 def _details(loaded: LoadedRun, kind: Kind, first: Turn) -> list[str]:
     """The header's line: who wrote the code (the first turn's model and protocol: a follow-up may use
-    others, shown where it starts; an MCP session's client), the data, the view."""
+    others, shown where it starts; an MCP session's client), the data, the view (each part one line)."""
     info = loaded.info
     if kind == "mcp":
-        details = [f"MCP session · client {info.model or 'not recorded'}"]
+        details = [f"MCP session · client {one_line(info.model or 'not recorded')}"]
     else:
         details = [
-            f"model {first.model or info.model or 'not recorded'}",
-            f"protocol {first.protocol or info.protocol or 'not recorded'}",
+            f"model {one_line(first.model or info.model or 'not recorded')}",
+            f"protocol {one_line(first.protocol or info.protocol or 'not recorded')}",
         ]
-    details.append(f"data {', '.join(info.data_files) or 'none'}")
+    details.append(f"data {', '.join(one_line(name) for name in info.data_files) or 'none'}")
     if kind == "resumed":
         details.append(f"{len(loaded.run.turns)} follow-up question(s)")
     if loaded.view:
-        details.append(f"{loaded.view} view")
+        details.append(f"{one_line(loaded.view)} view")
     return details
 
 
@@ -161,7 +162,7 @@ def _execution_status(round_: Round) -> Text:
     """An MCP execution's line: mark, status and the code's time (no model took part)."""
     status = round_.result.status if round_.result is not None else "not run"
     mark, style = {"ok": ("✓", "green"), "error": ("✗", "red")}.get(status, ("!", "yellow"))
-    text = Text(f"{mark} execution {round_.index}: {status}", style=style)
+    text = Text(f"{mark} execution {round_.index}: {one_line(status)}", style=style)
     text.append(f"  code {round_.exec_s:.1f} s", style="dim")
     if round_.result is not None and round_.result.note:
         text.append(f"\n  {shown(round_.result.note)}", style="yellow")
@@ -182,17 +183,18 @@ def answer_markdown(answer: str) -> RenderableType:
 def show_plan(console: Console, plan: PlanView, *, max_lines: int = 40) -> None:
     """Print a plan run read from its notebook: header (model, protocol, times), each task under its own
     heading with its status, time and tokens, code and outputs, then the plan's answer (its conclusion)."""
-    console.print(Rule(Text(str(plan.path), style="bold"), style="blue"))
+    console.print(Rule(Text(one_line(plan.path), style="bold"), style="blue"))
     console.print(markdown(f"**Task:** {plan.task.strip() or '(not recorded)'}"))
     details = [
         "plan",
-        f"model {plan.model or 'not recorded'}",
-        f"protocol {plan.protocol or 'not recorded'}",
-        f"data {', '.join(plan.data_files) or 'none'}",
+        f"model {one_line(plan.model or 'not recorded')}",
+        f"protocol {one_line(plan.protocol or 'not recorded')}",
+        f"data {', '.join(one_line(name) for name in plan.data_files) or 'none'}",
     ]
     console.print(Text(" · ".join(details), style="dim"), soft_wrap=True)
     if plan.started_at:
-        span = f"started {plan.started_at}" + (f" · finished {plan.finished_at}" if plan.finished_at else "")
+        finished = f" · finished {one_line(plan.finished_at)}" if plan.finished_at else ""
+        span = f"started {one_line(plan.started_at)}{finished}"
         console.print(Text(span, style="dim"), soft_wrap=True)
     if plan.scripted:
         console.print(Text("The model replies in this run were scripted (played back from a file).", style="yellow"))
@@ -210,9 +212,9 @@ def show_plan(console: Console, plan: PlanView, *, max_lines: int = 40) -> None:
 
 
 def _plan_task(console: Console, task: PlanTask, total: int, max_lines: int) -> None:
-    console.print(Rule(f"Task {task.number}/{total}: {task.id} · {task.title}", style="blue"))
+    console.print(Rule(Text(f"Task {task.number}/{total}: {one_line(task.id)} · {one_line(task.title)}"), style="blue"))
     mark = {"done": ("✓", "green"), "failed": ("✗", "red"), "skipped": ("–", "yellow")}.get(task.status, ("·", "dim"))
-    line = Text(f"{mark[0]} {task.status or 'status not recorded'}", style=mark[1])
+    line = Text(f"{mark[0]} {one_line(task.status or 'status not recorded')}", style=mark[1])
     parts = [f"{task.seconds:.1f} s" if task.seconds else "time not recorded"]
     if task.usage.total_tokens:
         parts.append(f"{task.usage.total_tokens:,} tokens")
@@ -235,12 +237,12 @@ def show_replay(console: Console, report: ReplayReport) -> None:
     summary = ", ".join(f"{n} {status}" for status, n in report.counts().items()) or "no code cells"
     verdict = Text("ok" if report.ok else "FAILED", style="bold green" if report.ok else "bold red")
     console.print(
-        Text.assemble(shown(f"replay of {report.path}: "), verdict, f" ({summary}) in {report.duration_s:.1f} s"),
+        Text.assemble(f"replay of {one_line(report.path)}: ", verdict, f" ({summary}) in {report.duration_s:.1f} s"),
         soft_wrap=True,
     )
     for cell in report.cells:
-        line = Text(f"  cell {cell.index:>3}  {cell.where:<9} ")
-        line.append(f"{cell.status:<8}", style=_CHECK_STYLE.get(cell.status, ""))
+        line = Text(f"  cell {cell.index:>3}  {one_line(cell.where):<9} ")
+        line.append(f"{one_line(cell.status):<8}", style=_CHECK_STYLE.get(cell.status, ""))
         if cell.detail:
             line.append(shown(f"  {cell.detail}"), style="dim")
         console.print(line, soft_wrap=True)

@@ -24,7 +24,7 @@ from ..events import Event
 from ..kernel.partial import OutputChunk, OutputTail
 from ..records import Run
 from ..result import ExecutionResult, strip_ansi
-from ..safe.html import Shown, safe_bundle, shown_code_box, shown_html, shown_markdown
+from ..safe.html import Shown, contained, safe_bundle, shown_code_box, shown_html, shown_markdown
 
 __all__ = ["CellView"]
 
@@ -49,12 +49,15 @@ def _problem(text: str) -> Shown:
 
 
 def _show(shown: Shown, *, display_id: bool = False) -> Any:
-    """The one way this view puts anything in the cell: a ``Shown`` (made safe by ``safe.html``)."""
+    """The one way this view puts anything in the cell: a ``Shown`` (made safe by ``safe.html``), in a box
+    it cannot paint outside of (JupyterLab's page and its styles are around it)."""
+    shown = contained(shown)
     return display(shown.data, raw=True, metadata=shown.metadata or None, display_id=display_id)
 
 
 def _redraw(handle: Any, shown: Shown) -> None:
-    """Replace what ``handle`` (a ``_show`` with a display id) shows."""
+    """Replace what ``handle`` (a ``_show`` with a display id) shows, contained as ``_show`` does."""
+    shown = contained(shown)
     handle.update(shown.data, raw=True, metadata=shown.metadata or None)
 
 

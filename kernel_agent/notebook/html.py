@@ -8,8 +8,11 @@ the task. The cells come in the report's order (``report.py``: the answer first,
 Figures are inline PNGs already, so the page is one file.
 
 Any notebook's content is data (ours or someone else's): outputs go through
-``safe.html.safe_bundle`` (no JavaScript, SVG as an image), and the rendered
-body through ``safe.html.clean_page``, which also writes a CSP into the page.
+``safe.html.safe_bundle`` (no JavaScript, SVG as an image), markdown and raw cells through
+``safe.html.markdown_html`` and ``clean_html`` (the template's ``ka_markdown`` and ``ka_clean``), so no
+class or id of the content's reaches the page; the rendered body goes through ``safe.html.clean_page``,
+which keeps only the template's own classes and writes a CSP into the page. The template's CSS keeps
+each output and markdown cell in its own box (``contain: paint`` and a stacking context).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import NotebookError, WorkspaceFileError
 from ..kernel.door import write_record
-from ..safe.html import clean_page, safe_bundle
+from ..safe.html import clean_html, clean_page, markdown_html, safe_bundle
 from ..safe.http import DOCUMENT_CSP
 from .kinds import notebook_kind
 from .load import read_notebook
@@ -45,7 +48,11 @@ def render_node(nb: NotebookNode, label: str) -> str:
     from nbconvert import HTMLExporter  # heavy: only when a page is asked for
 
     notebook = label
-    exporter = HTMLExporter(extra_template_basedirs=[str(_TEMPLATES)], template_name="kernel_agent_html")
+    exporter = HTMLExporter(
+        extra_template_basedirs=[str(_TEMPLATES)],
+        template_name="kernel_agent_html",
+        filters={"ka_markdown": markdown_html, "ka_clean": clean_html},
+    )
     try:
         shown = _safe_outputs(report_order(nb))
         body, _resources = exporter.from_notebook_node(shown, resources={"metadata": {"name": page_title(nb)}})

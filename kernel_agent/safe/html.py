@@ -4,13 +4,17 @@ Owns the policy JupyterLab applies to untrusted output, applied with nh3 (the Am
 no script, event handler, ``javascript:`` URL, form, input, ``<meta>``, ``<base>``, ``<style>``,
 iframe or object; images only as ``data:`` (nothing is fetched from elsewhere); inline style only
 for properties that cannot lift an element out of its box (no ``position``, ``margin``, ``transform``,
-``z-index``); SVG only as an image (``<img src="data:image/svg+xml;base64,…">``, where its scripts do
+``z-index``); no ``class``, ``id`` or other name a page's stylesheet or script could hook into, so an
+output cannot dress itself in the page's own styles (``jp-Dialog``, position: fixed, over the page); SVG
+only as an image (``<img src="data:image/svg+xml;base64,…">``, where its scripts do
 not run); ``application/javascript`` and other active types dropped. Tables, figures, code, markdown
 and LaTeX (left for the front end's typesetter) still render.
 
 ``clean_html`` cleans a fragment, ``markdown_html`` renders markdown to clean HTML, ``code_html``
 highlights code, and ``safe_bundle`` turns a display bundle (a kernel's ``display_data``) into one
-that a front end trusting it may render: ``Shown`` is the only value the magic displays.
+that a front end trusting it may render: ``Shown`` is the only value the magic displays, each
+``contained`` in a box it cannot paint outside of. ``clean_page`` cleans a page our template made around
+such content: the template's own classes stay (and only those), the content's are already gone.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from typing import Any
 import nh3
 
 __all__ = [
+    "CONTAINER_STYLE",
     "SAFE_MIMETYPES",
     "Shown",
     "clean_html",
     "clean_page",
     "code_html",
+    "contained",
     "markdown_html",
     "markdown_source",
     "safe_bundle",
@@ -44,13 +50,18 @@ __all__ = [
 _BOX_STYLE = "border: 1px solid #90a4ae; border-left: 4px solid #1976d2; background-color: #f5f8fc; padding: 2px 10px"
 _LABEL_STYLE = "font-size: 80%; color: #546e7a; font-family: sans-serif; padding-top: 4px"
 _EXTRA_TAGS = {"details", "summary", "figure", "figcaption", "caption", "mark"}
-_GENERIC_ATTRIBUTES = {"id", "class", "style", "title", "lang", "dir", "align", "valign"}
+# No ``class``, ``id``, ``name``, ``form``, ``for``, ``popover``, ``slot``, ``part``, ``data-*``: each names
+# something the page holding the output defines (its styles, its elements, its scripts' hooks). JupyterLab's
+# CSS gives ``jp-Dialog`` and ``jp-HoverBox`` a fixed place over the page, and a toast library's container
+# z-index 9999; a prefix would keep the names harmless too, but nothing renders worse without them (tables,
+# code and markdown style by element), so they go.
+_GENERIC_ATTRIBUTES = {"style", "title", "lang", "dir", "align", "valign"}
 _TAG_ATTRIBUTES = {
     "a": {"href", "target"},
     "img": {"src", "alt", "width", "height"},
     "table": {"border", "cellpadding", "cellspacing", "summary"},
-    "td": {"colspan", "rowspan", "headers", "nowrap"},
-    "th": {"colspan", "rowspan", "headers", "scope", "nowrap"},
+    "td": {"colspan", "rowspan", "nowrap"},
+    "th": {"colspan", "rowspan", "scope", "nowrap"},
     "col": {"span", "width"},
     "colgroup": {"span", "width"},
     "ol": {"start", "type", "reversed"},
@@ -126,6 +137,41 @@ def clean_html(fragment: str) -> str:
     return _cleaner().clean(fragment)
 
 
+# The classes our page template (nbconvert's lab template and ours) puts on its own markup: its layout, the
+# highlighted code's tokens (pygments), the coloured streams (ansi). Nothing else: a cell tag
+# (``celltag_…``) or anything a notebook's content might still carry never matches JupyterLab's styles.
+_PAGE_CLASS = re.compile(
+    r"(jp-(Notebook|Notebook-cell|Cell|CodeCell|MarkdownCell|Cell-(input|output)(Area|Wrapper|Collapser)"
+    r"|Collapser|(Input|Output)Collapser|InputArea|InputArea-(editor|prompt)|InputPrompt|OutputPrompt"
+    r"|CodeMirrorEditor|Editor|OutputArea|OutputArea-(child|output|prompt|executeResult|stderr)|MarkdownOutput"
+    r"|Rendered(HTMLCommon|HTML|Markdown|Text|Image|Latex|SVG)|mod-(noOutputs|noInput))"
+    r"|ka-[a-z-]+|ansi-[a-z-]+|cm-editor|cm-s-jupyter|highlight|hl-[a-z0-9]+|[a-z][a-z0-9]{0,2})\Z"
+)
+_PAGE_ID = re.compile(r"cell-id=[A-Za-z0-9_-]{1,64}\Z")
+
+
+def _page_attribute(tag: str, name: str, value: str) -> str | None:
+    if name == "class":
+        kept = [token for token in value.split() if _PAGE_CLASS.match(token)]
+        return " ".join(kept) or None
+    if name == "id":
+        return value if _PAGE_ID.match(value) else None
+    return _attribute(tag, name, value)
+
+
+@cache
+def _page_cleaner() -> nh3.Cleaner:
+    """The content's policy, with the template's own classes and cell ids (see ``_PAGE_CLASS``) kept."""
+    return nh3.Cleaner(
+        tags=(nh3.ALLOWED_TAGS | _EXTRA_TAGS) - {"area", "map"},
+        clean_content_tags={"script", "style", "template", "noscript", "title", "textarea", "select", "option"},
+        attributes={"*": _GENERIC_ATTRIBUTES | {"class", "id"}, **_TAG_ATTRIBUTES},
+        attribute_filter=_page_attribute,
+        url_schemes={"http", "https", "mailto", "data"},
+        filter_style_properties=_STYLE_PROPERTIES,
+    )
+
+
 _BODY_OPEN = re.compile(r"<body\b[^>]*>", re.IGNORECASE)
 _HEAD_OPEN = re.compile(r"<head\b[^>]*>", re.IGNORECASE)
 
@@ -133,13 +179,16 @@ _HEAD_OPEN = re.compile(r"<head\b[^>]*>", re.IGNORECASE)
 def clean_page(page: str, csp: str) -> str:
     """A whole page made by our template around a notebook's content: everything between ``<body>``
     and ``</body>`` (where the content is) cleaned, and ``csp`` as the page's first ``<meta>``, so a
-    copy opened from disk forbids scripts and external loads too. The head is the template's own."""
+    copy opened from disk forbids scripts and external loads too. The head is the template's own.
+
+    The template's own classes and cell ids stay (``_PAGE_CLASS``), no others: the content in it must
+    already be ``clean_html``'s (so its classes are gone) for the page to look like the template's."""
     opened = _BODY_OPEN.search(page)
     closed = page.lower().rfind("</body")  # the template's, after any the content holds
     if opened is None or closed < opened.end():
         ours = f'<head><meta charset="utf-8">{_csp_meta(csp)}</head>'
         return f"<!DOCTYPE html>\n<html>{ours}<body>{clean_html(page)}</body></html>"
-    body = page[: opened.end()] + clean_html(page[opened.end() : closed]) + page[closed:]
+    body = page[: opened.end()] + _page_cleaner().clean(page[opened.end() : closed]) + page[closed:]
     head = _HEAD_OPEN.search(body)
     if head is None or head.start() > opened.start():
         return body.replace(opened.group(), f"{_csp_meta(csp)}{opened.group()}", 1)
@@ -283,6 +332,20 @@ def _text(value: Any) -> str:
     return "".join(str(part) for part in value) if isinstance(value, list) else str(value or "")
 
 
+# Whatever an output draws stays in its box: paint contained (a fixed element is placed and clipped within
+# it), a stacking context of its own (a z-index inside competes only inside), wide content scrolled.
+CONTAINER_STYLE = "contain: paint; position: relative; z-index: 0; isolation: isolate; overflow-x: auto"
+
+
+def contained(shown: Shown) -> Shown:
+    """``shown`` with its HTML in a box it cannot paint outside of (``CONTAINER_STYLE``, inline: the page
+    around it, JupyterLab's, is not ours to style)."""
+    if "text/html" not in shown.data:
+        return shown
+    box = f'<div style="{CONTAINER_STYLE}">{shown.data["text/html"]}</div>'
+    return Shown({**shown.data, "text/html": box}, shown.metadata)
+
+
 def shown_html(page: str, plain: str) -> Shown:
     """Our own HTML (built around kernel or model text), cleaned, with its plain-text form."""
     return Shown({"text/html": clean_html(page), "text/plain": plain})
@@ -302,7 +365,7 @@ def shown_code_box(code: str, label: str, language: str = "python") -> Shown:
     """Code, highlighted, in a framed box under a small ``label`` (plain text): a front end's way to show code
     that is not one of the cell's outputs (the magic's rounds)."""
     box = (
-        f'<div class="kernel-agent-code" style="{_BOX_STYLE}"><div style="{_LABEL_STYLE}">{html.escape(label)}</div>'
+        f'<div style="{_BOX_STYLE}"><div style="{_LABEL_STYLE}">{html.escape(label)}</div>'
         f"{code_html(code, language)}</div>"
     )
     return Shown({"text/html": clean_html(box), "text/plain": code})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mimetypes
 from urllib.parse import quote
 
-__all__ = ["DOCUMENT_CSP", "PAGE_CSP", "attachment", "document_headers", "served_type"]
+__all__ = ["DOCUMENT_CSP", "PAGE_CSP", "attachment", "document_headers", "path_url", "served_type"]
 
 # A document: no script, no plugin, no frame, no external image, style, font or connection. This part
 # also goes into the page itself (a <meta>), so a downloaded copy opened from disk keeps it.
@@ -57,6 +57,14 @@ def attachment(filename: str, disposition: str = "attachment") -> str:
     if quoted != filename:
         return f"{disposition}; filename*=utf-8''{quoted}"
     return f'{disposition}; filename="{filename}"'
+
+
+def path_url(path: str) -> str:
+    """``path`` (a file's name the kernel chose, relative, ``/``-separated) as a URL path: every character
+    other than ASCII letters, digits, ``-._~`` and ``/`` percent-encoded, so a newline, a bidi control
+    (U+202E) or a zero-width character in the name never reaches a URL (or a page showing it) raw, and
+    ``?``, ``#`` and ``%`` stay part of the name."""
+    return quote(path, safe="/")
 
 
 def document_headers(filename: str | None = None, *, inline: bool = False) -> dict[str, str]:

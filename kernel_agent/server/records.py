@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..safe.http import path_url
+
 __all__ = ["FileRecord", "GeneratedFile", "Record", "RunRecord", "ThreadRecord", "public"]
 
 
@@ -106,5 +108,5 @@ def public(record: Record) -> dict[str, Any]:
         )
         if isinstance(record, RunRecord):
             out["elapsed_s"] = record.elapsed_s(datetime.now(UTC))
-            out["files"] = [{**f, "url": f"{base}/files/{f['name']}"} for f in out["files"]]
+            out["files"] = [{**f, "url": f"{base}/files/{path_url(f['name'])}"} for f in out["files"]]
     return out
