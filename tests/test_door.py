@@ -222,13 +222,18 @@ THROUGH_THE_DOOR = {
     "mcp/files.py": {},
     # A thread's zip: its records, its uploads and (for a deleted upload) the workspace's copy, through doors.
     "server/bundle.py": {"_copy": "opens an entry of the zip being written (ZipFile.open), not a path"},
+    # An eval run's folder is the user's choice but may be someone else's (shared, unpacked): its manifest,
+    # results, report and question folders go through the door, and so do the suite's data files.
     "eval/runner.py": {
-        "_claim": "the eval run's own folder and its manifest, which no kernel sees",
-        "_record": "writes answer.json beside the question's workspace, never in it",
-        "_fresh": "removes a killed attempt's whole question folder (rmtree never follows a link in it)",
-        "_ask": "checks the suite's own data files exist before the agent copies them",
+        "_claim": "makes the folder the user named (--out) itself; what is in it, the door reads and writes",
+        "remove": "removes our private folder of the suite's data copies (mkdtemp, which no kernel sees)",
         "_available_memory": "reads /proc/meminfo",
         "run_eval": "calls AgentConfig.resolve (settings, not a path)",
+    },
+    "eval/results.py": {},
+    "eval/report.py": {},
+    "eval/suite.py": {
+        "load_suite": "whether the suite the user named is a folder or a file; what is in it, the door reads",
     },
     "mcp/server.py": {"_new": "makes a client's workspace folder itself"},
     "server/app.py": {
@@ -258,6 +263,7 @@ RECORDS = {
     "cli/show.py": {},
     "server/run.py": {},
     "server/service.py": {},
+    "cli/eval.py": {"_folder": "whether the path the user named is a results file or its folder"},
 }
 PATH_METHODS = {
     "read_text",

@@ -3,10 +3,11 @@
 
 Thin: reads options, calls ``kernel_agent.eval``, prints one line per finished question and the
 summary, and translates errors at the edge. The group is built by ``eval_group`` from ``app.py``'s
-shared option decorators (passed in, so this module never imports ``app``). What a suite, the model or
-the kernel wrote is printed with its control characters replaced, so no escape sequence reaches the
-terminal. Exit codes: 0 every question asked for has a result, 1 not, 2 usage error, 130 Ctrl-C, 143 SIGTERM
-(finished questions keep their results; the same command resumes).
+shared option decorators (passed in, so this module never imports ``app``). What a suite, the model,
+the kernel or a results file (maybe someone else's) wrote is printed through ``safe.terminal.printable``,
+so no escape sequence reaches the terminal. Exit codes: 0 every question asked for has a result, 1 not,
+2 usage error (a refused suite or folder too), 130 Ctrl-C, 143 SIGTERM (finished questions keep their
+results; the same command resumes).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..agent.settings import SETTINGS
+from ..safe.terminal import printable
 
 if TYPE_CHECKING:
     from ..eval import Comparison, EvalRun
@@ -31,11 +33,10 @@ from .edge import Failure, edge
 
 __all__ = ["eval_group"]
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 def _plain(text: object) -> str:
-    return _CONTROL.sub("?", str(text))
+    """A field of a suite, a result line (maybe someone else's) or the model, as safe terminal text."""
+    return printable(str(text))
 
 
 class _DefaultRun(click.Group):
@@ -104,7 +105,7 @@ def eval_group(
             chosen = loaded.select(tuple(i.strip() for i in ids.split(",") if i.strip()) if ids else (), limit)
             model = arguments.get("model") or os.environ.get(SETTINGS["model"].env or "") or "model"
             folder = Path(out) if out else Path("eval-runs") / re.sub(r"[^A-Za-z0-9_.-]", "_", f"{loaded.name}-{model}")
-            click.echo(f"{len(chosen)} question(s) of {_plain(loaded.name)} → {folder}", err=True)
+            click.echo(f"{len(chosen)} question(s) of {_plain(loaded.name)} → {_plain(folder)}", err=True)
             work = run_eval(
                 loaded,
                 chosen,
@@ -117,13 +118,13 @@ def eval_group(
             try:
                 result = asyncio.run(_cancel_on_sigterm(work))
             except (KeyboardInterrupt, asyncio.CancelledError) as stop:
-                click.echo(f"interrupted: run again with --out {folder} to continue", err=True)
+                click.echo(f"interrupted: run again with --out {_plain(folder)} to continue", err=True)
                 sys.exit(130 if isinstance(stop, KeyboardInterrupt) else 143)
             wanted = {q.id for q in chosen}
             rows = [row for row in result.results if row["id"] in wanted]
             report = write_report(folder, rows, f"{loaded.name} · {model}")
         click.echo(_summary_text(rows))
-        click.echo(f"results: {folder / 'results.jsonl'}\nreport: {report}")
+        click.echo(f"results: {_plain(folder / 'results.jsonl')}\nreport: {_plain(report)}")
         sys.exit(0 if len(rows) == len(chosen) else 1)
 
     @group.command("compare")
@@ -133,7 +134,8 @@ def eval_group(
         """Compare two eval runs' folders (or results.jsonl files): which questions flipped, metric changes."""
         from ..eval import compare, read_results
 
-        first, second = read_results(_folder(a)), read_results(_folder(b))
+        with edge():
+            first, second = read_results(_folder(a)), read_results(_folder(b))
         click.echo(_comparison_text(compare(first, second)))
 
     return group
@@ -183,7 +185,8 @@ def _progress(kind: str, row: dict[str, Any]) -> None:
     ok = sum(row["correct"].values())
     detail = f"{ok}/{len(row['correct'])} right" if row["scored"] else _plain(row.get("error") or "")[:120]
     click.echo(
-        f"{_plain(row['id']):>8}  {row['outcome']:<13} {detail}  ({row['rounds']} rounds, {row['seconds']:.1f} s)",
+        f"{_plain(row['id'])[:40]:>8}  {_plain(row['outcome']):<13} {detail}  "
+        f"({_plain(row['rounds'])} rounds, {float(row['seconds']):.1f} s)",
         err=True,
     )
 
@@ -206,6 +209,6 @@ def _summary_text(rows: list[dict[str, Any]]) -> str:
                 f"  {_plain(name)[:40]:<40} {g.by_question:7.2%}  ({g.questions_correct}/{g.questions})"
                 for name, g in groups.items()
             ]
-    outcomes = ", ".join(f"{kind} {count}" for kind, count in summary.outcomes.items() if count)
+    outcomes = ", ".join(f"{_plain(kind)} {count}" for kind, count in summary.outcomes.items() if count)
     lines.append(f"outcomes: {outcomes or '-'}")
     return "\n".join(lines)
