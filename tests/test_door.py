@@ -92,6 +92,40 @@ def test_planted_temp_names_cannot_catch_a_write(mode: str, place: tuple[Path, P
     assert (workspace / "sales.csv").read_text() == "a,b\n1,2\n"
 
 
+def test_an_append_never_writes_through_a_link_a_fifo_or_another_name(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, outside = place
+    gate = Door(workspace)
+    assert gate.append("log/a.jsonl", b"one\n") == 4 and gate.append("log/a.jsonl", b"two\n") == 4
+    assert (workspace / "log" / "a.jsonl").read_bytes() == b"one\ntwo\n"
+    (workspace / "linked").symlink_to(outside / "secret.txt")
+    (workspace / "dangling").symlink_to(outside / "made-by-us.txt")
+    (workspace / "deep").symlink_to(outside)
+    os.mkfifo(workspace / "pipe")
+    os.link(outside / "data.txt", workspace / "hard")
+    for name in ("linked", "dangling", "deep/data.txt", "pipe", "hard", "sub"):
+        with pytest.raises(WorkspaceFileError):
+            gate.append(name, b"evil\n")  # the FIFO: refused at once, no reader waited for
+    assert (outside / "secret.txt").read_text() == "HOST SECRET\n" == (outside / "data.txt").read_text()
+    assert sorted(p.name for p in outside.iterdir()) == ["data.txt", "secret.txt"]
+
+
+def test_a_folder_is_made_only_where_no_link_leads(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, outside = place
+    gate = Door(workspace)
+    assert gate.make_folder("a/b") is True and (workspace / "a" / "b").is_dir()
+    assert gate.make_folder("a/b") is False
+    with pytest.raises(FileExistsError):
+        gate.make_folder("a/b", exclusive=True)
+    (workspace / "q").symlink_to(outside)
+    (workspace / "dangling").symlink_to(outside / "new")
+    for name in ("q", "q/new", "dangling", "sub/data.txt"):
+        with pytest.raises(WorkspaceFileError):
+            gate.make_folder(name)
+    with pytest.raises(FileExistsError):
+        gate.make_folder("q", exclusive=True)  # taken: a fresh name is the caller's next try, never the link
+    assert sorted(p.name for p in outside.iterdir()) == ["data.txt", "secret.txt"]
+
+
 def test_listing_and_usage_never_follow_links(mode: str, place: tuple[Path, Path]) -> None:
     workspace, outside = place
     (workspace / "linkdir").symlink_to(outside)

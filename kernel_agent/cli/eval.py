@@ -160,8 +160,8 @@ async def _cancel_on_sigterm(work: Coroutine[Any, Any, EvalRun]) -> EvalRun:
 def _folder(path: str) -> Path:
     """The run folder ``path`` names (itself, or its ``results.jsonl``'s). Exits 2 when it holds no results."""
     given = Path(path)
-    folder = given.parent if given.is_file() else given
-    if not (folder / "results.jsonl").is_file():
+    folder = given.parent if given.name == "results.jsonl" or given.is_file() else given
+    if not os.path.lexists(folder / "results.jsonl"):  # one that is there but refused: read_results says why
         raise Failure(f"no eval results in {path} (a folder given to --out, or its results.jsonl)", EXIT_USAGE)
     return folder
 

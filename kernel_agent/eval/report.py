@@ -21,6 +21,7 @@ from urllib.parse import quote
 from ..errors import WorkspaceFileError
 from ..kernel.door import write_record
 from ..notebook.claims import plain
+from ..safe.terminal import printable
 from .results import FAILURE_KINDS, Summary, id_order, refused, summarize
 from .scoring import Metrics
 
@@ -44,7 +45,9 @@ _COLOURS = {
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Hostile text as HTML text: escaped, its control characters shown as symbols (``printable``), so
+    not even ``cat report.html`` sends an escape sequence to a terminal."""
+    return html.escape(printable(str(text)), quote=True)
 
 
 def write_report(out: str | Path, rows: Sequence[dict[str, Any]], title: str) -> Path:

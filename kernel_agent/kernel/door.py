@@ -512,7 +512,8 @@ def _refusal(exc: OSError, relative: str) -> BaseException:
     """The words for an open the door refused (a link on the way, a way out), else ``exc`` itself."""
     if exc.errno == errno.ELOOP:
         return WorkspaceFileError(f"{relative!r} leads through a link; links there are not followed", path=relative)
-    if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket (or a device without a driver): never opened
+    if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP, errno.EISDIR):  # a socket, a FIFO without a reader (a
+        # non-blocking write open), a device without a driver, a folder opened to write: never opened
         return WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
     if exc.errno == errno.EXDEV:
         return WorkspaceFileError(f"{relative!r} is outside the workspace", path=relative)
