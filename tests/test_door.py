@@ -261,6 +261,7 @@ THROUGH_THE_DOOR = {
     "eval/runner.py": {
         "_claim": "makes the folder the user named (--out) itself; what is in it, the door reads and writes",
         "remove": "removes our private folder of the suite's data copies (mkdtemp, which no kernel sees)",
+        "_sweep_staged": "removes such folders of ours a killed run left in the temp folder (never a link)",
         "_available_memory": "reads /proc/meminfo",
         "run_eval": "calls AgentConfig.resolve (settings, not a path)",
     },

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -274,3 +276,27 @@ def test_ids_of_any_kind_sort_naturally_and_report_without_crashing(tmp_path: Pa
         result = run(folder / "ids.jsonl", out)
         assert result.exit_code == 0, result.output
         assert (out / "report.html").is_file() and "accuracy by question" in result.output
+
+
+def test_a_killed_runs_data_copies_are_swept_and_nothing_else(tmp_path: Path, victim: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    top = Path(tempfile.gettempdir())
+    left = top / f"kernel-agent-eval-{pid}-ab12"
+    (left / "0").mkdir(parents=True)
+    (left / "0" / "t1.csv").write_text("x\n")
+    planted = top / f"kernel-agent-eval-{pid}-link"
+    planted.symlink_to(victim)
+    mine = top / f"kernel-agent-eval-{os.getpid()}-live"
+    mine.mkdir()
+    try:
+        suite = write_dabench(tmp_path / "dabench")
+        loaded = load_suite(suite)
+        _StagedData.of(loaded, loaded.questions[:1]).remove()
+        assert not left.exists() and planted.is_symlink() and mine.is_dir()
+        assert listing(victim) == {"0": b"", "0/keep.txt": SECRET.encode(), "secret.txt": SECRET.encode()}
+    finally:
+        planted.unlink()
+        mine.rmdir()
+        if left.exists():
+            shutil.rmtree(left)

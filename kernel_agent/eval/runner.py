@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -62,6 +63,7 @@ log = logging.getLogger(__name__)
 MANIFEST = "eval.json"
 QUESTIONS = "questions"
 _MANIFEST_BYTES = 1 << 20
+_STAGED = "kernel-agent-eval-"  # + pid: our private folder of a run's data copies (``_StagedData``)
 _KERNEL_BUDGET = 2 << 30  # memory one question's kernel may well want (a DataFrame and its copies)
 _SEAMS = ("chat_model", "session_factory", "session_options", "model_options")
 
@@ -239,7 +241,8 @@ class _StagedData:
     def of(cls, suite: Suite, questions: Sequence[Question]) -> _StagedData:
         """Copy every data file ``questions`` claim. Raises ``ConfigError`` for one that is refused (a link
         on the way, not a regular file, the suite's own questions or labels under another name)."""
-        folder = Path(tempfile.mkdtemp(prefix="kernel-agent-eval-"))
+        _sweep_staged()
+        folder = Path(tempfile.mkdtemp(prefix=f"{_STAGED}{os.getpid()}-"))
         staged = cls(folder, {})
         try:
             staged._copy_all(suite, questions)
@@ -272,6 +275,36 @@ class _StagedData:
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _sweep_staged() -> None:
+    """Remove the data copies a killed eval run (its process gone) left in the temp folder: only folders
+    of ours (this user's, by our name; ``rmtree`` refuses a link and follows none inside)."""
+    top = tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return
+    for entry in entries:
+        found = re.fullmatch(rf"{_STAGED}(\d+)-\w+", entry.name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def _stat_or_none(path: Path) -> os.stat_result | None:
