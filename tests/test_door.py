@@ -92,6 +92,40 @@ def test_planted_temp_names_cannot_catch_a_write(mode: str, place: tuple[Path, P
     assert (workspace / "sales.csv").read_text() == "a,b\n1,2\n"
 
 
+def test_an_append_never_writes_through_a_link_a_fifo_or_another_name(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, outside = place
+    gate = Door(workspace)
+    assert gate.append("log/a.jsonl", b"one\n") == 4 and gate.append("log/a.jsonl", b"two\n") == 4
+    assert (workspace / "log" / "a.jsonl").read_bytes() == b"one\ntwo\n"
+    (workspace / "linked").symlink_to(outside / "secret.txt")
+    (workspace / "dangling").symlink_to(outside / "made-by-us.txt")
+    (workspace / "deep").symlink_to(outside)
+    os.mkfifo(workspace / "pipe")
+    os.link(outside / "data.txt", workspace / "hard")
+    for name in ("linked", "dangling", "deep/data.txt", "pipe", "hard", "sub"):
+        with pytest.raises(WorkspaceFileError):
+            gate.append(name, b"evil\n")  # the FIFO: refused at once, no reader waited for
+    assert (outside / "secret.txt").read_text() == "HOST SECRET\n" == (outside / "data.txt").read_text()
+    assert sorted(p.name for p in outside.iterdir()) == ["data.txt", "secret.txt"]
+
+
+def test_a_folder_is_made_only_where_no_link_leads(mode: str, place: tuple[Path, Path]) -> None:
+    workspace, outside = place
+    gate = Door(workspace)
+    assert gate.make_folder("a/b") is True and (workspace / "a" / "b").is_dir()
+    assert gate.make_folder("a/b") is False
+    with pytest.raises(FileExistsError):
+        gate.make_folder("a/b", exclusive=True)
+    (workspace / "q").symlink_to(outside)
+    (workspace / "dangling").symlink_to(outside / "new")
+    for name in ("q", "q/new", "dangling", "sub/data.txt"):
+        with pytest.raises(WorkspaceFileError):
+            gate.make_folder(name)
+    with pytest.raises(FileExistsError):
+        gate.make_folder("q", exclusive=True)  # taken: a fresh name is the caller's next try, never the link
+    assert sorted(p.name for p in outside.iterdir()) == ["data.txt", "secret.txt"]
+
+
 def test_listing_and_usage_never_follow_links(mode: str, place: tuple[Path, Path]) -> None:
     workspace, outside = place
     (workspace / "linkdir").symlink_to(outside)
@@ -222,13 +256,19 @@ THROUGH_THE_DOOR = {
     "mcp/files.py": {},
     # A thread's zip: its records, its uploads and (for a deleted upload) the workspace's copy, through doors.
     "server/bundle.py": {"_copy": "opens an entry of the zip being written (ZipFile.open), not a path"},
+    # An eval run's folder is the user's choice but may be someone else's (shared, unpacked): its manifest,
+    # results, report and question folders go through the door, and so do the suite's data files.
     "eval/runner.py": {
-        "_claim": "the eval run's own folder and its manifest, which no kernel sees",
-        "_record": "writes answer.json beside the question's workspace, never in it",
-        "_fresh": "removes a killed attempt's whole question folder (rmtree never follows a link in it)",
-        "_ask": "checks the suite's own data files exist before the agent copies them",
+        "_claim": "makes the folder the user named (--out) itself; what is in it, the door reads and writes",
+        "remove": "removes our private folder of the suite's data copies (mkdtemp, which no kernel sees)",
+        "_sweep_staged": "removes such folders of ours a killed run left in the temp folder (never a link)",
         "_available_memory": "reads /proc/meminfo",
         "run_eval": "calls AgentConfig.resolve (settings, not a path)",
+    },
+    "eval/results.py": {},
+    "eval/report.py": {},
+    "eval/suite.py": {
+        "load_suite": "whether the suite the user named is a folder or a file; what is in it, the door reads",
     },
     "mcp/server.py": {"_new": "makes a client's workspace folder itself"},
     "server/app.py": {
@@ -258,6 +298,7 @@ RECORDS = {
     "cli/show.py": {},
     "server/run.py": {},
     "server/service.py": {},
+    "cli/eval.py": {"_folder": "whether the path the user named is a results file or its folder"},
 }
 PATH_METHODS = {
     "read_text",

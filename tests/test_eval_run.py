@@ -210,3 +210,28 @@ def test_a_killed_run_resumes_and_runs_every_question_to_its_end_once(
     assert not before & set(analyst.asked[asked_before:])  # a finished question never runs twice
     assert {r["id"]: r["outcome"] for r in rows}["5"] == "correct"
     assert not our_kernel_pids()
+
+
+def test_a_question_folder_taken_by_a_link_gets_a_fresh_name_and_the_victim_is_untouched(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    suite = write_dabench(tmp_path / "dabench")
+    openai_server.add(*entries(ScriptedAnalyst(DABENCH, suite / "da-dev-labels.jsonl")))
+    victim = tmp_path / "victim"
+    (victim / "workspace").mkdir(parents=True)
+    (victim / "workspace" / "t1.csv").write_text("victim's own\n")
+    (victim / "secret.txt").write_text("HOST SECRET\n")
+    before = {str(p.relative_to(victim)): p.read_bytes() for p in victim.rglob("*") if p.is_file()}
+    out = tmp_path / "out"
+    (out / "questions").mkdir(parents=True)
+    (out / "questions" / "0").symlink_to(victim)  # a planted question folder: never made into or deleted
+    (out / "report.html").symlink_to(victim / "secret.txt")
+    result = _eval(suite, out, openai_server, "--ids", "0")
+    assert result.exit_code == 0, result.output
+    assert {str(p.relative_to(victim)): p.read_bytes() for p in victim.rglob("*") if p.is_file()} == before
+    (row,) = _lines(out)
+    assert row["outcome"] == "correct" and row["notebook"] == "questions/0~2/notebook.ipynb"
+    assert (out / "questions" / "0~2" / "workspace" / "t1.csv").read_text() == "x\n1\n2\n3\n4\n5\n"
+    assert (out / "questions" / "0").is_symlink() and not (out / "report.html").is_symlink()
+    assert 'href="questions/0~2/notebook.ipynb"' in (out / "report.html").read_text()
+    assert not our_kernel_pids()

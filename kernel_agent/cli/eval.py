@@ -3,10 +3,11 @@
 
 Thin: reads options, calls ``kernel_agent.eval``, prints one line per finished question and the
 summary, and translates errors at the edge. The group is built by ``eval_group`` from ``app.py``'s
-shared option decorators (passed in, so this module never imports ``app``). What a suite, the model or
-the kernel wrote is printed with its control characters replaced, so no escape sequence reaches the
-terminal. Exit codes: 0 every question asked for has a result, 1 not, 2 usage error, 130 Ctrl-C, 143 SIGTERM
-(finished questions keep their results; the same command resumes).
+shared option decorators (passed in, so this module never imports ``app``). What a suite, the model,
+the kernel or a results file (maybe someone else's) wrote is printed through ``safe.terminal.one_line``,
+so no escape sequence, line break or bidi control reaches the terminal. Exit codes: 0 every question
+asked for has a result, 1 not, 2 usage error (a refused suite or folder too), 130 Ctrl-C,
+143 SIGTERM (finished questions keep their results; the same command resumes).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..agent.settings import SETTINGS
+from ..safe.terminal import one_line
 
 if TYPE_CHECKING:
     from ..eval import Comparison, EvalRun
-from ..safe.terminal import one_line
 from .drive import EXIT_USAGE
 from .edge import Failure, edge
 
@@ -133,7 +134,8 @@ def eval_group(
         """Compare two eval runs' folders (or results.jsonl files): which questions flipped, metric changes."""
         from ..eval import compare, read_results
 
-        first, second = read_results(_folder(a)), read_results(_folder(b))
+        with edge():
+            first, second = read_results(_folder(a)), read_results(_folder(b))
         click.echo(_comparison_text(compare(first, second)))
 
     return group
@@ -158,8 +160,8 @@ async def _cancel_on_sigterm(work: Coroutine[Any, Any, EvalRun]) -> EvalRun:
 def _folder(path: str) -> Path:
     """The run folder ``path`` names (itself, or its ``results.jsonl``'s). Exits 2 when it holds no results."""
     given = Path(path)
-    folder = given.parent if given.is_file() else given
-    if not (folder / "results.jsonl").is_file():
+    folder = given.parent if given.name == "results.jsonl" or given.is_file() else given
+    if not os.path.lexists(folder / "results.jsonl"):  # one that is there but refused: read_results says why
         raise Failure(f"no eval results in {path} (a folder given to --out, or its results.jsonl)", EXIT_USAGE)
     return folder
 
@@ -183,8 +185,8 @@ def _progress(kind: str, row: dict[str, Any]) -> None:
     ok = sum(row["correct"].values())
     detail = f"{ok}/{len(row['correct'])} right" if row["scored"] else _plain(row.get("error") or "")[:120]
     click.echo(
-        f"{_plain(row['id']):>8}  {_plain(row['outcome']):<13} {detail}  "
-        f"({row['rounds']} rounds, {row['seconds']:.1f} s)",
+        f"{_plain(row['id'])[:40]:>8}  {_plain(row['outcome']):<13} {detail}  "
+        f"({_plain(row['rounds'])} rounds, {float(row['seconds']):.1f} s)",
         err=True,
     )
 
@@ -207,6 +209,6 @@ def _summary_text(rows: list[dict[str, Any]]) -> str:
                 f"  {_plain(name)[:40]:<40} {g.by_question:7.2%}  ({g.questions_correct}/{g.questions})"
                 for name, g in groups.items()
             ]
-    outcomes = ", ".join(f"{kind} {count}" for kind, count in summary.outcomes.items() if count)
+    outcomes = ", ".join(f"{_plain(kind)} {count}" for kind, count in summary.outcomes.items() if count)
     lines.append(f"outcomes: {outcomes or '-'}")
     return "\n".join(lines)

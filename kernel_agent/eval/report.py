@@ -3,8 +3,9 @@
 Owns the page and its plots: accuracy by level and by concept, rounds and time per question (model,
 code and the harness's own share), the failure kinds, and a table of every question linking its
 notebook. Everything a suite, the model or the kernel wrote (ids, concepts, answers, errors) is hostile
-text: it reaches the page only through ``html.escape`` (attributes quoted), links are relative paths
-under the run folder, URL-quoted, and the page's Content-Security-Policy forbids every script, so
+text: it reaches the page only through ``html.escape`` (attributes quoted), a notebook is linked only
+by a relative path of plain names under the run folder (``notebook_link``; anything else, such as
+``//host/x``, is shown as text), URL-quoted, and the page's Content-Security-Policy forbids every script, so
 nothing from an answer can run even if it slipped through.
 """
 
@@ -13,14 +14,18 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
-from .results import FAILURE_KINDS, Summary, summarize
+from ..errors import WorkspaceFileError
+from ..kernel.door import write_record
+from ..notebook.claims import plain
+from ..safe.terminal import printable
+from .results import FAILURE_KINDS, Summary, id_order, refused, summarize
 from .scoring import Metrics
 
-__all__ = ["REPORT", "render_report", "write_report"]
+__all__ = ["REPORT", "notebook_link", "render_report", "write_report"]
 
 REPORT = "report.html"
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -40,13 +45,20 @@ _COLOURS = {
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """Hostile text as HTML text: escaped, its control characters shown as symbols (``printable``), so
+    not even ``cat report.html`` sends an escape sequence to a terminal."""
+    return html.escape(printable(str(text)), quote=True)
 
 
 def write_report(out: str | Path, rows: Sequence[dict[str, Any]], title: str) -> Path:
-    """Write ``report.html`` into the run folder ``out`` and return its path."""
+    """Write ``report.html`` into the run folder ``out`` and return its path: through the door's record
+    writer (a random temp name renamed over the entry, so a planted link is replaced, never written
+    through). Raises ``WorkspaceFileError`` naming the file when the folder refuses it."""
     path = Path(out) / REPORT
-    path.write_text(render_report(rows, title), encoding="utf-8")
+    try:
+        write_record(path, render_report(rows, title).encode("utf-8"), durable=False, make_dirs=False)
+    except (OSError, WorkspaceFileError) as exc:
+        raise refused(path, exc) from exc
     return path
 
 
@@ -79,9 +91,19 @@ def render_report(rows: Sequence[dict[str, Any]], title: str) -> str:
     )
 
 
-def _order(row: dict[str, Any]) -> tuple[int, str]:
-    qid = str(row["id"])
-    return (int(qid), "") if qid.isdigit() else (1 << 62, qid)
+def _order(row: dict[str, Any]) -> tuple[tuple[int, int, str], ...]:
+    return id_order(row["id"])
+
+
+def notebook_link(notebook: object) -> str | None:
+    """The ``href`` for a row's notebook: a relative path of plain names inside the run folder, URL-quoted;
+    None for anything else (an absolute or ``//host`` path, ``..``, a hidden name, a scheme), shown as text."""
+    if not isinstance(notebook, str) or not plain(notebook) or "/" in notebook[:1]:
+        return None
+    parts = PurePosixPath(notebook).parts
+    if not parts or any(part in ("", ".", "..") or ":" in part for part in parts):
+        return None
+    return "/".join(quote(part, safe="") for part in parts)
 
 
 def _overview(summary: Summary) -> str:
@@ -180,13 +202,18 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
         errors = "".join(
             f"<li>{_e(_clip(e, 200))}</li>" for e in [*row.get("errors", []), *filter(None, [row.get("error")])]
         )
-        link = quote(str(row["notebook"]))
+        link = notebook_link(row.get("notebook"))
+        notebook = (
+            f'<a class="notebook" href="{_e(link)}">notebook</a>'
+            if link is not None
+            else f'<span class="notebook">{_e(row.get("notebook") or "")}</span>'
+        )
         body.append(
             f'<tr class="{_e(row["outcome"])}"><td>{_e(row["id"])}</td><td>{_e(row.get("level", ""))}</td>'
             f"<td>{_e(', '.join(row.get('concepts', [])))}</td><td>{_e(row['outcome'])}</td><td><ul>{subs}</ul></td>"
             f"<td><pre>{_e(row.get('raw_answer') or '')}</pre></td><td>{_e(row.get('rounds', 0))}</td>"
             f"<td>{float(row.get('seconds') or 0):.1f}</td><td><ul>{errors}</ul></td>"
-            f'<td><a class="notebook" href="{_e(link)}">notebook</a></td></tr>'
+            f"<td>{notebook}</td></tr>"
         )
     return f'<table class="questions" id="questions">{head}{"".join(body)}</table>'
 

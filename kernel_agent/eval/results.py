@@ -19,17 +19,21 @@ did not come in time), ``model_error``, ``kernel_error``, ``missing_data``, ``ha
 from __future__ import annotations
 
 import json
-import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..errors import WorkspaceFileError
+from ..kernel.door import Door, write_record
 from .scoring import Metrics, metrics
 
 __all__ = [
     "FAILURE_KINDS",
     "MACHINERY",
+    "MAX_RESULTS_BYTES",
+    "OUTCOMES",
     "RESULTS",
     "SCORED",
     "Outcome",
@@ -37,7 +41,9 @@ __all__ = [
     "Summary",
     "append_result",
     "compare",
+    "id_order",
     "read_results",
+    "refused",
     "summarize",
 ]
 
@@ -48,42 +54,124 @@ Outcome = Literal[
 SCORED: tuple[Outcome, ...] = ("correct", "wrong", "no_answer", "format")
 MACHINERY: tuple[Outcome, ...] = ("timeout", "model_error", "kernel_error", "missing_data", "harness_error")
 FAILURE_KINDS: tuple[Outcome, ...] = (*SCORED[1:], *MACHINERY)
+OUTCOMES: tuple[Outcome, ...] = (*SCORED, *MACHINERY)
+MAX_RESULTS_BYTES = 256 << 20  # 257 DABench questions write ~1 MB; more is not a results file of ours
 
 
 def read_results(folder: str | Path, *, repair: bool = False) -> list[dict[str, Any]]:
     """The result lines in ``folder``'s results file, the last one of each question (none when it has
-    none), without a torn last line
-    (a run killed mid-write, or one still writing). ``repair`` (the run resuming, which alone writes
-    there) also cuts that line from the file, so the next append starts a clean line."""
+    none), without a torn last line (a run killed mid-write, or one still writing: the bytes after the last
+    newline). ``repair`` (the run
+    resuming, which alone writes there) also cuts that line from the file, so the next append starts a
+    clean line: the kept lines are written anew and renamed over it (``write_record``), never truncated
+    in place.
+
+    The file may be someone else's (a shared or unpacked run folder): it is read through the door (a link,
+    FIFO or device refused at once, never followed or waited on), and each line is data: one without an
+    ``id`` string, a known ``outcome``, a ``scored`` flag and ``correct`` flags is left out, and every other
+    field is kept only with the type we write (``_cleaned``). Raises ``WorkspaceFileError`` (a
+    ``ConfigError``) naming the file when it is refused or over ``MAX_RESULTS_BYTES``."""
     path = Path(folder) / RESULTS
     try:
-        text = path.read_text(encoding="utf-8")
+        data = Door(folder).read(RESULTS, MAX_RESULTS_BYTES)
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise refused(path, exc) from exc
+    except WorkspaceFileError as exc:
+        raise refused(path, exc) from None
     rows, kept = [], 0
-    for line in text.splitlines(keepends=True):
+    while (end := data.find(b"\n", kept)) >= 0:  # lines end at \n only: json.dumps escapes the rest
+        line, kept = data[kept:end], end + 1
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        if not line.endswith("\n") or not isinstance(row, dict):
-            break
-        rows.append(row)
-        kept += len(line.encode("utf-8"))
-    if repair and kept != len(text.encode("utf-8")):
-        with path.open("r+b") as file:
-            file.truncate(kept)
+            row = _cleaned(json.loads(line))
+        except ValueError:  # a whole line that is not JSON (or UTF-8) is not a result; only a torn tail is cut
+            continue
+        if row is not None:
+            rows.append(row)
+    if repair and kept != len(data):
+        try:
+            write_record(path, data[:kept], durable=True, make_dirs=False)
+        except (OSError, WorkspaceFileError) as exc:
+            raise refused(path, exc) from exc
     latest = {row["id"]: row for row in rows}  # a question run again (``--retry-failed``): its last line counts
     return [row for row in rows if latest[row["id"]] is row]
 
 
 def append_result(folder: str | Path, row: dict[str, Any]) -> None:
-    """Append one result line and fsync it: once this returns, the question counts as done."""
+    """Append one result line and fsync it: once this returns, the question counts as done. Through the
+    door (``Door.append``): never through a link, never blocking on a FIFO. Raises ``WorkspaceFileError``
+    naming the file when it is refused."""
     line = json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n"
-    with (Path(folder) / RESULTS).open("a", encoding="utf-8") as file:
-        file.write(line)
-        file.flush()
-        os.fsync(file.fileno())
+    try:
+        Door(folder).append(RESULTS, line.encode("utf-8"), durable=True)
+    except (OSError, WorkspaceFileError) as exc:
+        raise refused(Path(folder) / RESULTS, exc) from exc
+
+
+def refused(path: Path, exc: BaseException) -> WorkspaceFileError:
+    """The words for a file of an eval folder the door would not use (or could not): what and why."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return WorkspaceFileError(
+        f"cannot use {path}: {why}; an eval run's files are used only as regular files reached without a link: "
+        "give another folder",
+        path=str(path),
+    )
+
+
+_TEXT_FIELDS = ("level", "stop_reason", "error", "raw_answer")
+_NUMBER_FIELDS = ("seconds", "model_seconds", "code_seconds", "start_seconds")
+_MAPPINGS = ("expected", "parsed", "why")
+
+
+def _cleaned(row: object) -> dict[str, Any] | None:
+    """A result line read back, kept only in the shape we write it: None for one that is not a result
+    line at all; a field of another type is dropped for its default (a report or summary never trips on it)."""
+    if not isinstance(row, dict):
+        return None
+    qid, outcome, scored, correct = row.get("id"), row.get("outcome"), row.get("scored"), row.get("correct")
+    if not (isinstance(qid, str) and qid and outcome in OUTCOMES and isinstance(scored, bool)):
+        return None
+    if not (isinstance(correct, dict) and all(isinstance(v, bool) for v in correct.values())):
+        return None
+    clean: dict[str, Any] = {**row, "correct": {str(k): v for k, v in correct.items()}}
+    for name in _TEXT_FIELDS:
+        clean[name] = row.get(name) if isinstance(row.get(name), str) else None
+    clean["level"] = clean["level"] or ""
+    for name in _NUMBER_FIELDS:
+        value = row.get(name)
+        clean[name] = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    rounds = row.get("rounds")
+    clean["rounds"] = rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else 0
+    for name in _MAPPINGS:
+        value = row.get(name)
+        clean[name] = {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    clean["concepts"], clean["errors"] = _strings(row.get("concepts")), _strings(row.get("errors"))
+    clean["tokens"] = row.get("tokens") if isinstance(row.get("tokens"), dict) else {}
+    clean["notebook"] = row.get("notebook") if isinstance(row.get("notebook"), str) else ""
+    return clean
+
+
+def _strings(value: object) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+_RUN = re.compile(r"(\d+)")
+_LONGEST_NUMBER = 64  # digits compared as a number; a longer run is compared as text (int() refuses 4,301+)
+
+
+def id_order(qid: object) -> tuple[tuple[int, int, str], ...]:
+    """A natural sort key for a question id, whatever the suite calls it: runs of decimal digits compare
+    as numbers (``9`` before ``10``), the rest (``²``, a 5,000-digit run, words) as text. Never raises."""
+    parts = []
+    for piece in _RUN.split(str(qid)):
+        if not piece:
+            continue
+        if piece.isdecimal() and len(piece) <= _LONGEST_NUMBER:
+            parts.append((0, int(piece), piece))
+        else:
+            parts.append((1, 0, piece))
+    return tuple(parts)
 
 
 @dataclass(frozen=True)

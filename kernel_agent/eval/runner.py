@@ -9,8 +9,15 @@ opened, reviewed and replayed on its own.
 
 Resuming: the folder's ``eval.json`` says what the run is (suite, model); running again with the same
 folder skips every question with a result line (a question is done once its line is fsynced) and starts
-afresh the ones a killed run left half-done. ``retry_failed`` also runs again the questions the
-machinery failed (model unreachable, timeout, kernel, harness), never the answered ones.
+afresh the ones a killed run left half-done, in a fresh folder (``questions/<id>~2/``: what the killed
+attempt left is kept, never deleted). ``retry_failed`` also runs again the questions the machinery
+failed (model unreachable, timeout, kernel, harness), never the answered ones.
+
+The folder is the user's choice, but what is in it may be someone else's (a shared or unpacked run):
+below it every read, write, append and new folder goes through the door (``kernel/door.py``), so a
+planted link is refused or replaced, never followed, and a FIFO is refused at once. The folder (and the
+suite's labels) must lie outside every tree the kernels can read (``check_out_of_kernels``). The
+suite's data files are copied through the door into a private folder before any kernel starts.
 """
 
 from __future__ import annotations
@@ -22,26 +29,41 @@ import logging
 import os
 import re
 import shutil
+import stat
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .._loop import in_thread
-from ..errors import ConfigError, DataFileError, KernelError
+from ..errors import ConfigError, DataFileError, KernelError, WorkspaceFileError
 from ..events import RunError, RunFinished, RunStarted
+from ..kernel.door import Door, read_record, write_record, write_records
+from ..kernel.sandbox.bwrap import bound_into_kernels
 from ..records import Run
-from .results import MACHINERY, append_result, read_results
+from .results import MACHINERY, append_result, read_results, refused
 from .scoring import score
 from .suite import Label, Question, Suite
 
-__all__ = ["MANIFEST", "EvalRun", "default_concurrency", "question_folder", "run_eval"]
+__all__ = [
+    "MANIFEST",
+    "QUESTIONS",
+    "EvalRun",
+    "check_out_of_kernels",
+    "default_concurrency",
+    "question_folder",
+    "run_eval",
+]
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "eval.json"
+QUESTIONS = "questions"
+_MANIFEST_BYTES = 1 << 20
+_STAGED = "kernel-agent-eval-"  # + pid: our private folder of a run's data copies (``_StagedData``)
 _KERNEL_BUDGET = 2 << 30  # memory one question's kernel may well want (a DataFrame and its copies)
 _SEAMS = ("chat_model", "session_factory", "session_options", "model_options")
 
@@ -68,8 +90,9 @@ def _available_memory() -> int:
 
 
 def question_folder(qid: str) -> str:
-    """A question's folder name: its id when that is a plain name, else a plain form with a short hash."""
-    plain = re.sub(r"[^A-Za-z0-9_.-]", "_", qid).strip(".") or "q"
+    """A question's folder name: its id when that is a short plain name, else a plain form (at most 64
+    characters) with a short hash."""
+    plain = re.sub(r"[^A-Za-z0-9_.-]", "_", qid).strip(".")[:64] or "q"
     return plain if plain == qid else f"{plain}-{hashlib.sha256(qid.encode()).hexdigest()[:8]}"
 
 
@@ -108,11 +131,12 @@ async def run_eval(
     from ..kernel.pool import KernelPool
 
     folder = Path(out)
+    check_out_of_kernels(folder, suite)
     size = concurrency or default_concurrency()
     await AsyncAgent(**agent_options).close()  # a bad option or no model: raised now, before any kernel starts
     config = AgentConfig.resolve(**{k: v for k, v in agent_options.items() if k not in _SEAMS})
     await in_thread(_claim, folder, suite, config.model.name or "")
-    kept = tuple(read_results(folder, repair=True))
+    kept = tuple(await in_thread(read_results, folder, repair=True))
     redo = {row["id"] for row in kept if retry_failed and row["outcome"] in MACHINERY}
     kept = tuple(row for row in kept if row["id"] not in redo)
     done = {row["id"] for row in kept}
@@ -120,70 +144,218 @@ async def run_eval(
     ran: list[dict[str, Any]] = []
     if not todo:
         return EvalRun(folder, (), kept)
-    gate = asyncio.Semaphore(size)
-    options = {**config.kernel.session_options(), **agent_options.get("session_options", {})}
-    # One kernel more than the questions at once starts while they wait for the model, so the next
-    # question finds it ready; the cap leaves room for used kernels still shutting down.
-    pool = KernelPool(min(size + 1, len(todo)), max_kernels=2 * size + 1, **options)
+    staged = await in_thread(_StagedData.of, suite, todo)  # a refused data file: raised before any kernel starts
+    try:
+        gate = asyncio.Semaphore(size)
+        options = {**config.kernel.session_options(), **agent_options.get("session_options", {})}
+        # One kernel more than the questions at once starts while they wait for the model, so the next
+        # question finds it ready; the cap leaves room for used kernels still shutting down.
+        pool = KernelPool(min(size + 1, len(todo)), max_kernels=2 * size + 1, **options)
 
-    async def one(question: Question) -> None:
-        async with gate:
-            if progress is not None:
-                progress("started", {"id": question.id})
-            row = await _ask(question, suite.labels[question.id], folder, agent_options, pool)
-            await in_thread(_record, folder, row)
-            ran.append(row)
-            if progress is not None:
-                progress("finished", row)
+        async def one(question: Question) -> None:
+            async with gate:
+                if progress is not None:
+                    progress("started", {"id": question.id})
+                row = await _ask(question, suite.labels[question.id], folder, agent_options, pool, staged)
+                await in_thread(_record, folder, row)
+                ran.append(row)
+                if progress is not None:
+                    progress("finished", row)
 
-    async with pool:
-        await asyncio.gather(*(one(q) for q in todo))
+        async with pool:
+            await asyncio.gather(*(one(q) for q in todo))
+    finally:
+        await in_thread(staged.remove)
     return EvalRun(folder, tuple(ran), kept)
 
 
+def check_out_of_kernels(out: Path, suite: Suite) -> None:
+    """Refuse an ``out`` folder, or a suite, inside a tree every sandboxed kernel can read (the package's
+    checkout when installed from one, the virtualenv, the system): its ``results.jsonl`` holds the
+    expected answers, which later questions' kernels would read. Raises ``ConfigError`` saying which
+    tree and where to go instead."""
+    for what, path in (("--out", out), *(("the suite's labels", record) for record in suite.records)):
+        tree = bound_into_kernels(path)
+        if tree is None:
+            continue
+        elsewhere = Path.home() / "eval-runs" / out.name
+        hint = f", e.g. --out {elsewhere}" if what == "--out" and bound_into_kernels(elsewhere) is None else ""
+        raise ConfigError(
+            f"{what} {path} is inside {tree}, which every question's kernel can read (it is bound into the "
+            f"sandbox), so the expected answers would be in the model's reach: use a folder outside it{hint}"
+        )
+
+
 def _claim(folder: Path, suite: Suite, model: str) -> None:
-    """Make ``folder`` this run's, or check it already is (the same suite and model)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Make ``folder`` this run's, or check it already is (the same suite and model). The folder is the
+    user's choice; what is in it may be someone else's, so below it nothing is followed (``kernel/door.py``):
+    a manifest or ``questions`` that is a link, a FIFO or a device is refused in words."""
+    os.makedirs(folder, exist_ok=True)
     manifest = folder / MANIFEST
     mine = {"suite": suite.name, "layout": suite.layout, "model": model}
-    if manifest.exists():
+    try:
+        found = json.loads(read_record(manifest, _MANIFEST_BYTES))
+    except FileNotFoundError:
+        found = None
+    except (OSError, WorkspaceFileError) as exc:
+        raise refused(manifest, exc) from exc
+    except ValueError as exc:
+        raise ConfigError(f"{manifest} is not an eval run's manifest ({exc}): give another --out") from None
+    if found is None:
+        data = json.dumps({**mine, "started_at": _now()}, indent=1) + "\n"
         try:
-            found = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{manifest} is not an eval run's manifest ({exc}): give another --out") from None
-        theirs = {key: found.get(key) for key in mine}
+            write_record(manifest, data.encode("utf-8"), durable=True, make_dirs=False)
+        except (OSError, WorkspaceFileError) as exc:
+            raise refused(manifest, exc) from exc
+    else:
+        theirs = {key: found.get(key) for key in mine} if isinstance(found, dict) else found
         if theirs != mine:
-            raise ConfigError(f"{folder} holds another run ({theirs}), not {mine}: give another --out")
-        return
-    manifest.write_text(json.dumps({**mine, "started_at": _now()}, indent=1) + "\n", encoding="utf-8")
+            raise ConfigError(f"{folder} holds another run ({theirs!r:.300}), not {mine}: give another --out")
+    try:
+        Door(folder).make_folder(QUESTIONS)
+    except (OSError, WorkspaceFileError) as exc:
+        raise refused(folder / QUESTIONS, exc) from exc
 
 
 def _record(folder: Path, row: dict[str, Any]) -> None:
-    answer = folder / row["notebook"]
-    answer.parent.mkdir(parents=True, exist_ok=True)
-    (answer.parent / "answer.json").write_text(json.dumps(row, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    """``answer.json`` beside the question's notebook (never in its workspace), then its result line."""
+    answer = PurePosixPath(row["notebook"]).parent / "answer.json"
+    data = json.dumps(row, indent=1, ensure_ascii=False) + "\n"
+    try:
+        write_records(folder, {answer.as_posix(): data.encode("utf-8")}, durable=False)
+    except (OSError, WorkspaceFileError) as exc:
+        raise refused(folder / answer, exc) from exc
     append_result(folder, row)
 
 
+class _StagedData:
+    """The data files of the questions to run, copied through the door from the suite's folder into a
+    private folder of ours (which no kernel sees): the agent copies each from there, so a link, FIFO or
+    device in a suite (a git checkout keeps its links) is refused before anything runs, never followed."""
+
+    def __init__(self, folder: Path, copies: dict[Path, Path]) -> None:
+        self.folder = folder
+        self.copies = copies  # a question's data path -> our copy; a missing file has none
+
+    @classmethod
+    def of(cls, suite: Suite, questions: Sequence[Question]) -> _StagedData:
+        """Copy every data file ``questions`` claim. Raises ``ConfigError`` for one that is refused (a link
+        on the way, not a regular file, the suite's own questions or labels under another name)."""
+        _sweep_staged()
+        folder = Path(tempfile.mkdtemp(prefix=f"{_STAGED}{os.getpid()}-"))
+        staged = cls(folder, {})
+        try:
+            staged._copy_all(suite, questions)
+        except BaseException:
+            staged.remove()
+            raise
+        return staged
+
+    def _copy_all(self, suite: Suite, questions: Sequence[Question]) -> None:
+        source, target = Door(suite.data_folder), Door(self.folder)
+        records = {(info.st_dev, info.st_ino) for info in map(_stat_or_none, suite.records) if info is not None}
+        wanted = dict.fromkeys(path for question in questions for path in question.data)
+        for index, path in enumerate(wanted):
+            claim = suite.data_claim(path)
+            try:
+                info = source.file_stat(claim)
+                if (info.st_dev, info.st_ino) in records:
+                    raise WorkspaceFileError(f"{claim!r} is the suite's own questions or labels", path=claim)
+                _size, chunks = source.stream(claim)
+                copy = f"{index}/{PurePosixPath(claim).name}"
+                target.write_from(copy, chunks, mode=0o444)
+            except FileNotFoundError:
+                continue
+            except (OSError, WorkspaceFileError) as exc:
+                raise ConfigError(
+                    f"the suite's data file {path} is refused ({exc}): a suite's data files are read only as "
+                    "regular files under its folder, never through a link; nothing was run"
+                ) from None
+            self.copies[path] = self.folder / copy
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _sweep_staged() -> None:
+    """Remove the data copies a killed eval run (its process gone) left in the temp folder: only folders
+    of ours (this user's, by our name; ``rmtree`` refuses a link and follows none inside)."""
+    top = tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return
+    for entry in entries:
+        found = re.fullmatch(rf"{_STAGED}(\d+)-\w+", entry.name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _stat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return Door(path.parent).file_stat(path.name)
+    except (OSError, WorkspaceFileError):
+        return None
+
+
+def _fresh(out: Path, qid: str) -> str:
+    """A new, empty folder for a question under ``out/questions`` (its relative path): ``<id>``, or, when
+    that name is taken (a killed attempt, a retry, or something planted there), ``<id>~2``, ``<id>~3``...
+    Made with ``mkdirat`` below ``questions`` opened without following a link: nothing is ever deleted,
+    nothing made through a link."""
+    door, base = Door(out), question_folder(qid)
+    for attempt in range(1, 10_000):
+        relative = f"{QUESTIONS}/{base}" if attempt == 1 else f"{QUESTIONS}/{base}~{attempt}"
+        try:
+            door.make_folder(relative, exclusive=True)
+        except FileExistsError:
+            continue
+        except (OSError, WorkspaceFileError) as exc:
+            raise refused(out / relative, exc) from exc
+        return relative
+    raise ConfigError(f"{out / QUESTIONS} holds 10,000 attempts at question {qid!r}: give another --out")
+
+
 async def _ask(
-    question: Question, labels: tuple[Label, ...], out: Path, agent_options: dict[str, Any], pool: Any
+    question: Question,
+    labels: tuple[Label, ...],
+    out: Path,
+    agent_options: dict[str, Any],
+    pool: Any,
+    staged: _StagedData,
 ) -> dict[str, Any]:
     """Run one question to its end and return its result line; a failure is recorded, never raised."""
     from ..agent.agent import AsyncAgent
 
-    here = out / "questions" / question_folder(question.id)
+    started = time.monotonic()
+    here = out / await in_thread(_fresh, out, question.id)
     notebook = here / "notebook.ipynb"
     row = _row(question, labels, notebook.relative_to(out))
-    started = time.monotonic()
-    await in_thread(_fresh, here)
-    missing = [str(p) for p in question.data if not p.is_file()]
+    missing = [str(p) for p in question.data if p not in staged.copies]
     if missing:
         return {**row, "outcome": "missing_data", "error": f"data file not found: {', '.join(missing)}"}
+    data = [staged.copies[p] for p in question.data]
     run: Run | None = None
     error_type = ""
     try:
         async with AsyncAgent(**agent_options, session_factory=pool) as agent:
-            async for event in agent.stream(question.task, question.data, here / "workspace", notebook):
+            async for event in agent.stream(question.task, data, here / "workspace", notebook):
                 if isinstance(event, RunStarted):
                     row["start_seconds"] = _since(started)
                 elif isinstance(event, RunError):
@@ -271,13 +443,6 @@ def _errors_seen(run: Run) -> list[str]:
     if run.error:
         seen.append(run.error[:300])
     return seen
-
-
-def _fresh(here: Path) -> None:
-    """An empty folder for a question: what a killed attempt left there is removed (links not followed)."""
-    if here.exists():
-        shutil.rmtree(here)
-    here.mkdir(parents=True)
 
 
 def _since(started: float) -> float:

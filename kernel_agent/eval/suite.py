@@ -13,9 +13,9 @@ Owns the two layouts a suite may have and nothing of running or scoring it:
                    {"name": "kind", "value": "Zebra", "rule": "case-insensitive"}]}
 
   ``task`` is given to the agent as written (it says the answer format: ``@name[value]``); ``data`` paths
-  are relative to the file's folder; ``rule`` is ``exact`` (the default), ``case-insensitive``, or
-  ``numeric`` with ``tolerance`` (absolute, default 1e-6) or ``precision: "label"`` (the answer rounded
-  to the label's decimals).
+  are relative paths of plain names under the file's folder (never the file itself); ``rule`` is ``exact``
+  (the default), ``case-insensitive``, or ``numeric`` with ``tolerance`` (absolute, default 1e-6) or
+  ``precision: "label"`` (the answer rounded to the label's decimals).
 
 A ``Question`` holds only what the agent may see; the labels are a separate mapping, so nothing that
 builds a task, a workspace or a request can reach them by accident.
@@ -24,24 +24,28 @@ builds a task, a workspace or a request can reach them by accident.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from ..errors import ConfigError
+from ..errors import ConfigError, WorkspaceFileError
+from ..kernel.door import Door, read_record
+from ..notebook.claims import plain, plain_name
 
 __all__ = ["DABENCH_FILES", "Label", "Question", "Rule", "Suite", "load_suite"]
 
 DABENCH_FILES = ("da-dev-questions.jsonl", "da-dev-labels.jsonl", "da-dev-tables")
 Rule = Literal["dabench", "exact", "case-insensitive", "numeric"]
+MAX_SUITE_BYTES = 256 << 20  # DABench's questions and labels are ~300 kB
 _RULES = ("exact", "case-insensitive", "numeric")
 
 
 @dataclass(frozen=True)
 class Question:
-    """One question as the agent gets it: ``task`` (the full text), its data files (absolute paths), and
-    the grouping the report uses. ``id`` is the suite's own, as a string."""
+    """One question as the agent gets it: ``task`` (the full text), its data files (absolute paths, each
+    a plain relative path under ``Suite.data_folder``: ``Suite.data_claim``), and the grouping the report
+    uses. ``id`` is the suite's own, as a string."""
 
     id: str
     task: str
@@ -63,12 +67,15 @@ class Label:
 
 @dataclass(frozen=True)
 class Suite:
-    """A loaded suite: its questions in order, their labels by question id, and its layout."""
+    """A loaded suite: its questions in order, their labels by question id, its layout, and the folder its
+    data files are claimed under (DABench's tables folder, the generic file's own folder)."""
 
     name: str
     layout: Literal["dabench", "jsonl"]
     questions: tuple[Question, ...]
     labels: dict[str, tuple[Label, ...]]
+    data_folder: Path = Path(".")
+    records: tuple[Path, ...] = ()  # the suite's own files (questions, labels): never a question's data
 
     def select(self, ids: tuple[str, ...] = (), limit: int | None = None) -> tuple[Question, ...]:
         """The questions to run: those named in ``ids`` (in suite order), then the first ``limit``.
@@ -82,16 +89,26 @@ class Suite:
             chosen = tuple(q for q in chosen if q.id in set(ids))
         return chosen[:limit] if limit is not None else chosen
 
+    def data_claim(self, path: Path) -> str:
+        """A question's data file as the plain relative path it was claimed by, under ``data_folder``."""
+        return path.relative_to(self.data_folder).as_posix()
+
 
 def load_suite(path: str | Path) -> Suite:
     """The suite at ``path``: a DABench folder (found by its files' names) or a generic ``.jsonl`` file.
 
-    A question whose data file is missing is kept (the run records it as such). Raises ``ConfigError``
-    for a path that is neither, a line that is not valid JSON, or a question without labels.
+    The suite is someone else's text: its files are read through the door (a link in the folder, a FIFO
+    or a device refused, never followed or waited on), and its data paths are claims
+    (``notebook/claims.py``'s rule): a DABench ``file_name`` is a plain file name in ``da-dev-tables/``,
+    a generic ``data`` path a relative path of plain, unhidden names under the file's folder, never the
+    suite's own file. A question whose data file is missing is kept (the run records it as such).
+    Raises ``ConfigError`` for a path that is neither, a line that is not valid JSON, a question without
+    labels, or a data path that is not such a claim (nothing is read for it, nothing runs).
     """
     root = Path(path)
     if root.is_dir():
-        if all((root / name).exists() for name in DABENCH_FILES[:2]):
+        kinds = [Door(root).entry_kind(name) for name in DABENCH_FILES[:2]]
+        if all(kind is not None for kind in kinds):
             return _dabench(root)
         raise ConfigError(f"{root} is a folder without {DABENCH_FILES[0]} and {DABENCH_FILES[1]} (InfiAgent-DABench)")
     if root.is_file():
@@ -119,11 +136,14 @@ def _dabench(root: Path) -> Suite:
     questions = []
     for row in _lines(root / DABENCH_FILES[0]):
         concepts = row.get("concepts") or ()
+        qid = str(row["id"])
+        names = [row["file_name"]] if row.get("file_name") else []
+        _check_claims(root / DABENCH_FILES[0], qid, names, plain_name)
         questions.append(
             Question(
-                id=str(row["id"]),
+                id=qid,
                 task=dabench_task(row),
-                data=(tables / str(row["file_name"]),) if row.get("file_name") else (),
+                data=tuple(tables / name for name in names),
                 level=str(row.get("level") or ""),
                 concepts=tuple(str(c) for c in concepts),
             )
@@ -132,7 +152,8 @@ def _dabench(root: Path) -> Suite:
         str(row["id"]): tuple(Label(str(name), str(value), "dabench") for name, value in row["common_answers"])
         for row in _lines(root / DABENCH_FILES[1])
     }
-    return _checked(root.name, "dabench", questions, labels)
+    records = (root / DABENCH_FILES[0], root / DABENCH_FILES[1])
+    return _checked(root.name, "dabench", questions, labels, tables, records)
 
 
 def _generic(file: Path) -> Suite:
@@ -141,17 +162,37 @@ def _generic(file: Path) -> Suite:
         qid = str(row.get("id", ""))
         if not qid or not str(row.get("task") or "").strip():
             raise ConfigError(f"{file}: every line needs an id and a task ({row!r:.80})")
+        claims = row.get("data") or []
+        if not isinstance(claims, list):
+            raise ConfigError(f"{file}: question {qid}: data must be a list of paths")
+        _check_claims(file, qid, claims, plain)
+        if file.name in (PurePosixPath(claim).as_posix() for claim in claims):
+            raise ConfigError(f"{file}: question {qid} names the suite file itself as its data (it holds the labels)")
         questions.append(
             Question(
                 id=qid,
                 task=str(row["task"]).strip(),
-                data=tuple(file.parent / str(p) for p in row.get("data") or ()),
+                data=tuple(file.parent / PurePosixPath(p) for p in claims),
                 level=str(row.get("level") or ""),
                 concepts=tuple(str(c) for c in row.get("concepts") or ()),
             )
         )
         labels[qid] = tuple(_label(file, qid, answer) for answer in row.get("answers") or ())
-    return _checked(file.stem, "jsonl", questions, labels)
+    return _checked(file.stem, "jsonl", questions, labels, file.parent, (file,))
+
+
+def _check_claims(file: Path, qid: str, claims: list[Any], allowed: Callable[[str], bool]) -> None:
+    """Refuse the suite when a question's data path is not a plain claim (``notebook/claims.py``): an
+    absolute path, ``..``, a hidden name, or (DABench) a sub-folder would let a suite read any host file,
+    its own labels included, into a workspace and the data summary."""
+    refused = [claim for claim in claims if not (isinstance(claim, str) and allowed(claim))]
+    if refused:
+        kind = "a plain file name in da-dev-tables/" if allowed is plain_name else "a relative path of plain names"
+        shown = ", ".join(repr(claim) for claim in refused)
+        raise ConfigError(
+            f"{file}: question {qid} claims the data file {shown}: not {kind} (no absolute or '..' path, no "
+            "hidden name); a suite's data paths are read only under its own folder, so nothing was run"
+        )
 
 
 def _label(file: Path, qid: str, answer: dict[str, Any]) -> Label:
@@ -172,7 +213,12 @@ def _label(file: Path, qid: str, answer: dict[str, Any]) -> Label:
 
 
 def _checked(
-    name: str, layout: Literal["dabench", "jsonl"], questions: list[Question], labels: dict[str, tuple[Label, ...]]
+    name: str,
+    layout: Literal["dabench", "jsonl"],
+    questions: list[Question],
+    labels: dict[str, tuple[Label, ...]],
+    data_folder: Path,
+    records: tuple[Path, ...],
 ) -> Suite:
     ids = [q.id for q in questions]
     if len(set(ids)) != len(ids):
@@ -180,20 +226,24 @@ def _checked(
     unlabelled = [q for q in ids if not labels.get(q)]
     if unlabelled:
         raise ConfigError(f"suite {name}: no answers for question {', '.join(unlabelled[:5])}")
-    return Suite(name, layout, tuple(questions), labels)
+    return Suite(name, layout, tuple(questions), labels, data_folder, records)
 
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
+        data = read_record(path, MAX_SUITE_BYTES)
+    except (OSError, WorkspaceFileError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
-    for number, line in enumerate(text.splitlines(), 1):
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:
             raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
         if not isinstance(row, dict):
             raise ConfigError(f"{path}:{number}: not a JSON object")

@@ -12,6 +12,9 @@ a path inside a workspace goes through here, and nothing here trusts a check mad
   ``O_NONBLOCK`` keeps a FIFO from hanging the open), and read, streamed or written through that fd;
 * a write goes to a temp file with a random name, created with ``O_EXCL``, then renamed over the
   entry in the same directory fd (a planted link is replaced, never written through);
+* an append (a log the host keeps, eval's ``results.jsonl``) opens ``O_APPEND | O_NOFOLLOW | O_NONBLOCK``
+  from the folder's fd and writes only to a regular file of one name; a folder is made with ``mkdirat``
+  and checked by an ``O_NOFOLLOW`` open, so a planted link is never made into or written through;
 * listings (artifacts, quota) walk the tree with ``scandir``, one folder at a time, each opened from the
   root's fd by the same no-link open and closed before the next: two descriptors at most, whatever the
   tree's width or depth (21,000 empty folders once held one each, hit the open-file limit and hid what
@@ -312,6 +315,50 @@ class Door:
                 raise
             return size
 
+    def append(self, relative: str, data: bytes, *, durable: bool = True) -> int:
+        """Append ``data`` to the regular file at ``relative`` (made when missing), never through a link
+        and never blocking on a FIFO: opened ``O_APPEND | O_NOFOLLOW | O_NONBLOCK`` from its folder's fd
+        (folders on the way made, never followed), then ``fstat``-checked. A file with another name
+        (a hard link: someone else's file) is refused too, since appending would change it. ``durable``:
+        fsynced before this returns. Returns the bytes written."""
+        with self._parent(relative, create=True) as (dir_fd, name):
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            try:
+                fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
+            except OSError as exc:
+                raise _refusal(exc, relative) from exc
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    raise WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
+                if info.st_nlink != 1:
+                    raise WorkspaceFileError(
+                        f"{relative!r} has another name (a hard link); not appended to", path=relative
+                    )
+                size = _write_all(fd, data)
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            return size
+
+    def make_folder(self, relative: str, *, exclusive: bool = False) -> bool:
+        """Make the folder ``relative`` (and the folders on the way), never following a link; True when it
+        was made now, False when it already was a real folder. ``exclusive``: raise ``FileExistsError``
+        when any entry of that name is there (a fresh folder or none). Raises ``WorkspaceFileError`` when
+        the entry (or a folder on the way) is a link or not a folder."""
+        with self._parent(relative, create=True) as (dir_fd, name):
+            try:
+                os.mkdir(name, 0o777, dir_fd=dir_fd)
+                made = True
+            except FileExistsError:
+                if exclusive:
+                    raise
+                made = False
+            fd = self._open_at(dir_fd, [name], _DIR, relative)  # a link or a file where it should be: refused
+            os.close(fd)
+            return made
+
     def same_file(self, relative: str, other: os.stat_result) -> bool:
         """Whether ``relative`` is (not links to) the file ``other`` describes."""
         try:
@@ -576,7 +623,8 @@ def _refusal(exc: OSError, relative: str) -> BaseException:
     """The words for an open the door refused (a link on the way, a way out), else ``exc`` itself."""
     if exc.errno == errno.ELOOP:
         return WorkspaceFileError(f"{relative!r} leads through a link; links there are not followed", path=relative)
-    if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket (or a device without a driver): never opened
+    if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP, errno.EISDIR):  # a socket, a FIFO without a reader (a
+        # non-blocking write open), a device without a driver, a folder opened to write: never opened
         return WorkspaceFileError(f"{relative!r} is not a regular file", path=relative)
     if exc.errno == errno.EXDEV:
         return WorkspaceFileError(f"{relative!r} is outside the workspace", path=relative)

@@ -58,6 +58,7 @@ __all__ = [
     "SANDBOX_MODES",
     "SandboxMode",
     "SandboxView",
+    "bound_into_kernels",
     "bwrap_argv",
     "check_mode",
     "find_bwrap",
@@ -220,6 +221,21 @@ def protected_files(workspace: Path) -> tuple[Path, ...]:
         if stat.S_ISREG(info.st_mode) and not info.st_mode & 0o222:
             found.append(Path(entry.path))
     return tuple(sorted(found))
+
+
+def bound_into_kernels(path: str | os.PathLike[str], extra: Iterable[Path] = ()) -> str | None:
+    """The host tree every sandboxed kernel can read (bound read-only into its view: the system, the
+    interpreter, the virtualenv, ``sys.path``, this package's root, which is the checkout when installed
+    from one) that holds ``path`` (links in it resolved, as the bind does), or None. A host record
+    another run must not see (eval's labels) belongs outside every such tree. ``extra``: a session's
+    own extra read paths (``SandboxView.extra_read``). Raises nothing."""
+    real = os.path.realpath(path)
+    trees = [*_SYSTEM_DIRS, *(link for link in _SYSTEM_LINKS if not os.path.islink(link)), "/sys"]
+    trees += _read_paths(extra)
+    for tree in trees:
+        if os.path.exists(tree) and (real == tree or real.startswith(tree.rstrip("/") + "/")):
+            return tree
+    return None
 
 
 def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
