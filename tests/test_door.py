@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import json
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -514,15 +517,26 @@ def test_a_tree_past_the_walks_bounds_says_so(mode: str, tmp_path: Path) -> None
 
 
 def test_a_folder_the_walk_cannot_open_is_named_not_skipped(mode: str, place: tuple[Path, Path]) -> None:
+    """A folder the host may not open (mode 000) is named as unwalked. Root opens any folder, so as root the
+    walk runs in a child without the capabilities that override file modes (``setpriv``), as a user would."""
     workspace, _ = place
-    if os.geteuid() == 0:
-        pytest.skip("root opens a folder whatever its mode")
     (workspace / "locked").mkdir()
     (workspace / "locked" / "big.bin").write_bytes(b"x" * 4096)
     (workspace / "locked").chmod(0)
+    code = (
+        "import json, sys\n"
+        "from kernel_agent.kernel import door\n"
+        f"door._WALK_ONLY = {mode == 'walk'}\n"
+        "gate = door.Door(sys.argv[1])\n"
+        "print(json.dumps([gate.usage()[1], gate.listing().partial]))\n"
+    )
+    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"] if os.geteuid() == 0 else []
     try:
-        used, unwalked = Door(workspace).usage()
+        done = subprocess.run(
+            [*drop, sys.executable, "-c", code, str(workspace)], capture_output=True, text=True, timeout=60, check=True
+        )
+        unwalked, partial = json.loads(done.stdout)
         assert unwalked is not None and "'locked'" in unwalked and "Permission denied" in unwalked
-        assert Door(workspace).listing().partial
+        assert partial
     finally:
         (workspace / "locked").chmod(0o755)
