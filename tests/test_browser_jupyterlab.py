@@ -114,7 +114,8 @@ def test_agent_cell_shows_the_run_and_its_notebook_replays(
     assert page.evaluate("window.__seen") == ["kernel-agent: starting…", "starting the agent's own kernel", "Round 1/"]
     agent = cells.nth(1)
     assert agent.locator(".jp-RenderedHTMLCommon strong", has_text="Looking").count() == 1  # reasoning as markdown
-    assert agent.locator(".highlight", has_text="plt.plot").count() == 1  # code, highlighted
+    code = agent.locator("pre", has_text="plt.plot")  # code, highlighted with inline colours (no class of ours)
+    assert code.count() == 1 and code.locator("span[style*='color']").count() > 0
     assert agent.locator(".jp-OutputArea-output img").count() == 1
     assert agent.locator(".jp-OutputArea-output img").evaluate("img => img.naturalWidth") > 100
     assert agent.locator("h3", has_text="Answer").count() == 1 and agent.locator("h2", has_text="Answer").count() == 0

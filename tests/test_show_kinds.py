@@ -110,7 +110,7 @@ def test_a_service_threads_notebook_shows_its_turns(openai_server: OpenAIServer,
         text = page_text(page)
         assert "kernel-agent: Total amount?" in text and "Model: scripted-test-model" in text
         assert (
-            text.index("Doubled: 16.") < text.index("The total is 8.") < text.index("Follow-up question 1 ¶ Double it")
+            text.index("Doubled: 16.") < text.index("The total is 8.") < text.index("Follow-up question 1 Double it")
         )
 
 
@@ -140,7 +140,7 @@ def test_an_mcp_sessions_notebook_shows_its_client_and_executions(tmp_path: Path
     text = page_text(render_html(notebook))
     assert notebook_kind(_metadata(notebook)) == "mcp"
     assert "kernel-agent: MCP session (pytest-client 1.0)" in text and "Client: pytest-client 1.0" in text
-    assert "Session ended ¶ The MCP session ended after 2 code execution(s)." in text
+    assert "Session ended The MCP session ended after 2 code execution(s)." in text
     assert "Answer" not in text and "Model:" not in text and "Protocol:" not in text
 
 
