@@ -109,9 +109,7 @@ def test_a_service_threads_notebook_shows_its_turns(openai_server: OpenAIServer,
     for page in (served_page, render_html(notebook)):
         text = page_text(page)
         assert "kernel-agent: Total amount?" in text and "Model: scripted-test-model" in text
-        assert (
-            text.index("Doubled: 16.") < text.index("The total is 8.") < text.index("Follow-up question 1 Double it")
-        )
+        assert text.index("Doubled: 16.") < text.index("The total is 8.") < text.index("Follow-up question 1 Double it")
 
 
 @pytest.mark.kernel
