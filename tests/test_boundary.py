@@ -32,9 +32,10 @@ if os.path.lexists('evil'):
     os.remove('evil')
 os.symlink({host!r}, 'evil')
 _libc = ctypes.CDLL(None, use_errno=True)
+stop = threading.Event()  # set by a later cell: the swaps go on until the host has raced them enough
 def _swap(until=time.monotonic() + {seconds}):
     global swaps
-    while time.monotonic() < until:
+    while time.monotonic() < until and not stop.is_set():
         _libc.renameat2(-100, b'sub', -100, b'evil', 2)
         swaps += 1
 swaps = 0
@@ -137,15 +138,19 @@ def test_the_files_api_never_follows_a_folder_swapped_for_a_link(
 ) -> None:
     _, client = service
     folder, secret = host_secret
-    model.add(Reply("Swap.", tool_calls=(python_call(SWAPPER.format(host=str(folder), seconds=20)),)), Reply("On."))
+    model.add(Reply("Swap.", tool_calls=(python_call(SWAPPER.format(host=str(folder), seconds=300)),)), Reply("On."))
     run_ = client.post("/v1/runs", json={"task": "Swap folders"}).json()
     finished(client, run_["id"])
     outcomes = set()
-    for _ in range(300):
+    for _ in range(300):  # while the kernel swaps (until told to stop, not for a time a loaded machine may pass)
         response = client.get(f"/v1/threads/{run_['thread_id']}/files/sub/data.txt")
         assert secret not in response.text
         outcomes.add(response.status_code)
+    model.add(Reply("Stop.", tool_calls=(python_call("stop.set()\nswapper.join()\nprint(swaps)"),)), Reply("Off."))
+    stopped = client.post("/v1/runs", json={"task": "Stop swapping", "thread_id": run_["thread_id"]}).json()
+    finished(client, stopped["id"])
     assert outcomes <= {200, 404} and 200 in outcomes  # the swap raced the reads: sometimes the folder was there
+    assert (folder / "data.txt").read_text() == secret + "\n"
 
 
 @pytest.fixture
@@ -159,7 +164,7 @@ def test_mcp_file_tools_never_follow_a_folder_swapped_for_a_link(
     mcp_client: HeldClient, host_secret: tuple[Path, str]
 ) -> None:
     folder, secret = host_secret
-    started = run(mcp_client, SWAPPER.format(host=str(folder), seconds=60))
+    started = run(mcp_client, SWAPPER.format(host=str(folder), seconds=300))
     assert started.structured_content["status"] == "ok", text_of(started)
     read = written = 0
     for n in range(300):
@@ -179,7 +184,7 @@ def test_mcp_file_tools_never_follow_a_folder_swapped_for_a_link(
     assert read > 0 and written > 0  # the swap raced the calls: some found the real folder
     assert (folder / "data.txt").read_text() == secret + "\n"
     assert sorted(p.name for p in folder.iterdir()) == ["data.txt", "secret.txt", "target.txt"]
-    swaps = run(mcp_client, "swaps")
+    swaps = run(mcp_client, "stop.set()\nswapper.join()\nswaps")  # stopped once raced, not after a time
     assert int(text_of(swaps).strip().split()[-1].strip("'")) > 100, text_of(swaps)
 
 
