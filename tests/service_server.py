@@ -19,9 +19,9 @@ from typing import Any
 
 import uvicorn
 
+from kernel_agent._connections import uvicorn_options
 from kernel_agent.server.app import create_app
 from kernel_agent.server.config import ServerConfig
-from kernel_agent.server.connections import uvicorn_options
 
 __all__ = ["ServiceServer"]
 

@@ -94,6 +94,7 @@ SHARED = {
     "_nbformat",
     "_python",
     "_boot",
+    "_connections",
     "_version",
 }
 BELOW_FRONT_ENDS = SHARED | {"kernel", "model", "notebook", "agent", "demo"}
@@ -107,6 +108,7 @@ ALLOWED = {
     "_nbformat": set(),
     "_python": set(),  # the one rule for starting a Python process
     "_boot": set(),  # the script it starts: imports nothing of ours itself
+    "_connections": {"errors"},  # HTTP connections bounded in time and number, for both servers
     "errors": set(),
     "result": {"errors"},
     "records": {"errors", "result"},

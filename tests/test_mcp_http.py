@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -106,6 +107,25 @@ def test_a_foreign_host_or_origin_is_refused_even_with_the_key(
     assert other_port.status_code == 403  # another program's page on this machine is another origin
     ours = httpx.post(url, json=hello, headers={**headers, "Origin": f"http://localhost:{port}"}, timeout=30)
     assert ours.status_code == 200
+
+
+@pytest.mark.timeout(60)
+def test_a_client_that_never_finishes_its_headers_is_disconnected(
+    server: tuple[str, Path, subprocess.Popen[bytes]],
+) -> None:
+    """The service's connection bounds hold here too (``_connections.py``): a request whose headers never
+    end is closed at the 10 s header deadline, not held for as long as the client likes."""
+    url, _, _ = server
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        sock.settimeout(30)
+        try:
+            closed = sock.recv(4096) == b""
+        except ConnectionResetError:
+            closed = True
+    assert closed
+    assert httpx.post(url, json={}, timeout=30).status_code == 401  # and it still serves the next client
 
 
 def test_http_refuses_a_non_loopback_address_without_allow_remote(tmp_path: Path) -> None:

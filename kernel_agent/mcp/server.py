@@ -31,6 +31,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ImageContent, ToolAnnotations
 from pydantic import Field
 
+from .._connections import ConnectionLimits, uvicorn_options
 from .._loop import in_thread
 from .._version import __version__
 from ..errors import ConfigError, KernelAgentError
@@ -321,7 +322,9 @@ def serve(options: McpOptions, session_factory: SessionBuilder | None = None) ->
             transport_security=_own_origins(options.host, port),
         )
         app = BearerKey(http, options.key or "")
-        config = uvicorn.Config(app, host=options.host, port=port, log_level="warning")
+        # the service's bounds: a deadline on a request's headers and body, a cap on open connections
+        bounds = uvicorn_options(ConnectionLimits())
+        config = uvicorn.Config(app, host=options.host, port=port, log_level="warning", **bounds)
         with listening:
             anyio.run(partial(uvicorn.Server(config).serve, sockets=[listening]))
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._connections import ConnectionLimits
 from .._net import is_loopback
 from ..errors import ConfigError
 
@@ -30,32 +31,6 @@ NO_KEY_HELP = (
     f"the service needs at least one key: `kernel-agent keys add`, or set {KEYS_VARIABLE} (comma-separated) "
     "or pass --keys-file FILE; or pass --no-auth to serve without keys on a loopback address"
 )
-
-
-@dataclass(frozen=True)
-class ConnectionLimits:
-    """How long a client may take over a request and how many may be connected at once
-    (``connections.py`` keeps them).
-
-    header_timeout: seconds a request's line and headers may take, from the connection's start or the
-        previous response's end (a total, not an idle, deadline); then the connection is closed.
-    body_timeout: seconds without a byte while a request's body is read; then it is closed.
-    keep_alive: seconds an idle kept-alive connection stays open after a response.
-    max_connections: connections open at once; one more is answered 503 and closed before it is read.
-    max_header_bytes: the most a request's line and headers may take; past it, 400.
-    """
-
-    header_timeout: float = 10.0
-    body_timeout: float = 30.0
-    keep_alive: float = 5.0
-    max_connections: int = 256
-    max_header_bytes: int = 16 * 1024
-
-    def __post_init__(self) -> None:
-        if min(self.header_timeout, self.body_timeout, self.keep_alive) <= 0:
-            raise ConfigError("header_timeout, body_timeout and keep_alive must be positive")
-        if self.max_connections < 1 or self.max_header_bytes < 1024:
-            raise ConfigError("max_connections must be at least 1 and max_header_bytes at least 1024")
 
 
 @dataclass(frozen=True)

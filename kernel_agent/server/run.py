@@ -158,8 +158,8 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
     the port is taken, ``ServiceError`` when the app could not be built or started (the log says why)."""
     import uvicorn
 
+    from .._connections import uvicorn_options
     from ..errors import ServiceError
-    from .connections import uvicorn_options
 
     configure(log_format)
     os.umask(PRIVATE_UMASK)  # before anything is written: this process's files and its kernels' are owner-only

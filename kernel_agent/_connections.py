@@ -1,0 +1,165 @@
+"""HTTP connections bounded in time and number: ``ConnectionLimits`` and ``uvicorn_options``.
+
+A client that opens a connection and trickles its request a byte at a time costs the service a
+descriptor for as long as it likes: uvicorn's h11 protocol has no deadline on a request's headers (its
+keep-alive timer starts only after a response and is cancelled by any byte) and no cap on connections
+(``limit_concurrency`` answers 503 to a *request* over it, once its headers are in, so a connection that
+never finishes them is held). 500 such connections stayed open past 40 s, bounded only by the process's
+open-file limit, which the service shares with its kernels and the workspace walks.
+
+So the service and the MCP server over HTTP run uvicorn with h11's protocol bounded by three rules
+of its own, each kept by a timer on the event loop (no thread, no proxy needed in front):
+
+* **headers**: a request's line and headers must be in within ``header_timeout`` seconds of the
+  connection's start, or of the previous response's end on a kept-alive connection; else the
+  connection is closed. A total deadline, not an idle one: a byte a second does not extend it.
+* **body**: while a request's body is being read, ``body_timeout`` seconds without a byte closes the
+  connection (an idle deadline: a large upload on a slow link goes on; while uvicorn has paused
+  reading because the app is behind, the timer waits for it).
+* **count**: a connection beyond ``max_connections`` open ones is answered ``503`` with
+  ``Connection: close`` at once and closed, before it is read.
+
+Headers are capped at ``max_header_bytes`` (h11's ``max_incomplete_event_size``: 400 past it), an idle
+kept-alive connection closes after ``keep_alive`` seconds (uvicorn's ``timeout_keep_alive``), and
+``limit_concurrency`` is set one over the cap so uvicorn's own 503 covers requests still running for
+clients that left.
+uvicorn and h11 are imported at the first ``uvicorn_options`` call: a shared value of the servers' own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["ConnectionLimits", "uvicorn_options"]
+
+_BUSY_BODY = b"the server has too many open connections; try again shortly\n"
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+    b"retry-after: 1\r\ncontent-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY
+)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long a client may take over a request and how many may be connected at once
+    (``uvicorn_options``' protocol keeps them).
+
+    header_timeout: seconds a request's line and headers may take, from the connection's start or the
+        previous response's end (a total, not an idle, deadline); then the connection is closed.
+    body_timeout: seconds without a byte while a request's body is read; then it is closed.
+    keep_alive: seconds an idle kept-alive connection stays open after a response.
+    max_connections: connections open at once; one more is answered 503 and closed before it is read.
+    max_header_bytes: the most a request's line and headers may take; past it, 400.
+    """
+
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive: float = 5.0
+    max_connections: int = 256
+    max_header_bytes: int = 16 * 1024
+
+    def __post_init__(self) -> None:
+        if min(self.header_timeout, self.body_timeout, self.keep_alive) <= 0:
+            raise ConfigError("header_timeout, body_timeout and keep_alive must be positive")
+        if self.max_connections < 1 or self.max_header_bytes < 1024:
+            raise ConfigError("max_connections must be at least 1 and max_header_bytes at least 1024")
+
+
+def uvicorn_options(limits: ConnectionLimits) -> dict[str, Any]:
+    """``uvicorn.Config`` keyword arguments that bound its connections by ``limits``."""
+    protocol = type("BoundedH11Protocol", (_protocol_class(),), {"limits": limits})
+    return {
+        "http": protocol,
+        "timeout_keep_alive": limits.keep_alive,
+        "h11_max_incomplete_event_size": limits.max_header_bytes,
+        "limit_concurrency": limits.max_connections + 1,
+    }
+
+
+@functools.cache
+def _protocol_class() -> type:
+    """uvicorn's h11 protocol with a deadline on a request's headers, an idle deadline on its body and a cap
+    on open connections (``limits``: the subclass ``uvicorn_options`` makes sets it)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class BoundedH11Protocol(H11Protocol):
+        """uvicorn's h11 protocol with a deadline on a request's headers, an idle deadline on its body and a
+        cap on open connections (``limits``: a subclass made by ``uvicorn_options`` sets it)."""
+
+        limits = ConnectionLimits()
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._deadline: asyncio.TimerHandle | None = None
+            self._waiting: str | None = None  # "headers", "body" or None: what the deadline is for
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > self.limits.max_connections:
+                self.logger.warning(
+                    "refused a connection: the cap of %d open ones is reached", self.limits.max_connections
+                )
+                transport.write(_BUSY)
+                transport.close()
+                return
+            self._watch(fresh=True)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch(fresh=True)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._watch(fresh=False)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel()
+            super().connection_lost(exc)
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            self._cancel()  # the connection is the websocket protocol's from here
+            super().handle_websocket_upgrade(event)
+
+        def _watch(self, *, fresh: bool) -> None:
+            """Set the deadline for what the connection waits on now: a request's headers (counted from when
+            it began waiting for them), its body (from the last byte), or nothing (the app has the request)."""
+            if self.transport.is_closing():
+                self._cancel()
+                return
+            state = self.conn.their_state
+            if state is h11.IDLE:
+                if self._waiting != "headers":
+                    self._arm("headers", self.limits.header_timeout)
+            elif state is h11.SEND_BODY:
+                if fresh or self._waiting != "body":
+                    self._arm("body", self.limits.body_timeout)
+            else:
+                self._cancel()
+
+        def _arm(self, waiting: str, seconds: float) -> None:
+            self._cancel()
+            self._waiting = waiting
+            self._deadline = self.loop.call_later(seconds, self._expired)
+
+        def _cancel(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+            self._deadline, self._waiting = None, None
+
+        def _expired(self) -> None:
+            waiting, self._deadline = self._waiting, None
+            if self.transport.is_closing():
+                return
+            if waiting == "body" and self.flow.read_paused:  # the app is behind, not the client: wait for it
+                self._arm("body", self.limits.body_timeout)
+                return
+            self.logger.info("closed a connection: its request's %s took too long", waiting)
+            self.transport.close()
+
+    return BoundedH11Protocol
