@@ -61,6 +61,20 @@ def test_the_chat_message_folds_reasoning_says_each_rounds_status_and_ends_with_
     assert body.count("It is **undefined**.") == 1  # the answer round's text is the answer, said once
 
 
+def test_a_streaming_tagged_reply_shows_no_raw_tag_or_code() -> None:
+    """Issue 49: mid-stream, a DeepAnalyze-style reply read "asking the model… `<Understand> The`"."""
+    reply = ChatReply()
+    reply.feed(RoundStarted(5, 30))
+    reply.feed(TextDelta(5, "<Understand> The"))
+    assert "<Understand>" not in reply.body and "**Understand**\n\nThe" in reply.body
+    reply.feed(TextDelta(5, " totals.</Understand>\n<Code>\n```python\nprint(1)"))
+    assert "<Code>" not in reply.body and "print(1)" not in reply.body and "The totals." in reply.body
+    plain = ChatReply()
+    plain.feed(RoundStarted(1, 30))
+    plain.feed(TextDelta(1, "Summing **now**."))  # untagged text (tools protocol) is as written
+    assert "Summing **now**." in plain.body
+
+
 def test_a_stopped_run_says_so_on_its_running_round() -> None:
     reply = ChatReply()
     for event in [RoundStarted(1, 30), CodeReady(1, "sleep()", "Waiting."), ExecutionStarted(1, None)]:

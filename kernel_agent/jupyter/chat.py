@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..agent.protocols.tagparse import parse_blocks, render_prose
 from ..events import Event
 from ..result import ExecutionResult
 from ..safe.html import markdown_source
@@ -174,7 +175,8 @@ def _round_text(rnd: _Round) -> str:
             f"<details><summary>Model reasoning ({len(thinking):,} characters)</summary>\n\n"
             f"{_escape(thinking)}\n\n</details>"
         )
-    text = rnd.reasoning if rnd.reasoning is not None else rnd.text
+    # while it streams, the reply is read as its code will be: tagged prose as headings, no raw tag, no code
+    text = rnd.reasoning if rnd.reasoning is not None else render_prose(parse_blocks(rnd.text))
     if text.strip() and rnd.status != "answer":
         lines.append(markdown_source(text.strip()))  # the model's markdown: its raw HTML and images inert
     if rnd.output.strip():
