@@ -21,7 +21,7 @@ from kernel_agent.events import (
     TextDelta,
 )
 from kernel_agent.jupyter.chat import ChatReply
-from kernel_agent.jupyter.live import LiveNotebook
+from kernel_agent.jupyter.live import STARTING_ID, LiveNotebook, new_notebook
 from kernel_agent.records import Round
 from kernel_agent.result import ErrorInfo, ExecutionResult
 
@@ -123,6 +123,23 @@ def test_sync_adds_the_runs_cells_after_the_users_and_keeps_the_users_edits() ->
         ("answer", "## Answer\n\n1"),
     ]
     assert live.sync([_cell("header", "# Task"), code, _cell("answer", "## Answer\n\n1")]) == 0
+
+
+def test_a_notebook_the_run_creates_is_never_empty_and_its_first_sync_leaves_only_the_runs_cells() -> None:
+    """Issue 49: a page that opened the notebook mid-run, while it had no cell, gave it a blank code cell of its
+    own, saved with the run's. Created with a note in place, it never is empty; the note then goes."""
+    created = new_notebook()
+    assert [cell["id"] for cell in created.cells] == [STARTING_ID]
+    notebook = YNotebook()
+    notebook.set(json.loads(json.dumps(created)))
+    live = LiveNotebook(ydoc=None, contents=None, path="a.ipynb")
+    live.document, live._created = notebook, True
+    live.sync([_cell("header", "# Task"), _cell("answer", "## In progress")])
+    assert _sources(notebook) == [("header", "# Task"), ("answer", "## In progress")]
+    live.sync([_cell("header", "# Task"), _cell("answer", "## Answer")])  # later syncs leave the user's cells
+    notebook.ycells.insert(0, notebook.create_ycell(_cell("mine", "")))
+    live.sync([_cell("header", "# Task"), _cell("answer", "## Answer")])
+    assert [cell_id for cell_id, _ in _sources(notebook)] == ["mine", "header", "answer"]
 
 
 def test_a_running_round_shows_its_code_and_output_before_the_answer_then_the_runs_cells_replace_them() -> None:

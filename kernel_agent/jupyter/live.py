@@ -36,7 +36,24 @@ from ..notebook.export import KERNELSPEC, METADATA_KEY
 from ..notebook.load import read_json_record
 from ..safe.html import markdown_source, safe_bundle
 
-__all__ = ["LiveNotebook", "exported_cells"]
+__all__ = ["STARTING_ID", "LiveNotebook", "exported_cells", "new_notebook"]
+
+STARTING_ID = "kernel-agent-starting"  # the cell a notebook we create starts with, until the run's first cells
+
+
+def new_notebook() -> nbformat.NotebookNode:
+    """The notebook ``open`` creates for a run: never empty (a page that opens an empty notebook gives it a
+    blank code cell of its own, saved with the run's cells), its one cell a note that the first ``sync``
+    replaces with the run's own."""
+    starting = nbformat.v4.new_markdown_cell(
+        "*kernel-agent is starting the run; its cells appear here.*",
+        id=STARTING_ID,
+        metadata={METADATA_KEY: {"role": "starting"}},
+    )
+    return nbformat.v4.new_notebook(
+        cells=[starting], metadata={"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+    )
+
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +110,7 @@ class LiveNotebook:
         """Create the notebook when it does not exist, then join its shared document.
         Raises ``NotebookError`` when the server has no shared document for it."""
         if not await _maybe_async(self.contents.file_exists(self.path)):
-            nb = nbformat.v4.new_notebook(
-                metadata={"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
-            )
+            nb = new_notebook()
             await _maybe_async(self.contents.save({"type": "notebook", "format": "json", "content": nb}, self.path))
             self._created = True
         self.document = await self.ydoc.get_document(
@@ -111,8 +126,11 @@ class LiveNotebook:
     def sync(self, cells: list[dict[str, Any]]) -> int:
         """Make the agent's cells in the document equal ``cells`` (see the module); the number written."""
         document = self.document
-        if self._created and not self._written and document.cell_number == 1 and not str(document.ycells[0]["source"]):
-            del document.ycells[0]  # the blank cell a new notebook is given: ours come first
+        if self._created and not self._written:  # ours come first: the placeholder goes, and a blank cell
+            for index in reversed(range(document.cell_number)):  # a page gave the notebook before it, if any
+                ycell = document.ycells[index]
+                if str(ycell.get("id")) == STARTING_ID or (document.cell_number == 1 and not str(ycell["source"])):
+                    del document.ycells[index]
         ids = [str(ycell.get("id")) for ycell in document.ycells]
         written = 0
         anchor: int | None = None
