@@ -7,6 +7,7 @@ the model is the scripted server over HTTP. What is asserted is what the page sh
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,9 +86,9 @@ def note_order(page: Any) -> None:
     }}""")
 
 
-_PAGE_CELLS = """() => {
+_PAGE_CELLS = """(path) => {
   for (const widget of window.jupyterapp.shell.widgets('main'))
-    if (widget.context && widget.context.path === 'analysis.ipynb') return widget.context.model.toJSON().cells;
+    if (widget.context && widget.context.path === path) return widget.context.model.toJSON().cells;
   return null;
 }"""
 
@@ -96,7 +97,7 @@ def saved_equals_page(page: Any, path: Path) -> None:
     """The notebook on disk, once the server has saved it, equals what the page's notebook holds."""
     deadline = time.monotonic() + 30
     while True:
-        shown = [_comparable(cell) for cell in page.evaluate(_PAGE_CELLS)]
+        shown = [_comparable(cell) for cell in page.evaluate(_PAGE_CELLS, path.name)]
         for cell in shown:  # the page's own view of trust, never saved; no attachments (undefined there)
             cell["metadata"] = {k: v for k, v in cell["metadata"].items() if k != "trusted"}
             if not cell.get("attachments", True):
@@ -205,6 +206,49 @@ def test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells(
     assert page.log.console_errors == [] and page.log.page_errors == []
     assert_the_store_is_out_of_the_root(lab)
     assert page.log.external() == []
+
+
+@pytest.mark.parametrize("moment", ["at its start", "mid-run"])
+def test_a_notebook_opened_while_the_agent_writes_it_keeps_only_the_runs_cells(
+    page: Any, lab: JupyterLab, model: OpenAIServer, moment: str
+) -> None:
+    """Issue 49: the chat's own notebook (made by the run), opened by the user while the agent writes it, as
+    the tutorial invites (as soon as it appears, or mid-run), ends with exactly the run's cells: no blank
+    code cell of the page's own, saved with them."""
+    name = "start" if moment == "at its start" else "middle"
+    first_held, answer_held = threading.Event(), threading.Event()
+    model.add(Reply("Counting.", tool_calls=(python_call("print('rows', 3)"),), hold_after=1, hold=first_held))
+    model.add(Reply("## Answer\n\nThere are **3** rows.", hold_after=1, hold=answer_held))
+    (lab.root / f"{name}.chat").write_text("{}")
+    page.goto(lab.url(f"lab/tree/{name}.chat"))
+    page.locator(f"{CHAT} .jp-chat-input-container textarea").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    ask(page, "@KernelAgent how many rows?")
+    if moment == "mid-run":
+        first_held.set()
+        page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="Round 2").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    else:
+        page.wait_for_function(
+            f"async () => (await window.jupyterapp.serviceManager.contents.get('{name}.ipynb').then(() => true, "
+            "() => false))",
+            timeout=LAB_TIMEOUT_MS,
+            polling=100,
+        )
+    page.evaluate(
+        "async (path) => { await window.jupyterapp.commands.execute('docmanager:open', "
+        "{path, options: {mode: 'split-right'}}); }",
+        f"{name}.ipynb",
+    )
+    notebook = page.locator(NOTEBOOK)
+    notebook.locator(".jp-Cell").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    first_held.set()
+    answer_held.set()
+    page.locator(f"{CHAT} .jp-chat-rendered-message", has_text="There are").first.wait_for(timeout=LAB_TIMEOUT_MS)
+    notebook.locator(".jp-Cell", has_text="There are").first.wait_for(timeout=30_000)
+    saved_equals_page(page, lab.root / f"{name}.ipynb")
+    saved = saved_cells(lab.root / f"{name}.ipynb") or []
+    assert [cell["id"] for cell in saved if not cell.get("metadata", {}).get("kernel_agent")] == []
+    assert not [cell for cell in saved if cell["cell_type"] == "code" and not "".join(cell["source"]).strip()]
+    assert page.log.page_errors == []
 
 
 def test_hostile_replies_and_outputs_stay_inert_in_the_chat_and_the_notebook(

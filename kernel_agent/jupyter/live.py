@@ -126,15 +126,16 @@ class LiveNotebook:
     def sync(self, cells: list[dict[str, Any]]) -> int:
         """Make the agent's cells in the document equal ``cells`` (see the module); the number written."""
         document = self.document
-        if self._created and not self._written:  # ours come first: the placeholder goes, and a blank cell
-            for index in reversed(range(document.cell_number)):  # a page gave the notebook before it, if any
-                ycell = document.ycells[index]
-                if str(ycell.get("id")) == STARTING_ID or (document.cell_number == 1 and not str(ycell["source"])):
-                    del document.ycells[index]
-        ids = [str(ycell.get("id")) for ycell in document.ycells]
         written = 0
         anchor: int | None = None
-        with document.ydoc.transaction():
+        with document.ydoc.transaction():  # one change for the pages: the notebook is never seen empty
+            if self._created and not self._written:  # ours come first: the note goes, and a blank cell
+                for index in reversed(range(document.cell_number)):  # a page gave the notebook, if any
+                    ycell = document.ycells[index]
+                    blank = document.cell_number == 1 and not str(ycell["source"])
+                    if str(ycell.get("id")) == STARTING_ID or blank:
+                        del document.ycells[index]
+            ids = [str(ycell.get("id")) for ycell in document.ycells]
             for cell in cells:
                 cell_id = cell["id"]
                 if cell_id in ids:
