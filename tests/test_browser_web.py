@@ -275,6 +275,14 @@ def test_the_page_follows_the_live_round_until_the_reader_scrolls_away(
             gate.set()
     run.locator(".status.completed").wait_for(timeout=TIMEOUT)
     assert run.inner_text().count("72 lines.") == 1
+    # Followed to its end, the page lands on the answer (issue 49: it stayed at the last round, far below it),
+    answer = run.locator(".answer")
+    page.wait_for_function("() => Math.abs(document.querySelector('.run .answer').getBoundingClientRect().top) < 2")
+    assert answer.bounding_box()["y"] < 600
+    # and the list of analyses is still beside it, not scrolled away with the page.
+    sidebar = page.locator(".sidebar").bounding_box()
+    assert page.evaluate("window.scrollY") > 0 and sidebar["y"] <= 0 < sidebar["y"] + sidebar["height"]
+    assert page.locator("#new-analysis").bounding_box()["y"] >= 0  # in view, where the reader is
     no_problems(page)
 
 

@@ -144,9 +144,16 @@
     $("follow-up").hidden = true;
     const controller = state.follow || (state.follow = new AbortController());
     follower.resume();
-    api.follow(view.id, (event) => view.handle(event), controller.signal)
+    let sawLive = false;  // the reader watched it run (not a finished run's events replayed on opening)
+    api.follow(view.id, (event) => { view.handle(event); sawLive = sawLive || view.live; }, controller.signal)
       .then(() => call(() => api.run(view.id)))
-      .then((run) => { if (run) { view.summary(run); showThreadDownloads(); } })
+      .then((run) => {
+        if (!run) return;
+        view.summary(run);
+        showThreadDownloads();
+        // A run the reader followed to its end lands on its answer (at the top of its card), not its last round.
+        if (sawLive && follower.following && !view.answer.hidden) view.answer.scrollIntoView({ block: "start" });
+      })
       .catch((error) => { if (!(error instanceof api.AuthError)) view.problem(error.message); })
       .finally(() => { if (state.views.at(-1) === view && !controller.signal.aborted) readyForFollowUp(); });
   }
