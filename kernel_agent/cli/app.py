@@ -256,6 +256,8 @@ def plan(
         with _edge():
             arguments, task, data = demo_plan(arguments)
         workspace, out = workspace or "notebooks/demo-plan", out or "notebooks/demo-plan.ipynb"
+        if "chat_model" in arguments and not as_json:  # said before the kernel starts, as `demo` does
+            click.secho("No model configured: playing the scripted plan replies.", fg="yellow", err=quiet)
     from ..agent.plan.runner import PlanOptions
     from ..agent.sync import Agent
     from .plan import drive_plan
