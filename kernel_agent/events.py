@@ -211,6 +211,7 @@ class PlanReady(_EventBase):
 
     directions: tuple[str, ...]
     nodes: tuple[dict[str, Any], ...]
+    scripted: bool = False  # the model's replies are played back from a file (the demo), not written
     kind = "plan_ready"
 
 
@@ -240,12 +241,14 @@ class NodeFinished(_EventBase):
 @dataclass(frozen=True)
 class PlanFinished(_EventBase):
     """Plan mode: every node has a final status; ``counts`` maps status to how many. ``html`` is the
-    notebook rendered as a page (nbconvert)."""
+    notebook rendered as a page (nbconvert); ``answer`` the plan's findings, its text tasks' conclusions
+    ("" when the model gave none)."""
 
     counts: dict[str, int]
     notebook: str
     report: str
     html: str = ""
+    answer: str = ""
     kind = "plan_finished"
 
 

@@ -468,8 +468,10 @@ def test_serve_demo_says_on_the_run_that_it_ignores_the_users_task_and_file(page
     notice = run.locator(".note", has_text="Demo server: this run ignores your question and your file mine.csv")
     notice.wait_for(timeout=TIMEOUT)
     assert "replies are scripted for the bundled sales.csv" in notice.inner_text()
-    assert notice.bounding_box()["y"] < run.locator(".rounds").bounding_box()["y"]  # above the rounds, first
+    run.locator(".answer").wait_for(state="visible", timeout=4 * TIMEOUT)  # the bundled sales.csv was on the form
+    assert notice.bounding_box()["y"] < run.locator(".answer").bounding_box()["y"]  # read first, above the answer
+    refused = page.locator("#follow-up-refused")  # the script has no reply for a follow-up: said, not played
+    refused.wait_for(state="visible", timeout=TIMEOUT)
+    assert "takes no follow-up" in refused.inner_text() and page.locator("#follow-up").is_hidden()
     screenshot(page, "web-serve-demo-own-task")
-    run.get_by_role("button", name="Cancel").click()
-    run.locator(".status.cancelled").wait_for(timeout=TIMEOUT)
     no_problems(page)

@@ -209,6 +209,22 @@ def test_latin1_csv_is_read_with_a_note(tmp_path: Path) -> None:
     assert "read it with encoding='latin-1'" in text
 
 
+def test_a_mixed_encoding_csv_keeps_its_utf8_text_and_names_the_lines_that_are_not(tmp_path: Path) -> None:
+    """UTF-8 with one cp1252 line (a file appended to on another machine): latin-1 would turn every Zürich into
+    ZÃ¼rich without a word; the real describer keeps the UTF-8 text, names the line and gives advice that holds."""
+    from kernel_agent.agent.describer import describe
+
+    path = tmp_path / "cities.csv"
+    path.write_bytes("city,temp\nZürich,3\n".encode() + "Málaga,18\n".encode("cp1252") + "Köln,5\n".encode())
+    text = describe(path)
+    first = text.splitlines()[0]
+    assert "mixed encodings: UTF-8 but for 1 line(s) in another (line 3; likely cp1252)" in first
+    assert "read it with encoding_errors='replace'" in first and "encoding='latin-1'" not in text
+    assert "| Zürich | 3 |" in text and "| Köln | 5 |" in text and "| ZÃ¼rich" not in text
+    read = pd.read_csv(path, encoding_errors="replace")  # the advice, taken as given
+    assert list(read["city"]) == ["Zürich", "M\ufffdlaga", "Köln"]
+
+
 def test_a_tab_separated_csv_says_so_in_its_first_line(tmp_path: Path) -> None:
     """statsmodels' anes96.csv is tab-separated: read as commas it is one column (944 x 1)."""
     text = summarize(write(tmp_path / "anes96.csv", "popul\tTVnews\tage\n0\t7\t36\n190\t1\t20\n"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -74,3 +76,24 @@ def test_plan_demo_runs_the_scripted_plan_on_the_bundled_data(tmp_path: Path, mo
 def test_plan_demo_refuses_a_task_or_data(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["plan", "--demo", "my own task"])
     assert result.exit_code == 2 and "--demo plans the bundled task" in result.output
+
+
+def test_plan_demo_says_scripted_first_and_shows_its_findings_and_html(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KERNEL_AGENT_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "kernel_agent.cli", "plan", "--demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "No model configured: playing the scripted plan replies.", lines[:3]
+    assert "scripted" in lines[1] and "played back" in result.stdout  # the panel, before the plan's tree
+    assert result.stdout.index("scripted") < result.stdout.index("Plan (")
+    findings = result.stdout[result.stdout.index("Findings") :]
+    assert "West 35.6%" in findings and "r = 0.12" in findings  # the answer, not only paths
+    assert "html: notebooks/demo-plan.html" in lines
+    assert (tmp_path / "notebooks" / "demo-plan.html").is_file()

@@ -23,7 +23,7 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -128,24 +128,44 @@ def _delimited(path: Path, size: int, separator: str, label: str) -> str:
     def source() -> Any:
         return path if whole else io.BytesIO(sample or b"")
 
-    try:
-        (sample or start).decode("utf-8")
-    except UnicodeDecodeError as exc:  # a multi-byte character cut at the sample's end is still UTF-8
-        if exc.start < len(sample or start) - 3:
-            read["encoding"] = "latin-1"
+    mixed = _encoding(sample or start, newline, read)
     try:
         frame = pd.read_csv(source(), **read)
-    except UnicodeDecodeError:
-        read["encoding"] = "latin-1"
+    except UnicodeDecodeError:  # past the head of a whole file
+        mixed = _encoding(path.read_bytes(), newline, read)
         frame = pd.read_csv(source(), **read)
     if written != "," and _decimal_comma(frame):
         read["decimal"] = ","
         frame = pd.read_csv(source(), **read)
     rows = len(frame) if whole else count_lines(path, size, newline)[0] - 1
-    note = _written(read, separator, width)
+    note = _written(read, separator, width, mixed)
     if newline == b"\r":  # pandas reads these as they are; the model should know why other tools may not
         note = ", ".join(filter(None, ["lines end with a carriage return only (old Mac style)", note]))
     return _table(label, size, frame, rows, exact=whole, note=note)
+
+
+def _encoding(data: bytes, newline: bytes, read: dict[str, Any]) -> tuple[int, ...]:
+    """Set ``read``'s encoding for text that is not all UTF-8; return the numbers of the lines that are not
+    when the rest has UTF-8 characters (a mixed file: latin-1 would turn its ``Zürich`` into ``ZÃ¼rich``,
+    so it is read as UTF-8 with those lines' odd bytes replaced). A file with no UTF-8 character is read as
+    latin-1. A multi-byte character cut at the data's end is still UTF-8."""
+    bad, utf8 = [], False
+    lines = data.split(newline)
+    for number, line in enumerate(lines, start=1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if number < len(lines) or exc.start < len(line) - 3 or exc.reason != "unexpected end of data":
+                bad.append(number)
+        else:
+            utf8 = utf8 or not text.isascii()
+    if not bad:
+        return ()
+    if not utf8:
+        read["encoding"] = "latin-1"
+        return ()
+    read["encoding"], read["encoding_errors"] = "utf-8", "replace"
+    return tuple(bad)
 
 
 def _newline(start: bytes) -> bytes:
@@ -167,13 +187,22 @@ def _decimal_comma(frame: pd.DataFrame) -> bool:
     return False
 
 
-def _written(read: dict[str, Any], default: str, width: int) -> str:
-    """How the file is written, as the model must read it: separator, encoding, decimal mark."""
+def _written(read: dict[str, Any], default: str, width: int, mixed: Sequence[int] = ()) -> str:
+    """How the file is written, as the model must read it: separator, encoding (``mixed``: the lines of a
+    UTF-8 file that are not), decimal mark."""
     facts, how = [], []
     if read["sep"] != default:
         facts.append(f"{_SEPARATORS[read['sep']]}-separated")
         how.append(f"sep={read['sep']!r}")
-    if read.get("encoding"):
+    if mixed:
+        shown = ", ".join(map(str, mixed[:8])) + (", …" if len(mixed) > 8 else "")
+        facts.append(
+            f"mixed encodings: UTF-8 but for {len(mixed):,} line(s) in another (line {shown}; likely cp1252), so "
+            "do not read it as latin-1, which garbles its UTF-8 text (Zürich → ZÃ¼rich); encoding_errors='replace' "
+            "shows those lines' odd bytes as �, and decoding each line as UTF-8, else cp1252, keeps them"
+        )
+        how.append("encoding_errors='replace'")
+    elif read.get("encoding"):
         facts.append(f"encoding {read['encoding']} (not UTF-8)")
         how.append(f"encoding={read['encoding']!r}")
     if read.get("decimal"):

@@ -16,9 +16,10 @@ every ``COMMAND --help`` answer at once (``tests/test_startup_imports.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -255,6 +256,8 @@ def plan(
         with _edge():
             arguments, task, data = demo_plan(arguments)
         workspace, out = workspace or "notebooks/demo-plan", out or "notebooks/demo-plan.ipynb"
+        if "chat_model" in arguments and not as_json:  # said before the kernel starts, as `demo` does
+            click.secho("No model configured: playing the scripted plan replies.", fg="yellow", err=quiet)
     from ..agent.plan.runner import PlanOptions
     from ..agent.sync import Agent
     from .plan import drive_plan
@@ -492,10 +495,11 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
     "--data-dir",
     "--workspace-root",
     "data_dir",
-    default="kernel-agent-data",
-    show_default=True,
     metavar="DIR",
-    help="Where uploads, thread workspaces, notebooks and run records live.",
+    help=(
+        "Where uploads, thread workspaces, notebooks and run records live [default: ./kernel-agent-data; with "
+        "--demo, a temporary folder removed at exit]."
+    ),
 )
 @click.option(
     "--keys-file",
@@ -636,7 +640,7 @@ def show(notebook: str, html: str | None, thinking: bool, transcript: bool) -> N
 def serve(
     host: str,
     port: int,
-    data_dir: str,
+    data_dir: str | None,
     keys_file: str | None,
     no_auth: bool,
     max_running: int,
@@ -663,14 +667,14 @@ def serve(
     so); on a loopback address it needs no key unless keys are configured."""
     from ..agent.config import NO_MODEL_HELP, AgentConfig
 
-    with _edge():
+    with _edge(), _data_folder(data_dir, demo) as (folder, temporary):
         from ..server.config import ConnectionLimits, ServerConfig, check_host, load_keys
         from ..server.origins import served_hosts
         from ..server.run import serve as run_server
 
         arguments = _agent_arguments(options)
         keys = frozenset() if no_auth else load_keys(keys_file)
-        stored = bool(keys) or no_auth or _stored_keys(database, data_dir, host if demo else None)
+        stored = bool(keys) or no_auth or _stored_keys(database, str(folder), host if demo else None)
         if demo:
             from .demo import demo_serve
 
@@ -682,7 +686,7 @@ def serve(
             agent = {k: v for k, v in arguments.items() if v is not None}
         check_host(host, auth=not no_auth)
         config = ServerConfig(
-            Path(data_dir),
+            folder,
             keys=frozenset() if no_auth else keys,
             auth=not no_auth,
             agent=agent,
@@ -694,6 +698,7 @@ def serve(
             max_upload_bytes=int(max_upload_mb * 1024 * 1024),
             pool_size=pool_size,
             demo=demo,
+            temporary=temporary,
             database=database,
             lease_ttl=lease_ttl,
             drain_grace=drain_grace,
@@ -702,6 +707,27 @@ def serve(
             ),
         )
         run_server(config, host, port, log_format)  # type: ignore[arg-type]  # click.Choice gave one of its names
+
+
+@contextlib.contextmanager
+def _data_folder(data_dir: str | None, demo: bool) -> Iterator[tuple[Path, bool]]:
+    """The service's data folder and whether it is temporary: the one given, else ``kernel-agent-data``
+    here, else for ``--demo`` a temporary folder removed when the server exits (a demo leaves nothing)."""
+    if data_dir is not None or not demo:
+        yield Path(data_dir or "kernel-agent-data"), False
+        return
+    import signal
+    import tempfile
+
+    def exit_cleanly(number: int, frame: object) -> None:
+        raise SystemExit(128 + number)  # uvicorn raises the SIGTERM it caught again as it ends: clean up first
+
+    previous = signal.signal(signal.SIGTERM, exit_cleanly)
+    try:
+        with tempfile.TemporaryDirectory(prefix="kernel-agent-demo-") as folder:
+            yield Path(folder), True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @cli.command()

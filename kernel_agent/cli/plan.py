@@ -1,8 +1,9 @@
 """The front end of ``kernel-agent plan``: drive a plan run and render its events.
 
-Owns rendering plan events (a tree of the DAG with each node's state, redrawn
-live with rich on a terminal, else the tree once and one line per node event as
-it happens; or one JSON event per line) and the plan command's exit code:
+Owns rendering plan events (a scripted plan's panel first, a tree of the DAG with
+each node's state, redrawn live with rich on a terminal, else the tree once and one
+line per node event as it happens, then the findings and the files written; or one
+JSON event per line) and the plan command's exit code:
 0 when every node completed, 1 when some failed or were skipped. Options and
 error translation stay in ``app.py``.
 """
@@ -16,11 +17,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.panel import Panel
 from rich.text import Text
 from rich.tree import Tree
 
 from ..events import NodeFinished, NodeStarted, Notice, PlanFinished, PlanReady
 from ..safe.terminal import one_line, printable
+from .render import SCRIPTED_NOTE, markdown
 
 __all__ = ["drive_plan"]
 
@@ -55,6 +58,8 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
             if isinstance(event, Notice):
                 console.print(Text(printable(f"note: {event.message}"), style="yellow"))
             elif isinstance(event, PlanReady):
+                if event.scripted:
+                    console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))
                 ready, states = event, {n["id"]: n["status"] for n in event.nodes}
                 notes.update({n["id"]: f"{n['attempts']} attempt(s)" for n in event.nodes if n.get("attempts")})
                 if console.is_terminal:
@@ -75,6 +80,11 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
                         markup=False,
                     )
             elif isinstance(event, PlanFinished):
+                if live is not None:
+                    live.stop()
+                    live = None
+                if event.answer:
+                    console.print(Panel(markdown(event.answer), title="Findings", border_style="green"))
                 code = _finish(event)
     finally:
         if live is not None:
@@ -99,8 +109,8 @@ def _finish(event: PlanFinished) -> int:
     counts = event.counts
     sys.stdout.write(
         f"{counts['done']}/{counts['total']} completed, {counts['failed']} failed, "
-        + f"{counts['skipped']} skipped\nnotebook: {one_line(event.notebook)}\nreport: {one_line(event.report)}"
-        + "\n"
+        + f"{counts['skipped']} skipped\nnotebook: {one_line(event.notebook)}\nreport: {one_line(event.report)}\n"
+        + (f"html: {one_line(event.html)}\n" if event.html else "")
     )
     return 0 if counts["done"] == counts["total"] else 1
 

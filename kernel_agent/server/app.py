@@ -172,9 +172,15 @@ def _demo(config: ServerConfig) -> dict[str, Any] | None:
     if not config.demo:
         return None
     from ..demo import SCRIPTED_NOTE, dataset_path, demo_task
+    from .service import DEMO_NO_FOLLOW_UP
 
     name = dataset_path().name
-    return {"task": demo_task(), "note": SCRIPTED_NOTE, "files": [{"name": name, "url": f"/v1/demo/data/{name}"}]}
+    return {
+        "task": demo_task(),
+        "note": SCRIPTED_NOTE,
+        "follow_up": DEMO_NO_FOLLOW_UP,
+        "files": [{"name": name, "url": f"/v1/demo/data/{name}"}],
+    }
 
 
 def _file_routes(app: FastAPI, config: ServerConfig) -> None:

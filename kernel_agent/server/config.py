@@ -59,7 +59,10 @@ class ServerConfig:
     pool_size: warm kernels kept ready for new threads (0: none, each thread starts its own);
         the pool's kernels count toward ``max_threads_live``, which caps its refills.
     demo: every thread plays the bundled scripted demo replies (``kernel_agent.demo``) with the
-        ``tags`` protocol; no model is asked, and the page and ``/v1/info`` say so.
+        ``tags`` protocol; no model is asked, and the page and ``/v1/info`` say so. The script answers
+        one question, so a follow-up is refused (``DEMO_NO_FOLLOW_UP``, 422).
+    temporary: ``data_dir`` is a temporary folder removed when the server exits (``serve --demo``
+        without ``--data-dir``); the start-up line says so.
     database: where the records live, a URL: ``sqlite:///PATH`` or ``postgresql://USER:PASSWORD@HOST/DB``
         (None: the embedded SQLite file ``kernel-agent.db`` under ``data_dir``). Never logged whole.
     lease_ttl: seconds a replica's lease on a running thread lasts unless renewed (every third of it);
@@ -82,6 +85,7 @@ class ServerConfig:
     max_upload_bytes: int = 100 * 1024 * 1024
     pool_size: int = 0
     demo: bool = False
+    temporary: bool = False
     database: str | None = field(default=None, repr=False)
     lease_ttl: float = 15.0
     drain_grace: float = 30.0

@@ -163,7 +163,10 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
 
     configure(log_format)
     os.umask(PRIVATE_UMASK)  # before anything is written: this process's files and its kernels' are owner-only
-    log.info("kernel-agent service: data in %s, auth %s", config.data_dir, "on" if config.auth else "off")
+    kept = " (a temporary folder, removed at exit)" if config.temporary else ""
+    log.info(
+        "kernel-agent service: data in %s%s, auth %s", config.data_dir.absolute(), kept, "on" if config.auth else "off"
+    )
     server: uvicorn.Server | None = None
 
     def build() -> ASGIApp:

@@ -33,7 +33,15 @@ from .store import Store, new_id
 from .takeover import Sweeper, close_orphan, interrupt, now
 from .threads import follow_stored
 
-__all__ = ["Service"]
+__all__ = ["DEMO_NO_FOLLOW_UP", "Service"]
+
+# Why a demo server refuses a follow-up: its script answers the bundled question once and has no reply
+# for another, so a follow-up would only play "the script ended" under a completed badge.
+DEMO_NO_FOLLOW_UP = (
+    "This demo server takes no follow-up: its replies are scripted for the bundled question only, and no "
+    "language model is asked. Start a new analysis to watch the demo again, or serve a real model "
+    "(kernel-agent serve --model NAME --base-url URL) to ask follow-ups."
+)
 
 log = logging.getLogger(__name__)
 
@@ -198,12 +206,14 @@ class Service:
         """Start a run (a follow-up in ``thread_id``'s live kernel when given); return its record.
 
         Raises ``ServiceError``: 404 unknown file or thread, 409 the thread is busy, 422 an empty
-        task, 429 the server runs as many runs as it may.
+        task or a follow-up on a demo server, 429 the server runs as many runs as it may.
         """
         if not task.strip():
             raise ServiceError("the task is empty", status=422)
         if self.config.demo and protocol not in (None, "tags"):
             raise ServiceError("this demo server plays scripted replies written for the tags protocol", status=422)
+        if self.config.demo and thread_id is not None:
+            raise ServiceError(DEMO_NO_FOLLOW_UP, status=422)
         if self.draining:
             raise ServiceError(
                 "this server is shutting down and takes no new run; retry (another replica will)", status=503

@@ -38,7 +38,7 @@ from ..environment import Environment, names_expression, probe, probe_expression
 from ..languages import PYTHON, language_of
 from ..protocols import Protocol, environment_lines, get_protocol
 from .graph import PlanNode, build_dag
-from .output import counts, write_outputs
+from .output import conclusion, counts, write_outputs
 from .runner import NodeRun, PlanOptions, design_plan
 from .schema import PlanSpec
 from .state import NodeResult, PlanState, state_path
@@ -122,7 +122,9 @@ async def stream_plan(
             state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(ran.outputs)
             state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
             await asyncio.to_thread(state.save)
-        yield PlanReady(tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes))
+        yield PlanReady(
+            tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes), state.scripted
+        )
         view = _View(files, preload, protocol.vision)
         async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path, view):
             yield event
@@ -131,7 +133,8 @@ async def stream_plan(
         await asyncio.to_thread(state.save)
         await asyncio.to_thread(write_outputs, state, nodes, notebook_path, state.workspace)
         html = await asyncio.to_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
-        yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html))
+        findings = conclusion(state, nodes) or ""
+        yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html), findings)
 
 
 def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:

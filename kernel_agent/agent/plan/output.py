@@ -24,7 +24,7 @@ from ...notebook.export import METADATA_KEY, SCRIPTED_STATEMENT, write_notebook
 from .graph import PlanNode
 from .state import NodeResult, PlanState
 
-__all__ = ["build_plan_notebook", "build_report", "counts", "write_outputs"]
+__all__ = ["build_plan_notebook", "build_report", "conclusion", "counts", "write_outputs"]
 
 REPORT_OUTPUT_CHARS = 3_000  # one task's printed output in its report section (head and tail)
 FINDING_CHARS = 800  # one task's numbers under "no conclusion given"
@@ -58,9 +58,9 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
     """The notebook of the plan: setup cell, then one section per node (pending nodes left out)."""
     title = f"# Plan: {state.task}" + (f"\n\n{SCRIPTED_STATEMENT}" if state.scripted else "")
     cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(title, metadata={METADATA_KEY: {"role": "header"}})]
-    conclusion = _conclusion(state, nodes)
-    if conclusion is not None:  # the answer first (the HTML report too), its line breaks kept as written
-        answer = f"## Answer\n\n{_hard_breaks(conclusion)}"
+    answer_text = conclusion(state, nodes)
+    if answer_text is not None:  # the answer first (the HTML report too), its line breaks kept as written
+        answer = f"## Answer\n\n{_hard_breaks(answer_text)}"
         cells.append(nbformat.v4.new_markdown_cell(answer, metadata={METADATA_KEY: {"role": "answer"}}))
     setup = nbformat.v4.new_code_cell(state.setup_code, metadata={METADATA_KEY: {"role": "setup"}})
     setup.outputs = [nbformat.from_dict(out) for out in state.setup_outputs]
@@ -99,8 +99,8 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
         "finished_at": state.finished_at,
         "usage": _usage([state.planning_tokens, *(result.tokens for result in state.results.values())]),
     }
-    if conclusion is not None:
-        nb.metadata[METADATA_KEY]["answer"] = conclusion
+    if answer_text is not None:
+        nb.metadata[METADATA_KEY]["answer"] = answer_text
     return nb
 
 
@@ -123,7 +123,7 @@ def _usage(parts: Iterable[dict[str, int]]) -> dict[str, int]:
     return {key: total.get(key, 0) for key in keys}
 
 
-def _conclusion(state: PlanState, nodes: Sequence[PlanNode]) -> str | None:
+def conclusion(state: PlanState, nodes: Sequence[PlanNode]) -> str | None:
     """The plan's answer: what its finished text tasks concluded, in order (None without one)."""
     texts = [
         state.results[n.id].text.strip()

@@ -142,6 +142,7 @@
     state.views.push(view);
     $("runs").append(view.node);
     $("follow-up").hidden = true;
+    $("follow-up-refused").hidden = true;
     const controller = state.follow || (state.follow = new AbortController());
     follower.resume();
     let sawLive = false;  // the reader watched it run (not a finished run's events replayed on opening)
@@ -158,8 +159,12 @@
       .finally(() => { if (state.views.at(-1) === view && !controller.signal.aborted) readyForFollowUp(); });
   }
 
+  /* The follow-up form; a demo server's script answers one question, so it says so instead. */
   function readyForFollowUp() {
-    $("follow-up").hidden = false;
+    const demo = state.info.demo;
+    $("follow-up").hidden = Boolean(demo);
+    $("follow-up-refused").textContent = demo ? demo.follow_up : "";
+    $("follow-up-refused").hidden = !demo;
     loadThreads();
   }
 

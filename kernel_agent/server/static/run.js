@@ -30,6 +30,7 @@ KA.RunView = (() => {
       this.words = options.words || {};
       this.rounds = new Map();
       this.firstRound = null;
+      this.started = false;
       this.total = 0;
       this.elapsed = null;
       this.failures = [];
@@ -46,12 +47,13 @@ KA.RunView = (() => {
       this.meta = el("div", { class: "run-meta" });
       this.answer = el("section", { class: "card answer", hidden: true, "aria-label": "Answer" });
       this.failure = el("div", { class: "problem failure", role: "alert", hidden: true });
+      this.lead = el("div", { class: "lead-notes" });  // what the run said before it started: above the answer
       this.problems = el("div");
       this.list = el("div", { class: "rounds" });
       this.node = el("section", { class: "run", "data-run-id": this.id },
         el("div", { class: "run-head" }, this.title,
           el("div", { class: "run-line" }, this.status, this.startedAt, this.clock, this.usage, this.cancelButton)),
-        this.meta, this.answer, this.failure, this.problems, this.list);
+        this.meta, this.lead, this.answer, this.failure, this.problems, this.list);
       this.openWhenShown = OPEN.includes(summary.status || "queued");
       this.setStatus(summary.status || "queued");
       this.ready = true;  // status changes from now on are news to the page
@@ -123,12 +125,14 @@ KA.RunView = (() => {
       this.failure.hidden = false;
     }
 
+    /* A note; one given before the run started (a demo server's "this run ignores your question") is read
+       first, above the answer; later ones go below it. */
     note(message) {
       const seen = this.notes.get(message);
       if (seen) { seen.count += 1; seen.node.textContent = `${message} (${seen.count} times)`; return; }
       const node = el("div", { class: "note", text: message });
       this.notes.set(message, { count: 1, node });
-      this.problems.append(node);
+      (this.started ? this.problems : this.lead).append(node);
     }
 
     round(number) { return this.rounds.get(number); }
@@ -147,6 +151,7 @@ KA.RunView = (() => {
     }
 
     on_run_started(event) {
+      this.started = true;
       this.setStatus("running");
       if (!this.titled && (event.question || event.task)) this.setTitle(event.question || event.task);
       this.describe(event);
