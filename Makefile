@@ -2,6 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two installs into the one venv: `make demo` needs the core and the kernel's analysis packages (DEMO_STAMP);
+# everything else here (lint, docs, tests, bench) needs the test stack on top (STAMP). Installing the test
+# stack also stamps the demo's, so `make demo` never reinstalls (or downgrades) a test venv, and a demo venv
+# has no STAMP, so `make test` installs the test stack over it.
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 # Enterprise Gateway's pins clash with ours: the tests run it from a venv of its own (tests/enterprise_gateway.py).
 EG_STAMP := $(VENV)/enterprise-gateway/.installed
@@ -15,11 +20,15 @@ LINTED := kernel_agent tests bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[analysis]'
+	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[analysis,test]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 $(EG_STAMP): tests/enterprise-gateway-requirements.txt | $(STAMP)
 	$(BIN)/python tests/enterprise_gateway.py
@@ -52,11 +61,11 @@ bubblewrap:
 	  echo "apt-get could not install nftables: --network will refuse to start a kernel" >&2; \
 	fi
 
-demo: $(STAMP) bubblewrap
+demo: $(DEMO_STAMP) bubblewrap
 	$(BIN)/kernel-agent demo
 
 # Plan mode on the same data: the task as a DAG of nodes, notebook + report in notebooks/demo-plan*.
-demo-plan: $(STAMP) bubblewrap
+demo-plan: $(DEMO_STAMP) bubblewrap
 	$(BIN)/kernel-agent plan --demo
 
 # Debian's chromium for the browser tests: installed with apt-get when we are root, else a clear failure.

@@ -6,27 +6,18 @@ Slow (a wheel build, a venv, pandas and friends from pip's cache, a real kernel)
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from installs import clean_environment
 
 pytestmark = pytest.mark.kernel
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_STACK = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "aiosqlite", "asyncpg", "prometheus_client", "mcp")
-
-
-def clean_environment() -> dict[str, str]:
-    """This environment without a configured model or kernel-agent setting, and without our venv on PATH."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "KERNEL_AGENT_", "VIRTUAL_ENV"))}
-    env["PATH"] = os.pathsep.join(
-        p for p in env.get("PATH", "").split(os.pathsep) if Path(sys.prefix) not in Path(p).parents
-    )
-    return env
 
 
 def pip(*args: str | Path) -> None:

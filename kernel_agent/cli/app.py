@@ -115,14 +115,15 @@ def cli() -> None:
     """kernel-agent: an LLM analyses your data by writing code in rounds against a live Jupyter
     kernel. Every run is exported as a notebook you can open, review and replay.
 
-    \b
     Quick start:
-      kernel-agent demo                                   bundled data, no model needed
-      kernel-agent run "What drives sales?" --data sales.csv --model gpt-4o-mini
-      kernel-agent show agent-runs/RUN.ipynb              review a run in the terminal
-      kernel-agent resume RUN.ipynb "And by month?"       continue it with a follow-up question
-      kernel-agent replay RUN.ipynb --check               re-execute it and compare outputs
-      kernel-agent eval SUITE --model gpt-4o-mini         score a benchmark suite (InfiAgent-DABench, ...)
+
+    \b
+        kernel-agent demo                                   bundled data, no model needed
+        kernel-agent run "What drives sales?" --data sales.csv --model gpt-4o-mini
+        kernel-agent show agent-runs/RUN.ipynb              review a run in the terminal
+        kernel-agent resume RUN.ipynb "And by month?"       continue it with a follow-up question
+        kernel-agent replay RUN.ipynb --check               re-execute it and compare outputs
+        kernel-agent eval SUITE --model gpt-4o-mini         score a benchmark suite (InfiAgent-DABench, ...)
     """
 
 

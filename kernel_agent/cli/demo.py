@@ -18,6 +18,7 @@ from ..agent.config import AgentConfig
 from ..demo import TYPING_DELAY_S
 from ..errors import ConfigError
 from .drive import Job
+from .invocation import command_line
 
 __all__ = ["TYPING_DELAY_S", "demo_agent", "demo_job", "demo_plan", "demo_serve", "epilogue"]
 
@@ -89,10 +90,10 @@ def demo_job(workspace: str, notebook: str) -> Job:
 
 
 def epilogue(notebook: str, *, scripted: bool) -> Text:
-    """What to do next, printed after the run."""
+    """What to do next, printed after the run: each command as the user's shell runs it (``command_line``)."""
     text = Text("\nNext: ", style="bold")
-    text.append(f"open {notebook} in JupyterLab, review it with `kernel-agent show {notebook}`, ")
-    text.append(f"or re-execute it with `kernel-agent replay {notebook} --check`.")
+    text.append(f"open {notebook} in JupyterLab, review it with `{command_line('show', notebook)}`, ")
+    text.append(f"or re-execute it with `{command_line('replay', notebook, '--check')}`.")
     if scripted:
         text.append(
             "\nTo run the demo with a real model, set KERNEL_AGENT_MODEL and OPENAI_BASE_URL "

@@ -58,8 +58,8 @@ def eval_group(
         """Measure answer quality: run a benchmark suite through the agent, scored by the suite's rules.
 
         \b
-          kernel-agent eval SUITE --model M --concurrency N --out DIR       run (or resume) a suite
-          kernel-agent eval compare A B                                    flipped questions, metric changes
+            kernel-agent eval SUITE --model M --concurrency N --out DIR       run (or resume) a suite
+            kernel-agent eval compare A B                                    flipped questions, metric changes
         """
 
     @group.command("run")
