@@ -666,6 +666,7 @@ def serve(
     with _edge():
         from ..server.config import ConnectionLimits, ServerConfig, check_host, load_keys
         from ..server.origins import served_hosts
+        from ..server.run import listen
         from ..server.run import serve as run_server
 
         arguments = _agent_arguments(options)
@@ -681,6 +682,7 @@ def serve(
         else:
             agent = {k: v for k, v in arguments.items() if v is not None}
         check_host(host, auth=not no_auth)
+        sockets = listen(host, port)  # a taken port is a usage error now, before a line is logged
         config = ServerConfig(
             Path(data_dir),
             keys=frozenset() if no_auth else keys,
@@ -701,7 +703,7 @@ def serve(
                 header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
             ),
         )
-        run_server(config, host, port, log_format)  # type: ignore[arg-type]  # click.Choice gave one of its names
+        run_server(config, host, port, log_format, sockets)  # type: ignore[arg-type]  # click.Choice gave one of its names
 
 
 @cli.command()
