@@ -56,6 +56,7 @@ def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -
         base_url=config.model.base_url,
         api_key=config.model.api_key,
         temperature=config.model.temperature,
+        top_p=config.model.top_p,
         stream=config.model.stream,
         request_timeout=config.model.request_timeout,
         options=dict(model_options or {}),
