@@ -28,7 +28,7 @@ from .._version import __version__
 from ..agent.settings import SETTINGS
 from ..errors import ConfigError
 from ..redact import read_secret
-from .drive import EXIT_USAGE, Job
+from .drive import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Job
 from .edge import Failure
 from .edge import edge as _edge
 from .eval import eval_group
@@ -370,7 +370,7 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
         return made[0]
 
     code = _run(make_agent, demo_job(workspace, out), renderer)
-    if live is not None:
+    if live is not None and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED):  # stopped: the line above said all
         live.console.print(epilogue(out, scripted=made[0].chat_model.scripted), soft_wrap=True)
     sys.exit(code)
 
