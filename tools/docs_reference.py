@@ -305,7 +305,7 @@ def exit_codes_page() -> str:
         + "What `kernel-agent run`, `resume`, `demo` and `plan` exit with (`kernel_agent/cli/drive.py`). The first "
         "Ctrl-C (or a SIGTERM) interrupts the running code or generation, saves the notebook (the running round "
         "kept, with its output so far, marked `cancelled`) and shuts the kernel down. Other commands exit 0 on "
-        "success, 1 on a failure they name and 2 on a usage error, and Ctrl-C exits 130 from every command. "
+        "success, 1 on a failure they name and 2 on a usage error. "
         "Ctrl-C before a run has started saves nothing, says so and prints no next steps; the workspace that run "
         "made holding only its data copies is removed. What each fault does to a run: "
         "[faults](faults.md).\n\n" + table(["code", "name", "meaning"], rows)
