@@ -64,3 +64,18 @@ def test_the_report_draws_its_plots_links_every_notebook_and_runs_nothing_from_a
     assert page.locator("table.questions img, table.questions script").count() == 0
     assert page.log.page_errors == [] and page.log.external() == []
     screenshot(page, "eval-report")
+
+
+def test_the_answer_column_shows_an_answers_underscores(page: Any, tmp_path: Path) -> None:
+    # A scrolling box clips the ink below its last line box: an underscore there vanished
+    # ("@top region[West]"). An answer of underscores alone is blank when clipped, dark when shown.
+    rows = [_row("0", "correct", "easy", [], {"a": True}, raw_answer="________")]
+    page.goto(write_report(tmp_path, rows, "t").as_uri())
+    answer = page.locator("table.questions pre")
+    assert answer.inner_text() == "________"
+    from io import BytesIO
+
+    from PIL import Image
+
+    shot = Image.open(BytesIO(answer.screenshot())).convert("L")
+    assert shot.getextrema()[0] < 128, "the answer's underscores are clipped"

@@ -169,6 +169,40 @@ def test_compare_names_the_flipped_questions_and_the_metric_differences(tmp_path
     assert missing.exit_code == 2 and "no eval results in" in missing.output
 
 
+def test_compare_of_runs_with_no_question_in_common_says_so_and_shows_each_runs_own_metrics(tmp_path: Path) -> None:
+    runs = {
+        "A": [_row("1", "wrong", {"a": False}), _row("2", "timeout", {"a": False})],
+        "B": [_row("3", "correct", {"a": True}), _row("2", "correct", {"a": True})],
+    }
+    for name, rows in runs.items():
+        (tmp_path / name).mkdir()
+        for row in rows:
+            append_result(tmp_path / name, row)
+    result = compare(runs["A"], runs["B"])
+    assert result.shared == () and result.b_own is not None and result.b_own.by_question == 1.0
+    shown = CliRunner().invoke(cli, ["eval", "compare", str(tmp_path / "A"), str(tmp_path / "B")])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines() == [
+        "nothing to compare: A and B scored no question in common (only in A: 1, only in B: 1)",
+        "A on its own: accuracy by question 0.00% (0/1), by sub-answer 0.00% (0/1), proportional 0.00%",
+        "B on its own: accuracy by question 100.00% (2/2), by sub-answer 100.00% (2/2), proportional 100.00%",
+    ]  # never "0.00% → 0.00%"
+
+
+def test_a_name_the_labels_repeat_is_shown_with_every_value_and_scored_as_dabench_scores_it(tmp_path: Path) -> None:
+    from kernel_agent.eval.runner import _expected
+
+    labels = tuple(Label("outlier", v, "dabench") for v in ("12", "15", "40")) + (Label("count", "3", "dabench"),)
+    assert _expected(labels) == {"outlier": "12, 15, 40 (scored against the last, as DABench scores)", "count": "3"}
+    # DABench's script keeps a name's last label and the answer's last value: "40" against "40" is right.
+    right = score("@outlier[12] @outlier[15] @outlier[40] @count[3]", labels)
+    assert right.verdict == "correct" and right.correct == {"outlier": True, "count": True}
+    wrong = score("@outlier[40] @outlier[12] @count[3]", labels)
+    assert wrong.correct == {"outlier": False, "count": True} and wrong.why == {"outlier": "|12 - 40| = 28 > 1e-06"}
+    page = render_report([_row("734", "correct", {"outlier": True}, expected=_expected(labels))], "t")
+    assert "expected 12, 15, 40 (scored against the last, as DABench scores)" in page
+
+
 def test_the_report_escapes_everything_it_did_not_write() -> None:
     hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
     row = _row(hostile, "wrong", {hostile: False}, raw_answer=hostile, errors=[hostile], concepts=[hostile])

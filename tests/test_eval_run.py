@@ -6,6 +6,7 @@ machinery's failures (timeout, unreachable model, missing data, a dying kernel) 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import signal
 import subprocess
@@ -106,8 +107,14 @@ def test_a_dabench_suite_is_scored_exactly_leaks_no_label_and_concurrency_change
             assert not [v for v in label_values(DABENCH) if v in text], path
             assert "common_answers" not in text
 
-    third = _eval(suite, tmp_path / "three", openai_server, "--concurrency", "3")
+    assert not [body for body in openai_server.requests if "temperature" in body or "top_p" in body]
+    before_third = len(openai_server.requests)
+    third = _eval(
+        suite, tmp_path / "three", openai_server, "--concurrency", "3", "--temperature", "0.4", "--top-p", "0.9"
+    )
     assert third.exit_code == 0, third.output
+    sampled = openai_server.requests[before_third:]  # the settings reach every request the model seam sends
+    assert sampled and all(body["temperature"] == 0.4 and body["top_p"] == 0.9 for body in sampled)
     again = _by_id(tmp_path / "three")
     assert {q: {k: r[k] for k in _SAME} for q, r in again.items()} == {
         q: {k: r[k] for k in _SAME} for q, r in rows.items()
@@ -156,6 +163,33 @@ def test_the_generic_layout_rules_and_the_machinerys_failures_are_recorded_as_wh
     assert [r["outcome"] for r in read_results(tmp_path / "down")] == ["correct"]  # the last line counts
     again = asyncio.run(run_eval(suite, suite.select(("g1",)), tmp_path / "down", options))
     assert again.ran == () and [r["outcome"] for r in again.results] == ["correct"]
+    assert not our_kernel_pids()
+
+
+def test_eval_against_an_unreachable_model_exits_1_and_says_every_question_failed(tmp_path: Path) -> None:
+    from ports import closed_port
+
+    from kernel_agent.cli.drive import EXIT_NO_ANSWER
+
+    suite = write_dabench(tmp_path / "dabench")
+    with closed_port() as port:  # every connection refused: the model is unreachable
+        done = subprocess.run(
+            [sys.executable, "-m", "kernel_agent.cli", "eval", str(suite), "--ids", "0,1", "--model", "m"]
+            + ["--base-url", f"http://127.0.0.1:{port}/v1", "--out", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert done.returncode == EXIT_NO_ANSWER, done.stdout + done.stderr
+    assert "0.00%" not in done.stdout and "accuracy: none (no question was scored)" in done.stdout
+    assert "Error: all 2 questions failed to run: model_error ×2 — " in done.stderr
+    report = (tmp_path / "out" / "report.html").read_text()
+    rows = read_results(tmp_path / "out")
+    assert len(rows) == 2 and all(r["outcome"] == "model_error" and r["error"] in r["errors"] for r in rows)
+    for row in rows:  # the run's own error (in errors and in error) is listed once a question, not twice
+        assert report.count(html.escape(row["error"][:150], quote=True)) == sum(
+            r["error"] == row["error"] for r in rows
+        )
     assert not our_kernel_pids()
 
 

@@ -131,7 +131,7 @@ def test_figures_arrive_as_downscaled_image_content(served: tuple[HeldClient, Pa
 def test_errors_are_results_and_output_is_bounded(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
     failed = run(client, "1 / 0")
-    assert not failed.is_error and failed.structured_content["status"] == "error"
+    assert failed.is_error and failed.structured_content["status"] == "error"  # the model sees it failed
     assert "ZeroDivisionError" in text_of(failed)
     refused = run(client, "1", timeout=-1)
     assert refused.is_error and "timeout" in text_of(refused)
@@ -145,6 +145,7 @@ def test_a_timeout_interrupts_and_keeps_state(served: tuple[HeldClient, Path]) -
     run(client, "kept = 'still here'")
     result = run(client, "while True:\n    pass", timeout=2)
     assert result.structured_content["status"] == "timeout" and not result.structured_content["state_lost"]
+    assert result.is_error  # interrupted: the call did not do its job
     assert "still here" in text_of(run(client, "kept"))
 
 
@@ -197,7 +198,7 @@ def test_the_interrupt_tool_stops_running_code(served: tuple[HeldClient, Path]) 
 def test_a_dead_kernel_is_reported_and_the_next_call_works(served: tuple[HeldClient, Path]) -> None:
     client, _ = served
     died = run(client, "import os\nos._exit(1)")
-    assert died.structured_content["status"] == "died" and died.structured_content["state_lost"]
+    assert died.structured_content["status"] == "died" and died.structured_content["state_lost"] and died.is_error
     assert "3" in text_of(run(client, "1 + 2"))
     assert "sales.csv" in text_of(run(client, "data.sales"))  # the setup (data preload) ran again
 

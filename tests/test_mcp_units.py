@@ -55,6 +55,7 @@ def test_errors_and_lost_state_are_data_with_the_cut_named() -> None:
     text = content.content[0].text
     assert "characters omitted" in text and len(text) < 2500 and "ValueError: bad" in text
     died = ExecutionResult(status="died", state_lost=True, note="out of memory")
+    assert execution_content(died, ContentLimits()).is_error  # isError: a failure the calling model sees
     summary = execution_content(died, ContentLimits()).structured_content
     assert summary["status"] == "died" and summary["state_lost"] and summary["note"] == "out of memory"
 

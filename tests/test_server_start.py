@@ -7,6 +7,7 @@ import asyncio
 import http.client
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -201,3 +202,25 @@ def test_kernel_agent_serve_answers_health_then_serves_and_stops_cleanly(tmp_pat
         stderr = process.stderr.read().decode()
     assert code in (0, -signal.SIGTERM), stderr
     assert "Application shutdown complete" in stderr and "Traceback" not in stderr
+    assert f"listening on http://127.0.0.1:{port}" in stderr  # uvicorn names the address only when it binds
+
+
+def test_serve_on_a_port_in_use_is_a_usage_error_naming_the_port_and_the_option(tmp_path: Path) -> None:
+    from kernel_agent.cli.drive import EXIT_USAGE
+
+    with socket.socket() as held:  # another server's port: bound and listening for the whole test
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "kernel_agent.cli", "serve", "--demo", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"Error: port {port} on 127.0.0.1 is already in use (another server is listening there); "
+        "choose another with --port"
+    ]  # one line: no uvicorn start-up lines, no "[Errno 98]"

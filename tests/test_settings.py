@@ -77,6 +77,9 @@ def other_value(row: Setting) -> tuple[str, Any]:
         return value, value
     if row.type is bool:
         return ("0", False) if row.default else ("1", True)
+    if row.type in (int, float) and row.maximum is not None:  # inside its bounds: the middle
+        value = row.type(((row.minimum or 0) + row.maximum) / 2)
+        return str(value), value
     if row.type in (int, float):
         value = row.type((row.default or row.minimum or 1) + 7)
         return str(value), value
@@ -122,7 +125,9 @@ def test_precedence_is_explicit_then_environment_then_default() -> None:
         from_env = AgentConfig.resolve({row.env or "": raw}).keywords()[row.name]
         assert from_env == value, row.name
         chosen = (
-            row.default if row.default is not None else row.type("http://explicit.invalid:1" if row.type is str else 99)
+            row.default
+            if row.default is not None
+            else row.type("http://explicit.invalid:1" if row.type is str else row.maximum or 99)
         )
         explicit = AgentConfig.resolve({row.env or "": raw}, **{row.name: chosen}).keywords()[row.name]
         assert explicit == chosen, row.name

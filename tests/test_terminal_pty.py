@@ -139,3 +139,53 @@ def test_file_names_print_on_one_line_with_nothing_hidden_or_reversed(
         assert "report<U+202E>fdp.exe" in text and "zero<U+200B>width<U+2060>.txt" in text
         assert not INVISIBLE.search(text)  # no bidi or zero-width character reaches the terminal
         assert "Zürich_中文.csv" in text
+
+
+def test_ctrl_c_during_start_up_prints_only_what_is_true_and_leaves_nothing(tmp_path: Path) -> None:
+    """A real SIGINT while ``demo``'s kernel starts (one that never gets ready, so the run cannot have begun):
+    the run says nothing was saved, prints no "Next:" about a notebook that does not exist, and the workspace
+    it made for its copy of the data is gone; the folder the user had stays."""
+    import json
+    import signal
+
+    spec = tmp_path / "jupyter" / "kernels" / "never-ready"
+    spec.mkdir(parents=True)
+    kernel = {"argv": ["sh", "-c", "sleep 120", "{connection_file}"], "display_name": "x", "language": "python"}
+    (spec / "kernel.json").write_text(json.dumps(kernel))
+    home = tmp_path / "project"
+    (home / "notebooks").mkdir(parents=True)  # the user's, as in a clone: it stays
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "JUPYTER_PATH": str(tmp_path / "jupyter")}
+    command = [sys.executable, "-m", "kernel_agent.cli", "demo", "--scripted", "--kernel", "never-ready"]
+    process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, cwd=home, env=env, close_fds=True)
+    os.close(slave)
+    copy = home / "notebooks" / "demo-run" / "sales.csv"
+    received = bytearray()
+    try:
+        deadline = time.monotonic() + 120
+        while not copy.exists():  # the data are copied and the kernel is starting: the run has not begun
+            assert process.poll() is None and time.monotonic() < deadline, received.decode(errors="replace")
+            if select.select([master], [], [], 0.05)[0]:
+                received.extend(os.read(master, 65536))
+        process.send_signal(signal.SIGINT)
+        while True:
+            if not select.select([master], [], [], 60)[0]:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            received.extend(chunk)
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", received.decode(errors="replace"))
+    assert code == 130, text
+    assert "the run had not started; nothing was saved" in text
+    assert "Next:" not in text and "Traceback" not in text
+    assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == ["notebooks"]

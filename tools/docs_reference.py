@@ -281,10 +281,12 @@ def configuration_page() -> str:
 _EXIT_MEANINGS = {
     "EXIT_ANSWER": "the run answered",
     "EXIT_NO_ANSWER": "the run ended without an answer (max rounds, stuck, model error); the notebook is written "
-    "all the same. `plan`: some task did not complete. Also the machinery's failures: a kernel that will not "
-    "start, a disk that fills while the data files are copied",
+    "all the same. `plan`: some task did not complete. `eval`: a question asked for has no result, or the "
+    "machinery failed every question so none was scored (it says how many failed, and how). Also the machinery's "
+    "failures: a kernel that will not start, a disk that fills while the data files are copied",
     "EXIT_USAGE": "usage error: a bad flag, a missing data file, no model configured, a notebook `resume` "
-    "will not act on, a command whose extra is not installed (`pip install 'kernel-agent[serve]'`)",
+    "will not act on, a command whose extra is not installed (`pip install 'kernel-agent[serve]'`), a port "
+    "`serve` cannot listen on (in use: the one line names the port and `--port`)",
     "EXIT_INTERRUPTED": "interrupted (Ctrl-C): the running code was interrupted, the notebook saved with the "
     "running round marked `cancelled`, the kernel shut down",
     "EXIT_TERMINATED": "terminated (SIGTERM): the same as Ctrl-C",
@@ -303,7 +305,9 @@ def exit_codes_page() -> str:
         + "What `kernel-agent run`, `resume`, `demo` and `plan` exit with (`kernel_agent/cli/drive.py`). The first "
         "Ctrl-C (or a SIGTERM) interrupts the running code or generation, saves the notebook (the running round "
         "kept, with its output so far, marked `cancelled`) and shuts the kernel down. Other commands exit 0 on "
-        "success, 1 on a failure they name and 2 on a usage error. What each fault does to a run: "
+        "success, 1 on a failure they name and 2 on a usage error. "
+        "Ctrl-C before a run has started saves nothing, says so and prints no next steps; the workspace that run "
+        "made holding only its data copies is removed. What each fault does to a run: "
         "[faults](faults.md).\n\n" + table(["code", "name", "meaning"], rows)
     )
 

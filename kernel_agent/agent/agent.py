@@ -56,6 +56,7 @@ def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -
         base_url=config.model.base_url,
         api_key=config.model.api_key,
         temperature=config.model.temperature,
+        top_p=config.model.top_p,
         stream=config.model.stream,
         request_timeout=config.model.request_timeout,
         options=dict(model_options or {}),
@@ -226,6 +227,7 @@ class AsyncAgent:
         # copies there when it starts (the sandbox binds them read-only); a kernel apart gets its own once
         # started, and the workspace's, the run's record, are made beside the first round's code.
         staging = await DataStaging.check(data, root)
+        started = False  # a run stopped before it started (Ctrl-C, a kernel that would not start) leaves nothing
         try:
             if not self._kernels_apart():
                 await staging.into_workspace()
@@ -251,9 +253,10 @@ class AsyncAgent:
                 rounds = Rounds(self.config, self.chat_model, session, opening, notebook_path, root, staging, first)
                 async with aclosing(rounds.events()) as events:  # closing this stream stops the code too
                     async for event in events:
+                        started = True  # the first event is RunStarted: the notebook is saved
                         yield event
         finally:  # a kernel that would not start, a run stopped early: once what reads the files has ended
-            staging.close()
+            staging.close(discard=not started)
 
     async def resume(
         self,

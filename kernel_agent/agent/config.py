@@ -52,6 +52,7 @@ class ModelConfig:
     api_key: str | None = _setting("api_key")
     request_timeout: float | None = _setting("request_timeout")
     temperature: float | None = _setting("temperature")
+    top_p: float | None = _setting("top_p")
     stream: bool = _setting("stream")
 
 

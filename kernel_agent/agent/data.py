@@ -134,6 +134,8 @@ class CheckedData:
         self._sources = sources
         self.workspace = workspace
         self._private = private
+        self._made: list[Path] = []  # the folders make_workspace created, deepest first
+        self._copied: list[Path] = []  # the copies install made
         self.files = tuple(DataFile(s.name, str(s.shown), file_kind(s.read), s.info.st_size) for s in sources)
 
     def __repr__(self) -> str:
@@ -151,8 +153,10 @@ class CheckedData:
 
     def make_workspace(self) -> None:
         """Create the workspace folder (and its parents). Raises ``ConfigError`` when it cannot be."""
+        missing = [folder for folder in (self.workspace, *self.workspace.parents) if not os.path.lexists(folder)]
         try:
             self.workspace.mkdir(parents=True, exist_ok=True)
+            self._made += missing  # called again by install: what the first call made stays ours
         except OSError as exc:
             message = f"cannot create the workspace {self.workspace}: {exc.strerror or exc}"
             if exc.errno in _STORAGE_ERRNOS:
@@ -165,7 +169,25 @@ class CheckedData:
         ``StorageError`` when the disk does (full, over quota, I/O error)."""
         self.make_workspace()
         for source in self._sources:
-            _install(source, self.workspace)
+            if _install(source, self.workspace):
+                self._copied.append(self.workspace / source.name)
+
+    def discard(self) -> None:
+        """Undo what ``install`` and ``make_workspace`` did, for a run that never started: remove the copies
+        they made, then each folder they created that is now empty. Nothing else is touched: a folder that
+        holds anything more (the user's, the kernel's) stays. Never raises."""
+        for copy in self._copied:
+            try:
+                copy.unlink()  # the entry itself: a link planted there is removed, never followed
+            except OSError:
+                pass
+        self._copied = []
+        for folder in self._made:
+            try:
+                folder.rmdir()  # only an empty one
+            except OSError:
+                break  # its parents are not empty either
+        self._made = []
 
     def summaries(self) -> tuple[str, ...]:
         """Each file's summary (``summarize``), in order. Raises ``DataFileError`` for a file that cannot be
@@ -325,10 +347,11 @@ def _check_unique_names(sources: Sequence[_Source]) -> None:
         seen[source.name] = source.shown
 
 
-def _install(source: _Source, workspace: Path) -> None:
+def _install(source: _Source, workspace: Path) -> bool:
+    """Copy ``source`` into ``workspace``; False when the workspace already holds that very file."""
     door = Door(workspace)  # the kernel may have planted a link at the name, or at any temp name
     if door.same_file(source.name, source.info):
-        return
+        return False
     try:
         door.copy_in(source.read, source.name, mode=0o444)  # also replaces an earlier read-only copy
     except (OSError, WorkspaceFileError) as exc:
@@ -337,6 +360,7 @@ def _install(source: _Source, workspace: Path) -> None:
             exc,
             path=str(source.shown),
         ) from exc
+    return True
 
 
 # A write that failed for the host's storage, not for the file: a full disk, a quota, an I/O error.

@@ -223,8 +223,15 @@ SETTINGS = _Table(
         "deepanalyze protocol: the max_new_tokens vLLM extra", flag="--max-new-tokens", metavar="N", minimum=1,
     ),
     Setting(
-        "temperature", "model", "temperature", float, None, "Sampling temperature",
+        "temperature", "model", "temperature", float, None,
+        "Sampling temperature sent with every request (DeepAnalyze's own server sends 0.4)",
+        flag="--temperature", env="KERNEL_AGENT_TEMPERATURE", metavar="T",
         minimum=0, maximum=2, optional=True, shown_default="the server's",
+    ),
+    Setting(
+        "top_p", "model", "top_p", float, None, "Nucleus sampling: top_p sent with every request",
+        flag="--top-p", env="KERNEL_AGENT_TOP_P", metavar="P",
+        minimum=0, positive=True, maximum=1, optional=True, shown_default="the server's",
     ),
     Setting("stream", "model", "stream", bool, True, "Stream replies (text reaches the front ends as it is written)"),
     Setting(

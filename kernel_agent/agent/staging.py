@@ -116,19 +116,27 @@ class DataStaging:
             self.record_error = exc
         return True
 
-    def close(self) -> None:
+    def close(self, *, discard: bool = False) -> None:
         """Start the record's copies if due (a run stopped before its first code still gets them), then close
-        the checked files once every thread reading them has ended: now, or when they end. Idempotent."""
+        the checked files once every thread reading them has ended: now, or when they end. ``discard`` (the
+        run never started: nothing was saved) also removes the workspace's copies and the folders made for
+        them (``CheckedData.discard``). Idempotent."""
         self.begin_record()
         work = self._reading
         running = [future for future in work if not future.done()]
         for future in work:  # their errors are not the run's to report when it failed before it awaited them
             if future.done() and not future.cancelled():
                 future.exception()
-        if not running:
+
+        def end() -> None:
             self.checked.close()
+            if discard:
+                self.checked.discard()
+
+        if not running:
+            end()
             return
-        asyncio.gather(*running, return_exceptions=True).add_done_callback(lambda _: self.checked.close())
+        asyncio.gather(*running, return_exceptions=True).add_done_callback(lambda _: end())
 
     def _started(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(work)

@@ -29,7 +29,7 @@ from .._version import __version__
 from ..agent.settings import SETTINGS
 from ..errors import ConfigError
 from ..redact import read_secret
-from .drive import EXIT_USAGE, Job
+from .drive import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, Job
 from .edge import Failure
 from .edge import edge as _edge
 from .eval import eval_group
@@ -374,7 +374,7 @@ def demo(scripted: bool, out: str, workspace: str, quiet: bool, as_json: bool, *
         return made[0]
 
     code = _run(make_agent, demo_job(workspace, out), renderer)
-    if live is not None:
+    if live is not None and code not in (EXIT_INTERRUPTED, EXIT_TERMINATED):  # stopped: the line above said all
         live.console.print(epilogue(out, scripted=made[0].chat_model.scripted), soft_wrap=True)
     sys.exit(code)
 
@@ -671,6 +671,7 @@ def serve(
     with _edge(), _data_folder(data_dir, demo) as (folder, temporary):
         from ..server.config import ConnectionLimits, ServerConfig, check_host, load_keys
         from ..server.origins import served_hosts
+        from ..server.run import listen
         from ..server.run import serve as run_server
 
         arguments = _agent_arguments(options)
@@ -686,6 +687,7 @@ def serve(
         else:
             agent = {k: v for k, v in arguments.items() if v is not None}
         check_host(host, auth=not no_auth)
+        sockets = listen(host, port)  # a taken port is a usage error now, before a line is logged
         config = ServerConfig(
             folder,
             keys=frozenset() if no_auth else keys,
@@ -707,7 +709,7 @@ def serve(
                 header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
             ),
         )
-        run_server(config, host, port, log_format)  # type: ignore[arg-type]  # click.Choice gave one of its names
+        run_server(config, host, port, log_format, sockets)  # type: ignore[arg-type]  # click.Choice gave one of its names
 
 
 @contextlib.contextmanager

@@ -6,8 +6,9 @@ summary, and translates errors at the edge. The group is built by ``eval_group``
 shared option decorators (passed in, so this module never imports ``app``). What a suite, the model,
 the kernel or a results file (maybe someone else's) wrote is printed through ``safe.terminal.one_line``,
 so no escape sequence, line break or bidi control reaches the terminal. Exit codes: 0 every question
-asked for has a result, 1 not, 2 usage error (a refused suite or folder too), 130 Ctrl-C,
-143 SIGTERM (finished questions keep their results; the same command resumes).
+asked for has a result, 1 not, or the machinery (model, kernel, data) failed every one so none could be
+scored (the summary says how many failed and how), 2 usage error (a refused suite or folder too),
+130 Ctrl-C, 143 SIGTERM (finished questions keep their results; the same command resumes).
 """
 
 from __future__ import annotations
@@ -125,7 +126,10 @@ def eval_group(
             report = write_report(folder, rows, f"{loaded.name} · {model}")
         click.echo(_summary_text(rows))
         click.echo(f"results: {_plain(folder / 'results.jsonl')}\nreport: {_plain(report)}")
-        sys.exit(0 if len(rows) == len(chosen) else 1)
+        failed = _all_failed(rows)
+        if failed:
+            click.echo(f"Error: {failed}", err=True)
+        sys.exit(0 if len(rows) == len(chosen) and not failed else 1)
 
     @group.command("compare")
     @click.argument("a", metavar="A")
@@ -167,6 +171,15 @@ def _folder(path: str) -> Path:
 
 
 def _comparison_text(comparison: Comparison) -> str:
+    if not comparison.shared:  # no question both scored: a difference of two empty sets would read 0.00% → 0.00%
+        lines = [
+            "nothing to compare: A and B scored no question in common "
+            f"(only in A: {len(comparison.only_a)}, only in B: {len(comparison.only_b)})"
+        ]
+        for name, own in (("A", comparison.a_own), ("B", comparison.b_own)):
+            if own is not None:
+                lines.append(f"{name} on its own: {_metrics_text(own)}")
+        return "\n".join(lines)
     lines = [
         f"fixed in B ({len(comparison.fixed)}): {', '.join(map(_plain, comparison.fixed)) or '-'}",
         f"broken in B ({len(comparison.broke)}): {', '.join(map(_plain, comparison.broke)) or '-'}",
@@ -177,6 +190,30 @@ def _comparison_text(comparison: Comparison) -> str:
     for name, (before, after) in comparison.pairs().items():
         lines.append(f"{name}: {before:.2%} → {after:.2%} ({after - before:+.2%})")
     return "\n".join(lines)
+
+
+def _metrics_text(m: Any) -> str:
+    if not m.questions:
+        return "no question scored"
+    return (
+        f"accuracy by question {m.by_question:.2%} ({m.questions_correct}/{m.questions}), "
+        f"by sub-answer {m.by_sub_answer:.2%} ({m.sub_answers_correct}/{m.sub_answers}), "
+        f"proportional {m.proportional:.2%}"
+    )
+
+
+def _all_failed(rows: list[dict[str, Any]]) -> str:
+    """What to say when the machinery failed every question ("" when it did not): how many, of which kinds,
+    and the first error, e.g. an unreachable model's."""
+    from ..eval import summarize
+
+    summary = summarize(rows)
+    if not summary.all_failed:
+        return ""
+    kinds = ", ".join(f"{_plain(kind)} ×{count}" for kind, count in summary.outcomes.items() if count)
+    first = next((row["error"] for row in rows if row.get("error")), "")
+    noun = "question" if summary.total == 1 else "questions"
+    return f"all {summary.total} {noun} failed to run: {kinds}" + (f" — {_plain(first)[:300]}" if first else "")
 
 
 def _progress(kind: str, row: dict[str, Any]) -> None:
@@ -196,12 +233,15 @@ def _summary_text(rows: list[dict[str, Any]]) -> str:
 
     summary = summarize(rows)
     m = summary.overall
-    lines = [
-        f"{summary.total} question(s): {m.questions} scored, {summary.unscored} not scored (the machinery failed)",
-        f"accuracy by question        {m.by_question:7.2%}  ({m.questions_correct}/{m.questions})",
-        f"accuracy by sub-answer      {m.by_sub_answer:7.2%}  ({m.sub_answers_correct}/{m.sub_answers})",
-        f"proportional by sub-answer  {m.proportional:7.2%}",
-    ]
+    lines = [f"{summary.total} question(s): {m.questions} scored, {summary.unscored} not scored (the machinery failed)"]
+    if m.questions:
+        lines += [
+            f"accuracy by question        {m.by_question:7.2%}  ({m.questions_correct}/{m.questions})",
+            f"accuracy by sub-answer      {m.by_sub_answer:7.2%}  ({m.sub_answers_correct}/{m.sub_answers})",
+            f"proportional by sub-answer  {m.proportional:7.2%}",
+        ]
+    else:  # 0.00% of nothing would read as a measured score
+        lines.append("accuracy: none (no question was scored)")
     for title, groups in (("level", summary.by_level), ("concept", summary.by_concept)):
         if groups:
             lines.append(f"by {title}:")

@@ -108,13 +108,17 @@ def notebook_link(notebook: object) -> str | None:
 
 def _overview(summary: Summary) -> str:
     m = summary.overall
+    none = "— (no question was scored)"
     cells = [
         ("questions with a result", summary.total),
         ("scored", m.questions),
         ("not scored (machinery failed)", summary.unscored),
-        ("accuracy by question", f"{m.by_question:.2%} ({m.questions_correct}/{m.questions})"),
-        ("accuracy by sub-answer", f"{m.by_sub_answer:.2%} ({m.sub_answers_correct}/{m.sub_answers})"),
-        ("proportional by sub-answer", f"{m.proportional:.2%}"),
+        ("accuracy by question", f"{m.by_question:.2%} ({m.questions_correct}/{m.questions})" if m.questions else none),
+        (
+            "accuracy by sub-answer",
+            f"{m.by_sub_answer:.2%} ({m.sub_answers_correct}/{m.sub_answers})" if m.questions else none,
+        ),
+        ("proportional by sub-answer", f"{m.proportional:.2%}" if m.questions else none),
     ]
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in cells)
     return f'<table class="overview" id="overview">{body}</table>'
@@ -199,9 +203,7 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
             + "</li>"
             for name, ok in row.get("correct", {}).items()
         )
-        errors = "".join(
-            f"<li>{_e(_clip(e, 200))}</li>" for e in [*row.get("errors", []), *filter(None, [row.get("error")])]
-        )
+        errors = "".join(f"<li>{_e(e)}</li>" for e in _errors(row))
         link = notebook_link(row.get("notebook"))
         notebook = (
             f'<a class="notebook" href="{_e(link)}">notebook</a>'
@@ -218,6 +220,11 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
     return f'<table class="questions" id="questions">{head}{"".join(body)}</table>'
 
 
+def _errors(row: dict[str, Any]) -> list[str]:
+    """What went wrong on the way and what ended it, each once: a run's own error is both."""
+    return list(dict.fromkeys(_clip(e, 200) for e in [*row.get("errors", []), *filter(None, [row.get("error")])]))
+
+
 def _clip(text: str, size: int) -> str:
     return text if len(text) <= size else text[: size - 1] + "…"
 
@@ -227,10 +234,12 @@ def summary_json(rows: Sequence[dict[str, Any]]) -> str:
     return json.dumps(summarize(rows).to_dict(), indent=1)
 
 
+# An answer's box scrolls, and a scrolling box clips the ink below its last line box: the line height and
+# the padding keep that line's underscores (``@top_region[West]``) in view.
 _STYLE = """
 body{font:14px system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}
-pre{white-space:pre-wrap;max-width:360px;max-height:160px;overflow:auto;margin:0}
+pre{white-space:pre-wrap;max-width:360px;max-height:160px;overflow:auto;margin:0;line-height:1.4;padding-bottom:.25em}
 ul{margin:0;padding-left:1.1em}.why{color:#a00}svg text{font:12px system-ui,sans-serif}
 tr.correct td:nth-child(4){color:#2e7d32}tr.wrong td:nth-child(4){color:#c62828}
 """

@@ -189,6 +189,11 @@ class Summary:
     def unscored(self) -> int:
         return sum(self.outcomes.get(kind, 0) for kind in MACHINERY)
 
+    @property
+    def all_failed(self) -> bool:
+        """True when there were questions and the machinery failed every one (none could be scored)."""
+        return self.total > 0 and self.unscored == self.total
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "total": self.total,
@@ -224,7 +229,9 @@ def summarize(rows: Iterable[dict[str, Any]]) -> Summary:
 @dataclass(frozen=True)
 class Comparison:
     """Run B against run A: questions that went ``fixed`` (wrong in A, right in B) or ``broke``, those
-    whose outcome changed otherwise, those only one run has, and the three metrics' differences (B - A)."""
+    whose outcome changed otherwise, those only one run has, and the three metrics' differences (B - A)
+    over the ``shared`` questions (those both runs scored). ``a_own`` and ``b_own`` are each run's metrics
+    over all it scored: with nothing ``shared`` there is nothing to compare, and they are what each run says."""
 
     fixed: tuple[str, ...]
     broke: tuple[str, ...]
@@ -233,6 +240,9 @@ class Comparison:
     only_b: tuple[str, ...]
     a: Metrics
     b: Metrics
+    shared: tuple[str, ...] = ()
+    a_own: Metrics | None = None
+    b_own: Metrics | None = None
 
     def pairs(self) -> dict[str, tuple[float, float]]:
         """Each official metric in A and in B (over the questions both scored)."""
@@ -248,7 +258,8 @@ class Comparison:
 
 
 def compare(a_rows: Iterable[dict[str, Any]], b_rows: Iterable[dict[str, Any]]) -> Comparison:
-    """Compare two runs' results question by question; metrics over the questions both scored."""
+    """Compare two runs' results question by question; metrics over the questions both scored (and each
+    run's own, over all it scored)."""
     a = {row["id"]: row for row in a_rows}
     b = {row["id"]: row for row in b_rows}
     both = [qid for qid in a if qid in b]
@@ -268,4 +279,7 @@ def compare(a_rows: Iterable[dict[str, Any]], b_rows: Iterable[dict[str, Any]]) 
         only_b=tuple(q for q in b if q not in a),
         a=metrics(a[q]["correct"] for q in common),
         b=metrics(b[q]["correct"] for q in common),
+        shared=tuple(common),
+        a_own=metrics(row["correct"] for row in a.values() if row.get("scored")),
+        b_own=metrics(row["correct"] for row in b.values() if row.get("scored")),
     )

@@ -391,7 +391,7 @@ def _row(question: Question, labels: tuple[Label, ...], notebook: Path) -> dict[
         "concepts": list(question.concepts),
         "outcome": "harness_error",
         "scored": False,
-        "expected": {label.name: label.value for label in labels},
+        "expected": _expected(labels),
         "correct": {label.name: False for label in labels},
         "parsed": {},
         "why": {},
@@ -406,6 +406,18 @@ def _row(question: Question, labels: tuple[Label, ...], notebook: Path) -> dict[
         "errors": [],
         "error": None,
         "notebook": notebook.as_posix(),
+    }
+
+
+def _expected(labels: tuple[Label, ...]) -> dict[str, str]:
+    """The expected answer by name, as a result line shows it: every value a repeated name has (DABench 734
+    gives five), in order, with the last named as the one scored (``scoring``); else the one value."""
+    values: dict[str, list[str]] = {}
+    for label in labels:
+        values.setdefault(label.name, []).append(label.value)
+    return {
+        name: given[0] if len(given) == 1 else f"{', '.join(given)} (scored against the last, as DABench scores)"
+        for name, given in values.items()
     }
 
 

@@ -7,7 +7,9 @@ twice keeps its last value), the comparison rules (``Label.rule``), ``score`` (o
 (the official three: accuracy by question, by sub-answer, and proportional by sub-answer).
 
 DABench's rule, from its ``eval_closed_form.py``: a sub-answer is right when its text equals the label's,
-or both read as numbers within 1e-6. One deliberate difference: the official script leaves a question
+or both read as numbers within 1e-6; a name the labels give several values (DABench 734 gives five) is
+scored against its last, as that script's ``{name: value}`` keeps it (the result line's ``expected``
+shows every value). One deliberate difference: the official script leaves a question
 with an empty response out of every total; here it counts as wrong, so silence never raises a score.
 """
 
@@ -100,7 +102,7 @@ def score(answer: str | None, labels: Sequence[Label]) -> Score:
         )
     parsed = parse_answers(answer)
     why = {}
-    for label in labels:
+    for label in {label.name: label for label in labels}.values():  # a repeated name: its last value
         reason = compare(parsed.get(label.name), label)
         if reason is not None:
             why[label.name] = reason if parsed else "no @name[value] answer in the reply"

@@ -75,7 +75,10 @@ def execution_content(result: ExecutionResult, limits: ContentLimits) -> CallToo
 
     ``structured_content`` carries the status (``ok``/``error``/``timeout``/``died``),
     ``state_lost`` with its note, the execution count and the number of figures.
-    The call itself is never marked as an error: an exception in the code is data.
+    ``is_error`` is True unless the status is ``ok``: in the MCP spec ``isError`` is a tool-level failure
+    the calling model should see and correct (not a protocol error, which it would not see), and code
+    that raised, timed out or killed its kernel is that. The result is data all the same: the output
+    so far, the traceback and the figures come with it.
     """
     images = result.images
     sent = images[: limits.max_images]
@@ -83,7 +86,11 @@ def execution_content(result: ExecutionResult, limits: ContentLimits) -> CallToo
     blocks.extend(image_block(png, limits.max_side) for png in sent)
     if len(images) > len(sent):
         blocks.append(text_block(f"[{len(images) - len(sent)} more figure(s) not sent; limit {limits.max_images}]"))
-    return CallToolResult(content=blocks, structured_content=execution_summary(result, figures=len(images)))
+    return CallToolResult(
+        content=blocks,
+        is_error=result.status != "ok",
+        structured_content=execution_summary(result, figures=len(images)),
+    )
 
 
 def execution_summary(result: ExecutionResult, *, figures: int) -> dict[str, Any]:

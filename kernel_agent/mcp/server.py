@@ -138,7 +138,8 @@ def _add_kernel_tools(server: MCPServer, benches: Workbenches, options: McpOptio
             "(ok, error, timeout, died; state_lost says whether variables are gone), the printed output and "
             "results (long output keeps its head and tail and says what was cut; errors keep their tail), "
             f"and each figure as an image. timeout is in seconds (default {default_timeout:g}): when it passes "
-            "the code is interrupted and the variables are kept when possible."
+            "the code is interrupted and the variables are kept when possible. A call whose code did not end ok "
+            "(it raised, timed out or the kernel died) is marked isError, with its output and traceback."
         )
     )
     async def execute_python(code: str, ctx: Context, timeout: Seconds | None = None) -> CallToolResult:

@@ -137,6 +137,7 @@ class OpenAIChatModel:
         base_url: str | None = None,
         api_key: str | None = None,
         temperature: float | None = None,
+        top_p: float | None = None,
         stream: bool = True,
         max_retries: int = 3,
         backoff: float = 0.5,
@@ -151,6 +152,7 @@ class OpenAIChatModel:
         self.base_url = base_url
         self.endpoint = endpoint_host(base_url)
         self.temperature = temperature
+        self.top_p = top_p
         self.stream = stream
         self.max_retries = max_retries
         self.backoff = backoff
@@ -251,6 +253,8 @@ class OpenAIChatModel:
         extra.update(self.extra_body)  # the user's own extras win over the protocol's defaults
         if self.temperature is not None:
             request.setdefault("temperature", self.temperature)
+        if self.top_p is not None:
+            request.setdefault("top_p", self.top_p)
         if extra:
             request["extra_body"] = extra
         return request
@@ -390,6 +394,7 @@ def openai_model(name: str, settings: ModelSettings) -> OpenAIChatModel:
         base_url=settings.base_url,
         api_key=settings.api_key,
         temperature=settings.temperature,
+        top_p=settings.top_p,
         stream=settings.stream,
         **options,
     )

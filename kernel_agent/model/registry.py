@@ -52,6 +52,7 @@ class ModelSettings:
     base_url: str | None = None
     api_key: str | None = field(default=None, repr=False)
     temperature: float | None = None
+    top_p: float | None = None
     stream: bool = True
     request_timeout: float | None = None
     options: Mapping[str, Any] = field(default_factory=dict)

@@ -6,7 +6,9 @@ binds with a ``DeferredApp`` in front, which answers ``/health`` with ``{"status
 at once, builds the real app in a worker thread and then enters its lifespan (the store, the
 warm pool, whose kernels start in the background). Every other request waits until the app is
 up, then goes to it; none is refused for being early. ``/health`` then says what the app says.
-A build or start-up failure is logged and stops the server.
+A build or start-up failure is logged and stops the server. The listening sockets come before all of it
+(``listen``): a port that is taken, or a host that is not this machine's, is a ``ConfigError`` naming
+``--port``/``--host`` before a line is logged, never uvicorn's bind error among its start-up lines.
 Its connections are bounded (``connections.py``): a request's headers have ``header_timeout`` seconds,
 its body ``body_timeout`` seconds between bytes, and past ``max_connections`` open ones a new one gets 503.
 On SIGTERM (or SIGINT) the service drains: uvicorn stops accepting connections, the service takes no
@@ -18,9 +20,11 @@ umask is ``private.PRIVATE_UMASK`` from the start: whatever it writes, and its k
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from types import FrameType
 from typing import Any, Literal
@@ -29,7 +33,7 @@ from .config import ServerConfig
 from .logs import configure
 from .private import PRIVATE_UMASK
 
-__all__ = ["DeferredApp", "serve"]
+__all__ = ["DeferredApp", "listen", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -153,14 +157,63 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text", "json"] = "text") -> None:
-    """Serve ``config`` on ``host:port`` until stopped, logging in ``log_format``. Raises ``OSError`` when
-    the port is taken, ``ServiceError`` when the app could not be built or started (the log says why)."""
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Bound sockets for ``host:port``, one per address ``host`` resolves to (as asyncio's ``create_server``
+    binds), for ``serve``. Raises ``ConfigError`` naming the port and ``--port`` when it is taken or
+    forbidden, and naming ``--host`` when the host is not an address of this machine."""
+    from ..errors import ConfigError
+
+    try:
+        infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(
+            f"cannot listen on {host!r}: {exc.strerror}; give an address of this machine with --host"
+        ) from exc
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart binds while old connections linger
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # the IPv4 address gets its own socket
+            sock.bind(address)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise ConfigError(_bind_failure(host, port, exc)) from exc
+    return sockets
+
+
+def _bind_failure(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is already in use (another server is listening there); choose another with --port"
+        )
+    if exc.errno == errno.EACCES:
+        return f"port {port} on {host} needs privileges this user does not have; choose one from 1024 up with --port"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine; give one with --host"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another address with --host or --port"
+
+
+def serve(
+    config: ServerConfig,
+    host: str,
+    port: int,
+    log_format: Literal["text", "json"] = "text",
+    sockets: list[socket.socket] | None = None,
+) -> None:
+    """Serve ``config`` on ``host:port`` (on ``sockets`` from ``listen`` when given) until stopped, logging
+    in ``log_format``. Raises ``ConfigError`` when the port is taken (``listen``), ``ServiceError`` when the
+    app could not be built or started (the log says why)."""
     import uvicorn
 
     from .._connections import uvicorn_options
     from ..errors import ServiceError
 
+    if sockets is None:
+        sockets = listen(host, port)
     configure(log_format)
     os.umask(PRIVATE_UMASK)  # before anything is written: this process's files and its kernels' are owner-only
     kept = " (a temporary folder, removed at exit)" if config.temporary else ""
@@ -201,6 +254,17 @@ def serve(config: ServerConfig, host: str, port: int, log_format: Literal["text"
         exit_now(sig, frame)
 
     server.handle_exit = drain_then_stop  # type: ignore[method-assign]  # uvicorn has no hook before its exit
-    server.run()
+    for sock in sockets:  # uvicorn names what it listens on only when it binds itself
+        log.info("kernel-agent service: listening on %s", _url(sock))
+    try:
+        server.run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
     if app.failed:
         raise ServiceError("the service failed to start (the log above says why)", status=503)
+
+
+def _url(sock: socket.socket) -> str:
+    address, port = sock.getsockname()[:2]
+    return f"http://[{address}]:{port}" if sock.family == socket.AF_INET6 else f"http://{address}:{port}"
