@@ -119,9 +119,10 @@ docs: $(STAMP)
 
 # The pictures in the docs are the browser tests' own screenshots (tests/artifacts/), copied into
 # docs/images/ by these tests' run: the web page, the chat beside its live notebook, the HTML report, the magic.
-SCREENSHOTS := web-serve-demo jupyterlab-chat-answer show-html jupyterlab-agent-cell
+SCREENSHOTS := jupyterlab-chat-demo-follows web-serve-demo jupyterlab-chat-answer show-html jupyterlab-agent-cell
 screenshots: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_browser_web.py::test_serve_demo_runs_end_to_end_from_the_page \
+	    tests/test_browser_jupyter_chat_demo.py \
 	    tests/test_browser_jupyter_chat.py::test_the_chat_runs_the_agent_and_the_rounds_appear_as_cells \
 	    tests/test_browser_html.py tests/test_browser_jupyterlab.py::test_agent_cell_shows_the_run_and_its_notebook_replays
 	mkdir -p docs/images
