@@ -43,6 +43,22 @@ def test_an_answers_line_breaks_are_kept() -> None:
     assert "a" in lines and "b" in lines  # a fence is kept as it is
 
 
+def test_an_answer_wrapped_at_the_models_width_rewraps_at_the_readers() -> None:
+    """Issue 49: an answer the model wrapped at ~100 columns printed ragged at 80 (each of its breaks kept)."""
+    wrapped = (
+        "Revenue grew 22.9% from 2023 to 2024, led by the West region, whose Electronics sales alone\n"
+        "rose by a third; discounts lift units sold with an elasticity of -1.63.\n"
+        "Findings:\n- the West leads\n- discounts pay"
+    )
+    console = Console(width=80, record=True)
+    console.print(answer_markdown(wrapped))
+    lines = [line.rstrip() for line in console.export_text().splitlines() if line.strip()]
+    assert lines[0].startswith("Revenue grew") and len(lines[0]) > 70  # filled to the width, not cut at "alone"
+    assert "alone rose by a third" in plain(" ".join(lines))  # the wrap became a space
+    assert any(line.strip() == "Findings:" for line in lines)  # a break after a sentence's end is kept
+    assert sum(line.lstrip().startswith("•") for line in lines) == 2
+
+
 @pytest.mark.kernel
 def test_show_and_replay_understand_a_plan_notebook(openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(

@@ -72,7 +72,13 @@ def test_the_html_report_shows_the_answer_with_its_breaks_before_the_rounds_and_
 
 
 def test_hard_breaks_leaves_blank_lines_and_fences_alone() -> None:
-    assert hard_breaks("a\nb\n\n~~~\nc\n~~~") == "a  \nb  \n\n~~~\nc\n~~~"
+    assert hard_breaks("a.\nb\n\n~~~\nc\n~~~") == "a.  \nb  \n\n~~~\nc\n~~~"
+
+
+def test_hard_breaks_keeps_the_breaks_the_model_meant_and_joins_its_wrapping() -> None:
+    assert hard_breaks("grew by a\nthird") == "grew by a\nthird  "  # a wrap inside a sentence stays soft
+    assert hard_breaks("@a[1]\n@b[2]") == "@a[1]  \n@b[2]  "  # one label a line
+    assert hard_breaks("Findings\n- one\n| x |") == "Findings  \n- one  \n| x |  "  # before a list or a table
 
 
 def test_show_prints_the_answer_with_its_line_breaks_before_the_rounds(tmp_path: Path) -> None:

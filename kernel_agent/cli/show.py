@@ -19,6 +19,7 @@ from ..notebook.kinds import Kind, kind_of, step_word, turn_word
 from ..notebook.load import LoadedRun
 from ..notebook.plan_view import PlanTask, PlanView
 from ..notebook.replay import ReplayReport
+from ..notebook.report import hard_breaks
 from ..records import STOP_WORDS, Round, Run, Turn
 from ..safe.terminal import one_line
 from .render import (
@@ -170,14 +171,10 @@ def _execution_status(round_: Round) -> Text:
 
 
 def answer_markdown(answer: str) -> RenderableType:
-    """An answer as Markdown that keeps its line breaks as written (``@mean_age[0.4610]`` and
-    ``@mean_sex[0.5052]`` on lines of their own stay so; Markdown would join them), code fences untouched."""
-    lines, fenced = [], False
-    for line in answer.strip().splitlines():
-        if line.lstrip().startswith(("```", "~~~")):
-            fenced = not fenced
-        lines.append(line if fenced or not line.strip() or line.lstrip().startswith(("```", "~~~")) else line + "  ")
-    return markdown("\n".join(lines))
+    """An answer as Markdown with the line breaks the model meant (``@mean_age[0.4610]`` and
+    ``@mean_sex[0.5052]`` on lines of their own stay so) and its wrapped prose re-wrapped to the terminal
+    (``notebook.report.hard_breaks``)."""
+    return markdown(hard_breaks(answer.strip()))
 
 
 def show_plan(console: Console, plan: PlanView, *, max_lines: int = 40) -> None:

@@ -1,14 +1,15 @@
 """The order a run's notebook is read in as a report (``show --html``, the service's report): ``report_order``.
 
 Owns what the page shows first, not how it looks (``html.py`` renders; its template folds the setup cell):
-the answer right after the task, with its line breaks kept, then a heading per round above that round's
-cells. Pure: a notebook in, a reordered copy out; the notebook on disk keeps the export's layout
+the answer right after the task, with the line breaks the model meant kept (``hard_breaks``), then a
+heading per round above that round's cells. Pure: a notebook in, a reordered copy out; the notebook on disk keeps the export's layout
 (``export.py``), which ``load``, ``resume`` and ``replay`` read. A notebook that is not ours, or a plan's
 (its answer already leads and its tasks have headings), comes back as it was.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .._nbformat import NotebookNode, nbformat
@@ -35,14 +36,24 @@ def report_order(nb: NotebookNode) -> NotebookNode:
     return copy
 
 
+_ENDS_A_LINE = re.compile(r"[.!?:;\]。！？]\s*$")  # a sentence's end, a label's ``@name[value]``
+_STARTS_A_LINE = re.compile(r"^\s*(@|[-*+]\s|\d+[.)]\s|\||#|>)")  # a label, a list item, a table row, ...
+
+
 def hard_breaks(text: str) -> str:
-    """Markdown that keeps ``text``'s line breaks (two trailing spaces), code fences untouched."""
-    lines, fenced = [], False
-    for line in text.splitlines():
+    """An answer as Markdown whose line breaks read as the model meant them: a break after a sentence's end
+    or a ``@name[value]``, or before a list item, a table row, a heading or a quote, is kept (two trailing
+    spaces); one that only wrapped a sentence at the model's width is left soft, so the text re-wraps at the
+    reader's (no ragged lines at 80 columns). Code fences are untouched. Pure."""
+    lines, fenced = text.splitlines(), False
+    out = []
+    for index, line in enumerate(lines):
         fence = line.lstrip().startswith(("```", "~~~"))
         fenced = fenced != fence
-        lines.append(line if fenced or fence or not line.strip() else line.rstrip() + "  ")
-    return "\n".join(lines)
+        following = lines[index + 1] if index + 1 < len(lines) else ""
+        meant = _ENDS_A_LINE.search(line) or _STARTS_A_LINE.match(following) or not following.strip()
+        out.append(line if fenced or fence or not line.strip() or not meant else line.rstrip() + "  ")
+    return "\n".join(out)
 
 
 def _answer_breaks(source: str) -> str:

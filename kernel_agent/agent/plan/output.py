@@ -21,6 +21,7 @@ from ..._nbformat import NotebookNode, nbformat
 from ...errors import NotebookError, WorkspaceFileError
 from ...kernel.door import write_record, write_records
 from ...notebook.export import METADATA_KEY, SCRIPTED_STATEMENT, write_notebook
+from ...notebook.report import hard_breaks
 from .graph import PlanNode
 from .state import NodeResult, PlanState
 
@@ -59,8 +60,8 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
     title = f"# Plan: {state.task}" + (f"\n\n{SCRIPTED_STATEMENT}" if state.scripted else "")
     cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(title, metadata={METADATA_KEY: {"role": "header"}})]
     answer_text = conclusion(state, nodes)
-    if answer_text is not None:  # the answer first (the HTML report too), its line breaks kept as written
-        answer = f"## Answer\n\n{_hard_breaks(answer_text)}"
+    if answer_text is not None:  # the answer first (the HTML report too), the line breaks it meant kept
+        answer = f"## Answer\n\n{hard_breaks(answer_text)}"
         cells.append(nbformat.v4.new_markdown_cell(answer, metadata={METADATA_KEY: {"role": "answer"}}))
     setup = nbformat.v4.new_code_cell(state.setup_code, metadata={METADATA_KEY: {"role": "setup"}})
     setup.outputs = [nbformat.from_dict(out) for out in state.setup_outputs]
@@ -102,16 +103,6 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
     if answer_text is not None:
         nb.metadata[METADATA_KEY]["answer"] = answer_text
     return nb
-
-
-def _hard_breaks(text: str) -> str:
-    """Markdown that keeps ``text``'s line breaks (two trailing spaces), code fences untouched."""
-    lines, fenced = [], False
-    for line in text.splitlines():
-        fence = line.lstrip().startswith(("```", "~~~"))
-        fenced = fenced != fence
-        lines.append(line if fenced or fence or not line.strip() else line + "  ")
-    return "\n".join(lines)
 
 
 def _usage(parts: Iterable[dict[str, int]]) -> dict[str, int]:
