@@ -344,6 +344,8 @@ def test_a_kernel_session_started_from_model_code_says_it_is_already_inside(conf
         confined,
         """
         from kernel_agent import KernelSession
+        from kernel_agent.agent.config import AgentConfig
+        print(AgentConfig.resolve().kernel.sandbox)  # the marker is not the mode setting's variable
         try:
             with KernelSession() as inner:
                 print('started', inner)
@@ -351,6 +353,8 @@ def test_a_kernel_session_started_from_model_code_says_it_is_already_inside(conf
             print(type(exc).__name__, exc)
         """,
     )
+    mode, _, out = out.partition("\n")
+    assert mode == "strict"
     assert out.startswith("SandboxUnavailableError already inside kernel-agent's sandbox: "), out
     assert "user namespaces" not in out and "seccomp" not in out  # not the machine's diagnosis: ours
     assert "sandbox='off'" in out  # what to do instead
