@@ -20,7 +20,18 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 from openai_server import OpenAIServer, Reply, python_call
 
-from kernel_agent.notebook.recorded import REPLAYED_NOTE
+from kernel_agent.notebook.recorded import (
+    CELLS_FILE,
+    REPLAY_ENV,
+    REPLAYED_NOTE,
+    RecordedCell,
+    cell_key,
+    handover_bytes,
+    is_agent_cell,
+    magic_key,
+    read_handover,
+    shown_recorded,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(path for folder in ("notebooks", "docs") for path in (REPO / folder).rglob("*.ipynb"))
@@ -39,6 +50,27 @@ def without_model(**extra: str) -> dict[str, str]:
 def replay_cli(notebook: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "kernel_agent.cli", "replay", str(notebook), "--check"]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, check=False)
+
+
+def test_agent_cells_and_their_keys() -> None:
+    source = "%%agent --scripted-demo  -w ws\n  Analyse it.\n"
+    assert is_agent_cell(source) and is_agent_cell("%%agent\nx") and is_agent_cell("\n%%agent -w a\nx")
+    assert not is_agent_cell("%%agents\nx") and not is_agent_cell("# %%agent\nx") and not is_agent_cell("x = 1")
+    assert cell_key(source) == magic_key(" --scripted-demo  -w ws", "  Analyse it.\n")  # as IPython splits it
+    assert cell_key(source) != cell_key("%%agent --scripted-demo -w ws\nAnalyse it.")
+
+
+def test_the_hand_over_is_read_as_hostile_data(tmp_path: Path) -> None:
+    hostile = {"output_type": "display_data", "data": {"text/html": "<script>alert(1)</script><b>x</b>"}}
+    (tmp_path / CELLS_FILE).write_bytes(handover_bytes({"k": RecordedCell((hostile,), "run.ipynb")}))
+
+    cells = read_handover({REPLAY_ENV: str(tmp_path)})
+
+    assert cells == {"k": RecordedCell((hostile,), "run.ipynb")}
+    assert "<script" not in shown_recorded(hostile).data["text/html"]
+    assert read_handover({}) is None  # not a replay
+    (tmp_path / CELLS_FILE).write_text('["not", "cells"]')
+    assert read_handover({REPLAY_ENV: str(tmp_path)}) == {}  # a replay still: nothing to show, no model
 
 
 def test_the_shipped_notebooks_are_found() -> None:
