@@ -339,6 +339,34 @@ def test_nested_user_namespaces_and_32_bit_entry_fail(confined: KernelSession) -
 
 
 @pytest.mark.kernel
+def test_a_kernel_session_started_from_model_code_says_it_is_already_inside(confined: KernelSession) -> None:
+    out = _run(
+        confined,
+        """
+        from kernel_agent import KernelSession
+        from kernel_agent.agent.config import AgentConfig
+        print(AgentConfig.resolve().kernel.sandbox)  # the marker is not the mode setting's variable
+        try:
+            with KernelSession() as inner:
+                print('started', inner)
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+        """,
+    )
+    mode, _, out = out.partition("\n")
+    assert mode == "strict"
+    assert out.startswith("SandboxUnavailableError already inside kernel-agent's sandbox: "), out
+    assert "user namespaces" not in out and "seccomp" not in out  # not the machine's diagnosis: ours
+    assert "sandbox='off'" in out  # what to do instead
+
+
+def test_the_inside_marker_changes_no_outcome_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(bwrap_module.SANDBOX_ENV, "bwrap")  # set outside: only a failed probe's message reads it
+
+    assert bwrap_module.require_bwrap() == bwrap_module.find_bwrap()
+
+
+@pytest.mark.kernel
 def test_only_the_sandboxs_own_processes_can_be_traced(confined: KernelSession) -> None:
     """ptrace stays allowed (debuggers), as in Docker's profile: the PID namespace gives nothing outside
     the sandbox a number the code could name."""

@@ -38,6 +38,7 @@ __all__ = ["answer_markdown", "export_html", "show_plan", "show_replay", "show_r
 _CHECK_STYLE = {
     "match": "green",
     "executed": "green",
+    "recorded": "cyan",
     "expected": "yellow",
     "mismatch": "red",
     "error": "bold red",

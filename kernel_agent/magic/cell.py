@@ -13,6 +13,10 @@ passed as a data file (so the prompt describes it and replays find it), and
 the setup cell loads them under their names, so they exist from round 1 and
 ``kernel-agent replay`` rebuilds them. The task gets one line naming them.
 
+In a replayed notebook (``kernel-agent replay``: ``notebook.recorded.REPLAY_ENV`` is set in its
+kernel) the cell never runs: ``replayed.py`` shows the run it recorded, saying so, and no model is
+asked and no kernel started.
+
 An invocation that fails before the run starts (bad flags, no model, a missing
 data file) leaves no folder behind. An interrupt (Jupyter's ■) stops the run,
 which saves its notebook, and the cell says so and keeps the interrupted round's
@@ -21,6 +25,7 @@ output as saved (its text and figures so far); ``_agent_run`` is the saved run.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,10 +37,12 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, kwds, magic_arguments, parse_argstring
 
 from ..errors import KernelAgentError
+from ..notebook.recorded import REPLAY_ENV, read_handover
 from ..records import Run
 from ..redact import read_secret
 from .kernels import WarmKernels
 from .options import HelpFormatter, setting_arguments, setting_values
+from .replayed import show_recorded
 from .share import check_names, share_variables
 from .view import CellView
 
@@ -90,6 +97,11 @@ class AgentMagics(Magics):
     @cell_magic
     def agent(self, line: str, cell: str) -> None:
         """Run the kernel-agent on the task in the cell body; the run is left in ``_agent_run``."""
+        replaying = read_handover()
+        if replaying is not None:  # a replay: never a model call, never a kernel of its own
+            assert self.shell is not None  # a magic is only called from the shell it is registered on
+            self.shell.user_ns["_agent_run"] = show_recorded(replaying, os.environ[REPLAY_ENV], line, cell)
+            return
         args = parse_argstring(self.agent, line)
         task = cell.strip()
         if not task:

@@ -15,6 +15,7 @@ import html
 import os
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from IPython.display import display
 
 from ..events import Event
 from ..kernel.partial import OutputChunk, OutputTail
+from ..notebook.recorded import METADATA_KEY, NOTICE_KEY, RUN_NOTEBOOK_KEY
 from ..records import Run
 from ..result import ExecutionResult, strip_ansi
 from ..safe.html import Shown, contained, safe_bundle, shown_code_box, shown_html, shown_markdown
@@ -107,6 +109,14 @@ class CellView:
                 _show(_plain(self._running.text))
         where = f"the notebook is saved: `{notebook_path}`" if notebook_path else "nothing was saved"
         _show(_markdown(f"**Interrupted:** {where}."))
+
+    def replayed(self, note: str, outputs: Sequence[Shown]) -> None:
+        """A replay's ``%%agent`` cell (``replayed.py``): the ``note`` saying so, marked as the notice a replay's
+        check looks for (``recorded.NOTICE_KEY``), then the recorded outputs as made safe."""
+        shown = shown_markdown(f"*{note}*")
+        _show(Shown(shown.data, {METADATA_KEY: {NOTICE_KEY: True}}))
+        for output in outputs:
+            _show(output)
 
     def _clear_placeholder(self) -> None:
         """The "…" shown while the model is asked goes once it is clear no reply text is coming."""
@@ -261,7 +271,9 @@ def _link(path: Path, detail: str) -> Shown:
     shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else str(Path(path).resolve())
     href = Path(shown).as_posix()
     page = f'Notebook ({detail}): <a href="{html.escape(href)}" target="_blank">{html.escape(shown)}</a>'
-    return shown_html(page, f"Notebook ({detail}): {shown}")
+    link = shown_html(page, f"Notebook ({detail}): {shown}")
+    # Which notebook holds this run: what a replay of the user's notebook shows in ``_agent_run`` (``recorded.py``)
+    return Shown(link.data, {METADATA_KEY: {RUN_NOTEBOOK_KEY: href}})
 
 
 def _joined(value: Any) -> str:

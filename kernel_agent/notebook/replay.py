@@ -11,6 +11,12 @@ stderr) after joining; other outputs in order, by kind, MIME types and
 Text is normalised first by the documented rule list in ``normalise``
 (memory addresses, durations, clock times and dates near the recording or
 the replay, temporary and workspace paths).
+
+A ``%%agent`` cell is never run again: the kernel gets ``recorded.REPLAY_ENV``
+and the cells' recorded outputs (``recorded.py``), and the magic shows them
+with one line saying so. Such a cell is ``recorded`` when it showed exactly
+what it recorded (compared as above, with what the magic makes of each
+recorded output), else a mismatch.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from typing import Any, Literal
 
 from .._loop import LoopThread, in_thread
 from .._nbformat import NotebookNode
-from ..errors import NotebookError, SandboxUnavailableError
+from ..errors import KernelAgentError, NotebookError, SandboxUnavailableError
+from ..kernel.door import Door
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
 from ..result import png_size
@@ -36,10 +43,23 @@ from .claims import DataSources, check_data_files, plain
 from .export import METADATA_KEY, SKIP_TAG
 from .load import read_notebook
 from .normalise import normalise_text
+from .recorded import (
+    CELLS_FILE,
+    HANDOVER_DIR,
+    REPLAY_ENV,
+    REPLAYED_NOTE,
+    RecordedCell,
+    cell_key,
+    handover_bytes,
+    is_agent_cell,
+    is_notice,
+    run_claim,
+    shown_recorded,
+)
 
 __all__ = ["CellCheck", "CheckStatus", "ReplayReport", "async_replay", "compare_outputs", "normalise_text", "replay"]
 
-CheckStatus = Literal["match", "mismatch", "skipped", "error", "executed", "expected"]
+CheckStatus = Literal["match", "mismatch", "skipped", "error", "executed", "expected", "recorded"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +102,7 @@ class ReplayReport:
 
     def counts(self) -> dict[str, int]:
         """How many cells had each status, in a fixed order, zeros left out."""
-        order: tuple[CheckStatus, ...] = ("match", "executed", "expected", "mismatch", "error", "skipped")
+        order: tuple[CheckStatus, ...] = ("match", "recorded", "executed", "expected", "mismatch", "error", "skipped")
         found = {status: sum(cell.status == status for cell in self.cells) for status in order}
         return {status: n for status, n in found.items() if n}
 
@@ -147,7 +167,8 @@ async def async_replay(
     session's (``limits``, default ``Limits()``: in the sandbox, with the same
     environment allow-list): the recorded code is model-written too. An
     unexpected error, a timeout or a kernel death stops the replay and becomes
-    an ``error`` entry.
+    an ``error`` entry. A ``%%agent`` cell shows the run it recorded, no model
+    asked and no kernel started (``recorded.py``).
 
     Raises ``NotebookError`` when the file is not a notebook, a data file is
     missing (naming it and where it was looked for), or the kernel cannot start;
@@ -165,7 +186,8 @@ async def async_replay(
     executed = copy.deepcopy(recorded)
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
         await in_thread(_stage_data, meta, sources, Path(cwd), path)
-        stop = await _execute(executed, cwd, timeout, kernel_name, path, limits, python)
+        handover = await in_thread(_stage_agent_cells, recorded, Path(cwd), path)
+        stop = await _execute(executed, cwd, timeout, kernel_name, path, limits, python, {REPLAY_ENV: handover})
     anchors = [*_anchors(meta), datetime.now(UTC)]
     folders = [folder / prefix for folder, prefix in sources.places]
     paths = [
@@ -204,6 +226,34 @@ def _stage_data(meta: dict[str, Any], sources: DataSources, cwd: Path, path: Pat
         raise NotebookError(message, path=str(path))
 
 
+def _stage_agent_cells(recorded: NotebookNode, cwd: Path, path: Path) -> str:
+    """Write the hand-over for the magic (``recorded.py``) into the kernel's fresh folder: each ``%%agent``
+    cell's recorded outputs and, when its link names a plain relative path under the notebook's folder
+    that holds a file, its run's notebook at that path (read through the door, never over a staged file).
+    Return the hand-over folder's path."""
+    cells: dict[str, RecordedCell] = {}
+    target, notebooks = Door(cwd), Door(path.parent)
+    for cell in recorded.cells:
+        if cell.get("cell_type") != "code" or not is_agent_cell(cell.source):
+            continue
+        outputs = tuple(cell.get("outputs", []))
+        if not outputs:
+            continue  # never run, or its outputs cleared: no recorded run to show (the magic says so)
+        claim = run_claim(outputs)
+        staged = claim if claim is not None and plain(claim) else None
+        try:
+            if staged is not None and target.entry_kind(staged) is not None:
+                raise FileExistsError(staged)  # a data file of that name is staged already: it stays
+            if staged is not None:
+                _size, chunks = notebooks.stream(staged)
+                target.write_from(staged, chunks, mode=0o444)
+        except (OSError, KernelAgentError):
+            staged = None  # not beside the notebook: the magic leaves ``_agent_run`` None and says so
+        cells[cell_key(cell.source)] = RecordedCell(outputs, staged)
+    target.write(f"{HANDOVER_DIR}/{CELLS_FILE}", handover_bytes(cells), mode=0o444)
+    return str(cwd / HANDOVER_DIR)
+
+
 async def _execute(
     nb: NotebookNode,
     cwd: str,
@@ -212,6 +262,7 @@ async def _execute(
     path: Path,
     limits: Limits | None,
     python: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str] | None:
     """Run ``nb`` in place; return (cell index, what went wrong) when the replay stopped early."""
     progress: dict[str, Any] = {"index": None, "ready": False}
@@ -227,7 +278,7 @@ async def _execute(
     spec = nb.metadata.get("kernelspec")
     recorded = spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str) else None
     name = kernel_name or recorded or "python3"
-    provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits, python=python)
+    provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits, python=python, env=env)
     try:
         manager, env = provider.prepare()
         client = NotebookClient(
@@ -307,12 +358,30 @@ def _check_cells(
             status, detail = "skipped", f"not run: the replay stopped at cell {stop[0]}"
         elif not check:
             status, detail = "executed", ""
+        elif is_agent_cell(old.source):
+            status, detail = _check_agent_cell(old, new, anchors, paths)
         else:
             difference = compare_outputs(old.get("outputs", []), new.get("outputs", []), anchors=anchors, paths=paths)
             status, detail = ("match", "") if difference is None else ("mismatch", difference)
             status, detail = _expected(status, detail, meta, new)
         checks.append(CellCheck(index, number, status, detail, task))
     return tuple(checks)
+
+
+def _check_agent_cell(
+    old: NotebookNode, new: NotebookNode, anchors: Sequence[datetime], paths: Sequence[str]
+) -> tuple[CheckStatus, str]:
+    """``recorded`` when the magic said it was replaying and showed what the cell recorded, as it shows it."""
+    outputs = new.get("outputs", [])
+    shown = [out for out in outputs if not is_notice(out)]
+    if len(shown) == len(outputs):
+        return "mismatch", "the %%agent cell did not show its recorded run (no replay note)"
+    expected = [
+        {"output_type": "display_data", "data": shown_recorded(out).data, "metadata": {}}
+        for out in old.get("outputs", [])
+    ]
+    difference = compare_outputs(expected, shown, anchors=anchors, paths=paths)
+    return ("recorded", REPLAYED_NOTE) if difference is None else ("mismatch", difference)
 
 
 def _expected(status: CheckStatus, detail: str, meta: dict[str, Any], new: NotebookNode) -> tuple[CheckStatus, str]:

@@ -1,10 +1,10 @@
 """The order a run's notebook is read in as a report (``show --html``, the service's report): ``report_order``.
 
-Owns what the page shows first, not how it looks (``html.py`` renders; its template folds the setup cell):
-the answer right after the task, with the line breaks the model meant kept (``hard_breaks``), then a
-heading per round above that round's cells. Pure: a notebook in, a reordered copy out; the notebook on disk keeps the export's layout
-(``export.py``), which ``load``, ``resume`` and ``replay`` read. A notebook that is not ours, or a plan's
-(its answer already leads and its tasks have headings), comes back as it was.
+Owns what the page shows first, not how it looks (``html.py`` renders; its template folds the setup cell): the
+answer right after the task, with the line breaks the model meant kept (``hard_breaks``), then a heading per
+round above that round's cells. Pure: a notebook in, a reordered copy out; the notebook on disk keeps the
+export's layout (``export.py``), which ``load``, ``resume`` and ``replay`` read. A notebook that is not ours, or
+a plan's (its answer already leads and its tasks have headings), comes back as it was.
 """
 
 from __future__ import annotations

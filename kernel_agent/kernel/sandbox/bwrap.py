@@ -54,6 +54,7 @@ from ...errors import ConfigError, SandboxUnavailableError
 from .seccomp import SECCOMP_FD, require_filter
 
 __all__ = [
+    "SANDBOX_ENV",
     "SANDBOX_HOME",
     "SANDBOX_MODES",
     "SandboxMode",
@@ -71,6 +72,9 @@ SandboxMode = Literal["strict", "off"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("strict", "off")
 SANDBOX_UID = SANDBOX_GID = 1000
 SANDBOX_HOME = "/home/kernel"
+# Set in every sandbox we make. It only changes which message a failed probe gives (``require_bwrap``):
+# code that unsets it, or a process that sets it outside, gains nothing but a less apt message.
+SANDBOX_ENV = "KERNEL_AGENT_IN_SANDBOX"  # not KERNEL_AGENT_SANDBOX: that one is the mode setting
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds kernel_agent/
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt/conda")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -85,6 +89,11 @@ _USERNS_HINT = (
     "profile, Ubuntu's AppArmor restriction, or kernel.unprivileged_userns_clone=0); allow them "
     "(e.g. docker run --security-opt seccomp=unconfined, or sysctl kernel.apparmor_restrict_unprivileged_userns=0), "
     "or run unconfined on purpose with sandbox='off' (--sandbox off)"
+)
+_NESTED_HINT = (
+    "already inside kernel-agent's sandbox: a kernel started from here cannot have a sandbox of its own "
+    "(ours lets no user namespace be made below it). Run the code in this kernel itself; a kernel started "
+    "here with sandbox='off' (--sandbox off) still runs inside this sandbox and under its limits"
 )
 
 
@@ -135,7 +144,9 @@ def _candidates() -> list[Path]:
 
 def require_bwrap() -> Path:
     """A ``bwrap`` that can make a sandbox here, with our system-call filter and no nested user namespaces.
-    Raises ``SandboxUnavailableError`` naming what is missing (bwrap, a newer bwrap, libseccomp)."""
+    Raises ``SandboxUnavailableError`` naming what is missing (bwrap, a newer bwrap, libseccomp), or, when
+    the probe fails inside a sandbox of ours (``SANDBOX_ENV`` set), saying so: it allows no sandbox below it,
+    whatever the machine allows."""
     binary = find_bwrap()
     if binary is None:
         raise SandboxUnavailableError(
@@ -148,6 +159,8 @@ def require_bwrap() -> Path:
             f"later has them): {_INSTALL_HINT}"
         )
     problem = _probe(str(binary), require_filter().code)
+    if problem and os.environ.get(SANDBOX_ENV):
+        raise SandboxUnavailableError(_NESTED_HINT)
     if problem:
         raise SandboxUnavailableError(f"{binary} cannot make a sandbox here ({problem}): {_USERNS_HINT}")
     return binary
@@ -284,6 +297,9 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
         "--setenv",
         "USER",
         "kernel",
+        "--setenv",
+        SANDBOX_ENV,
+        "bwrap",
         "--setenv",
         "IPYTHONDIR",
         f"{SANDBOX_HOME}/.ipython",
