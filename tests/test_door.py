@@ -241,6 +241,8 @@ THROUGH_THE_DOOR = {
         "_install": "stats the user's own input file; the copy goes through the door",
         "check_data": "whether the workspace folder (the host's choice) exists yet; what is in it, the door says",
         "make_workspace": "makes the workspace folder itself, the host's choice, before the copies",
+        "discard": "removes the folders it made (the workspace itself and those above it, the host's choice) once "
+        "empty; the copies in the workspace go through the door",
         "check_unchanged": "stats the user's own input file again (or our private copy), never a workspace's",
         "stage_recorded": "makes the workspace folder; describes private copies it read through the door",
         "warm_describer": "writes a sample table in a private temp folder, which no kernel sees",

@@ -101,6 +101,7 @@ def test_no_module_names_an_interpreter_to_start_but_the_one_rule() -> None:
         "kernel_agent._python",  # the rule
         "kernel_agent.kernel.sandbox.bwrap",  # the interpreter's folders, bound read-only into the sandbox
         "kernel_agent.kernel.kernelspec",  # which interpreter a kernelspec names; handed to launcher_argv
+        "kernel_agent.cli.invocation",  # prints the command a user can type (`python -m kernel_agent.cli`); runs none
     }
     users = set()
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -178,8 +178,8 @@ class CheckedData:
         holds anything more (the user's, the kernel's) stays. Never raises."""
         for copy in self._copied:
             try:
-                copy.unlink()  # the entry itself: a link planted there is removed, never followed
-            except OSError:
+                Door(self.workspace).remove(copy.name)  # the entry itself: a link planted there goes, unfollowed
+            except (OSError, WorkspaceFileError):
                 pass
         self._copied = []
         for folder in self._made:

@@ -688,28 +688,32 @@ def serve(
             agent = {k: v for k, v in arguments.items() if v is not None}
         check_host(host, auth=not no_auth)
         sockets = listen(host, port)  # a taken port is a usage error now, before a line is logged
-        config = ServerConfig(
-            folder,
-            keys=frozenset() if no_auth else keys,
-            auth=not no_auth,
-            agent=agent,
-            max_running=max_running,
-            max_running_per_key=max_running_per_key,
-            allowed_hosts=served_hosts(host, allowed_hosts),
-            max_threads_live=max_live_kernels,
-            idle_ttl=idle_ttl,
-            max_upload_bytes=int(max_upload_mb * 1024 * 1024),
-            pool_size=pool_size,
-            demo=demo,
-            temporary=temporary,
-            database=database,
-            lease_ttl=lease_ttl,
-            drain_grace=drain_grace,
-            connections=ConnectionLimits(
-                header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
-            ),
-        )
-        run_server(config, host, port, log_format, sockets)  # type: ignore[arg-type]  # click.Choice gave one of its names
+        try:
+            config = ServerConfig(
+                folder,
+                keys=frozenset() if no_auth else keys,
+                auth=not no_auth,
+                agent=agent,
+                max_running=max_running,
+                max_running_per_key=max_running_per_key,
+                allowed_hosts=served_hosts(host, allowed_hosts),
+                max_threads_live=max_live_kernels,
+                idle_ttl=idle_ttl,
+                max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+                pool_size=pool_size,
+                demo=demo,
+                temporary=temporary,
+                database=database,
+                lease_ttl=lease_ttl,
+                drain_grace=drain_grace,
+                connections=ConnectionLimits(
+                    header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections
+                ),
+            )
+            run_server(config, host, port, log_format, sockets)  # type: ignore[arg-type]  # click.Choice gave one of its names
+        finally:  # closed here too: a refusal after the bind (or a serve that never runs) keeps no port
+            for sock in sockets:
+                sock.close()
 
 
 @contextlib.contextmanager

@@ -359,6 +359,17 @@ class Door:
             os.close(fd)
             return made
 
+    def remove(self, relative: str) -> bool:
+        """Remove the entry ``relative`` itself (a file, or a link: never followed), reached without following
+        a link on the way; True when it was there. Raises ``WorkspaceFileError`` for a link on the way, and
+        ``OSError`` for a folder (``IsADirectoryError``) or a removal the system refuses."""
+        with self._parent(relative) as (dir_fd, name):
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return False
+            return True
+
     def same_file(self, relative: str, other: os.stat_result) -> bool:
         """Whether ``relative`` is (not links to) the file ``other`` describes."""
         try:

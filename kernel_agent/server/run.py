@@ -207,13 +207,23 @@ def serve(
     """Serve ``config`` on ``host:port`` (on ``sockets`` from ``listen`` when given) until stopped, logging
     in ``log_format``. Raises ``ConfigError`` when the port is taken (``listen``), ``ServiceError`` when the
     app could not be built or started (the log says why)."""
+    if sockets is None:
+        sockets = listen(host, port)
+    try:
+        _serve_on(config, host, port, log_format, sockets)
+    finally:  # whatever ends it (a failure before uvicorn runs too), the port is let go
+        for sock in sockets:
+            sock.close()
+
+
+def _serve_on(
+    config: ServerConfig, host: str, port: int, log_format: Literal["text", "json"], sockets: list[socket.socket]
+) -> None:
     import uvicorn
 
     from .._connections import uvicorn_options
     from ..errors import ServiceError
 
-    if sockets is None:
-        sockets = listen(host, port)
     configure(log_format)
     os.umask(PRIVATE_UMASK)  # before anything is written: this process's files and its kernels' are owner-only
     kept = " (a temporary folder, removed at exit)" if config.temporary else ""
@@ -256,11 +266,7 @@ def serve(
     server.handle_exit = drain_then_stop  # type: ignore[method-assign]  # uvicorn has no hook before its exit
     for sock in sockets:  # uvicorn names what it listens on only when it binds itself
         log.info("kernel-agent service: listening on %s", _url(sock))
-    try:
-        server.run(sockets=sockets)
-    finally:
-        for sock in sockets:
-            sock.close()
+    server.run(sockets=sockets)
     if app.failed:
         raise ServiceError("the service failed to start (the log above says why)", status=503)
 

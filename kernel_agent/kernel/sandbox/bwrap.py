@@ -74,7 +74,7 @@ SANDBOX_UID = SANDBOX_GID = 1000
 SANDBOX_HOME = "/home/kernel"
 # Set in every sandbox we make. It only changes which message a failed probe gives (``require_bwrap``):
 # code that unsets it, or a process that sets it outside, gains nothing but a less apt message.
-SANDBOX_ENV = "KERNEL_AGENT_IN_SANDBOX"  # not KERNEL_AGENT_SANDBOX: that one is the mode setting
+SANDBOX_ENV = "INSIDE_KERNEL_SANDBOX"  # no KERNEL_AGENT_ name reaches a kernel (one might be a setting or a secret)
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds kernel_agent/
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt/conda")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
