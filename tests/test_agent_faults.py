@@ -70,16 +70,24 @@ def test_server_dying_for_good_ends_with_llm_error(openai_server: OpenAIServer, 
 
 
 @pytest.mark.parametrize(
-    "reply",
-    ["", "<Code>print(1)", "<Analyze>no end <Understand> nested <Answer", "<Answer>" + "y" * 1_000_000],
+    ("reply", "answer"),
+    [
+        ("", "recovered"),  # nothing to run or answer: the model is told so and answers next
+        ("<Code>print(1)", "recovered"),  # the unclosed code runs, then the answer comes
+        ("<Analyze>no end <Understand> nested <Answer", "recovered"),
+        ("<Answer>" + "y" * 1_000_000, "y" * 20),  # an unclosed answer is the answer, at once
+    ],
     ids=["empty", "unclosed-code", "unbalanced", "one-megabyte"],
 )
-def test_malformed_replies_are_recorded_not_fatal(reply: str, openai_server: OpenAIServer, tmp_path: Path) -> None:
+def test_malformed_replies_are_recorded_not_fatal(
+    reply: str, answer: str, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
     openai_server.add(Reply(reply, chunk_size=65536))
     openai_server.add(Reply("<Answer>recovered</Answer>"))
     with agent_for(openai_server, max_rounds=2) as agent:
         run = agent.run("malformed", workspace=tmp_path / "ws")
-    assert run.stop_reason in ("answer", "max_rounds")
+    assert run.stop_reason == "answer" and (run.answer or "").startswith(answer)  # the script decides: one outcome
+    assert len(run.rounds) == (1 if answer != "recovered" else 2)
     assert run.rounds[0].reply.startswith(reply[:20])
     nbformat.validate(nbformat.read(run.notebook_path, as_version=4))  # type: ignore[arg-type]
 

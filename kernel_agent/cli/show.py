@@ -4,7 +4,7 @@ Owns the terminal layout of a notebook read back with ``load_run`` (header,
 then per round: status and timing, reasoning, highlighted code, outputs with
 images as placeholders, then the answer), of a ``ReplayReport``, and the
 ``--html`` export (``notebook.html``). Reading and replaying notebooks is the
-library's job (``notebook_load``, ``replay``); this module only draws.
+library's job (``notebook/load.py``, ``notebook/replay.py``); this module only draws.
 """
 
 from __future__ import annotations

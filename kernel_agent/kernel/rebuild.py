@@ -46,7 +46,7 @@ class RebuildCell:
 
 @dataclass
 class RebuildPlan:
-    """Walk the earlier cells in order: ``next_cells`` yields what to run, ``record`` takes each outcome."""
+    """Walk the earlier cells in order: ``should_run`` says whether to run each, ``record`` takes its outcome."""
 
     cells: tuple[RebuildCell, ...]
     language: str = "python"  # the kernel's (language_info's name): how a cell's names are read

@@ -6,7 +6,7 @@ Owns the request (model, temperature, protocol options, ``extra_body``),
 the time-outs, retries with exponential backoff, and the mapping of SDK
 errors onto ``errors.py``; reading the replies into a ``ModelReply`` is
 ``replies.py``'s job. What the messages say is
-``protocols.py``'s job.
+the protocols' job (``agent/protocols/``).
 
 Errors, after ``max_retries`` retries of the transient ones (HTTP 408, 429,
 5xx, connect time-outs, refused or broken connections)::

@@ -3,7 +3,7 @@
 Owns a small, static and conservative data-flow check over the code of a
 run's rounds, so that dropping failed attempts cannot break the clean
 notebook. Pure: code in, cell positions out. Does not build cells
-(``notebook.py`` does).
+(``export.py`` does).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ out, killed the kernel or never ran is tagged ``skip-execution``.
 
 The *clean* view keeps only what the answer rests on: the setup, every round
 whose code ran ok, failed cells that later kept cells depend on (see
-``notebook_deps.needed_failures``), and the answer round's reasoning.
+``deps.needed_failures``), and the answer round's reasoning.
 Execution counts are renumbered 1..n. ``export_run`` writes both views:
 ``run.ipynb`` and ``.run.clean.ipynb`` (``clean_path``).
 """

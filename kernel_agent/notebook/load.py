@@ -5,7 +5,7 @@ showing any notebook. Tolerant of hand edits: the cells are the truth for
 code, reasoning and outputs, ``metadata["kernel_agent"]`` fills in the rest,
 and missing or mistyped metadata falls back to defaults. A notebook without
 our metadata at all reads as one round per code cell. The layout itself is
-``notebook.py``'s.
+``export.py``'s.
 """
 
 from __future__ import annotations
