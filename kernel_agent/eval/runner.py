@@ -43,6 +43,7 @@ from ..errors import ConfigError, DataFileError, KernelError, WorkspaceFileError
 from ..events import RunError, RunFinished, RunStarted
 from ..kernel.door import Door, read_record, write_record, write_records
 from ..kernel.sandbox.bwrap import bound_into_kernels
+from ..kernel.sandbox.cgroup import pid_alive
 from ..records import Run
 from .results import MACHINERY, append_result, read_results, refused
 from .scoring import score
@@ -287,7 +288,7 @@ def _sweep_staged() -> None:
         return
     for entry in entries:
         found = re.fullmatch(rf"{_STAGED}(\d+)-\w+", entry.name)
-        if found is None or _alive(int(found.group(1))):
+        if found is None or pid_alive(int(found.group(1))):
             continue
         try:
             info = entry.stat(follow_symlinks=False)
@@ -295,16 +296,6 @@ def _sweep_staged() -> None:
             continue
         if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
             shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
 
 
 def _stat_or_none(path: Path) -> os.stat_result | None:

@@ -243,10 +243,11 @@ def _rmdir(path: Path) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while a process with this pid exists (what stale-owner sweeps ask)."""
+    """True while a process with this pid exists (what stale-owner sweeps ask); False for a number no pid
+    can be (a name or file someone else wrote may carry one)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
