@@ -1,4 +1,5 @@
-"""HTTP connections bounded in time and number: ``ConnectionLimits`` and ``uvicorn_options``.
+"""HTTP connections bounded in time and number, and where they arrive: ``ConnectionLimits``, ``uvicorn_options``
+and ``listen``.
 
 A client that opens a connection and trickles its request a byte at a time costs the service a
 descriptor for as long as it likes: uvicorn's h11 protocol has no deadline on a request's headers (its
@@ -29,13 +30,15 @@ uvicorn and h11 are imported at the first ``uvicorn_options`` call: a shared val
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["ConnectionLimits", "uvicorn_options"]
+__all__ = ["ConnectionLimits", "listen", "uvicorn_options"]
 
 _BUSY_BODY = b"the server has too many open connections; try again shortly\n"
 _BUSY = (
@@ -68,6 +71,44 @@ class ConnectionLimits:
             raise ConfigError("header_timeout, body_timeout and keep_alive must be positive")
         if self.max_connections < 1 or self.max_header_bytes < 1024:
             raise ConfigError("max_connections must be at least 1 and max_header_bytes at least 1024")
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Bound sockets for ``host:port``, one per address ``host`` resolves to (as asyncio's ``create_server``
+    binds), for ``serve`` and ``mcp --transport http``. Raises ``ConfigError`` naming the port and ``--port``
+    when it is taken or forbidden, and naming ``--host`` when the host is not an address of this machine."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(
+            f"cannot listen on {host!r}: {exc.strerror}; give an address of this machine with --host"
+        ) from exc
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart binds while old connections linger
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # the IPv4 address gets its own socket
+            sock.bind(address)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise ConfigError(_bind_failure(host, port, exc)) from exc
+    return sockets
+
+
+def _bind_failure(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {port} on {host} is already in use (another server is listening there); choose another with --port"
+        )
+    if exc.errno == errno.EACCES:
+        return f"port {port} on {host} needs privileges this user does not have; choose one from 1024 up with --port"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine; give one with --host"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another address with --host or --port"
 
 
 def uvicorn_options(limits: ConnectionLimits) -> dict[str, Any]:

@@ -669,9 +669,9 @@ def serve(
     from ..agent.config import NO_MODEL_HELP, AgentConfig
 
     with _edge(), _data_folder(data_dir, demo) as (folder, temporary):
+        from .._connections import listen
         from ..server.config import ConnectionLimits, ServerConfig, check_host, load_keys
         from ..server.origins import served_hosts
-        from ..server.run import listen
         from ..server.run import serve as run_server
 
         arguments = _agent_arguments(options)

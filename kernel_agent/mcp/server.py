@@ -31,7 +31,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ImageContent, ToolAnnotations
 from pydantic import Field
 
-from .._connections import ConnectionLimits, uvicorn_options
+from .._connections import ConnectionLimits, listen, uvicorn_options
 from .._loop import in_thread
 from .._version import __version__
 from ..errors import ConfigError, KernelAgentError
@@ -308,14 +308,12 @@ def serve(options: McpOptions, session_factory: SessionBuilder | None = None) ->
     if options.transport == "stdio":
         anyio.run(_until_signal, server.run_stdio_async)
     else:  # uvicorn handles the signals: a graceful shutdown ends the sessions, then the lifespan
-        import socket
-
         import uvicorn
 
-        # Bound here, so the origin check knows the port (also with --port 0) before the app is made.
-        family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
-        listening = socket.create_server((options.host, options.port), family=family)
-        port = listening.getsockname()[1]
+        # Bound here, so the origin check knows the port (also with --port 0) before the app is made; a port
+        # in use is a ConfigError naming --port, as for serve.
+        sockets = listen(options.host, options.port)
+        port = sockets[0].getsockname()[1]
         http = server.streamable_http_app(
             host=options.host,
             session_idle_timeout=options.session_idle,
@@ -326,8 +324,11 @@ def serve(options: McpOptions, session_factory: SessionBuilder | None = None) ->
         # the service's bounds: a deadline on a request's headers and body, a cap on open connections
         bounds = uvicorn_options(ConnectionLimits())
         config = uvicorn.Config(app, host=options.host, port=port, log_level="warning", **bounds)
-        with listening:
-            anyio.run(partial(uvicorn.Server(config).serve, sockets=[listening]))
+        try:
+            anyio.run(partial(uvicorn.Server(config).serve, sockets=sockets))
+        finally:
+            for sock in sockets:
+                sock.close()
 
 
 def _own_origins(host: str, port: int) -> Any:

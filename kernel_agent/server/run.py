@@ -20,7 +20,6 @@ umask is ``private.PRIVATE_UMASK`` from the start: whatever it writes, and its k
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
 import os
@@ -29,11 +28,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from types import FrameType
 from typing import Any, Literal
 
+from .._connections import listen
 from .config import ServerConfig
 from .logs import configure
 from .private import PRIVATE_UMASK
 
-__all__ = ["DeferredApp", "listen", "serve"]
+__all__ = ["DeferredApp", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -155,46 +155,6 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
         }
     )
     await send({"type": "http.response.body", "body": payload})
-
-
-def listen(host: str, port: int) -> list[socket.socket]:
-    """Bound sockets for ``host:port``, one per address ``host`` resolves to (as asyncio's ``create_server``
-    binds), for ``serve``. Raises ``ConfigError`` naming the port and ``--port`` when it is taken or
-    forbidden, and naming ``--host`` when the host is not an address of this machine."""
-    from ..errors import ConfigError
-
-    try:
-        infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise ConfigError(
-            f"cannot listen on {host!r}: {exc.strerror}; give an address of this machine with --host"
-        ) from exc
-    sockets: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
-            sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart binds while old connections linger
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)  # the IPv4 address gets its own socket
-            sock.bind(address)
-    except OSError as exc:
-        for sock in sockets:
-            sock.close()
-        raise ConfigError(_bind_failure(host, port, exc)) from exc
-    return sockets
-
-
-def _bind_failure(host: str, port: int, exc: OSError) -> str:
-    if exc.errno == errno.EADDRINUSE:
-        return (
-            f"port {port} on {host} is already in use (another server is listening there); choose another with --port"
-        )
-    if exc.errno == errno.EACCES:
-        return f"port {port} on {host} needs privileges this user does not have; choose one from 1024 up with --port"
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return f"{host} is not an address of this machine; give one with --host"
-    return f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another address with --host or --port"
 
 
 def serve(
