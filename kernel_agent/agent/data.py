@@ -176,9 +176,10 @@ class CheckedData:
         """Undo what ``install`` and ``make_workspace`` did, for a run that never started: remove the copies
         they made, then each folder they created that is now empty. Nothing else is touched: a folder that
         holds anything more (the user's, the kernel's) stays. Never raises."""
+        door = Door(self.workspace)
         for copy in self._copied:
             try:
-                Door(self.workspace).remove(copy.name)  # the entry itself: a link planted there goes, unfollowed
+                door.remove(copy.name)  # the entry itself: a link planted there goes, never followed
             except (OSError, WorkspaceFileError):
                 pass
         self._copied = []
