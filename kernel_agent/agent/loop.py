@@ -100,6 +100,8 @@ class Ask:
         """Drop the request (when its reply is not in yet) and wait until it has ended. Idempotent."""
         self._first.cancel()
         await asyncio.wait({self._first})
+        if not self._first.cancelled():
+            self._first.exception()  # read: a request dropped unread is no "exception never retrieved"
         await close_stream(self._stream)
 
 
