@@ -127,6 +127,7 @@ class OpenAIChatModel:
     ``extra_body`` is merged into every request (vLLM's ``top_k``, ``max_tokens``).
     ``request_timeout`` (default ``DEFAULT_REQUEST_TIMEOUT``) is the longest
     wait for the reply to start or, streaming, for its next piece.
+    ``stream=False`` asks for each reply whole (read back as ``streaming``).
     The SDK client is created on first use in the running loop; ``aclose()``
     releases it. Raises ``ConfigError`` for a negative retry count or backoff.
     """
