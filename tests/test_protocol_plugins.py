@@ -1,10 +1,12 @@
 """Plug-ins are found through the ``kernel_agent.*`` entry points: ours are registered there, and a third
 party's package (a real distribution on ``sys.path``, written by the test: its module and its ``.dist-info``
-with ``entry_points.txt``) adds a protocol, a model, a kernel provider and a language; ``run --protocol theirs
---model theirs:x`` uses the first two, end to end."""
+with ``entry_points.txt``) adds a protocol, a model (written against the stream contract: text, reasoning
+and a retry as pieces, then the reply), a kernel provider and a language; ``run --protocol theirs --model
+theirs:x`` uses the first two, end to end."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +26,11 @@ from kernel_agent.errors import ConfigError
 from kernel_agent.kernel.providers.registry import PROVIDERS, ProviderSettings, make_provider, provider_names
 from kernel_agent.model.llm import OpenAIChatModel
 from kernel_agent.model.registry import ModelSettings, make_model, model_names
+from kernel_agent.notebook.load import load_run
 
 MARK = "THEIR-OWN-SYSTEM-PROMPT"
+RETRY = "their backend hiccuped"
+THOUGHT = "six times seven, in the kernel"
 
 THEIR_MODULE = f'''
 from dataclasses import dataclass, replace
@@ -34,7 +39,9 @@ from typing import ClassVar
 from kernel_agent.agent.languages import PYTHON
 from kernel_agent.agent.protocols import TagsProtocol
 from kernel_agent.kernel.sandbox.limits import Limits
-from kernel_agent.model.chat import ModelReply
+import json
+
+from kernel_agent.model.chat import ModelReply, ReasoningPiece, Retry, TextPiece, ToolCall, ToolCallDelta
 
 REPLIES = []  # what their model says next, in order (the test fills it)
 SEEN = []  # (name, settings, messages) of every request their model was sent
@@ -71,11 +78,24 @@ class TheirModel:
         self.model = name
         self.settings = settings
 
-    async def complete(
-        self, messages, *, options=None, on_delta=None, on_retry=None, on_reasoning=None, on_tool_delta=None
-    ):
+    async def stream(self, messages, options=None):
         SEEN.append((self.model, self.settings, [dict(m) for m in messages]))
-        return ModelReply(REPLIES.pop(0), finish_reason="stop")
+        text, thought = REPLIES.pop(0), ""
+        if len(SEEN) == 1:  # the first request fails once: what came before the retry is void
+            yield TextPiece("a false start")
+            yield Retry("{RETRY}")
+            thought = "{THOUGHT}"
+            yield ReasoningPiece(thought)
+        if (options or {{}}).get("tools") and text.startswith("CALL:"):  # the tools protocol: code as a tool call
+            arguments = json.dumps({{"code": text[len("CALL:"):]}})
+            for start in range(0, len(arguments), 7):
+                yield ToolCallDelta(0, "execute_python", arguments[start : start + 7])
+            call = ToolCall("call_1", "execute_python", arguments)
+            yield ModelReply("", tool_calls=(call,), finish_reason="tool_calls", reasoning=thought)
+            return
+        for start in range(0, len(text), 5):
+            yield TextPiece(text[start : start + 5])
+        yield ModelReply(text, finish_reason="stop", reasoning=thought)
 
     async def aclose(self):
         pass
@@ -228,12 +248,12 @@ def test_run_with_a_third_party_protocol_and_model(
     result = CliRunner().invoke(
         cli,
         ["run", "Compute 6 x 7", "--model", "theirs:x", "--protocol", "theirs", "--request-timeout", "42"]
-        + ["--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--out", str(notebook)]
-        + ["--quiet"],
+        + ["--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--out", str(notebook)],
         catch_exceptions=False,
     )
 
     assert result.exit_code == 0, result.output
+    assert f"model request failed: {RETRY}" in result.output  # their Retry piece, as the front end shows it
     assert openai_server.requests == []  # their model answered, not the OpenAI-compatible client
     (name, settings, first), (_, _, second) = their_plugin.SEEN
     assert name == "x" and isinstance(settings, ModelSettings)
@@ -242,6 +262,41 @@ def test_run_with_a_third_party_protocol_and_model(
     assert "42" in str(second[-1]["content"])  # the kernel's output fed back through their protocol
     meta = nbformat.read(notebook, as_version=4).metadata["kernel_agent"]
     assert meta["protocol"] == "theirs" and meta["model"] == "theirs:x" and meta["answer"] == "42."
+    first_round = load_run(notebook).run.rounds[0]
+    assert first_round.reasoning_content == THOUGHT
+    assert first_round.result is not None and first_round.result.stdout == "42\n"
+
+
+@pytest.mark.kernel
+def test_a_third_party_models_streamed_tool_call_reaches_the_event_stream(
+    their_package: Path, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """Their model with our ``tools`` protocol: its ``ToolCallDelta`` pieces stream as the round's code, its
+    ``Retry`` and ``ReasoningPiece`` as events, in ``run --json``'s lines."""
+    import their_plugin  # type: ignore[import-not-found]  # the package this test installed
+
+    their_plugin.REPLIES[:] = ["CALL:print(6 * 7)", "It is 42."]
+    notebook = tmp_path / "run.ipynb"
+
+    result = CliRunner().invoke(
+        cli,
+        ["run", "Compute 6 x 7", "--model", "theirs:x", "--protocol", "tools", "--json"]
+        + ["--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--out", str(notebook)],
+        catch_exceptions=False,
+    )
+
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    kinds = [event["event"] for event in events]
+    assert kinds.index("text_reset") < kinds.index("reasoning_delta") < kinds.index("code_delta")
+    assert [e["reason"] for e in events if e["event"] == "text_reset"] == [RETRY]
+    assert "".join(e["text"] for e in events if e["event"] == "reasoning_delta") == THOUGHT
+    streamed = [e["text"] for e in events if e["event"] == "code_delta" and e["round"] == 1]
+    assert len(streamed) > 1 and "".join(streamed) == "print(6 * 7)"  # decoded from the pieces as they came
+    (output,) = [e for e in events if e["event"] == "execution_finished"]
+    assert output["result"]["stdout"] == "42\n"
+    assert openai_server.requests == []
+    assert load_run(notebook).run.answer == "It is 42."
 
 
 def test_a_model_name_goes_to_a_plug_in_only_by_its_registered_prefix(their_package: Path) -> None:

@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from ..kernel.interface import Kernel, KernelsAhead
 from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.workspace import workspace_from
 from ..model.chat import ChatModel
+from ..model.messages import ChatMessage
 from ..notebook.export import warm_up
 from ..notebook.load import LoadedRun
 from ..records import Run, RunInfo
@@ -43,7 +44,7 @@ class Opening:
 
     run: Run
     protocol: Protocol
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     packages: tuple[str, ...]
     calls: dict[int, int] = field(default_factory=dict)
     first_round: int = 1
@@ -55,7 +56,7 @@ class Prompt:
     opening messages and the analysis packages they name."""
 
     protocol: Protocol
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     packages: tuple[str, ...]
     started_at: str = field(default_factory=lambda: now())  # the run's start (before its first round's)
 

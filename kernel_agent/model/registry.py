@@ -2,7 +2,7 @@
 
 An entry point is ``make(name: str, settings: ModelSettings) -> ChatModel``: given the model's name (the
 part after the plug-in's prefix) and the settings every model gets, it returns a ``ChatModel``
-(``model/chat.py``; not yet connected: the first ``complete`` may connect, ``aclose`` releases it), or
+(``model/chat.py``; not yet connected: the first ``stream`` may connect, ``aclose`` releases it), or
 raises ``ConfigError``. Ours, ``openai`` (``llm.openai_model``: any OpenAI-compatible endpoint), is
 registered by our pyproject as a third party's is by theirs::
 

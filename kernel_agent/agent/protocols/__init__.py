@@ -17,7 +17,7 @@ A run with any of them::
     protocol = get_protocol("tags")
     messages = protocol.initial_messages(PromptContext(task="...", data_summary="..."))
     while True:
-        reply = await model.complete(messages, options=protocol.request_options())
+        reply = await complete(model, messages, protocol.request_options())  # model.chat.complete
         step = protocol.parse(reply)                      # never raises
         messages.append(protocol.assistant_message(reply, step))
         if step.answer is not None:
