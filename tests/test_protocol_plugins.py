@@ -323,7 +323,7 @@ def test_a_third_party_kernel_provider_is_made_by_name(their_package: Path, tmp_
     assert type(session.provider).__name__ == "TheirProvider" and session.kernel_name == "their-spec"
     made = session.provider.settings  # type: ignore[attr-defined]
     assert (made.workspace, made.kernel_name, dict(made.env)) == (tmp_path, "their-spec", {"A": "1"})
-    with pytest.raises(ConfigError, match="made a str, not a provider"):
+    with pytest.raises(ConfigError, match="made a str, not a KernelProvider"):
         make_provider("broken", ProviderSettings())
     with pytest.raises(ConfigError, match="'missing' .*their_plugin_gone.* cannot be loaded"):
         make_provider("missing", ProviderSettings())
