@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply
 
-from kernel_agent import AsyncAgent, plugins
+from kernel_agent import AsyncAgent, __version__, plugins
 from kernel_agent.agent.languages import PYTHON, language_names, language_of
 from kernel_agent.agent.names import PROTOCOLS, protocol_entry_points, protocol_names
 from kernel_agent.agent.protocols import ProtocolSettings, TagsProtocol, ToolsProtocol, get_protocol
@@ -159,6 +159,9 @@ missing = their_plugin_gone:provider
 [kernel_agent.languages]
 julia = their_plugin:JULIA
 broken = their_plugin:broken
+
+[kernel_agent.themes]
+dark = their_plugin:DARK
 """
 
 
@@ -336,3 +339,30 @@ def test_a_third_party_language_is_the_kernels_by_its_name(their_package: Path) 
     assert language_of({"name": "python"}) is PYTHON
     with pytest.raises(ConfigError, match="is a function, not a Language"):
         language_of({"name": "broken"})
+
+
+def test_the_plugins_command_lists_every_groups_entries_and_where_they_come_from(their_package: Path) -> None:
+    said = CliRunner().invoke(cli, ["plugins"], catch_exceptions=False)
+    assert said.exit_code == 0, said.output
+    lines = [line.split() for line in said.output.splitlines()]
+    groups = [line[0] for line in lines if len(line) == 1]
+    assert groups == [f"kernel_agent.{group}" for group in ("languages", "models", "protocols", "providers", "themes")]
+    assert ["theirs", "their_plugin:provider", "their-plugin", "0.1"] in lines
+    assert ["dark", "their_plugin:DARK", "their-plugin", "0.1"] in lines  # a group we do not know of, too
+    assert ["tools", "kernel_agent.agent.protocols.tools:tools_protocol", "kernel-agent", __version__] in lines
+
+    listed = json.loads(CliRunner().invoke(cli, ["plugins", "--json"], catch_exceptions=False).output)
+    assert {
+        "group": "kernel_agent.models",
+        "name": "theirs",
+        "object": "their_plugin:model",
+        "distribution": "their-plugin",
+        "version": "0.1",
+    } in listed
+    assert {(row["group"], row["name"]) for row in listed if row["distribution"] == "kernel-agent"} == {
+        *(("kernel_agent.protocols", name) for name in PROTOCOLS),
+        ("kernel_agent.models", "openai"),
+        *(("kernel_agent.providers", name) for name in PROVIDERS),
+        ("kernel_agent.languages", "python"),
+        ("kernel_agent.languages", "r"),
+    }

@@ -40,6 +40,7 @@ from .options import agent_options as _model_options
 from .options import kernel_arguments as _kernel_arguments
 from .options import kernel_options as _kernel_options
 from .options import secret_flags
+from .plugins import plugins as _plugins
 
 if TYPE_CHECKING:
     from .render import Renderer
@@ -929,6 +930,7 @@ def kernelspec_install(user: bool, prefix: str | None) -> None:
 
 
 cli.add_command(_keys)
+cli.add_command(_plugins)
 cli.add_command(eval_group(_model_options, _kernel_options, _agent_arguments))
 
 
