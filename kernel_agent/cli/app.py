@@ -422,8 +422,8 @@ def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, timeo
 
     with _edge():
         config = AgentConfig.resolve(**_kernel_arguments(options))
-        if config.kernel.gateway_url:
-            raise ConfigError("replay runs the notebook on this machine; --gateway is for run, resume and demo")
+        if config.kernel.provider_name() != "local":
+            raise ConfigError("replay runs the notebook in a local kernel; --gateway and --provider are for the agent")
         limits = config.kernel.limits()
         if limits.sandbox == "off":
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
@@ -844,7 +844,7 @@ def mcp(
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
         config = AgentConfig.resolve(**_kernel_arguments(options))
         kernel_options = config.kernel.session_options()
-        if config.kernel.name and not config.kernel.gateway_url:
+        if config.kernel.name and config.kernel.provider_name() == "local":
             _require_python_kernel(
                 config.kernel.name,
                 config.kernel.python,

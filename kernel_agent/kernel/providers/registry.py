@@ -36,6 +36,7 @@ __all__ = [
     "ProviderFactory",
     "ProviderSettings",
     "make_provider",
+    "provider_for",
     "provider_names",
 ]
 
@@ -77,6 +78,12 @@ class ProviderFactory(Protocol):
 def provider_names() -> tuple[str, ...]:
     """Every installed kernel provider's name: ours first."""
     return PROVIDER_REGISTRY.names()
+
+
+def provider_for(name: str | None, gateway: object) -> str:
+    """The provider a session's kernel comes from: ``name`` when given, else ``gateway`` when a gateway is
+    (``gateway`` not None), else ``local``."""
+    return name or ("gateway" if gateway is not None else "local")
 
 
 def make_provider(name: str, settings: ProviderSettings) -> KernelProvider:
