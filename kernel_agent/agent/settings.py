@@ -288,7 +288,7 @@ SETTINGS = _Table(
     ),
     Setting(
         "provider", "kernel", "provider", str, None,
-        "Where the kernels live: local (a process here, in the sandbox), gateway (on --gateway), attached, or "
+        "Where the kernels live: local (a process here, in the sandbox), gateway (on --gateway), or "
         "another installed kernel provider (`kernel-agent plugins` lists them)",
         flag="--provider", env="KERNEL_AGENT_PROVIDER", metavar="NAME", optional=True, choices=provider_names,
         registry=PROVIDER_GROUP, shown_default="gateway with a gateway URL, else local",
