@@ -17,7 +17,8 @@ import pytest
 from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply
 
-from kernel_agent import AsyncAgent, plugins
+from kernel_agent import AsyncAgent, __version__, plugins
+from kernel_agent.agent.config import AgentConfig
 from kernel_agent.agent.languages import PYTHON, language_names, language_of
 from kernel_agent.agent.names import PROTOCOLS, protocol_entry_points, protocol_names
 from kernel_agent.agent.protocols import ProtocolSettings, TagsProtocol, ToolsProtocol, get_protocol
@@ -38,9 +39,10 @@ from typing import ClassVar
 
 from kernel_agent.agent.languages import PYTHON
 from kernel_agent.agent.protocols import TagsProtocol
-from kernel_agent.kernel.sandbox.limits import Limits
 import json
 
+from kernel_agent.kernel.kernelspec import KERNEL_NAME
+from kernel_agent.kernel.providers.local import LocalProvider
 from kernel_agent.model.chat import ModelReply, ReasoningPiece, Retry, TextPiece, ToolCall, ToolCallDelta
 
 REPLIES = []  # what their model says next, in order (the test fills it)
@@ -105,33 +107,27 @@ def model(name, settings):
     return TheirModel(name, settings)
 
 
-class TheirProvider:
-    owns_kernel = True
-    limits = Limits.off()
-    client = None
-    workspace = None
-    dropped_messages = 0
+STARTED = []  # the settings of every kernel their provider started
+
+
+class TheirProvider(LocalProvider):
+    """Their kernels: ours underneath (as a container runtime would be theirs), each start noted."""
 
     def __init__(self, settings):
         self.settings = settings
+        super().__init__(
+            settings.workspace,
+            kernel_name=settings.kernel_name or KERNEL_NAME,
+            env=dict(settings.env),
+            allow_env=settings.allow_env,
+            startup_timeout=settings.startup_timeout,
+            limits=settings.limits,
+            python=settings.python,
+        )
 
     async def start(self):
-        raise RuntimeError("never started in these tests")
-
-    async def is_alive(self):
-        return False
-
-    async def interrupt(self):
-        pass
-
-    async def restart(self):
-        return {{}}
-
-    def describe_exit(self):
-        return "never started"
-
-    async def close(self):
-        pass
+        STARTED.append(self.settings)
+        return await super().start()
 
 
 def provider(settings):
@@ -159,6 +155,9 @@ missing = their_plugin_gone:provider
 [kernel_agent.languages]
 julia = their_plugin:JULIA
 broken = their_plugin:broken
+
+[kernel_agent.themes]
+dark = their_plugin:DARK
 """
 
 
@@ -323,7 +322,7 @@ def test_a_third_party_kernel_provider_is_made_by_name(their_package: Path, tmp_
     assert type(session.provider).__name__ == "TheirProvider" and session.kernel_name == "their-spec"
     made = session.provider.settings  # type: ignore[attr-defined]
     assert (made.workspace, made.kernel_name, dict(made.env)) == (tmp_path, "their-spec", {"A": "1"})
-    with pytest.raises(ConfigError, match="made a str, not a provider"):
+    with pytest.raises(ConfigError, match="made a str, not a KernelProvider"):
         make_provider("broken", ProviderSettings())
     with pytest.raises(ConfigError, match="'missing' .*their_plugin_gone.* cannot be loaded"):
         make_provider("missing", ProviderSettings())
@@ -336,3 +335,85 @@ def test_a_third_party_language_is_the_kernels_by_its_name(their_package: Path) 
     assert language_of({"name": "python"}) is PYTHON
     with pytest.raises(ConfigError, match="is a function, not a Language"):
         language_of({"name": "broken"})
+
+
+def test_the_plugins_command_lists_every_groups_entries_and_where_they_come_from(their_package: Path) -> None:
+    said = CliRunner().invoke(cli, ["plugins"], catch_exceptions=False)
+    assert said.exit_code == 0, said.output
+    lines = [line.split() for line in said.output.splitlines()]
+    groups = [line[0] for line in lines if len(line) == 1]
+    assert groups == [f"kernel_agent.{group}" for group in ("languages", "models", "protocols", "providers", "themes")]
+    assert ["theirs", "their_plugin:provider", "their-plugin", "0.1"] in lines
+    assert ["dark", "their_plugin:DARK", "their-plugin", "0.1"] in lines  # a group we do not know of, too
+    assert ["tools", "kernel_agent.agent.protocols.tools:tools_protocol", "kernel-agent", __version__] in lines
+
+    listed = json.loads(CliRunner().invoke(cli, ["plugins", "--json"], catch_exceptions=False).output)
+    assert {
+        "group": "kernel_agent.models",
+        "name": "theirs",
+        "object": "their_plugin:model",
+        "distribution": "their-plugin",
+        "version": "0.1",
+    } in listed
+    assert {(row["group"], row["name"]) for row in listed if row["distribution"] == "kernel-agent"} == {
+        *(("kernel_agent.protocols", name) for name in PROTOCOLS),
+        ("kernel_agent.models", "openai"),
+        *(("kernel_agent.providers", name) for name in PROVIDERS),
+        ("kernel_agent.languages", "python"),
+        ("kernel_agent.languages", "r"),
+    }
+
+
+@pytest.mark.kernel
+def test_run_on_a_third_party_kernel_provider_chosen_from_the_command_line(
+    their_package: Path, openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import their_plugin  # type: ignore[import-not-found]  # the package this test installed
+
+    openai_server.add(Reply("Compute it.\n<Code>\n```python\nprint(6 * 7)\n```\n</Code>"))
+    openai_server.add(Reply("<Answer>The answer is 42.</Answer>"))
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    their_plugin.STARTED.clear()
+
+    result = CliRunner().invoke(
+        cli,
+        ["run", "Compute 6 x 7", "--model", "m", "--protocol", "tags", "--provider", "theirs"]
+        + ["--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "run.ipynb"), "--quiet"],
+        catch_exceptions=False,
+    )
+
+    assert result.exit_code == 0, result.output
+    (settings,) = their_plugin.STARTED  # their provider started the run's kernel
+    assert settings.workspace == tmp_path / "ws" and settings.limits.sandbox == "strict"  # our settings, carried
+    assert "42" in str(openai_server.requests[1]["messages"][-1]["content"])  # the kernel's output fed back
+    meta = nbformat.read(tmp_path / "run.ipynb", as_version=4).metadata["kernel_agent"]
+    assert meta["answer"] == "The answer is 42."
+
+
+def test_an_unknown_kernel_provider_is_a_usage_error_naming_the_installed_ones(
+    their_package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # never asked: refused before any request
+    run = ["run", "t", "--model", "m", "--workspace", str(tmp_path / "ws")]
+    flagged = CliRunner().invoke(cli, [*run, "--provider", "nope"])
+    assert flagged.exit_code == 2 and "'nope' is not one of 'local', 'gateway', 'attached'" in flagged.output
+    assert "'theirs'" in flagged.output
+    monkeypatch.setenv("KERNEL_AGENT_PROVIDER", "nope")
+    from_environment = CliRunner().invoke(cli, run)
+    assert from_environment.exit_code == 2
+    assert "unknown provider 'nope'; choose one of local, gateway, attached, broken, missing, theirs" in (
+        from_environment.output
+    )
+    assert not (tmp_path / "ws").exists()  # nothing was started
+
+
+def test_the_provider_setting_reaches_the_sessions_of_every_front_end(their_package: Path, tmp_path: Path) -> None:
+    agent = AsyncAgent(model="m", base_url="http://127.0.0.1:9/v1", provider="theirs")
+    session = agent.new_session(tmp_path)  # run, resume, plan, eval and the service's threads start theirs so
+    assert type(session.provider).__name__ == "TheirProvider" and session.provider.settings.limits is not None  # type: ignore[attr-defined]
+    kernels = AgentConfig.resolve({"KERNEL_AGENT_PROVIDER": "theirs"}).kernel
+    assert kernels.session_options()["provider"] == "theirs"  # what mcp's sessions and the service's pool are made with
+    assert kernels.ahead() is None and AgentConfig.resolve({}).kernel.ahead() is not None  # theirs: unknown ahead
+    assert "provider" not in AgentConfig.resolve({}).kernel.session_options()  # unset: the session's default
+    with pytest.raises(ConfigError, match="the local provider runs no kernel on a gateway"):
+        AgentConfig.resolve({}, provider="local", gateway_url="http://gw:8888")

@@ -11,7 +11,7 @@ from PIL import Image
 from kernel_agent.agent.protocols import (
     EXECUTE_PYTHON_TOOL,
     MAX_IMAGES,
-    PROTOCOL_NAMES,
+    PROTOCOLS,
     DeepAnalyzeProtocol,
     Feedback,
     FileInfo,
@@ -72,19 +72,19 @@ def assert_valid_tool_history(messages: list[dict]) -> None:
 
 
 def test_get_protocol_returns_each_protocol() -> None:
-    assert PROTOCOL_NAMES == ("deepanalyze", "tags", "tools")
+    assert PROTOCOLS == ("tools", "tags", "deepanalyze")
     assert isinstance(get_protocol("deepanalyze"), DeepAnalyzeProtocol)
     assert isinstance(get_protocol(" Tags "), TagsProtocol)
     tools = get_protocol("tools", vision=True)
     assert isinstance(tools, ToolsProtocol) and tools.vision
-    assert [get_protocol(n).name for n in PROTOCOL_NAMES] == list(PROTOCOL_NAMES)
+    assert [get_protocol(n).name for n in PROTOCOLS] == list(PROTOCOLS)
 
 
 def test_unknown_protocol_is_a_config_error_listing_the_valid_names() -> None:
     with pytest.raises(ConfigError) as info:
         get_protocol("json")
     assert isinstance(info.value, ValueError)
-    for name in PROTOCOL_NAMES:
+    for name in PROTOCOLS:
         assert name in str(info.value)
 
 

@@ -269,11 +269,11 @@ class Preparation:
         self, session: Kernel, language: Language, *, names: bool = True, key: tuple[str, str, str] | None = None
     ) -> Environment:
         """What the kernel has: its analysis packages, probed once per environment (``KnownPackages``, under
-        ``key`` or the settings' kernel; a gateway's kernels are asked each time), and the names the code
-        defined so far, asked every time (unless not ``names``). Raises ``KernelError``."""
+        ``key`` or the settings' kernel; a gateway's or another provider's kernels are asked each time), and
+        the names the code defined so far, asked every time (unless not ``names``). Raises ``KernelError``."""
         names_probe = language.names_probe if names else ""
         config = self.config
-        if key is None and not config.kernel.gateway_url:
+        if key is None and config.kernel.provider_name() == "local":
             key = (language.key, config.kernel.name or "", config.kernel.python or "")
         cached = self._known.get(key)
         if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes
