@@ -211,6 +211,24 @@ def test_the_magics_flags_are_the_tables_rows() -> None:
     assert AgentConfig.resolve({}, **defaults).keywords() == AgentConfig.resolve({}).keywords()
 
 
+# -- the JupyterLab chat persona ----------------------------------------------------------------------
+
+
+def test_the_personas_settings_are_the_tables_rows() -> None:
+    import traitlets
+
+    from kernel_agent.jupyter.persona import KernelAgentPersona
+
+    names = KernelAgentPersona.setting_names()
+    assert set(names) == {"model", "base_url", "api_key", "max_rounds", "exec_timeout"}
+    kinds = {str: traitlets.Unicode, int: traitlets.Integer, float: traitlets.Float, bool: traitlets.Bool}
+    for name, trait in KernelAgentPersona.class_traits(setting=True).items():
+        row = SETTINGS[name]
+        assert type(trait) is kinds[row.type] and trait.metadata["config"] is True, name
+        assert trait.default_value is None and trait.allow_none, name  # unset: the environment or the default
+        assert trait.help.startswith(row.help) and row.described().rstrip(".").split(" [")[-1] in trait.help, name
+
+
 # -- the docs -----------------------------------------------------------------------------------------
 
 
