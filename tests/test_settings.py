@@ -190,6 +190,54 @@ def test_every_table_row_with_a_flag_reaches_the_agent_from_the_command_line() -
     assert {name: given[name] for name in expected} == expected
 
 
+def test_seconds_per_execution_is_one_option_everywhere() -> None:
+    from kernel_agent.cli.options import SettingOption
+
+    for path in AGENT_COMMANDS + KERNEL_COMMANDS:
+        timeouts = [p for p in command(path).params if "--timeout" in getattr(p, "opts", ())]
+        assert len(timeouts) == 1 and isinstance(timeouts[0], SettingOption), path
+        assert timeouts[0].setting is SETTINGS["exec_timeout"] and timeouts[0].name == "exec_timeout", path
+
+
+# -- the service's and the MCP server's tables ---------------------------------------------------------
+
+
+def test_the_service_config_is_made_from_its_table(tmp_path: Path) -> None:
+    from kernel_agent._connections import ConnectionLimits
+    from kernel_agent.server.config import SERVE, ServerConfig
+
+    made = {f.name: f for f in dataclasses.fields(ServerConfig) if "setting" in f.metadata}
+    assert {f.name: f.metadata["setting"] for f in made.values()} == {name: name for name in made}
+    assert set(made) >= {"max_running", "max_live_kernels", "idle_ttl", "max_upload_mb", "pool", "database"}
+    config = ServerConfig(tmp_path)
+    for name in made:
+        assert getattr(config, name) == SERVE[name].default, name
+    for f in dataclasses.fields(ConnectionLimits):
+        assert f.name not in SERVE or SERVE[f.name].default == f.default, f.name
+    option = option_of(command(("serve",)), SERVE["max_live_kernels"])
+    assert option.opts == ["--max-live-kernels"] and option.default == 8
+    with pytest.raises(ConfigError, match="max_live_kernels must be at least 1, not 0"):
+        ServerConfig(tmp_path, max_live_kernels=0)
+    assert ServerConfig(tmp_path, max_upload_mb=2).max_upload_bytes == 2 * 1024 * 1024
+
+
+def test_the_mcp_options_are_made_from_its_table(tmp_path: Path) -> None:
+    from kernel_agent.mcp.server import McpOptions
+    from kernel_agent.mcp.settings import MCP
+
+    defaults = McpOptions(tmp_path)
+    mcp = command(("mcp",))
+    for row in MCP.values():
+        assert option_of(mcp, row).default == row.default, row.name
+        if row.name not in ("workspace", "data", "key_file"):  # the command's: McpOptions holds what they give
+            assert getattr(defaults, row.name) == row.default, row.name
+    assert defaults.exec_timeout == SETTINGS["exec_timeout"].default
+    with pytest.raises(ConfigError, match="max_sessions must be at least 1, not 0"):
+        McpOptions(tmp_path, max_sessions=0)
+    with pytest.raises(ConfigError, match="session_idle must be between 0 and 604800"):
+        McpOptions(tmp_path, session_idle=float("inf"))
+
+
 # -- the magic ----------------------------------------------------------------------------------------
 
 
@@ -242,7 +290,7 @@ def docs_reference() -> ModuleType:
 
 
 def test_the_configuration_reference_lists_every_row(docs_reference: ModuleType) -> None:
-    page = docs_reference.configuration_page()
+    page = docs_reference.configuration_page().split("## Every command's options")[0]
     lines = {line.split(" | ")[0].strip("| `"): line for line in page.splitlines() if line.startswith("| `")}
     assert list(lines) == list(SETTINGS)
     for row in SETTINGS.values():

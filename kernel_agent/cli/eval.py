@@ -24,15 +24,37 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..agent.settings import SETTINGS
+from ..agent.settings import SETTINGS, Table, option
 from ..safe.terminal import one_line
 
 if TYPE_CHECKING:
     from ..eval import Comparison, EvalRun
 from .drive import EXIT_USAGE
 from .edge import Failure, edge
+from .options import table_options
 
-__all__ = ["eval_group"]
+__all__ = ["EVAL", "eval_group"]
+
+# fmt: off
+EVAL = Table(
+    option(
+        "eval run", "concurrency", int, None, "Questions at once", short="-j", metavar="N", minimum=1,
+        optional=True, shown_default="one per core, at most one per 2 GiB of free memory",
+    ),
+    option("eval run", "limit", int, None, "Only the first N questions (after --ids)", metavar="N", minimum=1,
+           optional=True),
+    option("eval run", "ids", str, None, "Only these question ids (comma-separated)", metavar="3,7,...",
+           optional=True),
+    option(
+        "eval run", "out", str, None, "The run's folder; the same folder again resumes it", short="-o",
+        metavar="DIR", optional=True, shown_default="./eval-runs/<suite>-<model>",
+    ),
+    option(
+        "eval run", "retry_failed", bool, False,
+        "Also run again the questions the machinery failed (timeout, model or kernel error)",
+    ),
+)
+# fmt: on
 
 
 def _plain(text: object) -> str:
@@ -67,26 +89,7 @@ def eval_group(
     @click.argument("suite", metavar="SUITE")
     @model_options
     @kernel_options
-    @click.option(
-        "--concurrency",
-        "-j",
-        type=click.IntRange(min=1),
-        metavar="N",
-        help="Questions at once [default: one per core, at most one per 2 GiB of free memory].",
-    )
-    @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the first N questions (after --ids).")
-    @click.option("--ids", metavar="3,7,...", help="Only these question ids (comma-separated).")
-    @click.option(
-        "--out",
-        "-o",
-        metavar="DIR",
-        help="The run's folder; the same folder again resumes it [default: ./eval-runs/<suite>-<model>].",
-    )
-    @click.option(
-        "--retry-failed",
-        is_flag=True,
-        help="Also run again the questions the machinery failed (timeout, model or kernel error).",
-    )
+    @table_options(*EVAL.values())
     def run(
         suite: str,
         concurrency: int | None,
