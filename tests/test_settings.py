@@ -304,6 +304,31 @@ def test_the_configuration_reference_lists_every_row(docs_reference: ModuleType)
     assert "`--api-key-file`" in lines["api_key"] and "`--gateway-token-file`" in lines["gateway_token"]
 
 
+def test_the_configuration_reference_lists_every_option_of_every_command(docs_reference: ModuleType) -> None:
+    page = docs_reference.configuration_page().split("## Every command's options")[1]
+    sections = dict(section.split("`\n", 1) for section in page.split("### `kernel-agent ")[1:])
+    listed = list(docs_reference.commands(cli))
+    assert list(sections) == [" ".join(path) for path, _ in listed]
+    assert {"serve", "mcp", "replay", "keys add", "eval run", "kernelspec install"} <= set(sections)
+    for path, found in listed:
+        rows = [line for line in sections[" ".join(path)].splitlines() if line.startswith("| `")]
+        options = [p for p in found.params if isinstance(p, click.Option) and p.name != "help"]
+        assert len(rows) == len(options), path
+        for row, option in zip(rows, options, strict=True):
+            flags = row.split(" | ")[0]
+            assert all(f"`{flag}`" in flags for flag in (*option.opts, *option.secondary_opts)), (path, flags)
+
+
+def test_an_option_without_a_row_fails_the_reference(docs_reference: ModuleType) -> None:
+    @click.command()
+    @click.option("--unlisted", help="An option no table declares.")
+    def new(unlisted: str | None) -> None:
+        """A command given an option by hand."""
+
+    with pytest.raises(ValueError, match="kernel-agent new: `--unlisted` is no settings row's option"):
+        docs_reference.command_section(("new",), new)
+
+
 # -- a third party's protocol -------------------------------------------------------------------------
 
 
