@@ -31,7 +31,6 @@ from .commands.show import show
 from .eval import eval_group
 from .keys import keys
 from .logs import install_log_handler
-from .options import agent_arguments, agent_options, kernel_options
 from .plugins import plugins
 
 __all__ = ["cli", "main"]
@@ -57,7 +56,7 @@ def cli() -> None:
 
 for command in (run, plan, resume, demo, replay, show, serve, mcp, kernelspec, keys, plugins):
     cli.add_command(command)
-cli.add_command(eval_group(agent_options, kernel_options, agent_arguments))
+cli.add_command(eval_group())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,8 +2,8 @@
 (``eval compare A B``).
 
 Thin: reads options, calls ``kernel_agent.eval``, prints one line per finished question and the
-summary, and translates errors at the edge. The group is built by ``eval_group`` from ``app.py``'s
-shared option decorators (passed in, so this module never imports ``app``). What a suite, the model,
+summary, and translates errors at the edge. Its options are the agent's (``options.py``) and its own
+rows (``EVAL``); ``app.py`` adds the group ``eval_group`` builds. What a suite, the model,
 the kernel or a results file (maybe someone else's) wrote is printed through ``safe.terminal.one_line``,
 so no escape sequence, line break or bidi control reaches the terminal. Exit codes: 0 every question
 asked for has a result, 1 not, or the machinery (model, kernel, data) failed every one so none could be
@@ -18,7 +18,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..eval import Comparison, EvalRun
 from .drive import EXIT_USAGE
 from .edge import Failure, edge
-from .options import table_options
+from .options import agent_arguments, agent_options, kernel_options, table_options
 
 __all__ = ["EVAL", "eval_group"]
 
@@ -71,10 +71,8 @@ class _DefaultRun(click.Group):
         return super().parse_args(ctx, args)
 
 
-def eval_group(
-    model_options: Callable[[Any], Any], kernel_options: Callable[[Any], Any], agent_arguments: Any
-) -> click.Group:
-    """The ``eval`` command group, its options declared by ``app.py``'s decorators."""
+def eval_group() -> click.Group:
+    """The ``eval`` command group: ``eval run`` (also ``eval SUITE``) and ``eval compare``."""
 
     @click.group("eval", cls=_DefaultRun, context_settings={"help_option_names": ["-h", "--help"]})
     def group() -> None:
@@ -87,7 +85,7 @@ def eval_group(
 
     @group.command("run")
     @click.argument("suite", metavar="SUITE")
-    @model_options
+    @agent_options
     @kernel_options
     @table_options(*EVAL.values())
     def run(
