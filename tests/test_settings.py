@@ -259,6 +259,18 @@ def test_the_magics_flags_are_the_tables_rows() -> None:
     assert AgentConfig.resolve({}, **defaults).keywords() == AgentConfig.resolve({}).keywords()
 
 
+def test_plan_modes_budgets_are_one_table_for_the_options_and_plan_options() -> None:
+    from kernel_agent.agent.plan.runner import PlanOptions
+    from kernel_agent.agent.settings import PLAN
+
+    defaults = PlanOptions()
+    plan = command(("plan",))
+    for row in PLAN.values():
+        assert getattr(defaults, row.name) == row.default == option_of(plan, row).default, row.name
+    with pytest.raises(ConfigError, match="max_fix_attempts must be at least 0, not -1"):
+        PlanOptions(max_fix_attempts=-1)
+
+
 # -- the JupyterLab chat persona ----------------------------------------------------------------------
 
 

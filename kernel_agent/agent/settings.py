@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..kernel.providers.registry import PROVIDER_GROUP, provider_names
 from .names import DATA_FORMATS, PROTOCOL_GROUP, protocol_names
 
-__all__ = ["SETTINGS", "Part", "Setting", "Table", "option"]
+__all__ = ["PLAN", "SETTINGS", "Part", "Setting", "Table", "option"]
 
 Part = Literal["model", "protocol", "kernel"]  # the agent's rows' parts; another table's rows name their command
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
@@ -336,6 +336,20 @@ SETTINGS = Table(
     Setting(
         "memory_mb", "kernel", "memory_mb", int, None, "Memory limit of each kernel process, in MB",
         flag="--memory", metavar="MB", minimum=1, optional=True, shown_default="3/4 of RAM, at least 4096",
+    ),
+)
+# fmt: on
+
+# Plan mode's budgets: ``PlanOptions``' fields (``agent/plan/runner.py``) and ``kernel-agent plan``'s options.
+# fmt: off
+PLAN = Table(
+    option("plan", "max_depth", int, 3, "Levels of sub-tasks the plan may have", minimum=1),
+    option("plan", "node_budget", int, 20, "Most tasks the plan may have", minimum=1),
+    option("plan", "max_fix_attempts", int, 5, "Fixes asked for a failing task", minimum=0),
+    option(
+        "plan", "max_task_rounds", int, 5,
+        "Code rounds a task may run (it sees each one's output) before it stops without saying it is done",
+        minimum=1,
     ),
 )
 # fmt: on

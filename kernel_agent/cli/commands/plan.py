@@ -7,24 +7,17 @@ from typing import Any
 
 import click
 
-from ...agent.settings import Table, option
+from ...agent.settings import PLAN, Table, option
 from ..edge import edge
 from ..options import agent_arguments, agent_options, kernel_options, table_options
 from .common import ENVIRONMENT, data_row, make_parent, output_options, workspace_row
 
-__all__ = ["PLAN", "plan"]
+__all__ = ["PLAN_OPTIONS", "plan"]
 
 # fmt: off
-PLAN = Table(
+PLAN_OPTIONS = Table(
     data_row("plan", "A data file for the analysis (repeatable)"),
-    option("plan", "max_depth", int, 3, "Levels of sub-tasks the plan may have", minimum=1),
-    option("plan", "node_budget", int, 20, "Most tasks the plan may have", minimum=1),
-    option("plan", "max_fix_attempts", int, 5, "Fixes asked for a failing task", minimum=0),
-    option(
-        "plan", "max_task_rounds", int, 5,
-        "Code rounds a task may run (it sees each one's output) before it stops without saying it is done",
-        minimum=1,
-    ),
+    *PLAN.values(),  # the budgets: PlanOptions' fields
     option(
         "plan", "resume", str, None,
         "Finish an interrupted plan run: done tasks are kept (their cells re-run), the rest run",
@@ -50,10 +43,10 @@ PLAN = Table(
 
 @click.command(epilog=ENVIRONMENT)
 @click.argument("task", required=False)
-@table_options(PLAN["data"])
+@table_options(PLAN_OPTIONS["data"])
 @agent_options
 @kernel_options
-@table_options(*[row for row in PLAN.values() if row.name != "data"])
+@table_options(*[row for row in PLAN_OPTIONS.values() if row.name != "data"])
 @output_options
 def plan(
     task: str | None,
