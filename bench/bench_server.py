@@ -133,7 +133,7 @@ def replicas(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-server-") as data, OpenAIServer() as model:
         model.add(*([scripted] * (3 * args.runs * (len(counts) + 1))))
         with ServiceServer(
-            Path(data) / "sqlite", model.base_url, max_running=args.concurrent, max_threads_live=args.concurrent
+            Path(data) / "sqlite", model.base_url, max_running=args.concurrent, max_live_kernels=args.concurrent
         ) as server:
             started = time.monotonic()
             results = asyncio.run(load([server.url], args.runs, at_once=args.concurrent))
@@ -288,8 +288,8 @@ def main() -> None:
             Path(data),
             model.base_url,
             max_running=args.concurrent,
-            max_threads_live=args.max_live_kernels or args.concurrent,
-            pool_size=args.pool,
+            max_live_kernels=args.max_live_kernels or args.concurrent,
+            pool=args.pool,
         )
         if args.profile:
             _profiled(server, args.profile)

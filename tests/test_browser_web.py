@@ -54,7 +54,7 @@ UPLOAD_LIMIT = 256 * 1024
 @pytest.fixture(scope="module")
 def service(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
     with ServiceServer(
-        tmp_path_factory.mktemp("web-service"), model.base_url, keys={KEY}, max_upload_bytes=UPLOAD_LIMIT
+        tmp_path_factory.mktemp("web-service"), model.base_url, keys={KEY}, max_upload_mb=UPLOAD_LIMIT / 2**20
     ) as running:
         yield running
 

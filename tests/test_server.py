@@ -23,7 +23,7 @@ BOB = {"Authorization": "Bearer bob-key"}
 @pytest.fixture(scope="module")
 def server(model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
     with ServiceServer(
-        tmp_path_factory.mktemp("service"), model.base_url, keys={"alice-key", "bob-key"}, max_upload_bytes=4096
+        tmp_path_factory.mktemp("service"), model.base_url, keys={"alice-key", "bob-key"}, max_upload_mb=4096 / 2**20
     ) as running:
         yield running
 

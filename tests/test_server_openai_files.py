@@ -17,7 +17,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceServer]:
     with (
         OpenAIServer() as model,
         ServiceServer(
-            tmp_path_factory.mktemp("files"), model.base_url, keys={"sdk-key", "other-key"}, max_upload_bytes=1024
+            tmp_path_factory.mktemp("files"), model.base_url, keys={"sdk-key", "other-key"}, max_upload_mb=1024 / 2**20
         ) as running,
     ):
         yield running

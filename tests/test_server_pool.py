@@ -42,7 +42,7 @@ def wait_for_kernels(count: int) -> list[int]:
 def test_threads_run_on_pooled_kernels_keep_state_return_files_and_leave_nothing(tmp_path: Path) -> None:
     with (
         OpenAIServer() as model,
-        ServiceServer(tmp_path / "data", model.base_url, keys={"pool-key"}, pool_size=1) as server,
+        ServiceServer(tmp_path / "data", model.base_url, keys={"pool-key"}, pool=1) as server,
     ):
         warm = wait_for_kernels(1)  # the pool fills at start-up, before any request
         with httpx.Client(base_url=server.url, headers=KEY, timeout=90) as client:
@@ -81,17 +81,17 @@ def test_serve_refuses_a_pool_larger_than_the_live_kernel_cap(tmp_path: Path) ->
         "2",
     ]
     result = CliRunner().invoke(cli, arguments)
-    assert result.exit_code == 2 and "the pool size must be between 0 and max_threads_live (2)" in result.output
+    assert result.exit_code == 2 and "the pool size must be between 0 and max_live_kernels (2)" in result.output
 
 
 def test_threads_kernels_run_on_the_gateway_pooled_or_not_and_none_is_left(tmp_path: Path) -> None:
     """``serve --gateway URL``: a thread's kernel (from the pool, or started for it) is the gateway's."""
     with KernelGateway() as gateway, OpenAIServer() as model:
         where = {"gateway_url": gateway.url, "gateway_token": gateway.token}
-        for pool_size in (1, 0):
+        for pool in (1, 0):
             with (
                 ServiceServer(
-                    tmp_path / f"data{pool_size}", model.base_url, keys={"pool-key"}, agent=where, pool_size=pool_size
+                    tmp_path / f"data{pool}", model.base_url, keys={"pool-key"}, agent=where, pool=pool
                 ) as server,
                 httpx.Client(base_url=server.url, headers=KEY, timeout=90) as client,
             ):
@@ -99,10 +99,10 @@ def test_threads_kernels_run_on_the_gateway_pooled_or_not_and_none_is_left(tmp_p
                 first = client.post("/v1/runs", json={"task": "Set kept"}).json()
                 assert finished(client, first["id"])[-1]["run"]["stop_reason"] != "llm_error"
                 deadline = time.monotonic() + 60  # the pool's refill starts in the background
-                while len(gateway.kernels()) < 1 + pool_size:
+                while len(gateway.kernels()) < 1 + pool:
                     assert time.monotonic() < deadline
                     time.sleep(0.1)
-                assert len(gateway.kernels()) == 1 + pool_size  # the thread's kernel, and the pool's refill
+                assert len(gateway.kernels()) == 1 + pool  # the thread's kernel, and the pool's refill
                 model.add(Reply("Use.", tool_calls=(python_call("print(kept * 2)"),)), Reply("42."))
                 second = client.post("/v1/runs", json={"task": "Double", "thread_id": first["thread_id"]}).json()
                 assert stdout(finished(client, second["id"])) == "42\n"

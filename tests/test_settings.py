@@ -190,6 +190,54 @@ def test_every_table_row_with_a_flag_reaches_the_agent_from_the_command_line() -
     assert {name: given[name] for name in expected} == expected
 
 
+def test_seconds_per_execution_is_one_option_everywhere() -> None:
+    from kernel_agent.cli.options import SettingOption
+
+    for path in AGENT_COMMANDS + KERNEL_COMMANDS:
+        timeouts = [p for p in command(path).params if "--timeout" in getattr(p, "opts", ())]
+        assert len(timeouts) == 1 and isinstance(timeouts[0], SettingOption), path
+        assert timeouts[0].setting is SETTINGS["exec_timeout"] and timeouts[0].name == "exec_timeout", path
+
+
+# -- the service's and the MCP server's tables ---------------------------------------------------------
+
+
+def test_the_service_config_is_made_from_its_table(tmp_path: Path) -> None:
+    from kernel_agent._connections import ConnectionLimits
+    from kernel_agent.server.config import SERVE, ServerConfig
+
+    made = {f.name: f for f in dataclasses.fields(ServerConfig) if "setting" in f.metadata}
+    assert {f.name: f.metadata["setting"] for f in made.values()} == {name: name for name in made}
+    assert set(made) >= {"max_running", "max_live_kernels", "idle_ttl", "max_upload_mb", "pool", "database"}
+    config = ServerConfig(tmp_path)
+    for name in made:
+        assert getattr(config, name) == SERVE[name].default, name
+    for f in dataclasses.fields(ConnectionLimits):
+        assert f.name not in SERVE or SERVE[f.name].default == f.default, f.name
+    option = option_of(command(("serve",)), SERVE["max_live_kernels"])
+    assert option.opts == ["--max-live-kernels"] and option.default == 8
+    with pytest.raises(ConfigError, match="max_live_kernels must be at least 1, not 0"):
+        ServerConfig(tmp_path, max_live_kernels=0)
+    assert ServerConfig(tmp_path, max_upload_mb=2).max_upload_bytes == 2 * 1024 * 1024
+
+
+def test_the_mcp_options_are_made_from_its_table(tmp_path: Path) -> None:
+    from kernel_agent.mcp.server import McpOptions
+    from kernel_agent.mcp.settings import MCP
+
+    defaults = McpOptions(tmp_path)
+    mcp = command(("mcp",))
+    for row in MCP.values():
+        assert option_of(mcp, row).default == row.default, row.name
+        if row.name not in ("workspace", "data", "key_file"):  # the command's: McpOptions holds what they give
+            assert getattr(defaults, row.name) == row.default, row.name
+    assert defaults.exec_timeout == SETTINGS["exec_timeout"].default
+    with pytest.raises(ConfigError, match="max_sessions must be at least 1, not 0"):
+        McpOptions(tmp_path, max_sessions=0)
+    with pytest.raises(ConfigError, match="session_idle must be between 0 and 604800"):
+        McpOptions(tmp_path, session_idle=float("inf"))
+
+
 # -- the magic ----------------------------------------------------------------------------------------
 
 
@@ -211,6 +259,36 @@ def test_the_magics_flags_are_the_tables_rows() -> None:
     assert AgentConfig.resolve({}, **defaults).keywords() == AgentConfig.resolve({}).keywords()
 
 
+def test_plan_modes_budgets_are_one_table_for_the_options_and_plan_options() -> None:
+    from kernel_agent.agent.plan.runner import PlanOptions
+    from kernel_agent.agent.settings import PLAN
+
+    defaults = PlanOptions()
+    plan = command(("plan",))
+    for row in PLAN.values():
+        assert getattr(defaults, row.name) == row.default == option_of(plan, row).default, row.name
+    with pytest.raises(ConfigError, match="max_fix_attempts must be at least 0, not -1"):
+        PlanOptions(max_fix_attempts=-1)
+
+
+# -- the JupyterLab chat persona ----------------------------------------------------------------------
+
+
+def test_the_personas_settings_are_the_tables_rows() -> None:
+    import traitlets
+
+    from kernel_agent.jupyter.persona import KernelAgentPersona
+
+    names = KernelAgentPersona.setting_names()
+    assert set(names) == {"model", "base_url", "api_key", "max_rounds", "exec_timeout"}
+    kinds = {str: traitlets.Unicode, int: traitlets.Integer, float: traitlets.Float, bool: traitlets.Bool}
+    for name, trait in KernelAgentPersona.class_traits(setting=True).items():
+        row = SETTINGS[name]
+        assert type(trait) is kinds[row.type] and trait.metadata["config"] is True, name
+        assert trait.default_value is None and trait.allow_none, name  # unset: the environment or the default
+        assert trait.help.startswith(row.help) and row.described().rstrip(".").split(" [")[-1] in trait.help, name
+
+
 # -- the docs -----------------------------------------------------------------------------------------
 
 
@@ -224,7 +302,7 @@ def docs_reference() -> ModuleType:
 
 
 def test_the_configuration_reference_lists_every_row(docs_reference: ModuleType) -> None:
-    page = docs_reference.configuration_page()
+    page = docs_reference.configuration_page().split("## Every command's options")[0]
     lines = {line.split(" | ")[0].strip("| `"): line for line in page.splitlines() if line.startswith("| `")}
     assert list(lines) == list(SETTINGS)
     for row in SETTINGS.values():
@@ -236,6 +314,31 @@ def test_the_configuration_reference_lists_every_row(docs_reference: ModuleType)
         for name in row.choices() if row.choices else ():
             assert f"`{name}`" in cells[6]
     assert "`--api-key-file`" in lines["api_key"] and "`--gateway-token-file`" in lines["gateway_token"]
+
+
+def test_the_configuration_reference_lists_every_option_of_every_command(docs_reference: ModuleType) -> None:
+    page = docs_reference.configuration_page().split("## Every command's options")[1]
+    sections = dict(section.split("`\n", 1) for section in page.split("### `kernel-agent ")[1:])
+    listed = list(docs_reference.commands(cli))
+    assert list(sections) == [" ".join(path) for path, _ in listed]
+    assert {"serve", "mcp", "replay", "keys add", "eval run", "kernelspec install"} <= set(sections)
+    for path, found in listed:
+        rows = [line for line in sections[" ".join(path)].splitlines() if line.startswith("| `")]
+        options = [p for p in found.params if isinstance(p, click.Option) and p.name != "help"]
+        assert len(rows) == len(options), path
+        for row, option in zip(rows, options, strict=True):
+            flags = row.split(" | ")[0]
+            assert all(f"`{flag}`" in flags for flag in (*option.opts, *option.secondary_opts)), (path, flags)
+
+
+def test_an_option_without_a_row_fails_the_reference(docs_reference: ModuleType) -> None:
+    @click.command()
+    @click.option("--unlisted", help="An option no table declares.")
+    def new(unlisted: str | None) -> None:
+        """A command given an option by hand."""
+
+    with pytest.raises(ValueError, match="kernel-agent new: `--unlisted` is no settings row's option"):
+        docs_reference.command_section(("new",), new)
 
 
 # -- a third party's protocol -------------------------------------------------------------------------

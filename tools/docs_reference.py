@@ -2,8 +2,9 @@
 
 Each page is written from the code it documents, so it cannot drift: the events from
 ``kernel_agent.events``, the HTTP API from the FastAPI app's OpenAPI schema, the MCP tools from the
-server's own tool list, the configuration from the settings table (``agent/settings.py``, each flag checked
-against the ``run`` command's), the exit codes from ``cli/drive.py``. The CLI reference is mkdocs-click's
+server's own tool list, the configuration from the settings tables (``agent/settings.py``, each flag checked
+against the ``run`` command's; then every command's options, each from the row click knows it by), the exit
+codes from ``cli/drive.py``. The CLI reference is mkdocs-click's
 (``docs/reference/cli.md``); the Python API is mkdocstrings' (``docs/reference/python.md``). A name this
 script cannot place fails the build (an exception), never a silent gap.
 """
@@ -17,17 +18,18 @@ import json
 import re
 import tempfile
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import mkdocs_gen_files
 
 import kernel_agent.events as events_module
 from kernel_agent.agent.settings import SETTINGS, Setting
 from kernel_agent.cli import drive
 from kernel_agent.cli.app import cli
-from kernel_agent.cli.options import secret_flags
+from kernel_agent.cli.options import SettingOption, secret_flags
 
 GENERATED = "*This page is generated from the code at every build (`tools/docs_reference.py`).*\n\n"
 
@@ -268,12 +270,58 @@ def configuration_page() -> str:
         "`agent.config.protocol.max_rounds`. One precedence: explicit argument (a keyword, a command-line "
         "option, a magic flag) > environment variable > default. Invalid values raise `ConfigError` before any "
         "kernel starts or any model is called. `run`, `resume`, `plan`, `demo`, `serve` and `eval` take every "
-        "option (the [command line](cli.md)); `replay` and `mcp` the kernel's; the `%%agent` magic takes each "
-        "option as its own flag (`%%agent?` lists them); the chat persona a few as `c.KernelAgentPersona.*` "
+        "option (the [command line](cli.md)); `replay` and `mcp` the kernel's and `--timeout`; the `%%agent` magic "
+        "takes each option as its own flag (`%%agent?` lists them); the chat persona a few as `c.KernelAgentPersona.*` "
         "settings ([In JupyterLab](../tutorials/jupyterlab.md)). `api_key` and `gateway_token` are secrets: "
         "never logged, exported, passed to the kernel or shown in a repr.\n\n"
         + table(["keyword", "attribute", "type", "default", "environment", "option", "choices", "meaning"], rows)
+        + "\n## Every command's options\n\n"
+        "Each command's options, in the order `--help` lists them, from the rows they are made of: the agent's "
+        "settings above (`agent`), the service's (`kernel_agent/server/config.py`'s `SERVE`, made into "
+        "`ServerConfig`), the MCP server's (`kernel_agent/mcp/settings.py`'s `MCP`, made into `McpOptions`) and "
+        "each command's own (`kernel_agent/cli/commands/`, `cli/keys.py`, `cli/eval.py`). A flag's default is "
+        "what the command takes when it is not given; an agent setting's environment variable is read by "
+        "`AgentConfig`, a command's own by the option.\n\n"
+        + "".join(command_section(path, found) for path, found in commands(cli))
     )
+
+
+def commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """Every command under ``group`` (groups walked, not listed), by its path, in the order they were added."""
+    for name, found in group.commands.items():
+        if isinstance(found, click.Group):
+            yield from commands(found, (*path, name))
+        else:
+            yield (*path, name), found
+
+
+def command_section(path: tuple[str, ...], found: click.Command) -> str:
+    """One command's options, each from its row; fails the build for an option made without one."""
+    rows = []
+    for param in found.params:
+        if not isinstance(param, click.Option) or param.name == "help":
+            continue
+        flags = ", ".join(f"`{flag}`" for flag in (*param.opts, *param.secondary_opts))
+        if not isinstance(param, SettingOption):
+            raise ValueError(f"kernel-agent {' '.join(path)}: {flags} is no settings row's option")
+        row = param.setting
+        agent = row.part in ("model", "protocol", "kernel")
+        secret = param.name != row.name  # --api-key-file and the like: another way to give a secret row
+        if secret:
+            meaning = param.help or ""
+        else:
+            meaning = "The agent setting (the table above)." if agent else row.help.rstrip(".") + "."
+        rows.append(
+            (
+                flags,
+                f"`{row.name}` ({'agent' if agent else row.part})",
+                "" if secret else row.default_text(),
+                f"`{row.env}`" if row.env else "",
+                meaning,
+            )
+        )
+    heading = f"### `kernel-agent {' '.join(path)}`\n\n"
+    return heading + table(["option", "setting", "default", "environment", "meaning"], rows) + "\n"
 
 
 # -- exit codes ------------------------------------------------------------------------------------

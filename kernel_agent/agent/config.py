@@ -176,7 +176,7 @@ class AgentConfig:
     @classmethod
     def from_keywords(cls, values: Mapping[str, Any]) -> AgentConfig:
         """A config from settings by their keywords, the others at their defaults (nothing is checked)."""
-        parts: dict[Part, dict[str, Any]] = {"model": {}, "protocol": {}, "kernel": {}}
+        parts: dict[str, dict[str, Any]] = {"model": {}, "protocol": {}, "kernel": {}}
         for name, value in values.items():
             part, attribute = _DERIVED[name] if name in _DERIVED else (SETTINGS[name].part, SETTINGS[name].field)
             parts[part][attribute] = value

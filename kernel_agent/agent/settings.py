@@ -25,9 +25,9 @@ from ..errors import ConfigError
 from ..kernel.providers.registry import PROVIDER_GROUP, provider_names
 from .names import DATA_FORMATS, PROTOCOL_GROUP, protocol_names
 
-__all__ = ["SETTINGS", "Part", "Setting"]
+__all__ = ["PLAN", "SETTINGS", "Part", "Setting", "Table", "option"]
 
-Part = Literal["model", "protocol", "kernel"]
+Part = Literal["model", "protocol", "kernel"]  # the agent's rows' parts; another table's rows name their command
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 _TYPE_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
 
@@ -47,10 +47,11 @@ class Setting:
     value (it means what ``shown_default`` says). ``choices`` lists the allowed values when called;
     ``registry`` names the entry-point group they come from. ``minimum`` (exclusive when ``positive``)
     and ``maximum`` bound a number. ``secret``: never shown in a repr, a log or the docs' defaults.
-    ``shown_default`` replaces the default in help where the value alone does not say what it means."""
+    ``shown_default`` replaces the default in help where the value alone does not say what it means.
+    ``aliases`` are older spellings of the flag; ``multiple``: the option repeats, its value a tuple of ``type``."""
 
     name: str
-    part: Part
+    part: str
     field: str
     type: type
     default: Any
@@ -68,6 +69,8 @@ class Setting:
     negatable: bool = False
     secret: bool = False
     shown_default: str | None = None
+    aliases: tuple[str, ...] = ()
+    multiple: bool = False
 
     @property
     def attribute(self) -> str:
@@ -78,7 +81,7 @@ class Setting:
         """The default as help shows it ("" when there is nothing to say)."""
         if self.shown_default is not None:
             return self.shown_default
-        if self.default is None:
+        if self.default is None or self.default == ():
             return ""
         if self.type is bool:
             return "on" if self.default else "off"
@@ -113,6 +116,15 @@ class Setting:
             if self.optional:
                 return
             raise ConfigError(f"{self.name} must be set (it has no 'unset')")
+        if self.multiple:
+            if not isinstance(value, tuple):
+                raise ConfigError(f"{self.name} must be a tuple, not {value!r}")
+            for each in value:
+                self._check_one(each)
+            return
+        self._check_one(value)
+
+    def _check_one(self, value: Any) -> None:
         if not _is_a(value, self.type):
             raise ConfigError(f"{self.name} must be {_TYPE_WORDS[self.type]}, not {value!r}")
         if self.choices is not None and value not in self.choices():
@@ -136,7 +148,14 @@ def _is_a(value: Any, kind: type) -> bool:
     return isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
 
 
-class _Table(Mapping[str, Setting]):
+def option(part: str, name: str, kind: type, default: Any, help: str, **more: Any) -> Setting:
+    """A row of the command (or service) ``part``'s own table: its config field is its name, its flag
+    ``--name-with-dashes`` unless ``flag=`` says otherwise."""
+    flag = more.pop("flag", "--" + name.replace("_", "-"))
+    return Setting(name, part, name, kind, default, help, flag=flag, **more)
+
+
+class Table(Mapping[str, Setting]):
     """The rows by name, in the order front ends list them."""
 
     def __init__(self, *rows: Setting) -> None:
@@ -153,13 +172,18 @@ class _Table(Mapping[str, Setting]):
     def __len__(self) -> int:
         return len(self._rows)
 
-    def of(self, part: Part) -> tuple[Setting, ...]:
-        """The rows of one part of ``AgentConfig``, in order."""
+    def of(self, part: str) -> tuple[Setting, ...]:
+        """The rows of one part (of ``AgentConfig``, or a command's), in order."""
         return tuple(row for row in self._rows.values() if row.part == part)
+
+    def check(self, values: Mapping[str, Any]) -> None:
+        """Raise ``ConfigError`` unless each of ``values`` (by row name) is allowed by its row."""
+        for name, value in values.items():
+            self[name].check(value)
 
 
 # fmt: off
-SETTINGS = _Table(
+SETTINGS = Table(
     # -- the model: which one answers, and how it is asked --------------------------------------------
     Setting(
         "model", "model", "name", str, None, "Model name, e.g. gpt-4o-mini or a vLLM/Ollama model's",
@@ -312,6 +336,20 @@ SETTINGS = _Table(
     Setting(
         "memory_mb", "kernel", "memory_mb", int, None, "Memory limit of each kernel process, in MB",
         flag="--memory", metavar="MB", minimum=1, optional=True, shown_default="3/4 of RAM, at least 4096",
+    ),
+)
+# fmt: on
+
+# Plan mode's budgets: ``PlanOptions``' fields (``agent/plan/runner.py``) and ``kernel-agent plan``'s options.
+# fmt: off
+PLAN = Table(
+    option("plan", "max_depth", int, 3, "Levels of sub-tasks the plan may have", minimum=1),
+    option("plan", "node_budget", int, 20, "Most tasks the plan may have", minimum=1),
+    option("plan", "max_fix_attempts", int, 5, "Fixes asked for a failing task", minimum=0),
+    option(
+        "plan", "max_task_rounds", int, 5,
+        "Code rounds a task may run (it sees each one's output) before it stops without saying it is done",
+        minimum=1,
     ),
 )
 # fmt: on

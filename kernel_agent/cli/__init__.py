@@ -1,6 +1,6 @@
 """The ``kernel-agent`` command line: ``main`` is the console script.
 
-Thin front end (read → run → render): ``app`` holds the click commands,
+Thin front end (read → run → render): ``app`` assembles the click commands (``commands/``, a module each),
 ``drive`` the event loop, signals and exit codes of a run, ``render`` the
 live, quiet and JSON renderings of the event stream, ``show`` the review of
 finished runs, ``demo`` the demo's choice of model. Only this package

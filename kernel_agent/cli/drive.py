@@ -6,7 +6,7 @@ first Ctrl-C (asyncio's own SIGINT handling) and SIGTERM (a handler installed
 here) cancel the run; the agent then interrupts the code, saves the notebook
 with ``stop_reason="cancelled"`` and shuts its kernel down before the
 cancellation reaches us. Errors the agent raises (bad data file, kernel that
-will not start) propagate to ``app.py``, which translates them.
+will not start) propagate to the command (``commands/``), which translates them.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 (``eval compare A B``).
 
 Thin: reads options, calls ``kernel_agent.eval``, prints one line per finished question and the
-summary, and translates errors at the edge. The group is built by ``eval_group`` from ``app.py``'s
-shared option decorators (passed in, so this module never imports ``app``). What a suite, the model,
+summary, and translates errors at the edge. Its options are the agent's (``options.py``) and its own
+rows (``EVAL``); ``app.py`` adds the group ``eval_group`` builds. What a suite, the model,
 the kernel or a results file (maybe someone else's) wrote is printed through ``safe.terminal.one_line``,
 so no escape sequence, line break or bidi control reaches the terminal. Exit codes: 0 every question
 asked for has a result, 1 not, or the machinery (model, kernel, data) failed every one so none could be
@@ -18,21 +18,43 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..agent.settings import SETTINGS
+from ..agent.settings import SETTINGS, Table, option
 from ..safe.terminal import one_line
 
 if TYPE_CHECKING:
     from ..eval import Comparison, EvalRun
 from .drive import EXIT_USAGE
 from .edge import Failure, edge
+from .options import agent_arguments, agent_options, kernel_options, table_options
 
-__all__ = ["eval_group"]
+__all__ = ["EVAL", "eval_group"]
+
+# fmt: off
+EVAL = Table(
+    option(
+        "eval run", "concurrency", int, None, "Questions at once", short="-j", metavar="N", minimum=1,
+        optional=True, shown_default="one per core, at most one per 2 GiB of free memory",
+    ),
+    option("eval run", "limit", int, None, "Only the first N questions (after --ids)", metavar="N", minimum=1,
+           optional=True),
+    option("eval run", "ids", str, None, "Only these question ids (comma-separated)", metavar="3,7,...",
+           optional=True),
+    option(
+        "eval run", "out", str, None, "The run's folder; the same folder again resumes it", short="-o",
+        metavar="DIR", optional=True, shown_default="./eval-runs/<suite>-<model>",
+    ),
+    option(
+        "eval run", "retry_failed", bool, False,
+        "Also run again the questions the machinery failed (timeout, model or kernel error)",
+    ),
+)
+# fmt: on
 
 
 def _plain(text: object) -> str:
@@ -49,10 +71,8 @@ class _DefaultRun(click.Group):
         return super().parse_args(ctx, args)
 
 
-def eval_group(
-    model_options: Callable[[Any], Any], kernel_options: Callable[[Any], Any], agent_arguments: Any
-) -> click.Group:
-    """The ``eval`` command group, its options declared by ``app.py``'s decorators."""
+def eval_group() -> click.Group:
+    """The ``eval`` command group: ``eval run`` (also ``eval SUITE``) and ``eval compare``."""
 
     @click.group("eval", cls=_DefaultRun, context_settings={"help_option_names": ["-h", "--help"]})
     def group() -> None:
@@ -65,28 +85,9 @@ def eval_group(
 
     @group.command("run")
     @click.argument("suite", metavar="SUITE")
-    @model_options
+    @agent_options
     @kernel_options
-    @click.option(
-        "--concurrency",
-        "-j",
-        type=click.IntRange(min=1),
-        metavar="N",
-        help="Questions at once [default: one per core, at most one per 2 GiB of free memory].",
-    )
-    @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="Only the first N questions (after --ids).")
-    @click.option("--ids", metavar="3,7,...", help="Only these question ids (comma-separated).")
-    @click.option(
-        "--out",
-        "-o",
-        metavar="DIR",
-        help="The run's folder; the same folder again resumes it [default: ./eval-runs/<suite>-<model>].",
-    )
-    @click.option(
-        "--retry-failed",
-        is_flag=True,
-        help="Also run again the questions the machinery failed (timeout, model or kernel error).",
-    )
+    @table_options(*EVAL.values())
     def run(
         suite: str,
         concurrency: int | None,

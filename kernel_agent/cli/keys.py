@@ -15,36 +15,27 @@ from typing import Any, TypeVar
 
 import click
 
+from ..agent.settings import Table, option
 from ..safe.terminal import one_line
+from ..server.config import SERVE
 from .edge import edge
+from .options import table_options
 
-__all__ = ["active_keys", "keys"]
+__all__ = ["KEYS", "active_keys", "keys"]
 
 T = TypeVar("T")
 
-_WHERE = (
-    click.option(
-        "--data-dir",
-        "data_dir",
-        default="kernel-agent-data",
-        show_default=True,
-        metavar="DIR",
-        help="The service's data dir (its embedded database, unless --database names another).",
+# fmt: off
+KEYS = Table(
+    option(
+        "keys", "data_dir", str, "kernel-agent-data",
+        "The service's data dir (its embedded database, unless --database names another)", metavar="DIR",
     ),
-    click.option(
-        "--database",
-        envvar="KERNEL_AGENT_DATABASE",
-        metavar="URL",
-        help="The service's database: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB "
-        "[default: env KERNEL_AGENT_DATABASE, else DATA-DIR/kernel-agent.db].",
-    ),
+    SERVE["database"],  # the service's own row: one flag, one variable, one help
+    option("keys add", "name", str, "", "What the key is for (shown by `keys list`)", metavar="TEXT"),
 )
-
-
-def _where(command: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(_WHERE):
-        command = option(command)
-    return command
+# fmt: on
+_where = table_options(KEYS["data_dir"], KEYS["database"])
 
 
 def _on_keys(database: str | None, data_dir: str, work: Callable[[Any], Awaitable[T]]) -> T:
@@ -73,7 +64,7 @@ def keys() -> None:
 
 
 @keys.command("add")
-@click.option("--name", default="", metavar="TEXT", help="What the key is for (shown by `keys list`).")
+@table_options(KEYS["name"])
 @_where
 def keys_add(name: str, database: str | None, data_dir: str) -> None:
     """Make a new key and print it, this once: the database keeps only its hash."""

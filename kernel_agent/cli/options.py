@@ -6,6 +6,10 @@ option's parameter is the setting's keyword, so ``agent_arguments`` hands the va
 ``AgentConfig.resolve`` as they are (None: not given, the environment or the default decides). Owns the
 command line's own ways to give a secret, which are not settings: ``--api-key-file``, ``--api-key-stdin``
 and ``--gateway-token-file``. Choices are read when an option is used or shown, never at import.
+
+``table_options`` makes the options of another table (the service's, the MCP server's, a command's own), whose
+defaults and environment variables click applies. Every option made here is a ``SettingOption``, which knows
+its row: the docs' configuration page lists each command's options from them (``tools/docs_reference.py``).
 """
 
 from __future__ import annotations
@@ -25,12 +29,15 @@ from .logs import hide_in_logs
 
 __all__ = [
     "KERNEL_SETTINGS",
+    "SettingOption",
     "agent_arguments",
     "agent_options",
     "kernel_arguments",
     "kernel_options",
     "secret_flags",
     "setting_option",
+    "table_options",
+    "timeout_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -86,6 +93,22 @@ class Registered(click.Choice):
         pass
 
 
+class SettingOption(click.Option):
+    """A click option made from a settings row (``setting``): the docs list a command's options by their rows."""
+
+    def __init__(self, *args: Any, setting: Setting, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setting = setting
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        """Click's, with the default as the row words it (``shown_default``; a number as ``1800``, not ``1800.0``)."""
+        extra = super().get_help_extra(ctx)
+        row = self.setting
+        if self.show_default and (row.shown_default or ("default" in extra and row.type is float)):
+            extra["default"] = row.default_text()
+        return extra
+
+
 def _click_type(row: Setting) -> Any:
     if row.choices is not None:
         return Registered(row.choices)
@@ -100,17 +123,31 @@ def _whole(bound: float | None) -> int | None:
     return None if bound is None else int(bound)
 
 
-def setting_option(row: Setting) -> Callable[[F], F]:
-    """The click option of one flagged row, whose parameter is the setting's keyword (value None: not given)."""
+def setting_option(row: Setting, *, given: bool = False) -> Callable[[F], F]:
+    """The click option of one flagged row, whose parameter is the setting's keyword. Unless ``given``, its
+    value is None when not given (the agent's rows: ``AgentConfig`` reads the environment, then the default)
+    and its help says the environment variable and the default; ``given``: click gives the row's environment
+    variable, else its default, and shows them as it does."""
     assert row.flag is not None, row.name
-    help_text = row.described(_NOTES.get(row.name, ""))
+    made: dict[str, Any] = {"cls": SettingOption, "setting": row}
+    if given:
+        made.update(
+            help=row.help.rstrip(".") + ".",
+            default=row.default,
+            show_default=bool(row.default_text()),
+            envvar=row.env,
+            show_envvar=row.env is not None,
+            multiple=row.multiple,
+        )
+    else:
+        made.update(help=row.described(_NOTES.get(row.name, "")), default=None)
     if row.type is bool and row.negatable:
-        return click.option(f"{row.flag}/--no-{row.flag[2:]}", row.name, default=None, help=help_text)
-    if row.type is bool:  # a switch: on, or not given (None)
-        return click.option(row.flag, row.name, flag_value=True, default=None, help=help_text)
-    declared = (row.flag, row.short) if row.short else (row.flag,)
+        return click.option(f"{row.flag}/--no-{row.flag[2:]}", row.name, **made)
+    declared = (row.flag, *row.aliases, *([row.short] if row.short else []))
+    if row.type is bool:  # a switch: on, or not given (None; a command's own: off)
+        return click.option(*declared, row.name, is_flag=True, flag_value=True, **made)
     metavar = None if row.choices else row.metavar  # click lists the choices in its place
-    return click.option(*declared, row.name, type=_click_type(row), metavar=metavar, help=help_text)
+    return click.option(*declared, row.name, type=_click_type(row), metavar=metavar, **made)
 
 
 def secret_flags(name: str) -> tuple[str, ...]:
@@ -118,19 +155,38 @@ def secret_flags(name: str) -> tuple[str, ...]:
     return tuple(flag for flag, _ in _SECRETS.get(name, ()))
 
 
-def _options(rows: Sequence[Setting], function: F) -> F:
+def _options(rows: Sequence[Setting], function: F, *, given: bool = False) -> F:
     decorators = []
     for row in rows:
-        decorators += [setting_option(row)] if row.flag else []
-        decorators += [click.option(flag, **attributes) for flag, attributes in _SECRETS.get(row.name, ())]
+        decorators += [setting_option(row, given=given)] if row.flag else []
+        decorators += [
+            click.option(flag, cls=SettingOption, setting=row, **attributes)
+            for flag, attributes in _SECRETS.get(row.name, ())
+        ]
     for decorator in reversed(decorators):
         function = decorator(function)
     return function
 
 
+def table_options(*rows: Setting) -> Callable[[F], F]:
+    """Decorate a command with the options of ``rows`` (another table's than the agent's), in order; click
+    gives each its environment variable, else its default."""
+
+    def decorate(function: F) -> F:
+        return _options(rows, function, given=True)
+
+    return decorate
+
+
 def agent_options(function: F) -> F:
     """The agent's flagged settings (model, protocol, budgets), in the table's order."""
     return _options([r for r in SETTINGS.values() if r.flag and r.name not in KERNEL_SETTINGS], function)
+
+
+def timeout_option(function: F) -> F:
+    """``--timeout``, the agent's ``exec_timeout`` row, for the commands that run code without the agent
+    (``replay``, ``mcp``): one flag, help and default for seconds per execution everywhere."""
+    return setting_option(SETTINGS["exec_timeout"])(function)
 
 
 def kernel_options(function: F) -> F:

@@ -5,7 +5,7 @@ each node's state, redrawn live with rich on a terminal, else the tree once and 
 line per node event as it happens, then the findings and the files written; or one
 JSON event per line) and the plan command's exit code:
 0 when every node completed, 1 when some failed or were skipped. Options and
-error translation stay in ``app.py``.
+error translation stay in its command (``commands/plan.py``).
 """
 
 from __future__ import annotations

@@ -13,13 +13,21 @@ import json
 import click
 
 from .. import plugins as registries
+from ..agent.settings import Table, option
 from ..safe.terminal import one_line
+from .options import table_options
 
-__all__ = ["plugins"]
+__all__ = ["PLUGINS", "plugins"]
+
+PLUGINS = Table(
+    option(
+        "plugins", "as_json", bool, False, "A JSON list of {group, name, object, distribution, version}", flag="--json"
+    ),
+)
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="A JSON list of {group, name, object, distribution, version}.")
+@table_options(*PLUGINS.values())
 def plugins(as_json: bool) -> None:
     """List the installed plug-ins: each kernel_agent.* entry point and the package it comes from."""
     found = registries.installed()

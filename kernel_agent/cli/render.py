@@ -4,7 +4,7 @@ Owns how events look, nothing else: every renderer takes the events the
 agent yields (``handle``), plus ``interrupted`` when the run was cancelled,
 and writes to a rich ``Console``. The helpers ``output_renderables`` and
 ``round_status`` are shared with ``show.py`` (the review of a finished
-notebook). No agent logic and no exit codes live here (``app.py`` owns those).
+notebook). No agent logic and no exit codes live here (the commands own those).
 
 Kernel and model text reaches the terminal only through ``safe.terminal``: ``printable`` for text meant
 to span lines (``shown``, ``markdown``, ``code_block``), ``one_line`` for what is one line among ours (a
@@ -70,7 +70,7 @@ _LIVE_OUTPUT_CHARS = 4000  # of a running cell's output kept for the live area (
 
 
 class Renderer(Protocol):
-    """What ``app.py`` drives: one call per event, then ``interrupted`` or nothing, then ``close``."""
+    """What a command drives: one call per event, then ``interrupted`` or nothing, then ``close``."""
 
     def handle(self, event: Event) -> None: ...
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
 from jupyterlab_chat.models import Message, NewMessage
-from traitlets import Bool, Enum, Float, Integer, Unicode
+from traitlets import Bool, Enum, Float, Integer, TraitType, Unicode
 
 from ..agent.agent import AsyncAgent
 from ..agent.settings import SETTINGS
@@ -55,19 +55,27 @@ log = logging.getLogger(__name__)
 
 _REDRAW_S = 0.2  # the chat message is redrawn at most this often while the run goes (each page re-renders it whole)
 _SYNCED = frozenset({"run_started", "round_finished", "finished"})  # events after which the notebook is synced
-_SETTING_TRAITS = ("model", "base_url", "api_key", "max_rounds", "exec_timeout")  # settings' keywords, as traits
+_TRAIT_TYPES: dict[type, type[TraitType[Any, Any]]] = {str: Unicode, int: Integer, float: Float, bool: Bool}
 _PATH = re.compile(r"[`'\"]?([\w./-]+\.[A-Za-z0-9]{1,8})[`'\"]?")
+
+
+def setting_trait(name: str, note: str = "") -> TraitType[Any, Any]:
+    """A ``c.KernelAgentPersona.<name>`` setting made from the agent setting's row: its type and help (with its
+    environment variable and default); None (not set) lets the environment or the default decide."""
+    row = SETTINGS[name]
+    trait = _TRAIT_TYPES[row.type](None, allow_none=True, config=True, help=row.described(note))
+    return trait.tag(setting=True)
 
 
 class KernelAgentPersona(BasePersona):
     """KernelAgent in Jupyter AI's chat (see the module). One instance per chat, so one conversation:
     its agent, kernel, workspace and notebooks live as long as the chat's persona."""
 
-    model = Unicode(None, allow_none=True, config=True, help=SETTINGS["model"].described())
-    base_url = Unicode(None, allow_none=True, config=True, help=SETTINGS["base_url"].described())
-    api_key = Unicode(None, allow_none=True, config=True, help=SETTINGS["api_key"].described())
-    max_rounds = Integer(None, allow_none=True, config=True, help=SETTINGS["max_rounds"].described("per message"))
-    exec_timeout = Float(None, allow_none=True, config=True, help=SETTINGS["exec_timeout"].described())
+    model = setting_trait("model")
+    base_url = setting_trait("base_url")
+    api_key = setting_trait("api_key")
+    max_rounds = setting_trait("max_rounds", "per message")
+    exec_timeout = setting_trait("exec_timeout")
     kernel = Enum(
         ["sandbox", "notebook"],
         default_value="sandbox",
@@ -88,6 +96,11 @@ class KernelAgentPersona(BasePersona):
         self._conversation: _Conversation | None = None
         self._running: asyncio.Task[None] | None = None
         self._watch: InterruptWatch | None = None
+
+    @classmethod
+    def setting_names(cls) -> tuple[str, ...]:
+        """The agent settings this persona takes as its own settings (``setting_trait``), by keyword."""
+        return tuple(cls.class_traits(setting=True))
 
     @property
     def defaults(self) -> PersonaDefaults:
@@ -182,15 +195,15 @@ class KernelAgentPersona(BasePersona):
         )
 
     def _new_conversation(self, task: str) -> _Conversation:
-        options: dict[str, Any] = {name: getattr(self, name) for name in _SETTING_TRAITS}
+        options: dict[str, Any] = {name: getattr(self, name) for name in self.setting_names()}
         if self.scripted_demo:  # the replies are written for the tags protocol; no model, no endpoint
             from ..demo import TYPING_DELAY_S, demo_model
 
             options = {
                 "protocol": "tags",
                 "chat_model": demo_model(delay=TYPING_DELAY_S),
-                "max_rounds": self.max_rounds,
-                "exec_timeout": self.exec_timeout,
+                "max_rounds": options["max_rounds"],
+                "exec_timeout": options["exec_timeout"],
             }
         settings = self._serverapp.web_app.settings
         chat_path = Path(self.get_chat_path(relative=True))

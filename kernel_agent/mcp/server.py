@@ -34,12 +34,14 @@ from pydantic import Field
 from .._connections import ConnectionLimits, listen, uvicorn_options
 from .._loop import in_thread
 from .._version import __version__
+from ..agent.settings import SETTINGS
 from ..errors import ConfigError, KernelAgentError
 from . import files
 from .auth import BearerKey, check_listen
 from .connections import Workbenches, edge
 from .content import ContentLimits, execution_content, image_block, text_result
 from .progress import with_progress
+from .settings import MCP
 
 if TYPE_CHECKING:
     from .workbench import SessionBuilder
@@ -53,8 +55,10 @@ Seconds = Annotated[float, Field(gt=0, le=7 * 24 * 3600, description="seconds be
 NOTEBOOK_URI = "kernel-agent://notebook/{view}"
 FILE_URI = "kernel-agent://files/{+path}"
 MAX_NOTEBOOK_BYTES = 64 * 1024 * 1024  # a resource read whole into memory
-DEFAULT_SESSION_IDLE = 60.0  # HTTP: a session with no request in flight and no open stream this long is closed
-DEFAULT_MAX_SESSIONS = 8  # HTTP: each session may hold a kernel (~100 MB); the SDK's own cap is 10,000
+DEFAULT_SESSION_IDLE: float = MCP["session_idle"].default  # HTTP: a session with no request in flight and no open
+# stream this long is closed
+DEFAULT_MAX_SESSIONS: int = MCP["max_sessions"].default  # HTTP: each session may hold a kernel (~100 MB); the
+# SDK's own cap is 10,000
 
 _INSTRUCTIONS = """A live, confined Python (IPython) kernel. Variables persist between execute_python calls.
 Figures (matplotlib) come back as images. Long output is cut in the middle and says so. A timeout interrupts
@@ -68,34 +72,34 @@ class McpOptions:
 
     ``workspace`` is the kernel's folder (for HTTP each session gets a subfolder
     named after its id); ``data`` are files copied into it read-only and preloaded;
-    ``timeout`` is the default seconds per execution; ``limits`` bound what goes back.
+    ``exec_timeout`` is the default seconds per execution; ``limits`` bound what goes back.
     Over HTTP every request must carry ``key`` (``auth.py``), and ``host`` must be loopback
     unless ``allow_remote``; a session whose client has gone (no request in flight and no open
     stream for ``session_idle`` seconds) is closed with its kernel, and at most ``max_sessions``
     are open at once (the one key's: one more is refused with a 503 saying so). Raises
-    ``ConfigError`` for an idle time or cap out of range.
+    ``ConfigError`` for an idle time or cap out of range. Each field but ``workspace``, ``data``, ``limits``
+    and ``key`` is the row of its name of ``MCP`` (``settings.py``; ``exec_timeout`` the agent's), which gives
+    its default and its checks.
     """
 
     workspace: Path
     data: tuple[str, ...] = ()
-    timeout: float = 120.0
+    exec_timeout: float = SETTINGS["exec_timeout"].default
     limits: ContentLimits = field(default_factory=ContentLimits)
-    transport: Transport = "stdio"
-    host: str = "127.0.0.1"
-    port: int = 8000
+    transport: Transport = MCP["transport"].default
+    host: str = MCP["host"].default
+    port: int = MCP["port"].default
     key: str | None = field(default=None, repr=False)  # HTTP: the bearer key every request must carry
-    allow_remote: bool = False  # HTTP: listen on an address other than loopback (TLS must be in front)
+    allow_remote: bool = MCP["allow_remote"].default  # HTTP: listen on an address other than loopback (TLS
+    # must be in front)
     session_idle: float = DEFAULT_SESSION_IDLE  # HTTP: seconds without a request or open stream before a
     # session (and its kernel) is closed: a client that vanished (killed, network gone) leaves nothing behind
     max_sessions: int = DEFAULT_MAX_SESSIONS  # HTTP: sessions open at once for the key; one more gets a 503
 
     def __post_init__(self) -> None:
-        if not (0 < self.session_idle < float("inf")):
-            raise ConfigError(
-                f"the MCP session idle time must be a positive number of seconds, not {self.session_idle}"
-            )
-        if self.max_sessions < 1:
-            raise ConfigError(f"the MCP session cap must be at least 1, not {self.max_sessions}")
+        SETTINGS["exec_timeout"].check(self.exec_timeout)
+        given = ("transport", "host", "port", "allow_remote", "session_idle", "max_sessions")
+        MCP.check({name: getattr(self, name) for name in given})
 
 
 def build_server(options: McpOptions, session_factory: SessionBuilder | None = None) -> MCPServer:
@@ -105,7 +109,7 @@ def build_server(options: McpOptions, session_factory: SessionBuilder | None = N
     benches = Workbenches(
         options.workspace,
         data=options.data,
-        timeout=options.timeout,
+        timeout=options.exec_timeout,
         stdio=options.transport == "stdio",
         factory=session_factory,
     )
@@ -130,7 +134,7 @@ def build_server(options: McpOptions, session_factory: SessionBuilder | None = N
 
 def _add_kernel_tools(server: MCPServer, benches: Workbenches, options: McpOptions) -> None:
     limits = options.limits
-    default_timeout = options.timeout
+    default_timeout = options.exec_timeout
 
     @server.tool(
         description=(

@@ -123,7 +123,7 @@ def replay(
     path: str | os.PathLike[str],
     workspace: str | os.PathLike[str] | None = None,
     check: bool = True,
-    timeout: float = 600,
+    timeout: float | None = 600,
     kernel_name: str | None = None,
     limits: Limits | None = None,
     python: str | None = None,
@@ -145,7 +145,7 @@ async def async_replay(
     path: str | os.PathLike[str],
     workspace: str | os.PathLike[str] | None = None,
     check: bool = True,
-    timeout: float = 600,
+    timeout: float | None = 600,
     kernel_name: str | None = None,
     limits: Limits | None = None,
     python: str | None = None,
@@ -160,7 +160,7 @@ async def async_replay(
     path) refuses the replay before anything runs (``claims.check_data_files``),
     and each file is read through the door, so a link leads nowhere.
     Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
-    may raise. ``timeout`` is per cell, in seconds. ``kernel_name`` defaults to
+    may raise. ``timeout`` is per cell, in seconds (None: none). ``kernel_name`` defaults to
     the notebook's kernelspec (a claim: only an installed kernelspec of that name
     runs, confined as any other), else ``python3``; ``python`` is another Python
     environment to run it in (``--python``). The kernel is confined like a
@@ -257,7 +257,7 @@ def _stage_agent_cells(recorded: NotebookNode, cwd: Path, path: Path) -> str:
 async def _execute(
     nb: NotebookNode,
     cwd: str,
-    timeout: float,
+    timeout: float | None,
     kernel_name: str | None,
     path: Path,
     limits: Limits | None,
@@ -305,7 +305,7 @@ async def _execute(
     return None
 
 
-def _failure(exc: Exception, timeout: float) -> str:
+def _failure(exc: Exception, timeout: float | None) -> str:
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     if isinstance(exc, CellExecutionError):

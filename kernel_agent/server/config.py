@@ -1,4 +1,10 @@
-"""The service's settings: ``ServerConfig`` and where its keys come from.
+"""The service's settings: ``SERVE``, one row per ``serve`` option; ``ServerConfig``, made from it; where its
+keys come from.
+
+``SERVE`` is a table of the agent settings' rows (``agent/settings.py``): ``kernel-agent serve``'s options are
+made from it (``cli/options.table_options``), ``ServerConfig``'s fields take their names, defaults and checks
+from its rows, and the docs' configuration page lists them. ``host``, ``port``, ``data_dir``, ``keys_file``,
+``no_auth`` and ``log_format`` are read by the command itself (where to listen, what to import, how to log).
 
 Precedence as everywhere in kernel-agent: explicit argument > environment
 variable > default. Service keys live in the database (``keys.py``: only their
@@ -15,15 +21,25 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .._connections import ConnectionLimits
 from .._net import is_loopback
+from ..agent.settings import Table, option
 from ..errors import ConfigError
 
-__all__ = ["KEYS_VARIABLE", "NO_KEY_HELP", "ConnectionLimits", "ServerConfig", "key_hash", "load_keys", "owner_of"]
+__all__ = [
+    "KEYS_VARIABLE",
+    "NO_KEY_HELP",
+    "SERVE",
+    "ConnectionLimits",
+    "ServerConfig",
+    "key_hash",
+    "load_keys",
+    "owner_of",
+]
 
 KEYS_VARIABLE = "KERNEL_AGENT_SERVER_KEYS"
 NO_AUTH_OWNER = "local"
@@ -31,6 +47,100 @@ NO_KEY_HELP = (
     f"the service needs at least one key: `kernel-agent keys add`, or set {KEYS_VARIABLE} (comma-separated) "
     "or pass --keys-file FILE; or pass --no-auth to serve without keys on a loopback address"
 )
+
+_LIMITS = ConnectionLimits()
+
+# fmt: off
+SERVE = Table(
+    option("serve", "host", str, "127.0.0.1", "Address to listen on"),
+    option("serve", "port", int, 8200, "Port to listen on", minimum=0, maximum=65535),
+    option(
+        "serve", "data_dir", str, None, "Where uploads, thread workspaces, notebooks and run records live",
+        aliases=("--workspace-root",), metavar="DIR", optional=True,
+        shown_default="./kernel-agent-data; with --demo, a temporary folder removed at exit",
+    ),
+    option(
+        "serve", "keys_file", str, None,
+        "Service keys, one a line, imported (hashed) into the database at start; `kernel-agent keys` manages them "
+        "there", aliases=("--key-file",), metavar="FILE", optional=True,
+        shown_default=f"env {KEYS_VARIABLE}, comma-separated",
+    ),
+    option("serve", "no_auth", bool, False, "Serve without keys (allowed only on a loopback address)"),
+    option("serve", "max_running", int, 4, "Runs executing at once; more get 429", minimum=1),
+    option(
+        "serve", "max_running_per_key", int, None,
+        "Runs one key may have executing at once, so one tenant never takes every place", metavar="N",
+        minimum=1, optional=True, shown_default="half of --max-running, rounded up; all of it with --no-auth",
+    ),
+    option(
+        "serve", "allowed_hosts", str, (),
+        "A name (NAME or NAME:PORT) this server answers for besides 127.0.0.1, localhost, [::1] and --host; "
+        "repeat for more; '*' for any. Other Host or Origin headers get 421/403 (DNS rebinding)",
+        flag="--allowed-host", metavar="NAME", multiple=True,
+    ),
+    option(
+        "serve", "max_live_kernels", int, 8, "Thread kernels kept alive at once (the idlest is shut down)",
+        minimum=1,
+    ),
+    option(
+        "serve", "idle_ttl", float, 1800.0,
+        "Seconds before an idle thread's kernel is shut down (a follow-up rebuilds it)", metavar="S",
+        minimum=0, positive=True,
+    ),
+    option("serve", "max_upload_mb", float, 100.0, "Largest upload accepted", metavar="MB", minimum=0, positive=True),
+    option(
+        "serve", "pool", int, 0, "Keep N warm kernels for new threads (0: off); they count toward --max-live-kernels",
+        metavar="N", minimum=0,
+    ),
+    option(
+        "serve", "demo", bool, False,
+        "Try it without a model: the scripted demo replies and the bundled sales data (no key needed on a loopback "
+        "address)",
+    ),
+    option(
+        "serve", "lease_ttl", float, 15.0,
+        "Replicas: seconds before a dead replica's running thread is taken over by another", metavar="S",
+        minimum=0, positive=True,
+    ),
+    option(
+        "serve", "log_format", str, "text",
+        "json: one JSON object a line (time, level, logger, message, run_id, thread_id) for a log pipeline",
+        choices=lambda: ("text", "json"),
+    ),
+    option(
+        "serve", "drain_grace", float, 30.0,
+        "On SIGTERM: seconds the runs in flight get to finish (no new runs meanwhile) before they are stopped",
+        metavar="S", minimum=0,
+    ),
+    option(
+        "serve", "header_timeout", float, _LIMITS.header_timeout,
+        "Seconds a request's line and headers may take in all; then its connection is closed (slow clients)",
+        metavar="S", minimum=0, positive=True,
+    ),
+    option(
+        "serve", "body_timeout", float, _LIMITS.body_timeout,
+        "Seconds without a byte while a request's body is read; then its connection is closed", metavar="S",
+        minimum=0, positive=True,
+    ),
+    option(
+        "serve", "max_connections", int, _LIMITS.max_connections,
+        "Connections open at once; one more is answered 503 and closed (keep it under the open-file limit)",
+        metavar="N", minimum=1,
+    ),
+    option(
+        "serve", "database", str, None,
+        "Where the records live: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB (replicas share one)",
+        env="KERNEL_AGENT_DATABASE", metavar="URL", optional=True, secret=True,
+        shown_default="DATA-DIR/kernel-agent.db",
+    ),
+)
+# fmt: on
+
+
+def _setting(name: str) -> Any:
+    """The ``ServerConfig`` field of the ``SERVE`` row ``name``: its default from the row."""
+    row = SERVE[name]
+    return field(default=row.default, repr=not row.secret, metadata={"setting": name})
 
 
 @dataclass(frozen=True)
@@ -51,13 +161,13 @@ class ServerConfig:
     allowed_hosts: names (``name`` or ``name:port``) the service answers for besides the loopback
         names and the address it listens on (``--allowed-host``; ``*``: any); a request whose ``Host``
         or ``Origin`` names another gets 421 or 403 (``origins.py``).
-    max_threads_live: thread kernels kept alive at once; the idlest is shut
+    max_live_kernels: thread kernels kept alive at once; the idlest is shut
         down to make room (a later follow-up rebuilds it from the notebook).
     idle_ttl: seconds an idle thread's kernel lives before it is shut down.
-    max_upload_bytes: uploads larger than this get 413; a request body more than 1 MiB over it
-        is refused before it is read (limits.BodyLimit).
-    pool_size: warm kernels kept ready for new threads (0: none, each thread starts its own);
-        the pool's kernels count toward ``max_threads_live``, which caps its refills.
+    max_upload_mb: uploads larger than this (``max_upload_bytes``) get 413; a request body more than 1 MiB
+        over it is refused before it is read (limits.BodyLimit).
+    pool: warm kernels kept ready for new threads (0: none, each thread starts its own);
+        the pool's kernels count toward ``max_live_kernels``, which caps its refills.
     demo: every thread plays the bundled scripted demo replies (``kernel_agent.demo``) with the
         ``tags`` protocol; no model is asked, and the page and ``/v1/info`` say so. The script answers
         one question, so a follow-up is refused (``DEMO_NO_FOLLOW_UP``, 422).
@@ -70,42 +180,47 @@ class ServerConfig:
     drain_grace: on SIGTERM, seconds the runs in flight get to finish (no new run is taken, ``/ready``
         says 503); those still running then are stopped and marked ``interrupted``.
     connections: deadlines on a request's headers and body and a cap on open connections
-        (``ConnectionLimits``).
+        (``ConnectionLimits``, its fields ``SERVE``'s rows of the same names).
+
+    Each field but ``data_dir``, ``keys``, ``auth``, ``agent``, ``temporary`` and ``connections`` is the row of
+    ``SERVE`` of its name, which gives its default and its checks (``ConfigError``).
     """
 
     data_dir: Path
     keys: frozenset[str] = field(default=frozenset(), repr=False)
     auth: bool = True
     agent: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    max_running: int = 4
-    max_running_per_key: int | None = None
-    allowed_hosts: tuple[str, ...] = ()
-    max_threads_live: int = 8
-    idle_ttl: float = 1800.0
-    max_upload_bytes: int = 100 * 1024 * 1024
-    pool_size: int = 0
-    demo: bool = False
+    max_running: int = _setting("max_running")
+    max_running_per_key: int | None = _setting("max_running_per_key")
+    allowed_hosts: tuple[str, ...] = _setting("allowed_hosts")
+    max_live_kernels: int = _setting("max_live_kernels")
+    idle_ttl: float = _setting("idle_ttl")
+    max_upload_mb: float = _setting("max_upload_mb")
+    pool: int = _setting("pool")
+    demo: bool = _setting("demo")
     temporary: bool = False
-    database: str | None = field(default=None, repr=False)
-    lease_ttl: float = 15.0
-    drain_grace: float = 30.0
+    database: str | None = _setting("database")
+    lease_ttl: float = _setting("lease_ttl")
+    drain_grace: float = _setting("drain_grace")
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
     def __post_init__(self) -> None:
-        if self.max_running < 1 or self.max_threads_live < 1:
-            raise ConfigError("max_running and max_threads_live must be at least 1")
-        if self.max_running_per_key is not None and not 1 <= self.max_running_per_key <= self.max_running:
+        SERVE.check({f.metadata["setting"]: getattr(self, f.name) for f in fields(self) if "setting" in f.metadata})
+        if self.max_running_per_key is not None and not self.max_running_per_key <= self.max_running:
             raise ConfigError(f"max_running_per_key must be between 1 and max_running ({self.max_running})")
-        if not 0 <= self.pool_size <= self.max_threads_live:
+        if not self.pool <= self.max_live_kernels:
             raise ConfigError(
-                f"the pool size must be between 0 and max_threads_live ({self.max_threads_live}), not {self.pool_size}"
+                f"the pool size must be between 0 and max_live_kernels ({self.max_live_kernels}), not {self.pool}"
             )
-        if self.idle_ttl <= 0 or self.max_upload_bytes <= 0 or self.lease_ttl <= 0 or self.drain_grace < 0:
-            raise ConfigError("idle_ttl, max_upload_bytes and lease_ttl must be positive, drain_grace at least 0")
         if self.database is not None:
             from .database import database_url
 
             database_url(self.database, self.data_dir)  # a bad URL fails now, not at the first request
+
+    @property
+    def max_upload_bytes(self) -> int:
+        """``max_upload_mb`` in bytes."""
+        return int(self.max_upload_mb * 1024 * 1024)
 
     @property
     def key_share(self) -> int:

@@ -3,7 +3,8 @@
 Owns the map of thread ids to their ``ThreadRuntime`` (an agent and a live kernel, ``threads.py``),
 the live cap (the idlest kernel is shut down to make room; a later follow-up rebuilds it from the
 notebook), the idle reaper and the warm ``KernelPool`` new threads take their kernels from when
-``pool_size`` is set. Which run uses a runtime, and when, is ``executor.py``'s; no records, no HTTP.
+``pool`` (the warm kernels' count) is set. Which run uses a runtime, and when, is ``executor.py``'s; no
+records, no HTTP.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Runtimes:
         return sum(1 for r in self._by_thread.values() if r.live)
 
     async def start(self) -> None:
-        if self.config.pool_size:
+        if self.config.pool:
             self.pool = await pool_for(self.config).start()
             self._warming = asyncio.ensure_future(in_thread(warm_host))  # the pool's first runs as fast as later ones
         self._reaper = asyncio.create_task(self._reap_idle())
@@ -113,9 +114,9 @@ class Runtimes:
             self.pool = None
 
     async def _make_room(self, keep: ThreadRuntime) -> None:
-        """Shut the idlest kernels down while more than ``max_threads_live`` would be alive."""
+        """Shut the idlest kernels down while more than ``max_live_kernels`` would be alive."""
         live = [r for r in self._by_thread.values() if r.live and r is not keep and not r.busy]
-        excess = len(live) + 1 - self.config.max_threads_live
+        excess = len(live) + 1 - self.config.max_live_kernels
         for runtime in sorted(live, key=lambda r: r.last_used)[: max(excess, 0)]:
             await runtime.stop_kernel()
 
@@ -138,9 +139,9 @@ class Runtimes:
 
 def pool_for(config: ServerConfig) -> KernelPool:
     """The warm pool for ``config`` (not started): kernels started as ``AsyncAgent.new_session`` starts
-    them (the same sandbox and limits, or the same gateway), at most ``max_threads_live`` alive at once.
+    them (the same sandbox and limits, or the same gateway), at most ``max_live_kernels`` alive at once.
     Raises ``ConfigError`` for bad agent options."""
     seams = ("chat_model", "session_factory", "session_options", "model_options")
     agent = AgentConfig.resolve(**{k: v for k, v in config.agent.items() if k not in seams})
     options = {**agent.kernel.session_options(), **config.agent.get("session_options", {})}
-    return KernelPool(config.pool_size, max_kernels=config.max_threads_live, **options)
+    return KernelPool(config.pool, max_kernels=config.max_live_kernels, **options)

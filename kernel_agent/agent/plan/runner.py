@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from ...errors import ConfigError, PlanError
+from ...errors import PlanError
 from ...events import NodeStarted, Notice
 from ...kernel.interface import Kernel
 from ...model.chat import ChatModel, ModelReply, complete
@@ -26,6 +26,7 @@ from ...model.messages import ChatMessage
 from ...records import Usage
 from ..environment import module_hint
 from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
+from ..settings import PLAN
 from .graph import PlanNode, build_dag
 from .prompts import (
     MAX_PROBES,
@@ -51,17 +52,15 @@ class PlanOptions:
     task whose code ran that many times without the model saying it is done stops there, ``done`` with the
     reason recorded), seconds per cell."""
 
-    max_depth: int = 3
-    node_budget: int = 20
-    max_fix_attempts: int = 5
-    max_task_rounds: int = 5
+    max_depth: int = PLAN["max_depth"].default
+    node_budget: int = PLAN["node_budget"].default
+    max_fix_attempts: int = PLAN["max_fix_attempts"].default
+    max_task_rounds: int = PLAN["max_task_rounds"].default
     exec_timeout: float | None = None
 
     def __post_init__(self) -> None:
-        """Raises ``ConfigError`` for a budget below its minimum."""
-        for name, low in (("max_depth", 1), ("node_budget", 1), ("max_fix_attempts", 0), ("max_task_rounds", 1)):
-            if getattr(self, name) < low:
-                raise ConfigError(f"{name} must be at least {low}, not {getattr(self, name)}")
+        """Raises ``ConfigError`` for a budget below its minimum (the rows of ``settings.PLAN``)."""
+        PLAN.check({name: getattr(self, name) for name in PLAN})
 
 
 async def design_plan(
