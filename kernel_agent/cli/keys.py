@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ..safe.terminal import one_line
 from .edge import edge
+
+if TYPE_CHECKING:  # the service's database is imported when a command uses it
+    from ..server.keys import Keys
 
 __all__ = ["active_keys", "keys"]
 
@@ -47,7 +50,7 @@ def _where(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def _on_keys(database: str | None, data_dir: str, work: Callable[[Any], Awaitable[T]]) -> T:
+def _on_keys(database: str | None, data_dir: str, work: Callable[[Keys], Awaitable[T]]) -> T:
     """``work(keys)`` on the database's keys (migrated first), then the engine disposed."""
     from ..server.database import database_url
     from ..server.keys import open_keys

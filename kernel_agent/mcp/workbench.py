@@ -250,7 +250,8 @@ class Workbench:
         found = await session.evaluate({"v": _VARIABLES.replace("LIMIT", str(int(limit)))})
         if found["v"] is None:
             raise KernelError("the kernel could not list its variables")
-        return json.loads(ast.literal_eval(found["v"]))
+        rows: list[list[str]] = json.loads(ast.literal_eval(found["v"]))
+        return rows
 
     def describe_data(self) -> str:
         """The data summary our own model gets (types, sizes, columns, previews)."""

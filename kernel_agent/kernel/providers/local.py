@@ -24,8 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from jupyter_client import AsyncKernelClient, AsyncKernelManager
+from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 
 from ..._loop import in_thread
 from ...errors import ConfigError, KernelError, KernelStartError, SandboxUnavailableError
