@@ -366,7 +366,7 @@ class Rounds:
         if not self.config.kernel.disk_quota_mb:
             return 0, None
         exclude = (self.notebook, clean_path(self.notebook))
-        return await asyncio.to_thread(workspace_usage, self.workspace, exclude)
+        return await in_thread(workspace_usage, self.workspace, exclude)
 
     async def _over_quota(self) -> str | None:
         """Why the run must stop for the disk quota, or None (also when it is off). A workspace the walk

@@ -78,6 +78,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The plug-in registries: importlib.metadata scans site-packages once, here, not on the loop.
+        # Not in_thread: a warm-up is disposable, so a server stopped while it starts does not wait for it.
         await asyncio.to_thread(warm)
         async with Service(config) as service:
             app.state.service = service
