@@ -59,8 +59,8 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from openai_server import OpenAIServer, Reply  # noqa: E402 (the tests' scripted model server)
-from ports import listening_now  # noqa: E402 (the tests' port helpers)
+from openai_server import OpenAIServer, Reply  # the tests' scripted model server
+from ports import listening_now  # the tests' port helpers
 
 NAME = "startup"
 

@@ -60,9 +60,11 @@ def host_secret(tmp_path: Path) -> tuple[Path, str]:
 def service(
     model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServiceServer, httpx.Client]]:
-    with ServiceServer(tmp_path_factory.mktemp("service"), model.base_url, keys={"boundary-key"}) as server:
-        with httpx.Client(base_url=server.url, headers=KEY, timeout=120) as client:
-            yield server, client
+    with (
+        ServiceServer(tmp_path_factory.mktemp("service"), model.base_url, keys={"boundary-key"}) as server,
+        httpx.Client(base_url=server.url, headers=KEY, timeout=120) as client,
+    ):
+        yield server, client
 
 
 def finished(client: httpx.Client, run_id: str) -> dict:
@@ -197,15 +199,13 @@ def test_a_pooled_kernels_link_is_not_copied_back_as_a_file(tmp_path: Path, host
     folder, secret = host_secret
 
     async def main() -> list[str]:
-        async with KernelPool(size=1) as pool:
-            async with pool.acquire(tmp_path / "run") as session:
-                before = await session.files.snapshot()
-                await session.execute(
-                    f"import os\nos.symlink({str(folder / 'secret.txt')!r}, 'leak.txt')\n"
-                    "open('real.txt', 'w').write('ok')"
-                )
-                artifacts = await session.files.changes(before)
-                return [a.path for a in artifacts]
+        async with KernelPool(size=1) as pool, pool.acquire(tmp_path / "run") as session:
+            before = await session.files.snapshot()
+            await session.execute(
+                f"import os\nos.symlink({str(folder / 'secret.txt')!r}, 'leak.txt')\nopen('real.txt', 'w').write('ok')"
+            )
+            artifacts = await session.files.changes(before)
+            return [a.path for a in artifacts]
 
     assert asyncio.run(main()) == ["real.txt"]
     assert not (tmp_path / "run" / "leak.txt").exists() and (tmp_path / "run" / "real.txt").read_text() == "ok"

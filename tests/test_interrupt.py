@@ -43,11 +43,10 @@ def runtime_dirs() -> list[Path]:
 
 def test_keyboard_interrupt_unwinds_the_run_before_it_propagates(openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(SLEEP)
-    with Agent(model="m", base_url=openai_server.base_url) as agent:
-        with pytest.raises(KeyboardInterrupt):
-            for event in agent.stream("Sleep.", workspace=tmp_path / "ws"):
-                if event.kind == "execution_started":
-                    interrupt_soon()
+    with Agent(model="m", base_url=openai_server.base_url) as agent, pytest.raises(KeyboardInterrupt):
+        for event in agent.stream("Sleep.", workspace=tmp_path / "ws"):
+            if event.kind == "execution_started":
+                interrupt_soon()
 
     assert our_kernel_pids() == [] and runtime_dirs() == []
     saved = nbformat.read(tmp_path / "ws.ipynb", as_version=4)

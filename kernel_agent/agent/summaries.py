@@ -342,9 +342,13 @@ def _records(document: Any) -> pd.DataFrame | None:
 
     if isinstance(document, list) and document and all(isinstance(item, dict) for item in document):
         return pd.DataFrame(document)
-    if isinstance(document, dict) and document and all(isinstance(v, list) for v in document.values()):
-        if len({len(v) for v in document.values()}) == 1:
-            return pd.DataFrame(document)
+    if (
+        isinstance(document, dict)
+        and document
+        and all(isinstance(v, list) for v in document.values())
+        and len({len(v) for v in document.values()}) == 1
+    ):
+        return pd.DataFrame(document)
     return None
 
 
