@@ -64,7 +64,7 @@ def test_server_dying_for_good_ends_with_llm_error(openai_server: OpenAIServer, 
     assert run.stop_reason == "llm_error"
     assert run.error
     assert [r.status for r in run.rounds] == ["ok"]
-    nb = nbformat.read(run.notebook_path, as_version=4)  # type: ignore[arg-type]
+    nb = nbformat.read(run.notebook_path, as_version=4)
     nbformat.validate(nb)
     assert "x = 1" in [c.source for c in nb.cells]
 
@@ -89,7 +89,7 @@ def test_malformed_replies_are_recorded_not_fatal(
     assert run.stop_reason == "answer" and (run.answer or "").startswith(answer)  # the script decides: one outcome
     assert len(run.rounds) == (1 if answer != "recovered" else 2)
     assert run.rounds[0].reply.startswith(reply[:20])
-    nbformat.validate(nbformat.read(run.notebook_path, as_version=4))  # type: ignore[arg-type]
+    nbformat.validate(nbformat.read(run.notebook_path, as_version=4))
 
 
 _SCRIPT = """

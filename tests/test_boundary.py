@@ -10,6 +10,7 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -67,11 +68,12 @@ def service(
         yield server, client
 
 
-def finished(client: httpx.Client, run_id: str) -> dict:
+def finished(client: httpx.Client, run_id: str) -> dict[str, Any]:
     with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
     assert events[-1]["event"] == "finished", events[-3:]
-    return client.get(f"/v1/runs/{run_id}").json()
+    value: dict[Any, Any] = client.get(f"/v1/runs/{run_id}").json()
+    return value
 
 
 def test_an_upload_never_writes_through_links_the_kernel_planted(

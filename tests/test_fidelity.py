@@ -131,7 +131,7 @@ def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
     assert third.answer == "third: 126"
     resumed = openai_server.requests[2]["messages"]
     assert "Defined in the kernel so far (reuse them, do not reload): `total: int`" in resumed[0]["content"]
-    nb = nbformat.read(third.notebook_path, as_version=4)  # type: ignore[arg-type]
+    nb = nbformat.read(third.notebook_path, as_version=4)
     answers = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "answer"]
     assert answers == ["## Answer\n\nfirst: 42", "## Answer\n\nsecond: 84", "## Answer\n\nthird: 126"]
     questions = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "question"]
@@ -209,7 +209,7 @@ def test_a_kernel_death_after_a_timeout_rebuilds_what_it_can_and_names_what_is_m
     assert loaded.rounds[3].status == "died"
     note = next(
         c.source
-        for c in nbformat.read(run.notebook_path, as_version=4).cells  # type: ignore[arg-type]
+        for c in nbformat.read(run.notebook_path, as_version=4).cells
         if c.metadata["kernel_agent"].get("role") == "note" and c.metadata["kernel_agent"].get("round") == 4
     )
     assert "names now missing: `i`, `run`, `time`" in note and "all variables were lost" not in note.lower()

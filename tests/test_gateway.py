@@ -47,7 +47,8 @@ def _running(request: pytest.FixtureRequest, which: str, monkeypatch: pytest.Mon
     running = request.getfixturevalue(which)
     if isinstance(running, EnterpriseGateway):
         monkeypatch.setenv("KERNEL_USERNAME", running.username)
-    return running
+    value: KernelGateway = running
+    return value
 
 
 @pytest.fixture(params=["gateway", "enterprise"])
@@ -244,7 +245,8 @@ def test_tcp_nodelay_is_set_on_our_socket(tmp_path: Path, gateway: KernelGateway
     async def run() -> int:
         async with AsyncKernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as session:
             sock = session.provider.client._ws.transport.get_extra_info("socket")
-            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            value: int = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            return value
 
     assert asyncio.run(run()) != 0
 

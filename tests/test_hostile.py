@@ -590,8 +590,8 @@ def test_sandbox_off_is_loud_and_recorded(tmp_path: Path) -> None:
     with Agent(chat_model=model, protocol="tags", sandbox="off") as agent:
         events = list(agent.stream("unconfined on purpose", workspace=tmp_path / "ws"))
     started = next(e for e in events if e.kind == "run_started")
-    notices = [e.message for e in events if e.kind == "notice"]  # type: ignore[attr-defined]
-    assert "OFF" in started.confinement  # type: ignore[attr-defined]
+    notices = [e.message for e in events if e.kind == "notice"]
+    assert "OFF" in started.confinement
     assert any("unconfined" in message for message in notices)
     meta = nbformat.read(tmp_path / "ws.ipynb", as_version=4).metadata["kernel_agent"]
     assert meta["confinement"].startswith("sandbox: OFF")

@@ -55,7 +55,8 @@ def imported_by(statement: str) -> list[str]:
         "sys.modules]))"
     )
     output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    return json.loads(output)
+    value: list[str] = json.loads(output)
+    return value
 
 
 def test_import_kernel_agent_loads_no_front_end_or_sdk() -> None:

@@ -11,6 +11,7 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -56,7 +57,7 @@ def test_keyboard_interrupt_unwinds_the_run_before_it_propagates(openai_server: 
 def test_interrupted_magic_says_so_and_keeps_the_partial_run(
     shell: InteractiveShell, openai_server: OpenAIServer, tmp_path: Path
 ) -> None:
-    def sleep_then_interrupt(body: dict) -> Reply:
+    def sleep_then_interrupt(body: dict[str, Any]) -> Reply:
         interrupt_soon()  # fires while the magic waits on the code (or, under load, the reply): both cancel
         return SLEEP
 

@@ -35,7 +35,7 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 async def complete(
-    server: OpenAIServer, *, deltas: list[str] | None = None, options: dict | None = None, **model_kw: Any
+    server: OpenAIServer, *, deltas: list[str] | None = None, options: dict[str, Any] | None = None, **model_kw: Any
 ) -> ModelReply:
     model_kw.setdefault("backoff", 0.01)
     async with OpenAIChatModel("test-model", base_url=server.base_url, **model_kw) as model:
@@ -122,7 +122,7 @@ def test_request_fields_reach_the_server(openai_server: OpenAIServer) -> None:
 
 
 def test_callable_entry_sees_what_was_sent(openai_server: OpenAIServer) -> None:
-    def check(body: dict) -> Reply:
+    def check(body: dict[str, Any]) -> Reply:
         assert body["messages"][-1]["content"].startswith("Which region")
         return Reply("seen " + str(len(body["messages"])))
 
@@ -281,7 +281,7 @@ def test_aclose_is_idempotent_and_the_model_reopens(openai_server: OpenAIServer)
 
 
 @pytest.mark.parametrize("kwargs", [{"max_retries": -1}, {"backoff": -0.1}, {"request_timeout": 0}])
-def test_bad_settings_are_config_errors(kwargs: dict) -> None:
+def test_bad_settings_are_config_errors(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         OpenAIChatModel("m", **kwargs)
     with pytest.raises(ConfigError):
@@ -331,7 +331,7 @@ def test_server_shuts_down_without_leftover_threads() -> None:
 
 
 def test_server_reraises_a_failing_callable() -> None:
-    def check(body: dict) -> Reply:
+    def check(body: dict[str, Any]) -> Reply:
         raise AssertionError("the traceback never reached the model")
 
     server = OpenAIServer([check]).start()

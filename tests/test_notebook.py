@@ -19,6 +19,7 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -49,11 +50,12 @@ def small_png() -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def stdout(text: str) -> dict:
-    return new_output("stream", name="stdout", text=text)
+def stdout(text: str) -> dict[str, Any]:
+    value: dict[Any, Any] = new_output("stream", name="stdout", text=text)
+    return value
 
 
-def ok(count: int, *outputs: dict, duration: float = 0.2) -> ExecutionResult:
+def ok(count: int, *outputs: dict[str, Any], duration: float = 0.2) -> ExecutionResult:
     return ExecutionResult("ok", tuple(outputs), count, duration)
 
 
@@ -153,15 +155,16 @@ def make_run(**changes: object) -> Run:
     return dataclasses.replace(run, **changes)
 
 
-def meta(cell: dict) -> dict:
-    return cell["metadata"]["kernel_agent"]
+def meta(cell: dict[str, Any]) -> dict[str, Any]:
+    value: dict[Any, Any] = cell["metadata"]["kernel_agent"]
+    return value
 
 
 def roles(nb: nbformat.NotebookNode) -> list[str]:
     return [f"{meta(c)['role']}:{meta(c).get('round', '')}" for c in nb.cells]
 
 
-def code_cell(nb: nbformat.NotebookNode, number: int) -> dict:
+def code_cell(nb: nbformat.NotebookNode, number: int) -> dict[str, Any]:
     return next(c for c in nb.cells if c.cell_type == "code" and meta(c).get("round") == number)
 
 

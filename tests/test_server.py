@@ -53,7 +53,8 @@ def events(client: httpx.Client, run_id: str, last: int | None = None) -> list[t
 def upload(client: httpx.Client, name: str, content: bytes) -> dict[str, Any]:
     response = client.post("/v1/files", files={"file": (name, content, "text/csv")})
     assert response.status_code == 200, response.text
-    return response.json()
+    value: dict[str, Any] = response.json()
+    return value
 
 
 def test_info_is_open_and_everything_else_needs_a_key(server: ServiceServer) -> None:

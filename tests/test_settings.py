@@ -55,10 +55,11 @@ def option_of(found: click.Command, row: Setting) -> click.Option:
 
 
 def magic_action(row: Setting) -> argparse.Action:
-    parser = AgentMagics.agent.parser  # type: ignore[attr-defined]  # IPython's magic_arguments sets it
+    parser = AgentMagics.agent.parser  # IPython's magic_arguments sets it
     actions = [action for action in parser._actions if action.dest == row.name]
     assert len(actions) == 1, row.name
-    return actions[0]
+    value: argparse.Action = actions[0]
+    return value
 
 
 def kinds(hint: Any) -> set[type]:
@@ -168,7 +169,7 @@ def test_the_commands_options_are_the_tables_rows(path: tuple[str, ...]) -> None
     for row in rows:
         option = option_of(found, row)
         assert row.flag in option.opts and (row.short is None or row.short in option.opts), row.name
-        assert option.secondary_opts == ([f"--no-{row.flag[2:]}"] if row.negatable else []), row.name  # type: ignore[index]
+        assert option.secondary_opts == ([f"--no-{row.flag[2:]}"] if row.negatable else []), row.name
         assert option.help is not None and row.default_text() in option.help, row.name
         assert row.env is None or f"env: {row.env}" in option.help, row.name
         if row.choices is not None:
