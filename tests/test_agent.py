@@ -248,7 +248,7 @@ def test_connection_refused_ends_with_llm_error_and_a_notebook(tmp_path: Path) -
     assert f"127.0.0.1:{port}" in (run.error or "")
     assert "Traceback" not in (run.error or "")
     assert any(e.kind == "error" for e in events)
-    assert Path(run.notebook_path).is_file()
+    assert run.notebook_path is not None and Path(run.notebook_path).is_file()
 
 
 def test_protocol_trouble_is_recorded_not_fatal(openai_server: OpenAIServer, tmp_path: Path) -> None:
@@ -358,6 +358,7 @@ def test_resume_continues_with_the_old_variables(openai_server: OpenAIServer, tm
     openai_server.add(Reply("<Answer>84</Answer>"))
     with agent_for(openai_server) as agent:
         first = agent.run("compute", workspace=tmp_path / "ws")
+        assert first.notebook_path is not None
         second = agent.resume(first.notebook_path, "double it")
     assert second.answer == "84"
     assert second.notebook_path == first.notebook_path

@@ -56,10 +56,10 @@ def result_of_last_call(protocol: str, body: dict[str, Any]) -> str:
         return value
     if protocol == "deepanalyze":  # raw output in DeepAnalyze's own role, no system message
         assert last["role"] == "execute" and messages[0]["role"] == "user"
-        value: str = last["content"]
+        value = last["content"]
         return value
     assert last["role"] == "user" and last["content"].startswith("<Execute>")
-    value: str = last["content"]
+    value = last["content"]
     return value
 
 

@@ -11,13 +11,14 @@ import base64
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 from rich.console import Console
 
 import kernel_agent
-from kernel_agent.cli.render import JsonRenderer, LiveRenderer, QuietRenderer
+from kernel_agent.cli.render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
 from kernel_agent.cli.show import show_run
 from kernel_agent.events import AnswerReady, CodeReady, ExecutionFinished, Notice, RoundFinished, RunError, RunFinished
 from kernel_agent.notebook.html import render_node
@@ -314,7 +315,7 @@ def _events_with(payload: str) -> list[object]:
     from kernel_agent.records import Round, Run, RunInfo
     from kernel_agent.result import ExecutionResult
 
-    outputs = [
+    outputs: list[dict[str, Any]] = [
         {"output_type": "stream", "name": "stdout", "text": payload},
         {"output_type": "stream", "name": "stderr", "text": payload},
         {"output_type": "execute_result", "data": {"text/plain": payload}, "metadata": {}, "execution_count": 1},
@@ -339,7 +340,7 @@ def test_every_terminal_renderer_shows_the_escapes_and_keeps_its_own_colours() -
     console = Console(file=out, force_terminal=True, color_system="standard", width=100)
     live = LiveRenderer(console)
     quiet_out, quiet_err, json_out = io.StringIO(), io.StringIO(), io.StringIO()
-    renderers = [live, QuietRenderer(quiet_out, quiet_err), JsonRenderer(json_out)]
+    renderers: list[Renderer] = [live, QuietRenderer(quiet_out, quiet_err), JsonRenderer(json_out)]
     for event in _events_with(TERMINAL_PAYLOAD):
         for renderer in renderers:
             renderer.handle(event)

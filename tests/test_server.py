@@ -34,10 +34,10 @@ def client(server: ServiceServer) -> Iterator[httpx.Client]:
         yield http
 
 
-def events(client: httpx.Client, run_id: str, last: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+def events(client: httpx.Client, run_id: str, last: int | None = None) -> list[tuple[int | None, dict[str, Any]]]:
     """Every SSE event of the run (the stream ends after ``finished``), with their ids."""
     headers = {} if last is None else {"Last-Event-ID": str(last)}
-    out = []
+    out: list[tuple[int | None, dict[str, Any]]] = []
     with client.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")

@@ -79,11 +79,11 @@ def other_value(row: Setting) -> tuple[str, Any]:
     if row.type is bool:
         return ("0", False) if row.default else ("1", True)
     if row.type in (int, float) and row.maximum is not None:  # inside its bounds: the middle
-        value = row.type(((row.minimum or 0) + row.maximum) / 2)
-        return str(value), value
+        middle = row.type(((row.minimum or 0) + row.maximum) / 2)
+        return str(middle), middle
     if row.type in (int, float):
-        value = row.type((row.default or row.minimum or 1) + 7)
-        return str(value), value
+        other = row.type((row.default or row.minimum or 1) + 7)
+        return str(other), other
     return ("http://gateway.invalid:8888", "http://gateway.invalid:8888") if row.name == "gateway_url" else ("x", "x")
 
 

@@ -9,6 +9,7 @@ import html
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -166,7 +167,7 @@ def _metadata(notebook: Path) -> dict[str, object]:
     return dict(read_notebook(notebook).metadata)
 
 
-def _finished(client: httpx.Client, body: dict[str, object]) -> dict[str, object]:
+def _finished(client: httpx.Client, body: dict[str, object]) -> dict[str, Any]:
     """Start a run and follow its events to the end (its record is written before the last); its record."""
     started = client.post("/v1/runs", json=body)
     assert started.status_code in (200, 201), started.text

@@ -34,7 +34,10 @@ def test_each_sync_method_takes_what_its_async_method_takes(name: str) -> None:
     sync, asynchronous = inspect.signature(_public(Agent)[name]), inspect.signature(_public(AsyncAgent)[name])
     assert _shown(sync) == _shown(asynchronous)
     awaited = {"Run": "Run", "PlanFinished": "PlanFinished", "None": "None"}
-    iterated = {"AsyncGenerator[Event, None]": "Iterator[Event]", "AsyncIterator[PlanEvent]": "Iterator[PlanEvent]"}
+    iterated = {
+        "AsyncGenerator[Event, None]": "Generator[Event, None, None]",
+        "AsyncIterator[PlanEvent]": "Generator[PlanEvent, None, None]",
+    }
     assert {**awaited, **iterated}[asynchronous.return_annotation] == sync.return_annotation
 
 

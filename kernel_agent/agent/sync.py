@@ -10,7 +10,7 @@ and shuts the kernel down before the interrupt propagates.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._loop import LoopThread
@@ -111,7 +111,7 @@ class Agent:
         notebook: str | os.PathLike[str] | None = None,
         *,
         setup: str = "",
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """The run as an iterator of events; see ``AsyncAgent.stream``."""
         return self._loop.iterate(self._async.stream(task, data, workspace, notebook, setup=setup))
 
@@ -138,7 +138,7 @@ class Agent:
         workspace: str | os.PathLike[str] | None = None,
         data: Sequence[str | os.PathLike[str]] = (),
         restore: bool = True,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """``resume`` as an iterator of events."""
         return self._loop.iterate(
             self._async.stream_resume(
@@ -168,7 +168,7 @@ class Agent:
         *,
         options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> Iterator[PlanEvent]:
+    ) -> Generator[PlanEvent, None, None]:
         """Sync facade of ``AsyncAgent.stream_plan``: its events, as they come."""
         return self._loop.iterate(
             self._async.stream_plan(task, data, workspace, notebook, options=options, resume=resume)
