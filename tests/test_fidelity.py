@@ -125,6 +125,7 @@ def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
     openai_server.add(Reply("<Answer>third: 126</Answer>"))
     with _agent(openai_server, "model-a", "127.0.0.1") as agent:
         first = agent.run("compute", workspace=tmp_path / "ws")
+        assert first.notebook_path is not None
     with _agent(openai_server, "model-b", "localhost") as agent:
         agent.resume(first.notebook_path, "double it")
         third = agent.resume(first.notebook_path, "triple it")
@@ -174,6 +175,7 @@ def test_resume_after_a_timeout_reports_exactly_what_was_rebuilt_and_which_names
     openai_server.add(follow_up)
     with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5, preload=False) as agent:
         first = agent.run("loop", workspace=tmp_path / "ws")
+        assert first.notebook_path is not None
     assert [r.status for r in first.rounds] == ["ok", "timeout", "ok", "ok", "answer"]
     with _agent(openai_server, "m", "127.0.0.1") as agent:
         agent.resume(first.notebook_path, "and now?")
@@ -277,6 +279,7 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
     openai_server.add(Reply("<Answer>second</Answer>"))
     with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5, preload=False) as agent:
         first = agent.run("loop", workspace=tmp_path / "ws")
+        assert first.notebook_path is not None
     with _agent(openai_server, "m", "127.0.0.1", preload=False) as agent:
         second = agent.resume(first.notebook_path, "times five")
     path = second.notebook_path

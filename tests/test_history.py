@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kernel_agent.agent.history import StuckGuard, clip_old_feedback, resume_context
 from kernel_agent.kernel.outputs import output_node
 from kernel_agent.records import Round
@@ -32,7 +34,7 @@ def test_stuck_guard_also_catches_the_same_reply() -> None:
 
 def test_clip_old_feedback_keeps_the_latest_rounds_and_drops_old_images() -> None:
     long = "a" * 3000 + "TAIL"
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "s" * 5000},
         {"role": "tool", "tool_call_id": "1", "content": long},
         {

@@ -20,7 +20,16 @@ from rich.console import Console
 import kernel_agent
 from kernel_agent.cli.render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
 from kernel_agent.cli.show import show_run
-from kernel_agent.events import AnswerReady, CodeReady, ExecutionFinished, Notice, RoundFinished, RunError, RunFinished
+from kernel_agent.events import (
+    AnswerReady,
+    CodeReady,
+    Event,
+    ExecutionFinished,
+    Notice,
+    RoundFinished,
+    RunError,
+    RunFinished,
+)
 from kernel_agent.notebook.html import render_node
 from kernel_agent.notebook.load import load_run
 from kernel_agent.safe.html import (
@@ -311,7 +320,7 @@ def test_html_pages_and_sanitizers_live_in_one_place_each() -> None:
     assert "app.add_middleware(ShownAs)" in app
 
 
-def _events_with(payload: str) -> list[object]:
+def _events_with(payload: str) -> list[Event]:
     from kernel_agent.records import Round, Run, RunInfo
     from kernel_agent.result import ExecutionResult
 

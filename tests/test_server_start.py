@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ def held_build(release: threading.Event, events: list[str]) -> Any:
 
 def test_health_answers_while_the_app_builds_and_other_requests_wait_for_it() -> None:
     async def scenario() -> None:
-        release, events = threading.Event(), []
+        release = threading.Event()
+        events: list[str] = []
         app = DeferredApp(held_build(release, events))
         lifespan = Lifespan(app)
         assert await lifespan.send("startup") == "lifespan.startup.complete"  # before the build has finished
@@ -103,7 +105,8 @@ def test_health_answers_while_the_app_builds_and_other_requests_wait_for_it() ->
 
 def test_shutdown_during_the_build_waits_for_it_then_shuts_the_app_down() -> None:
     async def scenario() -> None:
-        release, events = threading.Event(), []
+        release = threading.Event()
+        events: list[str] = []
         app = DeferredApp(held_build(release, events))
         lifespan = Lifespan(app)
         await lifespan.send("startup")
@@ -137,7 +140,7 @@ def test_a_failed_build_stops_the_server_and_requests_get_503(caplog: Any) -> No
 
 
 def test_an_app_whose_start_up_fails_is_never_served() -> None:
-    async def refusing(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def refusing(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         await receive()
         await send({"type": "lifespan.startup.failed", "message": "the store is locked"})
 
