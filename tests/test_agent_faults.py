@@ -10,6 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.kernel
 FAST = {"max_retries": 2, "backoff": 0.01}
 
 
-def agent_for(server: OpenAIServer, **kwargs: object) -> Agent:
+def agent_for(server: OpenAIServer, **kwargs: Any) -> Agent:
     return Agent(model="m", base_url=server.base_url, protocol="tags", model_options=FAST, **kwargs)
 
 
