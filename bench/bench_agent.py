@@ -21,7 +21,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from report import Row, scaled
 from kernel_agent.agent.agent import AsyncAgent
 from kernel_agent.events import ExecutionFinished, RunFinished
 from kernel_agent.kernel.interface import KernelFactory
+from kernel_agent.model.chat import ModelReply, Piece
+from kernel_agent.model.messages import ChatMessage
 from kernel_agent.model.scripted import ScriptedChatModel
 
 NAME = "agent"
@@ -105,12 +107,14 @@ class _TimedModel(ScriptedChatModel):
         self.asked: list[float] = []
         self.answered: list[float] = []
 
-    async def complete(self, *args: Any, **kwargs: Any) -> Any:
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: dict[str, Any] | None = None
+    ) -> AsyncIterator[Piece]:
         self.asked.append(time.perf_counter())
-        try:
-            return await super().complete(*args, **kwargs)
-        finally:
-            self.answered.append(time.perf_counter())
+        async for piece in super().stream(messages, options):
+            if isinstance(piece, ModelReply):
+                self.answered.append(time.perf_counter())
+            yield piece
 
 
 async def _through_agent(

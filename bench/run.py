@@ -70,6 +70,7 @@ BENCHMARKS = [
     "bench_eval",
     "bench_describe",
     "bench_host_python",
+    "bench_seam",
 ]
 
 FAILED_EXIT = 1

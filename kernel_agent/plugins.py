@@ -1,7 +1,9 @@
 """Where plug-ins are found: one ``Registry`` per entry-point group, every group read in one scan.
 
-Owns the mechanism only (find a name, load its object, say the choices); what an entry point of a
-group must be is that group's owner's to say, in a line of its docstring::
+Owns the mechanism (find a name, load its object, check it is what the group gives, say the choices,
+list what is installed); what an entry point of a group must be is its owner's to say, by the
+``Registry`` it declares (the group, the type it gives, and whether an entry is that value or a
+factory called with ``make``'s arguments)::
 
     group                     owner                            an entry point is
     kernel_agent.models       model/registry.py                make(name, ModelSettings) -> ChatModel
@@ -14,23 +16,27 @@ distributions' entry points are scanned once a process (``importlib.metadata`` r
 ``entry_points.txt`` on ``sys.path``, tens of milliseconds), on first use or ahead by ``warm()``
 (the service calls it in a worker thread, not on its event loop); ``forget()`` drops the scan (a
 test that installs a package). Names are compared in lower case; where two distributions register
-one name, the first on ``sys.path`` wins, as an import would.
+one name, the first on ``sys.path`` wins, as an import would. ``installed()`` lists every
+``kernel_agent.*`` group's entries with the distribution each comes from (``kernel-agent plugins``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, overload
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from .errors import ConfigError, KernelAgentError
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-__all__ = ["Choices", "Registry", "forget", "warm"]
+__all__ = ["Choices", "Installed", "Registry", "forget", "installed", "warm"]
 
 _PREFIX = "kernel_agent."
+T = TypeVar("T")
 
 
 @cache
@@ -85,16 +91,45 @@ class Choices(Sequence[str]):
         return repr(self._names())
 
 
-class Registry:
-    """One entry-point ``group``: its ``names()`` (``ours`` first, then the others sorted) and ``load(name)``.
+@dataclass(frozen=True)
+class Installed:
+    """One installed entry point: its ``group``, ``name``, the ``value`` it points at (``module:object``) and
+    the distribution it comes from (``distribution``/``version``: "" when the metadata does not say)."""
 
-    ``kind`` names what the group holds in messages ("protocol", "model", ...).
+    group: str
+    name: str
+    value: str
+    distribution: str
+    version: str
+
+
+def installed() -> tuple[Installed, ...]:
+    """Every ``kernel_agent.*`` group's entry points, groups and names in alphabetical order (the one that
+    wins for each name, as lookups see them)."""
+    return tuple(
+        Installed(group, name, entry.value, *((entry.dist.name, entry.dist.version) if entry.dist else ("", "")))
+        for group, named in sorted(_scan().items())
+        for name, entry in sorted(named.items())
+    )
+
+
+class Registry(Generic[T]):
+    """One entry-point ``group``: its ``names()`` (``ours`` first, then the others sorted) and ``make(name)``.
+
+    ``kind`` names what the group holds in messages ("protocol", "model plug-in", ...); ``gives`` is the
+    type ``make`` returns (a runtime-checkable ``typing.Protocol`` will do), or its ``"module:Name"`` where
+    importing it here would load what a front end must not load at import; ``factory``: an entry point is
+    a callable that ``make``'s arguments are passed to, else it is the value itself.
     """
 
-    def __init__(self, group: str, kind: str, ours: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, group: str, kind: str, gives: type[Any] | str, ours: tuple[str, ...] = (), *, factory: bool = True
+    ) -> None:
         self.group = group
         self.kind = kind
+        self.gives = gives
         self.ours = ours
+        self.factory = factory
         self.choices = Choices(self.names)
 
     def __repr__(self) -> str:
@@ -122,9 +157,10 @@ class Registry:
             raise ConfigError(f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names()) or 'none'}")
         return entry
 
-    def load(self, name: str) -> Any:
-        """The object ``name``'s entry point names, imported. Raises ``ConfigError`` for an unknown name or
-        one whose package cannot be imported (our own errors, e.g. ``ExtraMissingError``, pass through)."""
+    def _load(self, name: str) -> Any:
+        """The object ``name``'s entry point names, imported (``make`` checks it). Raises ``ConfigError`` for an
+        unknown name or one whose package cannot be imported (our own errors, e.g. ``ExtraMissingError``, pass
+        through)."""
         entry = self.entry(name)
         try:
             return entry.load()
@@ -132,3 +168,27 @@ class Registry:
             raise
         except Exception as exc:  # a third party's package: its import error is the installation's to fix
             raise ConfigError(f"the {self.kind} {name!r} ({entry.value}) cannot be loaded: {exc}") from exc
+
+    def make(self, name: str, *arguments: object) -> T:
+        """What ``name``'s entry point gives: its object, or what it makes of ``arguments`` when the group's
+        entries are factories. Raises ``ConfigError`` for an unknown name (listing the choices), an entry whose
+        package cannot be imported, and an object that is not what the group gives; a factory's own
+        ``ConfigError`` (and our ``ExtraMissingError``) pass through."""
+        loaded = self._load(name)
+        made = loaded(*arguments) if self.factory else loaded
+        gives = self._gives()
+        if not isinstance(made, gives):
+            verb = "made" if self.factory else "is"
+            value = self.entry(name).value
+            raise ConfigError(
+                f"the {self.kind} {name!r} ({value}) {verb} a {type(made).__name__}, not a {gives.__name__}"
+            )
+        made_value: T = made
+        return made_value
+
+    def _gives(self) -> type[Any]:
+        if isinstance(self.gives, type):
+            return self.gives
+        module, _, name = self.gives.partition(":")
+        gives: type[Any] = getattr(import_module(module), name)
+        return gives

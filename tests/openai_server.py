@@ -133,6 +133,8 @@ class OpenAIServer:
     ``base_url`` ends in ``/v1``. ``requests`` holds the parsed JSON bodies of
     chat requests in arrival order, ``request_headers`` their headers
     (lower-case names). ``remaining`` counts unplayed script entries.
+    ``hung_up`` is set once a client closed its connection while a reply was
+    still streaming to it (a write to it failed).
     """
 
     def __init__(self, script: Iterable[Entry] = (), *, model: str = "scripted-test-model") -> None:
@@ -140,6 +142,7 @@ class OpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self.errors: list[BaseException] = []
+        self.hung_up = threading.Event()
         self._script: deque[Entry] = deque(script)
         self._lock = threading.Lock()
         self._holds: list[threading.Event] = []  # set on close(), so no held reply outlives the server
@@ -360,6 +363,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._drop()
 
     def _send_stream(self, reply: Reply, body: dict[str, Any]) -> None:
+        try:
+            self._stream(reply, body)
+        except (BrokenPipeError, ConnectionResetError):  # the client hung up mid-reply
+            self.server.owner.hung_up.set()
+            self.close_connection = True
+
+    def _stream(self, reply: Reply, body: dict[str, Any]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ import pytest
 from kernel_agent import AsyncAgent
 from kernel_agent.errors import DataFileError, KernelError, ModelUnreachableError, SessionClosedError
 from kernel_agent.kernel.interface import Kernel, KernelFactory
-from kernel_agent.model.chat import ModelReply
+from kernel_agent.model.chat import Piece
+from kernel_agent.model.messages import ChatMessage
 from kernel_agent.model.scripted import ScriptedChatModel
 from kernel_agent.records import Run
 from kernel_agent.result import ExecutionResult
@@ -116,10 +117,13 @@ def test_a_workspace_over_its_disk_quota_ends_the_run_after_that_round(tmp_path:
 class FailingModel(ScriptedChatModel):
     """Plays its replies, then fails as an unreachable endpoint does."""
 
-    async def complete(self, messages: list[dict[str, Any]], **options: Any) -> ModelReply:
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: dict[str, Any] | None = None
+    ) -> AsyncIterator[Piece]:
         if self.remaining == 0:
             raise ModelUnreachableError("the model endpoint http://127.0.0.1:9/v1 is unreachable")
-        return await super().complete(messages, **options)
+        async for piece in super().stream(messages, options):
+            yield piece
 
 
 def test_a_model_error_ends_the_run_with_llm_error_and_keeps_the_rounds(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from kernel_agent.agent.data import preload_code
 from kernel_agent.demo import dataset_path, demo_model, demo_replies, demo_task
 from kernel_agent.demo.make_dataset import COLUMNS, write_dataset
 from kernel_agent.errors import ConfigError
-from kernel_agent.model.chat import ChatModel, ModelReply
+from kernel_agent.model.chat import ChatModel, ModelReply, Piece, TextPiece, complete
 from kernel_agent.model.scripted import END_OF_SCRIPT, ScriptedChatModel
 
 TAGS = ("Analyze", "Understand", "Code", "Answer")
@@ -99,7 +99,7 @@ def test_replies_parse_with_the_tags_protocols() -> None:
     for name in ("tags", "deepanalyze"):
         protocol = get_protocol(name)
         model = ScriptedChatModel(replies)
-        steps = [protocol.parse(asyncio.run(model.complete([], options=protocol.request_options()))) for _ in replies]
+        steps = [protocol.parse(asyncio.run(complete(model, [], protocol.request_options()))) for _ in replies]
         assert [step.problem for step in steps] == [None] * len(replies), name
         assert [step.code for step in steps[:-1]] == [code_of(reply) for reply in replies[:-1]], name
         assert steps[-1].answer and steps[-1].code is None, name
@@ -159,8 +159,9 @@ def test_scripted_model_streams_chunks_and_plays_in_order() -> None:
     async def play() -> list[tuple[ModelReply, list[str]]]:
         results = []
         for _ in range(4):
-            chunks: list[str] = []
-            results.append((await model.complete([{"role": "user", "content": "hi"}], on_delta=chunks.append), chunks))
+            *pieces, reply = [piece async for piece in model.stream([{"role": "user", "content": "hi"}])]
+            assert isinstance(reply, ModelReply) and all(isinstance(piece, TextPiece) for piece in pieces)
+            results.append((reply, [piece.text for piece in pieces if isinstance(piece, TextPiece)]))
         await model.aclose()
         await model.aclose()
         return results
@@ -179,11 +180,14 @@ def test_scripted_model_streams_chunks_and_plays_in_order() -> None:
 
 def test_scripted_model_honours_stop_strings_like_a_server() -> None:
     model = ScriptedChatModel(["<Code>\nprint(1)\n</Code> trailing", "no stop here"], name="t")
-    chunks: list[str] = []
-    cut = asyncio.run(model.complete([], options={"stop": ["</Code>"]}, on_delta=chunks.append))
-    assert cut.text == "<Code>\nprint(1)\n" and cut.stop_reason == "</Code>"
-    assert "".join(chunks) == cut.text
-    whole = asyncio.run(model.complete([], options={"stop": "</Code>"}))
+
+    async def pieces() -> list[Piece]:
+        return [piece async for piece in model.stream([], {"stop": ["</Code>"]})]
+
+    *chunks, cut = asyncio.run(pieces())
+    assert isinstance(cut, ModelReply) and cut.text == "<Code>\nprint(1)\n" and cut.stop_reason == "</Code>"
+    assert "".join(chunk.text for chunk in chunks if isinstance(chunk, TextPiece)) == cut.text
+    whole = asyncio.run(complete(model, [], {"stop": "</Code>"}))
     assert whole.text == "no stop here" and whole.stop_reason is None
 
 

@@ -38,8 +38,9 @@ STARTS = {
     ("kernel_agent.agent.describer", "_start"): "python: the describer (python_argv)",
     ("kernel_agent.kernel.python_env", "probe_python"): "python: another interpreter's probe (code_argv)",
     ("kernel_agent.kernel.sandbox.bwrap", "_missing_flags"): "bwrap --help",
-    ("kernel_agent.kernel.sandbox.bwrap", "_probe"): "bwrap ... /bin/true",
-    ("kernel_agent.kernel.sandbox.network", "_probe"): "python: pasta_launch (script_argv) before bwrap",
+    ("kernel_agent.kernel.sandbox.bwrap", "probe_sandbox"): (
+        "bwrap ... /bin/true, behind network.py's pasta_launch (python: script_argv) when it probes the network"
+    ),
     ("kernel_agent.kernel.sandbox.pasta_launch", "_fence"): "nsenter ... nft",
     ("kernel_agent.kernel.sandbox.pasta_launch", "main"): "the sandbox's command (bwrap) and pasta",
     ("kernel_agent.kernel.inside.launcher", "main"): "the kernel's own command (--exec), confined",

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 import openai
@@ -23,24 +23,45 @@ from kernel_agent.errors import (
     ModelTimeoutError,
     ModelUnreachableError,
 )
-from kernel_agent.model.chat import ChatModel, ModelReply, ToolCall
+from kernel_agent.model.chat import (
+    ChatModel,
+    ModelReply,
+    Piece,
+    ReasoningPiece,
+    Retry,
+    TextPiece,
+    ToolCall,
+)
+from kernel_agent.model.chat import (
+    complete as complete_reply,
+)
 from kernel_agent.model.llm import OpenAIChatModel, endpoint_host
+from kernel_agent.model.messages import ChatMessage
 from kernel_agent.records import Usage
 
-MESSAGES = [{"role": "user", "content": "Which region sells most?"}]
+MESSAGES: list[ChatMessage] = [{"role": "user", "content": "Which region sells most?"}]
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
+async def pieces_of(server: OpenAIServer, *, options: dict[str, Any] | None = None, **model_kw: Any) -> list[Piece]:
+    """Every piece of one reply's stream, the ``ModelReply`` last."""
+    model_kw.setdefault("backoff", 0.01)
+    async with OpenAIChatModel("test-model", base_url=server.base_url, **model_kw) as model:
+        return [piece async for piece in model.stream(MESSAGES, options)]
+
+
 async def complete(
     server: OpenAIServer, *, deltas: list[str] | None = None, options: dict[str, Any] | None = None, **model_kw: Any
 ) -> ModelReply:
-    model_kw.setdefault("backoff", 0.01)
-    async with OpenAIChatModel("test-model", base_url=server.base_url, **model_kw) as model:
-        on_delta = deltas.append if deltas is not None else None
-        return await model.complete(MESSAGES, options=options, on_delta=on_delta)
+    pieces = await pieces_of(server, options=options, **model_kw)
+    if deltas is not None:
+        deltas += [piece.text for piece in pieces if isinstance(piece, TextPiece)]
+    reply = pieces[-1]
+    assert isinstance(reply, ModelReply)
+    return reply
 
 
 def fail(server: OpenAIServer, **model_kw: Any) -> ModelError:
@@ -199,7 +220,7 @@ def test_other_client_errors_are_not_retried(openai_server: OpenAIServer, status
 
 async def complete_at(base_url: str, **model_kw: Any) -> ModelReply:
     async with OpenAIChatModel("m", base_url=base_url, **model_kw) as model:
-        return await model.complete(MESSAGES)
+        return await complete_reply(model, MESSAGES)
 
 
 def test_connection_refused_is_unreachable() -> None:
@@ -227,11 +248,11 @@ def test_a_server_that_takes_the_request_but_never_answers_is_a_timeout_not_retr
 
 def test_stream_dying_midway_is_retried(openai_server: OpenAIServer) -> None:
     openai_server.add(Reply("partial answer text", chunk_size=4, die_after=3), Reply("full answer"))
-    deltas: list[str] = []
-    reply = run(complete(openai_server, deltas=deltas))
-    assert reply.text == "full answer" and reply.finish_reason == "stop"
-    # on_delta saw the broken attempt, then the retry from its start
-    assert deltas == ["part", "ial ", "full answer"]
+    *pieces, reply = run(pieces_of(openai_server))
+    assert isinstance(reply, ModelReply) and reply.text == "full answer" and reply.finish_reason == "stop"
+    # the broken attempt's pieces, the retry with its reason (what came before it is void), the retried reply
+    assert pieces[:2] == [TextPiece("part"), TextPiece("ial ")] and pieces[3:] == [TextPiece("full answer")]
+    assert isinstance(pieces[2], Retry) and "closed the stream early" in pieces[2].reason
     assert len(openai_server.requests) == 2
 
 
@@ -270,10 +291,10 @@ def test_aclose_is_idempotent_and_the_model_reopens(openai_server: OpenAIServer)
 
     async def go() -> list[str]:
         model = OpenAIChatModel("m", base_url=openai_server.base_url)
-        first = await model.complete(MESSAGES)
+        first = await complete_reply(model, MESSAGES)
         await model.aclose()
         await model.aclose()
-        second = await model.complete(MESSAGES)
+        second = await complete_reply(model, MESSAGES)
         await model.aclose()
         return [first.text, second.text]
 
@@ -356,15 +377,14 @@ def test_reasoning_content_is_kept_apart_from_the_text(openai_server: OpenAIServ
             chunk_size=5,
         )
     )
-    thoughts: list[str] = []
-    deltas: list[str] = []
-
-    async def go() -> ModelReply:
-        async with OpenAIChatModel("m", base_url=openai_server.base_url, stream=stream) as model:
-            return await model.complete(MESSAGES, on_delta=deltas.append, on_reasoning=thoughts.append)
-
-    reply = run(go())
-    assert reply.text == "<Answer>42</Answer>" and reply.reasoning == "The user wants 6*7. That is 42."
+    *pieces, reply = run(pieces_of(openai_server, stream=stream))
+    thoughts = [piece.text for piece in pieces if isinstance(piece, ReasoningPiece)]
+    deltas = [piece.text for piece in pieces if isinstance(piece, TextPiece)]
+    assert (
+        isinstance(reply, ModelReply)
+        and reply.text == "<Answer>42</Answer>"
+        and reply.reasoning == "The user wants 6*7. That is 42."
+    )
     assert reply.usage == Usage(50, 30, 80, 12)
     if stream:
         assert "".join(thoughts) == reply.reasoning and len(thoughts) > 1 and "".join(deltas) == reply.text
@@ -426,3 +446,47 @@ def test_the_users_extra_body_wins_over_the_protocols(openai_server: OpenAIServe
     run(complete(openai_server, options=protocol, extra_body={"max_new_tokens": 512, "top_k": 20}))
     sent = openai_server.requests[0]
     assert (sent["max_new_tokens"], sent["top_k"], sent["add_generation_prompt"]) == (512, 20, False)
+
+
+# -- the stream ---------------------------------------------------------------------
+
+
+def test_a_consumer_that_stops_early_closes_the_request(openai_server: OpenAIServer) -> None:
+    """Closing the stream after its first piece drops the HTTP request: the server, which goes on writing
+    the rest of the reply once the client has stopped reading, finds the connection closed."""
+    release = threading.Event()
+    openai_server.add(Reply("x" * 2000, chunk_size=4, hold_after=3, hold=release))
+
+    async def go() -> tuple[Piece, bool]:
+        async with OpenAIChatModel("m", base_url=openai_server.base_url) as model:
+            pieces = model.stream(MESSAGES)
+            assert isinstance(pieces, AsyncGenerator)
+            first = await anext(pieces)
+            await pieces.aclose()
+            release.set()  # the server writes the rest now, to a connection the client has closed
+            # while the model (and its connection pool) is still open: the stream's close is what hung up
+            return first, await asyncio.to_thread(openai_server.hung_up.wait, 30)
+
+    assert run(go()) == (TextPiece("xxxx"), True)
+
+
+class _Mute:
+    """A broken plug-in: its stream ends without the reply."""
+
+    name = "mute"
+    scripted = False
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: dict[str, Any] | None = None
+    ) -> AsyncIterator[Piece]:
+        yield TextPiece("thinking...")
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_stream_that_ends_without_its_reply_is_a_model_error() -> None:
+    model = _Mute()
+    assert isinstance(model, ChatModel)
+    with pytest.raises(ModelError, match="'mute' ended its stream without a reply"):
+        run(complete_reply(model, MESSAGES))

@@ -1,10 +1,12 @@
 """Plug-ins are found through the ``kernel_agent.*`` entry points: ours are registered there, and a third
 party's package (a real distribution on ``sys.path``, written by the test: its module and its ``.dist-info``
-with ``entry_points.txt``) adds a protocol, a model, a kernel provider and a language; ``run --protocol theirs
---model theirs:x`` uses the first two, end to end."""
+with ``entry_points.txt``) adds a protocol, a model (written against the stream contract: text, reasoning
+and a retry as pieces, then the reply), a kernel provider and a language; ``run --protocol theirs --model
+theirs:x`` uses the first two, end to end."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,8 @@ import pytest
 from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply
 
-from kernel_agent import AsyncAgent, plugins
+from kernel_agent import AsyncAgent, __version__, plugins
+from kernel_agent.agent.config import AgentConfig
 from kernel_agent.agent.languages import PYTHON, language_names, language_of
 from kernel_agent.agent.names import PROTOCOLS, protocol_entry_points, protocol_names
 from kernel_agent.agent.protocols import ProtocolSettings, TagsProtocol, ToolsProtocol, get_protocol
@@ -24,8 +27,11 @@ from kernel_agent.errors import ConfigError
 from kernel_agent.kernel.providers.registry import PROVIDERS, ProviderSettings, make_provider, provider_names
 from kernel_agent.model.llm import OpenAIChatModel
 from kernel_agent.model.registry import ModelSettings, make_model, model_names
+from kernel_agent.notebook.load import load_run
 
 MARK = "THEIR-OWN-SYSTEM-PROMPT"
+RETRY = "their backend hiccuped"
+THOUGHT = "six times seven, in the kernel"
 
 THEIR_MODULE = f'''
 from dataclasses import dataclass, replace
@@ -33,8 +39,11 @@ from typing import ClassVar
 
 from kernel_agent.agent.languages import PYTHON
 from kernel_agent.agent.protocols import TagsProtocol
-from kernel_agent.kernel.sandbox.limits import Limits
-from kernel_agent.model.chat import ModelReply
+import json
+
+from kernel_agent.kernel.kernelspec import KERNEL_NAME
+from kernel_agent.kernel.providers.local import LocalProvider
+from kernel_agent.model.chat import ModelReply, ReasoningPiece, Retry, TextPiece, ToolCall, ToolCallDelta
 
 REPLIES = []  # what their model says next, in order (the test fills it)
 SEEN = []  # (name, settings, messages) of every request their model was sent
@@ -71,11 +80,24 @@ class TheirModel:
         self.model = name
         self.settings = settings
 
-    async def complete(
-        self, messages, *, options=None, on_delta=None, on_retry=None, on_reasoning=None, on_tool_delta=None
-    ):
+    async def stream(self, messages, options=None):
         SEEN.append((self.model, self.settings, [dict(m) for m in messages]))
-        return ModelReply(REPLIES.pop(0), finish_reason="stop")
+        text, thought = REPLIES.pop(0), ""
+        if len(SEEN) == 1:  # the first request fails once: what came before the retry is void
+            yield TextPiece("a false start")
+            yield Retry("{RETRY}")
+            thought = "{THOUGHT}"
+            yield ReasoningPiece(thought)
+        if (options or {{}}).get("tools") and text.startswith("CALL:"):  # the tools protocol: code as a tool call
+            arguments = json.dumps({{"code": text[len("CALL:"):]}})
+            for start in range(0, len(arguments), 7):
+                yield ToolCallDelta(0, "execute_python", arguments[start : start + 7])
+            call = ToolCall("call_1", "execute_python", arguments)
+            yield ModelReply("", tool_calls=(call,), finish_reason="tool_calls", reasoning=thought)
+            return
+        for start in range(0, len(text), 5):
+            yield TextPiece(text[start : start + 5])
+        yield ModelReply(text, finish_reason="stop", reasoning=thought)
 
     async def aclose(self):
         pass
@@ -85,33 +107,27 @@ def model(name, settings):
     return TheirModel(name, settings)
 
 
-class TheirProvider:
-    owns_kernel = True
-    limits = Limits.off()
-    client = None
-    workspace = None
-    dropped_messages = 0
+STARTED = []  # the settings of every kernel their provider started
+
+
+class TheirProvider(LocalProvider):
+    """Their kernels: ours underneath (as a container runtime would be theirs), each start noted."""
 
     def __init__(self, settings):
         self.settings = settings
+        super().__init__(
+            settings.workspace,
+            kernel_name=settings.kernel_name or KERNEL_NAME,
+            env=dict(settings.env),
+            allow_env=settings.allow_env,
+            startup_timeout=settings.startup_timeout,
+            limits=settings.limits,
+            python=settings.python,
+        )
 
     async def start(self):
-        raise RuntimeError("never started in these tests")
-
-    async def is_alive(self):
-        return False
-
-    async def interrupt(self):
-        pass
-
-    async def restart(self):
-        return {{}}
-
-    def describe_exit(self):
-        return "never started"
-
-    async def close(self):
-        pass
+        STARTED.append(self.settings)
+        return await super().start()
 
 
 def provider(settings):
@@ -139,6 +155,9 @@ missing = their_plugin_gone:provider
 [kernel_agent.languages]
 julia = their_plugin:JULIA
 broken = their_plugin:broken
+
+[kernel_agent.themes]
+dark = their_plugin:DARK
 """
 
 
@@ -228,12 +247,12 @@ def test_run_with_a_third_party_protocol_and_model(
     result = CliRunner().invoke(
         cli,
         ["run", "Compute 6 x 7", "--model", "theirs:x", "--protocol", "theirs", "--request-timeout", "42"]
-        + ["--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--out", str(notebook)]
-        + ["--quiet"],
+        + ["--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--out", str(notebook)],
         catch_exceptions=False,
     )
 
     assert result.exit_code == 0, result.output
+    assert f"model request failed: {RETRY}" in result.output  # their Retry piece, as the front end shows it
     assert openai_server.requests == []  # their model answered, not the OpenAI-compatible client
     (name, settings, first), (_, _, second) = their_plugin.SEEN
     assert name == "x" and isinstance(settings, ModelSettings)
@@ -242,6 +261,41 @@ def test_run_with_a_third_party_protocol_and_model(
     assert "42" in str(second[-1]["content"])  # the kernel's output fed back through their protocol
     meta = nbformat.read(notebook, as_version=4).metadata["kernel_agent"]
     assert meta["protocol"] == "theirs" and meta["model"] == "theirs:x" and meta["answer"] == "42."
+    first_round = load_run(notebook).run.rounds[0]
+    assert first_round.reasoning_content == THOUGHT
+    assert first_round.result is not None and first_round.result.stdout == "42\n"
+
+
+@pytest.mark.kernel
+def test_a_third_party_models_streamed_tool_call_reaches_the_event_stream(
+    their_package: Path, openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """Their model with our ``tools`` protocol: its ``ToolCallDelta`` pieces stream as the round's code, its
+    ``Retry`` and ``ReasoningPiece`` as events, in ``run --json``'s lines."""
+    import their_plugin  # the package this test installed
+
+    their_plugin.REPLIES[:] = ["CALL:print(6 * 7)", "It is 42."]
+    notebook = tmp_path / "run.ipynb"
+
+    result = CliRunner().invoke(
+        cli,
+        ["run", "Compute 6 x 7", "--model", "theirs:x", "--protocol", "tools", "--json"]
+        + ["--base-url", openai_server.base_url, "--workspace", str(tmp_path / "ws"), "--out", str(notebook)],
+        catch_exceptions=False,
+    )
+
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    kinds = [event["event"] for event in events]
+    assert kinds.index("text_reset") < kinds.index("reasoning_delta") < kinds.index("code_delta")
+    assert [e["reason"] for e in events if e["event"] == "text_reset"] == [RETRY]
+    assert "".join(e["text"] for e in events if e["event"] == "reasoning_delta") == THOUGHT
+    streamed = [e["text"] for e in events if e["event"] == "code_delta" and e["round"] == 1]
+    assert len(streamed) > 1 and "".join(streamed) == "print(6 * 7)"  # decoded from the pieces as they came
+    (output,) = [e for e in events if e["event"] == "execution_finished"]
+    assert output["result"]["stdout"] == "42\n"
+    assert openai_server.requests == []
+    assert load_run(notebook).run.answer == "It is 42."
 
 
 def test_a_model_name_goes_to_a_plug_in_only_by_its_registered_prefix(their_package: Path) -> None:
@@ -269,7 +323,7 @@ def test_a_third_party_kernel_provider_is_made_by_name(their_package: Path, tmp_
     assert type(session.provider).__name__ == "TheirProvider" and session.kernel_name == "their-spec"
     made = session.provider.settings  # type: ignore[attr-defined]
     assert (made.workspace, made.kernel_name, dict(made.env)) == (tmp_path, "their-spec", {"A": "1"})
-    with pytest.raises(ConfigError, match="made a str, not a provider"):
+    with pytest.raises(ConfigError, match="made a str, not a KernelProvider"):
         make_provider("broken", ProviderSettings())
     with pytest.raises(ConfigError, match="'missing' .*their_plugin_gone.* cannot be loaded"):
         make_provider("missing", ProviderSettings())
@@ -282,3 +336,85 @@ def test_a_third_party_language_is_the_kernels_by_its_name(their_package: Path) 
     assert language_of({"name": "python"}) is PYTHON
     with pytest.raises(ConfigError, match="is a function, not a Language"):
         language_of({"name": "broken"})
+
+
+def test_the_plugins_command_lists_every_groups_entries_and_where_they_come_from(their_package: Path) -> None:
+    said = CliRunner().invoke(cli, ["plugins"], catch_exceptions=False)
+    assert said.exit_code == 0, said.output
+    lines = [line.split() for line in said.output.splitlines()]
+    groups = [line[0] for line in lines if len(line) == 1]
+    assert groups == [f"kernel_agent.{group}" for group in ("languages", "models", "protocols", "providers", "themes")]
+    assert ["theirs", "their_plugin:provider", "their-plugin", "0.1"] in lines
+    assert ["dark", "their_plugin:DARK", "their-plugin", "0.1"] in lines  # a group we do not know of, too
+    assert ["tools", "kernel_agent.agent.protocols.tools:tools_protocol", "kernel-agent", __version__] in lines
+
+    listed = json.loads(CliRunner().invoke(cli, ["plugins", "--json"], catch_exceptions=False).output)
+    assert {
+        "group": "kernel_agent.models",
+        "name": "theirs",
+        "object": "their_plugin:model",
+        "distribution": "their-plugin",
+        "version": "0.1",
+    } in listed
+    assert {(row["group"], row["name"]) for row in listed if row["distribution"] == "kernel-agent"} == {
+        *(("kernel_agent.protocols", name) for name in PROTOCOLS),
+        ("kernel_agent.models", "openai"),
+        *(("kernel_agent.providers", name) for name in PROVIDERS),
+        ("kernel_agent.languages", "python"),
+        ("kernel_agent.languages", "r"),
+    }
+
+
+@pytest.mark.kernel
+def test_run_on_a_third_party_kernel_provider_chosen_from_the_command_line(
+    their_package: Path, openai_server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import their_plugin  # the package this test installed
+
+    openai_server.add(Reply("Compute it.\n<Code>\n```python\nprint(6 * 7)\n```\n</Code>"))
+    openai_server.add(Reply("<Answer>The answer is 42.</Answer>"))
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    their_plugin.STARTED.clear()
+
+    result = CliRunner().invoke(
+        cli,
+        ["run", "Compute 6 x 7", "--model", "m", "--protocol", "tags", "--provider", "theirs"]
+        + ["--workspace", str(tmp_path / "ws"), "--out", str(tmp_path / "run.ipynb"), "--quiet"],
+        catch_exceptions=False,
+    )
+
+    assert result.exit_code == 0, result.output
+    (settings,) = their_plugin.STARTED  # their provider started the run's kernel
+    assert settings.workspace == tmp_path / "ws" and settings.limits.sandbox == "strict"  # our settings, carried
+    assert "42" in str(openai_server.requests[1]["messages"][-1]["content"])  # the kernel's output fed back
+    meta = nbformat.read(tmp_path / "run.ipynb", as_version=4).metadata["kernel_agent"]
+    assert meta["answer"] == "The answer is 42."
+
+
+def test_an_unknown_kernel_provider_is_a_usage_error_naming_the_installed_ones(
+    their_package: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # never asked: refused before any request
+    run = ["run", "t", "--model", "m", "--workspace", str(tmp_path / "ws")]
+    flagged = CliRunner().invoke(cli, [*run, "--provider", "nope"])
+    assert flagged.exit_code == 2 and "'nope' is not one of 'local', 'gateway', 'attached'" in flagged.output
+    assert "'theirs'" in flagged.output
+    monkeypatch.setenv("KERNEL_AGENT_PROVIDER", "nope")
+    from_environment = CliRunner().invoke(cli, run)
+    assert from_environment.exit_code == 2
+    assert "unknown provider 'nope'; choose one of local, gateway, attached, broken, missing, theirs" in (
+        from_environment.output
+    )
+    assert not (tmp_path / "ws").exists()  # nothing was started
+
+
+def test_the_provider_setting_reaches_the_sessions_of_every_front_end(their_package: Path, tmp_path: Path) -> None:
+    agent = AsyncAgent(model="m", base_url="http://127.0.0.1:9/v1", provider="theirs")
+    session = agent.new_session(tmp_path)  # run, resume, plan, eval and the service's threads start theirs so
+    assert type(session.provider).__name__ == "TheirProvider" and session.provider.settings.limits is not None  # type: ignore[attr-defined]
+    kernels = AgentConfig.resolve({"KERNEL_AGENT_PROVIDER": "theirs"}).kernel
+    assert kernels.session_options()["provider"] == "theirs"  # what mcp's sessions and the service's pool are made with
+    assert kernels.ahead() is None and AgentConfig.resolve({}).kernel.ahead() is not None  # theirs: unknown ahead
+    assert "provider" not in AgentConfig.resolve({}).kernel.session_options()  # unset: the session's default
+    with pytest.raises(ConfigError, match="the local provider runs no kernel on a gateway"):
+        AgentConfig.resolve({}, provider="local", gateway_url="http://gw:8888")

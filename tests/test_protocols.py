@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from PIL import Image
 from kernel_agent.agent.protocols import (
     EXECUTE_PYTHON_TOOL,
     MAX_IMAGES,
-    PROTOCOL_NAMES,
+    PROTOCOLS,
     DeepAnalyzeProtocol,
     Feedback,
     FileInfo,
@@ -54,7 +55,7 @@ def b64png(width: int, height: int) -> str:
     return base64.b64encode(png(width, height)).decode()
 
 
-def assert_valid_tool_history(messages: list[dict[str, Any]]) -> None:
+def assert_valid_tool_history(messages: Sequence[Mapping[str, Any]]) -> None:
     """Every assistant tool call is answered by a tool message before the next assistant turn."""
     pending: list[str] = []
     for message in messages:
@@ -73,19 +74,19 @@ def assert_valid_tool_history(messages: list[dict[str, Any]]) -> None:
 
 
 def test_get_protocol_returns_each_protocol() -> None:
-    assert PROTOCOL_NAMES == ("deepanalyze", "tags", "tools")
+    assert PROTOCOLS == ("tools", "tags", "deepanalyze")
     assert isinstance(get_protocol("deepanalyze"), DeepAnalyzeProtocol)
     assert isinstance(get_protocol(" Tags "), TagsProtocol)
     tools = get_protocol("tools", vision=True)
     assert isinstance(tools, ToolsProtocol) and tools.vision
-    assert [get_protocol(n).name for n in PROTOCOL_NAMES] == list(PROTOCOL_NAMES)
+    assert [get_protocol(n).name for n in PROTOCOLS] == list(PROTOCOLS)
 
 
 def test_unknown_protocol_is_a_config_error_listing_the_valid_names() -> None:
     with pytest.raises(ConfigError) as info:
         get_protocol("json")
     assert isinstance(info.value, ValueError)
-    for name in PROTOCOL_NAMES:
+    for name in PROTOCOLS:
         assert name in str(info.value)
 
 
@@ -560,7 +561,7 @@ def test_tools_missing_ids_are_made_consistent() -> None:
     assert_valid_tool_history([assistant, *protocol.feedback_messages(step, Feedback("1\n"))])
 
 
-def image_size(part: dict[str, Any]) -> tuple[int, int] | None:
+def image_size(part: Any) -> tuple[int, int] | None:
     assert part["type"] == "image_url"
     url = part["image_url"]["url"]
     assert url.startswith("data:image/png;base64,")

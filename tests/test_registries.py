@@ -39,14 +39,14 @@ def test_ours_are_registered_through_our_own_entry_points(group: str) -> None:
         name: "kernel-agent" for name in ours
     }
     for name in ours:
-        assert registry.load(name.upper()) is not None  # any case; each one imports
+        assert registry.entry(name.upper()).load() is not None  # any case; each one imports
 
 
 @pytest.mark.parametrize(
     ("look_up", "message"),
     [
         (lambda: get_protocol("nope"), "unknown protocol 'nope'; choose one of: tools, tags, deepanalyze"),
-        (lambda: MODEL_REGISTRY.load("nope"), "unknown model plug-in 'nope'; choose one of: openai"),
+        (lambda: MODEL_REGISTRY.make("nope"), "unknown model plug-in 'nope'; choose one of: openai"),
         (lambda: make_provider("nope", ProviderSettings()), "unknown kernel provider 'nope'; choose one of: local, "),
         (lambda: AsyncKernelSession(provider="nope"), "unknown kernel provider 'nope'; choose one of: local, "),
         (lambda: get_language("nope"), "unknown language 'nope'; choose one of: python, r"),

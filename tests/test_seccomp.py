@@ -270,6 +270,41 @@ def test_no_shipped_program_and_no_libseccomp_is_refused_by_name(tmp_path: Path)
     assert "riscv64" in said and "libseccomp2" in said and "pyseccomp" in said and "sandbox='off'" in said
 
 
+# bwrap's options that build the view (mounts, folder, environment) and how many values each takes; any
+# other option of a launch is a hardening flag, and the probe must pass it too
+_VIEW_OPTIONS = {
+    "--ro-bind": 2,
+    "--bind": 2,
+    "--symlink": 2,
+    "--proc": 1,
+    "--dev": 1,
+    "--tmpfs": 1,
+    "--chdir": 1,
+    "--remount-ro": 1,
+    "--setenv": 2,
+    "--unsetenv": 1,
+}
+
+
+def _hardening(argv: list[str]) -> list[str]:
+    """A bwrap argv's options (before its command) without those that build the view."""
+    options, kept = argv[1 : argv.index("--")], []
+    while options:
+        arity = _VIEW_OPTIONS.get(options[0])
+        kept += [options[0]] if arity is None else []
+        options = options[1 + (arity or 0) :]
+    return kept
+
+
+def test_the_probe_passes_every_hardening_flag_the_launch_passes(tmp_path: Path) -> None:
+    """If the launch gains a flag the probe does not, the probe would check a sandbox other than ours."""
+    view = bwrap_module.SandboxView(tmp_path / "ws", tmp_path / "sockets", tmp_path / "kernel.json", read_only=())
+    launch = bwrap_module.bwrap_argv(Path("/usr/bin/bwrap"), view)
+    probe = bwrap_module.probe_argv("/usr/bin/bwrap", seccomp.SECCOMP_FD)
+    assert _hardening(launch) == _hardening(probe) == bwrap_module.hardening_flags(seccomp.SECCOMP_FD)
+    assert {"--disable-userns", "--add-seccomp-fd", "--cap-drop", "--die-with-parent"} <= set(_hardening(probe))
+
+
 # ------------------------------------------------------------------ in a real kernel
 @pytest.fixture(scope="module")
 def confined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:

@@ -82,13 +82,14 @@ def test_a_model_error_echoing_the_key_carries_it_nowhere(openai_server: OpenAIS
     import traceback
 
     from kernel_agent.errors import ModelError
+    from kernel_agent.model.chat import complete
     from kernel_agent.model.llm import OpenAIChatModel
 
     openai_server.add(HTTPError(401, f"Incorrect API key provided: {KEY}.", type="invalid_request_error"))
 
     async def ask() -> None:
         async with OpenAIChatModel("m", base_url=openai_server.base_url, api_key=KEY, max_retries=0) as model:
-            await model.complete([{"role": "user", "content": "hi"}])
+            await complete(model, [{"role": "user", "content": "hi"}])
 
     with pytest.raises(ModelError) as caught:
         asyncio.run(ask())

@@ -128,6 +128,8 @@ def test_precedence_is_explicit_then_environment_then_default() -> None:
         chosen = (
             row.default
             if row.default is not None
+            else row.choices()[-1]
+            if row.choices is not None
             else row.type("http://explicit.invalid:1" if row.type is str else row.maximum or 99)
         )
         explicit = AgentConfig.resolve({row.env or "": raw}, **{row.name: chosen}).keywords()[row.name]

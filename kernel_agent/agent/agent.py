@@ -124,6 +124,7 @@ class AsyncAgent:
         network: bool | None = None,
         kernel: str | None = None,
         python: str | None = None,
+        provider: str | None = None,
         gateway_url: str | None = None,
         gateway_token: str | None = None,
         gateway_kernel: str | None = None,
@@ -151,7 +152,7 @@ class AsyncAgent:
     def _check_kernel(self) -> None:
         """The local kernel asked for is installed and has what the setup cell needs. Raises ``ConfigError``."""
         config = self.config
-        if config.kernel.gateway_url or not (config.kernel.name or config.kernel.python):
+        if config.kernel.provider_name() != "local" or not (config.kernel.name or config.kernel.python):
             return
         choice = choose_kernel(config.kernel.name or KERNEL_NAME, config.kernel.python)
         if choice.python is not None and config.kernel.preload:  # the setup cell's imports

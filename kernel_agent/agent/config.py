@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..kernel.interface import KernelsAhead, kernels_ahead_of
 from ..kernel.providers.gateway.settings import GatewaySettings
+from ..kernel.providers.registry import provider_for
 from ..kernel.sandbox.bwrap import SandboxMode
 from ..kernel.sandbox.limits import Limits
 from .names import PROTOCOLS, DataFormat, ProtocolName, protocol_for_model
@@ -88,6 +89,7 @@ class KernelConfig:
     network: bool | None = _setting("network")
     name: str | None = _setting("kernel")
     python: str | None = _setting("python")
+    provider: str | None = _setting("provider")
     gateway_url: str | None = _setting("gateway_url")
     gateway_token: str | None = _setting("gateway_token")
     gateway_kernel: str | None = _setting("gateway_kernel")
@@ -98,7 +100,14 @@ class KernelConfig:
         self.gateway()
         if self.python and self.gateway_url:
             raise ConfigError("python picks a local environment; a gateway kernel runs the gateway's: give one")
+        if self.gateway_url and self.provider in ("local", "attached"):
+            raise ConfigError(f"the {self.provider} provider runs no kernel on a gateway: drop the gateway URL")
         self.limits()
+
+    def provider_name(self) -> str:
+        """The kernel provider these kernels come from: ``provider``, else ``gateway`` with a gateway URL,
+        else ``local`` (``providers.registry.provider_for``)."""
+        return provider_for(self.provider, self.gateway_url)
 
     def gateway(self) -> GatewaySettings | None:
         """Where remote kernels run (None: on this machine). Raises ``ConfigError`` for a bad URL."""
@@ -108,21 +117,23 @@ class KernelConfig:
 
     def ahead(self, **options: Any) -> KernelsAhead | None:
         """What these kernels are before one starts (``KernelsAhead``), with ``options`` (more
-        ``AsyncKernelSession`` arguments) over the settings: None on a gateway or for another kernelspec."""
-        if self.gateway_url:
+        ``AsyncKernelSession`` arguments) over the settings: None on a gateway, another provider's, or for
+        another kernelspec."""
+        if self.provider_name() != "local":
             return None
         return kernels_ahead_of({"kernel_name": self.name, "python": self.python, **options})
 
     def session_options(self) -> dict[str, Any]:
         """``AsyncKernelSession`` keyword arguments (besides its folder) for these kernels: on the gateway, or
-        local with ``limits()``. Raises ``ConfigError`` as ``gateway``/``limits`` do."""
+        with ``limits()`` (local, or the named provider's). Raises ``ConfigError`` as ``gateway``/``limits`` do."""
+        named: dict[str, Any] = {"provider": self.provider} if self.provider else {}
         gateway = self.gateway()
         if gateway:
-            return {"rebuild": self.rebuild, "gateway": gateway}
+            return {"rebuild": self.rebuild, "gateway": gateway, **named}
         chosen = {"python": self.python} if self.python else {}
         if self.name:
             chosen["kernel_name"] = self.name
-        return {"rebuild": self.rebuild, "limits": self.limits(), **chosen}
+        return {"rebuild": self.rebuild, "limits": self.limits(), **chosen, **named}
 
     def limits(self) -> Limits:
         """The kernel's confinement from ``sandbox``, ``network``, ``memory_mb`` (None: the default)

@@ -9,8 +9,9 @@ model's context by shortening execution results the model has moved past.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import cast
 
+from ..model.messages import ChatMessage, ContentPart
 from ..records import Round
 from ..result import RebuildReport, clip_middle
 
@@ -69,8 +70,8 @@ def resume_context(
 
 
 def clip_old_feedback(
-    messages: list[dict[str, Any]], feedback: Sequence[Sequence[int]], *, keep: int, clip_chars: int
-) -> list[dict[str, Any]]:
+    messages: list[ChatMessage], feedback: Sequence[Sequence[int]], *, keep: int, clip_chars: int
+) -> list[ChatMessage]:
     """The messages to send. ``feedback`` lists, per executed round in order, the
     indices of its feedback messages; those of all but the latest ``keep`` rounds are
     clipped to about ``clip_chars`` (head and tail) and lose their images. Everything
@@ -81,16 +82,16 @@ def clip_old_feedback(
     return [_clipped(m, clip_chars) if i in old else m for i, m in enumerate(messages)]
 
 
-def _clipped(message: dict[str, Any], limit: int) -> dict[str, Any]:
+def _clipped(message: ChatMessage, limit: int) -> ChatMessage:
     content = message.get("content")
     if isinstance(content, str):
-        return {**message, "content": clip_middle(content, limit, tail_share=0.5)}
+        return cast(ChatMessage, {**message, "content": clip_middle(content, limit, tail_share=0.5)})
     if isinstance(content, list):
-        parts = [
-            {**part, "text": clip_middle(part["text"], limit, tail_share=0.5)}
-            if part.get("type") == "text"
+        parts: list[ContentPart] = [
+            {"type": "text", "text": clip_middle(part["text"], limit, tail_share=0.5)}
+            if part["type"] == "text"
             else {"type": "text", "text": "[image from an earlier round omitted]"}
             for part in content
         ]
-        return {**message, "content": parts}
+        return cast(ChatMessage, {**message, "content": parts})
     return message

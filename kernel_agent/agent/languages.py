@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..errors import ConfigError
 from ..plugins import Registry
 from . import environment
 from .data import SEED, DataFile, data_attributes, data_helper_words, opened_beside, preload_code, preload_description
@@ -212,7 +211,7 @@ R = Language(
 
 LANGUAGE_GROUP = "kernel_agent.languages"
 LANGUAGES = ("python", "r")  # ours
-LANGUAGE_REGISTRY = Registry(LANGUAGE_GROUP, "language", LANGUAGES)
+LANGUAGE_REGISTRY: Registry[Language] = Registry(LANGUAGE_GROUP, "language", Language, LANGUAGES, factory=False)
 
 
 def language_names() -> tuple[str, ...]:
@@ -223,11 +222,7 @@ def language_names() -> tuple[str, ...]:
 def get_language(name: str) -> Language:
     """The ``Language`` registered as ``name``. Raises ``ConfigError`` for an unknown name (listing the
     choices), or an entry point that cannot be loaded or is not a ``Language``."""
-    language = LANGUAGE_REGISTRY.load(name)
-    if not isinstance(language, Language):
-        entry = LANGUAGE_REGISTRY.entry(name)
-        raise ConfigError(f"the language {name!r} ({entry.value}) is a {type(language).__name__}, not a Language")
-    return language
+    return LANGUAGE_REGISTRY.make(name)
 
 
 def _generic(key: str, name: str) -> Language:

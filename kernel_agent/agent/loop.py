@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,7 +40,18 @@ from ..events import (
 )
 from ..kernel.interface import Kernel
 from ..kernel.workspace import Snapshot
-from ..model.chat import ChatModel, ModelReply, ToolCallDelta
+from ..model.chat import (
+    ChatModel,
+    ModelReply,
+    Piece,
+    ReasoningPiece,
+    Retry,
+    TextPiece,
+    ToolCallDelta,
+    close_stream,
+    no_reply,
+)
+from ..model.messages import ChatMessage
 from ..notebook.export import clean_path
 from ..notebook.writer import RunWriter
 from ..records import Round, StopReason, Usage
@@ -56,61 +67,42 @@ from .staging import DataStaging
 __all__ = ["Ask", "Rounds"]
 
 
-@dataclass(frozen=True)
-class _Retry:
-    reason: str
-
-
-@dataclass(frozen=True)
-class _Thought:
-    text: str
-
-
-@dataclass(frozen=True)
-class _Replied:
-    """The model's whole reply: the last thing ``Ask.pieces`` yields."""
-
-    reply: ModelReply
-
-
 class Ask:
-    """One request to the model, sent when made: ``pieces()`` yields its text, tool-call and reasoning deltas
-    as they stream (and retries), then the whole reply; raises ``ModelError``. ``aclose()`` drops it."""
+    """One request to the model, sent when made: ``pieces()`` yields the model's stream (``Piece``s: text,
+    tool-call and reasoning pieces as they arrive, retries) up to and including its ``ModelReply``; raises
+    ``ModelError``. ``aclose()`` drops it."""
 
-    def __init__(self, chat_model: ChatModel, protocol: Protocol, messages: list[dict[str, Any]]) -> None:
+    def __init__(self, chat_model: ChatModel, protocol: Protocol, messages: Sequence[ChatMessage]) -> None:
         self.started, self.started_at = time.monotonic(), now()
-        self._queue: asyncio.Queue[str | ToolCallDelta | _Retry | _Thought] = asyncio.Queue()
-        self._task = asyncio.ensure_future(
-            chat_model.complete(
-                list(messages),
-                options=protocol.request_options(),
-                on_delta=self._queue.put_nowait,
-                on_retry=lambda reason: self._queue.put_nowait(_Retry(reason)),
-                on_reasoning=lambda text: self._queue.put_nowait(_Thought(text)),
-                on_tool_delta=self._queue.put_nowait,
-            )
-        )
+        self._model = chat_model
+        self._stream = chat_model.stream(list(messages), protocol.request_options())
+        self._first = asyncio.ensure_future(self._first_piece())  # the request goes out now, not when read
 
-    async def pieces(self) -> AsyncIterator[str | ToolCallDelta | _Retry | _Thought | _Replied]:
-        getter: asyncio.Future[str | ToolCallDelta | _Retry | _Thought] | None = None
+    async def _first_piece(self) -> Piece | None:
         try:
-            while not self._task.done() or not self._queue.empty():
-                getter = asyncio.ensure_future(self._queue.get())
-                await asyncio.wait({self._task, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    yield getter.result()
-                else:
-                    getter.cancel()
-            yield _Replied(self._task.result())
+            return await anext(self._stream)
+        except StopAsyncIteration:
+            return None
+
+    async def pieces(self) -> AsyncGenerator[Piece, None]:
+        try:
+            piece = await self._first
+            while piece is not None:
+                yield piece
+                if isinstance(piece, ModelReply):
+                    return
+                piece = await anext(self._stream, None)
+            raise no_reply(self._model)
         finally:
-            for pending in (self._task, getter):
-                if pending is not None and not pending.done():
-                    pending.cancel()
+            await self.aclose()
 
     async def aclose(self) -> None:
         """Drop the request (when its reply is not in yet) and wait until it has ended. Idempotent."""
-        self._task.cancel()
-        await asyncio.wait({self._task})
+        self._first.cancel()
+        await asyncio.wait({self._first})
+        if not self._first.cancelled():
+            self._first.exception()  # read: a request dropped unread is no "exception never retrieved"
+        await close_stream(self._stream)
 
 
 @dataclass(frozen=True)
@@ -274,22 +266,23 @@ class Rounds:
         )
         code = self.protocol.code_stream()
         ask, self.first_ask = self.first_ask or Ask(self.chat_model, self.protocol, sent), None
-        async for piece in ask.pieces():
-            if isinstance(piece, str):
-                yield TextDelta(index, piece)
-            elif isinstance(piece, ToolCallDelta):
-                if added := code.feed(piece):
-                    yield CodeDelta(index, added)
-            elif isinstance(piece, _Thought):
-                yield ReasoningDelta(index, piece.text)
-            elif isinstance(piece, _Replied):
-                reply = piece.reply
-                if rest := code.flush():
-                    yield CodeDelta(index, rest)
-            else:
-                code = self.protocol.code_stream()  # the retried request's call starts over
-                yield TextReset(index, piece.reason)
-        assert reply is not None  # pieces() ends with _Replied or raises
+        async with aclosing(ask.pieces()) as pieces:
+            async for piece in pieces:
+                if isinstance(piece, TextPiece):
+                    yield TextDelta(index, piece.text)
+                elif isinstance(piece, ToolCallDelta):
+                    if added := code.feed(piece):
+                        yield CodeDelta(index, added)
+                elif isinstance(piece, ReasoningPiece):
+                    yield ReasoningDelta(index, piece.text)
+                elif isinstance(piece, Retry):
+                    code = self.protocol.code_stream()  # the retried request's call starts over
+                    yield TextReset(index, piece.reason)
+                else:
+                    reply = piece
+                    if rest := code.flush():
+                        yield CodeDelta(index, rest)
+        assert reply is not None  # pieces() ends with the ModelReply or raises
         model_s = time.monotonic() - ask.started
         step = self.protocol.parse(reply)
         self.messages.append(self.protocol.assistant_message(reply, step))

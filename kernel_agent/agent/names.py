@@ -13,7 +13,7 @@ a third party's by its own, e.g.::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..plugins import Registry
 
@@ -35,7 +35,11 @@ __all__ = [
 ProtocolName = Literal["tools", "tags", "deepanalyze"]  # ours; any registered name is a protocol
 PROTOCOLS: tuple[str, ...] = get_args(ProtocolName)
 PROTOCOL_GROUP = "kernel_agent.protocols"
-PROTOCOL_REGISTRY = Registry(PROTOCOL_GROUP, "protocol", PROTOCOLS)
+# what a protocol is, named: importing it here would load the agent into every front end at import (and
+# ``Registry[Protocol]`` would import it for the type alone: protocols/ imports these names)
+PROTOCOL_REGISTRY: Registry[Any] = Registry(
+    PROTOCOL_GROUP, "protocol", "kernel_agent.agent.protocols.base:Protocol", PROTOCOLS
+)
 
 
 def protocol_entry_points() -> dict[str, EntryPoint]:

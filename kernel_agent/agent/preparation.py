@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from .._loop import in_thread
 from ..kernel.interface import Kernel, KernelsAhead
 from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.workspace import workspace_from
 from ..model.chat import ChatModel
+from ..model.messages import ChatMessage
 from ..notebook.export import warm_up
 from ..notebook.load import LoadedRun
 from ..records import Run, RunInfo
@@ -44,7 +45,7 @@ class Opening:
 
     run: Run
     protocol: Protocol
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     packages: tuple[str, ...]
     calls: dict[int, int] = field(default_factory=dict)
     first_round: int = 1
@@ -56,7 +57,7 @@ class Prompt:
     opening messages and the analysis packages they name."""
 
     protocol: Protocol
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     packages: tuple[str, ...]
     started_at: str = field(default_factory=lambda: now())  # the run's start (before its first round's)
 
@@ -269,11 +270,11 @@ class Preparation:
         self, session: Kernel, language: Language, *, names: bool = True, key: tuple[str, str, str] | None = None
     ) -> Environment:
         """What the kernel has: its analysis packages, probed once per environment (``KnownPackages``, under
-        ``key`` or the settings' kernel; a gateway's kernels are asked each time), and the names the code
-        defined so far, asked every time (unless not ``names``). Raises ``KernelError``."""
+        ``key`` or the settings' kernel; a gateway's or another provider's kernels are asked each time), and
+        the names the code defined so far, asked every time (unless not ``names``). Raises ``KernelError``."""
         names_probe = language.names_probe if names else ""
         config = self.config
-        if key is None and not config.kernel.gateway_url:
+        if key is None and config.kernel.provider_name() == "local":
             key = (language.key, config.kernel.name or "", config.kernel.python or "")
         cached = self._known.get(key)
         if language.probe_prints:  # a kernel without user_expressions (IRkernel): quiet executes

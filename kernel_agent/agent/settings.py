@@ -8,10 +8,11 @@ fields, environment reading and checks of ``AgentConfig`` (``config.py``), the c
 (``tools/docs_reference.py``); ``tests/test_settings.py`` holds each to it.
 
 Choices are callables, read when a value is checked or shown, never at import: ``protocol`` offers
-every protocol registered in ``kernel_agent.protocols`` (``names.protocol_names``). This module owns
-the table and the reading of one value (``Setting.parse``, ``Setting.check``); settings that depend on
-each other are checked by ``AgentConfig``. It imports only ``names``, so a front end builds its options
-at import without loading the agent.
+every protocol registered in ``kernel_agent.protocols`` (``names.protocol_names``), ``provider`` every
+kernel provider in ``kernel_agent.providers``. This module owns the table and the reading of one value
+(``Setting.parse``, ``Setting.check``); settings that depend on each other are checked by ``AgentConfig``.
+It imports only ``names`` and the providers' registry, so a front end builds its options at import
+without loading the agent or a kernel.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from ..kernel.providers.registry import PROVIDER_GROUP, provider_names
 from .names import DATA_FORMATS, PROTOCOL_GROUP, protocol_names
 
 __all__ = ["SETTINGS", "Part", "Setting"]
@@ -283,6 +285,13 @@ SETTINGS = _Table(
         "Run local kernels in this Python environment (its interpreter, e.g. /opt/conda/envs/x/bin/python, with "
         "ipykernel); its prefix is shown read-only in the same sandbox",
         flag="--python", env="KERNEL_AGENT_PYTHON", metavar="PATH", optional=True, shown_default="the agent's own",
+    ),
+    Setting(
+        "provider", "kernel", "provider", str, None,
+        "Where the kernels live: local (a process here, in the sandbox), gateway (on --gateway), or "
+        "another installed kernel provider (`kernel-agent plugins` lists them)",
+        flag="--provider", env="KERNEL_AGENT_PROVIDER", metavar="NAME", optional=True, choices=provider_names,
+        registry=PROVIDER_GROUP, shown_default="gateway with a gateway URL, else local",
     ),
     Setting(
         "gateway_url", "kernel", "gateway_url", str, None,

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..kernel.interface import Kernel
 from ..kernel.session_sync import KernelSession
+from ..model.messages import ToolMessage
 from ..result import ExecutionResult
 from .protocols import EXECUTE_PYTHON_TOOL
 
@@ -63,7 +64,7 @@ class PythonTool:
             return problem
         return self._text(await self.session.execute(code, self.timeout))  # type: ignore[misc]  # not _blocking: async
 
-    def tool_message(self, tool_call_id: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
+    def tool_message(self, tool_call_id: str, arguments: str | dict[str, Any]) -> ToolMessage:
         """``handle`` wrapped as the ``{"role": "tool", ...}`` message OpenAI expects."""
         return {"role": "tool", "tool_call_id": tool_call_id, "content": self.handle(arguments)}
 

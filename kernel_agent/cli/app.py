@@ -40,6 +40,7 @@ from .options import agent_options as _model_options
 from .options import kernel_arguments as _kernel_arguments
 from .options import kernel_options as _kernel_options
 from .options import secret_flags
+from .plugins import plugins as _plugins
 
 if TYPE_CHECKING:
     from .render import Renderer
@@ -421,8 +422,8 @@ def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, timeo
 
     with _edge():
         config = AgentConfig.resolve(**_kernel_arguments(options))
-        if config.kernel.gateway_url:
-            raise ConfigError("replay runs the notebook on this machine; --gateway is for run, resume and demo")
+        if config.kernel.provider_name() != "local":
+            raise ConfigError("replay runs the notebook in a local kernel; --gateway and --provider are for the agent")
         limits = config.kernel.limits()
         if limits.sandbox == "off":
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
@@ -843,7 +844,7 @@ def mcp(
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
         config = AgentConfig.resolve(**_kernel_arguments(options))
         kernel_options = config.kernel.session_options()
-        if config.kernel.name and not config.kernel.gateway_url:
+        if config.kernel.name and config.kernel.provider_name() == "local":
             _require_python_kernel(
                 config.kernel.name,
                 config.kernel.python,
@@ -929,6 +930,7 @@ def kernelspec_install(user: bool, prefix: str | None) -> None:
 
 
 cli.add_command(_keys)
+cli.add_command(_plugins)
 cli.add_command(eval_group(_model_options, _kernel_options, _agent_arguments))
 
 

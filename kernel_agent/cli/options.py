@@ -42,6 +42,7 @@ KERNEL_SETTINGS = (
     "network",
     "kernel",
     "python",
+    "provider",
     "gateway_url",
     "gateway_token",
     "gateway_kernel",

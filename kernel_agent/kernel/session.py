@@ -28,7 +28,7 @@ from .partial import OutputCallback
 from .providers.base import KernelProvider
 from .providers.gateway.settings import GatewaySettings
 from .providers.local import sweep_stale_runtime_dirs
-from .providers.registry import ProviderSettings, make_provider
+from .providers.registry import ProviderSettings, make_provider, provider_for
 from .sandbox.limits import Confinement, Limits
 
 __all__ = ["AsyncKernelSession", "SessionState", "sweep_stale_runtime_dirs"]
@@ -97,7 +97,7 @@ class AsyncKernelSession:
                 kernel_id=gateway_kernel_id,
                 adopt=gateway_adopt,
             )
-            provider = make_provider(provider or ("gateway" if gateway is not None else "local"), settings)
+            provider = make_provider(provider_for(provider, gateway), settings)
         self.kernel_name = kernel_name or getattr(provider, "kernel_name", None) or "default"
         self.provider = provider
         self.engine = ExecuteEngine(provider, self.caps, interrupt_grace=interrupt_grace)

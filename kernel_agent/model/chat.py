@@ -1,30 +1,35 @@
-"""The seam between the agent and a chat model: ``ChatModel``, ``ModelReply``, ``ToolCall``, ``ToolCallDelta``.
+"""The seam between the agent and a chat model: ``ChatModel``, its pieces, ``ModelReply``, ``complete``.
 
-Pure types. ``llm.py`` implements ``ChatModel`` over the ``openai`` SDK (the
-only module that imports it); ``scripted.py`` implements it by playing
-replies shipped with the package (the demo without a configured model).
+Pure types and one helper. ``ChatModel.stream`` yields a reply as it arrives, in typed pieces (pure
+values): ``TextPiece``, ``ReasoningPiece``, ``ToolCallDelta``, ``Retry`` (what came before it is void:
+the reply starts over), and last the whole ``ModelReply``. ``complete`` drains a stream into its reply
+for callers that want only that. ``llm.py`` implements ``ChatModel`` over the ``openai`` SDK (the only
+module that imports it); ``scripted.py`` implements it by playing replies shipped with the package (the
+demo without a configured model). What the messages may hold is ``messages.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import ModelError
 from ..records import Usage
+from .messages import ChatMessage
 
 __all__ = [
     "ChatModel",
-    "DeltaCallback",
     "ModelReply",
-    "RetryCallback",
+    "Piece",
+    "ReasoningPiece",
+    "Retry",
+    "TextPiece",
     "ToolCall",
     "ToolCallDelta",
-    "ToolDeltaCallback",
+    "close_stream",
+    "complete",
 ]
-
-DeltaCallback = Callable[[str], None]
-RetryCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -46,12 +51,30 @@ class ToolCallDelta:
     arguments: str
 
 
-ToolDeltaCallback = Callable[[ToolCallDelta], None]
+@dataclass(frozen=True)
+class TextPiece:
+    """The next piece of the reply's text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningPiece:
+    """The next piece of the reasoning (hidden thinking) a reasoning model sends beside its reply."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Retry:
+    """The request failed and is sent again: every piece before this one is void (the reply starts over)."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
 class ModelReply:
-    """One assistant reply, streamed or not, as the protocols parse it.
+    """One assistant reply, streamed or not, as the protocols parse it: the last piece of a stream.
 
     ``finish_reason`` is the standard field (``stop``, ``length``,
     ``tool_calls``); ``stop_reason`` is vLLM's extra field naming the stop
@@ -70,31 +93,54 @@ class ModelReply:
     reasoning: str = ""
 
 
+Piece = TextPiece | ReasoningPiece | ToolCallDelta | Retry | ModelReply
+
+
 @runtime_checkable
 class ChatModel(Protocol):
-    """Anything that turns a message list into a ``ModelReply``.
+    """Anything that turns a message list into a stream of ``Piece``s ending in its ``ModelReply``.
 
-    ``options`` are extra request fields chosen by the protocol (``stop``,
-    ``tools``). ``on_delta`` receives text as it streams, when the model streams;
-    ``on_reasoning`` receives the reasoning (hidden thinking) as it streams;
-    ``on_tool_delta`` the tool calls' arguments as they stream (``ToolCallDelta``).
-    ``on_retry`` is called with the reason before a failed request is retried;
-    text streamed before it is void (the reply starts over).
-    Implementations raise ``ModelError`` subclasses, never SDK exceptions.
+    ``stream(messages, options)`` sends the request when first iterated and yields the reply's pieces as
+    they arrive (a model that does not stream may yield only the ``ModelReply``); ``options`` are extra
+    request fields chosen by the protocol (``stop``, ``tools``). A consumer that stops early closes the
+    stream (``aclose``), which must drop the request. Implementations raise ``ModelError`` subclasses,
+    never SDK exceptions. ``aclose()`` releases the model's connections.
     """
 
     name: str
     scripted: bool
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        options: dict[str, Any] | None = None,
-        on_delta: DeltaCallback | None = None,
-        on_retry: RetryCallback | None = None,
-        on_reasoning: DeltaCallback | None = None,
-        on_tool_delta: ToolDeltaCallback | None = None,
-    ) -> ModelReply: ...
+    def stream(self, messages: Sequence[ChatMessage], options: dict[str, Any] | None = None) -> AsyncIterator[Piece]:
+        """The reply to ``messages`` in pieces, the last one the ``ModelReply``; raises ``ModelError``."""
+        ...
 
     async def aclose(self) -> None: ...
+
+
+async def close_stream(pieces: AsyncIterator[Piece]) -> None:
+    """Close a model's stream (its ``aclose``, when it has one: async generators do), dropping its request."""
+    aclose = getattr(pieces, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def no_reply(model: ChatModel) -> ModelError:
+    """The error for a stream that ended without its ``ModelReply`` (a broken plug-in)."""
+    return ModelError(f"the model {model.name!r} ended its stream without a reply")
+
+
+async def complete(
+    model: ChatModel, messages: Sequence[ChatMessage], options: dict[str, Any] | None = None
+) -> ModelReply:
+    """Drain ``model.stream(messages, options)`` into its ``ModelReply``, for callers that want only the reply.
+
+    Raises ``ModelError`` as the model does, or when its stream ends without a reply.
+    """
+    pieces = model.stream(messages, options)
+    try:
+        async for piece in pieces:
+            if isinstance(piece, ModelReply):
+                return piece
+    finally:
+        await close_stream(pieces)
+    raise no_reply(model)

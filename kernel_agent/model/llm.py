@@ -32,13 +32,16 @@ import json
 import os
 import random
 import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .._loop import in_thread
 from ..errors import ConfigError, ContextLengthError, ModelError, ModelTimeoutError, ModelUnreachableError
 from ..redact import redact
-from .chat import DeltaCallback, ModelReply, RetryCallback, ToolDeltaCallback
+from .chat import ModelReply, Piece, ReasoningPiece, Retry, TextPiece
+from .messages import ChatMessage
 from .registry import ModelSettings
 from .replies import StreamAccumulator, completion_reply
 
@@ -124,6 +127,7 @@ class OpenAIChatModel:
     ``extra_body`` is merged into every request (vLLM's ``top_k``, ``max_tokens``).
     ``request_timeout`` (default ``DEFAULT_REQUEST_TIMEOUT``) is the longest
     wait for the reply to start or, streaming, for its next piece.
+    ``stream=False`` asks for each reply whole (read back as ``streaming``).
     The SDK client is created on first use in the running loop; ``aclose()``
     releases it. Raises ``ConfigError`` for a negative retry count or backoff.
     """
@@ -153,7 +157,7 @@ class OpenAIChatModel:
         self.endpoint = endpoint_host(base_url)
         self.temperature = temperature
         self.top_p = top_p
-        self.stream = stream
+        self.streaming = stream
         self.max_retries = max_retries
         self.backoff = backoff
         self.request_timeout = request_timeout
@@ -172,28 +176,21 @@ class OpenAIChatModel:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP client. Idempotent; a later ``complete()`` opens a new one."""
+        """Close the HTTP client. Idempotent; a later ``stream()`` opens a new one."""
         client, self._client = self._client, None
         if client is not None:
             await client.close()
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        options: dict[str, Any] | None = None,
-        on_delta: DeltaCallback | None = None,
-        on_retry: RetryCallback | None = None,
-        on_reasoning: DeltaCallback | None = None,
-        on_tool_delta: ToolDeltaCallback | None = None,
-    ) -> ModelReply:
-        """Send ``messages`` (plus protocol ``options``) and return the reply.
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: dict[str, Any] | None = None
+    ) -> AsyncIterator[Piece]:
+        """Send ``messages`` (plus protocol ``options``) and yield the reply in pieces, then the ``ModelReply``.
 
-        ``on_delta`` gets each text delta while streaming, ``on_reasoning``
-        each reasoning delta, ``on_tool_delta`` each piece of a tool call's
-        arguments; after a retry all start over. Raises
-        ``ModelUnreachableError``, ``ModelTimeoutError``, ``ContextLengthError``
-        or ``ModelError`` as the module docstring says, each ``from`` the SDK error.
+        Streaming, each text, reasoning and tool-call argument piece as it arrives (not streaming, only the
+        reply); before a transient failure is retried, a ``Retry`` with the reason (what came before it is
+        void). Closing the stream early closes the request's connection. Raises ``ModelUnreachableError``,
+        ``ModelTimeoutError``, ``ContextLengthError`` or ``ModelError`` as the module docstring says, each
+        ``from`` the SDK error.
         """
         if self._client is None:  # the SDK's import and its TLS set-up read many files: not on the loop
             await in_thread(self.ready)
@@ -201,19 +198,21 @@ class OpenAIChatModel:
         request = self._request(messages, options)
         for attempt in range(self.max_retries + 1):
             try:
-                if self.stream:
-                    return await self._complete_streaming(request, on_delta, on_reasoning, on_tool_delta)
-                return await self._complete_once(request)
+                if not self.streaming:
+                    yield await self._complete_once(request)
+                    return
+                async with aclosing(self._streamed(request)) as pieces:
+                    async for piece in pieces:
+                        yield piece
+                return
             except (sdk.OpenAIError, _BrokenStream, _StalledStream, json.JSONDecodeError) as exc:
                 transient, error = self._failure(exc, attempts=attempt + 1, extras=request.get("extra_body"))
                 error = self._scrubbed(error)
                 if not transient or attempt == self.max_retries:
                     raise error from self._safe_cause(exc)
                 delay = self._delay(attempt, exc)
-                if on_retry is not None:
-                    on_retry(f"{error} (retrying in {delay:.1f} s)")
+            yield Retry(f"{error} (retrying in {delay:.1f} s)")
             await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # the loop always returns or raises
 
     # -- secrets ----------------------------------------------------------
 
@@ -242,8 +241,8 @@ class OpenAIChatModel:
 
     # -- requests ---------------------------------------------------------
 
-    def _request(self, messages: list[dict[str, Any]], options: dict[str, Any] | None) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.name, "messages": messages}
+    def _request(self, messages: Sequence[ChatMessage], options: dict[str, Any] | None) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.name, "messages": list(messages)}
         extra: dict[str, Any] = {}
         for key, value in (options or {}).items():
             if key == "extra_body":
@@ -280,13 +279,8 @@ class OpenAIChatModel:
             raise ModelError(f"the model endpoint {_safe_url(self.base_url)} returned no choices")
         return reply
 
-    async def _complete_streaming(
-        self,
-        request: dict[str, Any],
-        on_delta: DeltaCallback | None,
-        on_reasoning: DeltaCallback | None,
-        on_tool_delta: ToolDeltaCallback | None = None,
-    ) -> ModelReply:
+    async def _streamed(self, request: dict[str, Any]) -> AsyncGenerator[Piece, None]:
+        """One streamed attempt: its pieces, then its ``ModelReply``; the response is closed however it ends."""
         sdk = _sdk()
         stream = await self._sdk_client().chat.completions.create(
             **request, stream=True, stream_options={"include_usage": True}
@@ -296,18 +290,17 @@ class OpenAIChatModel:
             try:
                 async for chunk in stream:
                     text, thought, calls = acc.add(chunk)
-                    if thought and on_reasoning is not None:
-                        on_reasoning(thought)
-                    if text and on_delta is not None:
-                        on_delta(text)
-                    if on_tool_delta is not None:
-                        for piece in calls:
-                            on_tool_delta(piece)
+                    if thought:
+                        yield ReasoningPiece(thought)
+                    if text:
+                        yield TextPiece(text)
+                    for call in calls:
+                        yield call
             except sdk.APITimeoutError as exc:
                 raise _StalledStream(acc.received) from exc
             except sdk.APIConnectionError as exc:
                 raise _BrokenStream(acc.received) from exc
-        return acc.reply()
+        yield acc.reply()
 
     # -- failures ---------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 An entry point is ``make(name: str, settings: ModelSettings) -> ChatModel``: given the model's name (the
 part after the plug-in's prefix) and the settings every model gets, it returns a ``ChatModel``
-(``model/chat.py``; not yet connected: the first ``complete`` may connect, ``aclose`` releases it), or
+(``model/chat.py``; not yet connected: the first ``stream`` may connect, ``aclose`` releases it), or
 raises ``ConfigError``. Ours, ``openai`` (``llm.openai_model``: any OpenAI-compatible endpoint), is
 registered by our pyproject as a third party's is by theirs::
 
@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import ConfigError
 from ..plugins import Registry
 from .chat import ChatModel
 
@@ -40,7 +39,7 @@ __all__ = [
 
 MODEL_GROUP = "kernel_agent.models"
 DEFAULT_MODEL_PLUGIN = "openai"  # a name without a registered prefix goes to the OpenAI-compatible client
-MODEL_REGISTRY = Registry(MODEL_GROUP, "model plug-in", (DEFAULT_MODEL_PLUGIN,))
+MODEL_REGISTRY: Registry[ChatModel] = Registry(MODEL_GROUP, "model plug-in", ChatModel, (DEFAULT_MODEL_PLUGIN,))
 
 
 @dataclass(frozen=True)
@@ -81,9 +80,4 @@ def make_model(model: str, settings: ModelSettings) -> ChatModel:
     """The ``ChatModel`` for ``model`` (a ``--model`` value), made by its plug-in. Raises ``ConfigError`` when
     the plug-in cannot be loaded, refuses the settings, or makes something that is not a ``ChatModel``."""
     plugin, name = split_model(model)
-    make: ModelFactory = MODEL_REGISTRY.load(plugin)
-    made = make(name, settings)
-    if not isinstance(made, ChatModel):
-        entry = MODEL_REGISTRY.entry(plugin)
-        raise ConfigError(f"the model plug-in {plugin!r} ({entry.value}) made a {type(made).__name__}, not a ChatModel")
-    return made
+    return MODEL_REGISTRY.make(plugin, name, settings)

@@ -3,17 +3,18 @@
 Owns replaying a script (the bundled demo, tests of the agent loop) the way a
 server would send it: in order, chunk by chunk, honouring ``stop`` strings.
 No network and no SDK; usage is unknown (``None``). It never raises: once the
-script is exhausted every call returns ``END_OF_SCRIPT``.
+script is exhausted every call streams ``END_OF_SCRIPT``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from ..errors import ConfigError
-from .chat import DeltaCallback, ModelReply, RetryCallback, ToolDeltaCallback
+from .chat import ModelReply, Piece, TextPiece
+from .messages import ChatMessage
 
 __all__ = ["END_OF_SCRIPT", "ScriptedChatModel"]
 
@@ -24,9 +25,9 @@ END_OF_SCRIPT = (
 
 
 class ScriptedChatModel:
-    """Returns ``replies`` one per ``complete()`` call, in order, then ``END_OF_SCRIPT``.
+    """Streams ``replies`` one per ``stream()`` call, in order, then ``END_OF_SCRIPT``.
 
-    ``on_delta`` receives each reply in chunks of ``chunk_size`` characters;
+    Each reply comes in ``TextPiece``s of ``chunk_size`` characters;
     ``delay`` seconds pass between chunks (0 by default) so a demo can look
     live. A ``stop`` option cuts a reply before its first stop string, as an
     OpenAI-compatible server would, and names it in ``stop_reason`` as vLLM does.
@@ -53,18 +54,12 @@ class ScriptedChatModel:
         """How many scripted replies have not been played yet."""
         return len(self._replies) - self._played
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        options: dict[str, Any] | None = None,
-        on_delta: DeltaCallback | None = None,
-        on_retry: RetryCallback | None = None,
-        on_reasoning: DeltaCallback | None = None,
-        on_tool_delta: ToolDeltaCallback | None = None,
-    ) -> ModelReply:
-        """The next scripted reply (``messages`` are not read; it never retries; its replies are text, so
-        ``on_tool_delta`` is never called). Raises nothing."""
+    async def stream(
+        self, messages: Sequence[ChatMessage], options: dict[str, Any] | None = None
+    ) -> AsyncIterator[Piece]:
+        """The next scripted reply in ``TextPiece``s, then its ``ModelReply`` (``messages`` are not read; it
+        never retries; its replies are text, so no tool-call pieces). The reply is taken when the stream is
+        first iterated. Raises nothing."""
         if self._played < len(self._replies):
             text = self._replies[self._played]
             self._played += 1
@@ -72,10 +67,9 @@ class ScriptedChatModel:
             text = END_OF_SCRIPT
         text, stop_reason = _apply_stop(text, (options or {}).get("stop"))
         for start in range(0, len(text), self.chunk_size):
-            if on_delta is not None:
-                on_delta(text[start : start + self.chunk_size])
+            yield TextPiece(text[start : start + self.chunk_size])
             await asyncio.sleep(self.delay)  # also lets a cancellation in between chunks
-        return ModelReply(text=text, finish_reason="stop", stop_reason=stop_reason, usage=None)
+        yield ModelReply(text=text, finish_reason="stop", stop_reason=stop_reason, usage=None)
 
     async def aclose(self) -> None:
         """Nothing to release; safe to call any number of times."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
+from ...model.messages import ChatMessage, UserMessage
 from ...result import strip_ansi
 from .graph import PlanNode
 from .schema import PLAN_JSON_HELP
@@ -32,7 +32,7 @@ __all__ = [
     "round_text",
 ]
 
-Message = dict[str, Any]
+Message = ChatMessage
 
 _SYSTEM = (
     "You are a data analyst planning and running an analysis in one live Python (Jupyter) kernel. "
@@ -61,7 +61,7 @@ def design_messages(
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
 
 
-def repair_message(problem: str) -> Message:
+def repair_message(problem: str) -> UserMessage:
     """Asks the model to resend the plan after ``problem``."""
     return {
         "role": "user",

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ...errors import ConfigError, PlanError
 from ...events import NodeStarted, Notice
 from ...kernel.interface import Kernel
-from ...model.chat import ChatModel, ModelReply
+from ...model.chat import ChatModel, ModelReply, complete
+from ...model.messages import ChatMessage
 from ...records import Usage
 from ..environment import module_hint
 from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
@@ -83,7 +83,7 @@ async def design_plan(
     )
     problem = ""
     for attempt in (1, 2):
-        reply = await model.complete(messages)
+        reply = await complete(model, messages)
         if usage is not None and reply.usage is not None:
             usage.append(reply.usage)
         plan, problem = parse_plan(reply.text)
@@ -120,7 +120,7 @@ class NodeRun:
         self._model, self._session, self._node, self._options = model, session, node, options
         self._protocol = protocol
         self._installed = tuple(installed)
-        self._messages: list[dict[str, Any]] = node_messages(
+        self._messages: list[ChatMessage] = node_messages(
             task, node, done, protocol.name, environment, data, options.max_task_rounds
         )
         self.result: NodeResult | None = None
@@ -211,7 +211,7 @@ class NodeRun:
         options = self._protocol.request_options()
         if prose:
             options = {k: v for k, v in options.items() if k not in ("tools", "tool_choice")}
-        reply = await self._model.complete(self._messages, options=options)
+        reply = await complete(self._model, self._messages, options)
         if reply.usage is not None:
             self.usage += reply.usage
         step = self._protocol.parse(reply)

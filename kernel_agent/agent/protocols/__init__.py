@@ -17,7 +17,7 @@ A run with any of them::
     protocol = get_protocol("tags")
     messages = protocol.initial_messages(PromptContext(task="...", data_summary="..."))
     while True:
-        reply = await model.complete(messages, options=protocol.request_options())
+        reply = await complete(model, messages, protocol.request_options())  # model.chat.complete
         step = protocol.parse(reply)                      # never raises
         messages.append(protocol.assistant_message(reply, step))
         if step.answer is not None:
@@ -43,9 +43,8 @@ shrinking figures ``images.py``.
 
 from __future__ import annotations
 
-from ...errors import ConfigError
 from ..languages import PYTHON, Language
-from ..names import PROTOCOL_REGISTRY
+from ..names import PROTOCOL_REGISTRY, PROTOCOLS
 from .base import Feedback, Protocol, ProtocolSettings, Step
 from .deepanalyze import DEEPANALYZE_MAX_NEW_TOKENS, DEEPANALYZE_STOP_TOKEN_IDS, DeepAnalyzeProtocol
 from .images import MAX_IMAGE_SIDE, MAX_IMAGES, downscale_png
@@ -61,7 +60,7 @@ __all__ = [
     "EXECUTE_PYTHON_TOOL",
     "MAX_IMAGES",
     "MAX_IMAGE_SIDE",
-    "PROTOCOL_NAMES",
+    "PROTOCOLS",
     "DataFormat",
     "DeepAnalyzeProtocol",
     "Feedback",
@@ -76,8 +75,6 @@ __all__ = [
     "environment_lines",
     "get_protocol",
 ]
-
-PROTOCOL_NAMES = ("deepanalyze", "tags", "tools")  # ours; ``names.protocol_names()`` has every installed one
 
 
 def get_protocol(
@@ -98,7 +95,6 @@ def get_protocol(
     protocol cannot be loaded or made. ``language`` is the kernel's
     (``languages.language_of``): the words, code fence and tool name the model is shown.
     """
-    make = PROTOCOL_REGISTRY.load(name)
     settings = ProtocolSettings(
         vision=vision,
         data_format=data_format,
@@ -106,8 +102,5 @@ def get_protocol(
         max_new_tokens=max_new_tokens,
         language=language,
     )
-    protocol = make(settings)
-    if not isinstance(protocol, Protocol):
-        entry = PROTOCOL_REGISTRY.entry(name)
-        raise ConfigError(f"the protocol {name!r} ({entry.value}) made a {type(protocol).__name__}, not a Protocol")
+    protocol: Protocol = PROTOCOL_REGISTRY.make(name, settings)  # checked to be one
     return protocol

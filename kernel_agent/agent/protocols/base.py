@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...model.chat import ModelReply
+from ...model.messages import AssistantMessage, ChatMessage, ContentPart
 from ...records import Run
 from ...result import RebuildReport
 from ..history import resume_context
@@ -83,16 +84,16 @@ class Protocol:
     language: Language = PYTHON  # the kernel's: the words, fences and tool name the model is shown
 
     def request_options(self) -> dict[str, Any]:
-        """Extra ``complete()`` options (``stop``, ``tools``) this protocol needs."""
+        """Extra request options (``stop``, ``tools``) this protocol needs."""
         return {}
 
-    def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
+    def initial_messages(self, ctx: PromptContext) -> list[ChatMessage]:
         """The system prompt (if the protocol has one) and the first user message."""
         raise NotImplementedError
 
     def resume_messages(
         self, ctx: PromptContext, run: Run, question: str, report: RebuildReport | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ChatMessage]:
         """The conversation that continues ``run`` with ``question``: by default the opening messages of
         ``ctx`` (the run's task) and one user message telling what was done (code, output, reasoning,
         answers) then the question. ``report`` is what a rebuilt kernel restored (None: it kept its state)."""
@@ -108,20 +109,20 @@ class Protocol:
         """Turn a reply into a ``Step``. Never raises: trouble goes into ``Step.problem``."""
         raise NotImplementedError
 
-    def assistant_message(self, reply: ModelReply, step: Step) -> dict[str, Any]:
+    def assistant_message(self, reply: ModelReply, step: Step) -> AssistantMessage:
         """The history entry for ``reply`` (``step.reply_text``; tools add ``tool_calls``)."""
         # Some servers reject an assistant message with empty content.
         return {"role": "assistant", "content": step.reply_text or "(empty reply)"}
 
-    def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
+    def feedback_messages(self, step: Step, feedback: Feedback) -> list[ChatMessage]:
         """The messages that give the model the output of ``step.code``."""
         raise NotImplementedError
 
-    def nudge_messages(self, step: Step) -> list[dict[str, Any]]:
+    def nudge_messages(self, step: Step) -> list[ChatMessage]:
         """The messages that answer a reply with neither code nor answer, restating the format."""
         raise NotImplementedError
 
-    def _image_parts(self, feedback: Feedback) -> list[dict[str, Any]]:
+    def _image_parts(self, feedback: Feedback) -> list[ContentPart]:
         return image_parts(feedback.images) if self.vision else []
 
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from ...errors import ConfigError
 from ...model.chat import ModelReply
+from ...model.messages import ChatMessage
 from ...records import Round, Run
 from ...result import RebuildReport
 from .base import Feedback, ProtocolSettings, Step
@@ -67,16 +68,16 @@ class DeepAnalyzeProtocol(TagProtocol):
             }
         return options
 
-    def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
+    def initial_messages(self, ctx: PromptContext) -> list[ChatMessage]:
         return [{"role": "user", "content": deepanalyze_task(ctx, self.data_format)}]
 
-    def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
+    def feedback_messages(self, step: Step, feedback: Feedback) -> list[ChatMessage]:
         # The raw output, as DeepAnalyze sends it; a partly used reply adds its one-line reason.
         return [{"role": "execute", "content": feedback.text + feedback.note}]
 
     def resume_messages(
         self, ctx: PromptContext, run: Run, question: str, report: RebuildReport | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ChatMessage]:
         """The conversation as DeepAnalyze's server sends a follow-up: each earlier turn as the user's
         question and one assistant message with its ``<Analyze>/<Code>/<Execute>/<Answer>`` transcript,
         then ``question`` as ``# Instruction`` + ``# Data``. Within ``REPLAY_CHARS``: the oldest rounds
@@ -93,7 +94,7 @@ class DeepAnalyzeProtocol(TagProtocol):
             for turn in run.all_turns()
         ]
         left_out = _trim(turns, REPLAY_CHARS)
-        messages: list[dict[str, Any]] = []
+        messages: list[ChatMessage] = []
         for asked, pieces in turns:
             note = f"[{left_out} earlier round(s) left out to fit the context]\n" if left_out else ""
             left_out = 0

@@ -14,7 +14,8 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from typing import Any
+
+from ...model.messages import ContentPart
 
 __all__ = ["MAX_IMAGES", "MAX_IMAGE_SIDE", "downscale_png", "image_parts"]
 
@@ -41,12 +42,12 @@ def downscale_png(data: bytes, max_side: int = MAX_IMAGE_SIDE) -> bytes:
     return out.getvalue()
 
 
-def image_parts(images: tuple[str, ...]) -> list[dict[str, Any]]:
+def image_parts(images: tuple[str, ...]) -> list[ContentPart]:
     """Content parts for base64 PNGs: the first ``MAX_IMAGES`` downscaled, the rest counted.
 
     An image that cannot be decoded becomes a text part saying so. Raises nothing.
     """
-    parts: list[dict[str, Any]] = []
+    parts: list[ContentPart] = []
     for number, b64 in enumerate(images[:MAX_IMAGES], start=1):
         try:
             small = downscale_png(base64.b64decode(b64, validate=False))

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
+from ...model.messages import ChatMessage, UserMessage
 from ..environment import Environment, FileInfo, PromptContext
 from ..languages import PYTHON, Language
 from ..names import DATA_FORMATS, DataFormat
@@ -105,7 +105,7 @@ TOOLS_EMPTY_NUDGE = tools_empty_nudge(PYTHON.tool)
 
 def opening_messages(
     ctx: PromptContext, *, system: str, vision: bool, language: Language = PYTHON
-) -> list[dict[str, Any]]:
+) -> list[ChatMessage]:
     """The first messages of the ``tags`` and ``tools`` runs: ``system`` plus environment notes,
     then the task and data (``deepanalyze`` sends ``deepanalyze_task`` instead)."""
     environment = environment_lines(ctx, vision=vision, language=language)
@@ -202,7 +202,7 @@ def environment_lines(ctx: PromptContext, *, vision: bool, language: Language = 
     return lines
 
 
-def _task_message(ctx: PromptContext, heading: str) -> dict[str, Any]:
+def _task_message(ctx: PromptContext, heading: str) -> UserMessage:
     task = ctx.task.strip()
     # A task written in DeepAnalyze's own shape keeps its headings rather than getting a second one.
     headed = any(_starts_with_heading(task, name) for name in (heading, "Instruction", "Task"))

@@ -9,9 +9,10 @@ fence outside any tag is accepted as the code. Pure; parsing is linear.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ...model.chat import ModelReply
+from ...model.messages import ChatMessage, ContentPart
 from ..languages import PYTHON, Language
 from .base import Feedback, Protocol, ProtocolSettings, Step
 from .base import join_problems as _join
@@ -98,7 +99,7 @@ class TagProtocol(Protocol):
         code = extract_code(fenced)
         return Step(reply_text, prose, code or None, None, problem=_join(problems))
 
-    def nudge_messages(self, step: Step) -> list[dict[str, Any]]:
+    def nudge_messages(self, step: Step) -> list[ChatMessage]:
         return [{"role": "user", "content": tags_nudge(step.problem)}]
 
 
@@ -108,13 +109,13 @@ class TagsProtocol(TagProtocol):
 
     name: ClassVar[str] = "tags"
 
-    def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
+    def initial_messages(self, ctx: PromptContext) -> list[ChatMessage]:
         return opening_messages(ctx, system=tags_system(self.language), vision=self.vision, language=self.language)
 
-    def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
+    def feedback_messages(self, step: Step, feedback: Feedback) -> list[ChatMessage]:
         block = execute_block(feedback.with_files)
         parts = self._image_parts(feedback)
-        content: str | list[dict[str, Any]] = [{"type": "text", "text": block}, *parts] if parts else block
+        content: str | list[ContentPart] = [{"type": "text", "text": block}, *parts] if parts else block
         return [{"role": "user", "content": content}]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...model.chat import ModelReply
+from ...model.messages import AssistantMessage, ChatMessage, TextPart, ToolCallMessage, ToolMessage
 from ..languages import PYTHON, Language
 from .base import Feedback, Protocol, ProtocolSettings, Step
 from .base import join_problems as _join
@@ -57,7 +58,7 @@ class ToolsProtocol(Protocol):
     def request_options(self) -> dict[str, Any]:
         return {"tools": [execute_tool(self.language)], "tool_choice": "auto"}
 
-    def initial_messages(self, ctx: PromptContext) -> list[dict[str, Any]]:
+    def initial_messages(self, ctx: PromptContext) -> list[ChatMessage]:
         return opening_messages(ctx, system=tools_system(self.language), vision=self.vision, language=self.language)
 
     def code_stream(self) -> CodeStream:
@@ -80,30 +81,30 @@ class ToolsProtocol(Protocol):
             problems.append(f"{len(ids) - 1} more tool call(s) not run (one per turn)")
         return Step(text, text.strip(), code, None, ids[0], _join(problems), tuple(ids[1:]))
 
-    def assistant_message(self, reply: ModelReply, step: Step) -> dict[str, Any]:
+    def assistant_message(self, reply: ModelReply, step: Step) -> AssistantMessage:
         if not reply.tool_calls:
             return super().assistant_message(reply, step)
-        calls = [
+        calls: list[ToolCallMessage] = [
             {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
             for call_id, call in zip(_call_ids(reply), reply.tool_calls, strict=True)
         ]
         return {"role": "assistant", "content": step.reply_text or None, "tool_calls": calls}
 
-    def feedback_messages(self, step: Step, feedback: Feedback) -> list[dict[str, Any]]:
+    def feedback_messages(self, step: Step, feedback: Feedback) -> list[ChatMessage]:
         if step.tool_call_id is None:
             return [{"role": "user", "content": feedback.with_files}]
-        messages: list[dict[str, Any]] = [
+        messages: list[ChatMessage] = [
             {"role": "tool", "tool_call_id": step.tool_call_id, "content": feedback.with_files}
         ]
         messages += _skipped(step, self.language.tool)
         parts = self._image_parts(feedback)
         if parts:
             # Tool messages cannot carry images in the OpenAI API, so they follow as a user turn.
-            intro = {"type": "text", "text": f"The figures from the {self.language.tool} call above:"}
+            intro: TextPart = {"type": "text", "text": f"The figures from the {self.language.tool} call above:"}
             messages.append({"role": "user", "content": [intro, *parts]})
         return messages
 
-    def nudge_messages(self, step: Step) -> list[dict[str, Any]]:
+    def nudge_messages(self, step: Step) -> list[ChatMessage]:
         if step.tool_call_id is None:
             return [{"role": "user", "content": tools_empty_nudge(self.language.tool)}]
         text = tools_nudge(step.problem, self.language)
@@ -118,7 +119,7 @@ def _call_ids(reply: ModelReply) -> list[str]:
     return [call.id or f"call_{i}" for i, call in enumerate(reply.tool_calls)]
 
 
-def _skipped(step: Step, tool: str) -> list[dict[str, Any]]:
+def _skipped(step: Step, tool: str) -> list[ToolMessage]:
     return [
         {"role": "tool", "tool_call_id": call_id, "content": not_run(tool)} for call_id in step.skipped_tool_call_ids
     ]

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ...errors import ConfigError
 from ...plugins import Registry
 from .base import KernelProvider
 
@@ -37,12 +36,13 @@ __all__ = [
     "ProviderFactory",
     "ProviderSettings",
     "make_provider",
+    "provider_for",
     "provider_names",
 ]
 
 PROVIDER_GROUP = "kernel_agent.providers"
 PROVIDERS = ("local", "gateway", "attached")  # ours
-PROVIDER_REGISTRY = Registry(PROVIDER_GROUP, "kernel provider", PROVIDERS)
+PROVIDER_REGISTRY: Registry[KernelProvider] = Registry(PROVIDER_GROUP, "kernel provider", KernelProvider, PROVIDERS)
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,14 @@ def provider_names() -> tuple[str, ...]:
     return PROVIDER_REGISTRY.names()
 
 
+def provider_for(name: str | None, gateway: object) -> str:
+    """The provider a session's kernel comes from: ``name`` when given, else ``gateway`` when a gateway is
+    (``gateway`` not None), else ``local``."""
+    return name or ("gateway" if gateway is not None else "local")
+
+
 def make_provider(name: str, settings: ProviderSettings) -> KernelProvider:
     """The provider registered as ``name``, made with ``settings`` (not started). Raises ``ConfigError`` for
     an unknown name (listing the choices), a provider that cannot be loaded or made, or one that makes
     something else than a ``KernelProvider``; ``ExtraMissingError`` when its extra is not installed."""
-    make: ProviderFactory = PROVIDER_REGISTRY.load(name)
-    made = make(settings)
-    if not isinstance(made, KernelProvider):
-        entry = PROVIDER_REGISTRY.entry(name)
-        raise ConfigError(f"the kernel provider {name!r} ({entry.value}) made a {type(made).__name__}, not a provider")
-    return made
+    return PROVIDER_REGISTRY.make(name, settings)

@@ -45,7 +45,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -63,6 +63,9 @@ __all__ = [
     "bwrap_argv",
     "check_mode",
     "find_bwrap",
+    "hardening_flags",
+    "probe_argv",
+    "probe_sandbox",
     "protected_files",
     "require_bwrap",
     "sandboxed_pid",
@@ -158,7 +161,7 @@ def require_bwrap() -> Path:
             f"{binary} is too old for the kernel sandbox: it lacks {', '.join(missing)} (bubblewrap 0.8.0 or "
             f"later has them): {_INSTALL_HINT}"
         )
-    problem = _probe(str(binary), require_filter().code)
+    problem = _probe(str(binary))
     if problem and os.environ.get(SANDBOX_ENV):
         raise SandboxUnavailableError(_NESTED_HINT)
     if problem:
@@ -177,38 +180,48 @@ def _missing_flags(binary: str) -> tuple[str, ...]:
     return tuple(flag for flag in _NEEDED_FLAGS if flag not in said)
 
 
-@functools.lru_cache(maxsize=4)
-def _probe(binary: str, program: bytes) -> str:
-    """ "" when ``binary`` can build a sandbox like ours here, its filter loaded, else its complaint.
-    Cached per process."""
+def hardening_flags(seccomp_fd: int) -> list[str]:
+    """bwrap's hardening flags, written once: the launch (``bwrap_argv``) and the probes (``probe_sandbox``,
+    here and with the network's launcher in ``network.py``) pass these, so a probe checks what a launch asks.
+    ``seccomp_fd``: the descriptor our system-call filter reaches bwrap on."""
+    return [
+        "--unshare-all",  # the network too: with it on, pasta serves this namespace
+        "--unshare-user",
+        "--disable-userns",  # no user namespace below this one: never root of a namespace of its own
+        "--assert-userns-disabled",
+        "--add-seccomp-fd",
+        str(seccomp_fd),
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "kernel",
+    ]
+
+
+def probe_argv(binary: str, seccomp_fd: int) -> list[str]:
+    """A sandbox with the launch's hardening flags around ``/bin/true``, the host shown read-only."""
+    view = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    return [binary, *hardening_flags(seccomp_fd), *view, "--", "/bin/true"]
+
+
+def probe_sandbox(binary: str, prefix: Sequence[str] = ()) -> str:
+    """ "" when ``binary`` can build a sandbox with the launch's hardening flags here, our system-call filter
+    loaded, and run a command in it behind ``prefix`` (what goes before bwrap: the network's launcher), else
+    its complaint: the last lines bwrap or ``prefix`` wrote. Raises ``SandboxUnavailableError`` when the
+    filter cannot be compiled (``seccomp.require_filter``)."""
+    program = require_filter().code
     read, write = os.pipe()
     try:
         os.write(write, program)  # a few KB: within a pipe's buffer
         os.close(write)
         write = -1
-        argv = [
-            binary,
-            "--unshare-all",
-            "--unshare-user",
-            "--disable-userns",
-            "--assert-userns-disabled",
-            "--add-seccomp-fd",
-            str(read),
-            "--uid",
-            str(SANDBOX_UID),
-            "--gid",
-            str(SANDBOX_GID),
-            "--cap-drop",
-            "ALL",
-            "--die-with-parent",
-            "--ro-bind",
-            "/",
-            "/",
-            "--proc",
-            "/proc",
-            "--",
-            "/bin/true",
-        ]
+        argv = [*prefix, *probe_argv(binary, read)]
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False, pass_fds=(read,))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
@@ -216,7 +229,16 @@ def _probe(binary: str, program: bytes) -> str:
         os.close(read)
         if write >= 0:
             os.close(write)
-    return "" if done.returncode == 0 else (done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}")
+    if done.returncode == 0:
+        return ""
+    lines = [line for line in done.stderr.decode(errors="replace").splitlines() if "syslog" not in line]
+    return "; ".join(lines[-3:]) or f"exit {done.returncode}"
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(binary: str) -> str:
+    """``probe_sandbox`` for ``binary`` alone, once per process."""
+    return probe_sandbox(binary)
 
 
 def protected_files(workspace: Path) -> tuple[Path, ...]:
@@ -253,25 +275,7 @@ def bound_into_kernels(path: str | os.PathLike[str], extra: Iterable[Path] = ())
 
 def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
     """The ``bwrap ... --`` prefix that runs a command inside ``view`` (the command goes after it)."""
-    argv = [
-        str(binary),
-        "--unshare-all",  # the network too: with it on, pasta serves this namespace
-        "--unshare-user",
-        "--disable-userns",  # no user namespace below this one: never root of a namespace of its own
-        "--assert-userns-disabled",
-        "--add-seccomp-fd",
-        str(SECCOMP_FD),
-        "--uid",
-        str(SANDBOX_UID),
-        "--gid",
-        str(SANDBOX_GID),
-        "--cap-drop",
-        "ALL",
-        "--die-with-parent",
-        "--new-session",
-        "--hostname",
-        "kernel",
-    ]
+    argv = [str(binary), *hardening_flags(SECCOMP_FD)]
     argv += _system_mounts()
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/run"]
     for path in _read_paths(view.extra_read):

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import functools
 import shutil
-import subprocess
 from pathlib import Path
 
 from ..._python import script_argv
 from ...errors import SandboxUnavailableError
 from . import pasta_launch
+from .bwrap import probe_sandbox
 
 __all__ = ["NetworkTools", "network_prefix", "require_pasta"]
 
@@ -71,27 +71,5 @@ def _sbin(name: str) -> str | None:
 
 @functools.lru_cache(maxsize=2)
 def _probe(tools: NetworkTools, bwrap: str) -> str:
-    """ "" when a sandbox gets its network here, else the complaint. Cached per process."""
-    sandbox = [
-        bwrap,
-        "--unshare-all",
-        "--unshare-user",
-        "--die-with-parent",
-        "--ro-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--",
-        "/bin/true",
-    ]
-    try:
-        done = subprocess.run([*network_prefix(tools), *sandbox], capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return str(exc)
-    if done.returncode == 0:
-        return ""
-    lines = [line for line in done.stderr.decode(errors="replace").splitlines() if "syslog" not in line]
-    return "; ".join(lines[-3:]) or f"exit {done.returncode}"
+    """ "" when a sandbox like the launch's gets its network here, else the complaint. Cached per process."""
+    return probe_sandbox(bwrap, network_prefix(tools))
