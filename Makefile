@@ -93,11 +93,13 @@ postgresql:
 	  fi; \
 	fi
 
-# What reviewers check by eye, in seconds: lint, formatting and types (mypy's settings are in pyproject.toml).
+# What reviewers check by eye, in seconds: lint, formatting, types and the declared dependencies (deptry);
+# their settings are in pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
+	$(BIN)/deptry .
 
 # lint and the strict docs build first, then the bench's smoke run (each part once, tiny sizes: fails only when a part raises),
 # then the suite.

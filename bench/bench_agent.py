@@ -21,7 +21,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +167,7 @@ def _same(ours: list[str], theirs: list[str]) -> None:
 def side_by_side(
     quick: bool,
     prefix: str,
-    ours: Callable[[Path, Path, int | None], Awaitable[tuple[float, list[float], list[str]]]],
+    ours: Callable[[Path, Path, int | None], Coroutine[Any, Any, tuple[float, list[float], list[str]]]],
 ) -> tuple[float, tuple[float, list[float], list[str]], tuple[float, list[float], list[str]]]:
     """The CSV's size in MB, then ``ours(csv, workspace, rounds)`` and the process-per-round baseline on the
     same data (answers checked equal), each as (wall time, per-round times, outputs); all 10 rounds, 3 in a

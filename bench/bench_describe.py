@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -47,7 +48,8 @@ def _files(folder: Path, quick: bool) -> tuple[Path, Path]:
 
 
 def _alternate(path: Path, count: int) -> tuple[list[float], list[float]]:
-    ours, theirs = [], []
+    ours: list[float] = []
+    theirs: list[float] = []
     for index in range(count):
         for side, describe, times in (("ours", bounded, ours), ("theirs", in_process, theirs))[:: 1 - 2 * (index % 2)]:
             started = time.perf_counter()
@@ -111,11 +113,8 @@ async def _starts(csv: Path, folder: Path, count: int) -> tuple[list[float], lis
             sides: list[tuple[Callable[[Path], str], list[float]]] = [(bounded, ours), (in_process, theirs)]
             for describe, times in sides[:: 1 - 2 * (index % 2)]:
                 await kernels.wait_ready()
-                data_module.describe = describe  # the one name ``CheckedData.summaries`` calls
-                try:
+                with mock.patch.object(data_module, "describe", describe):  # the one name ``summaries`` calls
                     times.append(await _first_request(csv, folder / f"run-{len(ours) + len(theirs)}", kernels))
-                finally:
-                    data_module.describe = bounded
     return ours, theirs
 
 

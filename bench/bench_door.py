@@ -186,9 +186,11 @@ def network(quick: bool) -> list[Row]:
 
     def start(on: bool) -> Callable[[], object]:
         def run() -> object:
-            with tempfile.TemporaryDirectory(prefix="kernel-agent-bench-net-") as folder:
-                with KernelSession(Path(folder), limits=Limits(network=on)) as session:
-                    return session.execute("1").result_text
+            with (
+                tempfile.TemporaryDirectory(prefix="kernel-agent-bench-net-") as folder,
+                KernelSession(Path(folder), limits=Limits(network=on)) as session,
+            ):
+                return session.execute("1").result_text
 
         return run
 

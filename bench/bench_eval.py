@@ -24,10 +24,10 @@ from report import Row, scaled
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
-from evalsuite import Case, ScriptedAnalyst, Step, entries, write_generic  # noqa: E402
-from openai_server import OpenAIServer  # noqa: E402
+from evalsuite import Case, ScriptedAnalyst, Step, entries, write_generic
+from openai_server import OpenAIServer
 
-from kernel_agent.eval import load_suite, run_eval  # noqa: E402
+from kernel_agent.eval import load_suite, run_eval
 
 NAME = "eval"
 QUESTIONS = 12

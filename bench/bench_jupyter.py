@@ -41,8 +41,8 @@ from report import Row, median, scaled
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
-from jupyterlab import start_jupyterlab, stop_jupyterlab  # noqa: E402
-from openai_server import OpenAIServer, Reply, python_call  # noqa: E402
+from jupyterlab import start_jupyterlab, stop_jupyterlab
+from openai_server import OpenAIServer, Reply, python_call
 
 NAME = "jupyter"
 MODEL_PAUSE_S = 0.5  # the scripted model's answer time in ``cells``: a fast model (a real one takes seconds)

@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench_agent import _through_agent, side_by_side
@@ -85,7 +86,7 @@ def gateway(quick: bool) -> list[Row]:
     """``1+1`` over a stock and a NODELAY Kernel Gateway and a stock Enterprise Gateway vs local, blocks of 10."""
     blocks = scaled(quick, 15, 3, 1)
     rows = []
-    servers = (
+    servers: tuple[tuple[str, Callable[[], KernelGateway | EnterpriseGateway]], ...] = (
         ("gateway (without server TCP_NODELAY)", lambda: KernelGateway()),
         ("gateway (with server TCP_NODELAY)", lambda: KernelGateway(nodelay=True)),
         ("Enterprise Gateway (stock)", EnterpriseGateway),

@@ -46,7 +46,7 @@ async def _alternate(count: int, scratch: Path, options: dict[str, object]) -> t
     return ours, base
 
 
-def r(quick: bool) -> list[Row]:
+def r(quick: Scale) -> list[Row]:
     """R kernel cold start vs the default Python kernel, alternating."""
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-r-"))
     try:
@@ -56,7 +56,7 @@ def r(quick: bool) -> list[Row]:
     return [Row("R kernel (IRkernel) cold start to first 1+1 vs default Python kernel", median(ours), median(base))]
 
 
-def env(quick: bool) -> list[Row]:
+def env(quick: Scale) -> list[Row]:
     """A second environment's Python kernel cold start vs the default, alternating. A smoke run names this
     environment's own interpreter (the --python path runs; no new venv is built and filled)."""
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-env-"))
@@ -84,7 +84,7 @@ def env(quick: bool) -> list[Row]:
     return [Row("second-environment Python kernel (--python) cold start vs default", median(ours), median(base))]
 
 
-def probe(quick: bool) -> list[Row]:
+def probe(quick: Scale) -> list[Row]:
     """The package probe on a started kernel, Python (user_expressions) and R (run quietly)."""
     return asyncio.run(_probe(scaled(quick, 10, 3, 1)))
 

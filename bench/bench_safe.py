@@ -35,7 +35,8 @@ def _per_call(function: Callable[[], object], rounds: int) -> float:
 
 def _alternate(ours: Callable[[], object], plain: Callable[[], object], rounds: int) -> tuple[float, float]:
     ours(), plain()  # warm-up, discarded
-    mine, copies = [], []
+    mine: list[float] = []
+    copies: list[float] = []
     for index in range(rounds):
         pair = ((ours, mine), (plain, copies)) if index % 2 == 0 else ((plain, copies), (ours, mine))
         for side, out in pair:
@@ -49,7 +50,7 @@ def _table_html(size: int) -> str:
     rows = 1000
     while True:
         frame = pd.DataFrame({"name": [f"item {i}" for i in range(rows)], "value": range(rows), "x": [0.5] * rows})
-        page = frame.to_html()
+        page: str = frame.to_html()
         if len(page) >= size:
             return page[: page.rindex("</tr>", 0, size) + 5] + "</tbody></table>"
         rows *= 2

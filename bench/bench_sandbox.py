@@ -22,7 +22,7 @@ from pathlib import Path
 
 import raw
 from bench_agent import _CLEAN, _LOAD, _make_csv
-from jupyter_client import AsyncKernelManager
+from jupyter_client.manager import AsyncKernelManager
 from report import Row, median, p95, scaled
 
 from kernel_agent.kernel.sandbox.bwrap import find_bwrap

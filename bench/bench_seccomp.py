@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 from bench_agent import _make_csv
 from bench_sandbox import _ROUNDS, _SETUP
@@ -43,22 +44,29 @@ NAME = "seccomp"
 _NEW_FLAGS = ("--disable-userns", "--assert-userns-disabled")
 
 
+def _unfiltered_argv(binary: Path, view: bwrap_module.SandboxView) -> list[str]:
+    """bwrap's arguments as they were before the filter: no seccomp, nested namespaces."""
+    argv = bwrap_module.bwrap_argv(binary, view)
+    at = argv.index("--add-seccomp-fd")
+    del argv[at : at + 2]
+    return [arg for arg in argv if arg not in _NEW_FLAGS]
+
+
+def _number(text: str | None) -> float:
+    """A measurement the kernel printed as its cell's value. Raises ``RuntimeError`` when there is none."""
+    if text is None:
+        raise RuntimeError("the cell gave no value")
+    return float(text)
+
+
 @contextlib.contextmanager
 def _unfiltered() -> Iterator[None]:
-    """Sessions started inside get the sandbox as it was before the filter: no seccomp, nested namespaces."""
-    original_argv, original_write = kernelspec.bwrap_argv, kernelspec._write_filter
-
-    def bwrap_argv(binary: Path, view: kernelspec.SandboxView) -> list[str]:
-        argv = original_argv(binary, view)
-        at = argv.index("--add-seccomp-fd")
-        del argv[at : at + 2]
-        return [arg for arg in argv if arg not in _NEW_FLAGS]
-
-    kernelspec.bwrap_argv, kernelspec._write_filter = bwrap_argv, lambda _folder: None  # type: ignore[assignment]
-    try:
+    """Sessions started inside get the sandbox as it was before the filter (``_unfiltered_argv``)."""
+    with (
+        mock.patch.object(kernelspec, "bwrap_argv", _unfiltered_argv),
+        mock.patch.object(kernelspec, "_write_filter", lambda _folder: None),
+    ):
         yield
-    finally:
-        kernelspec.bwrap_argv, kernelspec._write_filter = original_argv, original_write
 
 
 def _session(workspace: Path, filtered: bool) -> KernelSession:
@@ -137,7 +145,7 @@ def _analysis(workspace: Path, filtered: bool) -> tuple[float, float, list[str]]
                 raise RuntimeError(f"round failed: {result.to_llm_text()}")
             outputs.append(result.stdout)
         elapsed = time.perf_counter() - started
-        cpu = float(session.execute("_bench_time.process_time() - _bench_cpu").result_text)
+        cpu = _number(session.execute("_bench_time.process_time() - _bench_cpu").result_text)
         return elapsed, cpu, outputs
 
 
@@ -194,8 +202,7 @@ def launch(quick: bool) -> list[Row]:
             *bwrap_module.bwrap_argv(binary, view),
             "/bin/true",
         ]
-        with _unfiltered():
-            plain = [*joins, *kernelspec.bwrap_argv(binary, view), "/bin/true"]
+        plain = [*joins, *_unfiltered_argv(binary, view), "/bin/true"]
         commands = {True: filtered, False: plain}
         for index in range(scaled(quick, 200, 20, 2)):
             for side in (True, False) if index % 2 == 0 else (False, True):
@@ -238,7 +245,7 @@ def syscalls(quick: bool) -> list[Row]:
                     for side in (True, False) if index % 2 == 0 else (False, True):
                         code = f"_t = time.process_time()\nfor _ in range({count}): {call}\ntime.process_time() - _t"
                         result = sessions[side].execute(code, timeout=600)
-                        per_call[name][side].append(float(result.result_text))
+                        per_call[name][side].append(_number(result.result_text))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return [

@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import httpx
 import psutil
@@ -58,7 +58,7 @@ from service_server import ServiceServer
 FIGURE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
 
 
-def scripted(body: dict) -> Reply:
+def scripted(body: dict[str, Any]) -> Reply:
     """Round by round from the conversation itself, so concurrent runs can share one script."""
     done = sum(1 for m in body["messages"] if m.get("role") == "tool")
     if done == 0:
@@ -114,7 +114,10 @@ async def load(
 def summary(label: str, results: list[tuple[float, float, str, int]], wall: float) -> str:
     first = sorted(r[0] for r in results)
     answer = sorted(r[1] for r in results)
-    p95 = lambda xs: xs[min(len(xs) - 1, int(0.95 * len(xs)))]  # noqa: E731
+
+    def p95(xs: list[float]) -> float:
+        return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
+
     completed = sum(1 for r in results if r[2] == "completed")
     return (
         f"{label:<28} {completed:>3}/{len(results)} {len(results) / wall:>7.2f} "

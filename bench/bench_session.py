@@ -30,13 +30,15 @@ from typing import Any
 
 import deepanalyze
 import raw
-from jupyter_client import AsyncKernelClient, AsyncKernelManager
+from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.manager import AsyncKernelManager
 from report import Row, Scale, median, p95, scaled
 
 from kernel_agent.kernel.outputs import OutputCollector
 from kernel_agent.kernel.providers.local import LocalProvider
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
+from kernel_agent.result import ExecutionResult
 
 NAME = "session"
 
@@ -53,7 +55,7 @@ print(top.round(2).to_string())
 
 
 # ------------------------------------------------------------------ round-trip
-def roundtrip(quick: bool) -> list[Row]:
+def roundtrip(quick: Scale) -> list[Row]:
     """Median and p95 of ``1+1``, ours and raw, in short alternating blocks on one kernel.
 
     Blocks of 10 rather than 100: on a shared 2-core machine the background
@@ -150,13 +152,13 @@ async def _async_roundtrips(session: AsyncKernelSession, count: int) -> list[flo
 
 
 # ------------------------------------------------------------------ cold start
-def cold_start(quick: bool) -> list[Row]:
+def cold_start(quick: Scale) -> list[Row]:
     """A new session to its first result, with and without the pandas/pyplot imports."""
     runs = scaled(quick, 5, 2, 1)
     scratch = Path(tempfile.mkdtemp(prefix="ka-bench-"))
     try:
         ipython_dir = scratch / "ipython"
-        measures = {
+        measures: dict[str, Callable[[], float]] = {
             "ours": lambda: _session_cold(ROUNDTRIP_CODE),
             "stock": lambda: asyncio.run(raw.cold_start(ROUNDTRIP_CODE, scratch, ipython_dir)),
             "ours_imports": lambda: _session_cold(IMPORTS),
@@ -195,7 +197,7 @@ def _session_cold(code: str) -> float:
 
 
 # ------------------------------------------------------------------ timeouts
-def timeouts(quick: bool) -> list[Row]:
+def timeouts(quick: Scale) -> list[Row]:
     """Seconds past a 1 s deadline until the result is back: interrupt path and restart path."""
     spins, stubborn = scaled(quick, (5, 3), (2, 1), (1, 1))
     with KernelSession() as session:
@@ -232,7 +234,7 @@ def timeouts(quick: bool) -> list[Row]:
 
 
 # ------------------------------------------------------------------ process per call
-def subprocess_executor(quick: bool) -> list[Row]:
+def subprocess_executor(quick: Scale) -> list[Row]:
     """The same 25 steps (5 in a smoke run) through one session and through a new process per step."""
     reps = scaled(quick, 3, 1, 1)
     workspace = Path(tempfile.mkdtemp(prefix="ka-bench-ws-"))
@@ -313,7 +315,7 @@ def _timed_steps(steps: list[tuple[str, str]], run: Callable[[str], str]) -> tup
     return outputs, per_step
 
 
-def _stdout_ok(result: Any) -> str:
+def _stdout_ok(result: ExecutionResult) -> str:
     _expect(result.status == "ok", result)
     return result.stdout
 
@@ -337,7 +339,7 @@ def _expect(condition: bool, what: object) -> None:
         raise RuntimeError(f"benchmark sanity check failed: {what!r}")
 
 
-PARTS: dict[str, Callable[[bool], list[Row]]] = {
+PARTS: dict[str, Callable[[Scale], list[Row]]] = {
     "roundtrip": roundtrip,
     "coldstart": cold_start,
     "timeout": timeouts,

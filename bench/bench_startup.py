@@ -59,8 +59,8 @@ TESTS = Path(__file__).resolve().parent.parent / "tests"
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from openai_server import OpenAIServer, Reply  # noqa: E402 (the tests' scripted model server)
-from ports import listening_now  # noqa: E402 (the tests' port helpers)
+from openai_server import OpenAIServer, Reply  # the tests' scripted model server
+from ports import listening_now  # the tests' port helpers
 
 NAME = "startup"
 
@@ -109,7 +109,7 @@ def _medians(runs: dict[str, tuple[list[str], str]], rounds: int) -> dict[str, f
     return {name: median(values) for name, values in times.items()}
 
 
-def cli(quick: bool) -> list[Row]:
+def cli(quick: Scale) -> list[Row]:
     python = [sys.executable]
     runs = {
         name: ([*_cli(), *args], "Usage" if "--help" in args else kernel_agent.__version__)
@@ -219,7 +219,7 @@ def _mcp_ready(environment: dict[str, str], root: Path) -> float:
     return elapsed
 
 
-def servers(quick: bool) -> list[Row]:
+def servers(quick: Scale) -> list[Row]:
     environment = _environment()
     python = [sys.executable, "-c", "print('ok')"]
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
@@ -287,7 +287,7 @@ async def _load_ext_once(environment: dict[str, str]) -> tuple[float, float]:
         await manager.shutdown_kernel(now=True)
 
 
-def magic(quick: bool) -> list[Row]:
+def magic(quick: Scale) -> list[Row]:
     environment = _environment()
     loads, plain = [], []
     asyncio.run(_load_ext_once(environment))  # warm-up, discarded
@@ -339,8 +339,7 @@ async def _first_request_in_process(root: Path, kernel: str | None) -> float:
 
     folder = Path(tempfile.mkdtemp(prefix="first-request-", dir=root))
     with OpenAIServer([first]) as server:
-        options = {"kernel": kernel} if kernel else {}
-        async with AsyncAgent("m", server.base_url, "sk-bench", "tags", **options) as agent:
+        async with AsyncAgent("m", server.base_url, "sk-bench", "tags", kernel=kernel or None) as agent:
             started = time.perf_counter()
             await agent.run("How many rows?", [], folder / "ws", folder / "run.ipynb")
     return asked[0] - started
@@ -373,7 +372,7 @@ async def _chat_first_request(root: Path, kernel: str | None) -> float:
     return asked[0] - started
 
 
-def first_request(quick: bool) -> list[Row]:
+def first_request(quick: Scale) -> list[Row]:
     """Issue 38 item 11: from spawning ``kernel-agent run`` to the scripted model's first request, with the
     prompt made while the kernel starts, against the same run whose kernel is named (``--kernel
     kernel-agent``: its language is not known ahead, so the run asks once the kernel is up, as every run
@@ -430,5 +429,5 @@ PARTS = {"cli": cli, "servers": servers, "magic": magic, "first_request": first_
 if __name__ == "__main__":
     from report import render
 
-    quick = "--quick" in sys.argv
+    quick = Scale.QUICK if "--quick" in sys.argv else Scale.FULL
     print(render([row for part in PARTS.values() for row in part(quick)]))

@@ -24,7 +24,7 @@ NAME = "stream"
 CHATTY = "for i in range({lines}):\n    print('line', i)"
 
 
-def chatty(quick: bool) -> list[Row]:
+def chatty(quick: Scale) -> list[Row]:
     """Median seconds of the chatty cell (200,000 lines; 20,000 in a smoke run) with and without ``on_output``,
     alternating."""
     rounds, lines = scaled(quick, (9, 200_000), (3, 200_000), (1, 20_000))

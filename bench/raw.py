@@ -15,10 +15,12 @@ import queue
 import subprocess
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from jupyter_client import AsyncKernelClient, AsyncKernelManager
+from jupyter_client.asynchronous.client import AsyncKernelClient
+from jupyter_client.manager import AsyncKernelManager
 
 __all__ = ["cold_start", "iopub_messages", "roundtrip", "stop_at_deadline", "timed_roundtrips"]
 
@@ -116,10 +118,11 @@ async def _reply(client: AsyncKernelClient, msg_id: str, timeout: float) -> dict
     while True:
         msg = await _next(client.get_shell_msg, end, "execute_reply", msg_id)
         if msg["parent_header"].get("msg_id") == msg_id:
-            return msg["content"]
+            content: dict[str, Any] = msg["content"]
+            return content
 
 
-async def _next(get: Any, end: float, what: str, msg_id: str) -> dict[str, Any]:
+async def _next(get: Callable[..., Awaitable[dict[str, Any]]], end: float, what: str, msg_id: str) -> dict[str, Any]:
     try:
         return await get(timeout=max(end - time.monotonic(), 0.0))
     except queue.Empty:

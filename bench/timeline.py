@@ -57,7 +57,7 @@ def _timed(owner: Any, name: str, label: str) -> None:
     else:
 
         @functools.wraps(function)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
             try:
                 return function(*args, **kwargs)

@@ -101,7 +101,49 @@ _EXPORTS = {
     "ServiceError": "errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+# Spelt out, not built from _EXPORTS: type checkers read a literal list as what the package exports.
+__all__ = [
+    "__version__",
+    "AsyncKernelSession",
+    "KernelSession",
+    "ExecutionResult",
+    "ErrorInfo",
+    "AsyncAgent",
+    "Agent",
+    "AgentConfig",
+    "Run",
+    "Round",
+    "Usage",
+    "Artifact",
+    "Event",
+    "ChatModel",
+    "ModelReply",
+    "SessionState",
+    "PythonTool",
+    "replay",
+    "ReplayReport",
+    "Limits",
+    "OutputCaps",
+    "KernelAgentError",
+    "ConfigError",
+    "DataFileError",
+    "WorkspaceFileError",
+    "ExtraMissingError",
+    "StorageError",
+    "KernelError",
+    "KernelStartError",
+    "KernelChoiceError",
+    "SessionClosedError",
+    "SandboxUnavailableError",
+    "ModelError",
+    "ModelUnreachableError",
+    "ModelTimeoutError",
+    "ContextLengthError",
+    "ExecutionError",
+    "NotebookError",
+    "PlanError",
+    "ServiceError",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -32,11 +32,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import logging
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # imported with uvicorn, at the first uvicorn_options call
+    import h11
+    from uvicorn.protocols.http.flow_control import FlowControl
 
 __all__ = ["ConnectionLimits", "listen", "uvicorn_options"]
 
@@ -122,34 +127,80 @@ def uvicorn_options(limits: ConnectionLimits) -> dict[str, Any]:
     }
 
 
+class _Deadlines:
+    """What ``BoundedH11Protocol`` (``_protocol_class``) adds to uvicorn's h11 protocol, whose attributes it
+    uses: a deadline on a request's headers, an idle deadline on its body, the cap on open connections."""
+
+    limits = ConnectionLimits()
+    transport: asyncio.Transport
+    conn: h11.Connection
+    flow: FlowControl
+    loop: asyncio.AbstractEventLoop
+    logger: logging.Logger
+    _deadline: asyncio.TimerHandle | None = None
+    _waiting: str | None = None  # "headers", "body" or None: what the deadline is for
+
+    def _refused(self, open_now: int) -> bool:
+        """Close a connection over the cap (``open_now`` counts it) with a 503; whether it was."""
+        if open_now <= self.limits.max_connections:
+            return False
+        self.logger.warning("refused a connection: the cap of %d open ones is reached", self.limits.max_connections)
+        self.transport.write(_BUSY)
+        self.transport.close()
+        return True
+
+    def _watch(self, *, fresh: bool) -> None:
+        """Set the deadline for what the connection waits on now: a request's headers (counted from when
+        it began waiting for them), its body (from the last byte), or nothing (the app has the request)."""
+        import h11
+
+        if self.transport.is_closing():
+            self._cancel()
+            return
+        state = self.conn.their_state
+        if state is h11.IDLE:
+            if self._waiting != "headers":
+                self._arm("headers", self.limits.header_timeout)
+        elif state is h11.SEND_BODY:
+            if fresh or self._waiting != "body":
+                self._arm("body", self.limits.body_timeout)
+        else:
+            self._cancel()
+
+    def _arm(self, waiting: str, seconds: float) -> None:
+        self._cancel()
+        self._waiting = waiting
+        self._deadline = self.loop.call_later(seconds, self._expired)
+
+    def _cancel(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline, self._waiting = None, None
+
+    def _expired(self) -> None:
+        waiting, self._deadline = self._waiting, None
+        if self.transport.is_closing():
+            return
+        if waiting == "body" and self.flow.read_paused:  # the app is behind, not the client: wait for it
+            self._arm("body", self.limits.body_timeout)
+            return
+        self.logger.info("closed a connection: its request's %s took too long", waiting)
+        self.transport.close()
+
+
 @functools.cache
 def _protocol_class() -> type:
-    """uvicorn's h11 protocol with a deadline on a request's headers, an idle deadline on its body and a cap
-    on open connections (``limits``: the subclass ``uvicorn_options`` makes sets it)."""
-    import h11
+    """uvicorn's h11 protocol with ``_Deadlines`` (``limits``: the subclass ``uvicorn_options`` makes sets it)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class BoundedH11Protocol(H11Protocol):
+    class BoundedH11Protocol(_Deadlines, H11Protocol):
         """uvicorn's h11 protocol with a deadline on a request's headers, an idle deadline on its body and a
         cap on open connections (``limits``: a subclass made by ``uvicorn_options`` sets it)."""
 
-        limits = ConnectionLimits()
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._deadline: asyncio.TimerHandle | None = None
-            self._waiting: str | None = None  # "headers", "body" or None: what the deadline is for
-
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > self.limits.max_connections:
-                self.logger.warning(
-                    "refused a connection: the cap of %d open ones is reached", self.limits.max_connections
-                )
-                transport.write(_BUSY)
-                transport.close()
-                return
-            self._watch(fresh=True)
+            if not self._refused(len(self.connections)):
+                self._watch(fresh=True)
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
@@ -166,41 +217,5 @@ def _protocol_class() -> type:
         def handle_websocket_upgrade(self, event: h11.Request) -> None:
             self._cancel()  # the connection is the websocket protocol's from here
             super().handle_websocket_upgrade(event)
-
-        def _watch(self, *, fresh: bool) -> None:
-            """Set the deadline for what the connection waits on now: a request's headers (counted from when
-            it began waiting for them), its body (from the last byte), or nothing (the app has the request)."""
-            if self.transport.is_closing():
-                self._cancel()
-                return
-            state = self.conn.their_state
-            if state is h11.IDLE:
-                if self._waiting != "headers":
-                    self._arm("headers", self.limits.header_timeout)
-            elif state is h11.SEND_BODY:
-                if fresh or self._waiting != "body":
-                    self._arm("body", self.limits.body_timeout)
-            else:
-                self._cancel()
-
-        def _arm(self, waiting: str, seconds: float) -> None:
-            self._cancel()
-            self._waiting = waiting
-            self._deadline = self.loop.call_later(seconds, self._expired)
-
-        def _cancel(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-            self._deadline, self._waiting = None, None
-
-        def _expired(self) -> None:
-            waiting, self._deadline = self._waiting, None
-            if self.transport.is_closing():
-                return
-            if waiting == "body" and self.flow.read_paused:  # the app is behind, not the client: wait for it
-                self._arm("body", self.limits.body_timeout)
-                return
-            self.logger.info("closed a connection: its request's %s took too long", waiting)
-            self.transport.close()
 
     return BoundedH11Protocol

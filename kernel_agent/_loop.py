@@ -17,7 +17,7 @@ import atexit
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 __all__ = ["LoopThread", "in_thread"]
@@ -70,8 +70,9 @@ class LoopThread:
             raise
         return task.result()
 
-    def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
-        """Iterate an async iterator living on the private loop, from this thread."""
+    def iterate(self, agen: AsyncIterator[T]) -> Generator[T, None, None]:
+        """Iterate an async iterator living on the private loop, from this thread; closing the generator
+        closes ``agen`` there."""
         try:
             while True:
                 try:

@@ -42,7 +42,7 @@ def defer_rfc3987_grammar() -> bool:
     def is_valid_syntax(term: str, value: str) -> bool:
         return bool(importlib.import_module(_HELPERS).is_valid_syntax(term, value))
 
-    def __getattr__(name: str) -> Any:  # noqa: N807 - a module's own __getattr__ (PEP 562)
+    def __getattr__(name: str) -> Any:  # a module's own __getattr__ (PEP 562)
         return getattr(importlib.import_module(_HELPERS), name)
 
     stand_in.is_valid_syntax = is_valid_syntax  # type: ignore[attr-defined]  # a module made at runtime

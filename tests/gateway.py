@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import httpx
 from leaks import kernels_of, process_gone
@@ -42,7 +43,7 @@ class KernelGateway:
         self.folder = Path(tempfile.mkdtemp(prefix="kg-test-"))
         self.process: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> KernelGateway:
+    def __enter__(self) -> Self:
         try:
             self._start()
         except BaseException:

@@ -34,7 +34,8 @@ def saved_cells(path: Path) -> list[dict[str, Any]] | None:
     """The cells of the notebook Jupyter saved at ``path``; None while a save is under way (Jupyter's
     atomic writing keeps a backup and writes the file in place, so a reader can see it empty or cut)."""
     try:
-        return json.loads(path.read_text())["cells"]
+        cells: list[dict[str, Any]] = json.loads(path.read_text())["cells"]
+        return cells
     except (ValueError, KeyError):
         return None
 

@@ -20,6 +20,7 @@ import sysconfig
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -55,7 +56,9 @@ _watch: dict[str, Any] = {"thread": None, "seen": {}}
 def audit(event: str, _args: tuple[Any, ...]) -> None:
     if event not in WATCHED or threading.get_ident() != _watch["thread"]:
         return
-    frames, frame, caller = [], sys._getframe(1), None
+    frames: list[str] = []
+    frame: FrameType | None = sys._getframe(1)
+    caller: str | None = None
     while frame is not None:  # by hand: traceback's line lookup would open files, inside this hook
         name = frame.f_code.co_filename
         if caller is None and not (name.startswith(STDLIB) or name.startswith("<")):

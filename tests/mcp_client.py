@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -89,15 +90,20 @@ class HeldClient:
             task = asyncio.ensure_future(job(session))
             holder.append(task)
             running.add(task)
-            task.add_done_callback(lambda t, f=future: (running.discard(t), _settle(t, f)))
+            task.add_done_callback(functools.partial(_finished, running, future))
         for task in running:
             task.cancel()
+
+
+def _finished(running: set[asyncio.Task[Any]], future: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
+    running.discard(task)
+    _settle(task, future)
 
 
 def _settle(task: asyncio.Task[Any], future: concurrent.futures.Future[Any]) -> None:
     if task.cancelled():
         future.cancel()
-    elif task.exception() is not None:
-        future.set_exception(task.exception())  # type: ignore[arg-type]
+    elif (error := task.exception()) is not None:
+        future.set_exception(error)
     else:
         future.set_result(task.result())

@@ -105,7 +105,7 @@ def test_seed_sales_analysis_end_to_end(
     assert len(run.rounds[2].result.images) == 1  # type: ignore[union-attr]
     assert [a.path for a in run.rounds[2].artifacts] == ["sales_analysis.png"]
     assert run.usage.total_tokens > 0
-    nb = nbformat.read(run.notebook_path, as_version=4)  # type: ignore[arg-type]
+    nb = nbformat.read(run.notebook_path, as_version=4)
     nbformat.validate(nb)
     assert sum(cell.cell_type == "code" for cell in nb.cells) == 4  # setup + 3 rounds
     feedback_roles = {"tags": "user", "deepanalyze": "execute", "tools": "tool"}[protocol]
@@ -207,7 +207,7 @@ def test_a_partly_used_reply_is_explained_to_the_model(
     sent = json.dumps(openai_server.requests[1]["messages"])
     assert f"[about your reply: {run.rounds[0].problem}]" in sent
     if protocol != "tools":
-        assert "a second <Code> block was not run" in run.rounds[0].problem  # type: ignore[operator]
+        assert "a second <Code> block was not run" in run.rounds[0].problem
 
 
 def test_stuck_guard_stops_a_model_repeating_a_failure(openai_server: OpenAIServer, tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_max_rounds_stops_and_keeps_every_round(openai_server: OpenAIServer, tmp
     with agent_for(openai_server, max_rounds=2) as agent:
         run = agent.run("never answers", workspace=tmp_path / "ws")
     assert run.stop_reason == "max_rounds" and run.answer is None
-    nb = nbformat.read(run.notebook_path, as_version=4)  # type: ignore[arg-type]
+    nb = nbformat.read(run.notebook_path, as_version=4)
     assert [c.source for c in nb.cells if c.cell_type == "code"][1:] == ["a = 1", "b = 2"]
     assert nb.metadata["kernel_agent"]["stop_reason"] == "max_rounds"
 
@@ -248,7 +248,7 @@ def test_connection_refused_ends_with_llm_error_and_a_notebook(tmp_path: Path) -
     assert f"127.0.0.1:{port}" in (run.error or "")
     assert "Traceback" not in (run.error or "")
     assert any(e.kind == "error" for e in events)
-    assert Path(run.notebook_path).is_file()
+    assert run.notebook_path is not None and Path(run.notebook_path).is_file()
 
 
 def test_protocol_trouble_is_recorded_not_fatal(openai_server: OpenAIServer, tmp_path: Path) -> None:
@@ -358,12 +358,13 @@ def test_resume_continues_with_the_old_variables(openai_server: OpenAIServer, tm
     openai_server.add(Reply("<Answer>84</Answer>"))
     with agent_for(openai_server) as agent:
         first = agent.run("compute", workspace=tmp_path / "ws")
+        assert first.notebook_path is not None
         second = agent.resume(first.notebook_path, "double it")
     assert second.answer == "84"
     assert second.notebook_path == first.notebook_path
     assert second.rounds[-2].result.stdout == "84\n"  # type: ignore[union-attr]
     assert [r.index for r in second.rounds] == [1, 2, 3, 4, 5]
-    nb = nbformat.read(second.notebook_path, as_version=4)  # type: ignore[arg-type]
+    nb = nbformat.read(second.notebook_path, as_version=4)
     assert "print(total * 2)" in [c.source for c in nb.cells if c.cell_type == "code"]
 
 

@@ -10,6 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.kernel
 FAST = {"max_retries": 2, "backoff": 0.01}
 
 
-def agent_for(server: OpenAIServer, **kwargs: object) -> Agent:
+def agent_for(server: OpenAIServer, **kwargs: Any) -> Agent:
     return Agent(model="m", base_url=server.base_url, protocol="tags", model_options=FAST, **kwargs)
 
 
@@ -64,7 +65,7 @@ def test_server_dying_for_good_ends_with_llm_error(openai_server: OpenAIServer, 
     assert run.stop_reason == "llm_error"
     assert run.error
     assert [r.status for r in run.rounds] == ["ok"]
-    nb = nbformat.read(run.notebook_path, as_version=4)  # type: ignore[arg-type]
+    nb = nbformat.read(run.notebook_path, as_version=4)
     nbformat.validate(nb)
     assert "x = 1" in [c.source for c in nb.cells]
 
@@ -89,7 +90,7 @@ def test_malformed_replies_are_recorded_not_fatal(
     assert run.stop_reason == "answer" and (run.answer or "").startswith(answer)  # the script decides: one outcome
     assert len(run.rounds) == (1 if answer != "recovered" else 2)
     assert run.rounds[0].reply.startswith(reply[:20])
-    nbformat.validate(nbformat.read(run.notebook_path, as_version=4))  # type: ignore[arg-type]
+    nbformat.validate(nbformat.read(run.notebook_path, as_version=4))
 
 
 _SCRIPT = """

@@ -10,6 +10,7 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -60,16 +61,19 @@ def host_secret(tmp_path: Path) -> tuple[Path, str]:
 def service(
     model: OpenAIServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServiceServer, httpx.Client]]:
-    with ServiceServer(tmp_path_factory.mktemp("service"), model.base_url, keys={"boundary-key"}) as server:
-        with httpx.Client(base_url=server.url, headers=KEY, timeout=120) as client:
-            yield server, client
+    with (
+        ServiceServer(tmp_path_factory.mktemp("service"), model.base_url, keys={"boundary-key"}) as server,
+        httpx.Client(base_url=server.url, headers=KEY, timeout=120) as client,
+    ):
+        yield server, client
 
 
-def finished(client: httpx.Client, run_id: str) -> dict:
+def finished(client: httpx.Client, run_id: str) -> dict[str, Any]:
     with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
     assert events[-1]["event"] == "finished", events[-3:]
-    return client.get(f"/v1/runs/{run_id}").json()
+    value: dict[Any, Any] = client.get(f"/v1/runs/{run_id}").json()
+    return value
 
 
 def test_an_upload_never_writes_through_links_the_kernel_planted(
@@ -197,15 +201,13 @@ def test_a_pooled_kernels_link_is_not_copied_back_as_a_file(tmp_path: Path, host
     folder, secret = host_secret
 
     async def main() -> list[str]:
-        async with KernelPool(size=1) as pool:
-            async with pool.acquire(tmp_path / "run") as session:
-                before = await session.files.snapshot()
-                await session.execute(
-                    f"import os\nos.symlink({str(folder / 'secret.txt')!r}, 'leak.txt')\n"
-                    "open('real.txt', 'w').write('ok')"
-                )
-                artifacts = await session.files.changes(before)
-                return [a.path for a in artifacts]
+        async with KernelPool(size=1) as pool, pool.acquire(tmp_path / "run") as session:
+            before = await session.files.snapshot()
+            await session.execute(
+                f"import os\nos.symlink({str(folder / 'secret.txt')!r}, 'leak.txt')\nopen('real.txt', 'w').write('ok')"
+            )
+            artifacts = await session.files.changes(before)
+            return [a.path for a in artifacts]
 
     assert asyncio.run(main()) == ["real.txt"]
     assert not (tmp_path / "run" / "leak.txt").exists() and (tmp_path / "run" / "real.txt").read_text() == "ok"

@@ -144,7 +144,8 @@ def hostile_notebook() -> nbformat.NotebookNode:
             "<script>window.PWNED = 'raw'</script>" + BORROW, metadata={"raw_mimetype": "text/html"}
         ),
     ]
-    return nb
+    value: nbformat.NotebookNode = nb
+    return value
 
 
 def test_show_html_of_a_hostile_notebook_is_inert(page: Any, tmp_path: Path) -> None:

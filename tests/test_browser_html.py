@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.browser
 EXAMPLE = Path(__file__).resolve().parent.parent / "notebooks" / "example-sales-analysis.ipynb"
 
 
-def test_show_html_renders_the_run_offline(page: object, tmp_path: Path) -> None:
+def test_show_html_renders_the_run_offline(page: Any, tmp_path: Path) -> None:
     nb = nbformat.read(EXAMPLE, as_version=4)
     long_text = "".join(f"line {i}\n" for i in range(400))
     code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]

@@ -68,7 +68,8 @@ def ask(page: Any, text: str) -> None:
 
 
 def chat_text(page: Any) -> str:
-    return page.locator(f"{CHAT} .jp-chat-messages-container").inner_text()
+    value: str = page.locator(f"{CHAT} .jp-chat-messages-container").inner_text()
+    return value
 
 
 def note_order(page: Any) -> None:

@@ -63,8 +63,9 @@ def run_cell(page: Any, index: int, *, wait: bool = True) -> None:
 
 def outputs_json(page: Any) -> list[list[dict[str, Any]]]:
     """The current notebook's outputs per code cell, from JupyterLab's model."""
-    return page.evaluate(f"""() => Array.from({_CURRENT}.content.model.cells)
+    outputs: list[list[dict[str, Any]]] = page.evaluate(f"""() => Array.from({_CURRENT}.content.model.cells)
         .filter(cell => cell.type === 'code').map(cell => cell.outputs.toJSON())""")
+    return outputs
 
 
 def watch_for(page: Any, texts: list[str]) -> None:

@@ -44,7 +44,8 @@ def numbers_csv(tmp_path: Path) -> Path:
 
 
 def notebook_meta(path: Path) -> dict[str, Any]:
-    return nbformat.read(path, as_version=4).metadata["kernel_agent"]
+    value: dict[str, Any] = nbformat.read(path, as_version=4).metadata["kernel_agent"]
+    return value
 
 
 # -- runs ---------------------------------------------------------------------------------------------

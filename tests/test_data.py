@@ -11,6 +11,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -409,11 +410,11 @@ def test_preload_code_runs_and_defines_the_helpers() -> None:
     namespace = run_setup(code)
     assert namespace["pd"] is pd and namespace["np"] is np
     assert namespace["plt"] is sys.modules["matplotlib.pyplot"]
-    data = namespace["data"]
-    assert data.sales == "sales.csv"  # type: ignore[attr-defined]
-    assert data.file_2024_sales_final == "2024 sales-final.csv"  # type: ignore[attr-defined]
+    data: Any = namespace["data"]  # the setup cell's DataFiles: attributes made from the files' names
+    assert data.sales == "sales.csv"
+    assert data.file_2024_sales_final == "2024 sales-final.csv"
     assert data.class_ == "class.csv"
-    assert data.odd_quote == 'odd "quote".csv'  # type: ignore[attr-defined]
+    assert data.odd_quote == 'odd "quote".csv'
     assert repr(data).startswith("DataFiles(sales='sales.csv', file_2024_sales_final='2024 sales-final.csv'")
     assert "import seaborn as sns" in code and "except ImportError" in code
 

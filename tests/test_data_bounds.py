@@ -153,10 +153,17 @@ def test_only_the_worker_parses_a_data_file() -> None:
         if module.name in ("describe_worker.py", "summaries.py"):
             continue
         for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
-            imported = isinstance(node, ast.ImportFrom) and (node.module or "").endswith("summaries")
-            if imported and any(alias.name == "describe" for alias in node.names):  # type: ignore[union-attr]
+            if (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").endswith("summaries")
+                and any(alias.name == "describe" for alias in node.names)
+            ):
                 offenders.append(f"{module.relative_to(package)}:{node.lineno}")
-            called = isinstance(node, ast.Attribute) and node.attr == "describe"
-            if called and isinstance(node.value, ast.Name) and node.value.id == "summaries":  # type: ignore[union-attr]
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "describe"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "summaries"
+            ):
                 offenders.append(f"{module.relative_to(package)}:{node.lineno}")
     assert offenders == []

@@ -65,6 +65,7 @@ def test_one_size_rule_for_the_summary_and_deepanalyzes_rich_block(tmp_path: Pat
     assert f"CSV · {shown}" in summary
     ctx = PromptContext(task="Sum it", files=(FileInfo("sales.csv", size, summary),))
     message = get_protocol("deepanalyze", data_format="rich").initial_messages(ctx)[0]["content"]
+    assert isinstance(message, str)
     block = json.loads(message.split("File 1:\n", 1)[1].split("\n}\n", 1)[0] + "\n}")
     assert block["size"] == shown.replace(" ", "")  # "21.1KB" over "CSV · 21.1 KB"
     assert [human_size(n) for n in (1023, 1024, 21_606, 5 << 20)] == ["1023 B", "1.0 KB", "21.1 KB", "5.0 MB"]

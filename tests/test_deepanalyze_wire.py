@@ -111,6 +111,7 @@ def test_a_server_rejecting_the_extras_names_the_option_to_turn_them_off(
     with deepanalyze_agent(openai_server) as agent:
         run = agent.run(TASK, data=[sales], workspace=tmp_path / "ws")
     assert run.stop_reason == "llm_error" and len(openai_server.requests) == 1  # a 400 is not retried
+    assert run.error is not None
     assert "add_generation_prompt" in run.error and "--no-vllm-extras" in run.error
     assert "KERNEL_AGENT_VLLM_EXTRAS=0" in run.error
 

@@ -363,7 +363,7 @@ def plain_file_io(path: Path) -> list[tuple[str, str, int]]:
             self.generic_visit(node)
             self.function.pop()
 
-        visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+        visit_AsyncFunctionDef = visit_FunctionDef
 
         def visit_Call(self, node: ast.Call) -> None:
             call, func = None, node.func

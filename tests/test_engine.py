@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,9 @@ from kernel_agent.result import ErrorInfo
 LIMITS = Limits(memory_mb=4096)
 
 
-def verdict(outcome: Outcome, reply: dict | None = None, error: ErrorInfo | None = None, **kw: object) -> Verdict:
+def verdict(
+    outcome: Outcome, reply: dict[str, Any] | None = None, error: ErrorInfo | None = None, **kw: object
+) -> Verdict:
     options = {"limits": LIMITS, "timeout": 2.0, "grace": 1.0, **kw}
     return classify(outcome, reply or {}, error, **options)  # type: ignore[arg-type]
 

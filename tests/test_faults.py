@@ -382,7 +382,7 @@ def test_with_the_network_on_the_kernel_has_its_own_and_still_not_this_machine(t
             )
             assert own.result_text == "'own'"
             names = session.execute("[name for _, name in socket.if_nameindex()]").result_text
-            assert names != "['lo']" and "'lo'" in names  # a route out, through pasta
+            assert names is not None and names != "['lo']" and "'lo'" in names  # a route out, through pasta
         host_server.settimeout(0)
         with pytest.raises(BlockingIOError):
             host_server.accept()  # nothing ever arrived
@@ -393,7 +393,9 @@ def test_the_network_without_pasta_is_a_clear_error(tmp_path: Path, monkeypatch:
     the host's network."""
     tools = tmp_path / "bin"
     tools.mkdir()
-    (tools / "bwrap").symlink_to(shutil.which("bwrap") or find_bwrap())
+    bwrap = shutil.which("bwrap") or find_bwrap()
+    assert bwrap is not None
+    (tools / "bwrap").symlink_to(bwrap)
     monkeypatch.setenv("PATH", str(tools))
     with pytest.raises(SandboxUnavailableError, match="passt"):
         KernelSession(tmp_path / "ws", limits=Limits(network=True)).start()

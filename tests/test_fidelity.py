@@ -125,13 +125,14 @@ def test_resume_twice_keeps_every_answer_in_order_with_per_turn_provenance(
     openai_server.add(Reply("<Answer>third: 126</Answer>"))
     with _agent(openai_server, "model-a", "127.0.0.1") as agent:
         first = agent.run("compute", workspace=tmp_path / "ws")
+        assert first.notebook_path is not None
     with _agent(openai_server, "model-b", "localhost") as agent:
         agent.resume(first.notebook_path, "double it")
         third = agent.resume(first.notebook_path, "triple it")
     assert third.answer == "third: 126"
     resumed = openai_server.requests[2]["messages"]
     assert "Defined in the kernel so far (reuse them, do not reload): `total: int`" in resumed[0]["content"]
-    nb = nbformat.read(third.notebook_path, as_version=4)  # type: ignore[arg-type]
+    nb = nbformat.read(third.notebook_path, as_version=4)
     answers = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "answer"]
     assert answers == ["## Answer\n\nfirst: 42", "## Answer\n\nsecond: 84", "## Answer\n\nthird: 126"]
     questions = [c.source for c in nb.cells if c.metadata["kernel_agent"]["role"] == "question"]
@@ -174,6 +175,7 @@ def test_resume_after_a_timeout_reports_exactly_what_was_rebuilt_and_which_names
     openai_server.add(follow_up)
     with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5, preload=False) as agent:
         first = agent.run("loop", workspace=tmp_path / "ws")
+        assert first.notebook_path is not None
     assert [r.status for r in first.rounds] == ["ok", "timeout", "ok", "ok", "answer"]
     with _agent(openai_server, "m", "127.0.0.1") as agent:
         agent.resume(first.notebook_path, "and now?")
@@ -209,7 +211,7 @@ def test_a_kernel_death_after_a_timeout_rebuilds_what_it_can_and_names_what_is_m
     assert loaded.rounds[3].status == "died"
     note = next(
         c.source
-        for c in nbformat.read(run.notebook_path, as_version=4).cells  # type: ignore[arg-type]
+        for c in nbformat.read(run.notebook_path, as_version=4).cells
         if c.metadata["kernel_agent"].get("role") == "note" and c.metadata["kernel_agent"].get("round") == 4
     )
     assert "names now missing: `i`, `run`, `time`" in note and "all variables were lost" not in note.lower()
@@ -277,6 +279,7 @@ def test_a_resumed_run_with_a_timeout_shows_as_recorded_replays_and_runs_under_n
     openai_server.add(Reply("<Answer>second</Answer>"))
     with _agent(openai_server, "m", "127.0.0.1", exec_timeout=1.5, preload=False) as agent:
         first = agent.run("loop", workspace=tmp_path / "ws")
+        assert first.notebook_path is not None
     with _agent(openai_server, "m", "127.0.0.1", preload=False) as agent:
         second = agent.resume(first.notebook_path, "times five")
     path = second.notebook_path

@@ -185,10 +185,9 @@ def test_another_environments_packages_are_a_cached_probe_so_its_first_run_waits
     ordered = _Ordered(monkeypatch)
     ordered.held = False
     openai_server.add(*ordered.replies("one"), *ordered.replies("two"))
-    options = {"python": sys.executable}
-    said = kernels_ahead_of(options)
+    said = kernels_ahead_of({"python": sys.executable})
     assert said is not None and not said.this_interpreter
-    factory = MadeKernels(lambda workspace: AsyncKernelSession(workspace, **options), kernels_ahead=said)
+    factory = MadeKernels(lambda workspace: AsyncKernelSession(workspace, python=sys.executable), kernels_ahead=said)
 
     async def scenario() -> list[Any]:
         runs = []

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
@@ -20,13 +21,29 @@ from ports import closed_port
 from kernel_agent.cli import cli
 from kernel_agent.errors import ConfigError, KernelStartError
 from kernel_agent.kernel.outputs import OutputCaps
-from kernel_agent.kernel.providers.gateway.channels import parse_frame
+from kernel_agent.kernel.providers.gateway.channels import GatewayChannels, parse_frame
+from kernel_agent.kernel.providers.gateway.provider import GatewayProvider
 from kernel_agent.kernel.providers.gateway.settings import GatewaySettings
 from kernel_agent.kernel.sandbox.environment import gateway_environment
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
+from kernel_agent.records import Artifact
+from kernel_agent.result import ExecutionResult
 
 pytestmark = pytest.mark.kernel
+
+
+def gateway_provider(session: AsyncKernelSession) -> GatewayProvider:
+    provider = session.provider
+    assert isinstance(provider, GatewayProvider), provider
+    return provider
+
+
+def channels_of(session: AsyncKernelSession) -> GatewayChannels:
+    """The session's websocket channels (opened with the kernel)."""
+    channels = gateway_provider(session).client
+    assert channels is not None
+    return channels
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +64,8 @@ def _running(request: pytest.FixtureRequest, which: str, monkeypatch: pytest.Mon
     running = request.getfixturevalue(which)
     if isinstance(running, EnterpriseGateway):
         monkeypatch.setenv("KERNEL_USERNAME", running.username)
-    return running
+    value: KernelGateway = running
+    return value
 
 
 @pytest.fixture(params=["gateway", "enterprise"])
@@ -136,7 +154,7 @@ def test_restart_waits_until_the_kernel_answers(tmp_path: Path, where: dict[str,
 def test_files_go_in_and_artifacts_come_back(tmp_path: Path, remote: KernelGateway) -> None:
     (tmp_path / "data.csv").write_text("a,b\n1,2\n3,4\n")
 
-    async def run() -> tuple[object, ...]:
+    async def run() -> tuple[ExecutionResult, tuple[Artifact, ...]]:
         async with AsyncKernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token) as session:
             await session.files.put([tmp_path / "data.csv"])
             before = await session.files.snapshot()
@@ -151,7 +169,7 @@ def test_files_go_in_and_artifacts_come_back(tmp_path: Path, remote: KernelGatew
             return result, artifacts
 
     result, artifacts = asyncio.run(run())
-    assert result.status == "ok" and str(tmp_path) not in result.result_text  # the kernel's own folder
+    assert result.status == "ok" and str(tmp_path) not in (result.result_text or "")  # the kernel's own folder
     assert sorted(a.path for a in artifacts) == ["big.bin", "out.csv"]
     assert (tmp_path / "out.csv").read_text() == "a,b\n1,2\n3,4\n"
     assert (tmp_path / "big.bin").read_bytes() == bytes(range(256)) * 40000
@@ -159,7 +177,7 @@ def test_files_go_in_and_artifacts_come_back(tmp_path: Path, remote: KernelGatew
 
 def test_close_deletes_the_remote_kernel_and_attach_never_kills(tmp_path: Path, remote: KernelGateway) -> None:
     with KernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token) as owner:
-        kernel_id = owner._async.provider.kernel_id
+        kernel_id = gateway_provider(owner._async).kernel_id
         assert kernel_id in remote.kernels()
         with KernelSession(
             tmp_path, gateway=remote.url, gateway_token=remote.token, gateway_kernel_id=kernel_id
@@ -170,9 +188,9 @@ def test_close_deletes_the_remote_kernel_and_attach_never_kills(tmp_path: Path, 
 
 
 def test_a_dropped_websocket_reconnects_without_losing_the_execution(tmp_path: Path, remote: KernelGateway) -> None:
-    async def run() -> tuple[object, object, int]:
+    async def run() -> tuple[ExecutionResult, ExecutionResult, int]:
         async with AsyncKernelSession(tmp_path, gateway=remote.url, gateway_token=remote.token) as session:
-            channels = session.provider.client
+            channels = channels_of(session)
             first_line = asyncio.Event()
             dispatch = channels._dispatch
 
@@ -181,13 +199,13 @@ def test_a_dropped_websocket_reconnects_without_losing_the_execution(tmp_path: P
                 if '"0\\n"' in str(frame):
                     first_line.set()
 
-            channels._dispatch = watch
-            task = asyncio.ensure_future(
-                session.execute("import time\nfor i in range(3):\n    print(i); time.sleep(0.4)")
-            )
-            await asyncio.wait_for(first_line.wait(), 30)  # cut the wire mid-execution, after the first line
-            channels.drop()
-            result = await task
+            with mock.patch.object(channels, "_dispatch", watch):
+                task = asyncio.ensure_future(
+                    session.execute("import time\nfor i in range(3):\n    print(i); time.sleep(0.4)")
+                )
+                await asyncio.wait_for(first_line.wait(), 30)  # cut the wire mid-execution, after the first line
+                channels.drop()
+                result = await task
             after = await session.execute("1 + 1")
             return result, after, channels.reconnects
 
@@ -209,6 +227,7 @@ def test_secrets_are_not_sent_to_the_gateway_kernel(
     assert settings is not None and settings.token == remote.token and remote.token not in repr(settings)
     with KernelSession(tmp_path, gateway=settings, env=env) as session:
         seen = session.execute("import os\nsorted(os.environ.items())").result_text
+    assert seen is not None
     assert "KERNEL_VISIBLE" in seen and "('KERNEL_FROM_SHELL', 'forwarded')" in seen
     for secret in ("sk-should-not-travel", remote.token, "KERNEL_API_TOKEN", "KERNEL_AGENT_"):
         assert secret not in seen
@@ -243,8 +262,11 @@ def test_tcp_nodelay_is_set_on_our_socket(tmp_path: Path, gateway: KernelGateway
 
     async def run() -> int:
         async with AsyncKernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token) as session:
-            sock = session.provider.client._ws.transport.get_extra_info("socket")
-            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            websocket = channels_of(session)._ws
+            assert websocket is not None
+            sock = websocket.transport.get_extra_info("socket")
+            value: int = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+            return value
 
     assert asyncio.run(run()) != 0
 
@@ -358,7 +380,9 @@ def test_the_magic_runs_on_the_gateway(
 
 def test_a_dead_kernels_folder_is_removed_on_close(tmp_path: Path, gateway: KernelGateway) -> None:
     with KernelSession(tmp_path, gateway=gateway.url, gateway_token=gateway.token, rebuild=False) as session:
-        folder = Path(session.execute("__import__('os').getcwd()").result_text.strip("'"))
+        cwd = session.execute("__import__('os').getcwd()").result_text
+        assert cwd is not None
+        folder = Path(cwd.strip("'"))
         assert folder.name.startswith("kernel-agent.remote-") and folder.is_dir()
         assert session.execute("import os\nos._exit(1)", timeout=30).status == "died"
     assert not folder.exists()

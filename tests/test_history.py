@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kernel_agent.agent.history import StuckGuard, clip_old_feedback, resume_context
 from kernel_agent.kernel.outputs import output_node
+from kernel_agent.model.messages import ChatMessage
 from kernel_agent.records import Round
 from kernel_agent.result import ErrorInfo, ExecutionResult, RebuildReport
 
@@ -32,7 +33,7 @@ def test_stuck_guard_also_catches_the_same_reply() -> None:
 
 def test_clip_old_feedback_keeps_the_latest_rounds_and_drops_old_images() -> None:
     long = "a" * 3000 + "TAIL"
-    messages = [
+    messages: list[ChatMessage] = [
         {"role": "system", "content": "s" * 5000},
         {"role": "tool", "tool_call_id": "1", "content": long},
         {
@@ -46,8 +47,9 @@ def test_clip_old_feedback_keeps_the_latest_rounds_and_drops_old_images() -> Non
     ]
     sent = clip_old_feedback(messages, [range(1, 3), range(3, 4)], keep=1, clip_chars=500)
     assert sent[0] is messages[0] and sent[3] is messages[3]  # not feedback / the latest round: untouched
-    assert len(sent[1]["content"]) < 600 and sent[1]["content"].endswith("TAIL")
-    assert sent[2]["content"][1] == {"type": "text", "text": "[image from an earlier round omitted]"}
+    clipped, parts = sent[1]["content"], sent[2]["content"]
+    assert isinstance(clipped, str) and len(clipped) < 600 and clipped.endswith("TAIL")
+    assert isinstance(parts, list) and parts[1] == {"type": "text", "text": "[image from an earlier round omitted]"}
     assert messages[1]["content"] == long  # the history itself is not changed
     assert clip_old_feedback(messages, [range(1, 3)], keep=1, clip_chars=500) is messages
 

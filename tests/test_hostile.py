@@ -584,14 +584,15 @@ def test_agent_run_and_resume_through_the_cli_keep_the_key_and_the_venv(
 
 def test_sandbox_off_is_loud_and_recorded(tmp_path: Path) -> None:
     from kernel_agent.agent.sync import Agent
+    from kernel_agent.events import Notice, RunStarted
     from kernel_agent.model.scripted import ScriptedChatModel
 
     model = ScriptedChatModel(["<Code>\nprint(1)\n</Code>", "<Answer>done</Answer>"])
     with Agent(chat_model=model, protocol="tags", sandbox="off") as agent:
         events = list(agent.stream("unconfined on purpose", workspace=tmp_path / "ws"))
-    started = next(e for e in events if e.kind == "run_started")
-    notices = [e.message for e in events if e.kind == "notice"]  # type: ignore[attr-defined]
-    assert "OFF" in started.confinement  # type: ignore[attr-defined]
+    started = next(e for e in events if isinstance(e, RunStarted))
+    notices = [e.message for e in events if isinstance(e, Notice)]
+    assert "OFF" in started.confinement
     assert any("unconfined" in message for message in notices)
     meta = nbformat.read(tmp_path / "ws.ipynb", as_version=4).metadata["kernel_agent"]
     assert meta["confinement"].startswith("sandbox: OFF")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def write_bomb(path: Path, unpacked: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def summaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
+def summaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("hostile")
     with open(folder / "nul-2gb.csv", "wb") as handle:
         handle.truncate(2 << 30)
@@ -57,10 +58,11 @@ def summaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
     names = sorted(str(p) for p in folder.iterdir())
     done = subprocess.run([sys.executable, "-c", CHILD, *names], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    value: dict[str, Any] = json.loads(done.stdout)
+    return value
 
 
-def test_every_summary_is_cheap_and_short(summaries: dict[str, list]) -> None:
+def test_every_summary_is_cheap_and_short(summaries: dict[str, Any]) -> None:
     peak = summaries.pop("maxrss_mb")
     slow = {name: round(cpu, 2) for name, (cpu, _) in summaries.items() if cpu > 3.0}
     assert slow == {}
@@ -80,5 +82,5 @@ def test_every_summary_is_cheap_and_short(summaries: dict[str, list]) -> None:
         ("bomb.xlsx", "unpacking to 300.0 MB: too big to open for a summary"),
     ],
 )
-def test_each_hostile_file_gets_a_clear_note(summaries: dict[str, list], name: str, note: str) -> None:
+def test_each_hostile_file_gets_a_clear_note(summaries: dict[str, Any], name: str, note: str) -> None:
     assert note in summaries[name][1]

@@ -18,6 +18,7 @@ the test by ``TimeoutExpired``, not by a timing assert.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from mcp import ClientSession
 from openai_server import OpenAIServer, Reply
 
 from kernel_agent import Agent
@@ -373,7 +375,7 @@ def test_mcp_path_tricks_stay_inside_the_clients_workspace(tmp_path: Path) -> No
             "kernel-agent://files/%2F..%2F..%2Fsecret.txt",
         ):
             try:
-                contents = client.submit(lambda s, uri=uri: s.read_resource(uri))[0].result(60).contents
+                contents = client.submit(functools.partial(ClientSession.read_resource, uri=uri))[0].result(60).contents
             except MCPError:
                 continue
             assert all("HOST SECRET" not in getattr(item, "text", "") for item in contents), uri

@@ -55,7 +55,8 @@ def imported_by(statement: str) -> list[str]:
         "sys.modules]))"
     )
     output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    return json.loads(output)
+    value: list[str] = json.loads(output)
+    return value
 
 
 def test_import_kernel_agent_loads_no_front_end_or_sdk() -> None:
@@ -68,7 +69,7 @@ def test_the_cli_loads_neither_ipython_nor_the_sdk() -> None:
 
 
 def test_all_is_the_documented_api_and_every_name_resolves() -> None:
-    assert set(kernel_agent.__all__) == DOCUMENTED
+    assert set(kernel_agent.__all__) == DOCUMENTED == {"__version__", *kernel_agent._EXPORTS}
     assert len(kernel_agent.__all__) == len(set(kernel_agent.__all__))
     for name in kernel_agent.__all__:
         assert getattr(kernel_agent, name) is not None, name

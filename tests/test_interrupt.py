@@ -11,6 +11,7 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -43,11 +44,10 @@ def runtime_dirs() -> list[Path]:
 
 def test_keyboard_interrupt_unwinds_the_run_before_it_propagates(openai_server: OpenAIServer, tmp_path: Path) -> None:
     openai_server.add(SLEEP)
-    with Agent(model="m", base_url=openai_server.base_url) as agent:
-        with pytest.raises(KeyboardInterrupt):
-            for event in agent.stream("Sleep.", workspace=tmp_path / "ws"):
-                if event.kind == "execution_started":
-                    interrupt_soon()
+    with Agent(model="m", base_url=openai_server.base_url) as agent, pytest.raises(KeyboardInterrupt):
+        for event in agent.stream("Sleep.", workspace=tmp_path / "ws"):
+            if event.kind == "execution_started":
+                interrupt_soon()
 
     assert our_kernel_pids() == [] and runtime_dirs() == []
     saved = nbformat.read(tmp_path / "ws.ipynb", as_version=4)
@@ -57,7 +57,7 @@ def test_keyboard_interrupt_unwinds_the_run_before_it_propagates(openai_server: 
 def test_interrupted_magic_says_so_and_keeps_the_partial_run(
     shell: InteractiveShell, openai_server: OpenAIServer, tmp_path: Path
 ) -> None:
-    def sleep_then_interrupt(body: dict) -> Reply:
+    def sleep_then_interrupt(body: dict[str, Any]) -> Reply:
         interrupt_soon()  # fires while the magic waits on the code (or, under load, the reply): both cancel
         return SLEEP
 

@@ -69,7 +69,8 @@ def cancel(lab: JupyterLab, chat_id: str) -> list[str]:
         timeout=60,
     )
     response.raise_for_status()
-    return response.json()["cancelled"]
+    value: list[str] = response.json()["cancelled"]
+    return value
 
 
 def test_a_message_runs_the_agent_rounds_become_cells_and_the_saved_notebook_equals_the_document(

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 from jupyter_core.paths import jupyter_config_path
-from jupyter_server.extension.serverextension import ExtensionConfigManager
+from jupyter_server.extension.config import ExtensionConfigManager
 from jupyter_server_ydoc.app import YDocExtension
 from jupyter_server_ydoc.stores import TempFileYStore
 

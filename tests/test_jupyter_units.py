@@ -11,6 +11,7 @@ from jupyter_ydoc import YNotebook
 from kernel_agent.events import (
     AnswerReady,
     CodeReady,
+    Event,
     ExecutionFinished,
     ExecutionOutput,
     ExecutionStarted,
@@ -35,7 +36,7 @@ def test_the_chat_message_folds_reasoning_says_each_rounds_status_and_ends_with_
         0.4,
         error=ErrorInfo("ZeroDivisionError", "division by zero", ()),
     )
-    for event in [
+    events: list[Event] = [
         RunStarted("t", "m", "tools", "/w", "/w.ipynb"),
         RoundStarted(1, 30),
         ReasoningDelta(1, "secret <plan>"),
@@ -50,7 +51,8 @@ def test_the_chat_message_folds_reasoning_says_each_rounds_status_and_ends_with_
         TextDelta(2, "It is **undefined**."),
         RoundFinished(Round(2, "It is **undefined**.", answer="It is **undefined**.")),
         AnswerReady(2, "## Answer\n\nIt is **undefined**."),
-    ]:
+    ]
+    for event in events:
         reply.feed(event)
     body = reply.body
     assert "each round becomes cells in `analysis.ipynb`" in body
@@ -77,7 +79,8 @@ def test_a_streaming_tagged_reply_shows_no_raw_tag_or_code() -> None:
 
 def test_a_stopped_run_says_so_on_its_running_round() -> None:
     reply = ChatReply()
-    for event in [RoundStarted(1, 30), CodeReady(1, "sleep()", "Waiting."), ExecutionStarted(1, None)]:
+    events: list[Event] = [RoundStarted(1, 30), CodeReady(1, "sleep()", "Waiting."), ExecutionStarted(1, None)]
+    for event in events:
         reply.feed(event)
     reply.stopped()
     assert "**Round 1** · ✗ stopped" in reply.body and "**Stopped.**" in reply.body
@@ -200,14 +203,15 @@ def test_the_answer_shows_the_runs_last_figures_as_data_uris_size_capped_and_onl
     pngs = [f"iVBORw0KGgo{k}AAAA==" for k in range(6)]
     outputs = (*[_figure(p) for p in pngs[:5]], _figure("A" * 500_000), _figure("x)](javascript:alert(1)"))
     result = ExecutionResult("ok", outputs, 1, 0.2)
-    for event in [
+    events: list[Event] = [
         RoundStarted(1, 30),
         CodeReady(1, "plot()", "Plotting."),
         ExecutionStarted(1, None),
         ExecutionFinished(1, result, ()),
         RoundStarted(2, 30),
         TextDelta(2, "Done"),
-    ]:
+    ]
+    for event in events:
         reply.feed(event)
     assert "data:image" not in reply.body  # not while the run streams: each redraw would carry them
     reply.feed(AnswerReady(2, "Done."))

@@ -143,7 +143,7 @@ def test_request_fields_reach_the_server(openai_server: OpenAIServer) -> None:
 
 
 def test_callable_entry_sees_what_was_sent(openai_server: OpenAIServer) -> None:
-    def check(body: dict) -> Reply:
+    def check(body: dict[str, Any]) -> Reply:
         assert body["messages"][-1]["content"].startswith("Which region")
         return Reply("seen " + str(len(body["messages"])))
 
@@ -302,7 +302,7 @@ def test_aclose_is_idempotent_and_the_model_reopens(openai_server: OpenAIServer)
 
 
 @pytest.mark.parametrize("kwargs", [{"max_retries": -1}, {"backoff": -0.1}, {"request_timeout": 0}])
-def test_bad_settings_are_config_errors(kwargs: dict) -> None:
+def test_bad_settings_are_config_errors(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         OpenAIChatModel("m", **kwargs)
     with pytest.raises(ConfigError):
@@ -352,7 +352,7 @@ def test_server_shuts_down_without_leftover_threads() -> None:
 
 
 def test_server_reraises_a_failing_callable() -> None:
-    def check(body: dict) -> Reply:
+    def check(body: dict[str, Any]) -> Reply:
         raise AssertionError("the traceback never reached the model")
 
     server = OpenAIServer([check]).start()

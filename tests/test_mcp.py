@@ -124,7 +124,8 @@ def test_figures_arrive_as_downscaled_image_content(served: tuple[HeldClient, Pa
     images = [block for block in result.content if block.type == "image"]
     assert len(images) == 1 and images[0].mime_type == "image/png"
     assert base64.b64decode(images[0].data)[:8] == b"\x89PNG\r\n\x1a\n"
-    assert max(png_size(images[0].data)) == 1024  # 3000x1500 scaled to fit 1024
+    size = png_size(images[0].data)
+    assert size is not None and max(size) == 1024  # 3000x1500 scaled to fit 1024
     assert result.structured_content["figures"] == 1
 
 

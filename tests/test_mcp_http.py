@@ -57,9 +57,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
 @asynccontextmanager
 async def keyed(url: str, key: str) -> AsyncIterator[Any]:
     """The SDK's streamable HTTP transport over a client that sends the key (and is closed with it)."""
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http:
-        async with streamable_http_client(url, http_client=http) as streams:
-            yield streams
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
 
 
 def connect(url: str, key: str = KEY) -> HeldClient:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from mcp.types import ContentBlock, TextContent
 from PIL import Image
 
 from kernel_agent.errors import WorkspaceFileError
@@ -37,14 +38,19 @@ def test_large_images_are_scaled_down_and_small_ones_pass_unchanged() -> None:
     assert image_block("not base64 at all", 10).data == "not base64 at all"
 
 
+def text_of(block: ContentBlock) -> str:
+    assert isinstance(block, TextContent), block
+    return block.text
+
+
 def test_execution_content_has_status_text_then_images_within_limits() -> None:
     result = ExecutionResult(
         status="ok", outputs=tuple(figure_output(png(20, 20)) for _ in range(3)), execution_count=4
     )
     content = execution_content(result, ContentLimits(max_images=2))
     assert [block.type for block in content.content] == ["text", "image", "image", "text"]
-    assert content.content[0].text.startswith("status: ok [4]")
-    assert "1 more figure(s) not sent" in content.content[-1].text
+    assert text_of(content.content[0]).startswith("status: ok [4]")
+    assert "1 more figure(s) not sent" in text_of(content.content[-1])
     assert content.structured_content["figures"] == 3 and not content.is_error
 
 
@@ -52,7 +58,7 @@ def test_errors_and_lost_state_are_data_with_the_cut_named() -> None:
     long = {"output_type": "stream", "name": "stdout", "text": "y" * 50_000}
     failed = ExecutionResult(status="error", outputs=(long,), error=ErrorInfo("ValueError", "bad"))
     content = execution_content(failed, ContentLimits(max_chars=2000))
-    text = content.content[0].text
+    text = text_of(content.content[0])
     assert "characters omitted" in text and len(text) < 2500 and "ValueError: bad" in text
     died = ExecutionResult(status="died", state_lost=True, note="out of memory")
     assert execution_content(died, ContentLimits()).is_error  # isError: a failure the calling model sees

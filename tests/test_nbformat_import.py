@@ -8,14 +8,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 HELPERS = "rfc3987_syntax.syntax_helpers"  # the module whose import compiles the grammar
 
 
-def probe(code: str) -> dict:
+def probe(code: str) -> dict[str, Any]:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout.splitlines()[-1])
+    value: dict[Any, Any] = json.loads(run.stdout.splitlines()[-1])
+    return value
 
 
 def test_reading_and_writing_notebooks_does_not_compile_the_grammar() -> None:

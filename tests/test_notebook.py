@@ -18,7 +18,9 @@ import dataclasses
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -49,11 +51,12 @@ def small_png() -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def stdout(text: str) -> dict:
-    return new_output("stream", name="stdout", text=text)
+def stdout(text: str) -> dict[str, Any]:
+    value: dict[Any, Any] = new_output("stream", name="stdout", text=text)
+    return value
 
 
-def ok(count: int, *outputs: dict, duration: float = 0.2) -> ExecutionResult:
+def ok(count: int, *outputs: dict[str, Any], duration: float = 0.2) -> ExecutionResult:
     return ExecutionResult("ok", tuple(outputs), count, duration)
 
 
@@ -63,7 +66,7 @@ def error(count: int, ename: str, evalue: str) -> ExecutionResult:
     return ExecutionResult("error", (out,), count, 0.1, ErrorInfo(ename, evalue, tuple(traceback)))
 
 
-def make_run(**changes: object) -> Run:
+def make_run(**changes: Any) -> Run:
     png = small_png()
     rounds = (
         Round(
@@ -153,16 +156,24 @@ def make_run(**changes: object) -> Run:
     return dataclasses.replace(run, **changes)
 
 
-def meta(cell: dict) -> dict:
-    return cell["metadata"]["kernel_agent"]
+def result_of(round_: Round) -> ExecutionResult:
+    """The round's execution (the test's rounds that are asked for one have one)."""
+    assert round_.result is not None, round_.index
+    return round_.result
+
+
+def meta(cell: dict[str, Any]) -> dict[str, Any]:
+    value: dict[Any, Any] = cell["metadata"]["kernel_agent"]
+    return value
 
 
 def roles(nb: nbformat.NotebookNode) -> list[str]:
     return [f"{meta(c)['role']}:{meta(c).get('round', '')}" for c in nb.cells]
 
 
-def code_cell(nb: nbformat.NotebookNode, number: int) -> dict:
-    return next(c for c in nb.cells if c.cell_type == "code" and meta(c).get("round") == number)
+def code_cell(nb: nbformat.NotebookNode, number: int) -> nbformat.NotebookNode:
+    cell: nbformat.NotebookNode = next(c for c in nb.cells if c.cell_type == "code" and meta(c).get("round") == number)
+    return cell
 
 
 # -- the full view ---------------------------------------------------------------------------------
@@ -213,8 +224,8 @@ def test_setup_and_code_cells_are_exact_with_real_outputs_and_counts() -> None:
             assert "recorded status: " + rnd.status in cell.source
         else:
             assert cell.source == rnd.code and "code" not in meta(cell)
-        assert cell.execution_count == rnd.result.execution_count
-        assert [dict(o) for o in cell.outputs] == [dict(o) for o in rnd.result.outputs]
+        assert cell.execution_count == result_of(rnd).execution_count
+        assert [dict(o) for o in cell.outputs] == [dict(o) for o in result_of(rnd).outputs]
     image = code_cell(nb, 6).outputs[1]["data"]["image/png"]
     assert png_size(image) == (100, 75)
 
@@ -302,7 +313,7 @@ def test_unknown_view_is_refused() -> None:
 def test_clean_view_drops_failed_attempts_and_renumbers() -> None:
     run = make_run()
     nb = build_notebook(run, view="clean")
-    assert run.rounds[4].result.outputs[0]["execution_count"] == 4  # renumbering touched copies only
+    assert result_of(run.rounds[4]).outputs[0]["execution_count"] == 4  # renumbering touched copies only
     nbformat.validate(nb)
     assert roles(nb) == [
         "header:", "setup:0", "reasoning:1", "code:1", "reasoning:5", "code:5", "reasoning:6", "code:6",
@@ -312,7 +323,7 @@ def test_clean_view_drops_failed_attempts_and_renumbers() -> None:
     assert [c.execution_count for c in codes] == [1, 2, 3, 4]
     results = [o for c in codes for o in c.outputs if o.output_type == "execute_result"]
     assert [o.execution_count for o in results] == [3, 4]
-    assert code_cell(nb, 6).outputs[1]["data"]["image/png"] == run.rounds[5].result.outputs[1]["data"]["image/png"]
+    assert code_cell(nb, 6).outputs[1]["data"]["image/png"] == result_of(run.rounds[5]).outputs[1]["data"]["image/png"]
     assert "Clean view" in nb.cells[0].source and nb.metadata.kernel_agent["view"] == "clean"
     assert not any("tags" in c.metadata for c in codes)
 
@@ -402,9 +413,9 @@ def test_saves_validate_on_the_fast_backend_whatever_the_environment_says(
     monkeypatch.setenv("NBFORMAT_VALIDATOR", "jsonschema")
     nb = build_notebook(make_run())  # the test's own outputs (new_output) validate as the environment says
     used: list[str] = []
-    real = nbformat.validator.get_validator
+    real: Callable[..., Any] = nbformat.validator.get_validator
 
-    def spy(*args: object, **kwargs: object) -> object:
+    def spy(*args: Any, **kwargs: Any) -> Any:
         validator = real(*args, **kwargs)
         used.append(validator.name)
         return validator
@@ -451,7 +462,7 @@ def test_load_run_rebuilds_rounds_results_and_info(tmp_path: Path) -> None:
     loaded = load_run(export_run(run, tmp_path / "out" / "run.ipynb"))
     assert loaded.view == "full" and loaded.version
     assert loaded.info == dataclasses.replace(run.info, endpoint="api.example.com:8443")  # workspace back absolute
-    assert loaded.run.setup_result.execution_count == 1
+    assert loaded.run.setup_result is not None and loaded.run.setup_result.execution_count == 1
     assert (loaded.run.answer, loaded.run.stop_reason, loaded.run.usage) == (run.answer, run.stop_reason, run.usage)
     assert [r.index for r in loaded.rounds] == [r.index for r in run.rounds]
     for got, want in zip(loaded.rounds, run.rounds, strict=True):
@@ -460,6 +471,7 @@ def test_load_run_rebuilds_rounds_results_and_info(tmp_path: Path) -> None:
         )  # fmt: skip
         assert (got.usage, got.artifacts, got.model_s) == (want.usage, want.artifacts, want.model_s)
         if want.result is not None:
+            assert got.result is not None
             assert got.result.to_llm_text() == want.result.to_llm_text()
             assert (got.result.error, got.result.state_lost, got.result.note) == (
                 want.result.error, want.result.state_lost, want.result.note,
@@ -485,11 +497,12 @@ def test_load_run_tolerates_hand_edits(tmp_path: Path) -> None:
     nbformat.write(nb, path)
     loaded = load_run(path)
     first, added, second = loaded.rounds[:3]
-    assert first.index == 1 and first.code.endswith("# edited by hand")
-    assert added.index == 2 and added.reasoning == "A note I added." and added.result.stdout == "added\n"
+    assert first.index == 1 and first.code is not None and first.code.endswith("# edited by hand")
+    assert added.index == 2 and added.reasoning == "A note I added." and result_of(added).stdout == "added\n"
     assert added.reply == "A note I added.\n\n```python\nprint('added')\n```"
     assert second.index == 3  # indexes stay increasing
-    assert second.status == "error" and second.result.error.ename == "KeyError"
+    error = result_of(second).error
+    assert second.status == "error" and error is not None and error.ename == "KeyError"
     assert loaded.run.usage == Usage()
     assert "print('added')" in loaded.rebuild_code and "total = df['missing'].sum()" not in loaded.rebuild_code
 
@@ -507,7 +520,7 @@ def test_load_run_reads_a_notebook_we_did_not_write(tmp_path: Path) -> None:
     assert loaded.view == "" and loaded.info.task == ""
     found = [(r.index, r.reasoning, r.code) for r in loaded.rounds]
     assert found == [(1, "# Exploring", "x = 1"), (2, "Now print it.", "print(x)")]
-    assert loaded.rounds[0].result is None and loaded.rounds[1].result.stdout == "1\n"
+    assert loaded.rounds[0].result is None and result_of(loaded.rounds[1]).stdout == "1\n"
     assert loaded.rebuild_code == ("print(x)",)
 
 

@@ -4,6 +4,7 @@ only cells it has not written are validated."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from test_notebook import make_run
 
 from kernel_agent.errors import NotebookError
-from kernel_agent.notebook.export import build_notebook, notebook_text
+from kernel_agent.notebook.export import View, build_notebook, notebook_text
 from kernel_agent.notebook.text import NotebookText
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -42,7 +43,8 @@ def _hand_made() -> nbformat.NotebookNode:
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}},
     )
     nb.metadata["signature"] = "transient too"
-    return nb
+    value: nbformat.NotebookNode = nb
+    return value
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.ipynb")))
@@ -67,7 +69,8 @@ def test_a_growing_run_is_written_as_nbformat_writes_it_at_every_save() -> None:
     full, clean = NotebookText(), NotebookText()
     for count in range(len(finished.rounds) + 1):
         growing = replace(finished, rounds=finished.rounds[:count], answer=None, stop_reason=None, finished_at="")
-        for view, text in (("full", full), ("clean", clean)):
+        views: tuple[tuple[View, Callable[[nbformat.NotebookNode], str]], ...] = (("full", full), ("clean", clean))
+        for view, text in views:
             nb = build_notebook(growing, view=view)
             assert text(nb) == nbformat.v4.writes_json(nb), (view, count)
     nb = build_notebook(finished)

@@ -21,7 +21,8 @@ from kernel_agent.records import Run
 
 
 def _written(nb: nbformat.NotebookNode) -> str:
-    return nbformat.v4.writes_json(nb) + "\n"
+    value: str = nbformat.v4.writes_json(nb) + "\n"
+    return value
 
 
 def _views_match(run: Run, path: Path) -> bool:

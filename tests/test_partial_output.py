@@ -12,25 +12,28 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kernel_agent.kernel.partial import OutputChunk, OutputTail, PartialOutput
+from kernel_agent.kernel.partial import CHUNK_INTERVAL_S, CHUNK_MAX_CHARS, OutputChunk, OutputTail, PartialOutput
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 
 
-def stream(text: str, name: str = "stdout") -> dict:
+def stream(text: str, name: str = "stdout") -> dict[str, Any]:
     return {"msg_type": "stream", "content": {"name": name, "text": text}}
 
 
-def figure() -> dict:
+def figure() -> dict[str, Any]:
     return {"msg_type": "display_data", "content": {"data": {"image/png": "iVBOR", "text/plain": "<Figure>"}}}
 
 
-def gather(**options: float) -> tuple[PartialOutput, list[OutputChunk]]:
+def gather(
+    *, interval_s: float = CHUNK_INTERVAL_S, max_chars: int = CHUNK_MAX_CHARS
+) -> tuple[PartialOutput, list[OutputChunk]]:
     chunks: list[OutputChunk] = []
-    return PartialOutput(chunks.append, started=100.0, **options), chunks
+    return PartialOutput(chunks.append, started=100.0, interval_s=interval_s, max_chars=max_chars), chunks
 
 
 def test_the_first_output_goes_at_once_then_at_most_one_chunk_per_interval() -> None:

@@ -1,19 +1,23 @@
 """Plan mode, pure tier: the plan JSON schema and the DAG built from it."""
 
 import json
+from typing import Any
 
 import pytest
 
 from kernel_agent.agent.plan import build_dag, parse_plan, topological_order
 from kernel_agent.agent.plan.graph import PlanNode
+from kernel_agent.agent.plan.schema import PlanSpec
 from kernel_agent.errors import ConfigError, PlanError
 
 
-def _plan(nodes, directions=("descriptive",)):
-    return parse_plan(json.dumps({"directions": list(directions), "nodes": nodes}))[0]
+def _plan(nodes: list[dict[str, Any]], directions: tuple[str, ...] = ("descriptive",)) -> PlanSpec:
+    plan, problem = parse_plan(json.dumps({"directions": list(directions), "nodes": nodes}))
+    assert plan is not None, problem
+    return plan
 
 
-def test_parse_accepts_a_fenced_plan_and_reports_bad_json_and_bad_schema():
+def test_parse_accepts_a_fenced_plan_and_reports_bad_json_and_bad_schema() -> None:
     text = 'Here it is:\n```json\n{"nodes": [{"id": "a", "title": "Load"}]}\n```'
     plan, problem = parse_plan(text)
     assert plan is not None and problem == "" and plan.nodes[0].kind == "code"
@@ -25,7 +29,7 @@ def test_parse_accepts_a_fenced_plan_and_reports_bad_json_and_bad_schema():
     assert plan is None and "nodes" in problem and "directions" in problem
 
 
-def test_children_depth_budget_and_order():
+def test_children_depth_budget_and_order() -> None:
     plan = _plan(
         [
             {"id": "load", "title": "Load data"},
@@ -55,7 +59,7 @@ def test_children_depth_budget_and_order():
     assert len(budget) == 2 and all(d in {n.id for n in budget} for n in budget for d in n.depends_on)
 
 
-def test_similar_titles_merge_into_one_node():
+def test_similar_titles_merge_into_one_node() -> None:
     plan = _plan(
         [
             {"id": "load", "title": "Load the data"},
@@ -68,7 +72,7 @@ def test_similar_titles_merge_into_one_node():
     assert nodes[1].depends_on == ("load",)
 
 
-def test_cycles_unknown_and_duplicate_ids_are_plan_errors():
+def test_cycles_unknown_and_duplicate_ids_are_plan_errors() -> None:
     with pytest.raises(PlanError, match="cycle") as info:
         build_dag(
             _plan([{"id": "a", "title": "A", "depends_on": ["b"]}, {"id": "b", "title": "B", "depends_on": ["a"]}])
@@ -119,7 +123,7 @@ def test_design_repairs_once_then_raises_a_clear_plan_error() -> None:
         {"nodes": [{"id": "a", "title": "A", "depends_on": ["b"]}, {"id": "b", "title": "B", "depends_on": ["a"]}]}
     )
     good = json.dumps({"directions": ["descriptive"], "nodes": [{"id": "a", "title": "A"}]})
-    notices: list = []
+    notices: list[Any] = []
     spec, nodes = asyncio.run(design_plan(ScriptedChatModel([cycle, good]), "t", "", PlanOptions(), notices))
     assert [n.id for n in nodes] == ["a"] and spec.directions == ("descriptive",)
     assert len(notices) == 1 and "cycle" in notices[0].message

@@ -52,12 +52,15 @@ def result_of_last_call(protocol: str, body: dict[str, Any]) -> str:
         call = messages[-2]["tool_calls"][0]
         assert last["role"] == "tool" and last["tool_call_id"] == call["id"]
         assert call["function"]["name"] == "execute_python"
-        return last["content"]
+        value: str = last["content"]
+        return value
     if protocol == "deepanalyze":  # raw output in DeepAnalyze's own role, no system message
         assert last["role"] == "execute" and messages[0]["role"] == "user"
-        return last["content"]
+        value = last["content"]
+        return value
     assert last["role"] == "user" and last["content"].startswith("<Execute>")
-    return last["content"]
+    value = last["content"]
+    return value
 
 
 LOAD = (

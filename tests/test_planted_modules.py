@@ -54,7 +54,8 @@ def execute(path: Path, allow_errors: bool = False) -> nbformat.NotebookNode:
     folder = {"metadata": {"path": str(path.parent)}}
     client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=allow_errors, resources=folder)
     asyncio.run(client.async_execute())
-    return nb
+    value: nbformat.NotebookNode = nb
+    return value
 
 
 def printed(nb: nbformat.NotebookNode) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -53,7 +55,7 @@ def b64png(width: int, height: int) -> str:
     return base64.b64encode(png(width, height)).decode()
 
 
-def assert_valid_tool_history(messages: list[dict]) -> None:
+def assert_valid_tool_history(messages: Sequence[Mapping[str, Any]]) -> None:
     """Every assistant tool call is answered by a tool message before the next assistant turn."""
     pending: list[str] = []
     for message in messages:
@@ -118,7 +120,7 @@ def test_execute_python_tool_schema() -> None:
 def test_protocols_are_frozen_values() -> None:
     assert get_protocol("tools", vision=True) == ToolsProtocol(vision=True)
     with pytest.raises(AttributeError):
-        get_protocol("tags").vision = True  # type: ignore[misc]
+        get_protocol("tags").vision = True
 
 
 # -- initial messages -----------------------------------------------------------
@@ -559,7 +561,7 @@ def test_tools_missing_ids_are_made_consistent() -> None:
     assert_valid_tool_history([assistant, *protocol.feedback_messages(step, Feedback("1\n"))])
 
 
-def image_size(part: dict) -> tuple[int, int] | None:
+def image_size(part: Any) -> tuple[int, int] | None:
     assert part["type"] == "image_url"
     url = part["image_url"]["url"]
     assert url.startswith("data:image/png;base64,")

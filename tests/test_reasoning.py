@@ -61,6 +61,7 @@ def test_reasoning_is_kept_shown_and_never_sent_back(openai_server: OpenAIServer
     record = nb.cells[[c.id for c in nb.cells].index("round-1-code")].metadata["kernel_agent"]
     assert record["reasoning_content"] == THOUGHT_1 and record["usage"]["reasoning_tokens"] == 15
 
+    assert run.notebook_path is not None
     loaded = load_run(run.notebook_path)
     assert [r.reasoning_content for r in loaded.run.rounds] == [THOUGHT_1, THOUGHT_2]
     assert [r.reasoning for r in loaded.run.rounds] == [r.reasoning for r in run.rounds]

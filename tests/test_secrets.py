@@ -70,7 +70,8 @@ def test_the_cli_log_handler_scrubs_the_key_from_any_logger(capsys: pytest.Captu
         logs.hide_in_logs(KEY)
         logging.getLogger("openai._base_client").warning("retrying with Authorization: Bearer %s", KEY)
     finally:
-        logging.getLogger().removeHandler(logs._handler)
+        if logs._handler is not None:
+            logging.getLogger().removeHandler(logs._handler)
         logs._handler = None
     logged = capsys.readouterr().err
     assert f"Bearer {REDACTED}" in logged and KEY not in logged

@@ -34,10 +34,10 @@ def client(server: ServiceServer) -> Iterator[httpx.Client]:
         yield http
 
 
-def events(client: httpx.Client, run_id: str, last: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+def events(client: httpx.Client, run_id: str, last: int | None = None) -> list[tuple[int | None, dict[str, Any]]]:
     """Every SSE event of the run (the stream ends after ``finished``), with their ids."""
     headers = {} if last is None else {"Last-Event-ID": str(last)}
-    out = []
+    out: list[tuple[int | None, dict[str, Any]]] = []
     with client.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -53,7 +53,8 @@ def events(client: httpx.Client, run_id: str, last: int | None = None) -> list[t
 def upload(client: httpx.Client, name: str, content: bytes) -> dict[str, Any]:
     response = client.post("/v1/files", files={"file": (name, content, "text/csv")})
     assert response.status_code == 200, response.text
-    return response.json()
+    value: dict[str, Any] = response.json()
+    return value
 
 
 def test_info_is_open_and_everything_else_needs_a_key(server: ServiceServer) -> None:

@@ -122,7 +122,8 @@ def test_the_zip_takes_plain_names_only_and_is_bounded(
 ) -> None:
     model.add(Reply("Done at once."))
     thread_id = finish(client, {"task": "Say done."})["thread_id"]
-    store = server.server.config.app.state.service.store  # the service's own store, as its routes see it
+    app: Any = server.server.config.app  # the FastAPI app uvicorn serves (its config types it as any ASGI app)
+    store = app.state.service.store  # the service's own store, as its routes see it
     folder = store.thread_dir(thread_id)
     workspace = store.workspace(thread_id)
     secret = tmp_path / "secret.csv"

@@ -4,6 +4,7 @@ streamed), a two-turn thread whose second turn uses a variable of the first, gen
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -46,13 +47,13 @@ def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
     data = client.files.create(file=("sales.csv", b"region,amount\nnorth,3\nsouth,5\n"), purpose="assistants")
     code = "frame = pd.read_csv(data.sales)\ntotal = int(frame.amount.sum())\nframe.to_csv('summary.csv')\nprint(total)"
     model.add(Reply("Read and sum.", tool_calls=(python_call(code),)), Reply("The total is 8."))
-    first = client.chat.completions.create(
-        model="DeepAnalyze-8B",
-        messages=[{"role": "user", "content": "Total amount?", "file_ids": [data.id]}],
-    )
+    asked: list[Any] = [{"role": "user", "content": "Total amount?", "file_ids": [data.id]}]  # file_ids: ours
+    first = client.chat.completions.create(model="DeepAnalyze-8B", messages=asked)
     message = first.choices[0].message
-    assert message.content.index("<Code>") < message.content.index("<Execute>\n8") < message.content.index("<Answer>")
-    assert "The total is 8." in message.content
+    content = message.content
+    assert content is not None
+    assert content.index("<Code>") < content.index("<Execute>\n8") < content.index("<Answer>")
+    assert "The total is 8." in content
     extra = first.model_extra or {}
     thread_id = extra["thread_id"]
     assert (message.model_extra or {})["thread_id"] == thread_id
@@ -62,15 +63,12 @@ def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
     assert download.status_code == 200 and "north" in download.text
 
     model.add(Reply("Double.", tool_calls=(python_call("print(total * 2)"),)), Reply("Doubled: 16."))
-    stream = client.chat.completions.create(
-        model="DeepAnalyze-8B",
-        stream=True,
-        messages=[
-            {"role": "user", "content": "Total amount?"},
-            {"role": "assistant", "content": message.content},
-            {"role": "user", "content": "Double it", "thread_id": thread_id},
-        ],
-    )
+    follow_up: list[Any] = [  # thread_id: ours
+        {"role": "user", "content": "Total amount?"},
+        {"role": "assistant", "content": content},
+        {"role": "user", "content": "Double it", "thread_id": thread_id},
+    ]
+    stream = client.chat.completions.create(model="DeepAnalyze-8B", stream=True, messages=follow_up)
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert "<Execute>\n16" in text and "Doubled: 16." in text
@@ -78,7 +76,7 @@ def test_a_two_turn_thread_keeps_its_variables_and_lists_generated_files(
     assert chunks[-1].choices[0].finish_reason == "stop"
     assert (chunks[-1].model_extra or {})["generated_files"] == []
     execute = [c for c in chunks if c.choices and "<Execute>" in (c.choices[0].delta.content or "")]
-    assert len(execute) == 1 and "</Execute>" in execute[0].choices[0].delta.content  # one whole block
+    assert len(execute) == 1 and "</Execute>" in (execute[0].choices[0].delta.content or "")  # one whole block
 
 
 @pytest.mark.kernel
@@ -102,25 +100,30 @@ def test_deepanalyze_protocol_streams_the_models_own_tags(
     assert asked["stop"] == ["</Code>"] and asked["messages"][0]["content"].startswith("# Instruction\n")
 
 
+def body_of(error: openai.APIStatusError) -> dict[str, Any]:
+    """The error's JSON body (the SDK types it as any object)."""
+    assert isinstance(error.body, dict), error.body
+    return error.body
+
+
 def test_bad_chat_requests_get_clear_errors(client: openai.OpenAI) -> None:
     """Each refusal reaches the SDK in OpenAI's error shape, so its exception prints the reason."""
+    unknown: list[Any] = [{"role": "user", "content": "x", "thread_id": "thread-nope"}]
     with pytest.raises(openai.NotFoundError) as missing:
-        client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x", "thread_id": "thread-nope"}]
-        )
+        client.chat.completions.create(model="m", messages=unknown)
     assert str(missing.value) == "Error code: 404 - no thread thread-nope" and missing.value.code == "not_found"
     with pytest.raises(openai.UnprocessableEntityError) as unusable:
         client.chat.completions.create(model="m", messages=[{"role": "system", "content": "only a system message"}])
-    assert "user" in unusable.value.body["message"] and unusable.value.type == "invalid_request_error"
+    assert "user" in body_of(unusable.value)["message"] and unusable.value.type == "invalid_request_error"
     with pytest.raises(openai.UnprocessableEntityError) as invalid:
         client.chat.completions.create(model="m", messages="not a list")  # type: ignore[arg-type]
-    assert invalid.value.param == "messages" and invalid.value.body["message"].startswith("messages: ")
+    assert invalid.value.param == "messages" and body_of(invalid.value)["message"].startswith("messages: ")
     with pytest.raises(openai.AuthenticationError) as stranger:
         openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0).models.list()
     assert "Authorization: Bearer KEY" in str(stranger.value) and stranger.value.code == "invalid_api_key"
     with pytest.raises(openai.NotFoundError) as nowhere:
         client.get("/nowhere", cast_to=object)
-    assert nowhere.value.body["message"] == "no such route: GET /v1/nowhere"
+    assert body_of(nowhere.value)["message"] == "no such route: GET /v1/nowhere"
 
 
 @pytest.mark.parametrize("protocol", ["tags", "deepanalyze"])
@@ -128,7 +131,7 @@ def test_a_tagged_protocol_passes_through_once(protocol: str) -> None:
     """The model already writes <Analyze>/<Code>/<Answer>: the transcript has each once, never nested."""
     writer = TagWriter(protocol)
     reply = "<Analyze>Look.</Analyze>\n<Code>\n```python\nprint(1)\n```\n</Code>"
-    events = [
+    events: list[dict[str, Any]] = [
         {"event": "round_started"},
         {"event": "text_delta", "text": reply},
         {"event": "code_ready", "code": "print(1)", "reasoning": "Look."},
@@ -164,14 +167,12 @@ def test_a_deepanalyze_thread_replays_its_turns_and_marks_a_rejected_reply(
             text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
             thread_id = (chunks[-1].model_extra or {})["thread_id"]
             model.add(Reply("<Answer>Doubled: 84.</Answer>"))
-            sdk.chat.completions.create(
-                model="DeepAnalyze-8B",
-                messages=[
-                    {"role": "user", "content": "6*7?"},
-                    {"role": "assistant", "content": text},
-                    {"role": "user", "content": "Double it", "thread_id": thread_id},
-                ],
-            )
+            again: list[Any] = [  # thread_id: ours
+                {"role": "user", "content": "6*7?"},
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": "Double it", "thread_id": thread_id},
+            ]
+            sdk.chat.completions.create(model="DeepAnalyze-8B", messages=again)
     assert text.startswith("I will just think about it.\n[reply rejected: no <Code> or <Answer> tag]\n<Analyze>")
     follow_up = model.requests[-1]["messages"]
     assert [m["role"] for m in follow_up] == ["user", "assistant", "user"]
@@ -186,7 +187,7 @@ def test_a_deepanalyze_thread_replays_its_turns_and_marks_a_rejected_reply(
 @pytest.mark.parametrize("protocol", ["tags", "tools"])
 def test_a_rejected_reply_is_marked_not_glued_to_the_next(protocol: str) -> None:
     writer = TagWriter(protocol)
-    events = [
+    events: list[dict[str, Any]] = [
         {"event": "round_started"},
         {"event": "text_delta", "text": "Let me think."},
         {"event": "notice", "message": "round 1: no <Code> or <Answer> tag", "round": 1},
@@ -208,7 +209,7 @@ def test_a_partly_used_reply_is_marked_before_its_output() -> None:
     writer = TagWriter("deepanalyze")
     problem = "a second <Code> block was not run"
     reply = "<Code>\nprint(1)\n</Code>\n<Code>\nprint(2)\n</Code>"
-    events = [
+    events: list[dict[str, Any]] = [
         {"event": "round_started"},
         {"event": "text_delta", "text": reply},
         {"event": "notice", "message": f"round 1: {problem}", "round": 1},

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -64,10 +65,10 @@ def test_the_stream_carries_the_code_while_the_model_still_writes_it(
     running: tuple[str, OpenAIServer, openai.OpenAI, str],
 ) -> None:
     protocol, model, client, file_id = running
-    messages = [{"role": "user", "content": "Total amount?", "file_ids": [file_id]}]
+    messages: list[Any] = [{"role": "user", "content": "Total amount?", "file_ids": [file_id]}]  # file_ids: ours
     hold = threading.Event()
     model.add(_round_one(protocol, hold), _answer(protocol))
-    stream = client.chat.completions.create(model="DeepAnalyze-8B", messages=messages, stream=True)  # type: ignore[arg-type]
+    stream = client.chat.completions.create(model="DeepAnalyze-8B", messages=messages, stream=True)
     seen = ""
     with stream:
         chunks = iter(stream)
@@ -81,7 +82,7 @@ def test_the_stream_carries_the_code_while_the_model_still_writes_it(
         streamed = seen + "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
     model.add(_round_one(protocol, None), _answer(protocol))
-    whole = client.chat.completions.create(model="DeepAnalyze-8B", messages=messages)  # type: ignore[arg-type]
+    whole = client.chat.completions.create(model="DeepAnalyze-8B", messages=messages)
     assert streamed == whole.choices[0].message.content
     assert streamed.index("</Analyze>") < streamed.index("<Code>") < streamed.index("</Code>")
     assert streamed.index("</Code>") < streamed.index("<Execute>\ntotal: 8\n</Execute>") < streamed.index("<Answer>")
@@ -138,7 +139,7 @@ def test_tools_transcript_streams_analysis_and_code_as_they_come() -> None:
 
 def test_a_rejected_tool_call_closes_its_code_block() -> None:
     writer = TagWriter("tools")
-    events = [
+    events: list[dict[str, Any]] = [
         {"event": "round_started"},
         {"event": "code_delta", "text": "print(2"},
         {"event": "round_finished", "round": {"status": "no-code", "problem": "malformed tool arguments"}},

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -66,7 +67,7 @@ def service(data_dir: Path, model_url: str) -> Iterator[tuple[subprocess.Popen[b
             process.stderr.close()
 
 
-def follow(client: httpx.Client, run_id: str, until: str = "finished") -> list[dict]:
+def follow(client: httpx.Client, run_id: str, until: str = "finished") -> list[dict[str, Any]]:
     seen = []
     with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         for line in response.iter_lines():

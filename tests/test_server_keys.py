@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -55,7 +56,7 @@ def rows_of(database: str) -> str:
         engine = create_async_engine(database_url(database, "/"))
         try:
             async with engine.connect() as connection:
-                rows = []
+                rows: list[Any] = []
                 for (name,) in (await connection.execute(text(listing))).all():
                     rows += (await connection.execute(text(f'SELECT * FROM "{name}"'))).all()
                 return "\n".join(str(row) for row in rows)

@@ -67,12 +67,16 @@ def wait_for(check: Any, timeout: float, what: str) -> None:
 def run_row(database: str, run_id: str) -> dict[str, Any]:
     if database.startswith("sqlite:///"):
         with contextlib.closing(sqlite3.connect(database.removeprefix("sqlite:///"))) as connection:
-            return json.loads(connection.execute("SELECT body FROM runs WHERE id = ?", (run_id,)).fetchone()[0])
+            value: dict[str, Any] = json.loads(
+                connection.execute("SELECT body FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+            )
+            return value
 
     async def read() -> dict[str, Any]:
         connection = await asyncpg.connect(database.replace("postgresql+asyncpg", "postgresql"))
         try:
-            return json.loads(await connection.fetchval("SELECT body FROM runs WHERE id = $1", run_id))
+            value: dict[str, Any] = json.loads(await connection.fetchval("SELECT body FROM runs WHERE id = $1", run_id))
+            return value
         finally:
             await connection.close()
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +25,25 @@ class Lifespan:
     """Drives an ASGI app's lifespan as uvicorn does."""
 
     def __init__(self, app: Any) -> None:
-        self.inbox: asyncio.Queue[dict] = asyncio.Queue()
-        self.outbox: asyncio.Queue[dict] = asyncio.Queue()
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.task = asyncio.create_task(
             app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, self.inbox.get, self.outbox.put)
         )
 
     async def send(self, kind: str) -> str:
         await self.inbox.put({"type": f"lifespan.{kind}"})
-        return (await self.outbox.get())["type"]
+        value: str = (await self.outbox.get())["type"]
+        return value
 
 
-async def get(app: Any, path: str) -> tuple[int, dict]:
-    sent: list[dict] = []
+async def get(app: Any, path: str) -> tuple[int, dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
 
-    async def receive() -> dict:
+    async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    async def send(message: dict) -> None:
+    async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
     await app({"type": "http", "path": path, "method": "GET", "headers": [], "state": {}}, receive, send)
@@ -51,7 +53,7 @@ async def get(app: Any, path: str) -> tuple[int, dict]:
 def recording_app(events: list[str]) -> Any:
     """A small ASGI app: its lifespan keeps a value for requests; requests echo their path and it."""
 
-    async def app(scope: dict, receive: Any, send: Any) -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             while True:
                 message = await receive()
@@ -81,7 +83,8 @@ def held_build(release: threading.Event, events: list[str]) -> Any:
 
 def test_health_answers_while_the_app_builds_and_other_requests_wait_for_it() -> None:
     async def scenario() -> None:
-        release, events = threading.Event(), []
+        release = threading.Event()
+        events: list[str] = []
         app = DeferredApp(held_build(release, events))
         lifespan = Lifespan(app)
         assert await lifespan.send("startup") == "lifespan.startup.complete"  # before the build has finished
@@ -102,7 +105,8 @@ def test_health_answers_while_the_app_builds_and_other_requests_wait_for_it() ->
 
 def test_shutdown_during_the_build_waits_for_it_then_shuts_the_app_down() -> None:
     async def scenario() -> None:
-        release, events = threading.Event(), []
+        release = threading.Event()
+        events: list[str] = []
         app = DeferredApp(held_build(release, events))
         lifespan = Lifespan(app)
         await lifespan.send("startup")
@@ -136,7 +140,7 @@ def test_a_failed_build_stops_the_server_and_requests_get_503(caplog: Any) -> No
 
 
 def test_an_app_whose_start_up_fails_is_never_served() -> None:
-    async def refusing(scope: dict, receive: Any, send: Any) -> None:
+    async def refusing(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         await receive()
         await send({"type": "lifespan.startup.failed", "message": "the store is locked"})
 
@@ -152,7 +156,7 @@ def test_an_app_whose_start_up_fails_is_never_served() -> None:
     asyncio.run(scenario())
 
 
-def _get(port: int, path: str) -> tuple[int, dict] | None:
+def _get(port: int, path: str) -> tuple[int, dict[str, Any]] | None:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
         connection.request("GET", path)

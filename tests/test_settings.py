@@ -55,10 +55,11 @@ def option_of(found: click.Command, row: Setting) -> click.Option:
 
 
 def magic_action(row: Setting) -> argparse.Action:
-    parser = AgentMagics.agent.parser  # type: ignore[attr-defined]  # IPython's magic_arguments sets it
+    parser = AgentMagics.agent.parser  # IPython's magic_arguments sets it
     actions = [action for action in parser._actions if action.dest == row.name]
     assert len(actions) == 1, row.name
-    return actions[0]
+    value: argparse.Action = actions[0]
+    return value
 
 
 def kinds(hint: Any) -> set[type]:
@@ -78,11 +79,11 @@ def other_value(row: Setting) -> tuple[str, Any]:
     if row.type is bool:
         return ("0", False) if row.default else ("1", True)
     if row.type in (int, float) and row.maximum is not None:  # inside its bounds: the middle
-        value = row.type(((row.minimum or 0) + row.maximum) / 2)
-        return str(value), value
+        middle = row.type(((row.minimum or 0) + row.maximum) / 2)
+        return str(middle), middle
     if row.type in (int, float):
-        value = row.type((row.default or row.minimum or 1) + 7)
-        return str(value), value
+        other = row.type((row.default or row.minimum or 1) + 7)
+        return str(other), other
     return ("http://gateway.invalid:8888", "http://gateway.invalid:8888") if row.name == "gateway_url" else ("x", "x")
 
 
@@ -170,7 +171,7 @@ def test_the_commands_options_are_the_tables_rows(path: tuple[str, ...]) -> None
     for row in rows:
         option = option_of(found, row)
         assert row.flag in option.opts and (row.short is None or row.short in option.opts), row.name
-        assert option.secondary_opts == ([f"--no-{row.flag[2:]}"] if row.negatable else []), row.name  # type: ignore[index]
+        assert option.secondary_opts == ([f"--no-{row.flag[2:]}"] if row.negatable else []), row.name
         assert option.help is not None and row.default_text() in option.help, row.name
         assert row.env is None or f"env: {row.env}" in option.help, row.name
         if row.choices is not None:
@@ -284,6 +285,7 @@ def test_the_personas_settings_are_the_tables_rows() -> None:
     kinds = {str: traitlets.Unicode, int: traitlets.Integer, float: traitlets.Float, bool: traitlets.Bool}
     for name, trait in KernelAgentPersona.class_traits(setting=True).items():
         row = SETTINGS[name]
+        assert isinstance(trait, traitlets.TraitType)
         assert type(trait) is kinds[row.type] and trait.metadata["config"] is True, name
         assert trait.default_value is None and trait.allow_none, name  # unset: the environment or the default
         assert trait.help.startswith(row.help) and row.described().rstrip(".").split(" [")[-1] in trait.help, name

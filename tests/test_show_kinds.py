@@ -9,6 +9,7 @@ import html
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -146,7 +147,7 @@ def test_notebook_kinds_are_read_from_any_metadata() -> None:
     def kind(meta: object) -> str:
         return notebook_kind({"kernel_agent": meta})
 
-    assert notebook_kind({}) == "foreign" and notebook_kind([]) == "foreign" and kind("x") == "foreign"  # type: ignore[arg-type]
+    assert notebook_kind({}) == "foreign" and notebook_kind([]) == "foreign" and kind("x") == "foreign"
     assert kind({"task": "t"}) == "run" and kind({"turns": [{"task": "t"}]}) == "run"
     assert kind({"turns": [{"task": "t"}, {"task": "u"}]}) == "resumed" and kind({"turns": "x"}) == "run"
     assert kind({"plan": {"nodes": []}, "turns": [{}, {}]}) == "plan" and kind({"protocol": "mcp"}) == "mcp"
@@ -166,7 +167,7 @@ def _metadata(notebook: Path) -> dict[str, object]:
     return dict(read_notebook(notebook).metadata)
 
 
-def _finished(client: httpx.Client, body: dict[str, object]) -> dict[str, object]:
+def _finished(client: httpx.Client, body: dict[str, object]) -> dict[str, Any]:
     """Start a run and follow its events to the end (its record is written before the last); its record."""
     started = client.post("/v1/runs", json=body)
     assert started.status_code in (200, 201), started.text
@@ -174,4 +175,5 @@ def _finished(client: httpx.Client, body: dict[str, object]) -> dict[str, object
     with client.stream("GET", f"/v1/runs/{run_id}/events") as events:
         for _line in events.iter_lines():  # the stream ends with the run's ``finished`` event
             pass
-    return client.get(f"/v1/runs/{run_id}").json()
+    value: dict[str, object] = client.get(f"/v1/runs/{run_id}").json()
+    return value

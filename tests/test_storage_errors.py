@@ -44,7 +44,8 @@ def install_into(workspace: Path, data: Path, *, tmpfs_bytes: int | None) -> dic
         command = [bwrap, "--bind", "/", "/", "--size", str(tmpfs_bytes), "--tmpfs", str(workspace), *command]
     run = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout.splitlines()[-1])
+    value: dict[str, object] = json.loads(run.stdout.splitlines()[-1])
+    return value
 
 
 def test_a_full_disk_while_copying_the_data_is_a_machinery_error(tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def test_saves_land_in_order_and_a_restart_reads_them_back(
     again = Store(tmp_path / "data", database)
     loop.run_until_complete(again.load())
     try:
-        assert again.run("run_1") == run and again.run("run_1").files[0].name == "out.csv"
+        loaded = again.run("run_1")
+        assert loaded == run and loaded is not None and loaded.files[0].name == "out.csv"
         assert again.run("../etc") is None
         assert [e["n"] for e in loop.run_until_complete(again.events("run_1"))] == [1, 2, 3]
         assert [e["n"] for e in loop.run_until_complete(again.events("run_1", after=2))] == [3]
@@ -142,7 +143,8 @@ def test_a_json_data_dir_from_before_the_database_is_imported_once(
     second = Store(data, database)  # the JSON files are still there, but the database is the record now
     loop.run_until_complete(second.load())
     try:
-        assert second.run("run-1").answer == "changed"
+        changed = second.run("run-1")
+        assert changed is not None and changed.answer == "changed"
         assert len(loop.run_until_complete(second.events("run-1"))) == 2
     finally:
         loop.run_until_complete(second.close())

@@ -7,12 +7,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
 from openai import OpenAI
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageFunctionToolCall
 from openai_server import OpenAIServer, Reply, python_call
 
 from kernel_agent import AsyncKernelSession, KernelSession, PythonTool
@@ -41,12 +42,14 @@ def test_python_tool_in_a_hand_written_openai_loop(openai_server: OpenAIServer, 
     with KernelSession(tmp_path) as session:
         tool = PythonTool(session)
         for _ in range(5):
-            reply = client.chat.completions.create(model="m", messages=messages, tools=[tool.schema])
+            schema = cast("ChatCompletionFunctionToolParam", tool.schema)  # the SDK's shape, as a plain dict
+            reply = client.chat.completions.create(model="m", messages=messages, tools=[schema])
             message = reply.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             if not message.tool_calls:
                 break
             for call in message.tool_calls:
+                assert isinstance(call, ChatCompletionMessageFunctionToolCall)
                 messages.append(tool.tool_message(call.id, call.function.arguments))
     client.close()
     assert messages[-1]["content"].startswith("The reversed secret is aQue9ScN")

@@ -65,7 +65,7 @@ async def shared_document(port: int, token: str, path: str, kind: str) -> AsyncI
     room = f"{file_format}:{kind}:{session['fileId']}"
     url = f"ws://127.0.0.1:{port}/api/collaboration/room/{room}?sessionId={session['sessionId']}"
     async with websockets.connect(url, additional_headers=headers, max_size=None) as connection:
-        doc = Doc()
+        doc: Doc[Any] = Doc()
         async with Provider(doc, _Channel(connection, room)) as provider:
             await asyncio.wait_for(provider.synced.wait(), 30)
             yield YNotebook(ydoc=doc) if kind == "notebook" else ChatClient(doc)
@@ -86,7 +86,7 @@ async def until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 class ChatClient:
     """A chat document as the chat panel edits it: users, messages, the chat's id."""
 
-    def __init__(self, doc: Doc) -> None:
+    def __init__(self, doc: Doc[Any]) -> None:
         self.doc = doc
         self.messages = doc.get("messages", type=Array)
         self.users = doc.get("users", type=Map)
@@ -126,4 +126,5 @@ class ChatClient:
 
 
 def notebook_cells(notebook: YNotebook) -> list[dict[str, Any]]:
-    return json.loads(json.dumps(notebook.get()["cells"]))
+    cells: list[dict[str, Any]] = json.loads(json.dumps(notebook.get()["cells"]))
+    return cells

@@ -14,11 +14,11 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._loop import in_thread
-from ..errors import ConfigError, NotebookError
-from ..events import Event, RunFinished
+from ..errors import ConfigError, NotebookError, PlanError
+from ..events import Event, PlanEvent, PlanFinished, RunFinished
 from ..kernel.interface import (
     Kernel,
     KernelFactory,
@@ -30,17 +30,22 @@ from ..kernel.interface import (
 )
 from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
 from ..kernel.python_env import require_setup_packages
+from ..kernel.sandbox.bwrap import SandboxMode
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside
 from ..model.chat import ChatModel
 from ..notebook.export import warm_up
 from ..notebook.load import load_resumable
 from ..records import Run, RunInfo
-from .config import NO_MODEL_HELP, AgentConfig
+from .config import NO_MODEL_HELP, AgentConfig, settings_in
 from .data import warm_describer
 from .loop import Ask, Rounds
+from .names import DataFormat, ProtocolName
 from .preparation import Preparation, Prompt
 from .staging import DataStaging, resumed_files
+
+if TYPE_CHECKING:  # plan mode is imported when a plan starts
+    from .plan.runner import PlanOptions
 
 __all__ = ["AsyncAgent", "warm_host"]
 
@@ -82,7 +87,8 @@ class AsyncAgent:
     ``AsyncKernelSession`` with ``session_options``, local or on a gateway);
     ``model_options`` go to the model's plug-in (the OpenAI-compatible one's: ``max_retries``, ``backoff``,
     ``request_timeout``, ``extra_body`` such as vLLM's ``top_k``);
-    other ``AgentConfig`` fields (``stuck_after``, ``preload``, ...) are accepted too.
+    every other setting of ``settings.SETTINGS`` (``stuck_after``, ``preload``, ...) is a keyword argument
+    too (None: unset, so the environment or the default).
     Raises ``ConfigError`` when no model is configured or a setting is invalid.
     """
 
@@ -91,7 +97,7 @@ class AsyncAgent:
         model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        protocol: str | None = None,
+        protocol: ProtocolName | str | None = None,
         max_rounds: int | None = None,
         exec_timeout: float | None = None,
         temperature: float | None = None,
@@ -101,19 +107,30 @@ class AsyncAgent:
         session_factory: KernelFactory | KernelMaker | None = None,
         session_options: dict[str, Any] | None = None,
         model_options: dict[str, Any] | None = None,
-        **options: Any,
+        request_timeout: float | None = None,
+        top_p: float | None = None,
+        stream: bool | None = None,
+        data_format: DataFormat | None = None,
+        vllm_extras: bool | None = None,
+        max_new_tokens: int | None = None,
+        stuck_after: int | None = None,
+        feedback_chars: int | None = None,
+        full_feedback_rounds: int | None = None,
+        old_feedback_chars: int | None = None,
+        disk_quota_mb: int | None = None,
+        preload: bool | None = None,
+        rebuild: bool | None = None,
+        sandbox: SandboxMode | None = None,
+        network: bool | None = None,
+        kernel: str | None = None,
+        python: str | None = None,
+        provider: str | None = None,
+        gateway_url: str | None = None,
+        gateway_token: str | None = None,
+        gateway_kernel: str | None = None,
+        memory_mb: int | None = None,
     ) -> None:
-        self.config = AgentConfig.resolve(
-            model=model,
-            base_url=base_url,
-            api_key=api_key,
-            protocol=protocol,
-            max_rounds=max_rounds,
-            exec_timeout=exec_timeout,
-            temperature=temperature,
-            vision=vision,
-            **options,
-        )
+        self.config = AgentConfig.resolve(**settings_in(locals()))
         self._ready_model: Callable[[], None] | None = None  # readies the model this agent made, ahead of a run
         if chat_model is None:
             made = chat_model_from(self.config, model_options)
@@ -326,13 +343,17 @@ class AsyncAgent:
         workspace: str | os.PathLike[str] | None = None,
         notebook: str | os.PathLike[str] | None = None,
         *,
-        options: Any = None,
+        options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> Any:
-        """Run ``task`` in plan mode to its end (see ``stream_plan``); return the ``PlanFinished`` event."""
-        finished = None
+    ) -> PlanFinished:
+        """Run ``task`` in plan mode to its end (see ``stream_plan``); return the ``PlanFinished`` event.
+        Raises as ``stream_plan`` does."""
+        finished: PlanFinished | None = None
         async for event in self.stream_plan(task, data, workspace, notebook, options=options, resume=resume):
-            finished = event
+            if isinstance(event, PlanFinished):
+                finished = event
+        if finished is None:
+            raise PlanError("plan mode ended without its PlanFinished event")
         return finished
 
     async def stream_plan(
@@ -342,9 +363,9 @@ class AsyncAgent:
         workspace: str | os.PathLike[str] | None = None,
         notebook: str | os.PathLike[str] | None = None,
         *,
-        options: Any = None,
+        options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncIterator[PlanEvent]:
         """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
 
         ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.

@@ -193,6 +193,11 @@ class AgentConfig:
         self.kernel.validate()
 
 
+def settings_in(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings among ``values`` (a signature's ``locals()``, which has every row's keyword) by keyword."""
+    return {name: values[name] for name in SETTINGS}
+
+
 def setting_fields() -> dict[str, str]:
     """Each ``AgentConfig`` part's setting fields by keyword: ``{"max_rounds": "protocol.max_rounds", ...}``,
     read from the dataclasses themselves (``tests/test_settings.py`` holds them equal to the table)."""

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
 
+from .._loop import in_thread
 from ..kernel.interface import Kernel, KernelsAhead
 from ..kernel.rebuild import RebuildCell, RebuildPlan
 from ..kernel.workspace import workspace_from
@@ -124,7 +125,7 @@ class Preparation:
         key = kernels.environment
         packages = self._known.get(key)
         files, found = await asyncio.gather(
-            staging.described(), asyncio.to_thread(host_packages) if packages is None else _given(packages)
+            staging.described(), in_thread(host_packages) if packages is None else _given(packages)
         )
         self._known.put(key, found)
         protocol = self.protocol(language)
@@ -163,7 +164,7 @@ class Preparation:
         # or copied is raised once all of it is done (nothing left running).
         done = await asyncio.gather(
             setup_then_environment(),
-            asyncio.to_thread(warm_up),
+            in_thread(warm_up),
             *([] if extra_setup else [put]),
             staging.described(),
             return_exceptions=True,

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._loop import in_thread
 from ..errors import ConfigError, DataFileError, StorageError
 from ..kernel.interface import Kernel
 from ..notebook.claims import DataSources
@@ -54,7 +55,7 @@ class DataStaging:
     async def check(cls, paths: Sequence[str | os.PathLike[str]], root: Path) -> DataStaging:
         """The files checked and the workspace ``root`` made (off the loop), their description begun.
         Raises ``DataFileError``, ``ConfigError``, ``StorageError``."""
-        return cls(await asyncio.to_thread(_checked_data, list(paths), root))
+        return cls(await in_thread(_checked_data, list(paths), root))
 
     @property
     def files(self) -> tuple[DataFile, ...]:
@@ -72,7 +73,7 @@ class DataStaging:
 
     async def into_workspace(self) -> None:
         """Copy the files into the workspace now. Raises ``DataFileError``, ``ConfigError``, ``StorageError``."""
-        await self._started(asyncio.to_thread(self.checked.install))
+        await self._started(in_thread(self.checked.install))
         self.in_workspace = True
 
     async def into_kernel(self, session: Kernel) -> None:
@@ -84,7 +85,7 @@ class DataStaging:
             await self.into_workspace()
         await session.files.put(list(self.checked.reads), list(self.names))
         if self.in_workspace:
-            await asyncio.to_thread(self.checked.check_unchanged)
+            await in_thread(self.checked.check_unchanged)
 
     async def described(self) -> tuple[DataFile, ...]:
         """The files with their summaries. Raises ``DataFileError`` for a file that cannot be described."""
@@ -172,7 +173,7 @@ def _checked_data(paths: list[Any], root: Path) -> CheckedData:
 async def _described(checked: CheckedData) -> tuple[str, ...] | DataFileError:
     """The checked files' summaries (made in a worker thread), or the ``DataFileError`` one raised."""
     try:
-        return await asyncio.to_thread(checked.summaries)
+        return await in_thread(checked.summaries)
     except DataFileError as exc:
         return exc
 
@@ -181,9 +182,9 @@ async def _recorded_copies(checked: CheckedData) -> None:
     """The workspace's copies of the data files, then each file checked unchanged since the kernel's copy
     was made from it. Raises ``DataFileError``, ``StorageError`` (the disk filled up meanwhile)."""
     try:
-        await asyncio.to_thread(checked.install)
+        await in_thread(checked.install)
     except DataFileError:
         raise
     except ConfigError as exc:  # the workspace is gone and cannot be made again
         raise DataFileError(f"cannot copy the data files into {checked.workspace}: {exc}") from exc
-    await asyncio.to_thread(checked.check_unchanged)
+    await in_thread(checked.check_unchanged)

@@ -265,12 +265,14 @@ def _decoded_bytes(parquet: Any) -> int:
     """About what reading ``parquet`` whole takes in memory, from its metadata: 8 bytes a value (a pointer or a
     number), plus what its column chunks unpack to (the strings). A claim the confined worker's limits back."""
     metadata = parquet.metadata
-    unpacked = sum(
+    unpacked: int = sum(
         metadata.row_group(g).column(c).total_uncompressed_size
         for g in range(metadata.num_row_groups)
         for c in range(metadata.num_columns)
     )
-    return 8 * metadata.num_rows * max(metadata.num_columns, 1) + unpacked
+    rows: int = metadata.num_rows
+    columns: int = metadata.num_columns
+    return 8 * rows * max(columns, 1) + unpacked
 
 
 def _parquet_declared(parquet: Any, size: int) -> str:
@@ -340,9 +342,13 @@ def _records(document: Any) -> pd.DataFrame | None:
 
     if isinstance(document, list) and document and all(isinstance(item, dict) for item in document):
         return pd.DataFrame(document)
-    if isinstance(document, dict) and document and all(isinstance(v, list) for v in document.values()):
-        if len({len(v) for v in document.values()}) == 1:
-            return pd.DataFrame(document)
+    if (
+        isinstance(document, dict)
+        and document
+        and all(isinstance(v, list) for v in document.values())
+        and len({len(v) for v in document.values()}) == 1
+    ):
+        return pd.DataFrame(document)
     return None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -20,6 +20,9 @@ from ..safe.terminal import one_line
 from ..server.config import SERVE
 from .edge import edge
 from .options import table_options
+
+if TYPE_CHECKING:  # the service's database is imported when a command uses it
+    from ..server.keys import Keys
 
 __all__ = ["KEYS", "active_keys", "keys"]
 
@@ -38,7 +41,7 @@ KEYS = Table(
 _where = table_options(KEYS["data_dir"], KEYS["database"])
 
 
-def _on_keys(database: str | None, data_dir: str, work: Callable[[Any], Awaitable[T]]) -> T:
+def _on_keys(database: str | None, data_dir: str, work: Callable[[Keys], Awaitable[T]]) -> T:
     """``work(keys)`` on the database's keys (migrated first), then the engine disposed."""
     from ..server.database import database_url
     from ..server.keys import open_keys

@@ -36,7 +36,7 @@ class _StderrHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             sys.stderr.write(printable(self.format(record)) + "\n")  # a record may quote kernel or model text
-        except Exception:  # noqa: BLE001 - logging must never break the run
+        except Exception:  # logging must never break the run
             self.handleError(record)
 
 

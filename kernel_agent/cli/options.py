@@ -76,7 +76,7 @@ _SECRETS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
 _NOTES = {"api_key": "visible to other users in `ps`: prefer --api-key-file or --api-key-stdin"}
 
 
-class Registered(click.Choice):
+class Registered(click.Choice[str]):
     """A choice among the names a callable gives (a registry's entry points), read when the option is used or
     shown, not when the CLI is imported."""
 

@@ -58,27 +58,15 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
             if isinstance(event, Notice):
                 console.print(Text(printable(f"note: {event.message}"), style="yellow"))
             elif isinstance(event, PlanReady):
-                if event.scripted:
-                    console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))
                 ready, states = event, {n["id"]: n["status"] for n in event.nodes}
                 notes.update({n["id"]: f"{n['attempts']} attempt(s)" for n in event.nodes if n.get("attempts")})
-                if console.is_terminal:
-                    live = Live(_tree(ready, states, notes), console=console, auto_refresh=False)
-                    live.start()
-                else:  # a pipe or a file: a live display would print only when it stops
-                    console.print(_tree(ready, states, notes))
+                live = _show_ready(console, ready, states, notes)
             elif isinstance(event, (NodeStarted, NodeFinished)) and ready is not None:
                 _update(event, states, notes)
                 if live is not None:
                     live.update(_tree(ready, states, notes), refresh=True)
                 else:
-                    console.print(
-                        one_line(
-                            f"{states[event.node_id]:8} {event.node_id}"
-                            + (f" · {notes[event.node_id]}" if event.node_id in notes else "")
-                        ),
-                        markup=False,
-                    )
+                    console.print(_node_line(event.node_id, states, notes), markup=False)
             elif isinstance(event, PlanFinished):
                 if live is not None:
                     live.stop()
@@ -90,6 +78,24 @@ def drive_plan(events: Iterable[Any], *, as_json: bool, quiet: bool) -> int:
         if live is not None:
             live.stop()
     return code
+
+
+def _show_ready(console: Console, ready: PlanReady, states: dict[str, str], notes: dict[str, str]) -> Live | None:
+    """The plan's tree, live on a terminal (returned, started); printed once elsewhere (None)."""
+    if ready.scripted:
+        console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))
+    if not console.is_terminal:  # a pipe or a file: a live display would print only when it stops
+        console.print(_tree(ready, states, notes))
+        return None
+    live = Live(_tree(ready, states, notes), console=console, auto_refresh=False)
+    live.start()
+    return live
+
+
+def _node_line(node_id: str, states: dict[str, str], notes: dict[str, str]) -> str:
+    """A node's state as one line, for output that is not a terminal."""
+    note = f" · {notes[node_id]}" if node_id in notes else ""
+    return one_line(f"{states[node_id]:8} {node_id}{note}")
 
 
 def _update(event: NodeStarted | NodeFinished, states: dict[str, str], notes: dict[str, str]) -> None:

@@ -81,4 +81,5 @@ def demo_plan_model(**options: Any) -> ScriptedChatModel:
 
 @cache
 def _script(path: Path = SCRIPT) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+    script: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return script

@@ -77,9 +77,8 @@ def _order_line(rng: random.Random, day: date) -> dict[str, object]:
     }
 
 
-def _revenue(units: object, price: object, discount: object) -> float:
-    # the row's values are numbers here; rows are typed dict[str, object] as they hold None and text too
-    return round(int(units) * float(price) * (1 - float(discount)), 2)  # type: ignore[call-overload, arg-type]
+def _revenue(units: int, price: float, discount: float) -> float:
+    return round(units * price * (1 - discount), 2)
 
 
 def _add_defects(rng: random.Random, rows: list[dict[str, object]]) -> None:
@@ -91,11 +90,20 @@ def _add_defects(rng: random.Random, rows: list[dict[str, object]]) -> None:
     for i in picks[43:55]:
         rows[i]["units"] = rows[i]["revenue"] = None
     for i in picks[55:58]:
-        rows[i]["units"] = int(rows[i]["units"]) * 100  # type: ignore[call-overload]  # an int: keyed-in extra zeros
-        rows[i]["revenue"] = _revenue(rows[i]["units"], rows[i]["unit_price"], rows[i]["discount"])
+        units, price, discount = _numbers(rows[i])
+        rows[i]["units"] = units * 100  # an int: keyed-in extra zeros
+        rows[i]["revenue"] = _revenue(units * 100, price, discount)
     for i in picks[58:60]:
-        rows[i]["unit_price"] = round(float(rows[i]["unit_price"]) * 10, 2)  # type: ignore[arg-type]  # a float: a decimal-point slip
-        rows[i]["revenue"] = _revenue(rows[i]["units"], rows[i]["unit_price"], rows[i]["discount"])
+        units, price, discount = _numbers(rows[i])
+        rows[i]["unit_price"] = round(price * 10, 2)  # a float: a decimal-point slip
+        rows[i]["revenue"] = _revenue(units, round(price * 10, 2), discount)
+
+
+def _numbers(row: dict[str, object]) -> tuple[int, float, float]:
+    """A row's units, unit price and discount: numbers in a row no defect has touched yet."""
+    units, price, discount = row["units"], row["unit_price"], row["discount"]
+    assert isinstance(units, int) and isinstance(price, float) and isinstance(discount, float)
+    return units, price, discount
 
 
 def make_rows(seed: int = SEED) -> list[dict[str, object]]:

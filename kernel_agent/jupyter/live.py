@@ -50,9 +50,10 @@ def new_notebook() -> nbformat.NotebookNode:
         id=STARTING_ID,
         metadata={METADATA_KEY: {"role": "starting"}},
     )
-    return nbformat.v4.new_notebook(
+    notebook: nbformat.NotebookNode = nbformat.v4.new_notebook(
         cells=[starting], metadata={"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
     )
+    return notebook
 
 
 log = logging.getLogger(__name__)
@@ -241,7 +242,7 @@ def _update(document: Any, index: int, cell: dict[str, Any]) -> None:
             ycell["metadata"].update(cell.get("metadata", {}))
 
 
-def _youtput(output: dict[str, Any]) -> Map:
+def _youtput(output: dict[str, Any]) -> Map[Any]:
     """An output as the document holds it (jupyter-ydoc's layout: a stream's text is a shared text)."""
     if output.get("output_type") == "stream":
         text = output.get("text", "")
@@ -251,7 +252,8 @@ def _youtput(output: dict[str, Any]) -> Map:
 
 def _plain(cell: Any) -> dict[str, Any]:
     """A cell as plain dicts and lists (the shared document's cells are built from them)."""
-    return json.loads(json.dumps(cell))
+    plain: dict[str, Any] = json.loads(json.dumps(cell))
+    return plain
 
 
 async def _maybe_async(value: Any) -> Any:

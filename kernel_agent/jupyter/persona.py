@@ -376,7 +376,8 @@ def _task_text(body: str, name: str) -> str:
 
 def _named_notebook(task: str, folder: Path) -> str | None:
     """A notebook the message names (``… in analysis.ipynb``), relative to the chat's folder."""
-    for match in _PATH.findall(task):
+    for found in _PATH.finditer(task):
+        match = found.group(1)
         if match.endswith(".ipynb") and _inside(folder / match, folder):
             return match
     return None

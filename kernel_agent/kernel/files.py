@@ -14,7 +14,6 @@ and a replay stay local and complete. Both list changes the same way
 from __future__ import annotations
 
 import ast
-import asyncio
 import base64
 import json
 import logging
@@ -22,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from .._loop import in_thread
 from ..errors import KernelError, WorkspaceFileError
 from ..result import Artifact
 from .door import Door
@@ -79,7 +79,7 @@ class LocalFiles:
         return None  # already there: the data files were copied into the kernel's cwd
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
-        return await asyncio.to_thread(snapshot, self.local, tuple(exclude))
+        return await in_thread(snapshot, self.local, tuple(exclude))
 
     async def changes(
         self, before: Snapshot, exclude: Iterable[Path] = (), *, after: Snapshot | None = None
@@ -98,10 +98,10 @@ class CopiedFiles:
         self.local = local
 
     async def put(self, paths: Sequence[Path], names: Sequence[str] | None = None) -> None:
-        await asyncio.to_thread(_copy_in, paths, _names(paths, names), Door(self.kernel_folder))
+        await in_thread(_copy_in, paths, _names(paths, names), Door(self.kernel_folder))
 
     async def snapshot(self, exclude: Iterable[Path] = ()) -> Snapshot:
-        return await asyncio.to_thread(snapshot, self.kernel_folder, ())
+        return await in_thread(snapshot, self.kernel_folder, ())
 
     async def changes(
         self, before: Snapshot, exclude: Iterable[Path] = (), *, after: Snapshot | None = None
@@ -109,7 +109,7 @@ class CopiedFiles:
         artifacts = changed_files(before, after if after is not None else await self.snapshot())
         if not artifacts:
             return artifacts
-        await asyncio.to_thread(_copy_back, [a.path for a in artifacts], Door(self.kernel_folder), Door(self.local))
+        await in_thread(_copy_back, [a.path for a in artifacts], Door(self.kernel_folder), Door(self.local))
         return artifacts
 
 
@@ -146,7 +146,7 @@ class RemoteFiles:
     async def put(self, paths: Sequence[Path], names: Sequence[str] | None = None) -> None:
         """Send each file in chunks. Raises ``KernelError`` when the kernel refuses one."""
         for path, name in zip(paths, _names(paths, names), strict=True):
-            data = await asyncio.to_thread(path.read_bytes)
+            data = await in_thread(path.read_bytes)
             for offset in range(0, max(len(data), 1), CHUNK):
                 reply = await self._run(put_code(name, data[offset : offset + CHUNK], append=offset > 0), {})
                 if reply.get("status") != "ok":
@@ -178,7 +178,7 @@ class RemoteFiles:
                 return
             parts.append(base64.b64decode(chunk))
         try:
-            await asyncio.to_thread(Door(self.local).write, artifact.path, b"".join(parts))
+            await in_thread(Door(self.local).write, artifact.path, b"".join(parts))
         except (OSError, WorkspaceFileError) as exc:  # the kernel names these paths: "../x" is refused here
             log.warning("%s from the kernel was not copied back: %s", artifact.path, exc)
 

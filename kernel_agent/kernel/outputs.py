@@ -161,10 +161,9 @@ class OutputCollector:
             self.dropped_images += not_rendered  # the kernel's figure cap closed them unrendered
             return
         data = content.get("data", {})
-        if "image/png" in data:
-            if sum("image/png" in o.get("data", {}) for o in self.outputs) >= self.caps.max_images:
-                self.dropped_images += 1
-                return
+        if "image/png" in data and sum("image/png" in o.get("data", {}) for o in self.outputs) >= self.caps.max_images:
+            self.dropped_images += 1
+            return
         size = data_size(data)
         not_sent = _marker(content, "output_not_sent")  # the kernel's own cap says what it did not send
         self.dropped_chars += not_sent

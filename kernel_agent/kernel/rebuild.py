@@ -125,13 +125,17 @@ def names_of(code: str, language: str = "python") -> tuple[frozenset[str], froze
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 bound.add(node.name)
             elif isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
-                base = node.value
-                while isinstance(base, (ast.Attribute, ast.Subscript)):
-                    base = base.value
-                if isinstance(base, ast.Name):
-                    touched.add(base.id)
+                touched.update(_changed_name(node))
         rebinds |= bound
     return frozenset(loads), frozenset(rebinds), frozenset(touched)
+
+
+def _changed_name(target: ast.Attribute | ast.Subscript) -> tuple[str, ...]:
+    """The name an assignment to ``target`` changes in place (``df`` of ``df.a[0] = 1``); none for ``f().a``."""
+    base = target.value
+    while isinstance(base, (ast.Attribute, ast.Subscript)):
+        base = base.value
+    return (base.id,) if isinstance(base, ast.Name) else ()
 
 
 def _other_names(code: str) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jupyter_client import AsyncKernelManager
+from jupyter_client.manager import AsyncKernelManager
 
 from ..errors import KernelError, SessionClosedError
 from ..records import PYTHON3_KERNELSPEC

@@ -96,7 +96,7 @@ class Workbenches:
     def get(self, ctx: Context) -> Workbench:
         """The workbench of the connection ``ctx`` belongs to, made on its first call."""
         connection = _connection(ctx)
-        bench = connection.state.get(_STATE_KEY)
+        bench: Workbench | None = connection.state.get(_STATE_KEY)
         if bench is None:
             bench = self._new(connection.session_id, _client_name(ctx))
             connection.state[_STATE_KEY] = bench

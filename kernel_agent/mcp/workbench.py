@@ -250,7 +250,8 @@ class Workbench:
         found = await session.evaluate({"v": _VARIABLES.replace("LIMIT", str(int(limit)))})
         if found["v"] is None:
             raise KernelError("the kernel could not list its variables")
-        return json.loads(ast.literal_eval(found["v"]))
+        rows: list[list[str]] = json.loads(ast.literal_eval(found["v"]))
+        return rows
 
     def describe_data(self) -> str:
         """The data summary our own model gets (types, sizes, columns, previews)."""
@@ -263,7 +264,7 @@ class Workbench:
         await self.session()
         if relative is None:
             run = replace(self.run, notebook_path=self.notebook)
-            return await asyncio.to_thread(export_run, run, self.notebook)
+            return await in_thread(export_run, run, self.notebook)
         target = self.workspace / "/".join(plain_parts(relative))
         run = replace(self.run, notebook_path=target)
         await in_thread(_export_through_door, run, Door(self.workspace), target.relative_to(self.workspace))
@@ -323,7 +324,7 @@ class Workbench:
             run = replace(self.run, notebook_path=self.notebook)
             started = time.monotonic()
             try:
-                await asyncio.to_thread(export_run, run, self.notebook)
+                await in_thread(export_run, run, self.notebook)
             except Exception:  # the kernel result still reached the client; the next save retries
                 log.exception("could not write the MCP session notebook %s", self.notebook)
             if self._dirty and not self._hurry.is_set():

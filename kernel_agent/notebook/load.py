@@ -312,9 +312,7 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
     errors = [out for out in outputs if out.get("output_type") == "error"]
     if recorded in ("cancelled", "timeout", "died"):  # recorded once, read back as recorded: an interrupt's
         status = recorded  # KeyboardInterrupt traceback is how the cell ended, not an error of its code
-    elif errors:
-        status = "error"
-    elif recorded == "error" and count is None and not outputs:  # outputs stripped (nbstripout)
+    elif errors or (recorded == "error" and count is None and not outputs):  # or its outputs were stripped
         status = "error"
     else:
         status = "ok"

@@ -395,10 +395,15 @@ def safe_bundle(data: Mapping[str, Any], metadata: Mapping[str, Any] | None = No
             kept[mime] = _text(value)
     if not kept:
         kept["text/plain"] = f"[output of type {', '.join(sorted(data)) or 'none'} not shown]"
+    return Shown(kept, _sizes(metadata or {}, kept))
+
+
+def _sizes(metadata: Mapping[str, Any], kept: Mapping[str, Any]) -> dict[str, Any]:
+    """The width and height ``metadata`` gives the kept types (numbers only; nothing else of it)."""
     sizes: dict[str, Any] = {}
-    for mime, entry in (metadata or {}).items():
+    for mime, entry in metadata.items():
         if mime in kept and isinstance(entry, Mapping):
             size = {k: v for k, v in entry.items() if k in ("width", "height") and isinstance(v, (int, float))}
             if size:
                 sizes[mime] = size
-    return Shown(kept, sizes)
+    return sizes

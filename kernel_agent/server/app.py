@@ -78,6 +78,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The plug-in registries: importlib.metadata scans site-packages once, here, not on the loop.
+        # Not in_thread: a warm-up is disposable, so a server stopped while it starts does not wait for it.
         await asyncio.to_thread(warm)
         async with Service(config) as service:
             app.state.service = service
@@ -165,6 +166,7 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     _file_routes(app, config)
     _run_routes(app)
     _thread_routes(app)
+    _thread_notebook_routes(app)
 
 
 def _demo(config: ServerConfig) -> dict[str, Any] | None:
@@ -291,6 +293,8 @@ def _thread_routes(app: FastAPI) -> None:
         await service_of(request).delete_thread(who, thread_id)
         return {"id": thread_id, "object": "thread", "deleted": True}
 
+
+def _thread_notebook_routes(app: FastAPI) -> None:
     @app.get("/v1/threads/{thread_id}/notebook")
     async def notebook(request: Request, who: Owner, thread_id: str) -> StreamingResponse:
         """The thread's notebook (every attempt)."""
@@ -340,7 +344,8 @@ def _thread_routes(app: FastAPI) -> None:
         limit (2 GiB)."""
         service = service_of(request)
         thread = service.thread(who, thread_id)
-        target = tempfile.SpooledTemporaryFile(max_size=16 * _CHUNK, dir=str(service.store.root / "tmp"))
+        # closed by the response once streamed (spooled), or here if the bundle fails
+        target = tempfile.SpooledTemporaryFile(max_size=16 * _CHUNK, dir=str(service.store.root / "tmp"))  # noqa: SIM115
         try:
             made = await in_thread(write_bundle, service.store, thread, target)
         except BaseException:
@@ -394,18 +399,17 @@ async def _spool(file: UploadFile, service: Service, limit: int) -> tuple[Path, 
     """Copy the upload to a temp file beside the store (so it can be moved in); 413 over ``limit``."""
     folder = service.store.root / "tmp"
     private_folder(folder)
-    handle = tempfile.NamedTemporaryFile(dir=folder, delete=False)
     size = 0
-    try:
-        with handle:
+    with tempfile.NamedTemporaryFile(dir=folder, delete=False) as handle:
+        try:
             while chunk := await file.read(_CHUNK):
                 size += len(chunk)
                 if size > limit:
                     raise ServiceError(f"the file is larger than the {limit}-byte upload limit", status=413)
                 handle.write(chunk)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+        except BaseException:
+            Path(handle.name).unlink(missing_ok=True)
+            raise
     return Path(handle.name), size
 
 

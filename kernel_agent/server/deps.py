@@ -47,4 +47,5 @@ async def fresh(request: Request) -> None:
 
 
 def service_of(request: Request) -> Service:
-    return request.app.state.service
+    service: Service = request.app.state.service
+    return service

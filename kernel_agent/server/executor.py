@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from .._loop import in_thread
 from ..errors import KernelAgentError
 from ..events import Notice
 from .leases import Leases
@@ -158,7 +159,7 @@ class Executor:
         notebook = self.store.notebook(runtime.thread_id)  # beside the workspace: out of the kernel's reach
         paths = [self.store.file_content(f) for f in files]
         agent = runtime.agent
-        if not await asyncio.to_thread(notebook.exists):
+        if not await in_thread(notebook.exists):
             stream = agent.stream(run.task, paths, runtime.workspace, notebook)
         else:
             task = run.task

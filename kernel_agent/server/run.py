@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Any, Literal
 
 from .._connections import listen
+from .._loop import in_thread
 from .config import ServerConfig
 from .logs import configure
 from .private import PRIVATE_UMASK
@@ -107,7 +108,7 @@ class DeferredApp:
     async def _start(self) -> None:
         assert self._settled is not None
         try:
-            app = await asyncio.to_thread(self._build)
+            app = await in_thread(self._build)
             self._inbox, self._outbox = asyncio.Queue(), asyncio.Queue()
             scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": self._state}
             self._lifespan = asyncio.ensure_future(app(scope, self._inbox.get, self._outbox.put))

@@ -268,7 +268,7 @@ class Service:
                 took = await self.leases.take(thread.id)
             if not took:
                 raise ServiceError(f"thread {thread.id} is running a run on another replica; wait for it", status=409)
-            await asyncio.to_thread(self.store.prepare, thread.id, run.id)
+            await in_thread(self.store.prepare, thread.id, run.id)
             if await close_orphan(self.store, thread, running=self.executor.tasks):
                 self.metrics.takeovers.inc()
         except BaseException:

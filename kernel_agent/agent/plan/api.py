@@ -9,7 +9,6 @@ report written after every node. ``AsyncAgent.stream_plan`` is the public door.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..._loop import in_thread
 from ...errors import ConfigError, NotebookError
 from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
 from ...kernel.interface import Kernel, KernelFactory
@@ -69,21 +69,21 @@ async def stream_plan(
     """
     if resume is not None:  # the state is a claim too: its workspace is looked in only under its own folder
         notebook_path = Path(notebook or resume)
-        state = await asyncio.to_thread(PlanState.load, state_path(resume))
+        state = await in_thread(PlanState.load, state_path(resume))
         given = Path(workspace) if workspace is not None else None
         if given is not None and not given.is_dir():
             raise NotebookError(f"the plan's workspace {given} is not a folder", path=str(resume))
         root = given if given is not None else fresh_beside(Path(resume))
         check_outside(notebook_path, root)
         sources = DataSources.for_notebook(Path(resume), state.workspace, given)
-        files = await asyncio.to_thread(stage_recorded, sources, state.data_files, root)
+        files = await in_thread(stage_recorded, sources, state.data_files, root)
         state.workspace = recorded_workspace(root, notebook_path)
         state.scripted = state.scripted or model.scripted
     else:
         root = Path(workspace) if workspace is not None else default_workspace(task)
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
-        files = await asyncio.to_thread(prepare_data, list(data), root)
+        files = await in_thread(prepare_data, list(data), root)
         setup = opened_beside(
             preload_code(files) if preload else "%matplotlib inline\n", workspace_from(notebook_path, root)
         )
@@ -121,7 +121,7 @@ async def stream_plan(
                 yield notice
             state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(ran.outputs)
             state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
-            await asyncio.to_thread(state.save)
+            await in_thread(state.save)
         yield PlanReady(
             tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes), state.scripted
         )
@@ -130,9 +130,9 @@ async def stream_plan(
             yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
         state.finished_at = datetime.now(UTC).isoformat()
-        await asyncio.to_thread(state.save)
-        await asyncio.to_thread(write_outputs, state, nodes, notebook_path, state.workspace)
-        html = await asyncio.to_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
+        await in_thread(state.save)
+        await in_thread(write_outputs, state, nodes, notebook_path, state.workspace)
+        html = await in_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
         findings = conclusion(state, nodes) or ""
         yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html), findings)
 
@@ -204,6 +204,6 @@ async def _run_nodes(
             assert run.result is not None  # steps() always sets it when it returns
             tokens = {k: v for k, v in asdict(run.usage).items() if v} if run.usage.total_tokens else {}
             result = replace(run.result, seconds=round(time.monotonic() - began, 3), tokens=tokens)
-        await asyncio.to_thread(state.record, result)
-        await asyncio.to_thread(write_outputs, state, nodes, notebook, state.workspace)
+        await in_thread(state.record, result)
+        await in_thread(write_outputs, state, nodes, notebook, state.workspace)
         yield NodeFinished(node.id, result.status, result.attempts, len(result.figures), result.reason)

@@ -85,7 +85,7 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
             analysis = nbformat.v4.new_markdown_cell(f"*Analysis:* {result.analysis}")
             analysis.metadata[METADATA_KEY] = {"node": node.id, "role": "analysis"}
             cells.append(analysis)
-    nb = nbformat.v4.new_notebook(cells=cells)
+    nb: nbformat.NotebookNode = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata[METADATA_KEY] = {
         "task": state.task,

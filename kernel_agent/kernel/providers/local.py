@@ -24,8 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from jupyter_client import AsyncKernelClient, AsyncKernelManager
+from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 
 from ..._loop import in_thread
 from ...errors import ConfigError, KernelError, KernelStartError, SandboxUnavailableError
@@ -292,7 +293,7 @@ class LocalProvider:
         if self.manager is None:
             return False
         if self.confinement is not None and self.confinement.limits.cpu_seconds is not None:
-            await asyncio.to_thread(self.confinement.enforce_cpu)
+            await in_thread(self.confinement.enforce_cpu)
         return bool(await self.manager.is_alive())
 
     async def interrupt(self) -> None:
@@ -301,7 +302,7 @@ class LocalProvider:
         if self.manager is None:
             return
         if self.choice is not None and self.choice.command and self.limits.sandbox == "strict":
-            await asyncio.to_thread(self._interrupt_inside)
+            await in_thread(self._interrupt_inside)
             return
         await self.manager.interrupt_kernel()
 
@@ -323,7 +324,7 @@ class LocalProvider:
             if self.confinement is not None:
                 # The old tree goes first, and is waited for: its children hold pids (and memory) in the
                 # cgroups the new kernel joins, so a full process table would refuse the new sandbox.
-                await asyncio.to_thread(self.confinement.kill_tree)
+                await in_thread(self.confinement.kill_tree)
                 self.confinement.new_kernel()  # a fresh CPU budget, as RLIMIT_CPU gives the new process
             await self.manager.restart_kernel(now=True)
             return await self._wait_ready()
