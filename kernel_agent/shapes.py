@@ -240,5 +240,5 @@ def _twin(event_type: type[Any]) -> type[_EventWire]:
 
 def event_dict(event: Any) -> dict[str, Any]:
     """An event (a frozen dataclass with a ``kind``) as JSON-ready values: ``{"event": kind, ...fields}``."""
-    twin = _twin(type(event))
-    return {"event": event.kind, **twin.model_validate(event, from_attributes=True).model_dump(mode="json")}
+    wire = _twin(type(event)).model_validate(event, from_attributes=True, strict=False)
+    return {"event": event.kind, **wire.model_dump(mode="json")}

@@ -12,6 +12,7 @@ value reads as its default (``shapes.Shape.read``). ``json_schema()`` is what th
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -34,6 +35,7 @@ __all__ = [
     "RunMetadata",
     "TurnRecord",
     "json_schema",
+    "json_schema_text",
     "result_record",
     "round_record",
     "run_metadata",
@@ -114,7 +116,9 @@ class KernelspecShape(Shape):
     language: str | None = None
 
     def record(self) -> dict[str, str]:
-        return {name: value for name in ("display_name", "language", "name") if (value := getattr(self, name)) is not None}
+        return {
+            name: value for name in ("display_name", "language", "name") if (value := getattr(self, name)) is not None
+        }
 
 
 class NotebookMetadata(Shape):
@@ -189,13 +193,18 @@ def _attributes(record: Run | RunInfo) -> dict[str, Any]:
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a run notebook's metadata and of its cells' (``$defs``), as the docs publish it."""
-    schema = NotebookMetadata.model_json_schema(by_alias=True)
-    schema["$defs"]["CellMetadata"] = CellMetadata.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
-    for name, definition in CellMetadata.model_json_schema(by_alias=True).get("$defs", {}).items():
-        schema["$defs"].setdefault(name, definition)
-    schema["$defs"]["CellMetadata"].pop("$defs", None)
+    """The JSON Schema of a run notebook's metadata, its cells' under ``$defs.CellMetadata``, as the docs publish it."""
+    schema: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    schema |= NotebookMetadata.model_json_schema(by_alias=True)
+    cells = CellMetadata.model_json_schema(by_alias=True)
+    schema["$defs"] |= cells.pop("$defs", {})
+    schema["$defs"]["CellMetadata"] = cells
     return schema
+
+
+def json_schema_text() -> str:
+    """``json_schema()`` as the published file holds it (``docs/reference/notebook-metadata.schema.json``)."""
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
 def workspace_path(recorded: str, notebook_dir: str) -> str:
