@@ -3,6 +3,13 @@
 One stream serves every front end: the CLI renders it live, ``--json`` prints
 ``event.to_dict()`` per line, the magic turns it into cell outputs. Pure values; their JSON is
 ``shapes.event_dict``'s (the adapter the notebook's metadata is written with).
+
+Front ends dispatch on an event's class: ``match event: case RunStarted(): ...`` where a few kinds
+matter, a table keyed by class where a renderer draws every kind (``cli/render.py``'s ``_LIVE``).
+``kind`` is an event's name on the wire only: ``to_dict()``'s ``"event"``, the service's stored runs
+and server-sent events, the web page. ``answer``, ``error`` and ``finished`` break the
+``*_started``/``*_finished`` pattern of the others, and are kept: the service's API clients, the
+page and every stored run's events read them by these names.
 """
 
 from __future__ import annotations
