@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from functools import cache
+from collections.abc import Callable
+from functools import cache, partial
 from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
 
 from pydantic import (
@@ -21,6 +22,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     ValidationError,
@@ -28,8 +30,8 @@ from pydantic import (
     ValidatorFunctionWrapHandler,
     WrapValidator,
     create_model,
-    field_validator,
     model_serializer,
+    model_validator,
 )
 
 from .records import Round, Run, Usage
@@ -86,15 +88,21 @@ class Shape(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True, populate_by_name=True)
 
-    @field_validator("*", mode="wrap")
+    @model_validator(mode="wrap")
     @classmethod
-    def _lenient(cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    def _lenient(cls, value: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo) -> Self:
+        """Read leniently, a key whose value is wrong reads as its field's default (still counted as given).
+        One call per object read, none per field: writing a round's record stays cheap."""
         try:
             return handler(value)
-        except ValidationError:
-            if info.field_name is None or not (info.context or {}).get(_LENIENT):
+        except ValidationError as exc:
+            if not (info.context or {}).get(_LENIENT) or not isinstance(value, dict):
                 raise
-            return cls.model_fields[info.field_name].get_default(call_default_factory=True)
+            wrong = {error["loc"][0] for error in exc.errors() if error["loc"] and error["type"] != "missing"}
+            defaults = _defaults(cls)
+            if not wrong & value.keys() & defaults.keys():
+                raise
+            return handler({key: defaults[key]() if key in wrong else item for key, item in value.items()})
 
     @model_serializer(mode="wrap")
     def _omit_empty(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
@@ -114,6 +122,18 @@ class Shape(BaseModel):
     def read(cls, value: object) -> Self:
         """This shape read from hostile JSON: anything not an object reads as all defaults. Raises nothing."""
         return cls.model_validate(value if isinstance(value, dict) else {}, context={_LENIENT: True})
+
+
+@cache
+def _defaults(shape: type[Shape]) -> dict[Any, Callable[[], Any]]:
+    """Each key a field is read from (its name, alias, or alias choices), with its default."""
+    found: dict[Any, Callable[[], Any]] = {}
+    for name, field in shape.model_fields.items():
+        choices = field.validation_alias.choices if isinstance(field.validation_alias, AliasChoices) else []
+        for key in (name, field.alias, *choices):
+            if key is not None:
+                found[key] = partial(field.get_default, call_default_factory=True)
+    return found
 
 
 @cache
