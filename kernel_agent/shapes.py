@@ -120,7 +120,8 @@ class Shape(BaseModel):
 
     @classmethod
     def read(cls, value: object) -> Self:
-        """This shape read from hostile JSON: anything not an object reads as all defaults. Raises nothing."""
+        """This shape read from hostile JSON: anything not an object reads as all defaults. Raises
+        ``ValidationError`` only when a field without a default (``TurnRecord.task``) is missing or wrong."""
         return cls.model_validate(value if isinstance(value, dict) else {}, context={_LENIENT: True})
 
 
