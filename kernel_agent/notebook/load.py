@@ -27,7 +27,7 @@ from ..result import ErrorInfo, ExecutionResult, Status, strip_ansi
 from ..shapes import ErrorShape
 from .claims import check_data_files
 from .export import GUARD_HEADER, guard_source
-from .metadata import METADATA_KEY, CellMetadata, NotebookMetadata, workspace_path
+from .metadata import METADATA_KEY, CellMetadata, NotebookMetadata, record_fields, workspace_path
 
 __all__ = [
     "MAX_DEPTH",
@@ -44,6 +44,11 @@ MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024  # a notebook or plan state read whole in
 MAX_DEPTH = 100  # nesting of lists and objects; ours is under 10, an output's JSON rarely 20
 
 _STATUSES = frozenset(get_args(Status))
+# What a record read back takes from the cells or works out, not from its metadata's field of that name.
+_RUN_GIVEN = frozenset({"info", "turns", "rounds", "usage", "notebook_path", "setup_result"})
+_ROUND_GIVEN = frozenset({"index", "reply", "reasoning", "code", "result"})
+_RESULT_GIVEN = frozenset({"status", "outputs", "execution_count", "error", "code"})
+_INFO_GIVEN = frozenset({"workspace", "setup_code", "language_info", "kernelspec"})
 _GUARD_LINE = re.compile(re.escape(GUARD_HEADER).replace(re.escape("{status}"), "([A-Za-z_-]+)"))
 
 
@@ -196,13 +201,10 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
         info=info,
         turns=turns[:-1],
         rounds=rounds,
-        answer=meta.answer,
-        stop_reason=meta.stop_reason,
-        error=meta.error,
         usage=meta.usage.record() if "usage" in meta.model_fields_set else sum((r.usage for r in rounds), Usage()),
         notebook_path=path,
-        finished_at=meta.finished_at,
         setup_result=setup_result,
+        **record_fields(meta, Run, _RUN_GIVEN),
     )
     cells = [RebuildCell(setup_code, 0)] if setup_code.strip() else []
     cells += [
@@ -298,14 +300,7 @@ def _round(group: _Group, number: int) -> Round:
         reasoning=reasoning,
         code=code,
         result=_result(cell, meta) if cell is not None else None,
-        answer=meta.answer,
-        artifacts=tuple(artifact.record() for artifact in meta.artifacts),
-        usage=meta.usage.record(),
-        model_s=meta.model_s,
-        exec_s=meta.exec_s,
-        started_at=meta.started_at,
-        problem=meta.problem,
-        reasoning_content=meta.reasoning_content,
+        **record_fields(meta, Round, _ROUND_GIVEN),
     )
 
 
@@ -330,15 +325,9 @@ def _result(cell: NotebookNode, meta: CellMetadata) -> ExecutionResult | None:
         status=status,
         outputs=outputs,
         execution_count=count if _is_int(count) else None,
-        duration_s=meta.duration_s,
         error=_error(errors, meta.error) if status == "error" else None,
-        state_lost=meta.state_lost,
-        note=meta.note,
         code=_code(cell, meta),
-        dropped_chars=meta.dropped_chars,
-        dropped_images=meta.dropped_images,
-        rebuilt_cells=tuple(meta.rebuilt_cells),
-        lost_names=tuple(meta.lost_names),
+        **record_fields(meta, ExecutionResult, _RESULT_GIVEN),
     )
 
 
@@ -378,18 +367,11 @@ def _error(errors: list[dict[str, Any]], recorded: ErrorShape | None) -> ErrorIn
 def _info(notebook: NotebookMetadata, path: Path, setup_code: str) -> RunInfo:
     meta = notebook.kernel_agent
     return RunInfo(
-        task=meta.task,
-        model=meta.model,
-        protocol=meta.protocol,
-        endpoint=meta.endpoint,
-        data_files=tuple(meta.data_files),
         workspace=workspace_path(meta.workspace, str(path.parent)),
         setup_code=setup_code,
-        scripted=meta.scripted,
-        started_at=meta.started_at,
-        confinement=meta.confinement,
         language_info=_plain(notebook.language_info or {"name": "python"}),
         kernelspec=notebook.kernelspec.record(),
+        **record_fields(meta, RunInfo, _INFO_GIVEN),
     )
 
 

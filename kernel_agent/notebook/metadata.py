@@ -4,14 +4,15 @@
 ``kernel_agent``: ``RunMetadata``, with a ``TurnRecord`` per question); ``CellMetadata`` is a cell's
 ``metadata["kernel_agent"]`` (its role, and on a round's last cell the round's record: ``RoundRecord``
 and its code's ``ResultRecord``). A field named as the record's attribute (``RunInfo``, ``Run``,
-``Turn``, ``Round``, ``ExecutionResult``) is written from it and read back into it: adding one is one
-line here. Read back, the metadata is a claim (``claims.py``): unknown keys are ignored and a mistyped
+``Turn``, ``Round``, ``ExecutionResult``) is written from it (``Shape.of``) and read back into it
+(``record_fields``): adding one is one line here. Read back, the metadata is a claim (``claims.py``): unknown keys are ignored and a mistyped
 value reads as its default (``shapes.Shape.read``). ``json_schema()`` is what the docs publish
 (``docs/reference/notebook-metadata.schema.json``). Which cell holds what is ``export.py``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Annotated, Any, Literal
@@ -34,11 +35,14 @@ __all__ = [
     "RoundRecord",
     "RunMetadata",
     "TurnRecord",
+    "host",
     "json_schema",
     "json_schema_text",
+    "record_fields",
     "result_record",
     "round_record",
     "run_metadata",
+    "workspace_path",
 ]
 
 METADATA_KEY = "kernel_agent"
@@ -186,6 +190,20 @@ def result_record(result: ExecutionResult | None) -> dict[str, Any]:
     if result is None:
         return ResultRecord().model_dump(include={"duration_s"})
     return ResultRecord.of(result).model_dump()
+
+
+def record_fields(shape: Shape, record: type[Any], given: frozenset[str]) -> dict[str, Any]:
+    """The fields of ``shape`` that the dataclass ``record`` has too, as it holds them (a nested shape as
+    its record, a list as a tuple), but those in ``given``: what reading a record back takes from its metadata."""
+    names = {field.name for field in dataclasses.fields(record)} - given
+    return {name: _as_record(getattr(shape, name)) for name in type(shape).model_fields if name in names}
+
+
+def _as_record(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_as_record(item) for item in value)
+    record = getattr(value, "record", None)
+    return record() if isinstance(value, Shape) and callable(record) else value
 
 
 def _attributes(record: Run | RunInfo) -> dict[str, Any]:
