@@ -5,9 +5,10 @@
 ``metadata["kernel_agent"]`` (its role, and on a round's last cell the round's record: ``RoundRecord``
 and its code's ``ResultRecord``). A field named as the record's attribute (``RunInfo``, ``Run``,
 ``Turn``, ``Round``, ``ExecutionResult``) is written from it (``Shape.of``) and read back into it
-(``record_fields``): adding one is one line here. Read back, the metadata is a claim (``claims.py``): unknown keys are ignored and a mistyped
-value reads as its default (``shapes.Shape.read``). ``json_schema()`` is what the docs publish
-(``docs/reference/notebook-metadata.schema.json``). Which cell holds what is ``export.py``'s.
+(``record_fields``): adding one is one line here. Read back, the metadata is a claim (``claims.py``):
+unknown keys are ignored and a mistyped value reads as its default (``shapes.Shape.read``).
+``json_schema()`` is what the docs publish (``docs/reference/notebook-metadata.schema.json``). Which
+cell holds what is ``export.py``'s.
 """
 
 from __future__ import annotations
