@@ -1,12 +1,20 @@
 """The typed events of a run, as ``AsyncAgent.stream()`` yields them.
 
 One stream serves every front end: the CLI renders it live, ``--json`` prints
-``event.to_dict()`` per line, the magic turns it into cell outputs. Pure values.
+``event.to_dict()`` per line, the magic turns it into cell outputs. Pure values; their JSON is
+``shapes.event_dict``'s (the adapter the notebook's metadata is written with).
+
+Front ends dispatch on an event's class: ``match event: case RunStarted(): ...`` where a few kinds
+matter, a table keyed by class where a renderer draws every kind (``cli/render.py``'s ``_LIVE``).
+``kind`` is an event's name on the wire only: ``to_dict()``'s ``"event"``, the service's stored runs
+and server-sent events, the web page. ``answer``, ``error`` and ``finished`` break the
+``*_started``/``*_finished`` pattern of the others, and are kept: the service's API clients, the
+page and every stored run's events read them by these names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from .records import Artifact, Round, Run
@@ -41,11 +49,10 @@ class _EventBase:
     kind: str = "event"
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: ``{"event": kind, ...fields}``."""
-        out: dict[str, Any] = {"event": self.kind}
-        for f in fields(self):  # type: ignore[arg-type]  # every event is a dataclass; this base is not
-            out[f.name] = _jsonable(getattr(self, f.name))
-        return out
+        """A JSON-ready dict: ``{"event": kind, ...fields}``, a record in it as its wire shape (``shapes.py``)."""
+        from .shapes import event_dict  # pydantic, at the first event a front end sends as JSON
+
+        return event_dict(self)
 
 
 @dataclass(frozen=True)
@@ -272,46 +279,3 @@ Event = (
     | RunError
     | RunFinished
 )
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, ExecutionResult):
-        return {
-            "status": value.status,
-            "execution_count": value.execution_count,
-            "duration_s": round(value.duration_s, 3),
-            "state_lost": value.state_lost,
-            "note": value.note,
-            "stdout": value.stdout,
-            "stderr": value.stderr,
-            "result_text": value.result_text,
-            "error": None if value.error is None else {"ename": value.error.ename, "evalue": value.error.evalue},
-            "images": len(value.images),
-        }
-    if isinstance(value, Round):
-        return {
-            "index": value.index,
-            "status": value.status,
-            "code": value.code,
-            "answer": value.answer,
-            "usage": value.usage.to_dict(),
-            "model_s": round(value.model_s, 3),
-            "exec_s": round(value.exec_s, 3),
-            "artifacts": [a.to_dict() for a in value.artifacts],
-            "problem": value.problem,
-            "reasoning_content": value.reasoning_content,
-        }
-    if isinstance(value, Run):
-        return {
-            "answer": value.answer,
-            "stop_reason": value.stop_reason,
-            "error": value.error,
-            "rounds": len(value.rounds),
-            "usage": value.usage.to_dict(),
-            "notebook_path": None if value.notebook_path is None else str(value.notebook_path),
-        }
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    return value

@@ -87,6 +87,7 @@ SHARED = {
     "result",
     "records",
     "events",
+    "shapes",
     "redact",
     "safe",
     "plugins",
@@ -113,7 +114,8 @@ ALLOWED = {
     "errors": set(),
     "result": {"errors"},
     "records": {"errors", "result"},
-    "events": {"errors", "result", "records"},
+    "events": {"errors", "result", "records", "shapes"},
+    "shapes": {"errors", "result", "records"},  # the record's JSON shapes: notebook metadata, events' JSON
     "redact": {"errors"},
     "plugins": {"errors"},  # the entry-point registries' mechanism: each layer keeps its own group
     "safe": set(),  # making kernel and model content safe to show: for every layer above, of none

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..events import RunFinished, RunStarted
+
 if TYPE_CHECKING:
     from ..agent.agent import AsyncAgent
     from .render import Renderer
@@ -81,10 +83,10 @@ async def _drive(agent: AsyncAgent, job: Job, renderer: Renderer, progress: _Pro
     try:
         async with agent:
             async for event in job.events(agent):
-                if event.kind == "run_started":
+                if isinstance(event, RunStarted):
                     progress.notebook = event.notebook_path
                 renderer.handle(event)
-                if event.kind == "finished":
+                if isinstance(event, RunFinished):
                     answered = event.run.answer is not None
     except asyncio.CancelledError:
         name = progress.signal or "SIGINT"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rich.console import Console, Group, RenderableType
@@ -30,6 +30,7 @@ from rich.spinner import Spinner
 from rich.syntax import Syntax
 from rich.text import Text
 
+from .. import events
 from ..events import Event
 from ..notebook.export import clean_path
 from ..records import STOP_WORDS, Artifact, Round, Run, Usage
@@ -240,7 +241,7 @@ class LiveRenderer:
             live.stop()
 
     def handle(self, event: Event) -> None:
-        getattr(self, f"_on_{event.kind}")(event)
+        _LIVE[type(event)](self, event)
 
     def interrupted(self, notebook_path: str | None, signal_name: str) -> None:
         self._activity.end()
@@ -251,7 +252,7 @@ class LiveRenderer:
         )
         self.console.print(Text(shown(f"Interrupted ({signal_name}): {where}"), style="bold yellow"), soft_wrap=True)
 
-    def _on_run_started(self, event: Any) -> None:
+    def _on_run_started(self, event: events.RunStarted) -> None:
         why = f" ({event.protocol_reason})" if event.protocol_reason not in ("", "asked for") else ""
         self.console.print(
             Text.assemble(
@@ -263,27 +264,27 @@ class LiveRenderer:
         if event.scripted:
             self.console.print(Panel(Text(SCRIPTED_NOTE), border_style="yellow", title="scripted"))
 
-    def _on_round_started(self, event: Any) -> None:
+    def _on_round_started(self, event: events.RoundStarted) -> None:
         self._max_rounds = event.max_rounds
         self.console.print(Rule(f"Round {event.round}/{event.max_rounds}", style="blue"))
         self._activity.begin("model writing")
 
-    def _on_text_delta(self, event: Any) -> None:
+    def _on_text_delta(self, event: events.TextDelta) -> None:
         self._activity.label = "model writing"
         self._activity.text += event.text
 
-    def _on_code_delta(self, event: Any) -> None:
+    def _on_code_delta(self, event: events.CodeDelta) -> None:
         # The spinner shows the code's tail as the model writes it; the whole code comes with code_ready.
         self._activity.label = "model writing code"
         self._activity.text = (self._activity.text + event.text)[-_LIVE_OUTPUT_CHARS:]
 
-    def _on_reasoning_delta(self, event: Any) -> None:
+    def _on_reasoning_delta(self, event: events.ReasoningDelta) -> None:
         if not self._thinking:
             self._activity.label = "model thinking"
         self._thinking += event.text
         self._activity.text += event.text
 
-    def _on_text_reset(self, event: Any) -> None:
+    def _on_text_reset(self, event: events.TextReset) -> None:
         self._activity.text = ""
         self._thinking = ""
         self.console.print(Text(shown(f"model request failed: {event.reason}"), style="yellow"), soft_wrap=True)
@@ -293,22 +294,22 @@ class LiveRenderer:
             self.console.print(thinking_text(self._thinking))
         self._thinking = ""
 
-    def _on_code_ready(self, event: Any) -> None:
+    def _on_code_ready(self, event: events.CodeReady) -> None:
         self._activity.end()
         self._flush_thinking()
         if event.reasoning.strip():
             self.console.print(markdown(event.reasoning))
         self.console.print(Panel(code_block(event.code), border_style="dim", padding=(0, 1)))
 
-    def _on_execution_started(self, event: Any) -> None:
+    def _on_execution_started(self, event: events.ExecutionStarted) -> None:
         limit = f" (limit {event.timeout:g} s)" if event.timeout else ""
         self._activity.begin(f"running code{limit}")
 
-    def _on_execution_output(self, event: Any) -> None:
+    def _on_execution_output(self, event: events.ExecutionOutput) -> None:
         # The spinner shows the tail of what the code prints while it runs; the whole output follows.
         self._activity.text = (self._activity.text + event.text)[-_LIVE_OUTPUT_CHARS:]
 
-    def _on_execution_finished(self, event: Any) -> None:
+    def _on_execution_finished(self, event: events.ExecutionFinished) -> None:
         self._activity.end()
         result: ExecutionResult = event.result
         for item in output_renderables(result.outputs, max_lines=20):
@@ -319,7 +320,7 @@ class LiveRenderer:
         if files is not None:
             self.console.print(files)
 
-    def _on_round_finished(self, event: Any) -> None:
+    def _on_round_finished(self, event: events.RoundFinished) -> None:
         self._activity.end()
         self._flush_thinking()
         round_: Round = event.round
@@ -327,17 +328,17 @@ class LiveRenderer:
             self.console.print(markdown(round_.reasoning))
         self.console.print(round_status(round_))
 
-    def _on_answer(self, event: Any) -> None:
+    def _on_answer(self, event: events.AnswerReady) -> None:
         self.console.print(Panel(markdown(event.answer), title="Answer", border_style="green"))
 
-    def _on_notice(self, event: Any) -> None:
+    def _on_notice(self, event: events.Notice) -> None:
         self.console.print(Text(shown(f"note: {event.message}"), style="yellow"))
 
-    def _on_error(self, event: Any) -> None:
+    def _on_error(self, event: events.RunError) -> None:
         self._activity.end()
         self.console.print(Text(shown(f"error: {event.message}"), style="bold red"))
 
-    def _on_finished(self, event: Any) -> None:
+    def _on_finished(self, event: events.RunFinished) -> None:
         run: Run = event.run
         stop = one_line(STOP_WORDS.get(run.stop_reason or "", str(run.stop_reason)))
         style = "green" if run.answer is not None else "yellow"
@@ -351,6 +352,25 @@ class LiveRenderer:
             self.console.print(Text.assemble(("clean view: ", "bold"), one_line(clean)), soft_wrap=True)
 
 
+_LIVE: dict[type[Event], Callable[[LiveRenderer, Any], None]] = {  # what draws each event, by its class
+    events.RunStarted: LiveRenderer._on_run_started,
+    events.RoundStarted: LiveRenderer._on_round_started,
+    events.TextDelta: LiveRenderer._on_text_delta,
+    events.ReasoningDelta: LiveRenderer._on_reasoning_delta,
+    events.TextReset: LiveRenderer._on_text_reset,
+    events.CodeDelta: LiveRenderer._on_code_delta,
+    events.CodeReady: LiveRenderer._on_code_ready,
+    events.ExecutionStarted: LiveRenderer._on_execution_started,
+    events.ExecutionOutput: LiveRenderer._on_execution_output,
+    events.ExecutionFinished: LiveRenderer._on_execution_finished,
+    events.RoundFinished: LiveRenderer._on_round_finished,
+    events.AnswerReady: LiveRenderer._on_answer,
+    events.Notice: LiveRenderer._on_notice,
+    events.RunError: LiveRenderer._on_error,
+    events.RunFinished: LiveRenderer._on_finished,
+}
+
+
 # -- quiet and json ---------------------------------------------------------------------------------
 
 
@@ -362,13 +382,15 @@ class QuietRenderer:
         self.err = err
 
     def handle(self, event: Event) -> None:
-        if event.kind == "error":
-            self.err.write(shown(f"error: {event.message}") + "\n")  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
-        if event.kind == "notice" and "unconfined" in event.message:  # type: ignore[union-attr]  # narrowed by kind
-            self.err.write(shown(f"warning: {event.message}") + "\n")  # type: ignore[union-attr]  # by kind; quiet, not silent
-        if event.kind != "finished":
-            return
-        run: Run = event.run  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
+        match event:
+            case events.RunError():
+                self.err.write(shown(f"error: {event.message}") + "\n")
+            case events.Notice() if "unconfined" in event.message:  # quiet, not silent
+                self.err.write(shown(f"warning: {event.message}") + "\n")
+            case events.RunFinished():
+                self._finished(event.run)
+
+    def _finished(self, run: Run) -> None:
         if run.answer is not None:
             self.out.write(shown(run.answer.rstrip("\n")) + "\n")
         else:

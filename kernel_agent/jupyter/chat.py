@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import events
 from ..agent.protocols.tagparse import parse_blocks, render_prose
 from ..events import Event
 from ..result import ExecutionResult
@@ -55,9 +57,9 @@ class ChatReply:
 
     def feed(self, event: Event) -> None:
         """Take one event of the run. Unknown kinds are ignored (a newer event vocabulary)."""
-        handler = getattr(self, f"_on_{event.kind}", None)
+        handler = _FED.get(type(event))
         if handler is not None:
-            handler(event)
+            handler(self, event)
 
     def stopped(self) -> None:
         """The user stopped the run from the chat."""
@@ -83,7 +85,7 @@ class ChatReply:
         return "\n\n".join(parts) or "…"
 
     # ----------------------------------------------------------------- events
-    def _on_run_started(self, event: Any) -> None:
+    def _on_run_started(self, event: events.RunStarted) -> None:
         where = f" in `{self.notebook}`" if self.notebook else ""
         scripted = " (scripted replies)" if event.scripted else ""
         if self.kernel == "notebook":
@@ -94,31 +96,31 @@ class ChatReply:
         else:
             self.preface = f"*Working in my own sandboxed kernel{scripted}; each round becomes cells{where}.*"
 
-    def _on_round_started(self, event: Any) -> None:
+    def _on_round_started(self, event: events.RoundStarted) -> None:
         self.rounds.append(_Round(event.round))
 
-    def _on_text_delta(self, event: Any) -> None:
+    def _on_text_delta(self, event: events.TextDelta) -> None:
         self._round(event.round).text += event.text
 
-    def _on_reasoning_delta(self, event: Any) -> None:
+    def _on_reasoning_delta(self, event: events.ReasoningDelta) -> None:
         self._round(event.round).thinking += event.text
 
-    def _on_text_reset(self, event: Any) -> None:
+    def _on_text_reset(self, event: events.TextReset) -> None:
         rnd = self._round(event.round)
         rnd.text, rnd.thinking = "", ""
         rnd.status = f"*the model request failed, retrying: {_escape(event.reason)}*"
 
-    def _on_code_ready(self, event: Any) -> None:
+    def _on_code_ready(self, event: events.CodeReady) -> None:
         self._round(event.round).reasoning = event.reasoning
 
-    def _on_execution_started(self, event: Any) -> None:
+    def _on_execution_started(self, event: events.ExecutionStarted) -> None:
         self._round(event.round).status = "*running…*"
 
-    def _on_execution_output(self, event: Any) -> None:
+    def _on_execution_output(self, event: events.ExecutionOutput) -> None:
         rnd = self._round(event.round)
         rnd.output = (rnd.output + event.text)[-_OUTPUT_SHOWN:]
 
-    def _on_execution_finished(self, event: Any) -> None:
+    def _on_execution_finished(self, event: events.ExecutionFinished) -> None:
         rnd = self._round(event.round)
         rnd.status = _status(event.result)
         rnd.output = _printed(event.result)[-_OUTPUT_SHOWN:]
@@ -131,23 +133,23 @@ class ChatReply:
             self.figures_left += 1
             del self.figures[0]
 
-    def _on_round_finished(self, event: Any) -> None:
+    def _on_round_finished(self, event: events.RoundFinished) -> None:
         record = event.round
         rnd = self._round(record.index)
         rnd.reasoning = record.reasoning
         if record.code is None:
             rnd.status = "answer" if record.answer is not None else "no code"
 
-    def _on_answer(self, event: Any) -> None:
+    def _on_answer(self, event: events.AnswerReady) -> None:
         self.answer = event.answer
 
-    def _on_notice(self, event: Any) -> None:
+    def _on_notice(self, event: events.Notice) -> None:
         self.notes.append(event.message)
 
-    def _on_error(self, event: Any) -> None:
+    def _on_error(self, event: events.RunError) -> None:
         self.notes.append(f"error: {event.message}")
 
-    def _on_finished(self, event: Any) -> None:
+    def _on_finished(self, event: events.RunFinished) -> None:
         run = event.run
         if run.answer is None and not self.ending:
             self.ending = f"**No answer:** the run stopped ({run.stop_reason})."
@@ -165,6 +167,24 @@ class ChatReply:
         if not self.rounds or self.rounds[-1].index != index:
             self.rounds.append(_Round(index))
         return self.rounds[-1]
+
+
+_FED: dict[type[Event], Callable[[ChatReply, Any], None]] = {  # what each event adds to the reply, by its class
+    events.RunStarted: ChatReply._on_run_started,
+    events.RoundStarted: ChatReply._on_round_started,
+    events.TextDelta: ChatReply._on_text_delta,
+    events.ReasoningDelta: ChatReply._on_reasoning_delta,
+    events.TextReset: ChatReply._on_text_reset,
+    events.CodeReady: ChatReply._on_code_ready,
+    events.ExecutionStarted: ChatReply._on_execution_started,
+    events.ExecutionOutput: ChatReply._on_execution_output,
+    events.ExecutionFinished: ChatReply._on_execution_finished,
+    events.RoundFinished: ChatReply._on_round_finished,
+    events.AnswerReady: ChatReply._on_answer,
+    events.Notice: ChatReply._on_notice,
+    events.RunError: ChatReply._on_error,
+    events.RunFinished: ChatReply._on_finished,
+}
 
 
 def _round_text(rnd: _Round) -> str:

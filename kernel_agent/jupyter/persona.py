@@ -41,6 +41,7 @@ from traitlets import Bool, Enum, Float, Integer, TraitType, Unicode
 from ..agent.agent import AsyncAgent
 from ..agent.settings import SETTINGS
 from ..errors import KernelAgentError
+from ..events import CodeReady, ExecutionFinished, ExecutionOutput, RoundFinished, RunFinished, RunStarted
 from ..kernel.interface import KernelsAhead
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside
@@ -54,7 +55,6 @@ __all__ = ["KernelAgentPersona"]
 log = logging.getLogger(__name__)
 
 _REDRAW_S = 0.2  # the chat message is redrawn at most this often while the run goes (each page re-renders it whole)
-_SYNCED = frozenset({"run_started", "round_finished", "finished"})  # events after which the notebook is synced
 _TRAIT_TYPES: dict[type, type[TraitType[Any, Any]]] = {str: Unicode, int: Integer, float: Float, bool: Bool}
 _PATH = re.compile(r"[`'\"]?([\w./-]+\.[A-Za-z0-9]{1,8})[`'\"]?")
 
@@ -167,15 +167,16 @@ class KernelAgentPersona(BasePersona):
         try:
             async for event in conversation.stream(task, data):
                 reply.feed(event)
-                if event.kind in _SYNCED:
-                    await conversation.sync()
-                elif event.kind == "code_ready":
-                    conversation.live.running(event.round, event.reasoning, event.code)
-                elif event.kind == "execution_finished":
-                    result = event.result
-                    conversation.live.finished(event.round, list(result.outputs), result.execution_count)
-                elif event.kind == "execution_output":
-                    conversation.live.output(event.round, event.text)
+                match event:
+                    case RunStarted() | RoundFinished() | RunFinished():  # the notebook is synced after these
+                        await conversation.sync()
+                    case CodeReady():
+                        conversation.live.running(event.round, event.reasoning, event.code)
+                    case ExecutionFinished():
+                        result = event.result
+                        conversation.live.finished(event.round, list(result.outputs), result.execution_count)
+                    case ExecutionOutput():
+                        conversation.live.output(event.round, event.text)
                 redraw.request()
         except asyncio.CancelledError:
             reply.stopped()

@@ -37,6 +37,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, kwds, magic_arguments, parse_argstring
 
 from ..errors import KernelAgentError
+from ..events import RunFinished, RunStarted
 from ..notebook.recorded import REPLAY_ENV, read_handover
 from ..records import Run
 from ..redact import read_secret
@@ -135,10 +136,11 @@ class AgentMagics(Magics):
             final = None
             try:
                 for event in stream(task, data, workspace, args.out, setup=shared.code if shared else ""):
-                    if event.kind == "run_started":
-                        started.append(event.notebook_path)  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
-                    elif event.kind == "finished":
-                        final = event.run  # type: ignore[union-attr]  # narrowed by kind: each event class sets its own
+                    match event:
+                        case RunStarted():
+                            started.append(event.notebook_path)
+                        case RunFinished():
+                            final = event.run
                     view.handle(event)
             except KeyboardInterrupt:
                 notebook = started[0] if started else None

@@ -15,12 +15,13 @@ import html
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from IPython.display import display
 
+from .. import events
 from ..events import Event
 from ..kernel.partial import OutputChunk, OutputTail
 from ..notebook.recorded import METADATA_KEY, NOTICE_KEY, RUN_NOTEBOOK_KEY
@@ -91,7 +92,7 @@ class CellView:
             _redraw(self._header, _plain(""))
 
     def handle(self, event: Event) -> None:
-        getattr(self, f"_on_{event.kind}")(event)
+        _SHOWN[type(event)](self, event)
 
     def interrupted(self, notebook_path: str | None, run: Run | None = None) -> None:
         """The user stopped the run: the running round's output so far stays in the cell, as the
@@ -124,7 +125,7 @@ class CellView:
             _redraw(self._reply, _plain(""))
         self._reply = None
 
-    def _on_run_started(self, event: Any) -> None:
+    def _on_run_started(self, event: events.RunStarted) -> None:
         line = (
             f"**kernel-agent** · model `{event.model}` · protocol `{event.protocol}` · "
             f"own kernel in `{event.workspace}`"
@@ -139,18 +140,18 @@ class CellView:
         else:
             _show(_markdown(line))
 
-    def _on_round_started(self, event: Any) -> None:
+    def _on_round_started(self, event: events.RoundStarted) -> None:
         _show(_markdown(f"#### Round {event.round}/{event.max_rounds}"))
         self._text, self._drawn = "", time.monotonic()
         self._reply = _show(_plain("…"), display_id=True)
 
-    def _on_text_delta(self, event: Any) -> None:
+    def _on_text_delta(self, event: events.TextDelta) -> None:
         self._text += event.text
         if self._reply is not None and time.monotonic() - self._drawn >= _STREAM_EVERY_S:
             _redraw(self._reply, _plain(self._text))
             self._drawn = time.monotonic()
 
-    def _on_reasoning_delta(self, event: Any) -> None:
+    def _on_reasoning_delta(self, event: events.ReasoningDelta) -> None:
         self._thinking += event.text
         if self._reply is not None and not self._text and time.monotonic() - self._drawn >= _STREAM_EVERY_S:
             _redraw(self._reply, _plain(f"(thinking) {self._thinking[-2000:]}"))
@@ -165,34 +166,34 @@ class CellView:
             )
             _show(shown_html(folded, thinking))
 
-    def _on_text_reset(self, event: Any) -> None:
+    def _on_text_reset(self, event: events.TextReset) -> None:
         self._text = ""
         self._thinking = ""
         if self._reply is not None:
             _redraw(self._reply, _plain("…"))
         _show(_markdown(f"> **model request failed, retrying:** {event.reason}"))
 
-    def _on_code_delta(self, event: Any) -> None:
+    def _on_code_delta(self, event: events.CodeDelta) -> None:
         """The code shows whole, highlighted, once ready (``_on_code_ready``)."""
 
-    def _on_code_ready(self, event: Any) -> None:
+    def _on_code_ready(self, event: events.CodeReady) -> None:
         self._show_thinking()
         if self._reply is not None:
             _redraw(self._reply, _markdown(event.reasoning) if event.reasoning.strip() else _plain(""))
             self._reply = None
         _show(shown_code_box(event.code, f"code the agent runs · round {event.round}"))
 
-    def _on_execution_started(self, event: Any) -> None:
+    def _on_execution_started(self, event: events.ExecutionStarted) -> None:
         self._status = _show(_markdown("*running…*"), display_id=True)
         self._running = OutputTail(1500)
         self._round = event.round
 
-    def _on_execution_output(self, event: Any) -> None:
+    def _on_execution_output(self, event: events.ExecutionOutput) -> None:
         self._running(OutputChunk(event.text, event.elapsed_s, event.skipped_chars, event.figures))
         if self._status is not None:
             _redraw(self._status, _plain(f"running… output so far:\n{self._running.text}"))
 
-    def _on_execution_finished(self, event: Any) -> None:
+    def _on_execution_finished(self, event: events.ExecutionFinished) -> None:
         result: ExecutionResult = event.result
         _redraw(self._status, _status_line(result))
         self._status = None
@@ -202,30 +203,49 @@ class CellView:
             files = ", ".join(f"`{a.path}`" for a in event.artifacts)
             _show(_markdown(f"*files written: {files}*"))
 
-    def _on_round_finished(self, event: Any) -> None:
+    def _on_round_finished(self, event: events.RoundFinished) -> None:
         self._show_thinking()
         round_ = event.round
         if round_.code is None and self._reply is not None:
             _redraw(self._reply, _markdown(round_.reasoning) if round_.reasoning.strip() else _plain(""))
             self._reply = None
 
-    def _on_answer(self, event: Any) -> None:
+    def _on_answer(self, event: events.AnswerReady) -> None:
         _show(_markdown(f"### Answer\n\n{_ANSWER_HEADING.sub('', event.answer, count=1)}"))
 
-    def _on_notice(self, event: Any) -> None:
+    def _on_notice(self, event: events.Notice) -> None:
         _show(_markdown(f"> **note:** {event.message}"))
 
-    def _on_error(self, event: Any) -> None:
+    def _on_error(self, event: events.RunError) -> None:
         self._clear_placeholder()
         _show(_problem(f"Error: {event.message}"))
 
-    def _on_finished(self, event: Any) -> None:
+    def _on_finished(self, event: events.RunFinished) -> None:
         self._clear_placeholder()
         run: Run = event.run
         if run.answer is None:
             _show(_markdown(f"**No answer:** the run stopped ({run.stop_reason})."))
         if run.notebook_path is not None:
             _show(_link(run.notebook_path, f"{len(run.rounds)} rounds"))
+
+
+_SHOWN: dict[type[Event], Callable[[CellView, Any], None]] = {  # what draws each event, by its class
+    events.RunStarted: CellView._on_run_started,
+    events.RoundStarted: CellView._on_round_started,
+    events.TextDelta: CellView._on_text_delta,
+    events.ReasoningDelta: CellView._on_reasoning_delta,
+    events.TextReset: CellView._on_text_reset,
+    events.CodeDelta: CellView._on_code_delta,
+    events.CodeReady: CellView._on_code_ready,
+    events.ExecutionStarted: CellView._on_execution_started,
+    events.ExecutionOutput: CellView._on_execution_output,
+    events.ExecutionFinished: CellView._on_execution_finished,
+    events.RoundFinished: CellView._on_round_finished,
+    events.AnswerReady: CellView._on_answer,
+    events.Notice: CellView._on_notice,
+    events.RunError: CellView._on_error,
+    events.RunFinished: CellView._on_finished,
+}
 
 
 def _status_line(result: ExecutionResult) -> Shown:

@@ -1,6 +1,7 @@
 """Export a ``Run`` as an executable notebook: ``build_notebook``, ``write_notebook``, ``export_run``.
 
-Owns the notebook layout (cells, tags, ``kernel_agent`` metadata); the atomic
+Owns the notebook layout (cells, tags, where the ``kernel_agent`` metadata goes: its schema is
+``metadata.py``'s); the atomic
 write is the door's (``kernel/door.py``'s ``write_record``). Building is pure:
 a ``Run`` in, an nbformat v4 ``NotebookNode`` out. Reading notebooks back is ``load.py``'s job;
 replaying them is ``replay.py``'s.
@@ -35,16 +36,15 @@ import os
 import re
 from pathlib import Path, PurePath
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from .._nbformat import NotebookNode, nbformat
-from .._version import __version__
 from ..errors import NotebookError, WorkspaceFileError
 from ..kernel.door import write_record, write_records
 from ..records import PYTHON3_KERNELSPEC, Round, Run, Turn
 from ..result import ExecutionResult
 from .deps import needed_failures, unreplayed_dependencies, unreplayed_sources
 from .kinds import first_turn_provenance, kind_of
+from .metadata import METADATA_KEY, result_record, round_record, run_metadata
 from .text import NotebookText
 
 _VALIDATOR_BACKEND = "fastjsonschema"
@@ -71,8 +71,6 @@ __all__ = [
 View = Literal["full", "clean"]
 _ANSWER_HEADING = re.compile(r"(?:#{1,6}\s*|\*\*|__)?\s*(?:final\s+)?answer\s*:?\s*(?:\*\*|__)?\s*:?", re.IGNORECASE)
 
-METADATA_KEY = "kernel_agent"
-SCHEMA = 1  # version of the layout of our metadata, bumped on incompatible changes
 RAISES_TAG = "raises-exception"
 SKIP_TAG = "skip-execution"
 # What a notebook, report or page made from scripted replies says (a plan run's too).
@@ -117,7 +115,7 @@ def build_notebook(
     nb = nbformat.from_dict({"nbformat": NBFORMAT, "nbformat_minor": NBFORMAT_MINOR, "metadata": {}, "cells": []})
     nb.metadata["kernelspec"] = dict(run.info.kernelspec or KERNELSPEC)
     nb.metadata["language_info"] = {"name": run.info.language, **copy.deepcopy(run.info.language_info)}
-    nb.metadata[METADATA_KEY] = _run_metadata(run, view, notebook_dir)
+    nb.metadata[METADATA_KEY] = run_metadata(run, view, _portable_workspace(run.info.workspace, notebook_dir))
     cells = [_markdown(_header_text(run, view), "header")]
     if run.info.setup_code.strip():
         cells.append(_setup_cell(run))
@@ -139,7 +137,7 @@ def build_notebook(
         final = _markdown(_final_text(run) if number == len(turns) else _turn_answer_text(turn), "answer", turn=number)
         last = mine[-1][0] if mine else None
         if last is not None and last.answer is not None and not _has_cells(last):
-            final.metadata[METADATA_KEY].update(_round_record(last))  # the answer round has no cell of its own
+            final.metadata[METADATA_KEY].update(round_record(last))  # the answer round has no cell of its own
         cells.append(final)
     _mark_unreplayed_dependencies(cells, run)
     _apply_display_updates(cells, run)
@@ -302,7 +300,7 @@ def _header_text(run: Run, view: View) -> str:
 
 def _setup_cell(run: Run) -> NotebookNode:
     cell = _code_cell(run.info.setup_code, run.setup_result)
-    cell.metadata[METADATA_KEY] = {"role": "setup", "round": 0, **_result_record(run.setup_result)}
+    cell.metadata[METADATA_KEY] = {"role": "setup", "round": 0, **result_record(run.setup_result)}
     cell.metadata["jupyter"] = {"source_hidden": True}  # JupyterLab folds it: the rounds are what a reader came for
     if cell.source != run.info.setup_code:
         cell.metadata[METADATA_KEY]["code"] = run.info.setup_code
@@ -325,7 +323,7 @@ def _round_cells(rnd: Round, kept_for: frozenset[str]) -> list[NotebookNode]:
             cell.metadata[METADATA_KEY]["code"] = rnd.code
         cells.append(cell)
     if cells:
-        cells[-1].metadata[METADATA_KEY].update(_round_record(rnd))
+        cells[-1].metadata[METADATA_KEY].update(round_record(rnd))
     return cells
 
 
@@ -548,90 +546,6 @@ def _assign_ids(cells: list[NotebookNode]) -> None:
 
 
 # -- metadata --------------------------------------------------------------------------------------
-
-
-def _run_metadata(run: Run, view: View, notebook_dir: str | os.PathLike[str] | None) -> dict[str, Any]:
-    info = run.info
-    return {
-        "schema": SCHEMA,
-        "version": __version__,
-        "view": view,
-        "task": info.task,
-        "model": info.model,
-        "protocol": info.protocol,
-        "endpoint": _host(info.endpoint),
-        "data_files": list(info.data_files),
-        "workspace": _portable_workspace(info.workspace, notebook_dir),
-        "started_at": info.started_at,
-        "finished_at": run.finished_at,
-        "stop_reason": run.stop_reason,
-        "error": run.error,
-        "answer": run.answer,
-        "usage": run.usage.to_dict(),
-        "scripted": info.scripted,
-        "rounds": len(run.rounds),
-        "turns": [_turn_record(turn) for turn in run.all_turns()],
-        **({"confinement": info.confinement} if info.confinement else {}),
-    }
-
-
-def _turn_record(turn: Turn) -> dict[str, Any]:
-    return {
-        "task": turn.task,
-        "first_round": turn.first_round,
-        "last_round": turn.last_round,
-        "answer": turn.answer,
-        "stop_reason": turn.stop_reason,
-        "error": turn.error,
-        "model": turn.model,
-        "protocol": turn.protocol,
-        "endpoint": _host(turn.endpoint),
-        "started_at": turn.started_at,
-        "finished_at": turn.finished_at,
-    }
-
-
-def _round_record(rnd: Round) -> dict[str, Any]:
-    record = {
-        "round": rnd.index,
-        "status": rnd.status,
-        **_result_record(rnd.result),
-        "model_s": rnd.model_s,
-        "exec_s": rnd.exec_s,
-        "started_at": rnd.started_at,
-        "usage": rnd.usage.to_dict(),
-        "artifacts": [artifact.to_dict() for artifact in rnd.artifacts],
-        "reply": rnd.reply,
-        "problem": rnd.problem,
-        "answer": rnd.answer,
-    }
-    if rnd.reasoning_content:  # only reasoning models send it; other runs' records stay as they were
-        record["reasoning_content"] = rnd.reasoning_content
-    return record
-
-
-def _result_record(result: ExecutionResult | None) -> dict[str, Any]:
-    if result is None:
-        return {"duration_s": 0.0}
-    return {
-        "status": result.status,
-        "duration_s": result.duration_s,
-        "error": {"ename": result.error.ename, "evalue": result.error.evalue} if result.error else None,
-        "state_lost": result.state_lost,
-        "note": result.note,
-        "dropped_chars": result.dropped_chars,
-        "dropped_images": result.dropped_images,
-        "rebuilt_cells": list(result.rebuilt_cells),
-        **({"lost_names": list(result.lost_names)} if result.lost_names else {}),
-    }
-
-
-def _host(endpoint: str) -> str:
-    """Only the host of an endpoint, even if a full URL (with a key in it) was passed."""
-    if "://" not in endpoint:
-        return endpoint
-    parts = urlsplit(endpoint)
-    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname or ""
 
 
 def _portable_workspace(workspace: str, notebook_dir: str | os.PathLike[str] | None) -> str:

@@ -2,8 +2,8 @@
 
 Owns turning cells into ``Round`` values again, for resuming a run and for
 showing any notebook. Tolerant of hand edits: the cells are the truth for
-code, reasoning and outputs, ``metadata["kernel_agent"]`` fills in the rest,
-and missing or mistyped metadata falls back to defaults. A notebook without
+code, reasoning and outputs, ``metadata["kernel_agent"]`` fills in the rest
+(read through ``metadata.py``'s schema), and missing or mistyped metadata falls back to defaults. A notebook without
 our metadata at all reads as one round per code cell. The layout itself is
 ``export.py``'s.
 """
@@ -22,10 +22,12 @@ from .._nbformat import NotebookNode, nbformat
 from ..errors import NotebookError, WorkspaceFileError
 from ..kernel.door import read_record
 from ..kernel.rebuild import RebuildCell
-from ..records import Artifact, Round, Run, RunInfo, StopReason, Turn, Usage
+from ..records import Round, Run, RunInfo, Usage
 from ..result import ErrorInfo, ExecutionResult, Status, strip_ansi
+from ..shapes import ErrorShape
 from .claims import check_data_files
-from .export import GUARD_HEADER, METADATA_KEY, guard_source
+from .export import GUARD_HEADER, guard_source
+from .metadata import METADATA_KEY, CellMetadata, NotebookMetadata, record_fields, workspace_path
 
 __all__ = [
     "MAX_DEPTH",
@@ -42,8 +44,12 @@ MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024  # a notebook or plan state read whole in
 MAX_DEPTH = 100  # nesting of lists and objects; ours is under 10, an output's JSON rarely 20
 
 _STATUSES = frozenset(get_args(Status))
+# What a record read back takes from the cells or works out, not from its metadata's field of that name.
+_RUN_GIVEN = frozenset({"info", "turns", "rounds", "usage", "notebook_path", "setup_result"})
+_ROUND_GIVEN = frozenset({"index", "reply", "reasoning", "code", "result"})
+_RESULT_GIVEN = frozenset({"status", "outputs", "execution_count", "error", "code"})
+_INFO_GIVEN = frozenset({"workspace", "setup_code", "language_info", "kernelspec"})
 _GUARD_LINE = re.compile(re.escape(GUARD_HEADER).replace(re.escape("{status}"), "([A-Za-z_-]+)"))
-_STOP_REASONS = frozenset(get_args(StopReason))
 
 
 @dataclass(frozen=True)
@@ -172,34 +178,33 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
     """
     path = Path(path)
     nb = read_notebook(path)
-    meta = _mapping(nb.metadata.get(METADATA_KEY))
-    setup: NotebookNode | None = None
+    notebook = NotebookMetadata.read(nb.metadata)
+    meta = notebook.kernel_agent
+    setup: tuple[NotebookNode, CellMetadata] | None = None
     groups: list[_Group] = []
     for cell in nb.cells:
-        cell_meta = _mapping(cell.get("metadata", {}).get(METADATA_KEY))
-        role = cell_meta.get("role") or ("code" if cell.get("cell_type") == "code" else "reasoning")
+        raw = _mapping(cell.get("metadata", {}).get(METADATA_KEY))
+        cell_meta = CellMetadata.read(raw)
+        role = cell_meta.role or ("code" if cell.get("cell_type") == "code" else "reasoning")
         if cell.get("cell_type") == "code" and role == "setup" and setup is None:
-            setup = cell
+            setup = (cell, cell_meta)
         elif cell.get("cell_type") in ("code", "markdown") and role not in ("header", "question"):
-            _add_cell(groups, cell, role, cell_meta)
+            _add_cell(groups, cell, role, cell_meta, raw)
     rounds = tuple(_round(group, number) for group, number in zip(groups, _numbers(groups), strict=True))
-    setup_result = _result(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else None
-    setup_code = _code(setup, _mapping(setup.metadata.get(METADATA_KEY))) if setup is not None else ""
-    turns = _turns(meta.get("turns"))
-    info = _info(meta, nb, path, setup_code)
+    setup_result = _result(*setup) if setup is not None else None
+    setup_code = _code(*setup) if setup is not None else ""
+    turns = tuple(turn.record() for turn in meta.turns)
+    info = _info(notebook, path, setup_code)
     if len(turns) > 1:
         info = replace(info, question=turns[-1].task)
     run = Run(
         info=info,
         turns=turns[:-1],
         rounds=rounds,
-        answer=_opt_str(meta.get("answer")),
-        stop_reason=meta["stop_reason"] if meta.get("stop_reason") in _STOP_REASONS else None,
-        error=_opt_str(meta.get("error")),
-        usage=_usage(meta.get("usage")) if "usage" in meta else sum((r.usage for r in rounds), Usage()),
+        usage=meta.usage.record() if "usage" in meta.model_fields_set else sum((r.usage for r in rounds), Usage()),
         notebook_path=path,
-        finished_at=_str(meta.get("finished_at")),
         setup_result=setup_result,
+        **record_fields(meta, Run, _RUN_GIVEN),
     )
     cells = [RebuildCell(setup_code, 0)] if setup_code.strip() else []
     cells += [
@@ -210,8 +215,8 @@ def load_run(path: str | os.PathLike[str]) -> LoadedRun:
     return LoadedRun(
         run,
         tuple(c.code for c in cells if c.status == "ok"),
-        view=_str(meta.get("view")),
-        version=_str(meta.get("version")),
+        view=meta.view,
+        version=meta.version,
         path=path,
         rebuild_cells=tuple(cells),
     )
@@ -244,11 +249,15 @@ class _Group:
     number: int | None = None
     reasoning: list[str] = field(default_factory=list)
     code_cell: NotebookNode | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)  # the cells' metadata, merged in order
+
+    @property
+    def meta(self) -> CellMetadata:
+        return CellMetadata.read(self.raw)
 
 
-def _add_cell(groups: list[_Group], cell: NotebookNode, role: str, meta: dict[str, Any]) -> None:
-    number = meta.get("round") if _is_int(meta.get("round")) else None
+def _add_cell(groups: list[_Group], cell: NotebookNode, role: str, meta: CellMetadata, raw: dict[str, Any]) -> None:
+    number = meta.round
     if role == "answer" and number is None:
         return
     current = groups[-1] if groups else None
@@ -261,7 +270,7 @@ def _add_cell(groups: list[_Group], cell: NotebookNode, role: str, meta: dict[st
         groups.append(current)
     if current.number is None:
         current.number = number
-    current.meta.update(meta)
+    current.raw.update(raw)
     if cell.cell_type == "code":
         current.code_cell = cell
     elif role == "reasoning":
@@ -282,8 +291,8 @@ def _round(group: _Group, number: int) -> Round:
     reasoning = "\n\n".join(part for part in group.reasoning if part.strip())
     cell = group.code_cell
     code = _code(cell, meta) if cell is not None else None
-    reply = meta.get("reply")
-    if not isinstance(reply, str):  # hand-made round: a plain markdown reply
+    reply = meta.reply
+    if reply is None:  # hand-made round: a plain markdown reply
         reply = reasoning + (f"\n\n```python\n{code}\n```" if code is not None else "")
     return Round(
         index=number,
@@ -291,25 +300,19 @@ def _round(group: _Group, number: int) -> Round:
         reasoning=reasoning,
         code=code,
         result=_result(cell, meta) if cell is not None else None,
-        answer=_opt_str(meta.get("answer")),
-        artifacts=_artifacts(meta.get("artifacts")),
-        usage=_usage(meta.get("usage")),
-        model_s=_float(meta.get("model_s")),
-        exec_s=_float(meta.get("exec_s")),
-        started_at=_str(meta.get("started_at")),
-        problem=_opt_str(meta.get("problem")),
-        reasoning_content=_str(meta.get("reasoning_content")),
+        **record_fields(meta, Round, _ROUND_GIVEN),
     )
 
 
-def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
+def _result(cell: NotebookNode, meta: CellMetadata) -> ExecutionResult | None:
     """The cell's result, or None for code that never ran (no status, no count, no outputs)."""
     outputs = tuple(_plain(out) for out in cell.get("outputs", []))
     count = cell.get("execution_count")
-    recorded = meta.get("status")
+    recorded = meta.status
     if recorded not in _STATUSES and count is None and not outputs:
         return None
     errors = [out for out in outputs if out.get("output_type") == "error"]
+    status: Status
     if recorded in ("cancelled", "timeout", "died"):  # recorded once, read back as recorded: an interrupt's
         status = recorded  # KeyboardInterrupt traceback is how the cell ended, not an error of its code
     elif errors or (recorded == "error" and count is None and not outputs):  # or its outputs were stripped
@@ -320,23 +323,17 @@ def _result(cell: NotebookNode, meta: dict[str, Any]) -> ExecutionResult | None:
         status=status,
         outputs=outputs,
         execution_count=count if _is_int(count) else None,
-        duration_s=_float(meta.get("duration_s")),
-        error=_error(errors, meta.get("error")) if status == "error" else None,
-        state_lost=meta.get("state_lost") is True,
-        note=_str(meta.get("note")),
+        error=_error(errors, meta.error) if status == "error" else None,
         code=_code(cell, meta),
-        dropped_chars=_int(meta.get("dropped_chars")),
-        dropped_images=_int(meta.get("dropped_images")),
-        rebuilt_cells=tuple(n for n in _list(meta.get("rebuilt_cells")) if _is_int(n)),
-        lost_names=tuple(n for n in _list(meta.get("lost_names")) if isinstance(n, str)),
+        **record_fields(meta, ExecutionResult, _RESULT_GIVEN),
     )
 
 
-def _code(cell: NotebookNode, meta: dict[str, Any]) -> str:
+def _code(cell: NotebookNode, meta: CellMetadata) -> str:
     """What the cell runs: what it shows. The export keeps the original of a commented-out (guarded)
     cell in its metadata (``kernel_agent.code``); that copy is used only when the cell shows exactly it,
     commented out under the guard's line. Any other metadata code is never run: the source is."""
-    original = meta.get("code")
+    original = meta.code
     source = cell.get("source")
     source = source if isinstance(source, str) else ""
     if isinstance(original, str) and original != source and shows_guarded(source, original):
@@ -356,79 +353,24 @@ def shows_guarded(source: str, original: str) -> bool:
     return "\n".join(shown) == original.rstrip("\n")
 
 
-def _error(errors: list[dict[str, Any]], recorded: Any) -> ErrorInfo:
+def _error(errors: list[dict[str, Any]], recorded: ErrorShape | None) -> ErrorInfo:
     if errors:
         out = errors[-1]
         lines = tuple(strip_ansi(str(line)) for line in _list(out.get("traceback")))
         return ErrorInfo(_str(out.get("ename")), _str(out.get("evalue")), lines)
-    recorded = _mapping(recorded)
-    return ErrorInfo(_str(recorded.get("ename")) or "Error", _str(recorded.get("evalue")))
+    recorded = recorded or ErrorShape()
+    return ErrorInfo(recorded.ename or "Error", recorded.evalue)
 
 
-def _info(meta: dict[str, Any], nb: NotebookNode, path: Path, setup_code: str) -> RunInfo:
-    workspace = _str(meta.get("workspace"))
-    if workspace and not os.path.isabs(workspace):
-        workspace = os.path.normpath(os.path.join(os.path.abspath(path.parent), workspace))
+def _info(notebook: NotebookMetadata, path: Path, setup_code: str) -> RunInfo:
+    meta = notebook.kernel_agent
     return RunInfo(
-        task=_str(meta.get("task")),
-        model=_str(meta.get("model")),
-        protocol=_str(meta.get("protocol")),
-        endpoint=_str(meta.get("endpoint")),
-        data_files=tuple(str(name) for name in _list(meta.get("data_files"))),
-        workspace=workspace,
+        workspace=workspace_path(meta.workspace, str(path.parent)),
         setup_code=setup_code,
-        scripted=meta.get("scripted") is True,
-        started_at=_str(meta.get("started_at")),
-        confinement=_str(meta.get("confinement")),
-        language_info=_plain(nb.metadata.get("language_info") or {"name": "python"}),
-        kernelspec={
-            str(k): str(v)
-            for k, v in _mapping(nb.metadata.get("kernelspec")).items()
-            if k in ("name", "display_name", "language") and isinstance(v, str)
-        },
+        language_info=_plain(notebook.language_info or {"name": "python"}),
+        kernelspec=notebook.kernelspec.record(),
+        **record_fields(meta, RunInfo, _INFO_GIVEN),
     )
-
-
-def _turns(value: Any) -> tuple[Turn, ...]:
-    """The recorded turns, in order; entries that are not well-formed are dropped (hand edits)."""
-    turns = []
-    for item in _list(value):
-        item = _mapping(item)
-        if not isinstance(item.get("task"), str):
-            continue
-        stop = item.get("stop_reason")
-        turns.append(
-            Turn(
-                task=item["task"],
-                first_round=_int(item.get("first_round")),
-                last_round=_int(item.get("last_round")),
-                answer=_opt_str(item.get("answer")),
-                stop_reason=stop if stop in _STOP_REASONS else None,
-                error=_opt_str(item.get("error")),
-                model=_str(item.get("model")),
-                protocol=_str(item.get("protocol")),
-                endpoint=_str(item.get("endpoint")),
-                started_at=_str(item.get("started_at")),
-                finished_at=_str(item.get("finished_at")),
-            )
-        )
-    return tuple(turns)
-
-
-def _artifacts(value: Any) -> tuple[Artifact, ...]:
-    found = []
-    for item in _list(value):
-        item = _mapping(item)
-        if isinstance(item.get("path"), str):
-            modified = item.get("change") == "modified"
-            found.append(Artifact(item["path"], _int(item.get("size")), "modified" if modified else "created"))
-    return tuple(found)
-
-
-def _usage(value: Any) -> Usage:
-    value = _mapping(value)
-    keys = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
-    return Usage(*(_int(value.get(key)) for key in keys))
 
 
 def _plain(value: Any) -> Any:
@@ -448,17 +390,5 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int(value: Any) -> int:
-    return value if _is_int(value) else 0
-
-
-def _float(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
 def _str(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _opt_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None

@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .._loop import in_thread
 from ..errors import KernelAgentError
-from ..events import Notice
+from ..events import AnswerReady, CodeReady, Notice, RoundStarted, RunFinished
 from .leases import Leases
 from .records import FileRecord, GeneratedFile, RunRecord, ThreadRecord
 from .store import Store
@@ -181,12 +181,12 @@ class Executor:
         async with contextlib.aclosing(stream) as events:
             async for event in events:
                 data = event_dict(event)
-                if data["event"] == "round_started":
+                if isinstance(event, RoundStarted):
                     asked = time.monotonic()
-                elif data["event"] in ("code_ready", "answer") and asked is not None:
+                elif isinstance(event, CodeReady | AnswerReady) and asked is not None:
                     self._replied(time.monotonic() - asked)
                     asked = None
-                if data["event"] == "finished":  # sent by _finish, once the records are final and the thread free
+                if isinstance(event, RunFinished):  # sent by _finish, once the records are final and the thread free
                     finished, run_log.held = data["run"], data
                     run.answer, run.stop_reason, run.error = (
                         finished["answer"],

@@ -1,0 +1,233 @@
+"""The metadata kernel-agent writes into a run's notebook, as one schema: export writes it, load reads it.
+
+``NotebookMetadata`` is the notebook's ``metadata`` (``kernelspec``, ``language_info`` and ours under
+``kernel_agent``: ``RunMetadata``, with a ``TurnRecord`` per question); ``CellMetadata`` is a cell's
+``metadata["kernel_agent"]`` (its role, and on a round's last cell the round's record: ``RoundRecord``
+and its code's ``ResultRecord``). A field named as the record's attribute (``RunInfo``, ``Run``,
+``Turn``, ``Round``, ``ExecutionResult``) is written from it (``Shape.of``) and read back into it
+(``record_fields``): adding one is one line here. Read back, the metadata is a claim (``claims.py``):
+unknown keys are ignored and a mistyped value reads as its default (``shapes.Shape.read``).
+``json_schema()`` is what the docs publish (``docs/reference/notebook-metadata.schema.json``). Which
+cell holds what is ``export.py``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, PlainSerializer
+
+from .._version import __version__
+from ..records import Round, Run, RunInfo, StopReason, Turn
+from ..result import ExecutionResult
+from ..shapes import OMIT_EMPTY, ArtifactShape, ErrorShape, Kept, Shape, UsageShape
+
+__all__ = [
+    "METADATA_KEY",
+    "SCHEMA",
+    "CellMetadata",
+    "KernelspecShape",
+    "NotebookMetadata",
+    "ResultRecord",
+    "RoundRecord",
+    "RunMetadata",
+    "TurnRecord",
+    "host",
+    "json_schema",
+    "json_schema_text",
+    "record_fields",
+    "result_record",
+    "round_record",
+    "run_metadata",
+    "workspace_path",
+]
+
+METADATA_KEY = "kernel_agent"
+SCHEMA = 1  # version of the layout of our metadata, bumped on incompatible changes
+
+RoundStatus = Literal["ok", "error", "timeout", "died", "cancelled", "answer", "no-code"]
+
+
+def host(endpoint: str) -> str:
+    """Only the host of an endpoint, even if a full URL (with a key in it) was passed."""
+    if "://" not in endpoint:
+        return endpoint
+    parts = urlsplit(endpoint)
+    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname or ""
+
+
+# A model's endpoint is written as its host only: a notebook is shared, the endpoint's key is the operator's.
+Host = Annotated[str, PlainSerializer(host)]
+# A data file's name as recorded; a non-string claim is kept as its text, so that claims.py refuses it.
+Names = Annotated[
+    list[str], BeforeValidator(lambda value: [str(v) for v in value] if isinstance(value, list | tuple) else value)
+]
+
+
+class TurnRecord(Shape):
+    """One question of the run (``records.Turn``): its rounds, answer and provenance."""
+
+    task: str
+    first_round: int = 0
+    last_round: int = 0
+    answer: str | None = None
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    model: str = ""
+    protocol: str = ""
+    endpoint: Host = ""
+    started_at: str = ""
+    finished_at: str = ""
+
+    def record(self) -> Turn:
+        return Turn(**{name: getattr(self, name) for name in type(self).model_fields})
+
+
+class RunMetadata(Shape):
+    """``metadata["kernel_agent"]`` of a run's notebook: who ran what (``RunInfo``) and how it ended (``Run``)."""
+
+    schema_: int = Field(0, alias="schema", description="the layout's version (SCHEMA), bumped on incompatible changes")
+    version: str = Field("", description="the kernel-agent that wrote it")
+    view: str = Field("", description="'full' or 'clean'; a notebook without it is not kernel-agent's")
+    task: str = ""
+    model: str = ""
+    protocol: str = ""
+    endpoint: Host = ""
+    data_files: Names = []
+    workspace: str = Field("", description="relative to the notebook's folder when the two share more than '/'")
+    started_at: str = ""
+    finished_at: str = ""
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    answer: str | None = None
+    usage: UsageShape = UsageShape()
+    scripted: bool = False
+    rounds: Annotated[int, BeforeValidator(lambda value: len(value) if isinstance(value, tuple) else value)] = 0
+    turns: Kept[TurnRecord] = []
+    confinement: Annotated[str, OMIT_EMPTY] = ""
+
+
+class KernelspecShape(Shape):
+    """The kernel the notebook opens with (nbformat's ``kernelspec``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    display_name: str | None = None
+    language: str | None = None
+
+    def record(self) -> dict[str, str]:
+        return {
+            name: value for name in ("display_name", "language", "name") if (value := getattr(self, name)) is not None
+        }
+
+
+class NotebookMetadata(Shape):
+    """A run's notebook's ``metadata``: nbformat's kernel fields and ours."""
+
+    kernelspec: KernelspecShape = Field(default_factory=KernelspecShape)
+    language_info: dict[str, Any] = {}
+    kernel_agent: RunMetadata = Field(default_factory=lambda: RunMetadata.read({}))
+
+
+class ResultRecord(Shape):
+    """How a cell's code ended (``ExecutionResult`` without its outputs, which the cell holds)."""
+
+    status: RoundStatus | None = None
+    duration_s: float = 0.0
+    error: ErrorShape | None = None
+    state_lost: bool = False
+    note: str = ""
+    dropped_chars: int = 0
+    dropped_images: int = 0
+    rebuilt_cells: Kept[int] = []
+    lost_names: Annotated[Kept[str], OMIT_EMPTY] = []
+
+
+class RoundRecord(Shape):
+    """A round's record (``records.Round`` but its code, reasoning and result), on the round's last cell."""
+
+    round: int | None = Field(None, validation_alias=AliasChoices("round", "index"))
+    status: RoundStatus | None = None
+    model_s: float = 0.0
+    exec_s: float = 0.0
+    started_at: str = ""
+    usage: UsageShape = UsageShape()
+    artifacts: Kept[ArtifactShape] = []
+    reply: str | None = None
+    problem: str | None = None
+    answer: str | None = None
+    reasoning_content: Annotated[str, OMIT_EMPTY] = ""
+
+
+class CellMetadata(ResultRecord, RoundRecord):
+    """A cell's ``metadata["kernel_agent"]``: its part of the layout, and a round's record on its last cell."""
+
+    role: str | None = Field(None, description="header, setup, thinking, reasoning, note, code, question or answer")
+    turn: int | None = Field(None, description="the question a question or answer cell belongs to (from 1)")
+    code: str | None = Field(None, description="the original code of a cell whose source differs (guarded)")
+    unreplayed: Kept[str] = Field([], description="names this cell reads that only a skipped cell had set")
+
+
+def run_metadata(run: Run, view: str, workspace: str) -> dict[str, Any]:
+    """``metadata["kernel_agent"]`` of ``run``'s notebook in ``view``, the workspace as recorded."""
+    values: dict[str, Any] = {**_attributes(run.info), **_attributes(run)}
+    values |= {"schema": SCHEMA, "version": __version__, "view": view, "workspace": workspace}
+    values["turns"] = [TurnRecord.of(turn) for turn in run.all_turns()]
+    return RunMetadata.model_validate(values, from_attributes=True, strict=False).model_dump(by_alias=True)
+
+
+def round_record(rnd: Round) -> dict[str, Any]:
+    """The record of ``rnd`` its last cell carries: the round's and its result's."""
+    return {**result_record(rnd.result), **RoundRecord.of(rnd).model_dump()}
+
+
+def result_record(result: ExecutionResult | None) -> dict[str, Any]:
+    """How ``result`` ended, as a cell records it (code that never ran: no time spent)."""
+    if result is None:
+        return ResultRecord().model_dump(include={"duration_s"})
+    return ResultRecord.of(result).model_dump()
+
+
+def record_fields(shape: Shape, record: type[Any], given: frozenset[str]) -> dict[str, Any]:
+    """The fields of ``shape`` that the dataclass ``record`` has too, as it holds them (a nested shape as
+    its record, a list as a tuple), but those in ``given``: what reading a record back takes from its metadata."""
+    names = {field.name for field in dataclasses.fields(record)} - given
+    return {name: _as_record(getattr(shape, name)) for name in type(shape).model_fields if name in names}
+
+
+def _as_record(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_as_record(item) for item in value)
+    record = getattr(value, "record", None)
+    return record() if isinstance(value, Shape) and callable(record) else value
+
+
+def _attributes(record: Run | RunInfo) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in RunMetadata.model_fields if hasattr(record, name)}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a run notebook's metadata, its cells' under ``$defs.CellMetadata``, as the docs publish it."""
+    schema: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    schema |= NotebookMetadata.model_json_schema(by_alias=True)
+    cells = CellMetadata.model_json_schema(by_alias=True)
+    schema["$defs"] |= cells.pop("$defs", {})
+    schema["$defs"]["CellMetadata"] = cells
+    return schema
+
+
+def json_schema_text() -> str:
+    """``json_schema()`` as the published file holds it (``docs/reference/notebook-metadata.schema.json``)."""
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def workspace_path(recorded: str, notebook_dir: str) -> str:
+    """A recorded workspace as a path: relative ones are relative to the notebook's folder."""
+    if recorded and not os.path.isabs(recorded):
+        return os.path.normpath(os.path.join(os.path.abspath(notebook_dir), recorded))
+    return recorded
