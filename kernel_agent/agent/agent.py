@@ -243,37 +243,42 @@ class AsyncAgent:
         # Checked now, then described while the kernel starts. A kernel that works in the workspace finds its
         # copies there when it starts (the sandbox binds them read-only); a kernel apart gets its own once
         # started, and the workspace's, the run's record, are made beside the first round's code.
-        staging = await DataStaging.check(data, root)
-        started = False  # a run stopped before it started (Ctrl-C, a kernel that would not start) leaves nothing
-        try:
+        async with await DataStaging.check(data, root) as staging:
             if not self._kernels_apart():
                 await staging.into_workspace()
-            kernels = self._kernels_ahead()
-            language = self._preparation.language_ahead(kernels)
-            async with AsyncExitStack() as stack:
-                if self._ready_model is not None:  # the SDK's import meanwhile: the first request goes out at once
-                    stack.push_async_callback(_settled, asyncio.ensure_future(in_thread(self._ready_model)))
-                prompt: Prompt | None = None
-                first: Ask | None = None
-                if language is None:
-                    session = await stack.enter_async_context(self._session_factory(root))
-                else:  # the first request goes out while the kernel starts; its first code waits for it
-                    starting = await stack.enter_async_context(_starting(self._session_factory(root)))
-                    assert kernels is not None  # language_ahead knows a language only of kernels said ahead
-                    prompt = await self._preparation.ahead(task, staging, language, kernels)
-                    first = Ask(self.chat_model, prompt.protocol, prompt.messages)
-                    stack.push_async_callback(first.aclose)  # a run that ends before its first round drops it
-                    session = await starting
-                opening = await self._preparation.new_run(
-                    session, task, staging, root, notebook_path, setup, prompt, kernels
-                )
-                rounds = Rounds(self.config, self.chat_model, session, opening, notebook_path, root, staging, first)
-                async with aclosing(rounds.events()) as events:  # closing this stream stops the code too
-                    async for event in events:
-                        started = True  # the first event is RunStarted: the notebook is saved
-                        yield event
-        finally:  # a kernel that would not start, a run stopped early: once what reads the files has ended
-            staging.close(discard=not started)
+            async with aclosing(self._run(task, staging, root, notebook_path, setup)) as events:
+                async for event in events:
+                    staging.started()  # the first event is RunStarted: the notebook is saved
+                    yield event
+
+    async def _run(
+        self, task: str, staging: DataStaging, root: Path, notebook_path: Path, setup: str
+    ) -> AsyncGenerator[Event, None]:
+        """The run's kernel started (the first request sent meanwhile when it can be), prepared and its rounds
+        driven: ``stream``'s events once its data files are staged."""
+        kernels = self._kernels_ahead()
+        language = self._preparation.language_ahead(kernels)
+        async with AsyncExitStack() as stack:
+            if self._ready_model is not None:  # the SDK's import meanwhile: the first request goes out at once
+                stack.push_async_callback(_settled, asyncio.ensure_future(in_thread(self._ready_model)))
+            prompt: Prompt | None = None
+            first: Ask | None = None
+            if language is None:
+                session = await stack.enter_async_context(self._session_factory(root))
+            else:  # the first request goes out while the kernel starts; its first code waits for it
+                starting = await stack.enter_async_context(_starting(self._session_factory(root)))
+                assert kernels is not None  # language_ahead knows a language only of kernels said ahead
+                prompt = await self._preparation.ahead(task, staging, language, kernels)
+                first = Ask(self.chat_model, prompt.protocol, prompt.messages)
+                stack.push_async_callback(first.aclose)  # a run that ends before its first round drops it
+                session = await starting
+            opening = await self._preparation.new_run(
+                session, task, staging, root, notebook_path, setup, prompt, kernels
+            )
+            rounds = Rounds(self.config, self.chat_model, session, opening, notebook_path, root, staging, first)
+            async with aclosing(rounds.events()) as events:  # closing this stream stops the code too
+                async for event in events:
+                    yield event
 
     async def resume(
         self,

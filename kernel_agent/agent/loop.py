@@ -54,12 +54,12 @@ from ..model.chat import (
 from ..model.messages import ChatMessage
 from ..notebook.export import clean_path
 from ..notebook.writer import RunWriter
-from ..records import Round, StopReason, Usage
+from ..records import Round, StopReason, Usage, now
 from ..result import ExecutionResult
 from .config import AgentConfig
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback
-from .preparation import Opening, now
+from .preparation import Opening
 from .protocols import Feedback, Protocol
 from .quota import over_quota, unmeasured, workspace_usage
 from .staging import DataStaging
@@ -149,6 +149,7 @@ class Rounds:
         self.feedback_at: list[range] = []  # per executed round: its feedback in ``messages``
         self.baseline = 0  # bytes the workspace took when the run started (its disk quota counts growth)
         self.running: Round | None = None  # the round whose code is executing: kept if the run is cancelled
+        self.record_failed: DataFileError | StorageError | None = None  # the record's copies, this round
         # The kernel's files as the last round left them: the next round's "before" (files written between
         # rounds, by a thread the code started, count for the next round instead of for none).
         self.listing: Snapshot | None = None
@@ -229,13 +230,13 @@ class Rounds:
                     else:
                         yield event
             assert round_ is not None  # _round ends with _RoundDone
-            await self._recorded()
+            failed = await self._recorded()
             self.run = replace(self.run, rounds=(*self.run.rounds, round_), usage=self.run.usage + round_.usage)
             if round_.answer is not None:  # the run ends with this round: its save is the finished run's
                 self.run = replace(self.run, answer=round_.answer, stop_reason="answer", finished_at=now())
             await self._save()
-            if self.staging is not None and self.staging.record_error is not None:
-                raise self.staging.record_error  # the round is kept; the run cannot go on without its record
+            if failed is not None:
+                raise failed  # the round is kept; the run cannot go on without its record
             yield RoundFinished(round_)
             if round_.answer is not None:
                 yield AnswerReady(index, round_.answer)
@@ -311,7 +312,7 @@ class Rounds:
         self.listing = None  # taken again after this round's code (a round cancelled meanwhile leaves none)
         self.running = base
         if self.staging is not None:
-            self.staging.begin_record()  # the record's copies beside the kernel's work, not before the first request
+            self.staging.beside_code()  # the record's copies beside the kernel's work, not before the first request
         execution = StreamedExecution(self.session, step.code, self.config.kernel.exec_timeout, index)
         try:
             async with aclosing(execution.events()) as outputs:
@@ -325,7 +326,7 @@ class Rounds:
         self.calls[execution.result.call] = index
         result = _in_rounds(execution.result, self.calls)
         after = await self.session.files.snapshot(exclude)
-        await self._recorded()  # the record's copies first: a file coming back may bear a data file's name
+        self.record_failed = await self._recorded()  # first: a file coming back may bear a data file's name
         artifacts = await self.session.files.changes(before, exclude, after=after)
         self.listing = after
         yield ExecutionFinished(index, result, artifacts)
@@ -349,12 +350,19 @@ class Rounds:
         note = f"\n[about your reply: {problem}]\n" if problem else ""  # a partly used reply: what was not
         return Feedback(text=text, images=images, files=files, note=note)
 
-    async def _recorded(self) -> None:
+    async def _recorded(self) -> DataFileError | StorageError | None:
         """Wait for the data files' record copies when they are still to make, then measure the disk quota's
-        baseline, which counts them. When they failed, ``staging.record_error`` says why (raised once the
-        round is saved)."""
-        if self.staging is not None and await self.staging.record():
+        baseline, which counts them. Returns why they failed (raised once the round is saved), else None."""
+        failed, self.record_failed = self.record_failed, None
+        if self.staging is None or failed is not None:
+            return failed
+        try:
+            grew = await self.staging.before_files()
+        except (DataFileError, StorageError) as exc:
+            return exc
+        if grew:
             self.baseline, _ = await self._disk_usage()  # a count not whole stops the run at its next check
+        return None
 
     async def _disk_usage(self) -> tuple[int, str | None]:
         """Bytes the workspace takes, and why that count is not whole (None: it is)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
 
@@ -24,7 +23,7 @@ from ..model.chat import ChatModel
 from ..model.messages import ChatMessage
 from ..notebook.export import warm_up
 from ..notebook.load import LoadedRun
-from ..records import Run, RunInfo
+from ..records import Run, RunInfo, now
 from ..result import ExecutionResult, RebuildReport
 from .config import AgentConfig
 from .data import DataFile
@@ -33,7 +32,7 @@ from .languages import PYTHON, Language, language_of
 from .protocols import PromptContext, Protocol, get_protocol
 from .staging import DataStaging
 
-__all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "Prompt", "endpoint", "now"]
+__all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "Prompt", "endpoint"]
 
 SETUP_TIMEOUT_S = 120.0  # the setup cell is ours: a short per-round timeout for the model's code is not its
 
@@ -191,7 +190,6 @@ class Preparation:
             language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
         )
-        staging.arm_record()
         run = Run(info=info, setup_result=setup)
         if prompt is not None:
             return Opening(run, protocol, prompt.messages, prompt.packages, {setup.call: 0})
@@ -304,10 +302,6 @@ def endpoint(base_url: str | None, model: ChatModel) -> str:
     from ..model.llm import endpoint_host
 
     return endpoint_host(base_url)
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _setup_timeout(exec_timeout: float | None) -> float | None:
