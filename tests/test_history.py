@@ -31,6 +31,14 @@ def test_stuck_guard_also_catches_the_same_reply() -> None:
     assert "the same reply" in guard.reason
 
 
+def test_the_same_words_with_new_code_are_not_the_same_reply() -> None:
+    guard = StuckGuard(2)
+    ok = ExecutionResult("ok")
+    assert not guard.add(Round(1, reply="Running it.", code="print(1)", result=ok))
+    assert not guard.add(Round(2, reply="Running it.", code="print(2)", result=ok))  # a tool call's words repeat
+    assert guard.add(Round(3, reply="Running it.", code="print(2)", result=ok))
+
+
 def test_clip_old_feedback_keeps_the_latest_rounds_and_drops_old_images() -> None:
     long = "a" * 3000 + "TAIL"
     messages: list[ChatMessage] = [

@@ -76,13 +76,15 @@ def test_a_kernel_apart_gets_its_own_copies_and_the_record_is_made_when_the_roun
 
 def test_a_file_changed_before_its_record_copy_is_raised_when_the_rounds_await_it(tmp_path: Path, sales: Path) -> None:
     async def scenario() -> None:
-        async with await DataStaging.check([sales], tmp_path / "ws") as staging:
-            async with FakeKernel(workspace=tmp_path / "ws", kernel_folder=tmp_path / "own") as kernel:
-                await staging.into_kernel(kernel)
-                staging.started()
-                with sales.open("a", encoding="utf-8") as more:
-                    more.write("east,3\n")
-                await staging.before_files()
+        async with (
+            await DataStaging.check([sales], tmp_path / "ws") as staging,
+            FakeKernel(workspace=tmp_path / "ws", kernel_folder=tmp_path / "own") as kernel,
+        ):
+            await staging.into_kernel(kernel)
+            staging.started()
+            with sales.open("a", encoding="utf-8") as more:
+                more.write("east,3\n")
+            await staging.before_files()
 
     with pytest.raises(DataFileError, match="changed while it was being copied"):
         asyncio.run(scenario())
@@ -91,11 +93,13 @@ def test_a_file_changed_before_its_record_copy_is_raised_when_the_rounds_await_i
 def test_a_run_stopped_before_its_first_code_still_gets_its_record(tmp_path: Path, sales: Path) -> None:
     async def scenario(arm: bool) -> None:
         root = tmp_path / ("armed" if arm else "not-armed")
-        async with await DataStaging.check([sales], root) as staging:
-            async with FakeKernel(workspace=root, kernel_folder=tmp_path / f"own-{arm}") as kernel:
-                await staging.into_kernel(kernel)
-                if arm:  # the run began (its notebook saved); else it failed before
-                    staging.started()
+        async with (
+            await DataStaging.check([sales], root) as staging,
+            FakeKernel(workspace=root, kernel_folder=tmp_path / f"own-{arm}") as kernel,
+        ):
+            await staging.into_kernel(kernel)
+            if arm:  # the run began (its notebook saved); else it failed before
+                staging.started()
         await settled()
 
     asyncio.run(scenario(True))

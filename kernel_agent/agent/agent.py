@@ -370,7 +370,7 @@ class AsyncAgent:
         *,
         options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> AsyncIterator[PlanEvent]:
+    ) -> AsyncIterator[PlanEvent | Event]:
         """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
 
         ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.
@@ -381,6 +381,7 @@ class AsyncAgent:
 
         options = options or PlanOptions(exec_timeout=self.config.kernel.exec_timeout)
         async for event in stream_plan(
+            self.config,
             self.chat_model,
             self._session_factory,
             task,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import typing
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, replace
@@ -60,11 +61,11 @@ from .config import AgentConfig
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback
 from .preparation import Opening
-from .protocols import Feedback, Protocol
+from .protocols import Feedback, Protocol, Step
 from .quota import over_quota, unmeasured, workspace_usage
 from .staging import DataStaging
 
-__all__ = ["Ask", "Rounds"]
+__all__ = ["Ask", "RoundEngine", "RoundPolicy", "Rounds", "Stopped"]
 
 
 class Ask:
@@ -72,10 +73,17 @@ class Ask:
     tool-call and reasoning pieces as they arrive, retries) up to and including its ``ModelReply``; raises
     ``ModelError``. ``aclose()`` drops it."""
 
-    def __init__(self, chat_model: ChatModel, protocol: Protocol, messages: Sequence[ChatMessage]) -> None:
+    def __init__(
+        self,
+        chat_model: ChatModel,
+        protocol: Protocol,
+        messages: Sequence[ChatMessage],
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """``options``: the request's, when not the protocol's (a prose plan task is offered no tools)."""
         self.started, self.started_at = time.monotonic(), now()
         self._model = chat_model
-        self._stream = chat_model.stream(list(messages), protocol.request_options())
+        self._stream = chat_model.stream(list(messages), protocol.request_options() if options is None else options)
         self._first = asyncio.ensure_future(self._first_piece())  # the request goes out now, not when read
 
     async def _first_piece(self) -> Piece | None:
@@ -107,120 +115,103 @@ class Ask:
 
 @dataclass(frozen=True)
 class _RoundDone:
-    """The finished round: the last thing ``_round`` yields (``events`` records it; nobody sees it)."""
+    """The finished round: the last thing ``_round`` yields (``rounds`` records it; nobody sees it)."""
 
     round: Round
 
 
-class Rounds:
-    """One run's rounds in ``session`` from its ``opening``, recorded in ``notebook`` (see the module docstring).
+@dataclass(frozen=True)
+class Stopped:
+    """Why the engine's rounds stopped: the last thing ``RoundEngine.rounds`` yields (``why``: the notice's
+    words for a stop the engine made, stuck or over the disk quota)."""
 
-    The mutable state of the run in progress lives here (the values it builds are frozen). ``staging``,
-    when the run has data files still to record, gives the record's copies (awaited before any file comes
-    back from the kernel and before the first round is saved); ``first_ask``, the first round's request
-    when it was sent ahead (``Ask``, with the opening messages). ``events()`` runs it once.
-    """
+    reason: StopReason
+    why: str = ""
+
+
+class RoundPolicy(typing.Protocol):
+    """What a caller of ``RoundEngine`` decides (run mode: ``Rounds``; plan mode: a node's policy): the
+    request's options, the code a reply runs, what the model is told, how a round is recorded and when
+    the rounds end. The engine does the rest, the same for every caller."""
+
+    def request_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The options of the next request, from the protocol's."""
+        ...
+
+    def code_of(self, reply: ModelReply, step: Step) -> str | None:
+        """The code ``step`` runs (None: none)."""
+        ...
+
+    def no_code(self, step: Step) -> list[ChatMessage]:
+        """The messages answering a reply that runs no code (none when it ends the rounds)."""
+        ...
+
+    def feedback(self, step: Step, result: ExecutionResult, told: Feedback) -> Feedback:
+        """What the model is told of a round's result; ``told`` is the engine's (its text, the files written
+        and the note on a partly used reply)."""
+        ...
+
+    async def recorded(self, round_: Round) -> tuple[Sequence[Event], StopReason | None]:
+        """Record a finished round; the events that say so and why the rounds end with it (None: they go on).
+        Raises ``StorageError`` when it cannot be saved."""
+        ...
+
+
+class RoundEngine:
+    """Rounds in one live kernel, the same for every caller: ask (streaming the reply's text, code and
+    reasoning as events), parse with the protocol, run the code (``StreamedExecution``: timeouts, rebuilds),
+    feed the result back (old feedback clipped; a partly used reply explained), until the ``policy`` ends
+    them, the model goes round in circles (``StuckGuard``), the workspace outgrows its disk quota or the
+    rounds run out. ``running`` is the round whose code is executing (a cancelled caller keeps it).
+    ``staging``, when the run has data files still to record, gives the record's copies (awaited before
+    any file comes back and before a round is recorded); ``first_ask``, the first request sent ahead."""
 
     def __init__(
         self,
         config: AgentConfig,
         chat_model: ChatModel,
         session: Kernel,
-        opening: Opening,
-        notebook: Path,
+        protocol: Protocol,
+        messages: list[ChatMessage],
+        policy: RoundPolicy,
+        *,
         workspace: Path,
+        exclude: tuple[Path, ...] = (),
+        packages: tuple[str, ...] = (),
+        calls: dict[int, int] | None = None,
         staging: DataStaging | None = None,
         first_ask: Ask | None = None,
     ) -> None:
         self.config = config
         self.chat_model = chat_model
         self.session = session
-        self.run = opening.run
-        self.protocol = opening.protocol
-        self.messages = opening.messages
-        self.packages = opening.packages  # the analysis packages the kernel has (the feedback's hints)
-        self.calls = dict(opening.calls)  # session execute() number -> round (0: setup or rebuild)
-        self.first_round = opening.first_round
-        self.notebook = notebook
+        self.protocol = protocol
+        self.messages = messages
+        self.policy = policy
         self.workspace = workspace
+        self.exclude = exclude  # the records in the workspace: not the code's files, not its disk use
+        self.packages = packages  # the analysis packages the kernel has (the feedback's hints)
+        self.calls = calls if calls is not None else {}  # session execute() number -> round (0: ours)
         self.staging = staging
-        self.first_ask = first_ask  # the first round's request, sent ahead (while the kernel started)
-        self.writer = RunWriter(notebook)
+        self.first_ask = first_ask
         self.feedback_at: list[range] = []  # per executed round: its feedback in ``messages``
-        self.baseline = 0  # bytes the workspace took when the run started (its disk quota counts growth)
-        self.running: Round | None = None  # the round whose code is executing: kept if the run is cancelled
+        self.baseline: int | None = None  # bytes the workspace took at the start (its disk quota counts growth)
+        self.running: Round | None = None  # the round whose code is executing: kept if the caller is cancelled
         self.record_failed: DataFileError | StorageError | None = None  # the record's copies, this round
         # The kernel's files as the last round left them: the next round's "before" (files written between
         # rounds, by a thread the code started, count for the next round instead of for none).
         self.listing: Snapshot | None = None
 
     def __repr__(self) -> str:
-        return f"<Rounds {self.notebook.name} from round {self.first_round}>"
+        return f"<RoundEngine {type(self.policy).__name__} {len(self.messages)} messages>"
 
-    async def events(self) -> AsyncGenerator[Event, None]:
-        """The run's events, ``RunStarted`` to ``RunFinished``. Model failures end the run (``llm_error``);
-        ``KernelError``, ``DataFileError`` and ``StorageError`` are raised carrying the saved run."""
-        await self._save()
-        yield self._started()
-        if self.session.workspace is not None and self.session.limits.sandbox == "off":  # a remote one: the gateway's
-            yield Notice(
-                f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
-                f"({self.session.limits.describe()})"
-            )
-        if self.staging is None or self.staging.recorded:  # else measured once the record's copies are in
-            self.baseline, _ = await self._disk_usage()  # a count not whole stops the run at its next check
-        stop: StopReason | None = None
-        try:
-            async with aclosing(self._rounds()) as rounds:  # closing this stream stops the code too
-                async for event in rounds:
-                    if isinstance(event, _Stop):
-                        stop = event.reason
-                    else:
-                        yield event
-        except ModelError as exc:
-            stop = "llm_error"
-            self.run = replace(self.run, error=str(exc))
-            yield RunError(str(exc), type(exc).__name__)
-        except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):  # GeneratorExit: the stream was closed
-            kept = (self.running,) if self.running is not None else ()
-            self.run = replace(
-                self.run,
-                rounds=(*self.run.rounds, *kept),
-                stop_reason="cancelled",
-                error="cancelled by the user",
-                finished_at=now(),
-            )
-            await self._save()
-            raise
-        except (KernelError, DataFileError, StorageError) as exc:  # the machinery, not the analysed code
-            self.run = replace(self.run, error=f"{type(exc).__name__}: {exc}", finished_at=now())
-            await self._save()
-            exc.run = self.run
-            raise
-        if not self.run.finished_at:  # an answer's round saved the finished run already
-            self.run = replace(self.run, stop_reason=stop, finished_at=now())
-            await self._save()
-        yield RunFinished(self.run)
-
-    def _started(self) -> RunStarted:
-        info = self.run.info
-        return RunStarted(
-            info.task,
-            info.model,
-            info.protocol,
-            os.path.abspath(self.workspace),  # absolute for every kind of run (resume was given a relative one)
-            os.path.abspath(self.notebook),
-            info.scripted,
-            info.confinement,
-            self.config.protocol.reason,
-            info.question or info.task,
-        )
-
-    async def _rounds(self) -> AsyncGenerator[Event | _Stop, None]:
-        """Each round in turn, recorded; the last thing yielded is why they stopped."""
+    async def rounds(self, first: int, last: int) -> AsyncGenerator[Event | Stopped, None]:
+        """Rounds ``first`` to ``last`` at most, each recorded by the policy; the last thing yielded is why
+        they stopped. Raises ``ModelError``, ``KernelError``, ``DataFileError``, ``StorageError``."""
+        if self.baseline is None and (self.staging is None or self.staging.recorded):
+            self.baseline, _ = await self._disk_usage()  # else measured once the record's copies are in
         guard = StuckGuard(self.config.protocol.stuck_after)
-        last = self.first_round + self.config.protocol.max_rounds - 1
-        for index in range(self.first_round, last + 1):
+        for index in range(first, last + 1):
             yield RoundStarted(index, last)
             round_: Round | None = None
             async with aclosing(self._round(index)) as events:
@@ -231,28 +222,24 @@ class Rounds:
                         yield event
             assert round_ is not None  # _round ends with _RoundDone
             failed = await self._recorded()
-            self.run = replace(self.run, rounds=(*self.run.rounds, round_), usage=self.run.usage + round_.usage)
-            if round_.answer is not None:  # the run ends with this round: its save is the finished run's
-                self.run = replace(self.run, answer=round_.answer, stop_reason="answer", finished_at=now())
-            await self._save()
+            said, stop = await self.policy.recorded(round_)
             if failed is not None:
                 raise failed  # the round is kept; the run cannot go on without its record
-            yield RoundFinished(round_)
-            if round_.answer is not None:
-                yield AnswerReady(index, round_.answer)
-                yield _Stop("answer")
+            for event in said:
+                yield event
+            if stop is not None:
+                yield Stopped(stop)
                 return
             if guard.add(round_):
                 yield Notice(guard.reason, round=index)
-                yield _Stop("stuck")
+                yield Stopped("stuck", guard.reason)
                 return
             full = await self._over_quota()
             if full:
-                self.run = replace(self.run, error=full)
                 yield Notice(full, round=index)
-                yield _Stop("disk_quota")
+                yield Stopped("disk_quota", full)
                 return
-        yield _Stop("max_rounds")
+        yield Stopped("max_rounds")
 
     # C901 (15): issue 50's engine and stream branches reshape this method (one engine for every run, the
     # model seam as a stream); it is split there rather than here, where both rewrite it.
@@ -265,23 +252,24 @@ class Rounds:
             keep=self.config.protocol.full_feedback_rounds,
             clip_chars=self.config.protocol.old_feedback_chars,
         )
-        code = self.protocol.code_stream()
-        ask, self.first_ask = self.first_ask or Ask(self.chat_model, self.protocol, sent), None
+        code_stream = self.protocol.code_stream()
+        options = self.policy.request_options(self.protocol.request_options())
+        ask, self.first_ask = self.first_ask or Ask(self.chat_model, self.protocol, sent, options), None
         async with aclosing(ask.pieces()) as pieces:
             async for piece in pieces:
                 if isinstance(piece, TextPiece):
                     yield TextDelta(index, piece.text)
                 elif isinstance(piece, ToolCallDelta):
-                    if added := code.feed(piece):
+                    if added := code_stream.feed(piece):
                         yield CodeDelta(index, added)
                 elif isinstance(piece, ReasoningPiece):
                     yield ReasoningDelta(index, piece.text)
                 elif isinstance(piece, Retry):
-                    code = self.protocol.code_stream()  # the retried request's call starts over
+                    code_stream = self.protocol.code_stream()  # the retried request's call starts over
                     yield TextReset(index, piece.reason)
                 else:
                     reply = piece
-                    if rest := code.flush():
+                    if rest := code_stream.flush():
                         yield CodeDelta(index, rest)
         assert reply is not None  # pieces() ends with the ModelReply or raises
         model_s = time.monotonic() - ask.started
@@ -289,31 +277,30 @@ class Rounds:
         self.messages.append(self.protocol.assistant_message(reply, step))
         if step.problem:
             yield Notice(f"round {index}: {step.problem}", round=index)
+        code = self.policy.code_of(reply, step)
         base = Round(
             index=index,
             reply=reply.text,
             reasoning=step.reasoning,
-            code=step.code,
+            code=code,
             usage=reply.usage or Usage(),
             model_s=model_s,
             started_at=ask.started_at,
             problem=step.problem,
             reasoning_content=reply.reasoning,
         )
-        if step.code is None:
-            if step.answer is None:
-                self.messages.extend(self.protocol.nudge_messages(step))
+        if code is None:
+            self.messages.extend(self.policy.no_code(step))
             yield _RoundDone(replace(base, answer=step.answer))
             return
-        yield CodeReady(index, step.code, step.reasoning)
+        yield CodeReady(index, code, step.reasoning)
         yield ExecutionStarted(index, self.config.kernel.exec_timeout)
-        exclude = (self.notebook, clean_path(self.notebook))
-        before = self.listing if self.listing is not None else await self.session.files.snapshot(exclude)
+        before = self.listing if self.listing is not None else await self.session.files.snapshot(self.exclude)
         self.listing = None  # taken again after this round's code (a round cancelled meanwhile leaves none)
         self.running = base
         if self.staging is not None:
             self.staging.beside_code()  # the record's copies beside the kernel's work, not before the first request
-        execution = StreamedExecution(self.session, step.code, self.config.kernel.exec_timeout, index)
+        execution = StreamedExecution(self.session, code, self.config.kernel.exec_timeout, index)
         try:
             async with aclosing(execution.events()) as outputs:
                 async for output in outputs:
@@ -325,14 +312,15 @@ class Rounds:
         self.running = None
         self.calls[execution.result.call] = index
         result = _in_rounds(execution.result, self.calls)
-        after = await self.session.files.snapshot(exclude)
+        after = await self.session.files.snapshot(self.exclude)
         self.record_failed = await self._recorded()  # first: a file coming back may bear a data file's name
-        artifacts = await self.session.files.changes(before, exclude, after=after)
+        artifacts = await self.session.files.changes(before, self.exclude, after=after)
         self.listing = after
         yield ExecutionFinished(index, result, artifacts)
         if after.partial is not None:  # the files listed may not be all the round wrote: said, never hidden
             yield Notice(f"round {index}: the list of files written is partial: {after.partial}", round=index)
-        feedback = self.protocol.feedback_messages(step, self._feedback(result, artifacts, step.problem))
+        told = self.policy.feedback(step, result, self._feedback(result, artifacts, step.problem))
+        feedback = self.protocol.feedback_messages(step, told)
         self.feedback_at.append(range(len(self.messages), len(self.messages) + len(feedback)))
         self.messages.extend(feedback)
         yield _RoundDone(replace(base, result=result, artifacts=artifacts, exec_s=result.duration_s))
@@ -368,30 +356,151 @@ class Rounds:
         """Bytes the workspace takes, and why that count is not whole (None: it is)."""
         if not self.config.kernel.disk_quota_mb:
             return 0, None
-        exclude = (self.notebook, clean_path(self.notebook))
-        return await in_thread(workspace_usage, self.workspace, exclude)
+        return await in_thread(workspace_usage, self.workspace, self.exclude)
 
     async def _over_quota(self) -> str | None:
-        """Why the run must stop for the disk quota, or None (also when it is off). A workspace the walk
-        could not count whole stops it too: a count it never finished is no proof of staying under."""
+        """Why the rounds must stop for the disk quota, or None (also when it is off). A workspace the walk
+        could not count whole stops them too: a count it never finished is no proof of staying under."""
         if not self.config.kernel.disk_quota_mb:
             return None
         used, unwalked = await self._disk_usage()
         if unwalked is not None:
             return unmeasured(unwalked)
-        return over_quota(used - self.baseline, self.config.kernel.disk_quota_mb)
+        return over_quota(used - (self.baseline or 0), self.config.kernel.disk_quota_mb)
+
+
+class Rounds:
+    """One run's rounds in ``session`` from its ``opening``, recorded in ``notebook`` (see the module docstring):
+    run mode's policy for the ``RoundEngine`` (every reply's code runs; a reply without code ends the run
+    with its answer, or is nudged; each round is saved in the run's notebook) and the run's event stream.
+
+    The mutable state of the run in progress lives here (the values it builds are frozen). ``staging``,
+    when the run has data files still to record, gives the record's copies; ``first_ask``, the first
+    round's request when it was sent ahead (``Ask``, with the opening messages). ``events()`` runs it once.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        chat_model: ChatModel,
+        session: Kernel,
+        opening: Opening,
+        notebook: Path,
+        workspace: Path,
+        staging: DataStaging | None = None,
+        first_ask: Ask | None = None,
+    ) -> None:
+        self.config = config
+        self.session = session
+        self.run = opening.run
+        self.first_round = opening.first_round
+        self.notebook = notebook
+        self.workspace = workspace
+        self.writer = RunWriter(notebook)
+        self.engine = RoundEngine(
+            config,
+            chat_model,
+            session,
+            opening.protocol,
+            opening.messages,
+            self,
+            workspace=workspace,
+            exclude=(notebook, clean_path(notebook)),
+            packages=opening.packages,
+            calls=dict(opening.calls),
+            staging=staging,
+            first_ask=first_ask,
+        )
+
+    def __repr__(self) -> str:
+        return f"<Rounds {self.notebook.name} from round {self.first_round}>"
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        """The run's events, ``RunStarted`` to ``RunFinished``. Model failures end the run (``llm_error``);
+        ``KernelError``, ``DataFileError`` and ``StorageError`` are raised carrying the saved run."""
+        await self._save()
+        yield self._started()
+        if self.session.workspace is not None and self.session.limits.sandbox == "off":  # a remote one: the gateway's
+            yield Notice(
+                f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
+                f"({self.session.limits.describe()})"
+            )
+        stop: StopReason | None = None
+        last = self.first_round + self.config.protocol.max_rounds - 1
+        try:
+            async with aclosing(self.engine.rounds(self.first_round, last)) as rounds:  # closing stops the code too
+                async for event in rounds:
+                    if isinstance(event, Stopped):
+                        stop = event.reason
+                        if event.reason == "disk_quota":
+                            self.run = replace(self.run, error=event.why)
+                    else:
+                        yield event
+        except ModelError as exc:
+            stop = "llm_error"
+            self.run = replace(self.run, error=str(exc))
+            yield RunError(str(exc), type(exc).__name__)
+        except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):  # GeneratorExit: the stream was closed
+            kept = (self.engine.running,) if self.engine.running is not None else ()
+            self.run = replace(
+                self.run,
+                rounds=(*self.run.rounds, *kept),
+                stop_reason="cancelled",
+                error="cancelled by the user",
+                finished_at=now(),
+            )
+            await self._save()
+            raise
+        except (KernelError, DataFileError, StorageError) as exc:  # the machinery, not the analysed code
+            self.run = replace(self.run, error=f"{type(exc).__name__}: {exc}", finished_at=now())
+            await self._save()
+            exc.run = self.run
+            raise
+        if not self.run.finished_at:  # an answer's round saved the finished run already
+            self.run = replace(self.run, stop_reason=stop, finished_at=now())
+            await self._save()
+        yield RunFinished(self.run)
+
+    def _started(self) -> RunStarted:
+        info = self.run.info
+        return RunStarted(
+            info.task,
+            info.model,
+            info.protocol,
+            os.path.abspath(self.workspace),  # absolute for every kind of run (resume was given a relative one)
+            os.path.abspath(self.notebook),
+            info.scripted,
+            info.confinement,
+            self.config.protocol.reason,
+            info.question or info.task,
+        )
+
+    # ----------------------------------------------------------- the policy
+    def request_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        return options
+
+    def code_of(self, reply: ModelReply, step: Step) -> str | None:
+        return step.code
+
+    def no_code(self, step: Step) -> list[ChatMessage]:
+        return self.engine.protocol.nudge_messages(step) if step.answer is None else []
+
+    def feedback(self, step: Step, result: ExecutionResult, told: Feedback) -> Feedback:
+        return told
+
+    async def recorded(self, round_: Round) -> tuple[Sequence[Event], StopReason | None]:
+        self.run = replace(self.run, rounds=(*self.run.rounds, round_), usage=self.run.usage + round_.usage)
+        if round_.answer is not None:  # the run ends with this round: its save is the finished run's
+            self.run = replace(self.run, answer=round_.answer, stop_reason="answer", finished_at=now())
+        await self._save()
+        if round_.answer is None:
+            return (RoundFinished(round_),), None
+        return (RoundFinished(round_), AnswerReady(round_.index, round_.answer)), "answer"
 
     async def _save(self) -> None:
         self.run = replace(self.run, notebook_path=self.notebook)
         # The full view now (off the loop: a service runs many threads on it); the clean view alongside the next round.
         await in_thread(self.writer.save, self.run)
-
-
-@dataclass(frozen=True)
-class _Stop:
-    """Why the rounds stopped: the last thing ``_rounds`` yields."""
-
-    reason: StopReason
 
 
 def _in_rounds(result: ExecutionResult, calls: dict[int, int]) -> ExecutionResult:

@@ -169,7 +169,7 @@ class Agent:
         *,
         options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> Generator[PlanEvent, None, None]:
+    ) -> Generator[PlanEvent | Event, None, None]:
         """Sync facade of ``AsyncAgent.stream_plan``: its events, as they come."""
         return self._loop.iterate(
             self._async.stream_plan(task, data, workspace, notebook, options=options, resume=resume)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..._loop import in_thread
 from ...errors import ConfigError, NotebookError
-from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
+from ...events import Event, NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
 from ...kernel.interface import Kernel, KernelFactory
 from ...kernel.workspace import (
     check_outside,
@@ -33,6 +34,7 @@ from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
 from ...records import Usage
+from ..config import AgentConfig
 from ..data import DataFile, opened_beside, preload_code, prepare_data, stage_recorded
 from ..environment import Environment, names_expression, probe, probe_expression, prompt_context
 from ..languages import PYTHON, language_of
@@ -47,6 +49,7 @@ __all__ = ["stream_plan"]
 
 
 async def stream_plan(
+    config: AgentConfig,
     model: ChatModel,
     session_factory: KernelFactory,
     task: str,
@@ -58,10 +61,11 @@ async def stream_plan(
     resume: str | os.PathLike[str] | None = None,
     preload: bool = True,
     protocol: Protocol | None = None,
-) -> AsyncIterator[PlanEvent]:
+) -> AsyncIterator[PlanEvent | Event]:
     """Plan and run ``task`` over ``data``; with ``resume`` (a plan notebook), finish that run instead.
 
-    Nodes talk to the model in ``protocol`` (default ``tools``); the plan itself is JSON in plain chat.
+    Nodes talk to the model in ``protocol`` (default ``tools``), their rounds run by the round engine with
+    ``config``'s guards (its ``exec_timeout`` replaced by ``options``'); the plan itself is JSON in plain chat.
 
     Raises ``PlanError`` when the model's plan stays unusable, ``NotebookError`` for a resume target
     without a readable state file, ``DataFileError``, ``ModelError`` and ``KernelError`` from below.
@@ -126,7 +130,9 @@ async def stream_plan(
             tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes), state.scripted
         )
         view = _View(files, preload, protocol.vision)
-        async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path, view):
+        config = replace(config, kernel=replace(config.kernel, exec_timeout=options.exec_timeout))
+        nodes_run = _Nodes(config, model, session, protocol, options, root)
+        async for event in nodes_run.run(nodes, state, notebook_path, view):
             yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
         state.finished_at = datetime.now(UTC).isoformat()
@@ -174,36 +180,83 @@ class _View:
         return environment_lines(context, vision=self.vision), context.data_summary, environment
 
 
-async def _run_nodes(
-    model: ChatModel,
-    session: Kernel,
-    protocol: Protocol,
-    nodes: Sequence[PlanNode],
-    state: PlanState,
-    options: PlanOptions,
-    notebook: Path,
-    view: _View,
-) -> AsyncIterator[PlanEvent]:
-    by_id = {n.id: n for n in nodes}
-    for node in nodes:
-        if node.id in state.results:
-            continue
+@dataclass
+class _Nodes:
+    """The plan's nodes run in order, each through the round engine (``NodeRun``, its policy)."""
+
+    config: AgentConfig
+    model: ChatModel
+    session: Kernel
+    protocol: Protocol
+    options: PlanOptions
+    workspace: Path
+    baseline: int | None = None  # the workspace's size before the first node's rounds (the disk quota's)
+    stopped: str = ""  # why the plan stopped before its last node (the disk quota): the rest are skipped
+
+    async def run(
+        self, nodes: Sequence[PlanNode], state: PlanState, notebook: Path, view: _View
+    ) -> AsyncIterator[PlanEvent | Event]:
+        for node in nodes:
+            kept = state.results.get(node.id)
+            if kept is not None and kept.status != "interrupted":
+                continue
+            result = await self._skipped(node, state)
+            if result is None:
+                async for event in self._node(node, state, notebook, view, nodes):
+                    yield event
+                result = state.results[node.id]
+            else:
+                await _recorded(state, result, nodes, notebook)
+            yield NodeFinished(node.id, result.status, result.attempts, len(result.figures), result.reason)
+
+    async def _skipped(self, node: PlanNode, state: PlanState) -> NodeResult | None:
+        """The node's result when it does not run: the plan stopped, or a prerequisite did not complete."""
+        if self.stopped:
+            return NodeResult(node.id, "skipped", reason=f"the plan stopped: {self.stopped}")
         blocked = [d for d in node.depends_on if state.results[d].status != "done"]
-        if blocked:
-            why = ", ".join(f"{d} {state.results[d].status}" for d in blocked)
-            result = NodeResult(node.id, "skipped", reason=f"a prerequisite did not complete: {why}")
-        else:
-            done = [(by_id[d], state.results[d]) for d in node.depends_on]
-            lines, described, environment = await view.context(session, state.task)
-            run = NodeRun(
-                model, session, state.task, node, done, options, protocol, lines, environment.packages, described
-            )
-            began = time.monotonic()
-            async for event in run.steps():
-                yield event
-            assert run.result is not None  # steps() always sets it when it returns
-            tokens = {k: v for k, v in asdict(run.usage).items() if v} if run.usage.total_tokens else {}
-            result = replace(run.result, seconds=round(time.monotonic() - began, 3), tokens=tokens)
-        await in_thread(state.record, result)
-        await in_thread(write_outputs, state, nodes, notebook, state.workspace)
-        yield NodeFinished(node.id, result.status, result.attempts, len(result.figures), result.reason)
+        if not blocked:
+            return None
+        why = ", ".join(f"{d} {state.results[d].status}" for d in blocked)
+        return NodeResult(node.id, "skipped", reason=f"a prerequisite did not complete: {why}")
+
+    async def _node(
+        self, node: PlanNode, state: PlanState, notebook: Path, view: _View, nodes: Sequence[PlanNode]
+    ) -> AsyncIterator[PlanEvent | Event]:
+        """The node's rounds, its result recorded (state, notebook) also when it is cancelled mid-way."""
+        by_id = {n.id: n for n in nodes}
+        done = [(by_id[d], state.results[d]) for d in node.depends_on]
+        lines, described, environment = await view.context(self.session, state.task)
+        run = NodeRun(
+            self.config,
+            self.model,
+            self.session,
+            state.task,
+            node,
+            done,
+            self.options,
+            self.protocol,
+            lines,
+            environment.packages,
+            described,
+            workspace=self.workspace,
+            baseline=self.baseline,
+        )
+        began = time.monotonic()
+        try:
+            async with aclosing(run.steps()) as steps:
+                async for event in steps:
+                    yield event
+        finally:
+            if run.result is not None:
+                tokens = {k: v for k, v in asdict(run.usage).items() if v} if run.usage.total_tokens else {}
+                result = replace(run.result, seconds=round(time.monotonic() - began, 3), tokens=tokens)
+                await _recorded(state, result, nodes, notebook)
+        self.baseline = run.engine.baseline
+        if run.stop is not None and run.stop.reason == "disk_quota":
+            self.stopped = run.stop.why
+
+
+async def _recorded(state: PlanState, result: NodeResult, nodes: Sequence[PlanNode], notebook: Path) -> None:
+    """``result`` kept in the state and the notebook and report written again."""
+    await in_thread(state.record, result)
+    await in_thread(write_outputs, state, nodes, notebook, state.workspace)
