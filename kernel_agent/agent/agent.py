@@ -370,7 +370,7 @@ class AsyncAgent:
         *,
         options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> AsyncIterator[PlanEvent | Event]:
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
         """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
 
         ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.
@@ -380,7 +380,7 @@ class AsyncAgent:
         from .plan.runner import PlanOptions
 
         options = options or PlanOptions(exec_timeout=self.config.kernel.exec_timeout)
-        async for event in stream_plan(
+        events = stream_plan(
             self.config,
             self.chat_model,
             self._session_factory,
@@ -392,8 +392,10 @@ class AsyncAgent:
             resume=resume,
             preload=self.config.kernel.preload,
             protocol=self._preparation.protocol(),
-        ):
-            yield event
+        )
+        async with aclosing(events):  # closing this stream stops the code too
+            async for event in events:
+                yield event
 
 
 def warm_host() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -61,7 +61,7 @@ async def stream_plan(
     resume: str | os.PathLike[str] | None = None,
     preload: bool = True,
     protocol: Protocol | None = None,
-) -> AsyncIterator[PlanEvent | Event]:
+) -> AsyncGenerator[PlanEvent | Event, None]:
     """Plan and run ``task`` over ``data``; with ``resume`` (a plan notebook), finish that run instead.
 
     Nodes talk to the model in ``protocol`` (default ``tools``), their rounds run by the round engine with
@@ -132,8 +132,9 @@ async def stream_plan(
         view = _View(files, preload, protocol.vision)
         config = replace(config, kernel=replace(config.kernel, exec_timeout=options.exec_timeout))
         nodes_run = _Nodes(config, model, session, protocol, options, root)
-        async for event in nodes_run.run(nodes, state, notebook_path, view):
-            yield event
+        async with aclosing(nodes_run.run(nodes, state, notebook_path, view)) as events:  # closing stops the code
+            async for event in events:
+                yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
         state.finished_at = datetime.now(UTC).isoformat()
         await in_thread(state.save)
@@ -195,15 +196,16 @@ class _Nodes:
 
     async def run(
         self, nodes: Sequence[PlanNode], state: PlanState, notebook: Path, view: _View
-    ) -> AsyncIterator[PlanEvent | Event]:
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
         for node in nodes:
             kept = state.results.get(node.id)
             if kept is not None and kept.status != "interrupted":
                 continue
             result = await self._skipped(node, state)
             if result is None:
-                async for event in self._node(node, state, notebook, view, nodes):
-                    yield event
+                async with aclosing(self._node(node, state, notebook, view, nodes)) as events:
+                    async for event in events:
+                        yield event
                 result = state.results[node.id]
             else:
                 await _recorded(state, result, nodes, notebook)
@@ -221,7 +223,7 @@ class _Nodes:
 
     async def _node(
         self, node: PlanNode, state: PlanState, notebook: Path, view: _View, nodes: Sequence[PlanNode]
-    ) -> AsyncIterator[PlanEvent | Event]:
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
         """The node's rounds, its result recorded (state, notebook) also when it is cancelled mid-way."""
         by_id = {n.id: n for n in nodes}
         done = [(by_id[d], state.results[d]) for d in node.depends_on]
