@@ -26,6 +26,7 @@ from report import Row, Scale, scaled
 
 from kernel_agent.agent.agent import AsyncAgent
 from kernel_agent.agent.plan.runner import PlanOptions
+from kernel_agent.events import PlanFinished, RunFinished
 from kernel_agent.kernel.interface import Kernel
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.model.scripted import ScriptedChatModel
@@ -72,8 +73,8 @@ async def _run(session: Kernel, workspace: Path, cells: list[str]) -> float:
     started = time.perf_counter()
     async with agent:
         async for event in agent.stream("bench", workspace=workspace, notebook=workspace.with_suffix(".ipynb")):
-            if event.kind == "finished" and event.run.stop_reason != "answer":  # type: ignore[union-attr]
-                raise RuntimeError(f"the run stopped: {event.run.stop_reason}")  # type: ignore[union-attr]
+            if isinstance(event, RunFinished) and event.run.stop_reason != "answer":
+                raise RuntimeError(f"the run stopped: {event.run.stop_reason}")
     return time.perf_counter() - started
 
 
@@ -88,7 +89,7 @@ async def _plan(session: Kernel, workspace: Path, cells: list[str]) -> float:
         async for event in agent.stream_plan(
             "bench", (), workspace, workspace.with_suffix(".ipynb"), options=PlanOptions(exec_timeout=600)
         ):
-            if event.kind == "plan_finished" and event.counts["done"] != len(cells):
+            if isinstance(event, PlanFinished) and event.counts["done"] != len(cells):
                 raise RuntimeError(f"plan tasks failed: {event.counts}")
     return time.perf_counter() - started
 

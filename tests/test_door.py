@@ -298,7 +298,7 @@ RECORDS = {
     },
     "agent/plan/output.py": {},
     "agent/plan/state.py": {},
-    "agent/plan/api.py": {"stream_plan": "whether the workspace the user named (--workspace) is a folder"},
+    "agent/plan/api.py": {"resumed": "whether the workspace the user named (--workspace) is a folder"},
     "jupyter/live.py": {},
     "cli/show.py": {},
     "server/run.py": {},

@@ -383,6 +383,7 @@ class AsyncAgent:
         events = stream_plan(
             self.config,
             self.chat_model,
+            self._preparation,
             self._session_factory,
             task,
             data,
@@ -390,8 +391,7 @@ class AsyncAgent:
             notebook,
             options=options,
             resume=resume,
-            preload=self.config.kernel.preload,
-            protocol=self._preparation.protocol(),
+            kernels_apart=self._kernels_apart(),
         )
         async with aclosing(events):  # closing this stream stops the code too
             async for event in events:

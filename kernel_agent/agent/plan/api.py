@@ -28,17 +28,18 @@ from ...kernel.workspace import (
     fresh_beside,
     recorded_workspace,
     records_beside,
-    workspace_from,
 )
 from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
 from ...records import Usage
 from ..config import AgentConfig
-from ..data import DataFile, opened_beside, preload_code, prepare_data, stage_recorded
+from ..data import DataFile, stage_recorded
 from ..environment import Environment, names_expression, probe, probe_expression, prompt_context
 from ..languages import PYTHON, language_of
-from ..protocols import Protocol, environment_lines, get_protocol
+from ..preparation import Preparation
+from ..protocols import Protocol, environment_lines
+from ..staging import DataStaging
 from .graph import PlanNode, build_dag
 from .output import conclusion, counts, write_outputs
 from .runner import NodeRun, PlanOptions, design_plan
@@ -51,6 +52,7 @@ __all__ = ["stream_plan"]
 async def stream_plan(
     config: AgentConfig,
     model: ChatModel,
+    preparation: Preparation,
     session_factory: KernelFactory,
     task: str,
     data: Sequence[str | os.PathLike[str]] = (),
@@ -59,79 +61,142 @@ async def stream_plan(
     *,
     options: PlanOptions = PlanOptions(),
     resume: str | os.PathLike[str] | None = None,
-    preload: bool = True,
-    protocol: Protocol | None = None,
+    kernels_apart: bool = False,
 ) -> AsyncGenerator[PlanEvent | Event, None]:
     """Plan and run ``task`` over ``data``; with ``resume`` (a plan notebook), finish that run instead.
 
-    Nodes talk to the model in ``protocol`` (default ``tools``), their rounds run by the round engine with
-    ``config``'s guards (its ``exec_timeout`` replaced by ``options``'); the plan itself is JSON in plain chat.
+    A new plan starts as a run does: its data files staged (``DataStaging``; ``kernels_apart``: the kernels
+    work in folders of their own, so the workspace's copies are the record's) and the kernel prepared
+    (``preparation.new_run``: setup cell, probe, data description). Nodes talk to the model in the
+    ``preparation``'s protocol, their rounds run by the round engine with ``config``'s guards (its
+    ``exec_timeout`` replaced by ``options``'); the plan itself is JSON in plain chat.
 
     Raises ``PlanError`` when the model's plan stays unusable, ``NotebookError`` for a resume target
     without a readable state file, ``DataFileError``, ``ModelError`` and ``KernelError`` from below.
     Every finished node is on disk (state, notebook, report) before its ``NodeFinished`` is yielded.
     """
-    if resume is not None:  # the state is a claim too: its workspace is looked in only under its own folder
+    config = replace(config, kernel=replace(config.kernel, exec_timeout=options.exec_timeout))
+    carried = _Carried(config, model, preparation.protocol(), options, config.kernel.preload)
+    if resume is not None:
+        events = carried.resumed(session_factory, Path(resume), workspace, notebook)
+    else:
+        events = carried.new(preparation, session_factory, task, data, workspace, notebook, kernels_apart)
+    async with aclosing(events):  # closing this stream stops the code too
+        async for event in events:
+            yield event
+
+
+@dataclass(frozen=True)
+class _Carried:
+    """A plan carried out: started (new or resumed), its nodes run, its outputs written."""
+
+    config: AgentConfig
+    model: ChatModel
+    protocol: Protocol
+    options: PlanOptions
+    preload: bool
+
+    async def new(
+        self,
+        preparation: Preparation,
+        session_factory: KernelFactory,
+        task: str,
+        data: Sequence[str | os.PathLike[str]],
+        workspace: str | os.PathLike[str] | None,
+        notebook: str | os.PathLike[str] | None,
+        kernels_apart: bool,
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
+        """A new plan: started through ``DataStaging`` and ``Preparation`` as a run is, then designed."""
+        root = Path(workspace) if workspace is not None else default_workspace(task)
+        notebook_path = Path(notebook) if notebook is not None else records_beside(root)
+        check_outside(notebook_path, root)
+        async with await DataStaging.check(data, root) as staging:
+            if not kernels_apart:
+                await staging.into_workspace()
+            async with session_factory(root) as session:
+                _python_only(session)
+                opening = await preparation.new_run(session, task, staging, root, notebook_path, "")
+                files = await staging.described()
+                info = opening.run.info
+                state = PlanState(
+                    state_path(notebook_path),
+                    task,
+                    {},
+                    {},
+                    staging.names,
+                    info.setup_code,
+                    workspace=recorded_workspace(root, notebook_path),
+                    scripted=self.model.scripted,
+                    started_at=info.started_at,
+                )
+                if opening.run.setup_result is not None:
+                    state.setup_outputs = tuple(opening.run.setup_result.outputs)
+                known = preparation.prompt_context(Environment(opening.packages), task, files, PYTHON)
+                notices: list[Notice] = []
+                planning: list[Usage] = []
+                options = self.options
+                spec, nodes = await design_plan(
+                    self.model, task, known.data_summary, options, notices, known.packages, planning
+                )
+                state.planning_tokens = {k: v for k, v in asdict(sum(planning, Usage())).items() if v}
+                for notice in notices:
+                    yield notice
+                state.plan = spec.model_dump(mode="json")
+                state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
+                state.model, state.protocol = self.model.name, self.protocol.name
+                await in_thread(state.save)
+                staging.started()  # the plan's records are saved: its copies are kept
+                await staging.before_files()  # the workspace's copies, the record's, before any task's code
+                async with aclosing(self._carried_out(session, root, state, nodes, notebook_path, files)) as events:
+                    async for event in events:
+                        yield event
+
+    async def resumed(
+        self,
+        session_factory: KernelFactory,
+        resume: Path,
+        workspace: str | os.PathLike[str] | None,
+        notebook: str | os.PathLike[str] | None,
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
+        """A plan read back from its state file (a claim: its workspace is looked in only under its own
+        folder), its data files staged from there, the kernel rebuilt from the finished tasks' cells."""
         notebook_path = Path(notebook or resume)
         state = await in_thread(PlanState.load, state_path(resume))
         given = Path(workspace) if workspace is not None else None
         if given is not None and not given.is_dir():
             raise NotebookError(f"the plan's workspace {given} is not a folder", path=str(resume))
-        root = given if given is not None else fresh_beside(Path(resume))
+        root = given if given is not None else fresh_beside(resume)
         check_outside(notebook_path, root)
-        sources = DataSources.for_notebook(Path(resume), state.workspace, given)
+        sources = DataSources.for_notebook(resume, state.workspace, given)
         files = await in_thread(stage_recorded, sources, state.data_files, root)
         state.workspace = recorded_workspace(root, notebook_path)
-        state.scripted = state.scripted or model.scripted
-    else:
-        root = Path(workspace) if workspace is not None else default_workspace(task)
-        notebook_path = Path(notebook) if notebook is not None else records_beside(root)
-        check_outside(notebook_path, root)
-        files = await in_thread(prepare_data, list(data), root)
-        setup = opened_beside(
-            preload_code(files) if preload else "%matplotlib inline\n", workspace_from(notebook_path, root)
-        )
-        state = PlanState(
-            state_path(notebook_path),
-            task,
-            {},
-            {},
-            tuple(f.name for f in files),
-            setup,
-            workspace=recorded_workspace(root, notebook_path),
-            scripted=model.scripted,
-            started_at=datetime.now(UTC).isoformat(),
-        )
-    protocol = protocol or get_protocol("tools")
-    state.model, state.protocol = model.name, protocol.name  # a resumed plan: the model that finishes it
-    async with session_factory(root) as session:
-        language = language_of(session.kernel_info.get("language_info"))
-        if language is not PYTHON:
-            raise ConfigError(
-                f"plan mode writes Python, and this kernel runs {language.name}: use `run` for an "
-                f"analysis in {language.name}, or a Python kernel for plan mode"
-            )
-        ran = await session.execute(state.setup_code, options.exec_timeout)
-        if state.plan:
+        state.scripted = state.scripted or self.model.scripted
+        state.model, state.protocol = self.model.name, self.protocol.name  # the model that finishes it
+        async with session_factory(root) as session:
+            _python_only(session)
+            await session.files.put([root / f.name for f in files])  # a kernel apart: its own, as a resumed run's
+            await session.execute(state.setup_code, self.options.exec_timeout)
             nodes = build_dag(PlanSpec.model_validate(state.plan), **state.budgets)
-            await _rebuild(session, nodes, state, options)
-        else:
-            notices: list[Notice] = []
-            known = prompt_context(await probe(session, packages=probe_expression()), task, files)
-            planning: list[Usage] = []
-            spec, nodes = await design_plan(model, task, known.data_summary, options, notices, known.packages, planning)
-            state.planning_tokens = {k: v for k, v in asdict(sum(planning, Usage())).items() if v}
-            for notice in notices:
-                yield notice
-            state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(ran.outputs)
-            state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
-            await in_thread(state.save)
+            await _rebuild(session, nodes, state, self.options)
+            async with aclosing(self._carried_out(session, root, state, nodes, notebook_path, files)) as events:
+                async for event in events:
+                    yield event
+
+    async def _carried_out(
+        self,
+        session: Kernel,
+        root: Path,
+        state: PlanState,
+        nodes: Sequence[PlanNode],
+        notebook_path: Path,
+        files: Sequence[DataFile],
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
+        """``PlanReady``, each node's events, then the outputs written and ``PlanFinished``."""
         yield PlanReady(
             tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes), state.scripted
         )
-        view = _View(files, preload, protocol.vision)
-        config = replace(config, kernel=replace(config.kernel, exec_timeout=options.exec_timeout))
-        nodes_run = _Nodes(config, model, session, protocol, options, root)
+        view = _View(tuple(files), self.preload, self.protocol.vision)
+        nodes_run = _Nodes(self.config, self.model, session, self.protocol, self.options, root)
         async with aclosing(nodes_run.run(nodes, state, notebook_path, view)) as events:  # closing stops the code
             async for event in events:
                 yield event
@@ -142,6 +207,16 @@ async def stream_plan(
         html = await in_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
         findings = conclusion(state, nodes) or ""
         yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html), findings)
+
+
+def _python_only(session: Kernel) -> None:
+    """Raises ``ConfigError`` for a kernel that does not run Python (plan mode writes Python)."""
+    language = language_of(session.kernel_info.get("language_info"))
+    if language is not PYTHON:
+        raise ConfigError(
+            f"plan mode writes Python, and this kernel runs {language.name}: use `run` for an "
+            f"analysis in {language.name}, or a Python kernel for plan mode"
+        )
 
 
 def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
