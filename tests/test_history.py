@@ -39,6 +39,13 @@ def test_the_same_words_with_new_code_are_not_the_same_reply() -> None:
     assert guard.add(Round(3, reply="Running it.", code="print(2)", result=ok))
 
 
+def test_a_repeated_failing_reply_is_said_to_be_the_same_failing_code() -> None:
+    guard = StuckGuard(2)
+    assert not guard.add(failing(1, "print(x)", reply="Running it."))
+    assert guard.add(failing(2, "print(x)", reply="Running it."))  # both counts reach the limit at once
+    assert guard.reason == "stopped: the same failing code 2 times in a row"
+
+
 def test_clip_old_feedback_keeps_the_latest_rounds_and_drops_old_images() -> None:
     long = "a" * 3000 + "TAIL"
     messages: list[ChatMessage] = [
