@@ -34,7 +34,7 @@ from kernel_agent.model.scripted import ScriptedChatModel
 NAME = "engine"
 _WORK_S = 0.25  # each cell's own time: the analysis the rounds are around
 # ours / baseline, measured with this module before the one engine (main at bcfc864), full scale
-_BEFORE = {"run": 1.62, "plan": 4.0}  # two runs each, load ~7 (six engineers on 2 cores): 1.55/1.68, 3.90/4.11
+_BEFORE = {"run": 1.22, "plan": 2.12}  # two runs each at load ~2.5: 1.22/1.22, 2.12/2.11 (at load 7: 1.6, 4.0)
 
 
 def _cells(count: int, work_s: float) -> list[str]:
