@@ -370,7 +370,7 @@ class AsyncAgent:
         *,
         options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> AsyncGenerator[PlanEvent | Event, None]:
+    ) -> AsyncIterator[PlanEvent | Event]:
         """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
 
         ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.
