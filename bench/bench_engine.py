@@ -24,8 +24,8 @@ from pathlib import Path
 
 from report import Row, Scale, scaled
 
-from kernel_agent.agent.agent import AsyncAgent
 from kernel_agent.agent.plan.runner import PlanOptions
+from kernel_agent.agent.run.agent import AsyncAgent
 from kernel_agent.events import PlanFinished, RunFinished
 from kernel_agent.kernel.interface import Kernel
 from kernel_agent.kernel.session import AsyncKernelSession

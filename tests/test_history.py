@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel_agent.agent.history import StuckGuard, clip_old_feedback, resume_context
+from kernel_agent.agent.run.history import StuckGuard, clip_old_feedback, resume_context
 from kernel_agent.kernel.outputs import output_node
 from kernel_agent.model.messages import ChatMessage
 from kernel_agent.records import Round

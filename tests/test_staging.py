@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_agent.agent.staging import DataStaging
+from kernel_agent.agent.run.staging import DataStaging
 from kernel_agent.errors import DataFileError
 from kernel_agent.testing import FakeKernel
 
@@ -114,7 +114,7 @@ def test_a_kernel_said_apart_that_works_in_the_workspace_gets_the_copies_there(
     async def scenario() -> DataStaging:
         staging = await DataStaging.check([sales], tmp_path / "ws")
         async with FakeKernel(workspace=tmp_path / "ws") as kernel:
-            with caplog.at_level(logging.WARNING, logger="kernel_agent.agent.staging"):
+            with caplog.at_level(logging.WARNING, logger="kernel_agent.agent.run.staging"):
                 await staging.into_kernel(kernel)
             staging.started()
         staging.close()

@@ -34,12 +34,12 @@ from ...notebook.claims import DataSources
 from ...notebook.html import export_html
 from ...records import Usage
 from ..config import AgentConfig
-from ..data import DataFile, stage_recorded
+from ..datafiles.data import DataFile, stage_recorded
 from ..environment import Environment, names_expression, probe, probe_expression, prompt_context
 from ..languages import PYTHON, language_of
-from ..preparation import Preparation
 from ..protocols import Protocol, environment_lines
-from ..staging import DataStaging
+from ..run.preparation import Preparation
+from ..run.staging import DataStaging
 from .graph import PlanNode, build_dag
 from .output import conclusion, counts, write_outputs
 from .runner import NodeRun, PlanOptions, design_plan

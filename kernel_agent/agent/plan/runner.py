@@ -30,8 +30,8 @@ from ...records import Round, StopReason, Usage
 from ...result import ExecutionResult
 from ..config import AgentConfig
 from ..environment import module_hint
-from ..loop import RoundEngine, Stopped
 from ..protocols import MAX_IMAGES, Feedback, Protocol, Step
+from ..run.loop import RoundEngine, Stopped
 from ..settings import PLAN
 from .graph import PlanNode, build_dag
 from .prompts import (

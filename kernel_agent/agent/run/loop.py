@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .._loop import in_thread
-from ..errors import DataFileError, KernelError, ModelError, StorageError
-from ..events import (
+from ..._loop import in_thread
+from ...errors import DataFileError, KernelError, ModelError, StorageError
+from ...events import (
     AnswerReady,
     CodeDelta,
     CodeReady,
@@ -39,9 +39,9 @@ from ..events import (
     TextDelta,
     TextReset,
 )
-from ..kernel.interface import Kernel
-from ..kernel.workspace import Snapshot
-from ..model.chat import (
+from ...kernel.interface import Kernel
+from ...kernel.workspace import Snapshot
+from ...model.chat import (
     ChatModel,
     ModelReply,
     Piece,
@@ -52,16 +52,16 @@ from ..model.chat import (
     close_stream,
     no_reply,
 )
-from ..model.messages import ChatMessage
-from ..notebook.export import clean_path
-from ..notebook.writer import RunWriter
-from ..records import Round, StopReason, Usage, now
-from ..result import ExecutionResult
-from .config import AgentConfig
+from ...model.messages import ChatMessage
+from ...notebook.export import clean_path
+from ...notebook.writer import RunWriter
+from ...records import Round, StopReason, Usage, now
+from ...result import ExecutionResult
+from ..config import AgentConfig
+from ..protocols import Feedback, Protocol, Step
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback
 from .preparation import Opening
-from .protocols import Feedback, Protocol, Step
 from .quota import over_quota, unmeasured, workspace_usage
 from .staging import DataStaging
 

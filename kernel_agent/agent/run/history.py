@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from ..model.messages import ChatMessage, ContentPart
-from ..records import Round
-from ..result import RebuildReport, clip_middle
+from ...model.messages import ChatMessage, ContentPart
+from ...records import Round
+from ...result import RebuildReport, clip_middle
 
 __all__ = ["StuckGuard", "clip_old_feedback", "resume_context"]
 

@@ -15,21 +15,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import cast
 
-from .._loop import in_thread
-from ..kernel.interface import Kernel, KernelsAhead
-from ..kernel.rebuild import RebuildCell, RebuildPlan
-from ..kernel.workspace import workspace_from
-from ..model.chat import ChatModel
-from ..model.messages import ChatMessage
-from ..notebook.export import warm_up
-from ..notebook.load import LoadedRun
-from ..records import Run, RunInfo, now
-from ..result import ExecutionResult, RebuildReport
-from .config import AgentConfig
-from .data import DataFile
-from .environment import Environment, host_packages, probe, prompt_context
-from .languages import PYTHON, Language, language_of
-from .protocols import PromptContext, Protocol, get_protocol
+from ..._loop import in_thread
+from ...kernel.interface import Kernel, KernelsAhead
+from ...kernel.rebuild import RebuildCell, RebuildPlan
+from ...kernel.workspace import workspace_from
+from ...model.chat import ChatModel
+from ...model.messages import ChatMessage
+from ...notebook.export import warm_up
+from ...notebook.load import LoadedRun
+from ...records import Run, RunInfo, now
+from ...result import ExecutionResult, RebuildReport
+from ..config import AgentConfig
+from ..datafiles.data import DataFile
+from ..environment import Environment, host_packages, probe, prompt_context
+from ..languages import PYTHON, Language, language_of
+from ..protocols import PromptContext, Protocol, get_protocol
 from .staging import DataStaging
 
 __all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "Prompt", "endpoint"]
@@ -299,7 +299,7 @@ def endpoint(base_url: str | None, model: ChatModel) -> str:
     """Where the model is reached, as the record says it."""
     if model.scripted:
         return "scripted (no endpoint)"
-    from ..model.llm import endpoint_host
+    from ...model.llm import endpoint_host
 
     return endpoint_host(base_url)
 

@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._loop import in_thread
-from ..errors import ConfigError, DataFileError
-from ..kernel.interface import Kernel
-from ..notebook.claims import DataSources
-from ..records import RunInfo
-from .data import CheckedData, DataFile, check_data, prepare_data, stage_recorded
+from ..._loop import in_thread
+from ...errors import ConfigError, DataFileError
+from ...kernel.interface import Kernel
+from ...notebook.claims import DataSources
+from ...records import RunInfo
+from ..datafiles.data import CheckedData, DataFile, check_data, prepare_data, stage_recorded
 
 __all__ = ["DataStaging", "resumed_files"]
 

@@ -16,10 +16,10 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, as
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._loop import in_thread
-from ..errors import ConfigError, NotebookError, PlanError
-from ..events import Event, PlanEvent, PlanFinished, RunFinished
-from ..kernel.interface import (
+from ..._loop import in_thread
+from ...errors import ConfigError, NotebookError, PlanError
+from ...events import Event, PlanEvent, PlanFinished, RunFinished
+from ...kernel.interface import (
     Kernel,
     KernelFactory,
     KernelMaker,
@@ -28,24 +28,24 @@ from ..kernel.interface import (
     kernel_factory,
     kernels_ahead,
 )
-from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
-from ..kernel.python_env import require_setup_packages
-from ..kernel.sandbox.bwrap import SandboxMode
-from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside
-from ..model.chat import ChatModel
-from ..notebook.export import warm_up
-from ..notebook.load import load_resumable
-from ..records import Run, RunInfo
-from .config import NO_MODEL_HELP, AgentConfig, settings_in
-from .data import warm_describer
+from ...kernel.kernelspec import KERNEL_NAME, choose_kernel
+from ...kernel.python_env import require_setup_packages
+from ...kernel.sandbox.bwrap import SandboxMode
+from ...kernel.session import AsyncKernelSession
+from ...kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside
+from ...model.chat import ChatModel
+from ...notebook.export import warm_up
+from ...notebook.load import load_resumable
+from ...records import Run, RunInfo
+from ..config import NO_MODEL_HELP, AgentConfig, settings_in
+from ..datafiles.data import warm_describer
+from ..names import DataFormat, ProtocolName
 from .loop import Ask, Rounds
-from .names import DataFormat, ProtocolName
 from .preparation import Preparation, Prompt
 from .staging import DataStaging, resumed_files
 
 if TYPE_CHECKING:  # plan mode is imported when a plan starts
-    from .plan.runner import PlanOptions
+    from ..plan.runner import PlanOptions
 
 __all__ = ["AsyncAgent", "warm_host"]
 
@@ -55,7 +55,7 @@ def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -
     other name at the OpenAI-compatible endpoint). Raises ``ConfigError`` when no model is configured."""
     if not config.model.name:
         raise ConfigError(NO_MODEL_HELP)
-    from ..model.registry import ModelSettings, make_model
+    from ...model.registry import ModelSettings, make_model
 
     settings = ModelSettings(
         base_url=config.model.base_url,
@@ -376,8 +376,8 @@ class AsyncAgent:
         ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.
         Raises ``PlanError``, ``NotebookError``, ``DataFileError``, ``ModelError``, ``KernelError``.
         """
-        from .plan.api import stream_plan
-        from .plan.runner import PlanOptions
+        from ..plan.api import stream_plan
+        from ..plan.runner import PlanOptions
 
         options = options or PlanOptions(exec_timeout=self.config.kernel.exec_timeout)
         events = stream_plan(
