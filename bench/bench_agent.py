@@ -30,7 +30,7 @@ import pandas as pd
 from deepanalyze import execute as run_in_subprocess
 from report import Row, scaled
 
-from kernel_agent.agent.agent import AsyncAgent
+from kernel_agent.agent.run.agent import AsyncAgent
 from kernel_agent.events import ExecutionFinished, RunFinished
 from kernel_agent.kernel.interface import KernelFactory
 from kernel_agent.model.chat import ModelReply, Piece

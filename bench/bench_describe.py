@@ -1,7 +1,7 @@
 """Issue 35's benchmark: describing data files under a hard bound. ``NAME`` and ``PARTS`` for ``run.py``.
 
 * ``files``: describing a ~50 MB CSV and a ~50 MB parquet file through the confined describer
-  (``agent/describer.py``: a warm zygote forks a child under memory and CPU limits, the markdown comes back
+  (``agent/datafiles/describer.py``: a warm zygote forks a child under memory and CPU limits, the markdown comes back
   over a socket) vs today's way, the same parser in this process (``summaries.describe``), both warm,
   alternating; the median of each (information: the bound's own cost per file).
 * ``start``: a run's start on a kernel from a warm pool with the ~50 MB CSV (the data checked, copied to
@@ -24,11 +24,11 @@ import pandas as pd
 from bench_agent import _make_csv, _TimedModel
 from report import Row, median, scaled
 
-import kernel_agent.agent.data as data_module
-from kernel_agent.agent.agent import AsyncAgent, warm_host
-from kernel_agent.agent.describer import describe as bounded
-from kernel_agent.agent.describer import start_describer
-from kernel_agent.agent.summaries import describe as in_process
+import kernel_agent.agent.datafiles.data as data_module
+from kernel_agent.agent.datafiles.describer import describe as bounded
+from kernel_agent.agent.datafiles.describer import start_describer
+from kernel_agent.agent.datafiles.summaries import describe as in_process
+from kernel_agent.agent.run.agent import AsyncAgent, warm_host
 from kernel_agent.kernel.pool import KernelPool
 
 NAME = "describe"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from report import Row, median, scaled
 
-import kernel_agent.agent.describer as describer
+import kernel_agent.agent.datafiles.describer as describer
 import kernel_agent.kernel.kernelspec as kernelspec
 from kernel_agent.kernel.session_sync import KernelSession
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from bench_agent import _through_agent, side_by_side
 from report import Row, median, p95, scaled
 
-from kernel_agent.agent.agent import warm_host
+from kernel_agent.agent.run.agent import warm_host
 from kernel_agent.kernel.pool import KernelPool
 from kernel_agent.kernel.session import AsyncKernelSession
 

@@ -25,9 +25,9 @@ from bench_agent import _BODIES, _CLEAN, _LOAD, _PRELUDE, _make_csv
 from deepanalyze import execute as run_in_subprocess
 from report import Row, scaled
 
-from kernel_agent.agent.agent import AsyncAgent
 from kernel_agent.agent.plan.runner import PlanOptions
 from kernel_agent.agent.plan.state import PlanState, state_path
+from kernel_agent.agent.run.agent import AsyncAgent
 from kernel_agent.model.scripted import ScriptedChatModel
 
 NAME = "plan"

@@ -16,8 +16,8 @@ from typing import Any
 
 from report import Row, median, scaled
 
-from kernel_agent.agent.loop import Ask
 from kernel_agent.agent.protocols import TagsProtocol
+from kernel_agent.agent.run.loop import Ask
 from kernel_agent.model.chat import ModelReply, TextPiece
 from kernel_agent.model.messages import ChatMessage
 from kernel_agent.model.scripted import ScriptedChatModel

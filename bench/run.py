@@ -59,6 +59,7 @@ BENCHMARKS = [
     "bench_seccomp",
     "bench_mcp",
     "bench_plan",
+    "bench_engine",
     "bench_kernels",
     "bench_stream",
     "bench_door",

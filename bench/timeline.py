@@ -28,11 +28,11 @@ from typing import Any
 
 from bench_agent import _make_csv, _rounds, _TimedModel
 
-from kernel_agent.agent import agent as agent_module
-from kernel_agent.agent import data as data_module
-from kernel_agent.agent import loop as loop_module
-from kernel_agent.agent import preparation as preparation_module
-from kernel_agent.agent import staging as staging_module
+from kernel_agent.agent.datafiles import data as data_module
+from kernel_agent.agent.run import agent as agent_module
+from kernel_agent.agent.run import loop as loop_module
+from kernel_agent.agent.run import preparation as preparation_module
+from kernel_agent.agent.run import staging as staging_module
 from kernel_agent.events import ExecutionFinished, RoundFinished
 from kernel_agent.kernel import files as files_module
 from kernel_agent.kernel.pool import KernelPool

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .agent.agent import AsyncAgent
     from .agent.config import AgentConfig
+    from .agent.run.agent import AsyncAgent
     from .agent.sync import Agent
     from .agent.tool import PythonTool
     from .errors import (
@@ -64,7 +64,7 @@ _EXPORTS = {
     "KernelSession": "kernel.session_sync",
     "ExecutionResult": "result",
     "ErrorInfo": "result",
-    "AsyncAgent": "agent.agent",
+    "AsyncAgent": "agent.run.agent",
     "Agent": "agent.sync",
     "AgentConfig": "agent.config",
     "Run": "records",

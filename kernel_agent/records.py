@@ -1,4 +1,4 @@
-"""The record of an agent run: ``Run``, ``Round``, ``Usage``, ``Artifact``, ``RunInfo``.
+"""The record of an agent run: ``Run``, ``Round``, ``Usage``, ``Artifact``, ``RunInfo``; ``now``, its times.
 
 Pure values. The agent builds them round by round (``dataclasses.replace``);
 the notebook exporter, the CLI and the magic only read them.
@@ -7,12 +7,24 @@ the notebook exporter, the CLI and the magic only read them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
 from .result import Artifact, ExecutionResult
 
-__all__ = ["PYTHON3_KERNELSPEC", "STOP_WORDS", "Artifact", "Round", "Run", "RunInfo", "StopReason", "Turn", "Usage"]
+__all__ = [
+    "PYTHON3_KERNELSPEC",
+    "STOP_WORDS",
+    "Artifact",
+    "Round",
+    "Run",
+    "RunInfo",
+    "StopReason",
+    "Turn",
+    "Usage",
+    "now",
+]
 
 # What a notebook's ``kernelspec`` says for a plain Python kernel: it opens and replays in any Jupyter.
 PYTHON3_KERNELSPEC: dict[str, str] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -193,3 +205,8 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<Run [{self.stop_reason}] {len(self.rounds)} rounds answer={self.answer is not None}>"
+
+
+def now() -> str:
+    """The time now as the records write it: UTC, ISO 8601, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -38,7 +38,7 @@ def plant(folder: Path) -> Path:
         "kernel_agent/kernel/inside/__init__.py",
         "kernel_agent/kernel/inside/launcher.py",
         "kernel_agent/agent/__init__.py",
-        "kernel_agent/agent/describe_worker.py",
+        "kernel_agent/agent/datafiles/describe_worker.py",
     ):
         (folder / relative).parent.mkdir(parents=True, exist_ok=True)
         (folder / relative).write_text(body)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from kernel_agent.agent.loop import Ask
 from kernel_agent.agent.protocols import TagsProtocol
+from kernel_agent.agent.run.loop import Ask
 from kernel_agent.errors import ModelError
 from kernel_agent.model.chat import ChatModel, ModelReply, Piece, TextPiece
 from kernel_agent.model.messages import ChatMessage

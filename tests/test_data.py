@@ -1,4 +1,4 @@
-"""kernel_agent.agent.data: checking and copying data files, their summaries, the setup cell."""
+"""kernel_agent.agent.datafiles.data: checking and copying data files, their summaries, the setup cell."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import kernel_agent.agent.data as data_module
-from kernel_agent.agent import summaries
-from kernel_agent.agent.data import (
+import kernel_agent.agent.datafiles.data as data_module
+from kernel_agent.agent.datafiles import summaries
+from kernel_agent.agent.datafiles.data import (
     MAX_COLUMNS,
     MAX_SECTION_CHARS,
     MAX_SUMMARY_CHARS,
@@ -213,7 +213,7 @@ def test_latin1_csv_is_read_with_a_note(tmp_path: Path) -> None:
 def test_a_mixed_encoding_csv_keeps_its_utf8_text_and_names_the_lines_that_are_not(tmp_path: Path) -> None:
     """UTF-8 with one cp1252 line (a file appended to on another machine): latin-1 would turn every Zürich into
     ZÃ¼rich without a word; the real describer keeps the UTF-8 text, names the line and gives advice that holds."""
-    from kernel_agent.agent.describer import describe
+    from kernel_agent.agent.datafiles.describer import describe
 
     path = tmp_path / "cities.csv"
     path.write_bytes("city,temp\nZürich,3\n".encode() + "Málaga,18\n".encode("cp1252") + "Köln,5\n".encode())
@@ -444,7 +444,7 @@ def test_preload_description_is_one_line() -> None:
 def test_line_counts_are_exact_across_chunks_and_extrapolated_past_the_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernel_agent.agent import reading
+    from kernel_agent.agent.datafiles import reading
 
     lines = [b"x" * (n % 97) for n in range(60_000)]  # ~2.9 MB: three chunks counted by numpy
     ended, open_end = tmp_path / "ended.txt", tmp_path / "open.txt"
@@ -460,7 +460,7 @@ def test_line_counts_are_exact_across_chunks_and_extrapolated_past_the_limit(
 
 
 def test_warming_the_host_twice_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernel_agent.agent.agent import warm_host
+    from kernel_agent.agent.run.agent import warm_host
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     warm_host()

@@ -20,9 +20,9 @@ from bombs import write_laughs_xlsx, write_parquet_bomb, write_xlsx_bomb
 from openai_server import OpenAIServer, Reply
 from replicas import Replica, follow
 
-from kernel_agent.agent import describer
-from kernel_agent.agent.describer import BUDGET_NOTE, describe
-from kernel_agent.agent.summaries import human_size
+from kernel_agent.agent.datafiles import describer
+from kernel_agent.agent.datafiles.describer import BUDGET_NOTE, describe
+from kernel_agent.agent.datafiles.summaries import human_size
 from kernel_agent.errors import DataFileError
 
 MB = 1 << 20

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply, python_call
 
-from kernel_agent.agent.data import summarize
+from kernel_agent.agent.datafiles.data import summarize
+from kernel_agent.agent.datafiles.summaries import FULL_READ_BYTES, human_size
 from kernel_agent.agent.protocols import FileInfo, PromptContext, get_protocol
-from kernel_agent.agent.summaries import FULL_READ_BYTES, human_size
 from kernel_agent.cli import cli
 from kernel_agent.errors import DataFileError
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply, python_call
 from test_door import exchanging
 
-from kernel_agent.agent.data import prepare_data, summarize
+from kernel_agent.agent.datafiles.data import prepare_data, summarize
 from kernel_agent.cli import cli
 from kernel_agent.errors import DataFileError
 from kernel_agent.kernel.workspace import resolve_outside_workspaces, workspace_holding

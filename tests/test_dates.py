@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kernel_agent.agent.data import summarize
-from kernel_agent.agent.dates import DateColumn, date_columns
+from kernel_agent.agent.datafiles.data import summarize
+from kernel_agent.agent.datafiles.dates import DateColumn, date_columns
 
 
 def test_day_first_month_first_year_first_and_ambiguous_columns(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-from kernel_agent.agent.data import preload_code
+from kernel_agent.agent.datafiles.data import preload_code
 from kernel_agent.demo import dataset_path, demo_model, demo_replies, demo_task
 from kernel_agent.demo.make_dataset import COLUMNS, write_dataset
 from kernel_agent.errors import ConfigError
@@ -202,7 +202,7 @@ def test_demo_model_plays_the_demo_without_openai() -> None:
     model = demo_model(chunk_size=64)
     assert model.remaining == len(demo_replies()) and model.chunk_size == 64
     probe = (
-        "import sys, kernel_agent.agent.data, kernel_agent.demo, kernel_agent.model.scripted; "
+        "import sys, kernel_agent.agent.datafiles.data, kernel_agent.demo, kernel_agent.model.scripted; "
         "print('openai' in sys.modules, 'pandas' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

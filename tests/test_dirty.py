@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply
 
-from kernel_agent.agent.data import summarize
-from kernel_agent.agent.dirty import dirty_lines
+from kernel_agent.agent.datafiles.data import summarize
+from kernel_agent.agent.datafiles.dirty import dirty_lines
 from kernel_agent.cli import cli
 
 ROWS = 92

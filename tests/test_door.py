@@ -235,8 +235,8 @@ THROUGH_THE_DOOR = {
         "workspace_holding": "looks for the host's records beside folders, out of any kernel's reach",
         "resolve_outside_workspaces": "lstats a user-named path hop by hop; follows a link only outside workspaces",
     },
-    "agent/quota.py": {},
-    "agent/data.py": {
+    "agent/run/quota.py": {},
+    "agent/datafiles/data.py": {
         "_checked_source": "the user's own input file, named on the command line, outside any run's workspace",
         "_install": "stats the user's own input file; the copy goes through the door",
         "check_data": "whether the workspace folder (the host's choice) exists yet; what is in it, the door says",
@@ -298,7 +298,7 @@ RECORDS = {
     },
     "agent/plan/output.py": {},
     "agent/plan/state.py": {},
-    "agent/plan/api.py": {"stream_plan": "whether the workspace the user named (--workspace) is a folder"},
+    "agent/plan/api.py": {"resumed": "whether the workspace the user named (--workspace) is a folder"},
     "jupyter/live.py": {},
     "cli/show.py": {},
     "server/run.py": {},
@@ -436,7 +436,7 @@ CHILD = r"""
 import json, os, resource, sys
 from kernel_agent.kernel import door as door_module
 from kernel_agent.kernel.door import Door
-from kernel_agent.agent.quota import over_quota, workspace_usage
+from kernel_agent.agent.run.quota import over_quota, workspace_usage
 door_module._WALK_ONLY = sys.argv[2] == "walk"
 root, limit = sys.argv[1], 256
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
@@ -512,7 +512,7 @@ def test_a_tree_past_the_walks_bounds_says_so(mode: str, tmp_path: Path) -> None
     assert not any(path.endswith("deep.txt") for path in deep.files)
     wide = gate.usage(bounds=door_module.WalkBounds(entries=50))
     assert wide[1] is not None and "more than 50 entries" in wide[1]
-    from kernel_agent.agent.quota import unmeasured, workspace_usage
+    from kernel_agent.agent.run.quota import unmeasured, workspace_usage
 
     used, why = workspace_usage(workspace, bounds=door_module.WalkBounds(entries=50))
     assert why is not None and "disk quota" in unmeasured(why) and "more than 50 entries" in unmeasured(why)

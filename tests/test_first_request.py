@@ -18,7 +18,7 @@ from openai_server import OpenAIServer, Reply
 
 from kernel_agent import AsyncAgent
 from kernel_agent.agent.config import AgentConfig
-from kernel_agent.agent.preparation import KNOWN_PACKAGES
+from kernel_agent.agent.run.preparation import KNOWN_PACKAGES
 from kernel_agent.errors import KernelStartError
 from kernel_agent.events import RunFinished
 from kernel_agent.kernel.interface import KernelsAhead, MadeKernels, kernels_ahead, kernels_ahead_of

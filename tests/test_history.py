@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel_agent.agent.history import StuckGuard, clip_old_feedback, resume_context
+from kernel_agent.agent.run.history import StuckGuard, clip_old_feedback, resume_context
 from kernel_agent.kernel.outputs import output_node
 from kernel_agent.model.messages import ChatMessage
 from kernel_agent.records import Round
@@ -29,6 +29,21 @@ def test_stuck_guard_also_catches_the_same_reply() -> None:
     assert not guard.add(Round(1, reply="I am not sure."))
     assert guard.add(Round(2, reply="I am  not sure. "))  # whitespace does not make it new
     assert "the same reply" in guard.reason
+
+
+def test_the_same_words_with_new_code_are_not_the_same_reply() -> None:
+    guard = StuckGuard(2)
+    ok = ExecutionResult("ok")
+    assert not guard.add(Round(1, reply="Running it.", code="print(1)", result=ok))
+    assert not guard.add(Round(2, reply="Running it.", code="print(2)", result=ok))  # a tool call's words repeat
+    assert guard.add(Round(3, reply="Running it.", code="print(2)", result=ok))
+
+
+def test_a_repeated_failing_reply_is_said_to_be_the_same_failing_code() -> None:
+    guard = StuckGuard(2)
+    assert not guard.add(failing(1, "print(x)", reply="Running it."))
+    assert guard.add(failing(2, "print(x)", reply="Running it."))  # both counts reach the limit at once
+    assert guard.reason == "stopped: the same failing code 2 times in a row"
 
 
 def test_clip_old_feedback_keeps_the_latest_rounds_and_drops_old_images() -> None:

@@ -35,7 +35,7 @@ PACKAGE = Path(kernel_agent.__file__).parent
 
 # (module, function) -> what it starts. Python only through kernel_agent._python.
 STARTS = {
-    ("kernel_agent.agent.describer", "_start"): "python: the describer (python_argv)",
+    ("kernel_agent.agent.datafiles.describer", "_start"): "python: the describer (python_argv)",
     ("kernel_agent.kernel.python_env", "probe_python"): "python: another interpreter's probe (code_argv)",
     ("kernel_agent.kernel.sandbox.bwrap", "_missing_flags"): "bwrap --help",
     ("kernel_agent.kernel.sandbox.bwrap", "probe_sandbox"): (
@@ -128,8 +128,8 @@ def test_no_module_names_an_interpreter_to_start_but_the_one_rule() -> None:
 
 
 def test_the_one_rule_is_isolated_and_absolute() -> None:
-    argv = python_argv("kernel_agent.agent.describe_worker", "3")
-    assert argv == [sys.executable, "-I", str(BOOT), "kernel_agent.agent.describe_worker", "3"]
+    argv = python_argv("kernel_agent.agent.datafiles.describe_worker", "3")
+    assert argv == [sys.executable, "-I", str(BOOT), "kernel_agent.agent.datafiles.describe_worker", "3"]
     assert BOOT.is_absolute() and BOOT.is_file()
     other = python_argv("m", interpreter="/opt/py", package_root=Path("/run/x/pythonpath"))
     assert other[:3] == ["/opt/py", "-I", "/run/x/pythonpath/kernel_agent/_boot.py"]
@@ -153,7 +153,7 @@ def test_the_describer_started_from_a_planted_folder_imports_nothing_there(tmp_p
     (folder / "sales.csv").write_text("region,revenue\nWest,10\nEast,20\n")
     code = (
         "from pathlib import Path\n"
-        "from kernel_agent.agent.describer import describe\n"
+        "from kernel_agent.agent.datafiles.describer import describe\n"
         "print(describe(Path('sales.csv').absolute()))\n"
     )
     done = harness(code, folder)
@@ -163,11 +163,11 @@ def test_the_describer_started_from_a_planted_folder_imports_nothing_there(tmp_p
 
 
 def test_control_the_old_start_of_the_describer_ran_what_was_planted(tmp_path: Path) -> None:
-    """The attack is real: ``python -m kernel_agent.agent.describe_worker`` from the folder (the start before
+    """The attack is real: ``python -m kernel_agent.agent.datafiles.describe_worker`` from the folder (the start before
     issue 48) imports what was planted there."""
     marker = plant(tmp_path / "colleague")
     subprocess.run(
-        [sys.executable, "-m", "kernel_agent.agent.describe_worker", "0"],
+        [sys.executable, "-m", "kernel_agent.agent.datafiles.describe_worker", "0"],
         cwd=tmp_path / "colleague",
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         capture_output=True,

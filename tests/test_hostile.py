@@ -33,7 +33,7 @@ import pytest
 from leaks import process_gone
 from openai_server import OpenAIServer, Reply, python_call
 
-from kernel_agent.agent.data import prepare_data
+from kernel_agent.agent.datafiles.data import prepare_data
 from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session_sync import KernelSession
 
@@ -460,7 +460,7 @@ def test_an_agent_runs_data_copies_are_read_only_to_its_kernel_from_its_start(
                 print(type(exc).__name__)
     """)
     openai_server.add(Reply("Try.", tool_calls=(python_call(code),)), Reply("Done."))
-    from kernel_agent.agent.agent import AsyncAgent
+    from kernel_agent.agent.run.agent import AsyncAgent
 
     async def run() -> object:
         async with AsyncAgent(model="m", base_url=openai_server.base_url) as agent:

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from kernel_agent.agent.summaries import MAX_SUMMARY_CHARS
+from kernel_agent.agent.datafiles.summaries import MAX_SUMMARY_CHARS
 
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from kernel_agent.agent.data import summarize
+from kernel_agent.agent.datafiles.data import summarize
 out = {}
 for name in sys.argv[1:]:
     started = time.process_time()

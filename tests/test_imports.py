@@ -237,10 +237,12 @@ def test_no_import_cycles() -> None:
 def test_the_checks_see_what_they_must() -> None:
     # relative imports, names that are modules (``from . import files``), and a cycle when there is one
     assert {"kernel_agent.kernel.session", "kernel_agent.model.chat", "kernel_agent.notebook.export"} <= imports_of(
-        "kernel_agent.agent.agent"
+        "kernel_agent.agent.run.agent"
     )
-    assert {"kernel_agent.agent.loop", "kernel_agent.agent.preparation", "kernel_agent.agent.staging"} <= imports_of(
-        "kernel_agent.agent.agent"
-    )
+    assert {
+        "kernel_agent.agent.run.loop",
+        "kernel_agent.agent.run.preparation",
+        "kernel_agent.agent.run.staging",
+    } <= imports_of("kernel_agent.agent.run.agent")
     assert "kernel_agent.mcp.files" in imports_of("kernel_agent.mcp.server")
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_agent.agent.agent import AsyncAgent
+from kernel_agent.agent.run.agent import AsyncAgent
 from kernel_agent.kernel.interface import Kernel, KernelFactory, MadeKernels, kernel_factory
 from kernel_agent.kernel.pool import KernelPool
 from kernel_agent.kernel.session import AsyncKernelSession

@@ -417,8 +417,8 @@ def test_a_stream_that_stalls_is_a_timeout_naming_what_arrived(openai_server: Op
 def test_request_timeout_and_extras_come_from_flags_or_the_environment() -> None:
     from click.testing import CliRunner
 
-    from kernel_agent.agent.agent import AsyncAgent
     from kernel_agent.agent.config import AgentConfig
+    from kernel_agent.agent.run.agent import AsyncAgent
     from kernel_agent.cli.app import cli
 
     env = {"KERNEL_AGENT_REQUEST_TIMEOUT": "900", "KERNEL_AGENT_VLLM_EXTRAS": "0", "KERNEL_AGENT_DATA_FORMAT": "rich"}

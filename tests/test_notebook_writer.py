@@ -12,7 +12,7 @@ import nbformat
 import pytest
 from test_notebook import make_run
 
-from kernel_agent.agent.agent import AsyncAgent
+from kernel_agent.agent.run.agent import AsyncAgent
 from kernel_agent.errors import NotebookError
 from kernel_agent.model.scripted import ScriptedChatModel
 from kernel_agent.notebook.export import build_notebook, clean_path

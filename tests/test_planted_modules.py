@@ -95,7 +95,7 @@ def test_modules_planted_in_the_workspace_never_run_when_the_exports_are_run_in_
 
 
 def test_the_setup_step_takes_the_folder_off_the_path_before_the_first_import() -> None:
-    from kernel_agent.agent.data import opened_beside, preload_code
+    from kernel_agent.agent.datafiles.data import opened_beside, preload_code
 
     cell = opened_beside(preload_code(["sales.csv"]), "analysis")
     lines = cell.splitlines()

@@ -10,8 +10,8 @@ import pytest
 from leaks import our_kernel_pids
 from openai_server import OpenAIServer, Reply, python_call
 
-from kernel_agent.agent.agent import AsyncAgent
-from kernel_agent.agent.data import CheckedData
+from kernel_agent.agent.datafiles.data import CheckedData
+from kernel_agent.agent.run.agent import AsyncAgent
 from kernel_agent.errors import ConfigError, DataFileError, KernelError
 from kernel_agent.kernel.interface import Kernel
 from kernel_agent.kernel.pool import KernelPool

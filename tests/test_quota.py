@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from openai_server import OpenAIServer, Reply, python_call
 
-from kernel_agent.agent.quota import over_quota, workspace_usage
+from kernel_agent.agent.run.quota import over_quota, workspace_usage
 from kernel_agent.cli import cli
 from kernel_agent.notebook.load import load_run
 

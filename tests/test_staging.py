@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_agent.agent.staging import DataStaging
+from kernel_agent.agent.run.staging import DataStaging
 from kernel_agent.errors import DataFileError
 from kernel_agent.testing import FakeKernel
 
@@ -39,8 +39,8 @@ def test_a_kernel_in_the_workspace_finds_the_copies_and_nothing_is_left_to_recor
         async with FakeKernel(workspace=root) as kernel:
             await staging.into_kernel(kernel)
             files = await staging.described()
-            staging.arm_record()
-            assert staging.recorded and not await staging.record()
+            staging.started()
+            assert staging.recorded and not await staging.before_files()
         staging.close()
         return staging, [f.summary for f in files]
 
@@ -62,44 +62,44 @@ def test_a_kernel_apart_gets_its_own_copies_and_the_record_is_made_when_the_roun
         async with FakeKernel(workspace=root, kernel_folder=own) as kernel:
             await staging.into_kernel(kernel)
             assert (own / "sales.csv").is_file() and not (root / "sales.csv").exists()
-            staging.arm_record()
+            staging.started()
             assert not staging.recorded
-            assert await staging.record()  # it waited for the record's copies
-            assert staging.recorded and staging.record_error is None
+            assert await staging.before_files()  # it waited for the record's copies
+            assert staging.recorded
             assert (root / "sales.csv").is_file()
-            assert not await staging.record()  # made once
+            assert not await staging.before_files()  # made once
         staging.close()
 
     asyncio.run(scenario())
     assert not (tmp_path / "ws" / "sales.csv").stat().st_mode & 0o222
 
 
-def test_a_file_changed_before_its_record_copy_is_an_error_kept_for_the_rounds(tmp_path: Path, sales: Path) -> None:
-    async def scenario() -> DataStaging:
-        staging = await DataStaging.check([sales], tmp_path / "ws")
-        async with FakeKernel(workspace=tmp_path / "ws", kernel_folder=tmp_path / "own") as kernel:
+def test_a_file_changed_before_its_record_copy_is_raised_when_the_rounds_await_it(tmp_path: Path, sales: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            await DataStaging.check([sales], tmp_path / "ws") as staging,
+            FakeKernel(workspace=tmp_path / "ws", kernel_folder=tmp_path / "own") as kernel,
+        ):
             await staging.into_kernel(kernel)
-            staging.arm_record()
+            staging.started()
             with sales.open("a", encoding="utf-8") as more:
                 more.write("east,3\n")
-            assert await staging.record()  # not raised: the round that ran is saved first
-        staging.close()
-        return staging
+            await staging.before_files()
 
-    staging = asyncio.run(scenario())
-    assert isinstance(staging.record_error, DataFileError)
-    assert "changed while it was being copied" in str(staging.record_error)
+    with pytest.raises(DataFileError, match="changed while it was being copied"):
+        asyncio.run(scenario())
 
 
 def test_a_run_stopped_before_its_first_code_still_gets_its_record(tmp_path: Path, sales: Path) -> None:
     async def scenario(arm: bool) -> None:
         root = tmp_path / ("armed" if arm else "not-armed")
-        staging = await DataStaging.check([sales], root)
-        async with FakeKernel(workspace=root, kernel_folder=tmp_path / f"own-{arm}") as kernel:
+        async with (
+            await DataStaging.check([sales], root) as staging,
+            FakeKernel(workspace=root, kernel_folder=tmp_path / f"own-{arm}") as kernel,
+        ):
             await staging.into_kernel(kernel)
-            if arm:  # the run began (its preparation finished); else it failed before
-                staging.arm_record()
-        staging.close()
+            if arm:  # the run began (its notebook saved); else it failed before
+                staging.started()
         await settled()
 
     asyncio.run(scenario(True))
@@ -114,9 +114,9 @@ def test_a_kernel_said_apart_that_works_in_the_workspace_gets_the_copies_there(
     async def scenario() -> DataStaging:
         staging = await DataStaging.check([sales], tmp_path / "ws")
         async with FakeKernel(workspace=tmp_path / "ws") as kernel:
-            with caplog.at_level(logging.WARNING, logger="kernel_agent.agent.staging"):
+            with caplog.at_level(logging.WARNING, logger="kernel_agent.agent.run.staging"):
                 await staging.into_kernel(kernel)
-            staging.arm_record()
+            staging.started()
         staging.close()
         return staging
 

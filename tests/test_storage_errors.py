@@ -18,7 +18,7 @@ from kernel_agent.errors import ConfigError, DataFileError, KernelAgentError, St
 
 CHILD = """
 import json, sys
-from kernel_agent.agent.data import check_data
+from kernel_agent.agent.datafiles.data import check_data
 from kernel_agent.cli.edge import Failure, edge
 
 checked = check_data([sys.argv[1]], sys.argv[2])
@@ -69,7 +69,7 @@ def test_the_same_copy_with_room_succeeds_and_a_missing_file_stays_a_usage_error
     assert install_into(tmp_path / "workspace", data, tmpfs_bytes=4 * 1024 * 1024) == {"exit": 0}
 
     with pytest.raises(DataFileError):
-        from kernel_agent.agent.data import check_data
+        from kernel_agent.agent.datafiles.data import check_data
 
         check_data([tmp_path / "missing.csv"], tmp_path / "elsewhere")
 

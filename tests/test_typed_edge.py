@@ -36,7 +36,7 @@ def test_each_sync_method_takes_what_its_async_method_takes(name: str) -> None:
     awaited = {"Run": "Run", "PlanFinished": "PlanFinished", "None": "None"}
     iterated = {
         "AsyncGenerator[Event, None]": "Generator[Event, None, None]",
-        "AsyncIterator[PlanEvent]": "Generator[PlanEvent, None, None]",
+        "AsyncIterator[PlanEvent | Event]": "Generator[PlanEvent | Event, None, None]",
     }
     assert {**awaited, **iterated}[asynchronous.return_annotation] == sync.return_annotation
 

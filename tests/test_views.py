@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import nbformat
 
-from kernel_agent.agent.preparation import _merged_setup
+from kernel_agent.agent.run.preparation import _merged_setup
 from kernel_agent.magic.view import _ANSWER_HEADING
 from kernel_agent.notebook.html import page_title
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .data import DataFile, data_summary
+from .datafiles.data import DataFile, data_summary
 
 if TYPE_CHECKING:
     from ..kernel.interface import Kernel

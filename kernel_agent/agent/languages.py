@@ -21,7 +21,15 @@ from dataclasses import dataclass
 
 from ..plugins import Registry
 from . import environment
-from .data import SEED, DataFile, data_attributes, data_helper_words, opened_beside, preload_code, preload_description
+from .datafiles.data import (
+    SEED,
+    DataFile,
+    data_attributes,
+    data_helper_words,
+    opened_beside,
+    preload_code,
+    preload_description,
+)
 
 __all__ = [
     "LANGUAGES",

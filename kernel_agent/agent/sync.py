@@ -19,9 +19,9 @@ from ..kernel.interface import KernelFactory, KernelMaker
 from ..kernel.sandbox.bwrap import SandboxMode
 from ..model.chat import ChatModel
 from ..records import Run
-from .agent import AsyncAgent
 from .config import AgentConfig, settings_in
 from .names import DataFormat, ProtocolName
+from .run.agent import AsyncAgent
 
 if TYPE_CHECKING:  # plan mode is imported when a plan starts
     from .plan.runner import PlanOptions
@@ -169,7 +169,7 @@ class Agent:
         *,
         options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> Generator[PlanEvent, None, None]:
+    ) -> Generator[PlanEvent | Event, None, None]:
         """Sync facade of ``AsyncAgent.stream_plan``: its events, as they come."""
         return self._loop.iterate(
             self._async.stream_plan(task, data, workspace, notebook, options=options, resume=resume)

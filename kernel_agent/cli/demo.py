@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.text import Text
 
-from ..agent.agent import AsyncAgent
 from ..agent.config import AgentConfig
+from ..agent.run.agent import AsyncAgent
 from ..demo import TYPING_DELAY_S
 from ..errors import ConfigError
 from .drive import Job

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..events import RunFinished, RunStarted
 
 if TYPE_CHECKING:
-    from ..agent.agent import AsyncAgent
+    from ..agent.run.agent import AsyncAgent
     from .render import Renderer
 
 __all__ = ["EXIT_ANSWER", "EXIT_INTERRUPTED", "EXIT_NO_ANSWER", "EXIT_TERMINATED", "EXIT_USAGE", "Job", "drive"]

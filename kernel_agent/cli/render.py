@@ -185,7 +185,7 @@ def _clip_lines(text: str, max_lines: int) -> str:
 
 
 def _size(size: int) -> str:
-    from ..agent.summaries import human_size  # the one rule for sizes (lazy: pandas-free import of the CLI)
+    from ..agent.datafiles.summaries import human_size  # the one rule for sizes (lazy: pandas-free import of the CLI)
 
     return human_size(size)
 

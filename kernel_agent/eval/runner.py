@@ -127,8 +127,8 @@ async def run_eval(
     Raises ``ConfigError`` for bad options or an ``out`` that holds another suite's or model's run;
     every failure of one question is recorded in its line instead.
     """
-    from ..agent.agent import AsyncAgent
     from ..agent.config import AgentConfig
+    from ..agent.run.agent import AsyncAgent
     from ..kernel.pool import KernelPool
 
     folder = Path(out)
@@ -332,7 +332,7 @@ async def _ask(
     staged: _StagedData,
 ) -> dict[str, Any]:
     """Run one question to its end and return its result line; a failure is recorded, never raised."""
-    from ..agent.agent import AsyncAgent
+    from ..agent.run.agent import AsyncAgent
 
     started = time.monotonic()
     here = out / await in_thread(_fresh, out, question.id)

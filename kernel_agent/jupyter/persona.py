@@ -38,7 +38,7 @@ from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
 from jupyterlab_chat.models import Message, NewMessage
 from traitlets import Bool, Enum, Float, Integer, TraitType, Unicode
 
-from ..agent.agent import AsyncAgent
+from ..agent.run.agent import AsyncAgent
 from ..agent.settings import SETTINGS
 from ..errors import KernelAgentError
 from ..events import CodeReady, ExecutionFinished, ExecutionOutput, RoundFinished, RunFinished, RunStarted

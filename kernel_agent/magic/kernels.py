@@ -116,7 +116,7 @@ class WarmKernels:
 
 
 async def _build(options: dict[str, Any], acquire: Callable[[dict[str, Any], Path], Any]) -> Any:
-    from ..agent.agent import AsyncAgent
+    from ..agent.run.agent import AsyncAgent
 
     # The factory reads the agent's own resolved config (flags > environment > defaults) when the run
     # starts, so the pool's kernels get the very options a kernel of this agent would get.

@@ -104,7 +104,7 @@ class Workbenches:
         return bench
 
     def _new(self, session_id: str | None, client: str) -> Workbench:
-        from ..agent.data import prepare_data
+        from ..agent.datafiles.data import prepare_data
         from .workbench import Workbench
 
         workspace = self.workspace / f"session-{session_id[:12]}" if session_id else self.workspace

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from .._loop import in_thread
-from ..agent.data import DataFile, data_summary, opened_beside, preload_code
+from ..agent.datafiles.data import DataFile, data_summary, opened_beside, preload_code
 from ..errors import KernelError, SessionClosedError
 from ..kernel.door import Door, plain_parts
 from ..kernel.partial import OutputCallback

@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .._loop import in_thread
 from .._version import __version__
+from ..agent.datafiles.summaries import DATA_SUFFIXES
 from ..agent.names import protocol_names
-from ..agent.summaries import DATA_SUFFIXES
 from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
 from ..notebook.export import clean_path, legacy_clean_path

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 
 from .._loop import in_thread
-from ..agent.agent import warm_host
 from ..agent.config import AgentConfig
+from ..agent.run.agent import warm_host
 from ..errors import KernelAgentError, ServiceError
 from ..kernel.pool import KernelPool
 from .config import ServerConfig

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..agent.agent import AsyncAgent
+from ..agent.run.agent import AsyncAgent
 from ..errors import KernelError
 from ..events import Event, ExecutionFinished
 from ..kernel.pool import KernelPool

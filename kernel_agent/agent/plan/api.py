@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..._loop import in_thread
 from ...errors import ConfigError, NotebookError
-from ...events import NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
+from ...events import Event, NodeFinished, Notice, PlanEvent, PlanFinished, PlanReady
 from ...kernel.interface import Kernel, KernelFactory
 from ...kernel.workspace import (
     check_outside,
@@ -27,16 +28,18 @@ from ...kernel.workspace import (
     fresh_beside,
     recorded_workspace,
     records_beside,
-    workspace_from,
 )
 from ...model.chat import ChatModel
 from ...notebook.claims import DataSources
 from ...notebook.html import export_html
 from ...records import Usage
-from ..data import DataFile, opened_beside, preload_code, prepare_data, stage_recorded
+from ..config import AgentConfig
+from ..datafiles.data import DataFile, stage_recorded
 from ..environment import Environment, names_expression, probe, probe_expression, prompt_context
 from ..languages import PYTHON, language_of
-from ..protocols import Protocol, environment_lines, get_protocol
+from ..protocols import Protocol, environment_lines
+from ..run.preparation import Preparation
+from ..run.staging import DataStaging
 from .graph import PlanNode, build_dag
 from .output import conclusion, counts, write_outputs
 from .runner import NodeRun, PlanOptions, design_plan
@@ -47,7 +50,9 @@ __all__ = ["stream_plan"]
 
 
 async def stream_plan(
+    config: AgentConfig,
     model: ChatModel,
+    preparation: Preparation,
     session_factory: KernelFactory,
     task: str,
     data: Sequence[str | os.PathLike[str]] = (),
@@ -56,78 +61,145 @@ async def stream_plan(
     *,
     options: PlanOptions = PlanOptions(),
     resume: str | os.PathLike[str] | None = None,
-    preload: bool = True,
-    protocol: Protocol | None = None,
-) -> AsyncIterator[PlanEvent]:
+    kernels_apart: bool = False,
+) -> AsyncGenerator[PlanEvent | Event, None]:
     """Plan and run ``task`` over ``data``; with ``resume`` (a plan notebook), finish that run instead.
 
-    Nodes talk to the model in ``protocol`` (default ``tools``); the plan itself is JSON in plain chat.
+    A new plan starts as a run does: its data files staged (``DataStaging``; ``kernels_apart``: the kernels
+    work in folders of their own, so the workspace's copies are the record's) and the kernel prepared
+    (``preparation.new_run``: setup cell, probe, data description). Nodes talk to the model in the
+    ``preparation``'s protocol, their rounds run by the round engine with ``config``'s guards (its
+    ``exec_timeout`` replaced by ``options``'); the plan itself is JSON in plain chat.
 
     Raises ``PlanError`` when the model's plan stays unusable, ``NotebookError`` for a resume target
     without a readable state file, ``DataFileError``, ``ModelError`` and ``KernelError`` from below.
     Every finished node is on disk (state, notebook, report) before its ``NodeFinished`` is yielded.
     """
-    if resume is not None:  # the state is a claim too: its workspace is looked in only under its own folder
+    config = replace(config, kernel=replace(config.kernel, exec_timeout=options.exec_timeout))
+    carried = _Carried(config, model, preparation.protocol(), options, config.kernel.preload)
+    if resume is not None:
+        events = carried.resumed(session_factory, Path(resume), workspace, notebook)
+    else:
+        events = carried.new(preparation, session_factory, task, data, workspace, notebook, kernels_apart)
+    async with aclosing(events):  # closing this stream stops the code too
+        async for event in events:
+            yield event
+
+
+@dataclass(frozen=True)
+class _Carried:
+    """A plan carried out: started (new or resumed), its nodes run, its outputs written."""
+
+    config: AgentConfig
+    model: ChatModel
+    protocol: Protocol
+    options: PlanOptions
+    preload: bool
+
+    async def new(
+        self,
+        preparation: Preparation,
+        session_factory: KernelFactory,
+        task: str,
+        data: Sequence[str | os.PathLike[str]],
+        workspace: str | os.PathLike[str] | None,
+        notebook: str | os.PathLike[str] | None,
+        kernels_apart: bool,
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
+        """A new plan: started through ``DataStaging`` and ``Preparation`` as a run is, then designed."""
+        root = Path(workspace) if workspace is not None else default_workspace(task)
+        notebook_path = Path(notebook) if notebook is not None else records_beside(root)
+        check_outside(notebook_path, root)
+        async with await DataStaging.check(data, root) as staging:
+            if not kernels_apart:
+                await staging.into_workspace()
+            async with session_factory(root) as session:
+                _python_only(session)
+                opening = await preparation.new_run(session, task, staging, root, notebook_path, "")
+                files = await staging.described()
+                info = opening.run.info
+                state = PlanState(
+                    state_path(notebook_path),
+                    task,
+                    {},
+                    {},
+                    staging.names,
+                    info.setup_code,
+                    workspace=recorded_workspace(root, notebook_path),
+                    scripted=self.model.scripted,
+                    started_at=info.started_at,
+                )
+                if opening.run.setup_result is not None:
+                    state.setup_outputs = tuple(opening.run.setup_result.outputs)
+                known = preparation.prompt_context(Environment(opening.packages), task, files, PYTHON)
+                notices: list[Notice] = []
+                planning: list[Usage] = []
+                options = self.options
+                spec, nodes = await design_plan(
+                    self.model, task, known.data_summary, options, notices, known.packages, planning
+                )
+                state.planning_tokens = {k: v for k, v in asdict(sum(planning, Usage())).items() if v}
+                for notice in notices:
+                    yield notice
+                state.plan = spec.model_dump(mode="json")
+                state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
+                state.model, state.protocol = self.model.name, self.protocol.name
+                await in_thread(state.save)
+                staging.started()  # the plan's records are saved: its copies are kept
+                await staging.before_files()  # the workspace's copies, the record's, before any task's code
+                async with aclosing(self._carried_out(session, root, state, nodes, notebook_path, files)) as events:
+                    async for event in events:
+                        yield event
+
+    async def resumed(
+        self,
+        session_factory: KernelFactory,
+        resume: Path,
+        workspace: str | os.PathLike[str] | None,
+        notebook: str | os.PathLike[str] | None,
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
+        """A plan read back from its state file (a claim: its workspace is looked in only under its own
+        folder), its data files staged from there, the kernel rebuilt from the finished tasks' cells."""
         notebook_path = Path(notebook or resume)
         state = await in_thread(PlanState.load, state_path(resume))
         given = Path(workspace) if workspace is not None else None
         if given is not None and not given.is_dir():
             raise NotebookError(f"the plan's workspace {given} is not a folder", path=str(resume))
-        root = given if given is not None else fresh_beside(Path(resume))
+        root = given if given is not None else fresh_beside(resume)
         check_outside(notebook_path, root)
-        sources = DataSources.for_notebook(Path(resume), state.workspace, given)
+        sources = DataSources.for_notebook(resume, state.workspace, given)
         files = await in_thread(stage_recorded, sources, state.data_files, root)
         state.workspace = recorded_workspace(root, notebook_path)
-        state.scripted = state.scripted or model.scripted
-    else:
-        root = Path(workspace) if workspace is not None else default_workspace(task)
-        notebook_path = Path(notebook) if notebook is not None else records_beside(root)
-        check_outside(notebook_path, root)
-        files = await in_thread(prepare_data, list(data), root)
-        setup = opened_beside(
-            preload_code(files) if preload else "%matplotlib inline\n", workspace_from(notebook_path, root)
-        )
-        state = PlanState(
-            state_path(notebook_path),
-            task,
-            {},
-            {},
-            tuple(f.name for f in files),
-            setup,
-            workspace=recorded_workspace(root, notebook_path),
-            scripted=model.scripted,
-            started_at=datetime.now(UTC).isoformat(),
-        )
-    protocol = protocol or get_protocol("tools")
-    state.model, state.protocol = model.name, protocol.name  # a resumed plan: the model that finishes it
-    async with session_factory(root) as session:
-        language = language_of(session.kernel_info.get("language_info"))
-        if language is not PYTHON:
-            raise ConfigError(
-                f"plan mode writes Python, and this kernel runs {language.name}: use `run` for an "
-                f"analysis in {language.name}, or a Python kernel for plan mode"
-            )
-        ran = await session.execute(state.setup_code, options.exec_timeout)
-        if state.plan:
+        state.scripted = state.scripted or self.model.scripted
+        state.model, state.protocol = self.model.name, self.protocol.name  # the model that finishes it
+        async with session_factory(root) as session:
+            _python_only(session)
+            await session.files.put([root / f.name for f in files])  # a kernel apart: its own, as a resumed run's
+            await session.execute(state.setup_code, self.options.exec_timeout)
             nodes = build_dag(PlanSpec.model_validate(state.plan), **state.budgets)
-            await _rebuild(session, nodes, state, options)
-        else:
-            notices: list[Notice] = []
-            known = prompt_context(await probe(session, packages=probe_expression()), task, files)
-            planning: list[Usage] = []
-            spec, nodes = await design_plan(model, task, known.data_summary, options, notices, known.packages, planning)
-            state.planning_tokens = {k: v for k, v in asdict(sum(planning, Usage())).items() if v}
-            for notice in notices:
-                yield notice
-            state.plan, state.setup_outputs = spec.model_dump(mode="json"), tuple(ran.outputs)
-            state.budgets = {"max_depth": options.max_depth, "node_budget": options.node_budget}
-            await in_thread(state.save)
+            await _rebuild(session, nodes, state, self.options)
+            async with aclosing(self._carried_out(session, root, state, nodes, notebook_path, files)) as events:
+                async for event in events:
+                    yield event
+
+    async def _carried_out(
+        self,
+        session: Kernel,
+        root: Path,
+        state: PlanState,
+        nodes: Sequence[PlanNode],
+        notebook_path: Path,
+        files: Sequence[DataFile],
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
+        """``PlanReady``, each node's events, then the outputs written and ``PlanFinished``."""
         yield PlanReady(
             tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes), state.scripted
         )
-        view = _View(files, preload, protocol.vision)
-        async for event in _run_nodes(model, session, protocol, nodes, state, options, notebook_path, view):
-            yield event
+        view = _View(tuple(files), self.preload, self.protocol.vision)
+        nodes_run = _Nodes(self.config, self.model, session, self.protocol, self.options, root)
+        async with aclosing(nodes_run.run(nodes, state, notebook_path, view)) as events:  # closing stops the code
+            async for event in events:
+                yield event
         report = notebook_path.with_name(f"{notebook_path.stem}.report.md")
         state.finished_at = datetime.now(UTC).isoformat()
         await in_thread(state.save)
@@ -135,6 +207,16 @@ async def stream_plan(
         html = await in_thread(export_html, notebook_path, notebook_path.with_suffix(".html"))
         findings = conclusion(state, nodes) or ""
         yield PlanFinished(counts(nodes, state.results), str(notebook_path), str(report), str(html), findings)
+
+
+def _python_only(session: Kernel) -> None:
+    """Raises ``ConfigError`` for a kernel that does not run Python (plan mode writes Python)."""
+    language = language_of(session.kernel_info.get("language_info"))
+    if language is not PYTHON:
+        raise ConfigError(
+            f"plan mode writes Python, and this kernel runs {language.name}: use `run` for an "
+            f"analysis in {language.name}, or a Python kernel for plan mode"
+        )
 
 
 def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
@@ -174,36 +256,84 @@ class _View:
         return environment_lines(context, vision=self.vision), context.data_summary, environment
 
 
-async def _run_nodes(
-    model: ChatModel,
-    session: Kernel,
-    protocol: Protocol,
-    nodes: Sequence[PlanNode],
-    state: PlanState,
-    options: PlanOptions,
-    notebook: Path,
-    view: _View,
-) -> AsyncIterator[PlanEvent]:
-    by_id = {n.id: n for n in nodes}
-    for node in nodes:
-        if node.id in state.results:
-            continue
+@dataclass
+class _Nodes:
+    """The plan's nodes run in order, each through the round engine (``NodeRun``, its policy)."""
+
+    config: AgentConfig
+    model: ChatModel
+    session: Kernel
+    protocol: Protocol
+    options: PlanOptions
+    workspace: Path
+    baseline: int | None = None  # the workspace's size before the first node's rounds (the disk quota's)
+    stopped: str = ""  # why the plan stopped before its last node (the disk quota): the rest are skipped
+
+    async def run(
+        self, nodes: Sequence[PlanNode], state: PlanState, notebook: Path, view: _View
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
+        for node in nodes:
+            kept = state.results.get(node.id)
+            if kept is not None and kept.status != "interrupted":
+                continue
+            result = await self._skipped(node, state)
+            if result is None:
+                async with aclosing(self._node(node, state, notebook, view, nodes)) as events:
+                    async for event in events:
+                        yield event
+                result = state.results[node.id]
+            else:
+                await _recorded(state, result, nodes, notebook)
+            yield NodeFinished(node.id, result.status, result.attempts, len(result.figures), result.reason)
+
+    async def _skipped(self, node: PlanNode, state: PlanState) -> NodeResult | None:
+        """The node's result when it does not run: the plan stopped, or a prerequisite did not complete."""
+        if self.stopped:
+            return NodeResult(node.id, "skipped", reason=f"the plan stopped: {self.stopped}")
         blocked = [d for d in node.depends_on if state.results[d].status != "done"]
-        if blocked:
-            why = ", ".join(f"{d} {state.results[d].status}" for d in blocked)
-            result = NodeResult(node.id, "skipped", reason=f"a prerequisite did not complete: {why}")
-        else:
-            done = [(by_id[d], state.results[d]) for d in node.depends_on]
-            lines, described, environment = await view.context(session, state.task)
-            run = NodeRun(
-                model, session, state.task, node, done, options, protocol, lines, environment.packages, described
-            )
-            began = time.monotonic()
-            async for event in run.steps():
-                yield event
-            assert run.result is not None  # steps() always sets it when it returns
-            tokens = {k: v for k, v in asdict(run.usage).items() if v} if run.usage.total_tokens else {}
-            result = replace(run.result, seconds=round(time.monotonic() - began, 3), tokens=tokens)
-        await in_thread(state.record, result)
-        await in_thread(write_outputs, state, nodes, notebook, state.workspace)
-        yield NodeFinished(node.id, result.status, result.attempts, len(result.figures), result.reason)
+        if not blocked:
+            return None
+        why = ", ".join(f"{d} {state.results[d].status}" for d in blocked)
+        return NodeResult(node.id, "skipped", reason=f"a prerequisite did not complete: {why}")
+
+    async def _node(
+        self, node: PlanNode, state: PlanState, notebook: Path, view: _View, nodes: Sequence[PlanNode]
+    ) -> AsyncGenerator[PlanEvent | Event, None]:
+        """The node's rounds, its result recorded (state, notebook) also when it is cancelled mid-way."""
+        by_id = {n.id: n for n in nodes}
+        done = [(by_id[d], state.results[d]) for d in node.depends_on]
+        lines, described, environment = await view.context(self.session, state.task)
+        run = NodeRun(
+            self.config,
+            self.model,
+            self.session,
+            state.task,
+            node,
+            done,
+            self.options,
+            self.protocol,
+            lines,
+            environment.packages,
+            described,
+            workspace=self.workspace,
+            baseline=self.baseline,
+        )
+        began = time.monotonic()
+        try:
+            async with aclosing(run.steps()) as steps:
+                async for event in steps:
+                    yield event
+        finally:
+            if run.result is not None:
+                tokens = {k: v for k, v in asdict(run.usage).items() if v} if run.usage.total_tokens else {}
+                result = replace(run.result, seconds=round(time.monotonic() - began, 3), tokens=tokens)
+                await _recorded(state, result, nodes, notebook)
+        self.baseline = run.engine.baseline
+        if run.stop is not None and run.stop.reason == "disk_quota":
+            self.stopped = run.stop.why
+
+
+async def _recorded(state: PlanState, result: NodeResult, nodes: Sequence[PlanNode], notebook: Path) -> None:
+    """``result`` kept in the state and the notebook and report written again."""
+    await in_thread(state.record, result)
+    await in_thread(write_outputs, state, nodes, notebook, state.workspace)

@@ -33,7 +33,9 @@ FINDING_CHARS = 800  # one task's numbers under "no conclusion given"
 
 def counts(nodes: Sequence[PlanNode], results: dict[str, NodeResult]) -> dict[str, int]:
     """``{"total", "done", "failed", "skipped", "pending"}`` for the summary table and ``PlanFinished``."""
-    tally = Counter(results[n.id].status if n.id in results else "pending" for n in nodes)
+    tally = Counter(
+        results[n.id].status if n.id in results and results[n.id].status != "interrupted" else "pending" for n in nodes
+    )
     return {"total": len(nodes), **{k: tally.get(k, 0) for k in ("done", "failed", "skipped", "pending")}}
 
 

@@ -27,7 +27,7 @@ from ...result import clip_middle
 
 __all__ = ["CellRecord", "NodeResult", "NodeStatus", "PlanState", "state_path"]
 
-NodeStatus = Literal["done", "failed", "skipped"]
+NodeStatus = Literal["done", "failed", "skipped", "interrupted"]  # interrupted: run again on resume
 
 
 @dataclass(frozen=True)

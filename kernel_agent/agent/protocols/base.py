@@ -14,8 +14,8 @@ from ...model.chat import ModelReply
 from ...model.messages import AssistantMessage, ChatMessage, ContentPart
 from ...records import Run
 from ...result import RebuildReport
-from ..history import resume_context
 from ..languages import PYTHON, Language
+from ..run.history import resume_context
 from .codestream import CodeStream
 from .images import image_parts
 from .prompts import PromptContext

@@ -60,7 +60,7 @@ def resume(
     beside the notebook, and the recorded data files are read from there, from beside the notebook or
     from its recorded workspace when that is a folder under the notebook's own (never an absolute path).
     """
-    from ...agent.agent import AsyncAgent
+    from ...agent.run.agent import AsyncAgent
     from ...notebook.load import load_resumable
 
     arguments = agent_arguments(options, task)

@@ -56,7 +56,7 @@ def run(
     if not task.strip():
         raise click.UsageError("the task is empty")
     shown = renderer(quiet, as_json)
-    from ...agent.agent import AsyncAgent
+    from ...agent.run.agent import AsyncAgent
 
     job = Job(task, data, workspace, out)
     sys.exit(run_job(lambda: AsyncAgent(**arguments), job, shown))

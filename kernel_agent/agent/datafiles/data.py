@@ -24,10 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..errors import ConfigError, DataFileError, KernelAgentError, StorageError, WorkspaceFileError
-from ..kernel.door import Door
-from ..kernel.workspace import resolve_outside_workspaces, workspace_holding
-from ..notebook.claims import DataSources
+from ...errors import ConfigError, DataFileError, KernelAgentError, StorageError, WorkspaceFileError
+from ...kernel.door import Door
+from ...kernel.workspace import resolve_outside_workspaces, workspace_holding
+from ...notebook.claims import DataSources
 from .describer import describe, start_describer
 from .summaries import MAX_COLUMNS, MAX_SUMMARY_CHARS, Kind, file_kind, human_size
 

@@ -24,9 +24,9 @@ import subprocess
 import threading
 from pathlib import Path
 
-from .._python import NEUTRAL_CWD, python_argv
-from ..errors import DataFileError
-from ..kernel.sandbox.environment import kernel_environment
+from ..._python import NEUTRAL_CWD, python_argv
+from ...errors import DataFileError
+from ...kernel.sandbox.environment import kernel_environment
 from .describe_worker import CPU_SECONDS, MEMORY_BYTES, WALL_SECONDS
 from .summaries import MAX_SUMMARY_CHARS, file_kind, human_size
 
@@ -36,7 +36,7 @@ BUDGET_NOTE = (
     f"not read: larger than the description budget ({MEMORY_BYTES >> 20} MB of memory, {CPU_SECONDS} s of CPU); "
     "read it in the kernel, in parts"
 )
-_WORKER = "kernel_agent.agent.describe_worker"
+_WORKER = "kernel_agent.agent.datafiles.describe_worker"
 _START_SECONDS = 120.0  # the zygote imports pandas and pyarrow: seconds on a loaded machine
 # One thread each for BLAS and Arrow in the zygote: no thread pool exists when it forks.
 _THREADS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OMP_THREAD_LIMIT": "1"}

@@ -1,6 +1,6 @@
 """The confined describer's process: a zygote that keeps one bounded child forked ahead per data file.
 
-Run by ``describer.py`` as ``python -m kernel_agent.agent.describe_worker FD [MEMORY_BYTES CPU_SECONDS]``,
+Run by ``describer.py`` as ``python -m kernel_agent.agent.datafiles.describe_worker FD [MEMORY_BYTES CPU_SECONDS]``,
 where ``FD`` is its end of a ``SOCK_SEQPACKET`` control socket. The zygote imports pandas, pyarrow and
 ``summaries`` once, describes a small table of each heavy kind to pay the first parse, freezes its objects
 for the garbage collector, says ``ready``, then keeps one *spare* child forked ahead: the spare lowers its

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from ..model.messages import ChatMessage, ContentPart
-from ..records import Round
-from ..result import RebuildReport, clip_middle
+from ...model.messages import ChatMessage, ContentPart
+from ...records import Round
+from ...result import RebuildReport, clip_middle
 
 __all__ = ["StuckGuard", "clip_old_feedback", "resume_context"]
 
@@ -30,9 +30,10 @@ class StuckGuard:
 
     def add(self, round_: Round) -> bool:
         """Record a finished round; True when the run is stuck."""
-        keys = {("the same reply", " ".join(round_.reply.split()))}
+        # A reply is its text and its code: a tool call's words ("Running it.") repeat while its code moves on.
+        keys = [("the same reply", " ".join(round_.reply.split()) + "\0" + (round_.code or "").strip())]
         if round_.result is not None and round_.result.status != "ok" and round_.code:
-            keys.add(("the same failing code", round_.code.strip()))
+            keys.insert(0, ("the same failing code", round_.code.strip()))  # the more telling reason, said first
         self._counts = {key: self._counts.get(key, 0) + 1 for key in keys}
         for (what, _), count in self._counts.items():
             if count >= self.limit:

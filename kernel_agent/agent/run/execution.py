@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 
-from ..events import ExecutionOutput
-from ..kernel.interface import Kernel
-from ..kernel.partial import OutputCallback, OutputChunk
-from ..result import ExecutionResult
+from ...events import ExecutionOutput
+from ...kernel.interface import Kernel
+from ...kernel.partial import OutputCallback, OutputChunk
+from ...result import ExecutionResult
 
 __all__ = ["StreamedExecution"]
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import DataFileError
+from ...errors import DataFileError
 from .dates import date_columns, describe_dates
 from .dirty import dirty_lines
 from .reading import count_lines, head, looks_binary, sample_lines, unpacked_size

@@ -12,28 +12,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
 
-from .._loop import in_thread
-from ..kernel.interface import Kernel, KernelsAhead
-from ..kernel.rebuild import RebuildCell, RebuildPlan
-from ..kernel.workspace import workspace_from
-from ..model.chat import ChatModel
-from ..model.messages import ChatMessage
-from ..notebook.export import warm_up
-from ..notebook.load import LoadedRun
-from ..records import Run, RunInfo
-from ..result import ExecutionResult, RebuildReport
-from .config import AgentConfig
-from .data import DataFile
-from .environment import Environment, host_packages, probe, prompt_context
-from .languages import PYTHON, Language, language_of
-from .protocols import PromptContext, Protocol, get_protocol
+from ..._loop import in_thread
+from ...kernel.interface import Kernel, KernelsAhead
+from ...kernel.rebuild import RebuildCell, RebuildPlan
+from ...kernel.workspace import workspace_from
+from ...model.chat import ChatModel
+from ...model.messages import ChatMessage
+from ...notebook.export import warm_up
+from ...notebook.load import LoadedRun
+from ...records import Run, RunInfo, now
+from ...result import ExecutionResult, RebuildReport
+from ..config import AgentConfig
+from ..datafiles.data import DataFile
+from ..environment import Environment, host_packages, probe, prompt_context
+from ..languages import PYTHON, Language, language_of
+from ..protocols import PromptContext, Protocol, get_protocol
 from .staging import DataStaging
 
-__all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "Prompt", "endpoint", "now"]
+__all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "Prompt", "endpoint"]
 
 SETUP_TIMEOUT_S = 120.0  # the setup cell is ours: a short per-round timeout for the model's code is not its
 
@@ -191,7 +190,6 @@ class Preparation:
             language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
         )
-        staging.arm_record()
         run = Run(info=info, setup_result=setup)
         if prompt is not None:
             return Opening(run, protocol, prompt.messages, prompt.packages, {setup.call: 0})
@@ -301,13 +299,9 @@ def endpoint(base_url: str | None, model: ChatModel) -> str:
     """Where the model is reached, as the record says it."""
     if model.scripted:
         return "scripted (no endpoint)"
-    from ..model.llm import endpoint_host
+    from ...model.llm import endpoint_host
 
     return endpoint_host(base_url)
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _setup_timeout(exec_timeout: float | None) -> float | None:

@@ -26,8 +26,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import KernelAgentError
-from ..kernel.door import MAX_ENTRIES, Door, WalkBounds
+from ...errors import KernelAgentError
+from ...kernel.door import MAX_ENTRIES, Door, WalkBounds
 
 __all__ = ["MAX_ENTRIES", "over_quota", "unmeasured", "workspace_usage"]
 

@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._loop import in_thread
-from ..errors import ConfigError, DataFileError, StorageError
-from ..kernel.interface import Kernel
-from ..notebook.claims import DataSources
-from ..records import RunInfo
-from .data import CheckedData, DataFile, check_data, prepare_data, stage_recorded
+from ..._loop import in_thread
+from ...errors import ConfigError, DataFileError
+from ...kernel.interface import Kernel
+from ...notebook.claims import DataSources
+from ...records import RunInfo
+from ..datafiles.data import CheckedData, DataFile, check_data, prepare_data, stage_recorded
 
 __all__ = ["DataStaging", "resumed_files"]
 
@@ -31,20 +31,22 @@ log = logging.getLogger(__name__)
 
 
 class DataStaging:
-    """The data files of one run, from checked to closed (see the module docstring).
+    """The data files of one run, from checked to closed (see the module docstring); an async context manager
+    owned by the run, closed on the way out (``close``).
 
     ``check`` makes one; ``into_workspace`` copies the files into the workspace now (for a kernel that
     works there); ``into_kernel`` gives a started kernel its copies; ``described`` awaits their summaries;
-    ``arm_record`` says the record's copies are still to make, ``record`` makes and awaits them;
-    ``close`` ends it all. ``in_workspace``: whether the workspace has the data copies.
+    ``started`` (the owner's: the run's notebook is saved) makes the record's copies due; the round engine
+    starts them ``beside_code`` and awaits them ``before_files``. ``in_workspace``: whether the workspace
+    has the data copies.
     """
 
     def __init__(self, checked: CheckedData) -> None:
         self.checked = checked
         self.in_workspace = False
-        self.record_error: DataFileError | StorageError | None = None  # why the record's copies failed
         self._reading: list[asyncio.Future[Any]] = []  # what must end before the checked files are closed
         self._description = self._started(_described(checked))
+        self._run_started = False  # the run's notebook is saved: keep what was copied, make the record
         self._record_due = False  # the record's copies are still to start
         self._recording: asyncio.Future[None] | None = None
 
@@ -56,6 +58,12 @@ class DataStaging:
         """The files checked and the workspace ``root`` made (off the loop), their description begun.
         Raises ``DataFileError``, ``ConfigError``, ``StorageError``."""
         return cls(await in_thread(_checked_data, list(paths), root))
+
+    async def __aenter__(self) -> DataStaging:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close(discard=not self._run_started)
 
     @property
     def files(self) -> tuple[DataFile, ...]:
@@ -79,7 +87,7 @@ class DataStaging:
     async def into_kernel(self, session: Kernel) -> None:
         """The kernel's own copies from the checked files (nothing to copy where it works in the workspace);
         when the workspace has its copies, each file is then checked unchanged so every copy holds the same
-        bytes (else ``record`` checks). Raises ``DataFileError``, ``KernelError``, ``StorageError``."""
+        bytes (else the record's copies check). Raises ``DataFileError``, ``KernelError``, ``StorageError``."""
         if not self.in_workspace and session.files.in_local:  # said to work apart, and this kernel does not
             log.warning("the kernel works in the run's folder after all: its data files are copied in now")
             await self.into_workspace()
@@ -94,27 +102,28 @@ class DataStaging:
             raise summaries
         return self.checked.with_summaries(summaries)
 
-    def arm_record(self) -> None:
-        """The run has begun: when the workspace lacks its copies, they are the record's to make (``record``)."""
-        self._record_due = not self.in_workspace
+    def started(self) -> None:
+        """The run has started (its notebook is saved): its copies are kept on close, and when the workspace
+        lacks them they are the record's to make. Idempotent."""
+        if not self._run_started:
+            self._run_started = True
+            self._record_due = not self.in_workspace
 
-    def begin_record(self) -> None:
-        """Start the record's copies if they are due (beside the first round's code, not before the first request)."""
+    def beside_code(self) -> None:
+        """Start the record's copies if they are due: beside a round's code, not before the first request."""
         if self._record_due:
             self._record_due = False
             self._recording = self._started(_recorded_copies(self.checked))
 
-    async def record(self) -> bool:
-        """Make the record's copies when due and wait for them; True when it waited (the workspace grew).
-        A failure is kept in ``record_error`` (the caller saves its round, then raises it)."""
-        self.begin_record()
+    async def before_files(self) -> bool:
+        """The record's copies made (started now if due) and awaited, before any file comes back from the
+        kernel and before a round is saved; True when it waited (the workspace grew). Raises
+        ``DataFileError``, ``StorageError`` (the caller saves its round first)."""
+        self.beside_code()
         if self._recording is None:
             return False
         recording, self._recording = self._recording, None
-        try:
-            await recording
-        except (DataFileError, StorageError) as exc:
-            self.record_error = exc
+        await recording
         return True
 
     def close(self, *, discard: bool = False) -> None:
@@ -122,7 +131,8 @@ class DataStaging:
         the checked files once every thread reading them has ended: now, or when they end. ``discard`` (the
         run never started: nothing was saved) also removes the workspace's copies and the folders made for
         them (``CheckedData.discard``). Idempotent."""
-        self.begin_record()
+        if not discard:
+            self.beside_code()
         work = self._reading
         running = [future for future in work if not future.done()]
         for future in work:  # their errors are not the run's to report when it failed before it awaited them

@@ -16,10 +16,10 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, as
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._loop import in_thread
-from ..errors import ConfigError, NotebookError, PlanError
-from ..events import Event, PlanEvent, PlanFinished, RunFinished
-from ..kernel.interface import (
+from ..._loop import in_thread
+from ...errors import ConfigError, NotebookError, PlanError
+from ...events import Event, PlanEvent, PlanFinished, RunFinished
+from ...kernel.interface import (
     Kernel,
     KernelFactory,
     KernelMaker,
@@ -28,24 +28,24 @@ from ..kernel.interface import (
     kernel_factory,
     kernels_ahead,
 )
-from ..kernel.kernelspec import KERNEL_NAME, choose_kernel
-from ..kernel.python_env import require_setup_packages
-from ..kernel.sandbox.bwrap import SandboxMode
-from ..kernel.session import AsyncKernelSession
-from ..kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside
-from ..model.chat import ChatModel
-from ..notebook.export import warm_up
-from ..notebook.load import load_resumable
-from ..records import Run, RunInfo
-from .config import NO_MODEL_HELP, AgentConfig, settings_in
-from .data import warm_describer
+from ...kernel.kernelspec import KERNEL_NAME, choose_kernel
+from ...kernel.python_env import require_setup_packages
+from ...kernel.sandbox.bwrap import SandboxMode
+from ...kernel.session import AsyncKernelSession
+from ...kernel.workspace import check_outside, default_workspace, fresh_beside, records_beside
+from ...model.chat import ChatModel
+from ...notebook.export import warm_up
+from ...notebook.load import load_resumable
+from ...records import Run, RunInfo
+from ..config import NO_MODEL_HELP, AgentConfig, settings_in
+from ..datafiles.data import warm_describer
+from ..names import DataFormat, ProtocolName
 from .loop import Ask, Rounds
-from .names import DataFormat, ProtocolName
 from .preparation import Preparation, Prompt
 from .staging import DataStaging, resumed_files
 
 if TYPE_CHECKING:  # plan mode is imported when a plan starts
-    from .plan.runner import PlanOptions
+    from ..plan.runner import PlanOptions
 
 __all__ = ["AsyncAgent", "warm_host"]
 
@@ -55,7 +55,7 @@ def chat_model_from(config: AgentConfig, model_options: dict[str, Any] | None) -
     other name at the OpenAI-compatible endpoint). Raises ``ConfigError`` when no model is configured."""
     if not config.model.name:
         raise ConfigError(NO_MODEL_HELP)
-    from ..model.registry import ModelSettings, make_model
+    from ...model.registry import ModelSettings, make_model
 
     settings = ModelSettings(
         base_url=config.model.base_url,
@@ -243,37 +243,42 @@ class AsyncAgent:
         # Checked now, then described while the kernel starts. A kernel that works in the workspace finds its
         # copies there when it starts (the sandbox binds them read-only); a kernel apart gets its own once
         # started, and the workspace's, the run's record, are made beside the first round's code.
-        staging = await DataStaging.check(data, root)
-        started = False  # a run stopped before it started (Ctrl-C, a kernel that would not start) leaves nothing
-        try:
+        async with await DataStaging.check(data, root) as staging:
             if not self._kernels_apart():
                 await staging.into_workspace()
-            kernels = self._kernels_ahead()
-            language = self._preparation.language_ahead(kernels)
-            async with AsyncExitStack() as stack:
-                if self._ready_model is not None:  # the SDK's import meanwhile: the first request goes out at once
-                    stack.push_async_callback(_settled, asyncio.ensure_future(in_thread(self._ready_model)))
-                prompt: Prompt | None = None
-                first: Ask | None = None
-                if language is None:
-                    session = await stack.enter_async_context(self._session_factory(root))
-                else:  # the first request goes out while the kernel starts; its first code waits for it
-                    starting = await stack.enter_async_context(_starting(self._session_factory(root)))
-                    assert kernels is not None  # language_ahead knows a language only of kernels said ahead
-                    prompt = await self._preparation.ahead(task, staging, language, kernels)
-                    first = Ask(self.chat_model, prompt.protocol, prompt.messages)
-                    stack.push_async_callback(first.aclose)  # a run that ends before its first round drops it
-                    session = await starting
-                opening = await self._preparation.new_run(
-                    session, task, staging, root, notebook_path, setup, prompt, kernels
-                )
-                rounds = Rounds(self.config, self.chat_model, session, opening, notebook_path, root, staging, first)
-                async with aclosing(rounds.events()) as events:  # closing this stream stops the code too
-                    async for event in events:
-                        started = True  # the first event is RunStarted: the notebook is saved
-                        yield event
-        finally:  # a kernel that would not start, a run stopped early: once what reads the files has ended
-            staging.close(discard=not started)
+            async with aclosing(self._run(task, staging, root, notebook_path, setup)) as events:
+                async for event in events:
+                    staging.started()  # the first event is RunStarted: the notebook is saved
+                    yield event
+
+    async def _run(
+        self, task: str, staging: DataStaging, root: Path, notebook_path: Path, setup: str
+    ) -> AsyncGenerator[Event, None]:
+        """The run's kernel started (the first request sent meanwhile when it can be), prepared and its rounds
+        driven: ``stream``'s events once its data files are staged."""
+        kernels = self._kernels_ahead()
+        language = self._preparation.language_ahead(kernels)
+        async with AsyncExitStack() as stack:
+            if self._ready_model is not None:  # the SDK's import meanwhile: the first request goes out at once
+                stack.push_async_callback(_settled, asyncio.ensure_future(in_thread(self._ready_model)))
+            prompt: Prompt | None = None
+            first: Ask | None = None
+            if language is None:
+                session = await stack.enter_async_context(self._session_factory(root))
+            else:  # the first request goes out while the kernel starts; its first code waits for it
+                starting = await stack.enter_async_context(_starting(self._session_factory(root)))
+                assert kernels is not None  # language_ahead knows a language only of kernels said ahead
+                prompt = await self._preparation.ahead(task, staging, language, kernels)
+                first = Ask(self.chat_model, prompt.protocol, prompt.messages)
+                stack.push_async_callback(first.aclose)  # a run that ends before its first round drops it
+                session = await starting
+            opening = await self._preparation.new_run(
+                session, task, staging, root, notebook_path, setup, prompt, kernels
+            )
+            rounds = Rounds(self.config, self.chat_model, session, opening, notebook_path, root, staging, first)
+            async with aclosing(rounds.events()) as events:  # closing this stream stops the code too
+                async for event in events:
+                    yield event
 
     async def resume(
         self,
@@ -365,18 +370,20 @@ class AsyncAgent:
         *,
         options: PlanOptions | None = None,
         resume: str | os.PathLike[str] | None = None,
-    ) -> AsyncIterator[PlanEvent]:
+    ) -> AsyncIterator[PlanEvent | Event]:
         """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
 
         ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.
         Raises ``PlanError``, ``NotebookError``, ``DataFileError``, ``ModelError``, ``KernelError``.
         """
-        from .plan.api import stream_plan
-        from .plan.runner import PlanOptions
+        from ..plan.api import stream_plan
+        from ..plan.runner import PlanOptions
 
         options = options or PlanOptions(exec_timeout=self.config.kernel.exec_timeout)
-        async for event in stream_plan(
+        events = stream_plan(
+            self.config,
             self.chat_model,
+            self._preparation,
             self._session_factory,
             task,
             data,
@@ -384,10 +391,11 @@ class AsyncAgent:
             notebook,
             options=options,
             resume=resume,
-            preload=self.config.kernel.preload,
-            protocol=self._preparation.protocol(),
-        ):
-            yield event
+            kernels_apart=self._kernels_apart(),
+        )
+        async with aclosing(events):  # closing this stream stops the code too
+            async for event in events:
+                yield event
 
 
 def warm_host() -> None:
