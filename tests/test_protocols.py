@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import pytest
 from PIL import Image
@@ -26,6 +25,7 @@ from kernel_agent.agent.protocols import (
 )
 from kernel_agent.errors import ConfigError
 from kernel_agent.model.chat import ModelReply, ToolCall
+from kernel_agent.model.messages import ChatMessage, ContentPart
 from kernel_agent.records import Round, Run, RunInfo, Turn
 from kernel_agent.result import ExecutionResult, png_size
 
@@ -37,12 +37,32 @@ CTX = PromptContext(
 )
 
 
-def da(text: str, **kw: object) -> Step:
-    return DeepAnalyzeProtocol().parse(ModelReply(text, **kw))  # type: ignore[arg-type]
+def da(text: str, finish_reason: str | None = None, stop_reason: str | int | None = None) -> Step:
+    return DeepAnalyzeProtocol().parse(ModelReply(text, finish_reason=finish_reason, stop_reason=stop_reason))
 
 
-def tags(text: str, **kw: object) -> Step:
-    return TagsProtocol().parse(ModelReply(text, **kw))  # type: ignore[arg-type]
+def tags(text: str, finish_reason: str | None = None, stop_reason: str | int | None = None) -> Step:
+    return TagsProtocol().parse(ModelReply(text, finish_reason=finish_reason, stop_reason=stop_reason))
+
+
+def text_of(message: ChatMessage) -> str:
+    """The message's content, which must be plain text (not parts, not None)."""
+    content = message["content"]
+    assert isinstance(content, str), message
+    return content
+
+
+def parts_of(message: ChatMessage) -> list[ContentPart]:
+    """The message's content, which must be a list of text and image parts."""
+    content = message["content"]
+    assert isinstance(content, list), message
+    return content
+
+
+def tool_call_id_of(message: ChatMessage) -> str:
+    """The call a message answers, which must be a tool message."""
+    assert message["role"] == "tool", message
+    return message["tool_call_id"]
 
 
 def png(width: int, height: int) -> bytes:
@@ -55,7 +75,7 @@ def b64png(width: int, height: int) -> str:
     return base64.b64encode(png(width, height)).decode()
 
 
-def assert_valid_tool_history(messages: Sequence[Mapping[str, Any]]) -> None:
+def assert_valid_tool_history(messages: Sequence[ChatMessage]) -> None:
     """Every assistant tool call is answered by a tool message before the next assistant turn."""
     pending: list[str] = []
     for message in messages:
@@ -149,7 +169,7 @@ def test_deepanalyze_rich_data_adds_the_summary_under_each_file_block() -> None:
 
 
 def test_prompt_without_data_has_no_data_section() -> None:
-    content = get_protocol("deepanalyze").initial_messages(PromptContext(task="t"))[0]["content"]
+    content = text_of(get_protocol("deepanalyze").initial_messages(PromptContext(task="t"))[0])
     assert content == "# Instruction\nt"
 
 
@@ -157,7 +177,7 @@ def test_prompt_without_data_has_no_data_section() -> None:
 def test_a_task_already_in_deepanalyze_shape_gets_no_second_heading(protocol: str) -> None:
     task = "# Instruction\nFind the top region.\n\n# Data\nsales figures by region"
     ctx = PromptContext(task=task, data_summary="## sales.csv", files=(FileInfo("sales.csv", 1024),))
-    content = get_protocol(protocol).initial_messages(ctx)[-1]["content"]
+    content = text_of(get_protocol(protocol).initial_messages(ctx)[-1])
     assert content.count("# Instruction") == 1 and content.count("# Data") == 1
     assert "# Task" not in content
     assert ("File 1:" if protocol == "deepanalyze" else "## sales.csv") in content
@@ -167,22 +187,22 @@ def test_a_task_already_in_deepanalyze_shape_gets_no_second_heading(protocol: st
 def test_chat_prompts_have_a_system_message_and_the_task(name: str) -> None:
     system, user = get_protocol(name).initial_messages(CTX)
     assert system["role"] == "system" and user["role"] == "user"
-    assert user["content"].startswith("# Task\nWhich region sells most?")
-    assert "## sales.csv" in user["content"]
+    assert text_of(user).startswith("# Task\nWhich region sells most?")
+    assert "## sales.csv" in text_of(user)
     for needle in ("persistent", "working directory", "pandas 2.2.3", "pd, np, plt are imported", "captured"):
-        assert needle in system["content"]
-    assert "placeholder" in system["content"]
-    assert "you will see them as images" in get_protocol(name, vision=True).initial_messages(CTX)[0]["content"]
+        assert needle in text_of(system)
+    assert "placeholder" in text_of(system)
+    assert "you will see them as images" in text_of(get_protocol(name, vision=True).initial_messages(CTX)[0])
 
 
 def test_tags_system_prompt_teaches_the_format() -> None:
-    system = get_protocol("tags").initial_messages(CTX)[0]["content"]
+    system = text_of(get_protocol("tags").initial_messages(CTX)[0])
     for needle in ("<Code>", "</Code>", "<Execute>", "<Answer>", "one <Code> block per reply"):
         assert needle in system
 
 
 def test_tools_system_prompt_names_the_tool() -> None:
-    system = get_protocol("tools").initial_messages(CTX)[0]["content"]
+    system = text_of(get_protocol("tools").initial_messages(CTX)[0])
     assert "execute_python" in system and "without calling the tool" in system
 
 
@@ -356,7 +376,7 @@ def test_nudge_restates_the_format() -> None:
     [nudge] = DeepAnalyzeProtocol().nudge_messages(step)
     assert nudge["role"] == "user"
     for needle in ("no <Code> or <Answer> tag", "<Code>", "<Answer>"):
-        assert needle in nudge["content"]
+        assert needle in text_of(nudge)
 
 
 def test_empty_reply_gets_a_placeholder_in_history() -> None:
@@ -406,14 +426,14 @@ def test_tags_feedback_is_a_user_message() -> None:
     messages = TagsProtocol().feedback_messages(step, Feedback("Traceback ...\nNameError: x\n", (b64png(9, 9),)))
     assert messages == [{"role": "user", "content": "<Execute>\nTraceback ...\nNameError: x\n</Execute>"}]
     [nudge] = TagsProtocol().nudge_messages(tags("nothing"))
-    assert nudge["role"] == "user" and "<Code>" in nudge["content"]
+    assert nudge["role"] == "user" and "<Code>" in text_of(nudge)
 
 
 def test_tags_vision_feedback_carries_images() -> None:
     step = tags("<Code>x</Code>")
     feedback = Feedback("[image 1: png 2000x1000]\n", (b64png(2000, 1000),))
     [message] = TagsProtocol(vision=True).feedback_messages(step, feedback)
-    text, image = message["content"]
+    text, image = parts_of(message)
     assert text == {"type": "text", "text": "<Execute>\n[image 1: png 2000x1000]\n</Execute>"}
     assert image_size(image) == (768, 384)
 
@@ -458,7 +478,7 @@ def test_tools_empty_reply_is_nudged_by_a_user_message() -> None:
     step = protocol.parse(ModelReply(""))
     assert step.answer is None and step.code is None and step.problem == "empty reply"
     [nudge] = protocol.nudge_messages(step)
-    assert nudge["role"] == "user" and "execute_python" in nudge["content"]
+    assert nudge["role"] == "user" and "execute_python" in text_of(nudge)
 
 
 def test_tools_one_call() -> None:
@@ -513,8 +533,8 @@ def test_tools_bad_arguments_still_answer_the_call(arguments: str, problem: str)
     assert step.code is None and step.answer is None and step.tool_call_id == "call_x"
     assert step.problem is not None and step.problem.startswith(problem)
     nudge = protocol.nudge_messages(step)
-    assert nudge[0]["role"] == "tool" and nudge[0]["tool_call_id"] == "call_x"
-    assert problem in nudge[0]["content"] and '{"code"' in nudge[0]["content"]
+    assert tool_call_id_of(nudge[0]) == "call_x"
+    assert problem in text_of(nudge[0]) and '{"code"' in text_of(nudge[0])
     assert_valid_tool_history([protocol.assistant_message(reply, step), *nudge])
 
 
@@ -544,7 +564,7 @@ def test_tools_several_calls_run_the_first_and_answer_all() -> None:
     assistant = protocol.assistant_message(reply, step)
     assert [c["id"] for c in assistant["tool_calls"]] == ["c1", "c2", "c3"]
     feedback = protocol.feedback_messages(step, Feedback("ok\n"))
-    assert [(m["tool_call_id"], m["content"].startswith("Not run")) for m in feedback] == [
+    assert [(tool_call_id_of(m), text_of(m).startswith("Not run")) for m in feedback] == [
         ("c1", False),
         ("c2", True),
         ("c3", True),
@@ -561,9 +581,14 @@ def test_tools_missing_ids_are_made_consistent() -> None:
     assert_valid_tool_history([assistant, *protocol.feedback_messages(step, Feedback("1\n"))])
 
 
-def image_size(part: Any) -> tuple[int, int] | None:
-    assert part["type"] == "image_url"
-    url = part["image_url"]["url"]
+def image_url_of(part: ContentPart) -> str:
+    """The part's image URL, which must be an image part."""
+    assert part["type"] == "image_url", part
+    return part["image_url"]["url"]
+
+
+def image_size(part: ContentPart) -> tuple[int, int] | None:
+    url = image_url_of(part)
     assert url.startswith("data:image/png;base64,")
     return png_size(url.removeprefix("data:image/png;base64,"))
 
@@ -576,11 +601,11 @@ def test_tools_vision_sends_downscaled_images_in_a_user_message() -> None:
     messages = protocol.feedback_messages(step, Feedback("[image 1: png 1600x1200]\n[image 2: png 300x200]\n", images))
     assert [m["role"] for m in messages] == ["tool", "tool", "user"]
     assert messages[0]["content"] == "[image 1: png 1600x1200]\n[image 2: png 300x200]\n"
-    intro, first, second = messages[2]["content"]
+    intro, first, second = parts_of(messages[2])
     assert intro["type"] == "text"
     assert image_size(first) == (768, 576)
     assert image_size(second) == (300, 200)
-    assert second["image_url"]["url"].endswith(images[1])  # small images are sent as they are
+    assert image_url_of(second).endswith(images[1])  # small images are sent as they are
     assert_valid_tool_history([protocol.assistant_message(reply, step), *messages])
 
 
@@ -594,7 +619,7 @@ def test_vision_caps_images_and_survives_bad_ones() -> None:
     protocol = ToolsProtocol(vision=True)
     step = protocol.parse(ModelReply("", tool_calls=(call(),)))
     images = ("bm90IGEgcG5n",) + tuple(b64png(4, 4) for _ in range(MAX_IMAGES + 1))
-    parts = protocol.feedback_messages(step, Feedback("x", images))[-1]["content"][1:]
+    parts = parts_of(protocol.feedback_messages(step, Feedback("x", images))[-1])[1:]
     assert parts[0] == {"type": "text", "text": "[image 1 could not be decoded]"}
     assert [p["type"] for p in parts[1:MAX_IMAGES]] == ["image_url"] * (MAX_IMAGES - 1)
     assert parts[-1] == {"type": "text", "text": "[2 more images not shown]"}
@@ -686,7 +711,7 @@ def test_deepanalyze_resume_replays_each_turn_as_its_server_would() -> None:
         "</Execute>\n<Analyze>Multiply.</Analyze>\n<Code>\nprint(x * 7)\n</Code>\n"
         "<Execute>\n42\n</Execute>\n<Answer>42</Answer>"
     )
-    assert messages[4]["content"].startswith("# Instruction\nTriple it\n\n# Data\nFile 1:\n")
+    assert text_of(messages[4]).startswith("# Instruction\nTriple it\n\n# Data\nFile 1:\n")
 
 
 def test_deepanalyze_resume_trims_the_oldest_rounds_first_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -694,7 +719,7 @@ def test_deepanalyze_resume_trims_the_oldest_rounds_first_and_says_so(monkeypatc
 
     monkeypatch.setattr(deepanalyze, "REPLAY_CHARS", 200)
     messages = get_protocol("deepanalyze").resume_messages(PromptContext(task="t"), _two_turn_run(), "Triple it")
-    first, second = messages[1]["content"], messages[3]["content"]
+    first, second = text_of(messages[1]), text_of(messages[3])
     assert first == "[2 earlier round(s) left out to fit the context]\n<Answer>42</Answer>"
     assert "print(x * 14)" in second and "<Answer>84</Answer>" in second  # the latest rounds are kept whole
 
@@ -702,5 +727,5 @@ def test_deepanalyze_resume_trims_the_oldest_rounds_first_and_says_so(monkeypatc
 @pytest.mark.parametrize("name", ["tags", "tools"])
 def test_resume_in_other_protocols_sends_back_the_reasoning(name: str) -> None:
     messages = get_protocol(name).resume_messages(PromptContext(task="What is 6*7?"), _two_turn_run(), "Triple it")
-    briefing = messages[-1]["content"]
+    briefing = text_of(messages[-1])
     assert "Your reasoning: Multiply." in briefing and "print(x * 7)" in briefing and briefing.endswith("Triple it")

@@ -6,7 +6,8 @@ protocols, the environment notes and task message built from a
 ``# Instruction`` then ``# Data`` with one ``File N:`` JSON block per file, as
 DeepAnalyze's ``collect_file_info``/``prepare_vllm_messages`` build it), the
 ``<Execute>`` block around output, and the texts that answer an unusable reply. Does not own the message *shapes* a
-protocol sends (roles, tool messages, image parts) nor parsing replies: see ``protocols.py``.
+protocol sends (roles, tool messages, image parts) nor parsing replies: see the protocols (``deepanalyze.py``,
+``tags.py``, ``tools.py``), ``images.py`` for the image parts and ``model/messages.py`` for the types.
 
 Pure: strings in, strings and message dicts out.
 """

@@ -5,7 +5,8 @@ Owns the tags (``<Analyze>``, ``<Understand>``, ``<Code>``, ``<Execute>``,
 and loose text, rendering the prose blocks as markdown, pulling the code out
 of a ``<Code>`` body (or any fenced text) and closing a block the model left
 open. Does not own what a reply *means* (code, answer or a problem to report):
-that is the tag protocols' job in ``protocols.py``.
+that is the tag protocols' job (``TagProtocol.parse`` in ``tags.py``, which
+``deepanalyze.py`` shares).
 
 Pure functions of their text, linear in its length.
 """
