@@ -40,8 +40,9 @@ from ...records import Run, RunInfo
 from ..config import NO_MODEL_HELP, AgentConfig, settings_in
 from ..datafiles.data import warm_describer
 from ..names import DataFormat, ProtocolName
-from .loop import Ask, Rounds
+from .loop import Ask
 from .preparation import Preparation, Prompt
+from .rounds import Rounds
 from .staging import DataStaging, resumed_files
 
 if TYPE_CHECKING:  # plan mode is imported when a plan starts
