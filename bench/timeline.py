@@ -30,6 +30,7 @@ from bench_agent import _make_csv, _rounds, _TimedModel
 
 from kernel_agent.agent.datafiles import data as data_module
 from kernel_agent.agent.run import agent as agent_module
+from kernel_agent.agent.run import loop as loop_module
 from kernel_agent.agent.run import preparation as preparation_module
 from kernel_agent.agent.run import rounds as rounds_module
 from kernel_agent.agent.run import staging as staging_module
@@ -78,7 +79,7 @@ def _instrument() -> None:
     _timed(rounds, "_save", "save (awaited)")
     _timed(writer_module.RunWriter, "save", "  in its thread")
     _timed(writer_module.RunWriter, "_write_clean", "clean view (background)")
-    _timed(rounds, "_disk_usage", "disk usage")
+    _timed(loop_module.RoundEngine, "_disk_usage", "disk usage")
     _timed(files_module.CopiedFiles, "snapshot", "listing")
     _timed(AsyncKernelSession, "execute", "execute")
 
