@@ -32,6 +32,7 @@ from kernel_agent.agent.datafiles import data as data_module
 from kernel_agent.agent.run import agent as agent_module
 from kernel_agent.agent.run import loop as loop_module
 from kernel_agent.agent.run import preparation as preparation_module
+from kernel_agent.agent.run import rounds as rounds_module
 from kernel_agent.agent.run import staging as staging_module
 from kernel_agent.events import ExecutionFinished, RoundFinished
 from kernel_agent.kernel import files as files_module
@@ -68,7 +69,7 @@ def _timed(owner: Any, name: str, label: str) -> None:
 
 
 def _instrument() -> None:
-    rounds = loop_module.Rounds
+    rounds = rounds_module.Rounds
     _timed(staging_module, "_checked_data", "check data")
     _timed(data_module.CheckedData, "summaries", "describe")
     _timed(data_module.CheckedData, "install", "record copies")
@@ -78,7 +79,7 @@ def _instrument() -> None:
     _timed(rounds, "_save", "save (awaited)")
     _timed(writer_module.RunWriter, "save", "  in its thread")
     _timed(writer_module.RunWriter, "_write_clean", "clean view (background)")
-    _timed(rounds, "_disk_usage", "disk usage")
+    _timed(loop_module.RoundEngine, "_disk_usage", "disk usage")
     _timed(files_module.CopiedFiles, "snapshot", "listing")
     _timed(AsyncKernelSession, "execute", "execute")
 

@@ -15,7 +15,7 @@ page and every stored run's events read them by these names.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .records import Artifact, Round, Run
 from .result import ExecutionResult
@@ -30,6 +30,7 @@ __all__ = [
     "ExecutionStarted",
     "NodeFinished",
     "NodeStarted",
+    "NodeStatus",
     "Notice",
     "PlanEvent",
     "PlanFinished",
@@ -210,10 +211,15 @@ class RunFinished(_EventBase):
     kind = "finished"
 
 
+NodeStatus = Literal["done", "failed", "skipped", "interrupted"]
+"""How a plan node ended; ``interrupted``: cancelled mid-way (Ctrl-C, a closed stream), run again on resume."""
+
+
 @dataclass(frozen=True)
 class PlanReady(_EventBase):
     """Plan mode: the DAG to run. ``nodes`` are ``{"id", "title", "kind", "depends_on", "status", "attempts"}``
-    in execution order; ``status`` is ``done``/``failed``/``skipped`` for nodes a resume keeps, and
+    in execution order; ``status`` is a ``NodeStatus`` for nodes the state file recorded on resume
+    (``done``/``failed``/``skipped`` are kept; ``interrupted`` ones run again), else ``pending``, and
     ``attempts`` how many they took (0 for pending nodes)."""
 
     directions: tuple[str, ...]
@@ -234,11 +240,12 @@ class NodeStarted(_EventBase):
 
 @dataclass(frozen=True)
 class NodeFinished(_EventBase):
-    """Plan mode: a node ended ``done``, ``failed`` or ``skipped`` (``reason`` says why not done, or that a
-    code task was stopped by its round bound, ``max_task_rounds``, before the model said it was done)."""
+    """Plan mode: a node ended ``done``, ``failed``, ``skipped`` or ``interrupted`` (stopped mid-way: its rounds
+    so far recorded, run again on resume); ``reason`` says why not done, or that a code task was stopped by
+    its round bound, ``max_task_rounds``, before the model said it was done."""
 
     node_id: str
-    status: str
+    status: NodeStatus
     attempts: int
     figures: int
     reason: str = ""

@@ -242,6 +242,7 @@ def test_the_checks_see_what_they_must() -> None:
     assert {
         "kernel_agent.agent.run.loop",
         "kernel_agent.agent.run.preparation",
+        "kernel_agent.agent.run.rounds",
         "kernel_agent.agent.run.staging",
     } <= imports_of("kernel_agent.agent.run.agent")
     assert "kernel_agent.mcp.files" in imports_of("kernel_agent.mcp.server")

@@ -35,7 +35,7 @@ from ...notebook.html import export_html
 from ...records import Usage
 from ..config import AgentConfig
 from ..datafiles.data import DataFile, stage_recorded
-from ..environment import Environment, names_expression, probe, probe_expression, prompt_context
+from ..environment import Environment
 from ..languages import PYTHON, language_of
 from ..protocols import Protocol, environment_lines
 from ..run.preparation import Preparation
@@ -76,11 +76,11 @@ async def stream_plan(
     Every finished node is on disk (state, notebook, report) before its ``NodeFinished`` is yielded.
     """
     config = replace(config, kernel=replace(config.kernel, exec_timeout=options.exec_timeout))
-    carried = _Carried(config, model, preparation.protocol(), options, config.kernel.preload)
+    carried = _Carried(config, model, preparation.protocol(), options, preparation)
     if resume is not None:
         events = carried.resumed(session_factory, Path(resume), workspace, notebook)
     else:
-        events = carried.new(preparation, session_factory, task, data, workspace, notebook, kernels_apart)
+        events = carried.new(session_factory, task, data, workspace, notebook, kernels_apart)
     async with aclosing(events):  # closing this stream stops the code too
         async for event in events:
             yield event
@@ -94,11 +94,10 @@ class _Carried:
     model: ChatModel
     protocol: Protocol
     options: PlanOptions
-    preload: bool
+    preparation: Preparation
 
     async def new(
         self,
-        preparation: Preparation,
         session_factory: KernelFactory,
         task: str,
         data: Sequence[str | os.PathLike[str]],
@@ -107,6 +106,7 @@ class _Carried:
         kernels_apart: bool,
     ) -> AsyncGenerator[PlanEvent | Event, None]:
         """A new plan: started through ``DataStaging`` and ``Preparation`` as a run is, then designed."""
+        preparation = self.preparation
         root = Path(workspace) if workspace is not None else default_workspace(task)
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
@@ -195,7 +195,7 @@ class _Carried:
         yield PlanReady(
             tuple(state.plan.get("directions", ())), tuple(_describe(n, state) for n in nodes), state.scripted
         )
-        view = _View(tuple(files), self.preload, self.protocol.vision)
+        view = _View(tuple(files), self.preparation, self.protocol.vision)
         nodes_run = _Nodes(self.config, self.model, session, self.protocol, self.options, root)
         async with aclosing(nodes_run.run(nodes, state, notebook_path, view)) as events:  # closing stops the code
             async for event in events:
@@ -241,18 +241,17 @@ async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState,
 
 @dataclass(frozen=True)
 class _View:
-    """What every node is told about its environment, from ``prompt_context`` as run mode's prompt is."""
+    """What every node is told about its environment, the way run mode's prompt is (``Preparation``)."""
 
     files: tuple[DataFile, ...]
-    preload: bool
+    preparation: Preparation
     vision: bool
 
     async def context(self, session: Kernel, task: str) -> tuple[list[str], str, Environment]:
         """The next node's environment lines and data description, with the kernel probed now (the names
-        defined so far)."""
-        environment = await probe(session, packages=probe_expression(), names=names_expression())
-        preloaded = PYTHON.setup_words(self.files) if self.preload else ""
-        context = prompt_context(environment, task, self.files, preloaded=preloaded)
+        defined so far). Raises ``KernelError``."""
+        environment = await self.preparation.environment(session, PYTHON)
+        context = self.preparation.prompt_context(environment, task, self.files, PYTHON)
         return environment_lines(context, vision=self.vision), context.data_summary, environment
 
 

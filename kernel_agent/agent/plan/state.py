@@ -17,17 +17,16 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ...errors import NotebookError, WorkspaceFileError
+from ...events import NodeStatus
 from ...kernel.door import write_record
 from ...notebook.claims import check_data_files
 from ...notebook.load import read_json_record
 from ...result import clip_middle
 
 __all__ = ["CellRecord", "NodeResult", "NodeStatus", "PlanState", "state_path"]
-
-NodeStatus = Literal["done", "failed", "skipped", "interrupted"]  # interrupted: run again on resume
 
 
 @dataclass(frozen=True)

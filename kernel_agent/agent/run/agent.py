@@ -2,7 +2,7 @@
 
 Owns the agent's settings, its model and where its kernels come from, and one run's wiring: the data
 files staged (``staging.DataStaging``), the kernel started, the run prepared (``preparation.Preparation``:
-setup cell, probe, opening prompt) and its rounds driven (``loop.Rounds``); ``run()`` is ``stream()``
+setup cell, probe, opening prompt) and its rounds driven (``rounds.Rounds``); ``run()`` is ``stream()``
 collected; ``resume`` and plan mode start the same way. Every piece of a run's state lives in that run's
 objects, never here. It does not run rounds, parse replies or lay out notebooks itself.
 """
@@ -40,8 +40,9 @@ from ...records import Run, RunInfo
 from ..config import NO_MODEL_HELP, AgentConfig, settings_in
 from ..datafiles.data import warm_describer
 from ..names import DataFormat, ProtocolName
-from .loop import Ask, Rounds
+from .loop import Ask
 from .preparation import Preparation, Prompt
+from .rounds import Rounds
 from .staging import DataStaging, resumed_files
 
 if TYPE_CHECKING:  # plan mode is imported when a plan starts

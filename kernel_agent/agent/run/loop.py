@@ -1,17 +1,17 @@
-"""The round loop: ``Rounds``, one run's rounds from its opening to its end.
+"""The round engine: ``RoundEngine``, rounds in one live kernel the same for every caller, under a ``RoundPolicy``.
 
-Owns the rounds: ask the model, parse its reply with the run's protocol, run the code in the live kernel,
-feed the result back, record the round and write the notebook, until an answer, a limit or a failure.
-Every step is an ``Event``; ``Ask`` is one request to the model (the first may be sent ahead, while the
-kernel starts). It does not prepare the run (``preparation``), move data files (``staging``),
-parse replies (``protocols``), talk HTTP (``llm``), fold kernel messages (``session``) or lay out
-notebooks (``notebook``); ``AsyncAgent`` (``agent.py``) wires them.
+Owns a round: ask the model (``Ask``, one request; the first may be sent ahead, while the kernel starts),
+stream its reply as events, parse it with the run's protocol, run the code in the live kernel, feed the
+result back; and what ends the rounds whatever the caller (stuck, the disk quota, the rounds run out).
+What a caller decides (the code a reply runs, what the model is told, how a round is recorded) is its
+policy: run mode's is ``rounds.Rounds``, a plan node's ``plan/runner.py``'s ``NodeRun``. It does not
+prepare the run (``preparation``), move data files (``staging``), parse replies (``protocols``), talk
+HTTP (``llm``), fold kernel messages (``session``) or lay out notebooks (``notebook``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import typing
 from collections.abc import AsyncGenerator, Sequence
@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..._loop import in_thread
-from ...errors import DataFileError, KernelError, ModelError, StorageError
+from ...errors import DataFileError, StorageError
 from ...events import (
-    AnswerReady,
     CodeDelta,
     CodeReady,
     Event,
@@ -31,11 +30,7 @@ from ...events import (
     ExecutionStarted,
     Notice,
     ReasoningDelta,
-    RoundFinished,
     RoundStarted,
-    RunError,
-    RunFinished,
-    RunStarted,
     TextDelta,
     TextReset,
 )
@@ -53,19 +48,16 @@ from ...model.chat import (
     no_reply,
 )
 from ...model.messages import ChatMessage
-from ...notebook.export import clean_path
-from ...notebook.writer import RunWriter
 from ...records import Round, StopReason, Usage, now
 from ...result import ExecutionResult
 from ..config import AgentConfig
 from ..protocols import Feedback, Protocol, Step
 from .execution import StreamedExecution
 from .history import StuckGuard, clip_old_feedback
-from .preparation import Opening
 from .quota import over_quota, unmeasured, workspace_usage
 from .staging import DataStaging
 
-__all__ = ["Ask", "RoundEngine", "RoundPolicy", "Rounds", "Stopped"]
+__all__ = ["Ask", "RoundEngine", "RoundPolicy", "Stopped"]
 
 
 class Ask:
@@ -241,37 +233,24 @@ class RoundEngine:
                 return
         yield Stopped("max_rounds")
 
-    # C901 (15): issue 50's engine and stream branches reshape this method (one engine for every run, the
-    # model seam as a stream); it is split there rather than here, where both rewrite it.
-    async def _round(self, index: int) -> AsyncGenerator[Event | _RoundDone, None]:  # noqa: C901
+    async def _round(self, index: int) -> AsyncGenerator[Event | _RoundDone, None]:
         """Ask → parse → execute → feed back; the last thing yielded is the round."""
-        reply: ModelReply | None = None
         sent = clip_old_feedback(
             self.messages,
             self.feedback_at,
             keep=self.config.protocol.full_feedback_rounds,
             clip_chars=self.config.protocol.old_feedback_chars,
         )
-        code_stream = self.protocol.code_stream()
         options = self.policy.request_options(self.protocol.request_options())
         ask, self.first_ask = self.first_ask or Ask(self.chat_model, self.protocol, sent, options), None
-        async with aclosing(ask.pieces()) as pieces:
-            async for piece in pieces:
-                if isinstance(piece, TextPiece):
-                    yield TextDelta(index, piece.text)
-                elif isinstance(piece, ToolCallDelta):
-                    if added := code_stream.feed(piece):
-                        yield CodeDelta(index, added)
-                elif isinstance(piece, ReasoningPiece):
-                    yield ReasoningDelta(index, piece.text)
-                elif isinstance(piece, Retry):
-                    code_stream = self.protocol.code_stream()  # the retried request's call starts over
-                    yield TextReset(index, piece.reason)
+        reply: ModelReply | None = None
+        async with aclosing(self._reply(ask, index)) as pieces:
+            async for event in pieces:
+                if isinstance(event, ModelReply):
+                    reply = event
                 else:
-                    reply = piece
-                    if rest := code_stream.flush():
-                        yield CodeDelta(index, rest)
-        assert reply is not None  # pieces() ends with the ModelReply or raises
+                    yield event
+        assert reply is not None  # _reply ends with the ModelReply or raises
         model_s = time.monotonic() - ask.started
         step = self.protocol.parse(reply)
         self.messages.append(self.protocol.assistant_message(reply, step))
@@ -293,6 +272,34 @@ class RoundEngine:
             self.messages.extend(self.policy.no_code(step))
             yield _RoundDone(replace(base, answer=step.answer))
             return
+        async with aclosing(self._executed(base, code, step)) as executed:
+            async for done in executed:
+                yield done
+
+    async def _reply(self, ask: Ask, index: int) -> AsyncGenerator[Event | ModelReply, None]:
+        """The model's stream as events (its text, code and reasoning as they arrive), ending in its reply."""
+        code_stream = self.protocol.code_stream()
+        async with aclosing(ask.pieces()) as pieces:
+            async for piece in pieces:
+                if isinstance(piece, TextPiece):
+                    yield TextDelta(index, piece.text)
+                elif isinstance(piece, ToolCallDelta):
+                    if added := code_stream.feed(piece):
+                        yield CodeDelta(index, added)
+                elif isinstance(piece, ReasoningPiece):
+                    yield ReasoningDelta(index, piece.text)
+                elif isinstance(piece, Retry):
+                    code_stream = self.protocol.code_stream()  # the retried request's call starts over
+                    yield TextReset(index, piece.reason)
+                else:
+                    if rest := code_stream.flush():
+                        yield CodeDelta(index, rest)
+                    yield piece
+
+    async def _executed(self, base: Round, code: str, step: Step) -> AsyncGenerator[Event | _RoundDone, None]:
+        """``code`` run in the kernel, the files it wrote listed and the model told; the last thing yielded
+        is the round (``base`` with its result)."""
+        index = base.index
         yield CodeReady(index, code, step.reasoning)
         yield ExecutionStarted(index, self.config.kernel.exec_timeout)
         before = self.listing if self.listing is not None else await self.session.files.snapshot(self.exclude)
@@ -367,140 +374,6 @@ class RoundEngine:
         if unwalked is not None:
             return unmeasured(unwalked)
         return over_quota(used - (self.baseline or 0), self.config.kernel.disk_quota_mb)
-
-
-class Rounds:
-    """One run's rounds in ``session`` from its ``opening``, recorded in ``notebook`` (see the module docstring):
-    run mode's policy for the ``RoundEngine`` (every reply's code runs; a reply without code ends the run
-    with its answer, or is nudged; each round is saved in the run's notebook) and the run's event stream.
-
-    The mutable state of the run in progress lives here (the values it builds are frozen). ``staging``,
-    when the run has data files still to record, gives the record's copies; ``first_ask``, the first
-    round's request when it was sent ahead (``Ask``, with the opening messages). ``events()`` runs it once.
-    """
-
-    def __init__(
-        self,
-        config: AgentConfig,
-        chat_model: ChatModel,
-        session: Kernel,
-        opening: Opening,
-        notebook: Path,
-        workspace: Path,
-        staging: DataStaging | None = None,
-        first_ask: Ask | None = None,
-    ) -> None:
-        self.config = config
-        self.session = session
-        self.run = opening.run
-        self.first_round = opening.first_round
-        self.notebook = notebook
-        self.workspace = workspace
-        self.writer = RunWriter(notebook)
-        self.engine = RoundEngine(
-            config,
-            chat_model,
-            session,
-            opening.protocol,
-            opening.messages,
-            self,
-            workspace=workspace,
-            exclude=(notebook, clean_path(notebook)),
-            packages=opening.packages,
-            calls=dict(opening.calls),
-            staging=staging,
-            first_ask=first_ask,
-        )
-
-    def __repr__(self) -> str:
-        return f"<Rounds {self.notebook.name} from round {self.first_round}>"
-
-    async def events(self) -> AsyncGenerator[Event, None]:
-        """The run's events, ``RunStarted`` to ``RunFinished``. Model failures end the run (``llm_error``);
-        ``KernelError``, ``DataFileError`` and ``StorageError`` are raised carrying the saved run."""
-        await self._save()
-        yield self._started()
-        if self.session.workspace is not None and self.session.limits.sandbox == "off":  # a remote one: the gateway's
-            yield Notice(
-                f"the kernel runs unconfined (sandbox off): model-written code can do whatever you can "
-                f"({self.session.limits.describe()})"
-            )
-        stop: StopReason | None = None
-        last = self.first_round + self.config.protocol.max_rounds - 1
-        try:
-            async with aclosing(self.engine.rounds(self.first_round, last)) as rounds:  # closing stops the code too
-                async for event in rounds:
-                    if isinstance(event, Stopped):
-                        stop = event.reason
-                        if event.reason == "disk_quota":
-                            self.run = replace(self.run, error=event.why)
-                    else:
-                        yield event
-        except ModelError as exc:
-            stop = "llm_error"
-            self.run = replace(self.run, error=str(exc))
-            yield RunError(str(exc), type(exc).__name__)
-        except (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit):  # GeneratorExit: the stream was closed
-            kept = (self.engine.running,) if self.engine.running is not None else ()
-            self.run = replace(
-                self.run,
-                rounds=(*self.run.rounds, *kept),
-                stop_reason="cancelled",
-                error="cancelled by the user",
-                finished_at=now(),
-            )
-            await self._save()
-            raise
-        except (KernelError, DataFileError, StorageError) as exc:  # the machinery, not the analysed code
-            self.run = replace(self.run, error=f"{type(exc).__name__}: {exc}", finished_at=now())
-            await self._save()
-            exc.run = self.run
-            raise
-        if not self.run.finished_at:  # an answer's round saved the finished run already
-            self.run = replace(self.run, stop_reason=stop, finished_at=now())
-            await self._save()
-        yield RunFinished(self.run)
-
-    def _started(self) -> RunStarted:
-        info = self.run.info
-        return RunStarted(
-            info.task,
-            info.model,
-            info.protocol,
-            os.path.abspath(self.workspace),  # absolute for every kind of run (resume was given a relative one)
-            os.path.abspath(self.notebook),
-            info.scripted,
-            info.confinement,
-            self.config.protocol.reason,
-            info.question or info.task,
-        )
-
-    # ----------------------------------------------------------- the policy
-    def request_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        return options
-
-    def code_of(self, reply: ModelReply, step: Step) -> str | None:
-        return step.code
-
-    def no_code(self, step: Step) -> list[ChatMessage]:
-        return self.engine.protocol.nudge_messages(step) if step.answer is None else []
-
-    def feedback(self, step: Step, result: ExecutionResult, told: Feedback) -> Feedback:
-        return told
-
-    async def recorded(self, round_: Round) -> tuple[Sequence[Event], StopReason | None]:
-        self.run = replace(self.run, rounds=(*self.run.rounds, round_), usage=self.run.usage + round_.usage)
-        if round_.answer is not None:  # the run ends with this round: its save is the finished run's
-            self.run = replace(self.run, answer=round_.answer, stop_reason="answer", finished_at=now())
-        await self._save()
-        if round_.answer is None:
-            return (RoundFinished(round_),), None
-        return (RoundFinished(round_), AnswerReady(round_.index, round_.answer)), "answer"
-
-    async def _save(self) -> None:
-        self.run = replace(self.run, notebook_path=self.notebook)
-        # The full view now (off the loop: a service runs many threads on it); the clean view alongside the next round.
-        await in_thread(self.writer.save, self.run)
 
 
 def _in_rounds(result: ExecutionResult, calls: dict[int, int]) -> ExecutionResult:
