@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["LoopThread", "in_thread"]
 
@@ -52,23 +53,25 @@ class LoopThread:
     def run(self, coro: Awaitable[T]) -> T:
         """Run ``coro`` on the private loop and wait for it.
 
-        A ``KeyboardInterrupt`` while waiting cancels the coroutine and waits
-        (up to ``_UNWIND_S``) until it has finished unwinding, which saves the
-        run and stops the kernel, before the interrupt is re-raised. Returning
-        earlier would leave an async generator still running its cleanup, so
-        closing it would fail.
+        A ``KeyboardInterrupt`` while waiting (even before the loop has started
+        ``coro``) cancels the coroutine and waits (up to ``_UNWIND_S``) until it
+        has finished unwinding, which saves the run and stops the kernel, before
+        the interrupt is re-raised. Returning earlier would leave an async
+        generator still running its cleanup, so closing it would fail.
         """
         if threading.current_thread() is self._thread:
             raise RuntimeError("a sync facade was called from its own event-loop thread")
-        finished = threading.Event()
-        task = asyncio.run_coroutine_threadsafe(_spawn(coro, finished), self.loop).result()
+        call: _Call[T] = _Call(coro)
         try:
-            finished.wait()
+            # Callbacks run in the order they were queued, so a cancel queued by the handler below
+            # always finds the task started (or finds nothing queued, and drops the coroutine).
+            self.loop.call_soon_threadsafe(call.start)
+            call.finished.wait()
         except KeyboardInterrupt:
-            self.loop.call_soon_threadsafe(task.cancel)
-            finished.wait(timeout=_UNWIND_S)
+            self.loop.call_soon_threadsafe(call.cancel)
+            call.finished.wait(timeout=_UNWIND_S)
             raise
-        return task.result()
+        return call.result()
 
     def iterate(self, agen: AsyncIterator[T]) -> Generator[T, None, None]:
         """Iterate an async iterator living on the private loop, from this thread; closing the generator
@@ -113,11 +116,29 @@ async def _as_coroutine(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-async def _spawn(awaitable: Awaitable[T], finished: threading.Event) -> asyncio.Task[T]:
-    """Start ``awaitable`` as a task on this loop; ``finished`` is set once it is done (even cancelled)."""
-    task = asyncio.ensure_future(_as_coroutine(awaitable))
-    task.add_done_callback(lambda _task: finished.set())
-    return task
+class _Call(Generic[T]):
+    """One awaitable handed to the loop: started and cancelled there, its end seen from any thread."""
+
+    def __init__(self, awaitable: Awaitable[T]) -> None:
+        self.awaitable = awaitable
+        self.finished = threading.Event()
+        self.task: asyncio.Task[T] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.ensure_future(_as_coroutine(self.awaitable))
+        self.task.add_done_callback(lambda _task: self.finished.set())
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            return
+        if inspect.iscoroutine(self.awaitable):  # interrupted before it was queued: it never runs
+            self.awaitable.close()
+        self.finished.set()
+
+    def result(self) -> T:
+        assert self.task is not None  # set before ``finished``
+        return self.task.result()
 
 
 @atexit.register
