@@ -181,7 +181,9 @@ def test_a_result_over_the_row_cap_stops_there_says_so_and_the_hosts_memory_stay
 def test_a_request_over_the_bound_or_garbage_is_answered_and_the_broker_goes_on(broker: Broker) -> None:
     over = raw(broker, struct.pack(">I", MAX_REQUEST_BYTES + 1) + b"{")
     assert over == {"ok": False, "error": f"the request ({MAX_REQUEST_BYTES + 1} bytes) is over the 1048576-byte bound"}
-    assert raw(broker, struct.pack(">I", 5) + b"hello") == {"ok": False, "error": "the request is not JSON"}
+    not_json = {"ok": False, "error": "the request is not JSON (or nested past what a request needs)"}
+    assert raw(broker, struct.pack(">I", 5) + b"hello") == not_json
+    assert raw(broker, struct.pack(">I", 200_000) + b"[" * 200_000) == not_json
     assert raw(broker, frame({"query": 1})) == {
         "ok": False,
         "error": 'the request is not {"query": str, "source": str | null}',
