@@ -109,3 +109,15 @@ def test_a_live_source_needs_kernels_the_agent_may_make_and_leaves_nothing_when_
     with pytest.raises(ConfigError, match="live data sources need a kernel this agent starts"):
         asyncio.run(run())
     assert not list(Path(tempfile.gettempdir()).glob("kernel-agent-sql-*"))  # the broker's folder is gone
+
+
+def test_a_gateway_kernel_is_refused_a_live_source_before_any_model_call(tmp_path: Path, refused_port: int) -> None:
+    model = ScriptedChatModel(["<Answer>never</Answer>"])
+
+    async def run() -> None:
+        async with AsyncAgent(chat_model=model, gateway_url=f"http://127.0.0.1:{refused_port}") as agent:
+            await agent.run("t", data=[f"shop=postgresql://ann@127.0.0.1:{refused_port}/shop"], workspace=tmp_path)
+
+    with pytest.raises(ConfigError, match="gateway yet"):
+        asyncio.run(run())
+    assert model.remaining == 1
