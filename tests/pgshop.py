@@ -14,7 +14,15 @@ import psycopg
 import pytest
 from postgres import PostgresServer
 
-__all__ = ["Shop", "open_connections", "order_totals", "shop_database"]
+__all__ = ["QUERY", "QUERIED", "Shop", "open_connections", "order_totals", "shop_database"]
+
+# Kernel code querying the shop with sql(), and what it prints from the right DataFrame.
+QUERY = (
+    'df = sql("SELECT c.name, count(*) AS n, sum(o.amount) AS total FROM orders o '
+    'JOIN customers c ON c.id = o.customer_id GROUP BY c.name ORDER BY c.name")\n'
+    'print(type(df).__name__, df.shape, int(df["n"].sum()), float(df["total"].sum()))'
+)
+QUERIED = "DataFrame (5, 3) 40 1230.0"
 
 
 @dataclass(frozen=True)

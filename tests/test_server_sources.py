@@ -16,17 +16,12 @@ from typing import Any
 import httpx
 import pytest
 from openai_server import OpenAIServer, Reply, python_call
-from pgshop import Shop, open_connections
+from pgshop import QUERIED, QUERY, Shop, open_connections
 from service_server import ServiceServer
 
 pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
 
 ALICE = {"Authorization": "Bearer alice-key"}
-QUERY = (
-    'df = sql("SELECT c.name, count(*) AS n, sum(o.amount) AS total FROM orders o '
-    'JOIN customers c ON c.id = o.customer_id GROUP BY c.name ORDER BY c.name")\n'
-    'print(type(df).__name__, df.shape, int(df["n"].sum()), float(df["total"].sum()))'
-)
 
 
 def _run(client: httpx.Client, **body: Any) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
@@ -65,7 +60,7 @@ def test_a_thread_queries_the_operators_source_across_follow_ups_and_leaves_no_c
         run, events, text = _run(client, task="Orders by customer", sources=["shop"])
         seen.append(text.encode())
         assert events[-1]["run"]["stop_reason"] == "answer"
-        assert "DataFrame (5, 3) 40 1230.0" in text  # sql() in the thread's sandboxed kernel
+        assert QUERIED in text  # sql() in the thread's sandboxed kernel
         first = model.requests[0]["messages"][-1]["content"]
         for word in ("shop", "customers", "orders", "customer_id", 'sql("SELECT'):
             assert word in first, word
@@ -119,3 +114,35 @@ def test_a_thread_queries_the_operators_source_across_follow_ups_and_leaves_no_c
     for path in data.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert secret not in path.read_bytes(), path
+
+
+def test_one_threads_slow_query_holds_no_other_thread_and_a_cancel_leaves_no_query_running(
+    shop: Shop, tmp_path: Path
+) -> None:
+    slow = 'print("slow start", flush=True)\nsql("SELECT pg_sleep(60)")'
+    with (
+        OpenAIServer() as model,
+        ServiceServer(
+            tmp_path / "service", model.base_url, keys={"alice-key"}, sources=(f"shop={shop.url}",)
+        ) as server,
+        httpx.Client(base_url=server.url, headers=ALICE, timeout=120) as client,
+    ):
+        model.add(Reply("Wait.", tool_calls=(python_call(slow),)))
+        started = client.post("/v1/runs", json={"task": "Sleep in the database", "sources": ["shop"]})
+        assert started.status_code == 201, started.text
+        waiting = started.json()
+        with client.stream("GET", f"/v1/runs/{waiting['id']}/events") as stream:
+            for line in stream.iter_lines():
+                if "slow start" in line:  # its query is on its way to the database
+                    break
+        model.add(
+            Reply("Count.", tool_calls=(python_call('print("customers", len(sql("SELECT * FROM customers")))'),)),
+            Reply("5."),
+        )
+        _, _, other = _run(client, task="Customers?", sources=["shop"])
+        assert "customers 5" in other
+        assert client.get(f"/v1/runs/{waiting['id']}").json()["status"] == "running"  # still in its query
+        assert client.post(f"/v1/runs/{waiting['id']}/cancel").json()["status"] == "cancelled"
+        for thread in client.get("/v1/threads").json()["threads"]:
+            assert client.delete(f"/v1/threads/{thread['id']}").status_code == 200
+        assert open_connections(shop) == 0  # the sleeping query's backend too: stopped, not left running
