@@ -45,7 +45,8 @@ def test_a_thread_queries_the_operators_source_across_follow_ups_and_leaves_no_c
     seen: list[bytes] = []
     with (
         OpenAIServer() as model,
-        ServiceServer(data, model.base_url, keys={"alice-key"}, sources=(f"shop={shop.url}",)) as server,
+        # A warm pool too: a thread with sources must not take a pooled kernel (started without the socket).
+        ServiceServer(data, model.base_url, keys={"alice-key"}, sources=(f"shop={shop.url}",), pool=1) as server,
         httpx.Client(base_url=server.url, headers=ALICE, timeout=120) as client,
     ):
         info = httpx.get(server.url + "/v1/info")
@@ -54,6 +55,11 @@ def test_a_thread_queries_the_operators_source_across_follow_ups_and_leaves_no_c
 
         refused = client.post("/v1/runs", json={"task": "t", "sources": ["warehouse"]})
         assert refused.status_code == 422 and "'warehouse'" in refused.text and "shop" in refused.text
+        compat = client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "t"}], "sources": ["warehouse"]},
+        )
+        assert compat.status_code == 422 and "'warehouse'" in compat.text  # the compatible endpoint takes it too
         assert client.get("/v1/threads").json()["threads"] == []  # nothing was made
 
         model.add(Reply("Query.", tool_calls=(python_call(QUERY),)), Reply("40 orders worth 1230."))
