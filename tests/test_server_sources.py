@@ -152,3 +152,31 @@ def test_one_threads_slow_query_holds_no_other_thread_and_a_cancel_leaves_no_que
         for thread in client.get("/v1/threads").json()["threads"]:
             assert client.delete(f"/v1/threads/{thread['id']}").status_code == 200
         assert open_connections(shop) == 0  # the sleeping query's backend too: stopped, not left running
+
+
+def test_an_evicted_threads_sources_close_with_its_kernel_and_its_follow_up_reconnects_by_name(
+    shop: Shop, tmp_path: Path
+) -> None:
+    count = 'print("orders", len(sql("SELECT * FROM orders")))'
+    with (
+        OpenAIServer() as model,
+        ServiceServer(
+            tmp_path / "s", model.base_url, keys={"alice-key"}, sources=(f"shop={shop.url}",), max_live_kernels=1
+        ) as server,
+        httpx.Client(base_url=server.url, headers=ALICE, timeout=120) as client,
+    ):
+        for _ in range(3):
+            model.add(Reply("Count.", tool_calls=(python_call(count),)), Reply("40."))
+        first, _, text = _run(client, task="Orders?", sources=["shop"])
+        assert "orders 40" in text
+        _, _, text = _run(client, task="Orders again?", sources=["shop"])  # the only kernel place: the first goes
+        assert "orders 40" in text
+        assert client.get(f"/v1/threads/{first['thread_id']}").json()["kernel"] == "stopped"
+        # Its follow-up rebuilds the kernel from the notebook and opens the thread's source again, by its name.
+        _, events, text = _run(client, task="And now?", thread_id=first["thread_id"])
+        assert events[-1]["run"]["stop_reason"] == "answer"
+        ran = [event for event in events if event["event"] == "execution_finished"]
+        assert ran and "orders 40" in json.dumps(ran[-1])  # the follow-up's own round queried
+        for thread in client.get("/v1/threads").json()["threads"]:
+            assert client.delete(f"/v1/threads/{thread['id']}").status_code == 200
+        assert open_connections(shop) == 0
