@@ -44,7 +44,7 @@ DABENCH_FILES = ("da-dev-questions.jsonl", "da-dev-labels.jsonl", "da-dev-tables
 Rule = Literal["dabench", "exact", "case-insensitive", "numeric"]
 MAX_SUITE_BYTES = 256 << 20  # DABench's questions and labels are ~300 kB
 _RULES = ("exact", "case-insensitive", "numeric")
-_SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,62}")
+_SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # an identifier, as sources/spec.py names a source
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,8 @@ def _source_names(file: Path, qid: str, names: object) -> tuple[str, ...]:
     if bad:
         shown = ", ".join(repr(name) for name in bad)
         raise ConfigError(
-            f"{file}: question {qid}: the source {shown} is not a name (letters, digits, '_', '.', '-'; e.g. shop)"
+            f"{file}: question {qid}: the source {shown} is not a name "
+            "(letters, digits and _, not starting with a digit; e.g. shop)"
         )
     return tuple(dict.fromkeys(names))
 
