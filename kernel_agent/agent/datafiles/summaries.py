@@ -6,7 +6,8 @@ separator when the suffix says otherwise, an encoding other than UTF-8, a
 decimal comma, and the read arguments that follow), a table's shape, dtypes, date columns
 stored as text (with their day/month order, ``dates.py``), missing values
 and first rows, a JSON outline, an array's shape, a MATLAB file's variables
-(via scipy when installed), a text's first lines. Cheap
+(via scipy when installed), a database's tables (``databases.py``: SQLite
+and DuckDB, known by their header), a text's first lines. Cheap
 even for big files: they are sampled and their rows counted by streaming.
 Does not own checking input paths, copying them into the workspace or the
 prompt's ``# Data`` section: see ``data.py``, whose ``summarize`` checks a
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ...errors import DataFileError
+from .databases import DATABASE_SUFFIXES, database_kind, declared_database, describe_duckdb, describe_sqlite
 from .dates import date_columns, describe_dates
 from .dirty import dirty_lines
 from .reading import count_lines, head, looks_binary, sample_lines, unpacked_size
@@ -47,7 +49,7 @@ __all__ = [
     "human_size",
 ]
 
-Kind = Literal["csv", "tsv", "excel", "parquet", "json", "npy", "mat", "text", "other"]
+Kind = Literal["csv", "tsv", "excel", "parquet", "json", "npy", "mat", "sqlite", "duckdb", "text", "other"]
 
 MAX_SUMMARY_CHARS = 3_000  # per file
 MAX_COLUMNS = 30  # columns listed with their dtypes
@@ -73,15 +75,22 @@ _SUFFIX_KINDS: dict[str, Kind] = {
     ".txt": "text", ".md": "text", ".log": "text", ".rst": "text", ".yaml": "text",
     ".yml": "text", ".xml": "text", ".html": "text", ".toml": "text", ".ini": "text",
 }  # fmt: skip
-DATA_SUFFIXES = tuple(_SUFFIX_KINDS)  # the formats described by their kind; others are read as plain text
+# The formats described by their kind (a database by its header); others are read as plain text.
+DATA_SUFFIXES = (*_SUFFIX_KINDS, *DATABASE_SUFFIXES)
 _LINE_JSON = {".jsonl", ".ndjson"}
 # What pandas, pyarrow, openpyxl and numpy raise for a file they cannot parse.
 _PARSE_ERRORS = (ValueError, OSError, ImportError, LookupError, EOFError, zipfile.BadZipFile)
 
 
 def file_kind(path: str | os.PathLike[str]) -> Kind:
-    """The kind of a data file, from its suffix (``other`` when unknown). Raises nothing."""
-    return _SUFFIX_KINDS.get(Path(path).suffix.lower(), "other")
+    """The kind of a data file: a database by its header's magic bytes (``sqlite``, ``duckdb``; a ``.db`` that
+    is neither is not one), else from its suffix (``other`` when unknown). Raises nothing."""
+    try:
+        with open(path, "rb") as handle:
+            found = database_kind(handle.read(16))
+    except OSError:
+        found = None
+    return found or _SUFFIX_KINDS.get(Path(path).suffix.lower(), "other")
 
 
 def describe(source: Path) -> str:
@@ -294,6 +303,8 @@ def declared(source: Path) -> str:
     kind = file_kind(source)
     plain = f"{_LABELS[kind]} · {human_size(size)}"
     try:
+        if kind in ("sqlite", "duckdb"):
+            return " · ".join(filter(None, [plain, declared_database(kind, head(source, 100))]))
         if kind == "parquet":
             import pyarrow.parquet as pq
 
@@ -309,7 +320,8 @@ def declared(source: Path) -> str:
 
 _LABELS: dict[Kind, str] = {
     "csv": "CSV", "tsv": "TSV", "excel": "Excel workbook", "parquet": "Parquet", "json": "JSON",
-    "npy": "NumPy array", "mat": "MATLAB file", "text": "Text", "other": "File",
+    "npy": "NumPy array", "mat": "MATLAB file", "sqlite": "SQLite database", "duckdb": "DuckDB database",
+    "text": "Text", "other": "File",
 }  # fmt: skip
 
 
@@ -443,10 +455,28 @@ def _array_stats(array: np.ndarray) -> list[str]:
     return [stats + (f" · {nan:,} NaN" if nan else "")]
 
 
+def _sqlite(path: Path, size: int) -> str:
+    return f"{declared(path)}\n" + describe_sqlite(path, MAX_SUMMARY_CHARS - 200)
+
+
+def _duckdb(path: Path, size: int) -> str:
+    try:
+        body = describe_duckdb(path, MAX_SUMMARY_CHARS - 200)
+    except ImportError:  # the describer's environment lacks the extra: what the header says is all there is
+        return (
+            f"{declared(path)} · tables not listed: the duckdb package is not installed where files are "
+            "described (the `databases` extra: pip install 'kernel-agent[databases]')"
+        )
+    return f"{declared(path)}\n{body}"
+
+
 def _plain(path: Path, size: int) -> str:
     with open(path, "rb") as handle:
         start = handle.read(8192)
     text = start.decode("utf-8", errors="replace")
+    if path.suffix.lower() in DATABASE_SUFFIXES:  # named like a database, yet its header is neither
+        shown = f"File · {human_size(size)} · named like a database, but not a SQLite or DuckDB file (no such header)"
+        return shown if b"\x00" in start or not start else f"{shown}; as text:\n" + _preview(path)
     if b"\x00" in start or text.count("\ufffd") > len(text) // 100:
         return f"Binary file · {human_size(size)} (not previewed)"
     if not start:
@@ -469,7 +499,7 @@ def _preview(path: Path) -> str:
 
 _SUMMARIZERS: dict[Kind, Callable[[Path, int], str]] = {
     "csv": _csv, "tsv": _tsv, "excel": _excel, "parquet": _parquet,
-    "json": _json, "npy": _npy, "mat": _mat, "text": _plain, "other": _plain,
+    "json": _json, "npy": _npy, "mat": _mat, "sqlite": _sqlite, "duckdb": _duckdb, "text": _plain, "other": _plain,
 }  # fmt: skip
 
 
