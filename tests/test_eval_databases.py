@@ -48,7 +48,7 @@ class QueryingAnalyst:
         first = next(m["content"] for m in messages if m["role"] == "user")
         name = next(n for n in _QUERIES if f"@{n}[" in json.dumps(first))
         if not any(m["role"] == "assistant" for m in messages):
-            self.first_requests.append(json.dumps(messages))
+            self.first_requests.append(json.dumps(messages, ensure_ascii=False))
             code = self.code.format(query=_QUERIES[name], name=name)
             return Reply("Querying.", tool_calls=(python_call(code),))
         seen = json.dumps([m for m in messages if m["role"] not in ("system", "assistant")][1:])
@@ -92,6 +92,8 @@ def test_the_example_sqlite_suite_is_copied_described_queried_in_the_kernel_and_
         assert copy.read_bytes() == (suite.parent / "shop.sqlite").read_bytes()
         assert not copy.stat().st_mode & 0o222
     assert len(analyst.first_requests) == 3
-    for request in analyst.first_requests:  # described to the model: the file, its tables and columns
-        assert "shop.sqlite" in request
+    for request in analyst.first_requests:  # described to the model: the file, its tables, columns and keys
+        assert "shop.sqlite" in request and "SQLite database" in request
+        assert "table `customers` · 6 rows" in request and "table `orders` · 16 rows" in request
+        assert "`customer_id` INTEGER (→ `customers`.`id`)" in request
     assert not our_kernel_pids()
