@@ -43,9 +43,11 @@ if TYPE_CHECKING:
         ModelUnreachableError,
         NotebookError,
         PlanError,
+        QueryError,
         SandboxUnavailableError,
         ServiceError,
         SessionClosedError,
+        SourceError,
         StorageError,
         WorkspaceFileError,
     )
@@ -85,6 +87,7 @@ _EXPORTS = {
     "DataFileError": "errors",
     "WorkspaceFileError": "errors",
     "ExtraMissingError": "errors",
+    "SourceError": "errors",
     "StorageError": "errors",
     "KernelError": "errors",
     "KernelStartError": "errors",
@@ -98,6 +101,7 @@ _EXPORTS = {
     "ExecutionError": "errors",
     "NotebookError": "errors",
     "PlanError": "errors",
+    "QueryError": "errors",
     "ServiceError": "errors",
 }
 
@@ -129,6 +133,7 @@ __all__ = [
     "DataFileError",
     "WorkspaceFileError",
     "ExtraMissingError",
+    "SourceError",
     "StorageError",
     "KernelError",
     "KernelStartError",
@@ -142,6 +147,7 @@ __all__ = [
     "ExecutionError",
     "NotebookError",
     "PlanError",
+    "QueryError",
     "ServiceError",
 ]
 

@@ -10,7 +10,8 @@ is the user's to fix (the CLI exits 2, "usage"), the rest are the machinery's
     ├── ConfigError (ValueError)             bad option, no model configured
     │   ├── DataFileError                    missing or unreadable data file
     │   ├── WorkspaceFileError               a workspace path a client may not use (outside, missing)
-    │   └── ExtraMissingError                a front end's optional extra is not installed (names the pip command)
+    │   ├── ExtraMissingError                a front end's optional extra is not installed (names the pip command)
+    │   └── SourceError                      a data source refused (a password in its URI) or unreachable
     ├── StorageError                         the host's disk failed us (full, over quota, I/O error) mid-run
     ├── KernelError                          the kernel machinery failed
     │   ├── KernelStartError                 a kernel would not start or get ready
@@ -24,6 +25,7 @@ is the user's to fix (the CLI exits 2, "usage"), the rest are the machinery's
     ├── ExecutionError                       raised only by ExecutionResult.raise_for_status()
     ├── NotebookError (ValueError)           a notebook we cannot read, replay or resume
     ├── PlanError (ValueError)               the model's plan is not valid JSON / a DAG, even after repair
+    ├── QueryError                           a query on a data source failed (a write, a timeout, bad SQL)
     └── ServiceError                         the service refuses a request (carries its HTTP status)
 
 Third-party errors are wrapped with ``raise ... from exc``; callers never
@@ -40,6 +42,7 @@ __all__ = [
     "DataFileError",
     "WorkspaceFileError",
     "ExtraMissingError",
+    "SourceError",
     "StorageError",
     "KernelError",
     "KernelStartError",
@@ -53,6 +56,7 @@ __all__ = [
     "ExecutionError",
     "NotebookError",
     "PlanError",
+    "QueryError",
     "ServiceError",
 ]
 
@@ -105,6 +109,8 @@ class ExtraMissingError(ConfigError):
         "asyncpg": "postgres",
         "mcp": "mcp",
         "websockets": "gateway",
+        "psycopg": "databases",
+        "pyarrow": "databases",
     }
 
     def __init__(self, extra: str, *, module: str | None = None) -> None:
@@ -120,6 +126,16 @@ class ExtraMissingError(ConfigError):
         module = (exc.name or "").partition(".")[0]
         known = cls.MODULES.get(module)
         return None if known is None else cls(extra or known, module=module)
+
+
+class SourceError(ConfigError):
+    """A data source given by URI cannot be used: the URI is malformed or carries a password (the message says
+    where a password goes), no installed kind claims its scheme, or its server refuses the connection or the
+    login. ``source`` names it (never its URI)."""
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class StorageError(KernelAgentError):
@@ -204,6 +220,12 @@ class PlanError(KernelAgentError, ValueError):
     def __init__(self, message: str, *, problems: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.problems = problems
+
+
+class QueryError(KernelAgentError):
+    """A query on a data source failed: the database refused it (a write, more than one statement, a syntax
+    error), it ran past its statement timeout or was cancelled. The message is the database's own, never a
+    connection's secrets; it is data for the model, as an error in the analysed code is."""
 
 
 class ServiceError(KernelAgentError):

@@ -10,6 +10,7 @@ factory called with ``make``'s arguments)::
     kernel_agent.protocols    agent/names.py                   make(ProtocolSettings) -> Protocol
     kernel_agent.providers    kernel/providers/registry.py     make(ProviderSettings) -> KernelProvider
     kernel_agent.languages    agent/languages.py               a Language
+    kernel_agent.sources      sources/registry.py              a SourceKind (the URI schemes it claims)
 
 Ours are registered by our own pyproject, as a third party's are by theirs. The installed
 distributions' entry points are scanned once a process (``importlib.metadata`` reads every

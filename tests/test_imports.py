@@ -99,7 +99,7 @@ SHARED = {
     "_connections",
     "_version",
 }
-BELOW_FRONT_ENDS = SHARED | {"kernel", "model", "notebook", "agent", "demo"}
+BELOW_FRONT_ENDS = SHARED | {"kernel", "sources", "model", "notebook", "agent", "demo"}
 # What each top-level module or subpackage may import of kernel_agent besides itself, bottom up:
 # shared values, then the kernel and the model seam (apart), notebooks, the agent, then front ends,
 # which never import one another (the CLI starts the service and the MCP server: it may import those).
@@ -120,9 +120,10 @@ ALLOWED = {
     "plugins": {"errors"},  # the entry-point registries' mechanism: each layer keeps its own group
     "safe": set(),  # making kernel and model content safe to show: for every layer above, of none
     "kernel": SHARED,
+    "sources": SHARED | {"kernel"},  # live data sources and their broker: the kernel's side is kernel/inside/
     "model": SHARED,
     "notebook": SHARED | {"kernel"},
-    "agent": SHARED | {"kernel", "model", "notebook"},
+    "agent": SHARED | {"kernel", "sources", "model", "notebook"},
     "demo": SHARED | {"model"},
     "testing": SHARED | {"kernel"},  # FakeKernel, for tests of code that drives a kernel
     "magic": BELOW_FRONT_ENDS,

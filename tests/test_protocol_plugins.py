@@ -343,7 +343,8 @@ def test_the_plugins_command_lists_every_groups_entries_and_where_they_come_from
     assert said.exit_code == 0, said.output
     lines = [line.split() for line in said.output.splitlines()]
     groups = [line[0] for line in lines if len(line) == 1]
-    assert groups == [f"kernel_agent.{group}" for group in ("languages", "models", "protocols", "providers", "themes")]
+    ours = ("languages", "models", "protocols", "providers", "sources")
+    assert groups == [f"kernel_agent.{group}" for group in (*ours, "themes")]
     assert ["theirs", "their_plugin:provider", "their-plugin", "0.1"] in lines
     assert ["dark", "their_plugin:DARK", "their-plugin", "0.1"] in lines  # a group we do not know of, too
     assert ["tools", "kernel_agent.agent.protocols.tools:tools_protocol", "kernel-agent", __version__] in lines
@@ -362,6 +363,7 @@ def test_the_plugins_command_lists_every_groups_entries_and_where_they_come_from
         *(("kernel_agent.providers", name) for name in PROVIDERS),
         ("kernel_agent.languages", "python"),
         ("kernel_agent.languages", "r"),
+        ("kernel_agent.sources", "postgresql"),
     }
 
 

@@ -1,4 +1,4 @@
-"""The four plug-in registries (``plugins.Registry``): ours are registered through our own entry points, an
+"""The five plug-in registries (``plugins.Registry``): ours are registered through our own entry points, an
 unknown name is a ``ConfigError`` listing the choices, and every group is read in one scan, once."""
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from kernel_agent.kernel.providers.local import AttachedProvider, LocalProvider
 from kernel_agent.kernel.providers.registry import PROVIDER_REGISTRY, PROVIDERS, ProviderSettings, make_provider
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.model.registry import MODEL_REGISTRY, ModelSettings, split_model
+from kernel_agent.sources import SOURCES
 
 REGISTRIES = {
     "kernel_agent.protocols": (PROTOCOL_REGISTRY, PROTOCOLS),
     "kernel_agent.models": (MODEL_REGISTRY, ("openai",)),
     "kernel_agent.providers": (PROVIDER_REGISTRY, PROVIDERS),
     "kernel_agent.languages": (LANGUAGE_REGISTRY, LANGUAGES),
+    "kernel_agent.sources": (SOURCES, ("postgresql",)),
 }
 
 
