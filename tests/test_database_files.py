@@ -47,7 +47,9 @@ def shop_duckdb(path: Path) -> Path:
             "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers(id), amount DOUBLE)"
         )
         connection.execute("INSERT INTO customers VALUES (1, 'Ann', 'north'), (2, 'Bob', 'south'), (3, 'Cy', 'north')")
-        connection.execute("INSERT INTO orders VALUES (1, 1, 10.5), (2, 1, 20.0), (3, 2, 7.25), (4, 3, 1.0), (5, 3, 2.0)")
+        connection.execute(
+            "INSERT INTO orders VALUES (1, 1, 10.5), (2, 1, 20.0), (3, 2, 7.25), (4, 3, 1.0), (5, 3, 2.0)"
+        )
         connection.execute("CREATE VIEW secrets AS SELECT * FROM read_csv('/etc/passwd')")
     return path
 
@@ -91,7 +93,9 @@ def test_a_database_is_known_by_its_header_not_its_name(tmp_path: Path) -> None:
 
 def test_a_sqlite_file_is_described_table_by_table(tmp_path: Path) -> None:
     text = describer.describe(shop(tmp_path / "shop.sqlite"))
-    assert text.startswith("SQLite database · 12.0 KB · header declares 3 page(s) of 4,096 bytes\n2 table(s), 1 view(s)")
+    assert text.startswith(
+        "SQLite database · 12.0 KB · header declares 3 page(s) of 4,096 bytes\n2 table(s), 1 view(s)"
+    )
     assert "### table `customers` · 3 rows\nColumns: `id` INTEGER (primary key), `name` TEXT, `region` TEXT" in text
     assert (
         "### table `orders` · 5 rows\nColumns: `id` INTEGER (primary key), "

@@ -180,6 +180,7 @@ def test_a_suite_names_live_sources_by_name_only_and_a_connection_in_it_is_refus
     uri = "postgresql://ann:hunter2@evil.example/shop"
     for key, value in (
         ("sources", [uri]),
+        ("data", ["host=evil.example dbname=shop password=hunter2"]),
         ("sources", ["shop=" + uri]),
         ("data", [uri]),
         ("data", ["tables/t1.csv", uri]),
@@ -203,6 +204,16 @@ def test_a_suite_names_live_sources_by_name_only_and_a_connection_in_it_is_refus
     result = run(generic, tmp_path / "out")
     assert result.exit_code == 2 and "live source shop: give its connection with --data shop=" in result.output
     assert "question g1, g2" in result.output and not (tmp_path / "out").exists()
+
+    # eval --data gives live sources only, each once, never with a password (which is not echoed).
+    for given, said in (
+        (["tables/t1.csv"], "eval's --data gives the live sources a suite names"),
+        (["shop=" + uri], "must not carry a password"),
+        (["shop=postgresql://ann@a/x", "shop=postgresql://ann@b/y"], "two --data sources are named 'shop'"),
+    ):
+        result = run(generic, tmp_path / "out", *[arg for value in given for arg in ("--data", value)])
+        assert result.exit_code == 2 and said in result.output and "hunter2" not in result.output, result.output
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_link_fifo_or_labels_in_the_tables_are_refused_before_anything_runs(tmp_path: Path, victim: Path) -> None:

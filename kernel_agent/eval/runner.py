@@ -57,6 +57,7 @@ __all__ = [
     "EvalRun",
     "check_out_of_kernels",
     "check_sources",
+    "live_sources",
     "default_concurrency",
     "question_folder",
     "run_eval",
@@ -176,6 +177,27 @@ async def run_eval(
     finally:
         await in_thread(staged.remove)
     return EvalRun(folder, tuple(ran), kept)
+
+
+def live_sources(values: Sequence[str]) -> dict[str, str]:
+    """The live sources ``eval --data`` gives (``[NAME=]postgresql://...``), by name: each as the ``--data``
+    value the agent is given for it. Raises ``ConfigError`` for a value that is not a source (a suite's files
+    are named in the suite), one ``parse_source`` refuses (a password in it), or a name given twice; a refused
+    value is never echoed (it may hold a password)."""
+    from ..sources.spec import is_source, parse_source
+
+    given: dict[str, str] = {}
+    for value in values:
+        if not is_source(value):
+            raise ConfigError(
+                "eval's --data gives the live sources a suite names, as NAME=postgresql://USER@HOST/DB (or "
+                "postgresql:///?service=NAME); a suite's data files are named in the suite itself"
+            )
+        spec = parse_source(value)
+        if spec.name in given:
+            raise ConfigError(f"two --data sources are named {spec.name!r}: name each one (--data NAME=URI)")
+        given[spec.name] = f"{spec.name}={spec.target}"
+    return given
 
 
 def check_sources(questions: Sequence[Question], sources: Mapping[str, str]) -> None:

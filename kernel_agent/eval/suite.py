@@ -225,10 +225,12 @@ def _source_names(file: Path, qid: str, names: object) -> tuple[str, ...]:
 def _refuse_connections(file: Path, qid: str, values: list[Any]) -> None:
     """Refuse a suite that names a connection (``postgresql://...``): a suite is a stranger's text, and a
     connection it chose would be made with the runner's own credentials (``~/.pgpass``) to its host."""
-    uris = [value for value in values if isinstance(value, str) and "://" in value]
+    from ..sources.spec import is_source
+
+    uris = [value for value in values if isinstance(value, str) and ("://" in value or is_source(value))]
     if uris:
         raise ConfigError(
-            f"{file}: question {qid} names the connection {uris[0].split('://')[0][:20]}://…: a suite names a live "
+            f"{file}: question {qid} names a connection (not shown: it may hold a password): a suite names a live "
             'source by name only ("sources": ["shop"]) and whoever runs it gives the connection '
             "(kernel-agent eval SUITE --data shop=postgresql://USER@HOST/DB); nothing was run"
         )

@@ -146,7 +146,13 @@ def _open_sqlite(path: Path, budget: _Budget) -> sqlite3.Connection:
     connection = sqlite3.connect(uri, uri=True, isolation_level=None)
     connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1 << 20)  # a bigger value is an error, not a read
-    pragmas = ("trusted_schema = OFF", "query_only = ON", "mmap_size = 0", "cell_size_check = ON", "temp_store = MEMORY")
+    pragmas = (
+        "trusted_schema = OFF",
+        "query_only = ON",
+        "mmap_size = 0",
+        "cell_size_check = ON",
+        "temp_store = MEMORY",
+    )
     for pragma in pragmas:
         connection.execute(f"PRAGMA {pragma}")
     connection.execute(f"PRAGMA hard_heap_limit = {HEAP_LIMIT}")
