@@ -19,7 +19,7 @@ import ast
 import importlib.metadata
 import importlib.util
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -234,15 +234,17 @@ def prompt_context(
     *,
     preloaded: str = "",
     missing: Sequence[str] | None = None,
+    opens: Callable[[DataFile], str] | None = None,
 ) -> PromptContext:
     """What a prompt tells the model, the same in every mode: ``task``; the data description
     (``data_summary``: each file under its name and ``data`` attribute with its columns, dtypes, missing
     counts, dirty columns and first rows, bounded); the packages ``environment`` found and the common ones
     ``missing`` (the kernel language's, ``Language.missing``; by default Python's); ``preloaded``, what the
-    setup cell defined (``Language.setup_words``; "" without one); the names defined so far. Raises nothing."""
+    setup cell defined (``Language.setup_words``; "" without one); the names defined so far; ``opens``, the kernel
+    language's line that opens a database file read-only (``Language.opens``). Raises nothing."""
     return PromptContext(
         task=task,
-        data_summary=data_summary(files),
+        data_summary=data_summary(files, opens=opens),
         packages=environment.packages,
         missing=tuple(environment.missing if missing is None else missing),
         preloaded=preloaded,

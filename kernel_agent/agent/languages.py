@@ -6,8 +6,9 @@ picks it from the kernel's own ``language_info``: the ``Language`` registered un
 third party's are), else a generic profile (its name and fence, no setup beyond the working folder).
 A profile holds what the layers above the kernel would otherwise assume: the words and code fence the
 model is shown, the tools protocol's function name, the setup cell (data paths, figures as PNG, a fixed
-seed) and the line that describes it, the probe for installed packages and the hint for a package that
-is missing. The protocols and the loop take a ``Language``; nothing above the kernel layer assumes Python.
+seed) and the line that describes it, the line that opens a database file read-only, the probe for
+installed packages and the hint for a package that is missing. The protocols and the loop take a
+``Language``; nothing above the kernel layer assumes Python.
 
 Pure: strings in, strings out; the loop runs the probe and the setup cell.
 """
@@ -18,6 +19,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from ..plugins import Registry
 from . import environment
@@ -66,6 +68,7 @@ class Language:
     packages: tuple[str, ...] = ()  # the common analysis packages, probed
     hint: Callable[[str, str, Sequence[str]], str] = lambda ename, evalue, installed: ""
     comment: str = "#"
+    opens: Callable[[DataFile], str] = lambda file: ""  # how the code opens a database file read-only ("" else)
 
     @property
     def fence_line(self) -> re.Pattern[str]:
@@ -86,6 +89,25 @@ def _python_hint(ename: str, evalue: str, installed: Sequence[str]) -> str:
     return environment.module_hint(evalue, installed) if ename == "ModuleNotFoundError" else ""
 
 
+_READ_ONLY = "the copy is read-only, so is the connection: a write fails"
+
+
+def _python_opens(file: DataFile) -> str:
+    name = json.dumps(file.name, ensure_ascii=False)
+    if file.kind == "sqlite":
+        uri = json.dumps(f"file:{quote(file.name)}?mode=ro", ensure_ascii=False)
+        return (
+            f"Open it read-only with `con = sqlite3.connect({uri}, uri=True)` and query it with "
+            f'`pd.read_sql_query("SELECT …", con)` ({_READ_ONLY}).'
+        )
+    if file.kind == "duckdb":
+        return (
+            f"Open it read-only with `con = duckdb.connect({name}, read_only=True)` and query it with "
+            f'`con.sql("SELECT …").df()` ({_READ_ONLY}).'
+        )
+    return ""
+
+
 PYTHON = Language(
     key="python",
     name="Python",
@@ -103,6 +125,7 @@ PYTHON = Language(
     packages=environment.PACKAGES,
     names_probe=environment.names_expression(),
     hint=_python_hint,
+    opens=_python_opens,
 )
 
 
@@ -126,6 +149,9 @@ R_PACKAGES = (
     "randomForest",
     "forecast",
     "arrow",
+    "DBI",
+    "RSQLite",
+    "duckdb",
 )
 _R_MISSING = re.compile(r"there is no package called [‘'`\"]?([A-Za-z0-9._]+)")
 
@@ -151,7 +177,23 @@ def _r_setup_words(files: Sequence[DataFile | str]) -> str:
     helper = data_helper_words(files, kind="is a list of", access="$")
     return (
         f"plots show inline as PNG; the random seed is {SEED}; {helper}. Read the files with base R "
-        "(read.csv, read.delim) or the packages listed as installed."
+        "(read.csv, read.delim) or the packages listed as installed; a database file with DBI, as its "
+        "`# Data` entry says."
+    )
+
+
+def _r_opens(file: DataFile) -> str:
+    name = _r_string(file.name)
+    if file.kind == "sqlite":
+        connect = f"DBI::dbConnect(RSQLite::SQLite(), {name}, flags = RSQLite::SQLITE_RO)"
+    elif file.kind == "duckdb":
+        connect = f"DBI::dbConnect(duckdb::duckdb(), {name}, read_only = TRUE)"
+    else:
+        return ""
+    return (
+        f'Open it read-only with `con <- {connect}` and query it with `DBI::dbGetQuery(con, "SELECT …")` '
+        f"({_READ_ONLY}; DBI and {'RSQLite' if file.kind == 'sqlite' else 'duckdb'} must be installed: see the "
+        "installed packages)."
     )
 
 
@@ -215,6 +257,7 @@ R = Language(
     names_probe=_r_names_code(),
     packages=R_PACKAGES,
     hint=_r_hint,
+    opens=_r_opens,
 )
 
 LANGUAGE_GROUP = "kernel_agent.languages"

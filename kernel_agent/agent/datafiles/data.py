@@ -20,7 +20,7 @@ import os
 import re
 import tempfile
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -430,8 +430,10 @@ def data_attributes(files: Iterable[DataFile | str]) -> dict[str, str]:
     return names
 
 
-def data_summary(files: Sequence[DataFile]) -> str:
-    """The body of the prompt's ``# Data`` section: each file's summary under its name and ``data`` attribute.
+def data_summary(files: Sequence[DataFile], *, opens: Callable[[DataFile], str] | None = None) -> str:
+    """The body of the prompt's ``# Data`` section: each file's summary under its name and ``data`` attribute,
+    then ``opens(file)`` when it says something (the kernel language's line that opens a database file
+    read-only, ``Language.opens``).
 
     The heading itself is left to the protocol, which adds ``# Data`` above
     this text. The text stays within ``MAX_SECTION_CHARS``: past it, files get
@@ -446,9 +448,10 @@ def data_summary(files: Sequence[DataFile]) -> str:
     used = len(parts[0])
     for index, (attribute, file) in enumerate(zip(data_attributes(files), files, strict=True)):
         heading = f"## {file.name} · `data.{attribute}`"
-        entry = f"{heading}\n{file.summary}"
+        line = f"\n{opened}" if opens is not None and (opened := opens(file)) else ""
+        entry = f"{heading}\n{file.summary}{line}"
         if used + len(entry) > MAX_SECTION_CHARS:
-            entry = f"{heading}\n{file.kind} · {human_size(file.size)} (summary left out: prompt too long)"
+            entry = f"{heading}\n{file.kind} · {human_size(file.size)} (summary left out: prompt too long){line}"
         if used + len(entry) > MAX_SECTION_CHARS:
             parts.append(f"… and {len(files) - index} more file(s) not listed.")
             break

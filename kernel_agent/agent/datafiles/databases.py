@@ -236,7 +236,7 @@ def describe_duckdb(path: Path, limit: int) -> str:
     import duckdb
 
     budget = _Budget()
-    config = {
+    config: dict[str, str | bool | int | float | list[str]] = {
         "enable_external_access": False,
         "autoload_known_extensions": False,
         "autoinstall_known_extensions": False,
@@ -287,23 +287,24 @@ def _describe_duckdb(connection: Any, budget: _Budget, limit: int) -> str:
         found = _Object(shown, view)
         found.columns = [(c, t, keys.get((schema, name, c), "")) for c, t in columns.get((schema, name), [])]
         quoted = f"{_quoted(schema)}.{_quoted(name)}"
-
-        def run(sql: str) -> list[tuple[Any, ...]]:
-            with _interrupt_after(connection, budget), budget.statement():
-                rows: list[tuple[Any, ...]] = connection.execute(sql).fetchall()
-                return rows
-
+        count = f"SELECT count(*) FROM {quoted}"
         try:
-            found.rows = _counted(budget, lambda: run(f"SELECT count(*) FROM {quoted}")[0][0],
+            found.rows = _counted(budget, lambda: _run(connection, budget, count)[0][0],  # noqa: B023 (called here)
                                   estimate, "DuckDB's estimated_size", view)  # fmt: skip
             if found.columns and not budget.spent:
                 picked = ", ".join(_quoted(c) for c, _, _ in found.columns[:SAMPLE_COLUMNS])
-                found.sample = run(f"SELECT {picked} FROM {quoted} LIMIT {SAMPLE_ROWS}")
+                found.sample = _run(connection, budget, f"SELECT {picked} FROM {quoted} LIMIT {SAMPLE_ROWS}")
                 found.sample_names = [c for c, _, _ in found.columns[:SAMPLE_COLUMNS]]
         except duckdb.Error as exc:
             found.problem = f"Rows could not be read: {_why(exc)}"
         objects.append(found)
     return _render(objects, [view for _, _, view, _ in listed], limit)
+
+
+def _run(connection: Any, budget: _Budget, sql: str) -> list[tuple[Any, ...]]:
+    with _interrupt_after(connection, budget), budget.statement():
+        rows: list[tuple[Any, ...]] = connection.execute(sql).fetchall()
+        return rows
 
 
 @contextmanager

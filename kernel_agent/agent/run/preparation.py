@@ -261,7 +261,12 @@ class Preparation:
         (``environment.prompt_context``), with this language's words."""
         preloaded = language.setup_words(files) if self.config.kernel.preload else ""
         return prompt_context(
-            environment, task, files, preloaded=preloaded, missing=language.missing(environment.packages)
+            environment,
+            task,
+            files,
+            preloaded=preloaded,
+            missing=language.missing(environment.packages),
+            opens=language.opens,
         )
 
     async def environment(

@@ -1,0 +1,118 @@
+"""A run with a database file as data: the first request describes its tables (names, columns, row counts) with
+the line that opens it read-only, and the model's code opens it so in the sandboxed kernel and gets the right
+numbers, while a write to the copy fails and changes nothing.
+
+Real parts: the openai SDK over HTTP to the scripted server, a real sandboxed kernel, real SQLite and DuckDB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from dbfiles import shop, shop_duckdb
+from openai_server import OpenAIServer, Reply
+
+from kernel_agent import AsyncAgent
+from kernel_agent.records import Run
+
+pytestmark = pytest.mark.kernel
+
+TOTALS = (
+    "SELECT c.name, sum(o.amount) AS total FROM orders o JOIN customers c ON c.id = o.customer_id "
+    "GROUP BY c.name ORDER BY c.name"
+)
+EXPECTED = "[['Ann', 30.5], ['Bob', 7.25], ['Cy', 3.0]]\n"
+
+SQLITE_CODE = f"""\
+import sqlite3
+con = sqlite3.connect("file:shop.sqlite?mode=ro", uri=True)
+print(pd.read_sql_query("{TOTALS}", con).values.tolist())
+for opened in (con, sqlite3.connect("shop.sqlite")):  # read-only, then as if it were writable
+    try:
+        opened.execute("DELETE FROM orders")
+        opened.commit()
+        print("written!")
+    except sqlite3.Error as exc:
+        print("write refused:", exc)
+"""
+
+DUCKDB_CODE = f"""\
+import duckdb
+con = duckdb.connect("shop.duckdb", read_only=True)
+print(con.sql("{TOTALS}").df().values.tolist())
+try:
+    con.execute("DELETE FROM orders")
+    print("written!")
+except duckdb.Error as exc:
+    print("write refused:", type(exc).__name__)
+try:
+    duckdb.connect("shop.duckdb").execute("DELETE FROM orders")
+    print("written!")
+except duckdb.Error as exc:
+    print("write refused:", type(exc).__name__)
+"""
+
+
+def run_with(openai_server: OpenAIServer, tmp_path: Path, data: Path, code: str, check: Callable[[str], None]) -> Run:
+    def first(body: dict[str, Any]) -> Reply:
+        check("\n".join(str(message.get("content")) for message in body["messages"]))
+        return Reply(f"<Code>\n{code}</Code>")
+
+    openai_server.add(first, Reply("<Answer>done</Answer>"))
+
+    async def scenario() -> Run:
+        async with AsyncAgent(
+            model="m", base_url=openai_server.base_url, api_key="sk-test", protocol="tags", max_rounds=3
+        ) as agent:
+            return await agent.run("Total per customer?", [data], tmp_path / "ws", tmp_path / "run.ipynb")
+
+    return asyncio.run(scenario())
+
+
+def stdout_of(run: Run) -> str:
+    (code_round,) = [r for r in run.rounds if r.code is not None]
+    assert code_round.result is not None and code_round.result.status == "ok", code_round.result
+    return code_round.result.stdout
+
+
+def test_a_sqlite_file_is_described_first_and_opened_read_only_in_the_kernel(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    def check(prompt: str) -> None:
+        assert "## shop.sqlite · `data.shop`\nSQLite database · 12.0 KB" in prompt
+        assert (
+            "### table `customers` · 3 rows\nColumns: `id` INTEGER (primary key), `name` TEXT, `region` TEXT" in prompt
+        )
+        assert "### table `orders` · 5 rows\nColumns: `id` INTEGER (primary key), `customer_id` INTEGER" in prompt
+        assert 'Open it read-only with `con = sqlite3.connect("file:shop.sqlite?mode=ro", uri=True)`' in prompt
+
+    run = run_with(openai_server, tmp_path, shop(tmp_path / "shop.sqlite"), SQLITE_CODE, check)
+    assert run.stop_reason == "answer"
+    assert stdout_of(run) == EXPECTED + "write refused: attempt to write a readonly database\n" * 2
+    with sqlite3.connect(f"file:{tmp_path / 'ws' / 'shop.sqlite'}?mode=ro", uri=True) as copy:
+        assert copy.execute("SELECT count(*) FROM orders").fetchone() == (5,)
+    copy.close()
+
+
+def test_a_duckdb_file_is_described_first_and_opened_read_only_in_the_kernel(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    def check(prompt: str) -> None:
+        assert "## shop.duckdb · `data.shop`\nDuckDB database · " in prompt
+        assert "### table `customers` · 3 rows\nColumns: `id` INTEGER (primary key), `name` VARCHAR" in prompt
+        assert "### table `orders` · 5 rows\nColumns: `id` INTEGER (primary key), `customer_id` INTEGER" in prompt
+        assert 'Open it read-only with `con = duckdb.connect("shop.duckdb", read_only=True)`' in prompt
+
+    run = run_with(openai_server, tmp_path, shop_duckdb(tmp_path / "shop.duckdb"), DUCKDB_CODE, check)
+    assert run.stop_reason == "answer"
+    output = stdout_of(run)
+    assert output.startswith(EXPECTED) and "written!" not in output
+    assert output.count("write refused:") == 2
+    with duckdb.connect(str(tmp_path / "ws" / "shop.duckdb"), read_only=True) as copy:
+        assert copy.execute("SELECT count(*) FROM orders").fetchone() == (5,)
