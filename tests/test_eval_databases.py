@@ -96,4 +96,5 @@ def test_the_example_sqlite_suite_is_copied_described_queried_in_the_kernel_and_
         assert "shop.sqlite" in request and "SQLite database" in request
         assert "table `customers` · 6 rows" in request and "table `orders` · 16 rows" in request
         assert "`customer_id` INTEGER (→ `customers`.`id`)" in request
+        assert 'sqlite3.connect(\\"file:shop.sqlite?mode=ro\\", uri=True)' in request  # the line that opens it
     assert not our_kernel_pids()
