@@ -1,0 +1,92 @@
+"""The database docs say what the code does: the source plug-in the plug-ins page shows is a working
+``SourceKind`` (read-only, one statement, a timeout, a cancel, a password refused unechoed), run as written."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from kernel_agent.errors import QueryError, SourceError
+from kernel_agent.sources import DescribeLimits, QueryLimits, SourceKind, SourceSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGINS = ROOT / "docs" / "how-to" / "plugins.md"
+
+
+def plugin_example(tmp_path: Path) -> ModuleType:
+    """The plug-ins page's source kind, its code block written to a module and imported as written."""
+    text = PLUGINS.read_text(encoding="utf-8")
+    (code,) = [block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "SourceKind(" in block]
+    path = tmp_path / "their_hostsqlite.py"
+    path.write_text(code, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("their_hostsqlite", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def test_the_plugin_pages_source_kind_keeps_its_contract(tmp_path: Path) -> None:
+    kind = plugin_example(tmp_path).HOSTSQLITE
+    assert isinstance(kind, SourceKind) and kind.schemes == ("hostsqlite",)
+    with pytest.raises(SourceError) as refused:
+        kind.check("hostsqlite://ann:hunter2@db.example/srv/big.db")
+    assert "hunter2" not in str(refused.value)
+
+    database = tmp_path / "big.db"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+        connection.executemany("INSERT INTO t VALUES (?, ?)", [(i, f"n{i}") for i in range(25_000)])
+    connection.close()
+    target = f"hostsqlite://{database}"
+    assert kind.check(target) == "big"
+    source: Any = kind.open(SourceSpec("big", "hostsqlite", target))  # the example's own HostSQLite
+    try:
+        assert "- t (table): id INTEGER, name TEXT" in source.describe(DescribeLimits())
+        rows = source.query("SELECT id, name FROM t ORDER BY id", QueryLimits())
+        batches = list(rows)
+        assert sum(batch.num_rows for batch in batches) == 25_000 and batches[0].schema.names == ["id", "name"]
+        (empty,) = list(source.query("SELECT id FROM t WHERE id < 0", QueryLimits()))
+        assert empty.num_rows == 0 and empty.schema.names == ["id"]
+
+        for write in ("INSERT INTO t VALUES (-1, 'x')", "DROP TABLE t", "SELECT 1; DROP TABLE t"):
+            with pytest.raises(QueryError):
+                list(source.query(write, QueryLimits()))
+        forever = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT count(*) FROM r"
+        with pytest.raises(QueryError, match="interrupted"):  # a query without end, ended by its timeout
+            list(source.query(forever, QueryLimits(timeout_s=0.2)))
+
+        failed: list[BaseException] = []
+
+        def run_forever() -> None:
+            try:
+                list(source.query(forever, QueryLimits(timeout_s=600)))
+            except QueryError as exc:
+                failed.append(exc)
+
+        worker = threading.Thread(target=run_forever)
+        worker.start()
+        while not source.running and worker.is_alive():  # the query is under way
+            time.sleep(0.01)
+        source.cancel()  # from another thread: it ends now, long before its timeout
+        worker.join(30)
+        assert not worker.is_alive() and len(failed) == 1 and not source.running
+        assert sum(b.num_rows for b in source.query("SELECT * FROM t", QueryLimits())) == 25_000
+    finally:
+        source.close()
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("SELECT count(*), min(id) FROM t").fetchone() == (25_000, 0)
+    connection.close()
