@@ -10,6 +10,9 @@ Usage::
 
 ``close()`` stops the server (fast shutdown) and removes its folder; ``stop()``/``start()`` take it
 down and up again on the same data (what a lost database looks like to the service).
+
+Every role is trusted on the socket except the members of ``PASSWORD_GROUP``, who must give their password
+(SCRAM): a test that proves a password is really used makes its role ``IN ROLE password_users``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["PostgresServer", "postgres_binaries"]
+__all__ = ["PASSWORD_GROUP", "PostgresServer", "postgres_binaries"]
+
+PASSWORD_GROUP = "password_users"
 
 
 def postgres_binaries() -> Path:
@@ -66,8 +71,21 @@ class PostgresServer:
     def __enter__(self) -> PostgresServer:
         try:
             self._run("initdb", "-D", str(self.data), "-U", "test", "--auth=trust", "--no-sync", "-E", "UTF8")
+            rules = self.data / "pg_hba.conf"  # first match wins: the group's line goes before the trust ones
+            rules.write_text(f"local all +{PASSWORD_GROUP} scram-sha-256\n" + rules.read_text())
             self.start()
             self._run("createdb", "-h", str(self.folder), "-U", "test", "kernel_agent")
+            self._run(
+                "psql",
+                "-h",
+                str(self.folder),
+                "-U",
+                "test",
+                "-d",
+                "kernel_agent",
+                "-qc",
+                f"CREATE ROLE {PASSWORD_GROUP} NOLOGIN",
+            )
         except BaseException:
             self.close()
             raise

@@ -52,7 +52,9 @@ def check(target: str) -> str:
 
 
 def _open(spec: SourceSpec) -> Source:
-    raise SourceError("PostgreSQL sources are being built (issue 51): not usable yet", source=spec.name)
+    from .postgresql_source import PostgresSource
+
+    return PostgresSource(spec)
 
 
 POSTGRESQL = SourceKind("postgresql", SCHEMES, check, _open)
