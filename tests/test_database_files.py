@@ -15,7 +15,9 @@ import pytest
 from dbfiles import shop, shop_duckdb
 
 from kernel_agent.agent.datafiles import databases, describer, summaries
+from kernel_agent.agent.datafiles.data import DataFile, data_summary
 from kernel_agent.agent.datafiles.summaries import DATA_SUFFIXES, MAX_SUMMARY_CHARS, file_kind
+from kernel_agent.agent.languages import PYTHON, R, language_of
 from kernel_agent.errors import DataFileError
 
 PAGE = 4096
@@ -203,3 +205,26 @@ def test_many_tables_stay_within_the_summary_and_the_rest_are_counted(tmp_path: 
     assert "### table `t00` · 1 row\nColumns: `id` INTEGER (primary key), `a` TEXT, `b` REAL, `c` INTEGER" in text
     assert "### table `t49` · 1 row" in text
     assert text.endswith("### table `t49` · 1 row\n… and 10 more, not described")
+
+
+def test_each_language_says_how_to_open_a_database_file_read_only() -> None:
+    files = [
+        DataFile("shop.sqlite", "/x/shop.sqlite", "sqlite", 1, "SQLite database · 1 B"),
+        DataFile("my shop.duckdb", "/x/my shop.duckdb", "duckdb", 1, "DuckDB database · 1 B"),
+        DataFile("sales.csv", "/x/sales.csv", "csv", 1, "CSV · 1 B"),
+    ]
+    python = data_summary(files, opens=PYTHON.opens)
+    assert (
+        'SQLite database · 1 B\nOpen it read-only with `con = sqlite3.connect("file:shop.sqlite?mode=ro", uri=True)` '
+        'and query it with `pd.read_sql_query("SELECT …", con)`'
+    ) in python
+    assert (
+        'DuckDB database · 1 B\nOpen it read-only with `con = duckdb.connect("my shop.duckdb", read_only=True)`'
+        in python
+    )
+    assert python.endswith("CSV · 1 B")  # a table file gets no such line
+    r = data_summary(files, opens=R.opens)
+    assert 'DBI::dbConnect(RSQLite::SQLite(), "shop.sqlite", flags = RSQLite::SQLITE_RO)' in r
+    assert 'DBI::dbConnect(duckdb::duckdb(), "my shop.duckdb", read_only = TRUE)' in r
+    assert data_summary(files) == data_summary(files, opens=language_of({"name": "julia"}).opens)
+    assert {"DBI", "RSQLite", "duckdb"} <= set(R.packages)  # the probe tells the model which are installed

@@ -17,8 +17,10 @@ import duckdb
 import pytest
 from dbfiles import shop, shop_duckdb
 from openai_server import OpenAIServer, Reply
+from replicas import Replica, follow
 
 from kernel_agent import AsyncAgent
+from kernel_agent.agent.datafiles import describer
 from kernel_agent.records import Run
 
 pytestmark = pytest.mark.kernel
@@ -116,3 +118,28 @@ def test_a_duckdb_file_is_described_first_and_opened_read_only_in_the_kernel(
     assert output.count("write refused:") == 2
     with duckdb.connect(str(tmp_path / "ws" / "shop.duckdb"), read_only=True) as copy:
         assert copy.execute("SELECT count(*) FROM orders").fetchone() == (5,)
+
+
+def test_a_service_upload_of_a_database_file_is_described_the_same(model: OpenAIServer, tmp_path: Path) -> None:
+    files = [shop(tmp_path / "shop.sqlite"), shop_duckdb(tmp_path / "shop.duckdb")]
+    data = tmp_path / "data"
+    data.mkdir()
+    with Replica(data, model.base_url, database=f"sqlite:///{tmp_path / 'records.db'}") as server:
+        ids = []
+        for path in files:
+            with path.open("rb") as handle:
+                uploaded = server.client.post("/v1/files", files={"file": (path.name, handle)})
+            assert uploaded.status_code == 200, uploaded.text
+            ids.append(uploaded.json()["id"])
+        model.add(Reply("Both databases are described."))
+        run = server.client.post("/v1/runs", json={"task": "Describe", "file_ids": ids})
+        assert run.status_code == 201, run.text
+        follow(server.client, run.json()["id"])
+        record = server.client.get(f"/v1/runs/{run.json()['id']}").json()
+    assert record["status"] == "completed", record
+    told = "\n".join(str(message.get("content")) for message in model.requests[-1]["messages"])
+    for path in files:
+        described = describer.describe(path)
+        assert described in told  # as `run --data` describes it
+    assert "## shop.sqlite · `data.shop`\nSQLite database · 12.0 KB" in told
+    assert "## shop.duckdb · `data.shop_duckdb`\nDuckDB database · " in told
