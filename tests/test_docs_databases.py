@@ -14,8 +14,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from brokers import running_broker
 
 from kernel_agent.errors import QueryError, SourceError
+from kernel_agent.kernel.inside.sql_client import SOCKET_ENV, sql
 from kernel_agent.sources import DescribeLimits, QueryLimits, SourceKind, SourceSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +41,9 @@ def plugin_example(tmp_path: Path) -> ModuleType:
     return module
 
 
-def test_the_plugin_pages_source_kind_keeps_its_contract(tmp_path: Path) -> None:
+def test_the_plugin_pages_source_kind_keeps_its_contract(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     kind = plugin_example(tmp_path).HOSTSQLITE
     assert isinstance(kind, SourceKind) and kind.schemes == ("hostsqlite",)
     with pytest.raises(SourceError) as refused:
@@ -85,6 +89,15 @@ def test_the_plugin_pages_source_kind_keeps_its_contract(tmp_path: Path) -> None
         worker.join(30)
         assert not worker.is_alive() and len(failed) == 1 and not source.running
         assert sum(b.num_rows for b in source.query("SELECT * FROM t", QueryLimits())) == 25_000
+
+        # Through the broker, as a kernel's sql() reaches it: capped by the broker, a write refused in words.
+        with running_broker({"big": source}, QueryLimits(max_rows=10_000)) as broker:
+            monkeypatch.setenv(SOCKET_ENV, str(broker.socket))
+            frame = sql("SELECT id, name FROM t ORDER BY id", source="big")
+            assert frame.shape == (10_000, 2) and frame.name.iloc[-1] == "n9999"
+            assert "sql(): result stopped at 10000 rows (the row cap)" in capsys.readouterr().err
+            with pytest.raises(RuntimeError, match="sql\\(\\): .*readonly database"):
+                sql("DELETE FROM t", source="big")
     finally:
         source.close()
     with sqlite3.connect(database) as connection:
