@@ -159,8 +159,10 @@ async def run_eval(
         gate = asyncio.Semaphore(size)
         options = {**config.kernel.session_options(), **agent_options.get("session_options", {})}
         # One kernel more than the questions at once starts while they wait for the model, so the next
-        # question finds it ready; the cap leaves room for used kernels still shutting down.
-        pool = KernelPool(min(size + 1, len(todo)), max_kernels=2 * size + 1, **options)
+        # question finds it ready; the cap leaves room for used kernels still shutting down. A question with
+        # live sources gets a kernel of its own started with its broker's socket, never a pooled one.
+        pooled = sum(1 for q in todo if not q.sources)
+        pool = KernelPool(min(size + 1, pooled), max_kernels=2 * size + 1, **options)
 
         async def one(question: Question) -> None:
             async with gate:
