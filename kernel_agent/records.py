@@ -106,6 +106,15 @@ class Round:
 
 
 @dataclass(frozen=True)
+class RecordedSource:
+    """A live data source as a run records it: its ``name`` (what ``sql(source=...)`` and a replay name) and
+    ``kind`` (``postgresql``); never where it is or who connects."""
+
+    name: str
+    kind: str = ""
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """Who and what produced a run: goes into the notebook's metadata.
 
@@ -127,6 +136,7 @@ class RunInfo:
     question: str = ""  # this turn's own question when it is a follow-up (``task`` then holds them all)
     language_info: dict[str, object] = field(default_factory=dict, compare=False)
     kernelspec: dict[str, str] = field(default_factory=dict, compare=False)  # the notebook's: where it opens
+    sources: tuple[RecordedSource, ...] = ()  # the live data sources, by name and kind
 
     @property
     def language(self) -> str:

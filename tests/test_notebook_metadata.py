@@ -21,8 +21,9 @@ from kernel_agent.notebook.metadata import (
     TurnRecord,
     json_schema,
     json_schema_text,
+    run_metadata,
 )
-from kernel_agent.records import Round, Run, RunInfo, Turn, Usage
+from kernel_agent.records import RecordedSource, Round, Run, RunInfo, Turn, Usage
 from kernel_agent.result import Artifact, ExecutionResult
 from kernel_agent.shapes import ArtifactShape, UsageShape
 
@@ -135,3 +136,14 @@ def test_unknown_keys_are_ignored_and_a_well_formed_turn_kept(tmp_path: Path) ->
     loaded = load_run(path)
     assert [(turn.task, turn.answer) for turn in loaded.run.turns] == [("first", None)]
     assert loaded.run.info.question == "second" and CellMetadata.read({"new": 1}) == CellMetadata.read({})
+
+
+def test_live_sources_are_recorded_by_name_and_kind_and_read_back(tmp_path: Path) -> None:
+    info = RunInfo(task="t", sources=(RecordedSource("shop", "postgresql"),))
+    written = run_metadata(Run(info=info), "full", "")
+    assert written["sources"] == [{"name": "shop", "kind": "postgresql"}]
+    assert "sources" not in run_metadata(Run(info=RunInfo(task="t")), "full", "")  # older records stay as they were
+    path = _notebook(
+        tmp_path, {"view": "full", "sources": [{"name": "shop", "kind": "postgresql"}, 3, {"kind": "x"}]}, {}
+    )
+    assert load_run(path).run.info.sources == (RecordedSource("shop", "postgresql"),)  # the malformed ones dropped

@@ -235,16 +235,19 @@ def prompt_context(
     preloaded: str = "",
     missing: Sequence[str] | None = None,
     opens: Callable[[DataFile], str] | None = None,
+    live: str = "",
 ) -> PromptContext:
     """What a prompt tells the model, the same in every mode: ``task``; the data description
     (``data_summary``: each file under its name and ``data`` attribute with its columns, dtypes, missing
     counts, dirty columns and first rows, bounded); the packages ``environment`` found and the common ones
     ``missing`` (the kernel language's, ``Language.missing``; by default Python's); ``preloaded``, what the
     setup cell defined (``Language.setup_words``; "" without one); the names defined so far; ``opens``, the kernel
-    language's line that opens a database file read-only (``Language.opens``). Raises nothing."""
+    language's line that opens a database file read-only (``Language.opens``); ``live``, the live data
+    sources' part of the data section (``Preparation.live_words``). Raises nothing."""
+    summary = data_summary(files, opens=opens) if files or not live else ""
     return PromptContext(
         task=task,
-        data_summary=data_summary(files, opens=opens),
+        data_summary="\n\n".join(part for part in (summary, live) if part),
         packages=environment.packages,
         missing=tuple(environment.missing if missing is None else missing),
         preloaded=preloaded,

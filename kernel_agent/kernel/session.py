@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,8 @@ class AsyncKernelSession:
     gateway's default) and ``workspace`` stays the run's local folder.
     ``provider`` says where the kernel lives: a name registered in ``kernel_agent.providers``
     (``providers/registry.py``; default ``gateway`` when ``gateway`` is given, else ``local``), made with
-    these arguments, or a ``KernelProvider`` already made.
+    these arguments, or a ``KernelProvider`` already made. ``sockets``: variable name → a host Unix socket the
+    kernel may connect to (``ProviderSettings.sockets``; a live data source's broker).
     Raises ``ConfigError`` for an unknown provider or a malformed gateway URL, ``ExtraMissingError`` for a
     gateway without the ``gateway`` extra.
     """
@@ -76,6 +78,7 @@ class AsyncKernelSession:
         gateway_adopt: bool = False,
         provider: KernelProvider | str | None = None,
         python: str | None = None,
+        sockets: Mapping[str, Path] | None = None,
     ) -> None:
         self.timeout = timeout
         self.caps = caps or OutputCaps()
@@ -96,6 +99,7 @@ class AsyncKernelSession:
                 gateway_token=gateway_token,
                 kernel_id=gateway_kernel_id,
                 adopt=gateway_adopt,
+                sockets=dict(sockets or {}),
             )
             provider = make_provider(provider_for(provider, gateway), settings)
         self.kernel_name = kernel_name or getattr(provider, "kernel_name", None) or "default"

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from .._version import __version__
-from ..records import Round, Run, RunInfo, StopReason, Turn
+from ..records import RecordedSource, Round, Run, RunInfo, StopReason, Turn
 from ..result import ExecutionResult
 from ..shapes import OMIT_EMPTY, ArtifactShape, ErrorShape, Kept, Shape, UsageShape
 
@@ -35,6 +35,7 @@ __all__ = [
     "ResultRecord",
     "RoundRecord",
     "RunMetadata",
+    "SourceRecord",
     "TurnRecord",
     "host",
     "json_schema",
@@ -87,6 +88,17 @@ class TurnRecord(Shape):
         return Turn(**{name: getattr(self, name) for name in type(self).model_fields})
 
 
+class SourceRecord(Shape):
+    """A live data source the run queried (``records.RecordedSource``): its name and kind only, never its
+    URI; ``replay`` and ``resume`` reconnect by the name."""
+
+    name: str
+    kind: str = ""
+
+    def record(self) -> RecordedSource:
+        return RecordedSource(self.name, self.kind)
+
+
 class RunMetadata(Shape):
     """``metadata["kernel_agent"]`` of a run's notebook: who ran what (``RunInfo``) and how it ended (``Run``)."""
 
@@ -109,6 +121,9 @@ class RunMetadata(Shape):
     rounds: Annotated[int, BeforeValidator(lambda value: len(value) if isinstance(value, tuple) else value)] = 0
     turns: Kept[TurnRecord] = []
     confinement: Annotated[str, OMIT_EMPTY] = ""
+    sources: Annotated[Kept[SourceRecord], OMIT_EMPTY] = Field(
+        [], description="the live data sources queried, by name and kind (never their URIs)"
+    )
 
 
 class KernelspecShape(Shape):

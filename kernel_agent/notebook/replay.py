@@ -26,7 +26,7 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +42,7 @@ from ..result import png_size
 from .claims import DataSources, check_data_files, plain
 from .export import METADATA_KEY, SKIP_TAG
 from .load import read_notebook
+from .metadata import RunMetadata
 from .normalise import normalise_text
 from .recorded import (
     CELLS_FILE,
@@ -57,7 +58,16 @@ from .recorded import (
     shown_recorded,
 )
 
-__all__ = ["CellCheck", "CheckStatus", "ReplayReport", "async_replay", "compare_outputs", "normalise_text", "replay"]
+__all__ = [
+    "CellCheck",
+    "CheckStatus",
+    "ReplayReport",
+    "async_replay",
+    "compare_outputs",
+    "normalise_text",
+    "recorded_sources",
+    "replay",
+]
 
 CheckStatus = Literal["match", "mismatch", "skipped", "error", "executed", "expected", "recorded"]
 
@@ -127,6 +137,7 @@ def replay(
     kernel_name: str | None = None,
     limits: Limits | None = None,
     python: str | None = None,
+    sockets: Mapping[str, Path] | None = None,
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
@@ -136,7 +147,7 @@ def replay(
 
     runner = LoopThread("kernel-agent-replay")
     try:
-        return runner.run(async_replay(path, workspace, check, timeout, kernel_name, limits, python))
+        return runner.run(async_replay(path, workspace, check, timeout, kernel_name, limits, python, sockets))
     finally:
         runner.stop()
 
@@ -149,6 +160,7 @@ async def async_replay(
     kernel_name: str | None = None,
     limits: Limits | None = None,
     python: str | None = None,
+    sockets: Mapping[str, Path] | None = None,
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
@@ -168,7 +180,8 @@ async def async_replay(
     environment allow-list): the recorded code is model-written too. An
     unexpected error, a timeout or a kernel death stops the replay and becomes
     an ``error`` entry. A ``%%agent`` cell shows the run it recorded, no model
-    asked and no kernel started (``recorded.py``).
+    asked and no kernel started (``recorded.py``). ``sockets`` are given to the kernel as a session's are
+    (``ProviderSettings.sockets``: the broker of the live sources it recorded, ``recorded_sources``).
 
     Raises ``NotebookError`` when the file is not a notebook, a data file is
     missing (naming it and where it was looked for), or the kernel cannot start;
@@ -187,7 +200,9 @@ async def async_replay(
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
         await in_thread(_stage_data, meta, sources, Path(cwd), path)
         handover = await in_thread(_stage_agent_cells, recorded, Path(cwd), path)
-        stop = await _execute(executed, cwd, timeout, kernel_name, path, limits, python, {REPLAY_ENV: handover})
+        stop = await _execute(
+            executed, cwd, timeout, kernel_name, path, limits, python, {REPLAY_ENV: handover}, sockets
+        )
     anchors = [*_anchors(meta), datetime.now(UTC)]
     folders = [folder / prefix for folder, prefix in sources.places]
     paths = [
@@ -198,6 +213,14 @@ async def async_replay(
 
 
 # -- data and execution ----------------------------------------------------------------------------
+
+
+def recorded_sources(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The names of the live data sources the notebook at ``path`` recorded (a claim: names only, each
+    reconnected by the replaying user's own means). Raises ``NotebookError`` when it is not a notebook."""
+    meta = read_notebook(Path(path)).metadata.get(METADATA_KEY)
+    shape = RunMetadata.read(meta if isinstance(meta, dict) else {})
+    return tuple(source.name for source in shape.sources)
 
 
 def _data_sources(path: Path, meta: dict[str, Any], workspace: str | os.PathLike[str] | None) -> DataSources:
@@ -263,6 +286,7 @@ async def _execute(
     limits: Limits | None,
     python: str | None = None,
     env: dict[str, str] | None = None,
+    sockets: Mapping[str, Path] | None = None,
 ) -> tuple[int, str] | None:
     """Run ``nb`` in place; return (cell index, what went wrong) when the replay stopped early."""
     progress: dict[str, Any] = {"index": None, "ready": False}
@@ -278,7 +302,7 @@ async def _execute(
     spec = nb.metadata.get("kernelspec")
     recorded = spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str) else None
     name = kernel_name or recorded or "python3"
-    provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits, python=python, env=env)
+    provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits, python=python, env=env, sockets=sockets)
     try:
         manager, env = provider.prepare()
         client = NotebookClient(

@@ -14,6 +14,7 @@ Everything here is a function of its inputs and the files it reads; only
 from __future__ import annotations
 
 import errno
+import inspect
 import json
 import keyword
 import os
@@ -47,12 +48,14 @@ __all__ = [
     "preload_description",
     "opened_beside",
     "prepare_data",
+    "sql_setup",
     "stage_recorded",
     "summarize",
     "warm_describer",
 ]
 
 MAX_SECTION_CHARS = 24_000  # the whole "# Data" section
+DATABASE_KINDS = ("sqlite", "duckdb")  # data files ``sql()`` also queries, by their ``data`` name
 SEED = 0
 
 
@@ -538,6 +541,29 @@ def opened_beside(setup: str, workspace: str | None) -> str:
         else ""
     )
     return guard + "".join(lines[:magics]) + step + "".join(lines[magics:])
+
+
+def sql_setup(files: Sequence[DataFile | str], live: Sequence[str] = ()) -> str:
+    """The setup cell's ``sql(query, source=None)``: the kernel side of the live sources' broker, as the text of
+    ``kernel/inside/sql_client.py`` itself (so the notebook replays where kernel-agent is not installed), with
+    its sources: the database files among ``files``, by their ``data`` name (opened read-only in the kernel),
+    and the ``live`` ones' names. Raises nothing."""
+    from ...kernel.inside import sql_client
+
+    client = inspect.getsource(sql_client).replace("from __future__ import annotations\n", "")  # mid-cell
+    databases = {
+        name: file.name
+        for name, file in zip(data_attributes(files), files, strict=True)
+        if isinstance(file, DataFile) and file.kind in DATABASE_KINDS
+    }
+    lines = [
+        "# sql(query, source=None): this run's databases as pandas DataFrames (kernel-agent's client, below)",
+        client.rstrip(),
+        "",
+        f"FILE_SOURCES.update({json.dumps(databases, ensure_ascii=False)})",
+        f"LIVE_SOURCES[:] = {json.dumps(list(live), ensure_ascii=False)}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def data_helper_words(files: Sequence[DataFile | str], *, kind: str = "holds", access: str = ".") -> str:

@@ -38,6 +38,7 @@ from ..datafiles.data import DataFile, stage_recorded
 from ..environment import Environment
 from ..languages import PYTHON, language_of
 from ..protocols import Protocol, environment_lines
+from ..run.live import split_data
 from ..run.preparation import Preparation
 from ..run.staging import DataStaging
 from .graph import PlanNode, build_dag
@@ -110,6 +111,8 @@ class _Carried:
         root = Path(workspace) if workspace is not None else default_workspace(task)
         notebook_path = Path(notebook) if notebook is not None else records_beside(root)
         check_outside(notebook_path, root)
+        if split_data(data)[1]:
+            raise ConfigError("plan mode does not take live data sources yet: give them to `run`")
         async with await DataStaging.check(data, root) as staging:
             if not kernels_apart:
                 await staging.into_workspace()

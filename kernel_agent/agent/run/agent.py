@@ -29,6 +29,7 @@ from ...kernel.interface import (
     kernels_ahead,
 )
 from ...kernel.kernelspec import KERNEL_NAME, choose_kernel
+from ...kernel.pool import KernelPool
 from ...kernel.python_env import require_setup_packages
 from ...kernel.sandbox.bwrap import SandboxMode
 from ...kernel.session import AsyncKernelSession
@@ -40,6 +41,7 @@ from ...records import Run, RunInfo
 from ..config import NO_MODEL_HELP, AgentConfig, settings_in
 from ..datafiles.data import warm_describer
 from ..names import DataFormat, ProtocolName
+from .live import reconnected, split_data
 from .loop import Ask
 from .preparation import Preparation, Prompt
 from .rounds import Rounds
@@ -167,11 +169,14 @@ class AsyncAgent:
             workspace, **{**self.config.kernel.session_options(), **self._session_options, **options}
         )
 
-    def _resume_factory(self, info: RunInfo) -> KernelFactory:
+    def _resume_factory(self, info: RunInfo, sockets: dict[str, Path]) -> KernelFactory:
         """Where a resumed run's kernel comes from: the kernelspec its notebook records (an installed one of
         that name, confined as any other; a claim, so nothing else of it is used) when the user named none
-        and the kernels are this agent's own local ones; else the usual factory."""
+        and the kernels are this agent's own local ones; else the usual factory (``_factory_for``: a fresh
+        kernel given the live sources' ``sockets``)."""
         recorded = info.kernelspec.get("name", "")
+        if sockets:
+            return self._factory_for(sockets)
         if (
             not self._own_kernels
             or self.config.kernel.name
@@ -181,6 +186,17 @@ class AsyncAgent:
         ):
             return self._session_factory
         return MadeKernels(lambda workspace: self.new_session(workspace, kernel_name=recorded))
+
+    def _factory_for(self, sockets: dict[str, Path]) -> KernelFactory:
+        """Where a run's kernel comes from: the usual factory; for a run with live sources (``sockets``, the
+        broker's to bind), a fresh kernel of this agent's own settings given them (a pooled kernel started
+        without the socket cannot reach it). Raises ``ConfigError`` for a factory of another's kernels (a
+        service thread's, a chat's): they cannot be given a socket."""
+        if not sockets:
+            return self._session_factory
+        if not (self._own_kernels or isinstance(self._session_factory, KernelPool)):
+            raise ConfigError("live data sources need a kernel this agent starts: this agent's kernels are given")
+        return MadeKernels(lambda workspace: self.new_session(workspace, sockets=sockets))
 
     def _kernels_apart(self) -> bool:
         """Whether this agent's kernels work in folders of their own, known before one starts: on a gateway
@@ -245,19 +261,24 @@ class AsyncAgent:
         # copies there when it starts (the sandbox binds them read-only); a kernel apart gets its own once
         # started, and the workspace's, the run's record, are made beside the first round's code.
         async with await DataStaging.check(data, root) as staging:
-            if not self._kernels_apart():
+            factory = self._factory_for(staging.live.kernel_sockets())
+            if not factory.kernels_apart:
                 await staging.into_workspace()
-            async with aclosing(self._run(task, staging, root, notebook_path, setup)) as events:
+            async with aclosing(self._run(task, staging, root, notebook_path, setup, factory)) as events:
                 async for event in events:
                     staging.started()  # the first event is RunStarted: the notebook is saved
                     yield event
 
     async def _run(
-        self, task: str, staging: DataStaging, root: Path, notebook_path: Path, setup: str
+        self, task: str, staging: DataStaging, root: Path, notebook_path: Path, setup: str, factory: KernelFactory
     ) -> AsyncGenerator[Event, None]:
-        """The run's kernel started (the first request sent meanwhile when it can be), prepared and its rounds
-        driven: ``stream``'s events once its data files are staged."""
-        kernels = self._kernels_ahead()
+        """The run's kernel started from ``factory`` (the first request sent meanwhile when it can be), prepared
+        and its rounds driven: ``stream``'s events once its data files are staged."""
+        kernels = (
+            self._kernels_ahead()
+            if factory is self._session_factory
+            else self.config.kernel.ahead(**self._session_options)
+        )
         language = self._preparation.language_ahead(kernels)
         async with AsyncExitStack() as stack:
             if self._ready_model is not None:  # the SDK's import meanwhile: the first request goes out at once
@@ -265,9 +286,9 @@ class AsyncAgent:
             prompt: Prompt | None = None
             first: Ask | None = None
             if language is None:
-                session = await stack.enter_async_context(self._session_factory(root))
+                session = await stack.enter_async_context(factory(root))
             else:  # the first request goes out while the kernel starts; its first code waits for it
-                starting = await stack.enter_async_context(_starting(self._session_factory(root)))
+                starting = await stack.enter_async_context(_starting(factory(root)))
                 assert kernels is not None  # language_ahead knows a language only of kernels said ahead
                 prompt = await self._preparation.ahead(task, staging, language, kernels)
                 first = Ask(self.chat_model, prompt.protocol, prompt.messages)
@@ -330,12 +351,14 @@ class AsyncAgent:
             )
         root = given if given is not None else fresh_beside(source)
         check_outside(target, root)
-        files = await in_thread(resumed_files, loaded.info, source, given, root, list(data))
+        given_files, given_sources = split_data(data)
+        live = reconnected([recorded.name for recorded in loaded.info.sources], given_sources)
+        files = await in_thread(resumed_files, loaded.info, source, given, root, given_files)
         names = tuple(dict.fromkeys([*loaded.info.data_files, *(f.name for f in files)]))
-        async with self._resume_factory(loaded.info)(root) as session:
+        async with live, self._resume_factory(loaded.info, live.kernel_sockets())(root) as session:
             await session.files.put([root / f.name for f in files])
             opening = await self._preparation.resumed(
-                session, loaded, task, files, str(root.resolve()), names, restore=restore
+                session, loaded, task, files, str(root.resolve()), names, restore=restore, live=live
             )
             rounds = Rounds(self.config, self.chat_model, session, opening, target, root)
             async with aclosing(rounds.events()) as events:

@@ -23,13 +23,14 @@ from ...model.chat import ChatModel
 from ...model.messages import ChatMessage
 from ...notebook.export import warm_up
 from ...notebook.load import LoadedRun
-from ...records import Run, RunInfo, now
+from ...records import RecordedSource, Run, RunInfo, now
 from ...result import ExecutionResult, RebuildReport
 from ..config import AgentConfig
-from ..datafiles.data import DataFile
+from ..datafiles.data import DATABASE_KINDS, DataFile, sql_setup
 from ..environment import Environment, host_packages, probe, prompt_context
 from ..languages import PYTHON, Language, language_of
 from ..protocols import PromptContext, Protocol, get_protocol
+from .live import LiveSources
 from .staging import DataStaging
 
 __all__ = ["SETUP_TIMEOUT_S", "KnownPackages", "Opening", "Preparation", "Prompt", "endpoint"]
@@ -98,9 +99,20 @@ class Preparation:
             language=language,
         )
 
-    def setup_code(self, language: Language, files: Sequence[DataFile], extra: str, notebook: Path, root: Path) -> str:
-        """The setup cell: the language's preload (or its plain setup), the extra setup, the notebook's folder."""
+    def setup_code(
+        self,
+        language: Language,
+        files: Sequence[DataFile],
+        extra: str,
+        notebook: Path,
+        root: Path,
+        sources: Sequence[str] = (),
+    ) -> str:
+        """The setup cell: the language's preload (or its plain setup), ``sql`` for the live ``sources`` named and
+        the database files (Python's), the extra setup, the notebook's folder."""
         code = language.setup(files) if self.config.kernel.preload else language.plain_setup
+        if language.key == PYTHON.key and (sources or any(f.kind in DATABASE_KINDS for f in files)):
+            code = _with_sql(code, sql_setup(files, sources))
         if extra:
             code = _merged_setup(code, extra)
         return language.beside(code, workspace_from(notebook, root))
@@ -123,12 +135,14 @@ class Preparation:
         Raises ``DataFileError``."""
         key = kernels.environment
         packages = self._known.get(key)
-        files, found = await asyncio.gather(
-            staging.described(), in_thread(host_packages) if packages is None else _given(packages)
+        files, live, found = await asyncio.gather(
+            staging.described(),
+            staging.live.described(),
+            in_thread(host_packages) if packages is None else _given(packages),
         )
         self._known.put(key, found)
         protocol = self.protocol(language)
-        messages = protocol.initial_messages(self.prompt_context(Environment(found), task, files, language))
+        messages = protocol.initial_messages(self.prompt_context(Environment(found), task, files, language, live))
         return Prompt(protocol, messages, found)
 
     async def new_run(
@@ -146,7 +160,9 @@ class Preparation:
         (or taken from ``prompt``, made ahead); ``kernels``, what the factory said its kernels are, keys the
         packages' probe. Raises ``KernelError``, ``DataFileError``, ``StorageError``."""
         language = language_of(session.kernel_info.get("language_info"))
-        setup_code = self.setup_code(language, staging.files, extra_setup, notebook, root)
+        setup_code = self.setup_code(
+            language, staging.files, extra_setup, notebook, root, [spec.name for spec in staging.sources]
+        )
         put = staging.into_kernel(session)
         if extra_setup:  # it may load its variables from the data files: they must be there first
             await put
@@ -165,6 +181,7 @@ class Preparation:
             setup_then_environment(),
             in_thread(warm_up),
             *([] if extra_setup else [put]),
+            staging.live.described(),
             staging.described(),
             return_exceptions=True,
         )
@@ -189,11 +206,13 @@ class Preparation:
             started_at=prompt.started_at if prompt is not None else now(),
             language_info=dict(session.kernel_info.get("language_info", {})),
             kernelspec=session.kernelspec,
+            sources=tuple(RecordedSource(spec.name, spec.kind) for spec in staging.sources),
         )
         run = Run(info=info, setup_result=setup)
         if prompt is not None:
             return Opening(run, protocol, prompt.messages, prompt.packages, {setup.call: 0})
-        messages = protocol.initial_messages(self.prompt_context(environment, task, files, language))
+        live = cast(str, done[-2])
+        messages = protocol.initial_messages(self.prompt_context(environment, task, files, language, live))
         return Opening(run, protocol, messages, environment.packages, {setup.call: 0})
 
     async def resumed(
@@ -206,18 +225,23 @@ class Preparation:
         names: tuple[str, ...],
         *,
         restore: bool = True,
+        live: LiveSources | None = None,
     ) -> Opening:
         """A resumed run's opening: the earlier cells rebuilt (unless not ``restore``), the model told what
-        was done, a new turn opened for ``task``.
-        Raises ``KernelError``."""
+        was done (the ``live`` sources described again), a new turn opened for ``task``.
+        Raises ``KernelError``, ``SourceError``."""
         calls: dict[int, int] = {}
+        described = await live.described() if live is not None else ""
         report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
         language = language_of(session.kernel_info.get("language_info"))
         protocol = self.protocol(language)
         environment = await self.environment(session, language)
-        context = self.prompt_context(environment, loaded.info.task, files, language)
+        context = self.prompt_context(environment, loaded.info.task, files, language, described)
         messages = protocol.resume_messages(context, loaded.run, task, report)
         run = self._next_turn(loaded.run, task, session, workspace, names)
+        if live is not None and live.specs:
+            sources = tuple(RecordedSource(spec.name, spec.kind) for spec in live.specs)
+            run = replace(run, info=replace(run.info, sources=sources))
         return Opening(run, protocol, messages, environment.packages, calls, first_round=len(loaded.rounds) + 1)
 
     async def _restore(self, session: Kernel, cells: Sequence[RebuildCell], calls: dict[int, int]) -> RebuildReport:
@@ -255,10 +279,11 @@ class Preparation:
         return replace(run, info=info, turns=run.all_turns(), answer=None, stop_reason=None, error=None, finished_at="")
 
     def prompt_context(
-        self, environment: Environment, task: str, files: Sequence[DataFile], language: Language
+        self, environment: Environment, task: str, files: Sequence[DataFile], language: Language, live: str = ""
     ) -> PromptContext:
         """What the opening prompt tells the model: the one view every mode builds from
-        (``environment.prompt_context``), with this language's words."""
+        (``environment.prompt_context``), with this language's words; ``live``, the live sources' descriptions
+        (``LiveSources.described``), said with how this language queries them."""
         preloaded = language.setup_words(files) if self.config.kernel.preload else ""
         return prompt_context(
             environment,
@@ -267,6 +292,7 @@ class Preparation:
             preloaded=preloaded,
             missing=language.missing(environment.packages),
             opens=language.opens,
+            live=live_words(live, language),
         )
 
     async def environment(
@@ -309,10 +335,38 @@ def endpoint(base_url: str | None, model: ChatModel) -> str:
     return endpoint_host(base_url)
 
 
+def live_words(described: str, language: Language) -> str:
+    """The data section's part for the live sources: how ``language`` queries them, then their descriptions
+    ("" without any). ``sql()`` is Python's only for now."""
+    if not described:
+        return ""
+    if language.key == PYTHON.key:
+        lead = (
+            "Live databases, queried read-only with `sql(query, source=None)` (defined by the setup cell): it "
+            "returns a pandas DataFrame; `source` names the database when there are several. Each query runs in a "
+            "read-only transaction with a time limit and a row cap: aggregate in SQL, fetch what you need."
+        )
+    else:
+        lead = (
+            f"Live databases, described below, are queried with `sql()`, which is Python-only for now: "
+            f"this {language.name} kernel cannot query them."
+        )
+    return f"{lead}\n\n{described}"
+
+
 def _setup_timeout(exec_timeout: float | None) -> float | None:
     """The setup cell's time limit: the rounds' own, but never below ``SETUP_TIMEOUT_S`` (importing the
     analysis stack on a loaded machine can take longer than a round may)."""
     return None if exec_timeout is None else max(exec_timeout, SETUP_TIMEOUT_S)
+
+
+def _with_sql(setup: str, sql: str) -> str:
+    """``setup`` with ``sql``'s definition before its last line when that shows ``data`` (it stays the cell's
+    output), else after it."""
+    head, _, last = setup.rstrip().rpartition("\n")
+    if last.strip() == "data":
+        return f"{head.rstrip()}\n\n\n{sql.rstrip()}\n\n\n{last}\n"
+    return f"{setup.rstrip()}\n\n\n{sql}"
 
 
 def _merged_setup(preload: str, extra: str) -> str:

@@ -4,7 +4,9 @@ Owns the data files' life in a run: checked (off the loop, before any model call
 thread, the bounded host-side describer, while the kernel starts), copied into the kernel (a kernel that
 works in the workspace finds them there; a pooled or remote kernel gets its own copies), the run's record
 (the workspace's copies, made beside the first round's code when the kernel works apart) and closed once
-every thread reading them has ended; a resumed run's files come from ``resumed_files``. It reads the
+every thread reading them has ended; a resumed run's files come from ``resumed_files``. The run's live data
+sources (``--data`` database URIs, told apart from the files here: ``live.split_data``) are its too: opened
+and brokered (``live.LiveSources``) on entry, before the kernel starts, and closed on the way out. It reads the
 checked files only, never the workspace the kernel reaches. It does not run code, talk to the model or
 write notebooks.
 """
@@ -23,7 +25,9 @@ from ...errors import ConfigError, DataFileError
 from ...kernel.interface import Kernel
 from ...notebook.claims import DataSources
 from ...records import RunInfo
+from ...sources.spec import SourceSpec
 from ..datafiles.data import CheckedData, DataFile, check_data, prepare_data, stage_recorded
+from .live import LiveSources, split_data
 
 __all__ = ["DataStaging", "resumed_files"]
 
@@ -41,8 +45,9 @@ class DataStaging:
     has the data copies.
     """
 
-    def __init__(self, checked: CheckedData) -> None:
+    def __init__(self, checked: CheckedData, sources: tuple[SourceSpec, ...] = ()) -> None:
         self.checked = checked
+        self.live = LiveSources(sources)
         self.in_workspace = False
         self._reading: list[asyncio.Future[Any]] = []  # what must end before the checked files are closed
         self._description = self._started(_described(checked))
@@ -55,15 +60,32 @@ class DataStaging:
 
     @classmethod
     async def check(cls, paths: Sequence[str | os.PathLike[str]], root: Path) -> DataStaging:
-        """The files checked and the workspace ``root`` made (off the loop), their description begun.
-        Raises ``DataFileError``, ``ConfigError``, ``StorageError``."""
-        return cls(await in_thread(_checked_data, list(paths), root))
+        """The files checked and the workspace ``root`` made (off the loop), their description begun; the live
+        sources among ``paths`` parsed (opened on entry). Raises ``DataFileError``, ``ConfigError`` (a source
+        with a password, before anything else), ``StorageError``."""
+        files, sources = split_data(paths)
+        return cls(await in_thread(_checked_data, files, root), sources)
 
     async def __aenter__(self) -> DataStaging:
+        """The live sources opened and brokered (before the kernel starts). Raises as ``LiveSources.open``
+        does, having closed everything."""
+        try:
+            await self.live.open()
+        except BaseException:
+            self.close(discard=True)
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close(discard=not self._run_started)
+        try:
+            self.close(discard=not self._run_started)
+        finally:
+            await self.live.aclose()
+
+    @property
+    def sources(self) -> tuple[SourceSpec, ...]:
+        """The run's live sources, as given."""
+        return self.live.specs
 
     @property
     def files(self) -> tuple[DataFile, ...]:
@@ -157,7 +179,7 @@ class DataStaging:
 
 def resumed_files(
     info: RunInfo, notebook: Path, given: Path | None, root: Path, data: list[Any]
-) -> tuple[DataFile, ...]:
+) -> tuple[DataFile, ...]:  # ``data``: files only (``live.split_data``)
     """The data files of a resumed run, now in ``root``: ``data`` copied in as for a new run, then each
     recorded name ``data`` does not supply, staged from where the notebook's claims allow. Blocking;
     raises ``DataFileError``."""

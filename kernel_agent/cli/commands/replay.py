@@ -11,7 +11,7 @@ from ...agent.settings import Table, option
 from ...errors import ConfigError
 from ..edge import edge
 from ..options import kernel_arguments, kernel_options, table_options, timeout_option
-from .common import workspace_row
+from .common import data_row, workspace_row
 
 __all__ = ["REPLAY", "replay"]
 
@@ -22,6 +22,11 @@ REPLAY = Table(
         shown="beside the notebook, or in its recorded workspace when that is a folder under the notebook's",
     ),
     option("replay", "check", bool, True, "Compare the new outputs with the recorded ones", negatable=True),
+    data_row(
+        "replay",
+        "A live data source the notebook names, again: NAME=postgresql://... (repeatable); "
+        "default: the pg_service.conf service NAME",
+    ),
 )
 
 
@@ -30,20 +35,25 @@ REPLAY = Table(
 @table_options(*REPLAY.values())
 @timeout_option
 @kernel_options
-def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, **options: Any) -> None:
+def replay(
+    notebooks: tuple[str, ...], workspace: str | None, check: bool, data: tuple[str, ...], **options: Any
+) -> None:
     """Re-execute runs' notebooks, each in a fresh kernel, and report cell by cell.
 
     The recorded code is model-written: it runs confined exactly as an agent run's kernel does.
     Several notebooks (``replay agent-runs/*.ipynb``) are replayed one after the other.
 
+    A notebook's live data sources (databases it queried with ``sql()``) are reconnected by name:
+    ``--data NAME=URI`` given again, else the libpq service of that name.
+
     Exits 1 when a cell's outputs differ from the recorded ones (with --check) or a cell fails,
-    2 when a notebook or its data files cannot be found.
+    2 when a notebook, its data files or its data sources cannot be found.
     """
     from rich.console import Console
     from rich.text import Text
 
     from ...agent.config import AgentConfig
-    from ...notebook.replay import replay as replay_notebook
+    from ...agent.run.live import replay_with_sources, split_data
     from ...safe.terminal import one_line
     from ..show import show_replay
 
@@ -56,13 +66,17 @@ def replay(notebooks: tuple[str, ...], workspace: str | None, check: bool, **opt
             click.echo(f"Warning: the kernel runs unconfined (sandbox off): {limits.describe()}", err=True)
         if workspace is not None and len(notebooks) > 1:
             raise ConfigError("--workspace names one run's data: give it with one notebook")
+        files, sources = split_data(data)
+        if files:
+            raise ConfigError(f"replay's --data names live data sources (NAME=URI), not files: {files[0]}")
     console, ok = Console(highlight=False), True
     for notebook in notebooks:
         if len(notebooks) > 1:
             console.rule(Text(one_line(notebook)))
         with edge():
-            report = replay_notebook(
+            report = replay_with_sources(
                 notebook,
+                sources,
                 workspace=workspace,
                 check=check,
                 timeout=config.kernel.exec_timeout,

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import tempfile
 import weakref
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
@@ -61,6 +62,7 @@ _POLL_S = 0.2  # how often a starting kernel is checked for an early exit
 _SOCKET_TAIL = len("/kernel-agent-xxxxxxxx/sockets/kernel-65535-99")
 _SOCKET_PATH_MAX = 107
 _SHORT_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+SOCKETS_INSIDE = "/run/kernel-agent"  # where a sandboxed kernel finds the host sockets it was given
 
 
 def runtime_root() -> Path:
@@ -134,7 +136,8 @@ def _remove_runtime_dir(folder: Path) -> None:
 class LocalProvider:
     """A kernel process we start on this machine, confined by ``limits``, in ``workspace``.
 
-    ``workspace`` None means a private folder inside the runtime dir, removed on close.
+    ``workspace`` None means a private folder inside the runtime dir, removed on close. ``sockets``: variable
+    name → a host Unix socket the kernel may connect to (``ProviderSettings.sockets``).
     """
 
     owns_kernel = True
@@ -151,8 +154,10 @@ class LocalProvider:
         max_output_bytes: int = 10_000_000,
         limits: Limits | None = None,
         python: str | None = None,
+        sockets: Mapping[str, Path] | None = None,
     ) -> None:
         self._workspace = workspace
+        self._sockets = dict(sockets or {})
         self.kernel_name = kernel_name
         self.startup_timeout = startup_timeout
         self.limits = limits or Limits()
@@ -196,7 +201,7 @@ class LocalProvider:
         self._workspace.mkdir(parents=True, exist_ok=True)
         self.choice = choose_kernel(self.kernel_name, self.python)
         self.confinement = Confinement.prepare(self.limits)
-        extra = {**self._env_extra, **self.confinement.env}
+        extra = {**self._env_extra, **self.confinement.env, **self._socket_env()}
         if self.choice.python is not None:  # its own packages; ours only for the in-kernel code
             self._inside_path = inside_path(self._runtime_dir)
         self.manager = self._manager(self._runtime_dir, self._workspace)
@@ -252,6 +257,7 @@ class LocalProvider:
                 network=bool(self.limits.network),  # resolved in Limits.__post_init__
                 read_only=protected_files(workspace),
                 extra_read=self._extra_read(),
+                bound_sockets=tuple((host, _socket_inside(host)) for host in self._sockets.values()),
             ),
             package_root=self._inside_path,
         )
@@ -263,6 +269,18 @@ class LocalProvider:
         manager.connection_file = str(connection_file)
         manager.ip = str(sockets / "kernel")
         return manager
+
+    def _socket_env(self) -> dict[str, str]:
+        """Each socket's variable: the path the kernel connects to (bound under ``/run`` in the sandbox, the host's
+        own path unconfined). Raises ``ConfigError`` for two sockets of one file name (one inside path)."""
+        if self.limits.sandbox != "strict":
+            return {name: str(host) for name, host in self._sockets.items()}
+        inside = {name: _socket_inside(host) for name, host in self._sockets.items()}
+        if len(set(inside.values())) < len(inside):
+            raise ConfigError(
+                f"the kernel's sockets need distinct file names: {sorted(map(str, self._sockets.values()))}"
+            )
+        return inside
 
     def _extra_read(self) -> tuple[Path, ...]:
         """Host files the kernel must read besides the interpreter: the user's own PYTHONSTARTUP."""
@@ -503,12 +521,22 @@ def local_provider(settings: ProviderSettings) -> LocalProvider:
         max_output_bytes=settings.max_output_bytes,
         limits=settings.limits,
         python=settings.python,
+        sockets=settings.sockets,
     )
+
+
+def _socket_inside(host: Path) -> str:
+    """Where a host Unix socket is bound in the sandbox: by its file name under ``/run`` (the sandbox's tmpfs)."""
+    return f"{SOCKETS_INSIDE}/{host.name}"
 
 
 def attached_provider(settings: ProviderSettings) -> AttachedProvider:
     """The ``attached`` entry point of ``kernel_agent.providers``: the running kernel whose connection file
     the settings name (never restarted or killed). Raises ``ConfigError`` without one."""
+    if settings.sockets:
+        raise ConfigError(
+            "an attached kernel cannot be given a socket (a live data source needs a kernel started here)"
+        )
     if not settings.connection_file:
         raise ConfigError("the attached kernel provider needs a running kernel's connection file")
     return AttachedProvider(

@@ -51,7 +51,10 @@ class ProviderSettings:
     documents them). ``workspace`` is the run's folder on this machine (None: a private one);
     ``kernel_name`` None is the provider's default; ``gateway`` a URL or ``GatewaySettings``, with
     ``gateway_token`` its secret (never in the repr); ``kernel_id`` a running gateway kernel to attach
-    to (owned when ``adopt``); ``connection_file`` a running local kernel's (``attached``)."""
+    to (owned when ``adopt``); ``connection_file`` a running local kernel's (``attached``); ``sockets``:
+    variable name → a host Unix socket the kernel may connect to (a live data source's broker): the provider
+    makes it reachable (bound into the sandbox) and sets the variable to where the kernel finds it, or raises
+    ``ConfigError`` when it cannot (a kernel elsewhere, another's kernel)."""
 
     workspace: Path | None = None
     kernel_name: str | None = None
@@ -67,6 +70,7 @@ class ProviderSettings:
     kernel_id: str | None = None
     adopt: bool = False
     connection_file: str | None = None
+    sockets: Mapping[str, Path] = field(default_factory=dict)
 
 
 class ProviderFactory(Protocol):

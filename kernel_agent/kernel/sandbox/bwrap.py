@@ -32,7 +32,10 @@ The view, in the order bwrap builds it (later mounts cover earlier ones):
 * the workspace, writable, except its read-only files (the data copies), which
   are bound read-only on top: not even their owner can chmod them back;
 * the kernel's socket dir (ZMQ ``ipc``) writable and its connection file
-  read-only: the only ones it can see.
+  read-only: the only ones it can see;
+* each host Unix socket the caller names (``SandboxView.bound_sockets``: a live
+  data source's broker) bound at its own path under ``/run`` (a tmpfs of the
+  sandbox): the kernel may connect to it, and reaches nothing else of the host.
 
 What it does not do: see "Safety and confinement" in the docs (``docs/explanation/safety.md``).
 """
@@ -113,7 +116,8 @@ class SandboxView:
 
     ``sockets``: the dir of its ZMQ ipc sockets (writable); ``connection_file``
     (read-only); ``read_only``: files under ``workspace`` bound read-only on top;
-    ``extra_read``: more host paths to show read-only.
+    ``extra_read``: more host paths to show read-only; ``bound_sockets``: (host Unix socket, path inside)
+    pairs, each bound where the kernel connects to it (the inside path under ``/run``).
     """
 
     workspace: Path
@@ -122,6 +126,7 @@ class SandboxView:
     network: bool = True
     read_only: tuple[Path, ...] = ()
     extra_read: tuple[Path, ...] = ()
+    bound_sockets: tuple[tuple[Path, str], ...] = ()
 
 
 def find_bwrap() -> Path | None:
@@ -290,6 +295,8 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
     for protected in view.read_only:
         argv += ["--ro-bind", str(protected), str(protected)]
     argv += ["--bind", str(view.sockets), str(view.sockets)]
+    for host, inside in view.bound_sockets:  # under /run, the sandbox's own tmpfs: a file of its own
+        argv += ["--bind", str(host), inside]
     argv += ["--ro-bind", str(view.connection_file), str(view.connection_file), "--remount-ro", "/"]
     argv += [
         "--setenv",

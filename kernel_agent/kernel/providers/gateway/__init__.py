@@ -27,6 +27,11 @@ def gateway_provider(settings: ProviderSettings) -> GatewayProvider:
     """The ``gateway`` entry point of ``kernel_agent.providers``: a kernel on the gateway the settings name
     (``kernel_id``: a running one, owned when ``adopt``). Raises ``ConfigError`` without a gateway or for a
     malformed URL, ``ExtraMissingError`` without the ``gateway`` extra (websockets)."""
+    if settings.sockets:
+        raise ConfigError(
+            "a live data source (a database --data URI) cannot be used with a kernel on a gateway yet: "
+            "its queries go through a socket on this machine; use the local provider"
+        )
     if settings.gateway is None:
         raise ConfigError("the gateway kernel provider needs a gateway URL (--gateway or KERNEL_AGENT_GATEWAY_URL)")
     try:

@@ -1,0 +1,208 @@
+"""Live PostgreSQL sources through a whole run: ``--data NAME=URI`` → the broker → ``sql()`` in the sandboxed
+kernel → the notebook → ``replay`` and ``resume`` reconnecting by name. A real PostgreSQL (a role whose
+password only ``PGPASSFILE`` holds, the server asking for it), a real sandboxed kernel, the real CLI and
+``openai`` SDK against the scripted server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+from openai_server import OpenAIServer, Reply, python_call
+from postgres import PostgresServer
+
+from kernel_agent.cli import cli
+
+pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
+
+
+@dataclass(frozen=True)
+class Shop:
+    """A database of two tables, reached by a role with a password (``url``: no password in it)."""
+
+    url: str  # the role's URI, as a user gives it
+    admin: str  # the superuser's, for the test's own checks
+    role: str
+    password: str
+    socket: Path  # the server's Unix socket
+
+
+@pytest.fixture
+def shop(postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Shop]:
+    name = f"shop_{uuid.uuid4().hex[:8]}"
+    admin = postgres.database(name)
+    role, password = f"analyst_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute("CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL)")
+        connection.execute(
+            "CREATE TABLE orders (id integer PRIMARY KEY, customer_id integer NOT NULL REFERENCES customers (id), "
+            "amount numeric(10, 2) NOT NULL)"
+        )
+        connection.execute("INSERT INTO customers SELECT g, 'customer ' || g FROM generate_series(1, 5) AS g")
+        connection.execute("INSERT INTO orders SELECT g, g % 5 + 1, g * 1.5 FROM generate_series(1, 40) AS g")
+        connection.execute("ANALYZE")
+        # A role the database itself would let write: the broker's read-only transaction is what refuses.
+        connection.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        connection.execute(f"GRANT ALL ON customers, orders TO {role}")
+    hba = postgres.data / "pg_hba.conf"
+    original = hba.read_text()
+    hba.write_text(f"local all {role} scram-sha-256\n{original}")  # this role must give its password
+    _reload(admin)
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"*:*:*:{role}:{password}\n")
+    passfile.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(passfile))
+    monkeypatch.setenv("PGSERVICEFILE", str(tmp_path / "no-services.conf"))  # no service of anyone's
+    monkeypatch.setenv("PGSYSCONFDIR", str(tmp_path))
+    url = admin.replace("postgresql://test@", f"postgresql://{role}@", 1)
+    try:
+        yield Shop(url, admin, role, password, postgres.folder / ".s.PGSQL.5432")
+    finally:
+        hba.write_text(original)
+        _reload(admin)
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute(f"DROP OWNED BY {role}")
+            connection.execute(f"DROP ROLE {role}")
+
+
+def _reload(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("SELECT pg_reload_conf()")
+
+
+def _ours(shop: Shop) -> int:
+    """The connections the role has open now (the run's must all be closed)."""
+    with psycopg.connect(shop.admin, autocommit=True) as connection:
+        row = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (shop.role,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _orders(shop: Shop) -> tuple[int, float]:
+    with psycopg.connect(shop.admin, autocommit=True) as connection:
+        row = connection.execute("SELECT count(*), sum(amount) FROM orders").fetchone()
+    assert row is not None
+    return int(row[0]), float(row[1])
+
+
+def invoke(*args: Any) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+QUERY = (
+    'df = sql("SELECT c.name, count(*) AS n, sum(o.amount) AS total FROM orders o '
+    'JOIN customers c ON c.id = o.customer_id GROUP BY c.name ORDER BY c.name")\n'
+    'print(type(df).__name__, df.shape, int(df["n"].sum()), float(df["total"].sum()))'
+)
+
+
+def _reach(socket_path: Path, url: str) -> str:
+    """Code that tries the database directly from the kernel: its socket, then psycopg with the URI."""
+    return (
+        "import socket\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        f"    s.connect({str(socket_path)!r})\n"
+        "    print('socket REACHED')\n"
+        "except OSError as exc:\n"
+        "    print('socket unreachable:', type(exc).__name__)\n"
+        "import psycopg\n"
+        "try:\n"
+        f"    psycopg.connect({url!r}, connect_timeout=5).close()\n"
+        "    print('psycopg REACHED')\n"
+        "except psycopg.OperationalError:\n"
+        "    print('psycopg unreachable')\n"
+        "print('environ:', open('/proc/self/environ', 'rb').read().replace(b'\\0', b' ').decode())\n"
+    )
+
+
+WRITE = (
+    "try:\n"
+    '    sql("DELETE FROM orders")\n'
+    "    print('write WENT THROUGH')\n"
+    "except RuntimeError as exc:\n"
+    "    print('write refused:', exc)\n"
+    'print("orders now:", int(sql("SELECT count(*) AS n FROM orders")["n"][0]))'
+)
+
+
+def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_name(
+    openai_server: OpenAIServer,
+    shop: Shop,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    openai_server.add(Reply("Query.", tool_calls=(python_call(QUERY),)))
+    openai_server.add(Reply("Reach it directly.", tool_calls=(python_call(_reach(shop.socket, shop.url)),)))
+    openai_server.add(Reply("Write.", tool_calls=(python_call(WRITE),)))
+    openai_server.add(Reply("40 orders worth 1230."))
+    workspace, notebook = tmp_path / "ws", tmp_path / "out" / "run.ipynb"
+    result = invoke(
+        "run", "Orders by customer", "--data", f"shop={shop.url}", "--model", "m", "--json",
+        "--workspace", workspace, "--out", notebook,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert events[-1]["event"] == "finished" and events[-1]["run"]["stop_reason"] == "answer"
+
+    # The first request describes the schema: both tables, their columns, their row counts.
+    first = openai_server.requests[0]["messages"][-1]["content"]
+    for word in ("shop", "customers", "orders", "customer_id", "amount", "40", 'sql("SELECT'):
+        assert word in first, word
+    outputs = [message.get("content") or "" for message in openai_server.requests[-1]["messages"]]
+    seen = "\n".join(str(output) for output in outputs)
+    assert "DataFrame (5, 3) 40 1230.0" in seen  # sql() in the sandboxed kernel
+    assert "socket unreachable" in seen and "psycopg unreachable" in seen and "REACHED" not in seen
+    assert "write refused:" in seen and "WENT THROUGH" not in seen and "orders now: 40" in seen
+    assert _orders(shop) == (40, 1230.0)
+
+    # The notebook names the source and its kind, never where it is.
+    meta = nbformat.read(notebook, as_version=4).metadata["kernel_agent"]
+    assert meta["sources"] == [{"name": "shop", "kind": "postgresql"}]
+    report = tmp_path / "report.html"
+    assert invoke("show", notebook, "--html", report).exit_code == 0
+    assert "sql(" in report.read_text()
+
+    # Nothing is left: no connection of the role, and (tests/leaks.py) no socket folder, no kernel.
+    assert _ours(shop) == 0
+
+    # Replay reconnects by name: given again it runs; without it (no service either) it names the source.
+    replayed = invoke("replay", notebook, "--no-check", "--data", f"shop={shop.url}")
+    assert replayed.exit_code == 0, replayed.output
+    missing = invoke("replay", notebook)
+    assert missing.exit_code == 2 and "'shop'" in missing.output and "pg_service.conf" in missing.output
+    assert _ours(shop) == 0
+
+    # Resume reconnects too, and its new round queries again.
+    openai_server.add(Reply("Again.", tool_calls=(python_call('print("again", len(sql("SELECT * FROM orders")))'),)))
+    openai_server.add(Reply("Still 40."))
+    resumed = invoke(
+        "resume", notebook, "Still there?", "--data", f"shop={shop.url}", "--model", "m", "--json",
+        "--workspace", workspace,
+    )  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    assert "again 40" in json.dumps(openai_server.requests[-1]["messages"])
+    assert _ours(shop) == 0
+
+    # The password is nowhere: no request, event, log line, notebook, page, workspace file, kernel environment.
+    secret = shop.password.encode()
+    assert secret not in json.dumps(openai_server.requests).encode()
+    assert secret not in (result.output + resumed.output + replayed.output + missing.output).encode()
+    assert shop.password not in caplog.text
+    assert secret not in report.read_bytes()
+    for path in [*workspace.rglob("*"), *notebook.parent.rglob("*")]:
+        if path.is_file() and not path.is_symlink():
+            assert secret not in path.read_bytes(), path
+    assert "environ:" in seen and "KERNEL_AGENT_SQL=/run/kernel-agent/" in seen  # /proc/<kernel>/environ
