@@ -1,6 +1,8 @@
-"""The docs' example database suite (``docs/examples/db-suite/``) run end to end through ``kernel-agent eval``:
-its SQLite file made by its own script, copied into each question's sandboxed kernel and described to the
-model, queried there by a scripted model whose answers are what the kernel printed, and scored."""
+"""The docs' example database suites (``docs/examples/db-suite/``) run end to end through ``kernel-agent eval``:
+the SQLite file made by its own script, copied into each question's sandboxed kernel and described to the
+model, queried there by a scripted model whose answers are what the kernel printed, and scored; and the
+same questions of a live PostgreSQL source the suite names and ``eval --data`` connects, queried with
+``sql()`` through the broker, the connection in no request, notebook or result."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from leaks import our_kernel_pids
 from openai_server import OpenAIServer, Reply, python_call
+from postgres import PostgresServer
 
 from kernel_agent.cli import cli
 
@@ -97,4 +100,36 @@ def test_the_example_sqlite_suite_is_copied_described_queried_in_the_kernel_and_
         assert "table `customers` · 6 rows" in request and "table `orders` · 16 rows" in request
         assert "`customer_id` INTEGER (→ `customers`.`id`)" in request
         assert 'sqlite3.connect(\\"file:shop.sqlite?mode=ro\\", uri=True)' in request  # the line that opens it
+    assert not our_kernel_pids()
+
+
+@pytest.mark.postgresql
+def test_the_example_live_suite_queries_the_source_the_runner_names_and_is_scored(
+    tmp_path: Path, openai_server: OpenAIServer, postgres: PostgresServer
+) -> None:
+    import psycopg
+
+    suite = _suite(tmp_path, "suite-live.jsonl")
+    url = postgres.database("evalshop")
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute((suite.parent / "shop.sql").read_text().replace("BEGIN;", "").replace("COMMIT;", ""))
+    analyst = QueryingAnalyst("df = sql({query!r})\nprint(f'@{name}[{{df.n[0]}}]')")
+    openai_server.add(*[analyst] * 20)
+    out = tmp_path / "out"
+    args = ["eval", str(suite), "--model", "m", "--base-url", openai_server.base_url, "--out", str(out), "-j", "1"]
+    result = CliRunner().invoke(cli, [*args, "--data", f"shop={url}"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+    rows = {row["id"]: row for row in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert {qid: row["outcome"] for qid, row in rows.items()} == {"db1": "correct", "db2": "correct", "db3": "correct"}
+    for request in analyst.first_requests:  # the source described by the host, under its name
+        assert "## shop · live postgresql database" in request and "### public.orders (table, 16 rows)" in request
+    where = url.split("host=")[1]  # the server's socket folder: the connection, never recorded
+    recorded = [json.dumps(body) for body in openai_server.requests]
+    recorded += [
+        path.read_text() for path in out.rglob("*") if path.is_file() and path.suffix in (".ipynb", ".jsonl", ".json")
+    ]
+    assert not [text for text in recorded if where in text or postgres.folder.name in text]
+    notebook = json.loads((out / rows["db1"]["notebook"]).read_text())
+    assert notebook["metadata"]["kernel_agent"]["sources"] == [{"name": "shop", "kind": "postgresql"}]
     assert not our_kernel_pids()
