@@ -1,10 +1,13 @@
-"""The database docs say what the code does: the source plug-in the plug-ins page shows is a working
-``SourceKind`` (read-only, one statement, a timeout, a cancel, a password refused unechoed), run as written."""
+"""The database docs say what the code does: every ``kernel-agent`` line of the tutorial and of eval's
+database section parses against the real commands, and the source plug-in the plug-ins page shows is a
+working ``SourceKind`` (read-only, one statement, a timeout, a cancel, a password refused unechoed), run as
+written and through the real broker."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import shlex
 import sqlite3
 import sys
 import threading
@@ -13,15 +16,44 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import click
 import pytest
 from brokers import running_broker
+from test_docs import parse
 
 from kernel_agent.errors import QueryError, SourceError
 from kernel_agent.kernel.inside.sql_client import SOCKET_ENV, sql
 from kernel_agent.sources import DescribeLimits, QueryLimits, SourceKind, SourceSpec
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGES = (ROOT / "docs" / "tutorials" / "databases.md", ROOT / "docs" / "how-to" / "eval.md")
 PLUGINS = ROOT / "docs" / "how-to" / "plugins.md"
+
+
+def command_lines(page: Path) -> list[list[str]]:
+    """Every ``kernel-agent …`` line in ``page``'s shell blocks, continuation lines joined, as argv (a synopsis
+    with ``[--option …]`` placeholders left out)."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if "&&" in words:
+                words = words[words.index("&&") + 1 :]
+            if words and words[0] == "kernel-agent" and not any(word.startswith("[") for word in words):
+                lines.append(words[1:])
+    return lines
+
+
+def test_every_kernel_agent_command_of_the_database_pages_parses() -> None:
+    argvs = [argv for page in PAGES for argv in command_lines(page)]
+    for argv in argvs:
+        try:
+            parse(argv)
+        except click.ClickException as exc:
+            raise AssertionError(f"kernel-agent {shlex.join(argv)}: {exc.format_message()}") from exc
+    given = [argv[argv.index("--data") + 1] for argv in argvs if "--data" in argv]
+    assert "shop=postgresql://ann@localhost/shop" in given and "postgresql:///?service=shop" in given
+    assert {"run", "replay", "resume", "show", "eval"} <= {argv[0] for argv in argvs}
 
 
 def plugin_example(tmp_path: Path) -> ModuleType:
