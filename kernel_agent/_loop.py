@@ -126,7 +126,12 @@ class _Call(Generic[T]):
 
     def start(self) -> None:
         self.task = asyncio.ensure_future(_as_coroutine(self.awaitable))
-        self.task.add_done_callback(lambda _task: self.finished.set())
+        self.task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[T]) -> None:
+        if inspect.iscoroutine(self.awaitable) and inspect.getcoroutinestate(self.awaitable) == "CORO_CREATED":
+            self.awaitable.close()  # cancelled before its first step: it never runs, and is not left unawaited
+        self.finished.set()
 
     def cancel(self) -> None:
         if self.task is not None:

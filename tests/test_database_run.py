@@ -15,12 +15,14 @@ from typing import Any
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 from dbfiles import shop, shop_duckdb
 from openai_server import OpenAIServer, Reply
 from replicas import Replica, follow
 
 from kernel_agent import AsyncAgent
 from kernel_agent.agent.datafiles import describer
+from kernel_agent.cli import cli
 from kernel_agent.records import Run
 
 pytestmark = pytest.mark.kernel
@@ -143,3 +145,21 @@ def test_a_service_upload_of_a_database_file_is_described_the_same(model: OpenAI
         assert described in told  # as `run --data` describes it
     assert "## shop.sqlite · `data.shop`\nSQLite database · 12.0 KB" in told
     assert "## shop.duckdb · `data.shop_duckdb`\nDuckDB database · " in told
+
+
+def test_an_r_kernel_is_told_the_dbi_line(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    openai_server.add(Reply("Two tables: customers and orders."))
+    data = shop(tmp_path / "shop.sqlite")
+    result = CliRunner().invoke(
+        cli,
+        ["run", "Which tables?", "--kernel", "ir", "--model", "m", "--base-url", openai_server.base_url,
+         "--data", str(data), "--workspace", str(tmp_path / "ws"), "--quiet"],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    told = "\n".join(str(message.get("content")) for message in openai_server.requests[0]["messages"])
+    assert "### table `orders` · 5 rows" in told
+    assert (
+        'Open it read-only with `con <- DBI::dbConnect(RSQLite::SQLite(), "shop.sqlite", flags = RSQLite::SQLITE_RO)`'
+        ' and query it with `DBI::dbGetQuery(con, "SELECT …")`'
+    ) in told

@@ -29,6 +29,7 @@ from typing import Literal
 
 from .._loop import in_thread
 from ..agent.datafiles.data import DataFile, data_summary, opened_beside, preload_code
+from ..agent.languages import PYTHON
 from ..errors import KernelError, SessionClosedError
 from ..kernel.door import Door, plain_parts
 from ..kernel.partial import OutputCallback
@@ -254,8 +255,10 @@ class Workbench:
         return rows
 
     def describe_data(self) -> str:
-        """The data summary our own model gets (types, sizes, columns, previews)."""
-        return data_summary(self.files) if self.files else "No data files were given to this session."
+        """The data summary our own model gets (types, sizes, columns, previews; how a database file opens)."""
+        if not self.files:
+            return "No data files were given to this session."
+        return data_summary(self.files, opens=PYTHON.opens)  # the MCP server's kernels are Python
 
     async def export(self, relative: str | None = None) -> Path:
         """Write the notebook of everything run so far to ``relative`` in the workspace (through the door:

@@ -199,7 +199,7 @@ def _sqlite_object(
     except sqlite3.Error as exc:
         found.problem = f"Could not be read: {_short(exc)}"
         return found
-    references = {str(key[3]): f"→ `{key[2]}`.`{key[4] or '?'}`" for key in keys}
+    references = {str(key[3]): f"→ {_shown(key[2])}.{_shown(key[4] or '?')}" for key in keys}
     for _cid, column, declared, _notnull, _default, primary in info:
         notes = ["primary key"] if primary else []
         notes += [references[str(column)]] if str(column) in references else []
@@ -259,32 +259,10 @@ def describe_duckdb(path: Path, limit: int) -> str:
 def _describe_duckdb(connection: Any, budget: _Budget, limit: int) -> str:
     import duckdb
 
-    here = "database_name = current_database() AND NOT internal"
-    tables = connection.execute(f"SELECT schema_name, table_name, estimated_size FROM duckdb_tables() WHERE {here}")
-    listed = [(schema, name, False, size) for schema, name, size in tables.fetchall()]
-    views = connection.execute(f"SELECT schema_name, view_name FROM duckdb_views() WHERE {here}").fetchall()
-    listed += [(schema, name, True, None) for schema, name in views]
-    listed.sort(key=lambda item: (item[2], item[0] != "main", item[0], item[1]))
-    columns: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for schema, table, column, kind in connection.execute(
-        "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
-        "WHERE database_name = current_database() ORDER BY schema_name, table_name, column_index"
-    ).fetchall():
-        columns.setdefault((schema, table), []).append((column, kind))
-    keys: dict[tuple[str, str, str], str] = {}
-    for schema, table, kind, names, referenced, targets in connection.execute(
-        "SELECT schema_name, table_name, constraint_type, constraint_column_names, referenced_table, "
-        "referenced_column_names FROM duckdb_constraints() WHERE database_name = current_database() "
-        "AND constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY')"
-    ).fetchall():
-        for index, column in enumerate(names or []):
-            target = (targets or [])[index] if index < len(targets or []) else "?"
-            note = "primary key" if kind == "PRIMARY KEY" else f"→ `{referenced}`.`{target}`"
-            keys[(schema, table, column)] = note
+    listed, columns, keys = _duckdb_catalog(connection)
     objects = []
     for schema, name, view, estimate in listed[:MAX_OBJECTS]:
-        shown = name if schema == "main" else f"{schema}.{name}"
-        found = _Object(shown, view)
+        found = _Object(name if schema == "main" else f"{schema}.{name}", view)
         found.columns = [(c, t, keys.get((schema, name, c), "")) for c, t in columns.get((schema, name), [])]
         quoted = f"{_quoted(schema)}.{_quoted(name)}"
         count = f"SELECT count(*) FROM {quoted}"
@@ -299,6 +277,34 @@ def _describe_duckdb(connection: Any, budget: _Budget, limit: int) -> str:
             found.problem = f"Rows could not be read: {_why(exc)}"
         objects.append(found)
     return _render(objects, [view for _, _, view, _ in listed], limit)
+
+
+def _duckdb_catalog(connection: Any) -> tuple[list[Any], dict[tuple[str, str], list[tuple[str, str]]], dict[Any, str]]:
+    """The file's tables then views ``(schema, name, view, estimated rows)``, sorted; each one's columns
+    ``(name, type)``; each key column's note (primary key, or the column it references)."""
+    here = "database_name = current_database() AND NOT internal"
+    tables = connection.execute(f"SELECT schema_name, table_name, estimated_size FROM duckdb_tables() WHERE {here}")
+    listed = [(schema, name, False, size) for schema, name, size in tables.fetchall()]
+    views = connection.execute(f"SELECT schema_name, view_name FROM duckdb_views() WHERE {here}").fetchall()
+    listed += [(schema, name, True, None) for schema, name in views]
+    listed.sort(key=lambda item: (item[2], item[0] != "main", item[0], item[1]))
+    columns: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for schema, table, column, kind in connection.execute(
+        "SELECT schema_name, table_name, column_name, data_type FROM duckdb_columns() "
+        "WHERE database_name = current_database() ORDER BY schema_name, table_name, column_index"
+    ).fetchall():
+        columns.setdefault((schema, table), []).append((column, kind))
+    keys: dict[Any, str] = {}
+    for schema, table, kind, names, referenced, targets in connection.execute(
+        "SELECT schema_name, table_name, constraint_type, constraint_column_names, referenced_table, "
+        "referenced_column_names FROM duckdb_constraints() WHERE database_name = current_database() "
+        "AND constraint_type IN ('PRIMARY KEY', 'FOREIGN KEY')"
+    ).fetchall():
+        for index, column in enumerate(names or []):
+            target = targets[index] if targets and index < len(targets) else "?"
+            note = "primary key" if kind == "PRIMARY KEY" else f"→ {_shown(referenced)}.{_shown(target)}"
+            keys[(schema, table, column)] = note
+    return listed, columns, keys
 
 
 def _run(connection: Any, budget: _Budget, sql: str) -> list[tuple[Any, ...]]:
@@ -369,14 +375,17 @@ def _render(objects: Sequence[_Object], views: Sequence[bool], limit: int) -> st
 
 
 def _rest(objects: Sequence[_Object], count: int) -> str:
-    names = ", ".join(f"`{found.name}`" for found in objects)
+    names = ", ".join(_shown(found.name) for found in objects)
     return f"… and {count} more, not described: {names[:80]}" + ("…" if len(names) > 80 else "")
 
 
 def _entry(found: _Object, *, sample: bool) -> str:
     lines = [_name_only(found)]
     if found.columns:
-        listed = [f"`{name}` {kind}".rstrip() + (f" ({note})" if note else "") for name, kind, note in found.columns]
+        listed = [
+            f"{_shown(name)} {_cell(kind)}".rstrip() + (f" ({note})" if note else "")
+            for name, kind, note in found.columns
+        ]
         more = f", … and {len(listed) - MAX_COLUMNS} more" if len(listed) > MAX_COLUMNS else ""
         lines.append("Columns: " + ", ".join(listed[:MAX_COLUMNS]) + more)
     if found.problem:
@@ -390,7 +399,13 @@ def _entry(found: _Object, *, sample: bool) -> str:
 
 
 def _name_only(found: _Object) -> str:
-    return f"### {'view' if found.view else 'table'} `{found.name}` · {found.rows or 'not described'}"
+    return f"### {'view' if found.view else 'table'} {_shown(found.name)} · {found.rows or 'not described'}"
+
+
+def _shown(name: object) -> str:
+    """A name from the file, as the prompt shows it: one line, in backticks it cannot close, at most 64 characters."""
+    text = " ".join(str(name).split()).replace("`", "'")
+    return f"`{text if len(text) <= 64 else text[:63] + '…'}`"
 
 
 def _cell(value: Any) -> str:
