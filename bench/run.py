@@ -72,6 +72,7 @@ BENCHMARKS = [
     "bench_describe",
     "bench_host_python",
     "bench_seam",
+    "bench_sources",
 ]
 
 FAILED_EXIT = 1

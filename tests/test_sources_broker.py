@@ -235,3 +235,22 @@ def test_closing_the_broker_cancels_what_runs_and_removes_its_folder(
     assert len(failed) == 1 and isinstance(failed[0], RuntimeError)
     assert not broker.folder.exists()
     assert shop.rows("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'FETCH%'") == [(0,)]
+
+
+def test_a_broker_that_cannot_listen_says_why_and_leaves_nothing(tmp_path: Path) -> None:
+    import asyncio
+
+    from kernel_agent.errors import SourceError
+
+    class Closing:
+        closed = False
+
+        def close(self) -> None:
+            Closing.closed = True
+
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    broker = Broker({"x": Closing()}, deep)  # type: ignore[dict-item]  # only close() is asked of it
+    with pytest.raises(SourceError, match="the broker's socket path is too long for a Unix socket"):
+        asyncio.run(broker.__aenter__())
+    assert Closing.closed and not deep.exists()

@@ -253,3 +253,21 @@ def test_a_password_found_only_in_the_pgpass_file_is_used_and_shown_nowhere(
     seen.append(caplog.text)
     assert all(SECRET not in text for text in seen)
     assert spec == SourceSpec("shop", "postgresql", uri)
+
+
+def test_a_kept_connection_the_server_dropped_is_replaced(shop: OwnedDatabase, source: Source) -> None:
+    assert table(source, "SELECT 1 AS one").to_pylist() == [{"one": 1}]  # its connection is kept
+    dropped = shop.rows(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        f"WHERE application_name = 'kernel-agent' AND datname = '{shop.name}'"
+    )
+    assert dropped == [(True,)]
+    assert table(source, "SELECT 2 AS two").to_pylist() == [{"two": 2}]
+
+
+def test_a_table_locked_elsewhere_is_estimated_not_waited_for(shop: OwnedDatabase, source: Source) -> None:
+    with psycopg.connect(shop.owner) as holder:
+        holder.execute(b"LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")  # held until this block ends
+        described = source.describe(DescribeLimits())
+        holder.rollback()
+    assert "### public.orders (table)" in described and "### public.customers (table, 3 rows)" in described

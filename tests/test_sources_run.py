@@ -5,10 +5,14 @@ password only ``PGPASSFILE`` holds, the server asking for it), a real sandboxed 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
+import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,10 +21,13 @@ import nbformat
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
+from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
 from postgres import PostgresServer
 
+from kernel_agent import AsyncAgent
 from kernel_agent.cli import cli
+from kernel_agent.events import ExecutionOutput
 
 pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
 
@@ -206,3 +213,30 @@ def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_
         if path.is_file() and not path.is_symlink():
             assert secret not in path.read_bytes(), path
     assert "environ:" in seen and "KERNEL_AGENT_SQL=/run/kernel-agent/" in seen  # /proc/<kernel>/environ
+
+
+def test_a_run_stopped_mid_query_leaves_no_connection_socket_or_kernel(
+    openai_server: OpenAIServer, shop: Shop, tmp_path: Path
+) -> None:
+    code = (
+        'print("first", int(sql("SELECT count(*) AS n FROM orders")["n"][0]), flush=True)\nsql("SELECT pg_sleep(60)")'
+    )
+    openai_server.add(Reply("Query, then wait.", tool_calls=(python_call(code),)))
+    seen: list[str] = []
+
+    async def stopped() -> None:
+        agent = AsyncAgent(model="m", base_url=openai_server.base_url, api_key="sk-test", protocol="tools")
+        async with agent:
+            events = agent.stream("t", [f"shop={shop.url}"], tmp_path / "ws", tmp_path / "run.ipynb")
+            async with aclosing(events):  # closed mid-query: the run stops, its code too
+                async for event in events:
+                    if isinstance(event, ExecutionOutput):
+                        seen.append(event.text)
+                        if "first 40" in "".join(seen):
+                            break
+
+    asyncio.run(stopped())
+    assert "first 40" in "".join(seen)
+    assert _ours(shop) == 0  # the broker cancelled the sleeping query and closed its connections
+    assert kernels_of(os.getpid()) == []
+    assert not list(Path(tempfile.gettempdir()).glob("kernel-agent-sql-*"))

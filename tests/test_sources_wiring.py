@@ -6,6 +6,7 @@ real database and kernel are ``test_sources_run.py``'s."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,30 @@ def test_the_prompt_says_how_each_language_queries_a_live_source() -> None:
     r = live_words(described, R)
     assert "Python-only" in r and described in r
     assert live_words("", PYTHON) == ""
+
+
+def test_a_live_source_needs_kernels_the_agent_may_make_and_leaves_nothing_when_refused(
+    tmp_path: Path, refused_port: int
+) -> None:
+    model = ScriptedChatModel(["<Answer>never</Answer>"])
+
+    async def run() -> None:
+        held = AsyncAgent(chat_model=model, session_factory=lambda workspace: FakeKernel([ok()], workspace=workspace))
+        async with held as agent:
+            await agent.run("t", data=[f"shop=postgresql://ann@127.0.0.1:{refused_port}/shop"], workspace=tmp_path)
+
+    with pytest.raises(ConfigError, match="live data sources need a kernel this agent starts"):
+        asyncio.run(run())
+    assert not list(Path(tempfile.gettempdir()).glob("kernel-agent-sql-*"))  # the broker's folder is gone
+
+
+def test_a_gateway_kernel_is_refused_a_live_source_before_any_model_call(tmp_path: Path, refused_port: int) -> None:
+    model = ScriptedChatModel(["<Answer>never</Answer>"])
+
+    async def run() -> None:
+        async with AsyncAgent(chat_model=model, gateway_url=f"http://127.0.0.1:{refused_port}") as agent:
+            await agent.run("t", data=[f"shop=postgresql://ann@127.0.0.1:{refused_port}/shop"], workspace=tmp_path)
+
+    with pytest.raises(ConfigError, match="gateway yet"):
+        asyncio.run(run())
+    assert model.remaining == 1

@@ -176,6 +176,12 @@ def kernels_ahead(factory: object) -> KernelsAhead | None:
     return said if isinstance(said, KernelsAhead) else None
 
 
+def interchangeable(factory: object) -> bool:
+    """Whether ``factory``'s kernels may be replaced by fresh ones of the agent's own settings (its optional
+    ``interchangeable``; ``KernelFactory``)."""
+    return getattr(factory, "interchangeable", False) is True
+
+
 @runtime_checkable
 class KernelFactory(Protocol):
     """Called with the run's local folder: an async context manager yielding a started ``Kernel``, closed on exit.
@@ -183,7 +189,9 @@ class KernelFactory(Protocol):
     Optionally, a ``kernels_ahead`` attribute (``KernelsAhead | None``, read by ``kernels_ahead``; not part of
     the protocol, so a factory that does not know says nothing): what its kernels are before one starts. A
     factory that gives it promises fresh kernels of that language in that environment; the agent then sends
-    its first request while the kernel starts.
+    its first request while the kernel starts. Optionally, an ``interchangeable`` attribute (read by
+    ``interchangeable``): True when its kernels are fresh ones of the agent's own settings (a pool of them),
+    so a run that needs a kernel made for it (given a live source's socket) may take one of the agent's own.
     """
 
     @property
@@ -202,6 +210,7 @@ class MadeKernels:
     make: KernelMaker
     kernels_apart: bool = False
     kernels_ahead: KernelsAhead | None = None
+    interchangeable: bool = False
 
     def __call__(self, workspace: Path, /) -> AbstractAsyncContextManager[Kernel]:
         return self.make(workspace)

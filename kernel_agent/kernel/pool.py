@@ -67,6 +67,8 @@ class KernelPool:
 
     # A pooled kernel started before its run had a folder: it works in its own (``KernelFactory.kernels_apart``).
     kernels_apart = True
+    # Fresh kernels of the options given: a run that needs one made for it may take another (interface.py).
+    interchangeable = True
 
     def __init__(
         self, size: int = 2, *, preload: str = PRELOAD, max_kernels: int | None = None, **session_options: Any

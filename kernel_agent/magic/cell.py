@@ -79,7 +79,14 @@ class AgentMagics(Magics):
     @argument(
         "--api-key-file", metavar="FILE", help="read the API key from FILE (one line), keeping it out of the notebook"
     )
-    @argument("--data", "-d", action="append", default=[], metavar="FILE", help="a data file (repeatable)")
+    @argument(
+        "--data",
+        "-d",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a data file, or a live database [NAME=]postgresql://… (repeatable)",
+    )
     @argument(
         "--share",
         action="append",

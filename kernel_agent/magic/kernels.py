@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from .._loop import LoopThread
 from ..events import Event
-from ..kernel.interface import Kernel
+from ..kernel.interface import Kernel, MadeKernels
 from ..kernel.pool import KernelPool
 
 __all__ = ["WarmKernels"]
@@ -121,6 +121,9 @@ async def _build(options: dict[str, Any], acquire: Callable[[dict[str, Any], Pat
     # The factory reads the agent's own resolved config (flags > environment > defaults) when the run
     # starts, so the pool's kernels get the very options a kernel of this agent would get.
     agent: AsyncAgent = AsyncAgent(
-        **options, session_factory=lambda folder: acquire(agent.config.kernel.session_options(), folder)
+        **options,
+        session_factory=MadeKernels(
+            lambda folder: acquire(agent.config.kernel.session_options(), folder), interchangeable=True
+        ),
     )
     return agent

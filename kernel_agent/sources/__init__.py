@@ -11,7 +11,7 @@ the kernel opens itself. Nothing here imports psycopg or pyarrow until a source 
 from __future__ import annotations
 
 from ..errors import QueryError, SourceError
-from .base import DescribeLimits, QueryLimits, Source
+from .base import DescribeLimits, QueryLimits, Results, Source
 from .registry import SOURCES, SourceKind, open_source
 from .spec import SourceSpec, is_source, parse_source
 
@@ -20,6 +20,7 @@ __all__ = [
     "DescribeLimits",
     "QueryError",
     "QueryLimits",
+    "Results",
     "Source",
     "SourceError",
     "SourceKind",

@@ -42,6 +42,7 @@ CONCURRENCY = 4  # queries running at once
 MAX_OPEN = 16  # connections open at once (waiting ones included)
 MARGIN_S = 5.0  # the wall deadline past the statement timeout: the server's own timeout comes first
 REQUEST_TIMEOUT_S = 10.0  # for a client to send its request
+SOCKET_PATH_MAX = 108  # Linux's sun_path, its terminating NUL included
 
 
 class _Stop(Exception):
@@ -92,11 +93,19 @@ class Broker:
         return f"<Broker {', '.join(self.sources) or 'no sources'} on {self.socket}>"
 
     async def __aenter__(self) -> Broker:
-        info = self.folder.lstat()
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise SourceError(f"the broker's folder {self.folder} is not a directory of ours")
-        os.chmod(self.folder, 0o700)
-        self._server = await asyncio.start_unix_server(self._serve, path=str(self.socket))
+        """Listen. Raises ``SourceError`` for a folder that is not a directory of ours or a socket path too long
+        for Unix sockets, ``OSError`` when it cannot listen; its sources are closed and its folder removed then."""
+        try:
+            info = self.folder.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                raise SourceError(f"the broker's folder {self.folder} is not a directory of ours")
+            if len(os.fsencode(self.socket)) >= SOCKET_PATH_MAX:
+                raise SourceError(f"the broker's socket path is too long for a Unix socket: {self.socket}")
+            os.chmod(self.folder, 0o700)
+            self._server = await asyncio.start_unix_server(self._serve, path=str(self.socket))
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -2,13 +2,15 @@
 
 One read-only transaction (the connection's) with a local statement timeout: the tables, views,
 materialized views and foreign tables of every schema but the system's that the role may ``SELECT``
-from, each with its columns and types, its rows (counted when its heap is under ``EXACT_BYTES``, else
-PostgreSQL's estimate, said so), its primary key and foreign keys. At most ``limits.max_tables``
-relations and ``limits.max_chars`` characters; the rest is said as "and N more".
+from, each with its columns and types, its rows (counted when its heap is under ``EXACT_BYTES``, the time
+allows and no other session's lock is in the way; else PostgreSQL's estimate, said so), its primary key
+and foreign keys. At most ``limits.max_tables`` relations and ``limits.max_chars`` characters; the rest
+is said as "and N more".
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,10 +21,10 @@ if TYPE_CHECKING:
 __all__ = ["EXACT_BYTES", "describe"]
 
 EXACT_BYTES = 1024 * 1024  # a heap this small is counted exactly: a few milliseconds at most
+LOCK_TIMEOUT_MS = 500  # a table locked by someone's ALTER is not counted rather than waited for
 
 _RELATIONS = """
-SELECT c.oid, n.nspname, c.relname, c.relkind, c.reltuples::float8, pg_relation_size(c.oid),
-       count(*) OVER ()
+SELECT c.oid, n.nspname, c.relname, c.relkind, c.reltuples::float8, count(*) OVER ()
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition
   AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE 'pg\\_%%'
@@ -50,9 +52,11 @@ def describe(connection: psycopg.Connection[Any], spec: SourceSpec, limits: Desc
     ``psycopg.Error`` (a timeout included)."""
     from psycopg import sql
 
+    deadline = time.monotonic() + limits.timeout_s
     connection.execute(f"SET LOCAL statement_timeout = {max(1, int(limits.timeout_s * 1000))}")
+    connection.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
     relations = connection.execute(_RELATIONS, (limits.max_tables,)).fetchall()
-    total = relations[0][6] if relations else 0
+    total = relations[0][5] if relations else 0
     oids = [row[0] for row in relations]
     columns: dict[int, list[str]] = {}
     for relation, name, kind, not_null in connection.execute(_COLUMNS, (oids,)):
@@ -65,8 +69,9 @@ def describe(connection: psycopg.Connection[Any], spec: SourceSpec, limits: Desc
         head.append("(no table or view in a schema this role may read)")
     lines = "\n".join(head)
     shown = 0
-    for oid, schema, name, kind, estimate, size, _total in relations:
-        rows = _rows(connection, sql.Identifier(schema, name), kind, estimate, size)
+    for oid, schema, name, kind, estimate, _total in relations:
+        counted = _count(connection, oid, sql.Identifier(schema, name)) if _countable(kind, deadline) else None
+        rows = _rows(kind, estimate, counted)
         block = [f"\n\n### {schema}.{name} ({_KINDS[kind]}{rows})", "columns: " + ", ".join(columns.get(oid, []))]
         block += [f"key: {key}" for key in keys.get(oid, [])]
         text = "\n".join(block)
@@ -79,14 +84,32 @@ def describe(connection: psycopg.Connection[Any], spec: SourceSpec, limits: Desc
     return lines
 
 
-def _rows(connection: psycopg.Connection[Any], table: Any, kind: str, estimate: float, size: int) -> str:
-    """ ", N rows" counted for a small heap, ", about N rows (estimated)" from the planner's statistics, or
-    nothing (a view; a table never analysed)."""
-    from psycopg import sql
+def _countable(kind: str, deadline: float) -> bool:
+    """Whether to try counting the rows: a table or materialized view, while the description's time lasts."""
+    return kind in ("r", "m") and time.monotonic() < deadline
 
-    if kind in ("r", "m") and size <= EXACT_BYTES:
-        (count,) = connection.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone() or (0,)
-        return f", {count:,} row{'s' if count != 1 else ''}"
+
+def _count(connection: psycopg.Connection[Any], oid: int, table: Any) -> int | None:
+    """The table's rows when its heap is at most ``EXACT_BYTES``, else None; None too when a lock held
+    elsewhere stops it past ``LOCK_TIMEOUT_MS`` (in a savepoint, so the description goes on)."""
+    from psycopg import Error, sql
+
+    try:
+        with connection.transaction():
+            size = connection.execute("SELECT pg_relation_size(%s)", (oid,)).fetchone()
+            if size is None or size[0] > EXACT_BYTES:
+                return None
+            found = connection.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+    except Error:
+        return None
+    return int(found[0]) if found else None
+
+
+def _rows(kind: str, estimate: float, counted: int | None) -> str:
+    """ ", N rows" when counted, ", about N rows (estimated)" from the planner's statistics, or nothing (a
+    view; a table never analysed)."""
+    if counted is not None:
+        return f", {counted:,} row{'s' if counted != 1 else ''}"
     if kind in ("r", "p", "m", "f") and estimate >= 0:
         return f", about {round(estimate):,} rows (estimated)"
     return ""

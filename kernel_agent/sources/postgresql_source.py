@@ -119,13 +119,13 @@ class PostgresSource:
             loaders.register_loader(text_type, pg.types.string.TextLoader)
         return connection
 
-    def take(self) -> psycopg.Connection[Any]:
-        """A connection of the pool (or a new one), counted as running until ``give_back``. Raises
+    def take(self, *, fresh: bool = False) -> psycopg.Connection[Any]:
+        """A connection of the pool (``fresh``: a new one), counted as running until ``give_back``. Raises
         ``SourceError`` when closed or unreachable."""
         with self._lock:
             if self._closed:
                 raise SourceError(f"data source {self._spec.name!r} is closed", source=self._spec.name)
-            connection = self._idle.pop() if self._idle else None
+            connection = self._idle.pop() if self._idle and not fresh else None
         if connection is None or connection.closed:
             connection = self._connect()
         with self._lock:
@@ -194,18 +194,26 @@ def _cancel(connection: psycopg.Connection[Any]) -> None:
         pass
 
 
+class _Stale(Exception):
+    """The connection a query started on was lost before the query ran."""
+
+
 class PostgresResults:
     """One query's record batches (``Results``): started when made, rolled back when done or closed."""
 
     def __init__(self, source: PostgresSource, sql: str, limits: QueryLimits) -> None:
         self._source = source
-        self._connection: psycopg.Connection[Any] | None = source.take()
         self._cancelled = False
         self._cursor: psycopg.ServerCursor[Any] | None = None
         self._batches: Iterator[pyarrow.RecordBatch] = iter(())
-        self._batches = self._start(sql, limits)
+        self._connection: psycopg.Connection[Any] | None = source.take()
+        try:
+            self._batches = self._start(sql, limits)
+        except _Stale:  # a kept connection the server has dropped meanwhile (a restart, a timeout): once more
+            self._connection = source.take(fresh=True)
+            self._batches = self._start(sql, limits, retry=False)
 
-    def _start(self, sql: str, limits: QueryLimits) -> Iterator[pyarrow.RecordBatch]:
+    def _start(self, sql: str, limits: QueryLimits, *, retry: bool = True) -> Iterator[pyarrow.RecordBatch]:
         connection = self._connection
         assert connection is not None
         psycopg = _psycopg()
@@ -217,6 +225,8 @@ class PostgresResults:
             columns = cursor.description or []
         except psycopg.Error as exc:
             self._release()
+            if retry and connection.closed and isinstance(exc, psycopg.OperationalError):
+                raise _Stale from None
             raise QueryError(_message(exc)) from None
         except BaseException:
             self._release()

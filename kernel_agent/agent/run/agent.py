@@ -25,11 +25,11 @@ from ...kernel.interface import (
     KernelMaker,
     KernelsAhead,
     MadeKernels,
+    interchangeable,
     kernel_factory,
     kernels_ahead,
 )
 from ...kernel.kernelspec import KERNEL_NAME, choose_kernel
-from ...kernel.pool import KernelPool
 from ...kernel.python_env import require_setup_packages
 from ...kernel.sandbox.bwrap import SandboxMode
 from ...kernel.session import AsyncKernelSession
@@ -194,7 +194,7 @@ class AsyncAgent:
         service thread's, a chat's): they cannot be given a socket."""
         if not sockets:
             return self._session_factory
-        if not (self._own_kernels or isinstance(self._session_factory, KernelPool)):
+        if not (self._own_kernels or interchangeable(self._session_factory)):
             raise ConfigError("live data sources need a kernel this agent starts: this agent's kernels are given")
         return MadeKernels(lambda workspace: self.new_session(workspace, sockets=sockets))
 

@@ -63,7 +63,7 @@ class LiveSources:
     ) -> None:
         self.specs = tuple(specs)
         self.limits = limits or QueryLimits()
-        self._recorded = frozenset(recorded)  # names a notebook recorded and nobody gave again (a service's)
+        self._recorded = frozenset(recorded)  # names a notebook recorded that nobody gave again: their services
         self._stack = AsyncExitStack()
         self._sources: dict[str, Source] = {}
         self._broker: Broker | None = None
@@ -133,9 +133,13 @@ class LiveSources:
 
     async def aclose(self) -> None:
         """Stop describing, stop the broker, close the sources, remove the folder. Idempotent."""
-        if self._descriptions is not None and not self._descriptions.done():
-            self._descriptions.cancel()
-            await asyncio.wait({self._descriptions})
+        describing = self._descriptions
+        if describing is not None:
+            if not describing.done():
+                describing.cancel()
+                await asyncio.wait({describing})
+            if not describing.cancelled():
+                describing.exception()  # a run that ended before it read its prompt has no use for the error
         try:
             await self._stack.aclose()
         finally:

@@ -17,7 +17,11 @@ from .common import ENVIRONMENT, data_row, output_options, renderer, run_job, wo
 __all__ = ["RESUME", "resume"]
 
 RESUME = Table(
-    data_row("resume", "A data file for the run (repeatable); replaces a recorded one of the same name"),
+    data_row(
+        "resume",
+        "A data file for the run (repeatable); replaces a recorded one of the same name; "
+        "or a live database NAME=postgresql://… the run queried, given again",
+    ),
     workspace_row("resume", "The folder to continue in, with the data files", shown="a new folder beside RUN.ipynb"),
     option(
         "resume",

@@ -15,7 +15,7 @@ from .common import ENVIRONMENT, data_row, output_options, renderer, run_job, wo
 __all__ = ["RUN", "run"]
 
 RUN = Table(
-    data_row("run", "A data file for the analysis (repeatable)"),
+    data_row("run", "A data file, or a live database [NAME=]postgresql://… (repeatable)"),
     workspace_row("run", "The run's folder (kernel cwd)", shown="./agent-runs/<time>-<task>"),
     option(
         "run",

@@ -121,7 +121,10 @@ def _query_broker(query: str, source: str | None) -> Any:
     if len(request) - _LENGTH.size > MAX_REQUEST_BYTES:
         raise RuntimeError(f"sql(): the query is over the {MAX_REQUEST_BYTES}-byte bound")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-        connection.connect(path)
+        try:
+            connection.connect(path)
+        except OSError as exc:
+            raise RuntimeError(f"sql(): the host's query broker is not there ({exc.strerror or exc})") from None
         connection.sendall(request)
         answer = connection.makefile("rb")
         try:
