@@ -181,7 +181,9 @@ def test_a_result_over_the_row_cap_stops_there_says_so_and_the_hosts_memory_stay
 def test_a_request_over_the_bound_or_garbage_is_answered_and_the_broker_goes_on(broker: Broker) -> None:
     over = raw(broker, struct.pack(">I", MAX_REQUEST_BYTES + 1) + b"{")
     assert over == {"ok": False, "error": f"the request ({MAX_REQUEST_BYTES + 1} bytes) is over the 1048576-byte bound"}
-    assert raw(broker, struct.pack(">I", 5) + b"hello") == {"ok": False, "error": "the request is not JSON"}
+    not_json = {"ok": False, "error": "the request is not JSON (or nested past what a request needs)"}
+    assert raw(broker, struct.pack(">I", 5) + b"hello") == not_json
+    assert raw(broker, struct.pack(">I", 200_000) + b"[" * 200_000) == not_json
     assert raw(broker, frame({"query": 1})) == {
         "ok": False,
         "error": 'the request is not {"query": str, "source": str | null}',
@@ -254,3 +256,26 @@ def test_a_broker_that_cannot_listen_says_why_and_leaves_nothing(tmp_path: Path)
     with pytest.raises(SourceError, match="the broker's socket path is too long for a Unix socket"):
         asyncio.run(broker.__aenter__())
     assert Closing.closed and not deep.exists()
+
+
+def test_a_result_over_the_byte_cap_stops_there_and_says_so(
+    source: Source, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with running_broker({"shop": source}, QueryLimits(max_bytes=2_000_000)) as broker:
+        monkeypatch.setenv(SOCKET_ENV, str(broker.socket))
+        got = sql("SELECT n, repeat('x', 100) AS pad FROM generate_series(1, 200000) AS n")
+    assert 10_000 < len(got) < 200_000 and got["n"].tolist() == list(range(1, len(got) + 1))
+    assert len(got) * 100 <= 2_000_000  # the text alone of what came fits under the cap
+    assert f"sql(): result stopped at {len(got)} rows (the byte cap)" in capsys.readouterr().err
+
+
+def test_past_the_open_connections_bound_a_connection_is_told_the_broker_is_busy(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(broker_module, "MAX_OPEN", 1)
+    with socket.socket(socket.AF_UNIX) as silent:
+        silent.connect(str(broker.socket))  # accepted first, it holds the one place while it says nothing
+        with pytest.raises(RuntimeError, match="the broker is busy: too many queries at once"):
+            sql("SELECT 1")
+    monkeypatch.setattr(broker_module, "MAX_OPEN", 16)  # the silent one may still be on its way out
+    assert sql("SELECT 1 AS one")["one"].tolist() == [1]

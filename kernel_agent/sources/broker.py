@@ -142,7 +142,7 @@ class Broker:
                 return
             try:
                 source, query = await asyncio.wait_for(self._request(reader), REQUEST_TIMEOUT_S)
-            except (ValueError, TimeoutError, asyncio.IncompleteReadError, UnicodeDecodeError) as exc:
+            except (ValueError, TimeoutError, asyncio.IncompleteReadError, RecursionError) as exc:
                 writer.write(frame({"ok": False, "error": _request_error(exc)}))
                 return
             async with self._slots:
@@ -293,8 +293,8 @@ def _request_error(exc: BaseException) -> str:
         return f"no request came within {REQUEST_TIMEOUT_S:g} s"
     if isinstance(exc, asyncio.IncompleteReadError):
         return "the request was cut short"
-    if isinstance(exc, UnicodeDecodeError | json.JSONDecodeError):
-        return "the request is not JSON"
+    if isinstance(exc, UnicodeDecodeError | json.JSONDecodeError | RecursionError):
+        return "the request is not JSON (or nested past what a request needs)"
     return str(exc)
 
 

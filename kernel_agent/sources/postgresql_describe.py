@@ -64,7 +64,8 @@ def describe(connection: psycopg.Connection[Any], spec: SourceSpec, limits: Desc
     keys: dict[int, list[str]] = {}
     for relation, _kind, definition in connection.execute(_KEYS, (oids,)):
         keys.setdefault(relation, []).append(definition.lower().replace("references", "→"))
-    head = [f"PostgreSQL source `{spec.name}`: {total} table{'s' if total != 1 else ''} and views the role may read."]
+    readable = "table or view" if total == 1 else "tables or views"
+    head = [f"PostgreSQL source `{spec.name}`: {total} {readable} the role may read."]
     if not relations:
         head.append("(no table or view in a schema this role may read)")
     lines = "\n".join(head)
