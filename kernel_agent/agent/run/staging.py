@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ..._loop import in_thread
-from ...errors import ConfigError, DataFileError
+from ...errors import ConfigError, DataFileError, SourceError
 from ...kernel.interface import Kernel
 from ...notebook.claims import DataSources
 from ...records import RunInfo
 from ...sources.spec import SourceSpec
-from ..datafiles.data import CheckedData, DataFile, check_data, prepare_data, stage_recorded
+from ..datafiles.data import CheckedData, DataFile, check_data, data_attributes, prepare_data, stage_recorded
 from .live import LiveSources, split_data
 
 __all__ = ["DataStaging", "resumed_files"]
@@ -69,10 +69,12 @@ class DataStaging:
         """The files checked and the workspace ``root`` made (off the loop), their description begun; the live
         sources among ``paths`` parsed (opened on entry), or ``live``, sources already open that the kernel
         factory owns (``live.factory_sources``: then ``paths`` may name none). Raises ``DataFileError``,
-        ``ConfigError`` (a source with a password, or beside ``live``, before anything else), ``StorageError``."""
+        ``ConfigError`` (a source with a password, beside ``live``, or named as a data file is, before anything
+        else), ``StorageError``."""
         files, sources = split_data(paths)
         if live is not None and sources:
             raise ConfigError(f"this run's sources are its kernels' own: {sources[0].name!r} cannot be added")
+        _check_names_apart(files, sources or (live.specs if live is not None else ()))
         return cls(await in_thread(_checked_data, files, root), sources, live)
 
     async def __aenter__(self) -> DataStaging:
@@ -231,3 +233,16 @@ async def _recorded_copies(checked: CheckedData) -> None:
     except ConfigError as exc:  # the workspace is gone and cannot be made again
         raise DataFileError(f"cannot copy the data files into {checked.workspace}: {exc}") from exc
     await in_thread(checked.check_unchanged)
+
+
+def _check_names_apart(files: Sequence[str | os.PathLike[str]], sources: Sequence[SourceSpec]) -> None:
+    """A live source may not share its name with a data file's ``data`` name (``sql(source=NAME)`` names
+    either). Raises ``SourceError``."""
+    taken = data_attributes([Path(file).name for file in files])
+    for spec in sources:
+        if spec.name in taken:
+            raise SourceError(
+                f"the live source {spec.name!r} and the data file {taken[spec.name]!r} have one name, which "
+                f"sql(source=...) could not tell apart: name the source otherwise (--data OTHER=postgresql://...)",
+                source=spec.name,
+            )
