@@ -16,6 +16,7 @@ from traitlets.config import Config
 
 if TYPE_CHECKING:
     from gateway import KernelGateway
+    from pgshop import Shop
 
 pytest_plugins = ["leaks", "tiers", "browser"]
 
@@ -40,6 +41,15 @@ def postgres() -> Iterator[PostgresServer]:
     database on it (``postgres.database(name)``); a test that stops its server starts one of its own."""
     with PostgresServer() as server:
         yield server
+
+
+@pytest.fixture
+def shop(postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Shop]:
+    """A two-table database whose role's password only ``PGPASSFILE`` holds (``pgshop.py``), for one test."""
+    from pgshop import shop_database  # psycopg only for the tests that use it
+
+    with shop_database(postgres, tmp_path, monkeypatch) as made:
+        yield made
 
 
 @pytest.fixture(scope="session")

@@ -10,20 +10,16 @@ import json
 import logging
 import os
 import tempfile
-import uuid
-from collections.abc import Iterator
 from contextlib import aclosing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nbformat
-import psycopg
 import pytest
 from click.testing import CliRunner, Result
 from leaks import kernels_of
 from openai_server import OpenAIServer, Reply, python_call
-from postgres import PostgresServer
+from pgshop import QUERIED, QUERY, Shop, open_connections, order_totals
 
 from kernel_agent import AsyncAgent
 from kernel_agent.cli import cli
@@ -32,84 +28,8 @@ from kernel_agent.events import ExecutionOutput
 pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
 
 
-@dataclass(frozen=True)
-class Shop:
-    """A database of two tables, reached by a role with a password (``url``: no password in it)."""
-
-    url: str  # the role's URI, as a user gives it
-    admin: str  # the superuser's, for the test's own checks
-    role: str
-    password: str
-    socket: Path  # the server's Unix socket
-
-
-@pytest.fixture
-def shop(postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Shop]:
-    name = f"shop_{uuid.uuid4().hex[:8]}"
-    admin = postgres.database(name)
-    role, password = f"analyst_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
-    with psycopg.connect(admin, autocommit=True) as connection:
-        connection.execute("CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL)")
-        connection.execute(
-            "CREATE TABLE orders (id integer PRIMARY KEY, customer_id integer NOT NULL REFERENCES customers (id), "
-            "amount numeric(10, 2) NOT NULL)"
-        )
-        connection.execute("INSERT INTO customers SELECT g, 'customer ' || g FROM generate_series(1, 5) AS g")
-        connection.execute("INSERT INTO orders SELECT g, g % 5 + 1, g * 1.5 FROM generate_series(1, 40) AS g")
-        connection.execute("ANALYZE")
-        # A role the database itself would let write: the broker's read-only transaction is what refuses.
-        connection.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
-        connection.execute(f"GRANT ALL ON customers, orders TO {role}")
-    hba = postgres.data / "pg_hba.conf"
-    original = hba.read_text()
-    hba.write_text(f"local all {role} scram-sha-256\n{original}")  # this role must give its password
-    _reload(admin)
-    passfile = tmp_path / "pgpass"
-    passfile.write_text(f"*:*:*:{role}:{password}\n")
-    passfile.chmod(0o600)
-    monkeypatch.setenv("PGPASSFILE", str(passfile))
-    monkeypatch.setenv("PGSERVICEFILE", str(tmp_path / "no-services.conf"))  # no service of anyone's
-    monkeypatch.setenv("PGSYSCONFDIR", str(tmp_path))
-    url = admin.replace("postgresql://test@", f"postgresql://{role}@", 1)
-    try:
-        yield Shop(url, admin, role, password, postgres.folder / ".s.PGSQL.5432")
-    finally:
-        hba.write_text(original)
-        _reload(admin)
-        with psycopg.connect(admin, autocommit=True) as connection:
-            connection.execute(f"DROP OWNED BY {role}")
-            connection.execute(f"DROP ROLE {role}")
-
-
-def _reload(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute("SELECT pg_reload_conf()")
-
-
-def _ours(shop: Shop) -> int:
-    """The connections the role has open now (the run's must all be closed)."""
-    with psycopg.connect(shop.admin, autocommit=True) as connection:
-        row = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", (shop.role,)).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _orders(shop: Shop) -> tuple[int, float]:
-    with psycopg.connect(shop.admin, autocommit=True) as connection:
-        row = connection.execute("SELECT count(*), sum(amount) FROM orders").fetchone()
-    assert row is not None
-    return int(row[0]), float(row[1])
-
-
 def invoke(*args: Any) -> Result:
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-QUERY = (
-    'df = sql("SELECT c.name, count(*) AS n, sum(o.amount) AS total FROM orders o '
-    'JOIN customers c ON c.id = o.customer_id GROUP BY c.name ORDER BY c.name")\n'
-    'print(type(df).__name__, df.shape, int(df["n"].sum()), float(df["total"].sum()))'
-)
 
 
 def _reach(socket_path: Path, url: str) -> str:
@@ -170,10 +90,10 @@ def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_
         assert word in first, word
     outputs = [message.get("content") or "" for message in openai_server.requests[-1]["messages"]]
     seen = "\n".join(str(output) for output in outputs)
-    assert "DataFrame (5, 3) 40 1230.0" in seen  # sql() in the sandboxed kernel
+    assert QUERIED in seen  # sql() in the sandboxed kernel
     assert "socket unreachable" in seen and "psycopg unreachable" in seen and "REACHED" not in seen
     assert "write refused:" in seen and "WENT THROUGH" not in seen and "orders now: 40" in seen
-    assert _orders(shop) == (40, 1230.0)
+    assert order_totals(shop) == (40, 1230.0)
 
     # The notebook names the source and its kind, never where it is.
     meta = nbformat.read(notebook, as_version=4).metadata["kernel_agent"]
@@ -183,14 +103,14 @@ def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_
     assert "sql(" in report.read_text()
 
     # Nothing is left: no connection of the role, and (tests/leaks.py) no socket folder, no kernel.
-    assert _ours(shop) == 0
+    assert open_connections(shop) == 0
 
     # Replay reconnects by name: given again it runs; without it (no service either) it names the source.
     replayed = invoke("replay", notebook, "--no-check", "--data", f"shop={shop.url}")
     assert replayed.exit_code == 0, replayed.output
     missing = invoke("replay", notebook)
     assert missing.exit_code == 2 and "'shop'" in missing.output and "pg_service.conf" in missing.output
-    assert _ours(shop) == 0
+    assert open_connections(shop) == 0
 
     # Resume reconnects too, and its new round queries again.
     openai_server.add(Reply("Again.", tool_calls=(python_call('print("again", len(sql("SELECT * FROM orders")))'),)))
@@ -201,7 +121,7 @@ def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_
     )  # fmt: skip
     assert resumed.exit_code == 0, resumed.output
     assert "again 40" in json.dumps(openai_server.requests[-1]["messages"])
-    assert _ours(shop) == 0
+    assert open_connections(shop) == 0
 
     # The password is nowhere: no request, event, log line, notebook, page, workspace file, kernel environment.
     secret = shop.password.encode()
@@ -237,6 +157,6 @@ def test_a_run_stopped_mid_query_leaves_no_connection_socket_or_kernel(
 
     asyncio.run(stopped())
     assert "first 40" in "".join(seen)
-    assert _ours(shop) == 0  # the broker cancelled the sleeping query and closed its connections
+    assert open_connections(shop) == 0  # the broker cancelled the sleeping query and closed its connections
     assert kernels_of(os.getpid()) == []
     assert not list(Path(tempfile.gettempdir()).glob("kernel-agent-sql-*"))

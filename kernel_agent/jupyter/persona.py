@@ -21,8 +21,13 @@ The model comes from the persona's settings (``c.KernelAgentPersona.model``, ``b
 ``api_key`` in a Jupyter Server config file) or our environment variables (``KERNEL_AGENT_MODEL``,
 ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``); neither the endpoint nor the key is shown in the chat or
 written to the notebook's cells or a log (the run's own record keeps the endpoint's host in its metadata,
-as every run's does). With ``scripted_demo`` no model is asked: the bundled scripted replies play on the
-bundled sales data (unless the message names files), as ``kernel-agent demo`` does, and the chat says so.
+as every run's does). Live databases come from the Jupyter server's operator, never from a chat message (a
+message is anyone's input): ``c.KernelAgentPersona.sources = ["shop=postgresql://ann@db/shop"]``, each queried
+with ``sql()`` in the conversation's kernel through a broker of the conversation's own, opened with its kernel
+(started given the broker's socket) and closed with it; the notebook's own kernel (``kernel = "notebook"``)
+cannot be given a socket once started, so sources are refused there. With ``scripted_demo`` no model is
+asked: the bundled scripted replies play on the bundled sales data (unless the message names files), as
+``kernel-agent demo`` does, and the chat says so.
 """
 
 from __future__ import annotations
@@ -31,17 +36,20 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
 from jupyterlab_chat.models import Message, NewMessage
-from traitlets import Bool, Enum, Float, Integer, TraitType, Unicode
+from traitlets import Bool, Enum, Float, Integer, List, TraitType, Unicode
 
 from ..agent.run.agent import AsyncAgent
+from ..agent.run.live import LiveSources, split_data
 from ..agent.settings import SETTINGS
-from ..errors import KernelAgentError
-from ..events import CodeReady, ExecutionFinished, ExecutionOutput, RoundFinished, RunFinished, RunStarted
+from ..errors import ConfigError, KernelAgentError, SourceError
+from ..events import CodeReady, Event, ExecutionFinished, ExecutionOutput, RoundFinished, RunFinished, RunStarted
 from ..kernel.interface import KernelsAhead
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside
@@ -49,6 +57,9 @@ from ..redact import redact
 from .chat import ChatReply
 from .kernels import InterruptWatch, notebook_kernel
 from .live import LiveNotebook
+
+if TYPE_CHECKING:
+    from ..sources.base import SourceSpec
 
 __all__ = ["KernelAgentPersona"]
 
@@ -82,6 +93,15 @@ class KernelAgentPersona(BasePersona):
         config=True,
         help="where the code runs: the agent's own sandboxed kernel, or (opt-in) the notebook's own "
         "kernel, unconfined, seeing your variables",
+    )
+
+    sources = List(
+        Unicode(),
+        default_value=[],
+        config=True,
+        help="live databases every conversation may query with sql(), each [NAME=]postgresql://USER@HOST/DB (no "
+        "password: ~/.pgpass, PGPASSFILE or a pg_service.conf service gives it); the server's operator's, never a "
+        "chat message's; not with kernel = 'notebook'",
     )
 
     scripted_demo = Bool(
@@ -211,12 +231,21 @@ class KernelAgentPersona(BasePersona):
         named = _named_notebook(task, Path(self.get_chat_dir()))
         notebook = (chat_path.parent / named) if named else chat_path.with_suffix(".ipynb")
         live = LiveNotebook(settings["jupyter_server_ydoc"], settings["contents_manager"], notebook.as_posix())
+        files, sources = split_data(list(self.sources))  # a password refused, never echoed
+        if files:
+            raise SourceError("KernelAgentPersona.sources takes live databases' URIs, NAME=postgresql://…, not files")
+        if sources and self.kernel == "notebook":
+            raise ConfigError(
+                "live data sources need the agent's own kernel: the notebook's kernel was started without the "
+                "broker's socket and cannot be given one (set KernelAgentPersona.kernel to 'sandbox')"
+            )
         return _Conversation(
             options,
             Path(self.get_chat_dir()),
             notebook.as_posix(),
             live,
             self._serverapp if self.kernel == "notebook" else None,
+            sources,
         )
 
     def _watched(self) -> str | None:
@@ -243,10 +272,17 @@ class KernelAgentPersona(BasePersona):
 
 
 class _Conversation:
-    """One chat's agent, its kernel (kept across messages), workspace and notebooks."""
+    """One chat's agent, its kernel (kept across messages), workspace and notebooks, and its live sources (open
+    while its kernel lives)."""
 
     def __init__(
-        self, options: dict[str, Any], folder: Path, notebook: str, live: LiveNotebook, serverapp: Any = None
+        self,
+        options: dict[str, Any],
+        folder: Path,
+        notebook: str,
+        live: LiveNotebook,
+        serverapp: Any = None,
+        sources: tuple[SourceSpec, ...] = (),
     ) -> None:
         self.folder = folder
         self.serverapp = serverapp  # given: the code runs in the notebook's own kernel, attached
@@ -257,17 +293,34 @@ class _Conversation:
         self.record = records_beside(self.workspace, hidden=True)  # the user's one notebook is ``notebook``
         self.agent = AsyncAgent(**options, session_factory=_HeldKernels(self))  # raises ConfigError
         self.session: AsyncKernelSession | None = None
+        self.sources = sources
+        self.live_sources: LiveSources | None = None
+
+    async def open_sources(self) -> LiveSources | None:
+        """The live sources, opened with their broker now when they are not (None without). Raises
+        ``SourceError`` naming one that cannot be opened."""
+        if self.sources and self.live_sources is None:
+            live = LiveSources(self.sources)
+            await live.open()
+            self.live_sources = live
+        return self.live_sources
 
     async def open_notebook(self) -> None:
         if self.live.document is None:
             await self.live.open()
 
-    def stream(self, task: str, data: list[str]) -> Any:
+    async def stream(self, task: str, data: list[str]) -> AsyncIterator[Event]:
         """The events of a run on ``task``: the first, or a follow-up once a run is recorded (a first message
-        that failed before its run started leaves nothing to follow up)."""
+        that failed before its run started leaves nothing to follow up); the live sources opened first (the
+        agent reads them as the run starts)."""
+        await self.open_sources()
         if not self.record.exists():
-            return self.agent.stream(task, data, self.workspace, self.record)
-        return self.agent.stream_resume(self.record, task, workspace=self.workspace, data=data, restore=False)
+            events = self.agent.stream(task, data, self.workspace, self.record)
+        else:
+            events = self.agent.stream_resume(self.record, task, workspace=self.workspace, data=data, restore=False)
+        async with aclosing(events):
+            async for event in events:
+                yield event
 
     def hidden(self, text: str) -> str:
         """``text`` without the endpoint or the key (a model error may name the endpoint)."""
@@ -285,7 +338,9 @@ class _Conversation:
                 lambda provider: self.agent.new_session(self.workspace, provider=provider),
             )
         if self.session is None:
-            session = self.agent.new_session(self.workspace)
+            live = await self.open_sources()
+            sockets = live.kernel_sockets() if live is not None else {}
+            session = self.agent.new_session(self.workspace, sockets=sockets)
             await session.start()
             self.session = session
         return self.session
@@ -296,11 +351,16 @@ class _Conversation:
 
     async def close(self) -> None:
         session, self.session = self.session, None
+        live, self.live_sources = self.live_sources, None
         try:
             if session is not None:
                 await session.close()
         finally:
-            await self.agent.close()
+            try:
+                if live is not None:
+                    await live.aclose()
+            finally:
+                await self.agent.close()
 
 
 class _Redraw:
@@ -344,6 +404,11 @@ class _HeldKernels:
 
     def __init__(self, conversation: _Conversation) -> None:
         self.conversation = conversation
+
+    @property
+    def live_sources(self) -> LiveSources | None:
+        """The conversation's open live sources: its kernel is given their socket (``live.factory_sources``)."""
+        return self.conversation.live_sources
 
     @property
     def kernels_ahead(self) -> KernelsAhead | None:

@@ -192,6 +192,9 @@ class KernelFactory(Protocol):
     its first request while the kernel starts. Optionally, an ``interchangeable`` attribute (read by
     ``interchangeable``): True when its kernels are fresh ones of the agent's own settings (a pool of them),
     so a run that needs a kernel made for it (given a live source's socket) may take one of the agent's own.
+    Optionally, a ``live_sources`` attribute (the agent's ``LiveSources``, read by ``agent/run/live.py``'s
+    ``factory_sources``): live sources already open whose broker socket its kernels are given (a service
+    thread's, its operator's sources); a run then uses them, and closing them is the factory's.
     """
 
     @property

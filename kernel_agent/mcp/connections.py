@@ -28,6 +28,7 @@ from ..errors import KernelAgentError
 
 if TYPE_CHECKING:
     from ..kernel.session import AsyncKernelSession
+    from ..sources.base import SourceSpec
     from .workbench import SessionBuilder, Workbench
 
 __all__ = ["Workbenches", "edge"]
@@ -42,8 +43,10 @@ class Workbenches:
     """Every connection's workbench, so that a server shutdown closes them all.
 
     ``workspace`` is the kernel's folder (``stdio``: the one connection's; else each session gets
-    a subfolder named after its id), ``data`` the files installed in it, ``timeout`` the default
-    seconds per execution; ``factory`` builds a connection's kernel session (None: the agent's default).
+    a subfolder named after its id), ``data`` the files installed in it, ``sources`` the live databases each
+    connection's kernel queries (through a broker of the connection's own; no kernel is started ahead for them:
+    it must be given the broker's socket), ``timeout`` the default seconds per execution; ``factory`` builds a
+    connection's kernel session (None: the agent's default).
     """
 
     def __init__(
@@ -51,12 +54,14 @@ class Workbenches:
         workspace: Path,
         *,
         data: Sequence[str] = (),
+        sources: Sequence[SourceSpec] = (),
         timeout: float = 120.0,
         stdio: bool = True,
         factory: SessionBuilder | None = None,
     ) -> None:
         self.workspace = workspace
         self.data = tuple(data)
+        self.sources = tuple(sources)
         self.timeout = timeout
         self.stdio = stdio
         self._factory = factory
@@ -72,7 +77,7 @@ class Workbenches:
 
     def start_ahead(self) -> None:
         """Begin importing the kernel modules and, on stdio, starting the connection's kernel; return at once."""
-        if self.stdio:
+        if self.stdio and not self.sources:
             self._ahead = self._warming = asyncio.ensure_future(self._start_kernel(self.workspace))
         else:
             self._warming = asyncio.ensure_future(in_thread(importlib.import_module, _WORKBENCH))
@@ -113,7 +118,13 @@ class Workbenches:
             installed = prepare_data(self.data, workspace)
         ahead, self._ahead = self._ahead, None  # stdio's one connection: the kernel started for it
         bench = Workbench(
-            workspace, files=installed, session_factory=self.factory, timeout=self.timeout, client=client, ahead=ahead
+            workspace,
+            files=installed,
+            session_factory=self.factory,
+            timeout=self.timeout,
+            client=client,
+            ahead=ahead,
+            sources=self.sources,
         )
         self.open.add(bench)
         log.info("MCP session opened (%r): %d live", client[:80], len(self.open))

@@ -44,6 +44,7 @@ from .progress import with_progress
 from .settings import MCP
 
 if TYPE_CHECKING:
+    from ..sources.base import SourceSpec
     from .workbench import SessionBuilder
 
 __all__ = ["DEFAULT_MAX_SESSIONS", "DEFAULT_SESSION_IDLE", "McpOptions", "Transport", "build_server", "serve"]
@@ -71,7 +72,8 @@ class McpOptions:
     """How the server runs.
 
     ``workspace`` is the kernel's folder (for HTTP each session gets a subfolder
-    named after its id); ``data`` are files copied into it read-only and preloaded;
+    named after its id); ``data`` are files copied into it read-only and preloaded; ``sources`` live databases
+    each session's kernel queries with ``sql()`` through a broker of the session's own;
     ``exec_timeout`` is the default seconds per execution; ``limits`` bound what goes back.
     Over HTTP every request must carry ``key`` (``auth.py``), and ``host`` must be loopback
     unless ``allow_remote``; a session whose client has gone (no request in flight and no open
@@ -84,6 +86,7 @@ class McpOptions:
 
     workspace: Path
     data: tuple[str, ...] = ()
+    sources: tuple[SourceSpec, ...] = ()
     exec_timeout: float = SETTINGS["exec_timeout"].default
     limits: ContentLimits = field(default_factory=ContentLimits)
     transport: Transport = MCP["transport"].default
@@ -109,6 +112,7 @@ def build_server(options: McpOptions, session_factory: SessionBuilder | None = N
     benches = Workbenches(
         options.workspace,
         data=options.data,
+        sources=options.sources,
         timeout=options.exec_timeout,
         stdio=options.transport == "stdio",
         factory=session_factory,
@@ -189,11 +193,15 @@ def _add_kernel_tools(server: MCPServer, benches: Workbenches, options: McpOptio
         )
 
     @server.tool(
-        description="Describe the session's data files: types, sizes, columns and previews.",
+        description=(
+            "Describe the session's data: each file's types, sizes, columns and previews; each live database's "
+            "tables, columns and keys, queried in the kernel with sql(query, source=None), which returns a DataFrame."
+        ),
         annotations=ToolAnnotations(read_only_hint=True),
     )
     async def describe_data(ctx: Context) -> str:
-        return benches.get(ctx).describe_data()
+        with edge():
+            return await benches.get(ctx).describe_data()
 
     @server.tool(
         description=(

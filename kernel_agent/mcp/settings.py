@@ -26,8 +26,10 @@ MCP = Table(
         metavar="DIR", optional=True, shown_default="./agent-runs/<time>-mcp",
     ),
     option(
-        "mcp", "data", str, (), "A data file copied into the workspace and preloaded (repeatable)", short="-d",
-        metavar="FILE", multiple=True,
+        "mcp", "data", str, (),
+        "A data file copied into the workspace and preloaded, or a live database, [NAME=]postgresql://USER@HOST/DB "
+        "(no password: ~/.pgpass, PGPASSFILE or a pg_service.conf service), queried with sql() (repeatable)",
+        short="-d", metavar="FILE|URI", multiple=True,
     ),
     option("mcp", "host", str, "127.0.0.1", "HTTP: the address to listen on"),
     option("mcp", "port", int, 8000, "HTTP: the port", minimum=0, maximum=65535),

@@ -9,7 +9,9 @@ rebuilding the notebook grows with the session (~0.1 s of CPU at 300 cells), so
 after each write the writer rests ``WRITE_REST`` times as long as it took
 before the next, leaving the loop (and the GIL) to the calls; ``flush`` cuts the
 rest short. A restart is recorded too: the setup code
-runs again as its own cell, so the notebook replays. It knows nothing of MCP:
+runs again as its own cell, so the notebook replays. The session's live sources
+(``--data NAME=URI``) are opened with its kernel, which is started given their
+broker's socket (``sql()`` in the setup cell), and closed with it. It knows nothing of MCP:
 the server turns its values into content blocks.
 """
 
@@ -21,15 +23,17 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from .._loop import in_thread
-from ..agent.datafiles.data import DataFile, data_summary, opened_beside, preload_code
+from ..agent.datafiles.data import DataFile, data_summary, opened_beside, preload_code, with_sql
 from ..agent.languages import PYTHON
+from ..agent.run.live import LiveSources
+from ..agent.run.preparation import live_words
 from ..errors import KernelError, SessionClosedError
 from ..kernel.door import Door, plain_parts
 from ..kernel.partial import OutputCallback
@@ -37,8 +41,9 @@ from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import check_outside, records_beside, workspace_from
 from ..notebook.export import build_notebook, clean_path, export_run, notebook_text
 from ..notebook.kinds import MCP_PROTOCOL
-from ..records import Round, Run, RunInfo
+from ..records import RecordedSource, Round, Run, RunInfo
 from ..result import ExecutionResult
+from ..sources.base import SourceSpec
 from .files import FileEntry, write_file
 
 __all__ = ["SessionBuilder", "Workbench", "close_ahead", "default_session"]
@@ -47,7 +52,13 @@ log = logging.getLogger(__name__)
 
 WRITE_REST = 4.0  # the writer's pause after a write, in multiples of that write's time (busy at most 1/5)
 
-SessionBuilder = Callable[[Path], AsyncKernelSession]
+
+class SessionBuilder(Protocol):
+    """Makes a connection's kernel session (not started) for ``workspace``; ``options`` add ``AsyncKernelSession``
+    arguments (``sockets``: the live sources' broker)."""
+
+    def __call__(self, workspace: Path, /, **options: Any) -> AsyncKernelSession: ...
+
 
 _RESTART_NOTE = (
     "> **Kernel restarted** by the MCP client: the variables defined above are gone. The setup code runs again below."
@@ -64,9 +75,9 @@ _VARIABLES = """__import__('json').dumps([
 ][:LIMIT])"""
 
 
-def default_session(workspace: Path) -> AsyncKernelSession:
-    """The agent's default kernel session for ``workspace`` (our kernelspec, default limits)."""
-    return AsyncKernelSession(workspace)
+def default_session(workspace: Path, /, **options: Any) -> AsyncKernelSession:
+    """The agent's default kernel session for ``workspace`` (our kernelspec, default limits), with ``options``."""
+    return AsyncKernelSession(workspace, **options)
 
 
 class Workbench:
@@ -77,7 +88,8 @@ class Workbench:
     per-execution deadline in seconds. ``client`` names the MCP client in the
     notebook's header. ``ahead`` is a kernel session already starting for this
     workbench (used instead of a new one from ``session_factory``; shut down on
-    ``close`` if never used).
+    ``close`` if never used; never given with ``sources``, whose kernel must have their socket).
+    ``sources`` are live databases, opened (their broker) as the kernel starts and closed with it.
     """
 
     def __init__(
@@ -90,9 +102,12 @@ class Workbench:
         client: str = "an MCP client",
         notebook: Path | None = None,
         ahead: asyncio.Future[AsyncKernelSession] | None = None,
+        sources: Sequence[SourceSpec] = (),
     ) -> None:
         self.workspace = workspace
         self.files = tuple(files)
+        self.live = LiveSources(sources)
+        self._live_open = False
         self.timeout = timeout
         self.notebook = notebook or records_beside(workspace)  # out of the kernel's reach
         check_outside(self.notebook, workspace)
@@ -116,6 +131,7 @@ class Workbench:
     @property
     def setup_code(self) -> str:
         setup = preload_code(self.files) if self.files else "%matplotlib inline\n"
+        setup = with_sql(setup, self.files, [spec.name for spec in self.live.specs])
         return opened_beside(setup, workspace_from(self.notebook, self.workspace))
 
     async def session(self) -> AsyncKernelSession:
@@ -151,7 +167,13 @@ class Workbench:
                 raise
             except KernelError:
                 log.warning("the kernel started ahead failed; starting another", exc_info=True)
-        session = self._factory(self.workspace)
+        if not self.live.specs:
+            session = self._factory(self.workspace)
+        else:  # the sources first: the kernel is started given their broker's socket
+            if not self._live_open:
+                await self.live.open()
+                self._live_open = True
+            session = self._factory(self.workspace, sockets=self.live.kernel_sockets())
         await session.start()
         return session
 
@@ -254,11 +276,15 @@ class Workbench:
         rows: list[list[str]] = json.loads(ast.literal_eval(found["v"]))
         return rows
 
-    def describe_data(self) -> str:
-        """The data summary our own model gets (types, sizes, columns, previews; how a database file opens)."""
-        if not self.files:
-            return "No data files were given to this session."
-        return data_summary(self.files, opens=PYTHON.opens)  # the MCP server's kernels are Python
+    async def describe_data(self) -> str:
+        """The data summary our own model gets (types, sizes, columns, previews; how a database file opens), then
+        each live source's description and how ``sql()`` queries it (their kernel started first). Raises
+        ``SourceError`` for a source that cannot be reached, ``KernelError``."""
+        parts = [data_summary(self.files, opens=PYTHON.opens)] if self.files else []  # our kernels are Python's
+        if self.live.specs:
+            await self.session()
+            parts.append(live_words(await self.live.described(), PYTHON))
+        return "\n\n".join(parts) or "No data files were given to this session."
 
     async def export(self, relative: str | None = None) -> Path:
         """Write the notebook of everything run so far to ``relative`` in the workspace (through the door:
@@ -286,6 +312,7 @@ class Workbench:
         if ahead is not None:
             await close_ahead(ahead)
         if session is None:
+            await self.live.aclose()
             return
         try:
             # The client's own cells: setup re-runs after restarts carry a note, cancelled code has no cell.
@@ -295,7 +322,10 @@ class Workbench:
             )
             await self._save()
         finally:
-            await session.close()
+            try:
+                await session.close()
+            finally:
+                await self.live.aclose()
 
     async def _settle(self, session: AsyncKernelSession) -> None:
         """Wait until a cancelled cell has ended (the engine interrupted it). A request sent while
@@ -355,6 +385,7 @@ class Workbench:
             setup_code=self.setup_code,
             started_at=_now(),
             language_info=dict(session.kernel_info.get("language_info", {})),
+            sources=tuple(RecordedSource(spec.name, spec.kind) for spec in self.live.specs),
         )
 
 

@@ -55,11 +55,13 @@ _CHUNK = 1 << 20
 
 
 class RunRequest(BaseModel):
-    """``POST /v1/runs``: the task, uploaded file ids, and a thread to continue (a follow-up)."""
+    """``POST /v1/runs``: the task, uploaded file ids, the server's live sources a new thread queries (by name),
+    and a thread to continue (a follow-up)."""
 
     model_config = ConfigDict(extra="forbid")
     task: str = Field(min_length=1)
     file_ids: list[str] = []
+    sources: list[str] | None = None
     thread_id: str | None = None
     model: str | None = None
     protocol: str | None = None  # a registered one (``names.protocol_names``)
@@ -118,8 +120,8 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
     @app.get("/v1/info")
     async def info() -> dict[str, Any]:
         """What this server is: its version, the upload limit (`max_upload_bytes`), the data file suffixes the
-        summaries know, the words for each stop reason, and on a demo server the demo's task, data and note. No key
-        needed."""
+        summaries know, the words for each stop reason, the live `sources` a thread may name (name and kind, never
+        where they are), and on a demo server the demo's task, data and note. No key needed."""
         model = config.model
         return {
             "auth": config.auth,
@@ -132,6 +134,7 @@ def _native_routes(app: FastAPI, config: ServerConfig) -> None:
             "stop_words": STOP_WORDS,
             "demo": _demo(config),
             "data_suffixes": DATA_SUFFIXES,
+            "sources": [{"name": name, "kind": spec.kind} for name, spec in config.source_specs().items()],
         }
 
     @app.get("/v1/demo/data/{name}")
@@ -239,9 +242,12 @@ def _file_routes(app: FastAPI, config: ServerConfig) -> None:
 def _run_routes(app: FastAPI) -> None:
     @app.post("/v1/runs", status_code=201)
     async def start_run(request: Request, who: Owner, body: RunRequest) -> dict[str, Any]:
-        """Start a run on `task` with the uploaded `file_ids`; with `thread_id`, a follow-up in that thread's kernel
+        """Start a run on `task` with the uploaded `file_ids` and, for a new thread, the server's live `sources` it
+        queries (names `/v1/info` lists; another is 422); with `thread_id`, a follow-up in that thread's kernel
         (409 while another run of the thread is going). Past `--max-running`: 429."""
-        run = await service_of(request).start_run(who, body.task, body.file_ids, body.thread_id, body.protocol)
+        run = await service_of(request).start_run(
+            who, body.task, body.file_ids, body.thread_id, body.protocol, sources=body.sources
+        )
         return public(run)
 
     @app.get("/v1/runs/{run_id}")

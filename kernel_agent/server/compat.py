@@ -43,6 +43,7 @@ class ChatRequest(BaseModel):
     stream: bool = False
     file_ids: list[str] | None = None
     thread_id: str | None = None
+    sources: list[str] | None = None  # ours, not DeepAnalyze's: the server's live sources a new thread queries
 
 
 def compat_routes(app: FastAPI) -> None:
@@ -67,7 +68,7 @@ def compat_routes(app: FastAPI) -> None:
         `generated_files`. Streams with `stream: true`."""
         service = service_of(request)
         task, file_ids, thread_id = _request_parts(body, x_thread_id)
-        run = await service.start_run(who, task, file_ids, thread_id)
+        run = await service.start_run(who, task, file_ids, thread_id, sources=body.sources)
         protocol = _protocol(service, run)
         reply = _Reply(body.model, run, protocol, str(request.base_url).rstrip("/"))
         if body.stream:

@@ -23,12 +23,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._connections import ConnectionLimits
 from .._net import is_loopback
 from ..agent.settings import Table, option
-from ..errors import ConfigError
+from ..errors import ConfigError, SourceError
+
+if TYPE_CHECKING:
+    from ..sources.base import SourceSpec
 
 __all__ = [
     "KEYS_VARIABLE",
@@ -128,6 +131,12 @@ SERVE = Table(
         metavar="N", minimum=1,
     ),
     option(
+        "serve", "sources", str, (),
+        "A live database threads may query, NAME=postgresql://USER@HOST/DB (no password: libpq's ~/.pgpass, "
+        "PGPASSFILE or a pg_service.conf service gives it); a thread names it (sources: [NAME]); repeat for more",
+        flag="--source", env="KERNEL_AGENT_SERVER_SOURCES", metavar="NAME=URI", multiple=True,
+    ),
+    option(
         "serve", "database", str, None,
         "Where the records live: sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DB (replicas share one)",
         env="KERNEL_AGENT_DATABASE", metavar="URL", optional=True, secret=True,
@@ -181,6 +190,9 @@ class ServerConfig:
         says 503); those still running then are stopped and marked ``interrupted``.
     connections: deadlines on a request's headers and body and a cap on open connections
         (``ConnectionLimits``, its fields ``SERVE``'s rows of the same names).
+    sources: the live databases the operator offers (``--source NAME=URI``, each a ``[NAME=]postgresql://…``
+        value as ``--data`` takes one, never with a password); a thread names those it queries
+        (``source_specs``), never a URI of its own.
 
     Each field but ``data_dir``, ``keys``, ``auth``, ``agent``, ``temporary`` and ``connections`` is the row of
     ``SERVE`` of its name, which gives its default and its checks (``ConfigError``).
@@ -203,6 +215,7 @@ class ServerConfig:
     lease_ttl: float = _setting("lease_ttl")
     drain_grace: float = _setting("drain_grace")
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    sources: tuple[str, ...] = _setting("sources")
 
     def __post_init__(self) -> None:
         SERVE.check({f.metadata["setting"]: getattr(self, f.name) for f in fields(self) if "setting" in f.metadata})
@@ -216,6 +229,22 @@ class ServerConfig:
             from .database import database_url
 
             database_url(self.database, self.data_dir)  # a bad URL fails now, not at the first request
+        if self.sources:
+            self.source_specs()  # a password, a file or a name twice fails now, never echoed
+            if self.agent.get("gateway_url"):
+                raise ConfigError(
+                    "--source needs kernels on this machine (a gateway's kernel cannot reach the broker's socket)"
+                )
+
+    def source_specs(self) -> dict[str, SourceSpec]:
+        """The operator's live sources by name (``sources`` parsed). Raises ``SourceError`` (a ``ConfigError``)
+        for a value that is not a source URI, carries a password, or repeats a name."""
+        from ..agent.run.live import split_data
+
+        files, specs = split_data(self.sources)
+        if files:
+            raise SourceError("--source takes a live database's URI, NAME=postgresql://USER@HOST/DB, not a file")
+        return {spec.name: spec for spec in specs}
 
     @property
     def max_upload_bytes(self) -> int:

@@ -159,6 +159,7 @@ class Executor:
         notebook = self.store.notebook(runtime.thread_id)  # beside the workspace: out of the kernel's reach
         paths = [self.store.file_content(f) for f in files]
         agent = runtime.agent
+        await runtime.open_sources()  # before the agent reads them (its prompt, its setup cell's sql())
         if not await in_thread(notebook.exists):
             stream = agent.stream(run.task, paths, runtime.workspace, notebook)
         else:

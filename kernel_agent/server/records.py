@@ -49,6 +49,7 @@ class ThreadRecord(_Stored):
     object: Literal["thread"] = "thread"
     task: str
     protocol: str | None = None
+    sources: list[str] = Field(default_factory=list)  # the operator's live sources it queries, by name
     status: str = "queued"
     runs: list[str] = Field(default_factory=list)
     created_at: str

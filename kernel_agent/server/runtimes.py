@@ -64,9 +64,18 @@ class Runtimes:
 
     async def of(self, thread: ThreadRecord) -> ThreadRuntime:
         """``thread``'s runtime, made when it has none here, with room made for its kernel. Raises
-        ``ServiceError`` 422 for agent options its agent refuses."""
+        ``ServiceError`` 422 for agent options its agent refuses, or a source the thread names that this server
+        no longer offers."""
         runtime = self._by_thread.get(thread.id)
         if runtime is None:
+            offered = self.config.source_specs()
+            missing = [name for name in thread.sources if name not in offered]
+            if missing:
+                raise ServiceError(
+                    f"thread {thread.id} queries the data source {missing[0]!r}, which this server no longer offers "
+                    f"(its operator's --source {missing[0]}=...)",
+                    status=422,
+                )
             options = dict(self.config.agent)
             if thread.protocol:
                 options["protocol"] = thread.protocol
@@ -75,7 +84,14 @@ class Runtimes:
 
                 options["chat_model"] = demo_model(delay=TYPING_DELAY_S)
             try:
-                runtime = ThreadRuntime(thread.id, self.store.workspace(thread.id), options, self.pool, self._leases())
+                runtime = ThreadRuntime(
+                    thread.id,
+                    self.store.workspace(thread.id),
+                    options,
+                    self.pool,
+                    self._leases(),
+                    sources=[offered[name] for name in thread.sources],
+                )
             except KernelAgentError as exc:
                 raise ServiceError(str(exc), status=422) from None
             self._by_thread[thread.id] = runtime

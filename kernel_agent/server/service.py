@@ -202,14 +202,19 @@ class Service:
         file_ids: Sequence[str] = (),
         thread_id: str | None = None,
         protocol: str | None = None,
+        *,
+        sources: Sequence[str] | None = None,
     ) -> RunRecord:
-        """Start a run (a follow-up in ``thread_id``'s live kernel when given); return its record.
+        """Start a run (a follow-up in ``thread_id``'s live kernel when given); return its record. ``sources``:
+        the server's live sources a new thread queries, by name (a follow-up keeps its thread's).
 
         Raises ``ServiceError``: 404 unknown file or thread, 409 the thread is busy, 422 an empty
-        task or a follow-up on a demo server, 429 the server runs as many runs as it may.
+        task, a source the server does not offer, other sources for a follow-up, or a follow-up on a demo
+        server, 429 the server runs as many runs as it may.
         """
         if not task.strip():
             raise ServiceError("the task is empty", status=422)
+        named = self._sources(sources)
         if self.config.demo and protocol not in (None, "tags"):
             raise ServiceError("this demo server plays scripted replies written for the tags protocol", status=422)
         if self.config.demo and thread_id is not None:
@@ -220,7 +225,12 @@ class Service:
             )
         await self.fresh(files=file_ids, threads=[thread_id] if thread_id else ())
         files = [self.file(owner, f) for f in file_ids]
-        thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol)
+        thread = self.thread(owner, thread_id) if thread_id else self._new_thread(owner, task, protocol, named)
+        if thread_id and sources is not None and list(named) != thread.sources:
+            raise ServiceError(
+                f"thread {thread.id} queries {thread.sources or 'no sources'}; a follow-up cannot change them",
+                status=422,
+            )
         self._admit(owner)
         # The place is taken before the first await: a burst of requests must not all pass the check
         # while each waits for its kernel and folders (32 at once all started, with a cap of 8).
@@ -367,10 +377,27 @@ class Service:
             log.info("run %s cancelled: its key was revoked", run_id, extra={"run_id": run_id})
         await asyncio.gather(*(self.executor.cancel(run_id) for run_id in owned))
 
-    def _new_thread(self, owner: str, task: str, protocol: str | None) -> ThreadRecord:
+    def _sources(self, names: Sequence[str] | None) -> list[str]:
+        """``names`` (a run's ``sources``), each one the server offers, in order, once. Raises ``ServiceError``
+        422 naming one it does not offer (its operator's ``--source``s are the only ones)."""
+        offered = self.config.source_specs()
+        chosen = list(dict.fromkeys(names or ()))
+        for name in chosen:
+            if name not in offered:
+                words = ", ".join(sorted(offered)) if offered else "none"
+                raise ServiceError(f"this server has no data source named {name!r} (its sources: {words})", status=422)
+        return chosen
+
+    def _new_thread(self, owner: str, task: str, protocol: str | None, sources: list[str]) -> ThreadRecord:
         """A new thread's record, saved only when its first run starts."""
         return ThreadRecord(
-            id=new_id("thread"), owner=owner, task=task, protocol=protocol, created_at=now(), updated_at=now()
+            id=new_id("thread"),
+            owner=owner,
+            task=task,
+            protocol=protocol,
+            sources=sources,
+            created_at=now(),
+            updated_at=now(),
         )
 
 

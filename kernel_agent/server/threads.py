@@ -4,7 +4,9 @@ Owns ``ThreadRuntime`` (one ``AsyncAgent`` and one live kernel session per
 thread, kept across runs so a follow-up sees every variable; the kernel is
 built by the agent's own ``new_session``, so the sandbox and limits are those
 of ``kernel-agent run``, or taken from the service's warm ``KernelPool``,
-whose kernels are started with the same options) and ``RunLog`` (the events of one run, committed to
+whose kernels are started with the same options; a thread with live sources has
+them opened and brokered with its kernel, which is started given the broker's
+socket (never a pooled one), and closed with it) and ``RunLog`` (the events of one run, committed to
 the store as they come and handed to any number of SSE readers) and ``follow_stored`` (the
 events of a run executing elsewhere, from the database). No HTTP here.
 """
@@ -15,11 +17,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..agent.run.agent import AsyncAgent
+from ..agent.run.live import LiveSources
 from ..errors import KernelError
 from ..events import Event, ExecutionFinished
 from ..kernel.pool import KernelPool
@@ -28,6 +31,7 @@ from ..model import llm as _llm  # noqa: F401 - imported with the app, not on th
 from ..result import fold_traceback, strip_ansi
 
 if TYPE_CHECKING:
+    from ..sources.base import SourceSpec
     from .leases import Leases
     from .store import Store
 
@@ -54,6 +58,23 @@ def _wire_output(output: dict[str, Any]) -> dict[str, Any]:
     return wire
 
 
+class _ThreadKernels:
+    """The agent's kernel factory for a thread: its one kernel (``_Lease``), and its open live sources
+    (``live_sources``, read by the agent: the kernel has their socket; the thread closes them)."""
+
+    kernels_apart = False
+
+    def __init__(self, runtime: ThreadRuntime) -> None:
+        self.runtime = runtime
+
+    @property
+    def live_sources(self) -> LiveSources | None:
+        return self.runtime.live_sources
+
+    def __call__(self, _workspace: Path, /) -> _Lease:
+        return _Lease(self.runtime)
+
+
 class _Lease:
     """What the agent's ``async with session_factory(workspace)`` gets: the thread's kernel,
     started on first use and left running on exit (the thread owns it, not the run)."""
@@ -70,7 +91,10 @@ class _Lease:
 
 class ThreadRuntime:
     """One thread's agent and live kernel. ``lock`` lets one run at a time use them.
-    With a ``pool``, the kernel is a pooled one bound to the workspace, held until ``stop_kernel``."""
+    With a ``pool``, the kernel is a pooled one bound to the workspace, held until ``stop_kernel``.
+    With ``sources`` (the operator's, resolved from the thread's names), ``open_sources`` opens them and
+    their broker, the kernel is started with its socket (not from the pool), and ``stop_kernel`` closes them
+    after the kernel: every run of the thread queries through the same broker, one per thread."""
 
     def __init__(
         self,
@@ -79,15 +103,18 @@ class ThreadRuntime:
         agent_options: dict[str, Any],
         pool: KernelPool | None = None,
         leases: Leases | None = None,
+        sources: Sequence[SourceSpec] = (),
     ) -> None:
         self.thread_id = thread_id
         self.workspace = workspace
-        self.pool = pool
+        self.sources = tuple(sources)
+        self.live_sources: LiveSources | None = None  # open while the thread's kernel lives (or is starting)
+        self.pool = pool if not self.sources else None  # a pooled kernel was started without the socket
         # On a gateway, the thread's kernel is recorded with its owner, so a replica taking the thread
         # over adopts it (every variable survives) instead of rebuilding.
         self.leases = leases if agent_options.get("gateway_url") and pool is None else None
         self._lease = contextlib.AsyncExitStack()
-        self.agent = AsyncAgent(**agent_options, session_factory=lambda _root: _Lease(self))
+        self.agent = AsyncAgent(**agent_options, session_factory=_ThreadKernels(self))
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
         self.last_run: str | None = None  # the last run this replica executed in the thread
@@ -108,16 +135,31 @@ class ThreadRuntime:
     def touch(self) -> None:
         self.last_used = time.monotonic()
 
+    async def open_sources(self) -> LiveSources | None:
+        """The thread's live sources, opened with their broker now when they are not (None without sources).
+        Raises ``SourceError`` naming one that cannot be opened (nothing left open)."""
+        if self.sources and self.live_sources is None:
+            live = LiveSources(self.sources)
+            await live.open()
+            self.live_sources = live
+        return self.live_sources
+
     async def session(self) -> AsyncKernelSession:
-        """The live kernel, started now when there is none (or it died). Raises ``KernelStartError``."""
+        """The live kernel, started now when there is none (or it died: a new one gets the same sources).
+        Raises ``KernelStartError``, ``SourceError``."""
         if self._session is not None and not await self._session.is_alive():
-            await self.stop_kernel()
+            await self._stop_session()
         if self._session is None:
             self._session = await self._start()
         self.touch()
         return self._session
 
     async def _start(self) -> AsyncKernelSession:
+        live = await self.open_sources()
+        if live is not None:
+            session = self.agent.new_session(self.workspace, sockets=live.kernel_sockets())
+            await session.start()
+            return session
         if self.pool is not None:
             # The pool's lease closes the kernel when it ends; the thread ends it in ``stop_kernel``.
             return await self._lease.enter_async_context(self.pool.acquire(self.workspace))
@@ -175,7 +217,17 @@ class ThreadRuntime:
         await self.stop_kernel()
 
     async def stop_kernel(self) -> None:
-        """Shut the kernel down (the thread lives on: a follow-up rebuilds it). Idempotent."""
+        """Shut the kernel down, then close its live sources (the thread lives on: a follow-up rebuilds both).
+        Idempotent."""
+        try:
+            await self._stop_session()
+        finally:
+            live, self.live_sources = self.live_sources, None
+            if live is not None:
+                await live.aclose()
+
+    async def _stop_session(self) -> None:
+        """Shut the kernel down, its sources left open (a new kernel may be given the same socket)."""
         session, self._session = self._session, None
         lease, self._lease = self._lease, contextlib.AsyncExitStack()
         try:

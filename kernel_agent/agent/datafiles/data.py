@@ -49,6 +49,7 @@ __all__ = [
     "opened_beside",
     "prepare_data",
     "sql_setup",
+    "with_sql",
     "stage_recorded",
     "summarize",
     "warm_describer",
@@ -564,6 +565,19 @@ def sql_setup(files: Sequence[DataFile | str], live: Sequence[str] = ()) -> str:
         f"LIVE_SOURCES[:] = {json.dumps(list(live), ensure_ascii=False)}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def with_sql(setup: str, files: Sequence[DataFile], live: Sequence[str] = ()) -> str:
+    """A Python setup cell with ``sql()`` defined (``sql_setup``) when there is something to query: a live
+    source (``live``, their names) or a database file among ``files``; else ``setup`` as it is. The definition
+    goes before the cell's last line when that shows ``data`` (it stays the cell's output), else after it."""
+    if not live and not any(f.kind in DATABASE_KINDS for f in files):
+        return setup
+    sql = sql_setup(files, live)
+    head, _, last = setup.rstrip().rpartition("\n")
+    if last.strip() == "data":
+        return f"{head.rstrip()}\n\n\n{sql.rstrip()}\n\n\n{last}\n"
+    return f"{setup.rstrip()}\n\n\n{sql}"
 
 
 def data_helper_words(files: Sequence[DataFile | str], *, kind: str = "holds", access: str = ".") -> str:

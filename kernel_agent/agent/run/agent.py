@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,7 @@ from ...records import Run, RunInfo
 from ..config import NO_MODEL_HELP, AgentConfig, settings_in
 from ..datafiles.data import warm_describer
 from ..names import DataFormat, ProtocolName
-from .live import reconnected, split_data
+from .live import LiveSources, factory_sources, provided_for, reconnected, split_data
 from .loop import Ask
 from .preparation import Preparation, Prompt
 from .rounds import Rounds
@@ -187,12 +187,14 @@ class AsyncAgent:
             return self._session_factory
         return MadeKernels(lambda workspace: self.new_session(workspace, kernel_name=recorded))
 
-    def _factory_for(self, sockets: dict[str, Path]) -> KernelFactory:
+    def _factory_for(self, sockets: dict[str, Path], live: LiveSources | None = None) -> KernelFactory:
         """Where a run's kernel comes from: the usual factory; for a run with live sources (``sockets``, the
         broker's to bind), a fresh kernel of this agent's own settings given them (a pooled kernel started
-        without the socket cannot reach it). Raises ``ConfigError`` for a factory of another's kernels (a
-        service thread's, a chat's): they cannot be given a socket."""
-        if not sockets:
+        without the socket cannot reach it); the usual factory again when the sources (``live``) are its
+        own (``live.factory_sources``: its kernels have their socket). Raises ``ConfigError`` for a factory of
+        another's kernels (a service thread's, a chat's) without sources of its own: they cannot be given a
+        socket."""
+        if not sockets or (live is not None and live is factory_sources(self._session_factory)):
             return self._session_factory
         if not (self._own_kernels or interchangeable(self._session_factory)):
             raise ConfigError("live data sources need a kernel this agent starts: this agent's kernels are given")
@@ -260,8 +262,9 @@ class AsyncAgent:
         # Checked now, then described while the kernel starts. A kernel that works in the workspace finds its
         # copies there when it starts (the sandbox binds them read-only); a kernel apart gets its own once
         # started, and the workspace's, the run's record, are made beside the first round's code.
-        async with await DataStaging.check(data, root) as staging:
-            factory = self._factory_for(staging.live.kernel_sockets())
+        provided = factory_sources(self._session_factory)
+        async with await DataStaging.check(data, root, provided) as staging:
+            factory = self._factory_for(staging.live.kernel_sockets(), staging.live)
             if not factory.kernels_apart:
                 await staging.into_workspace()
             async with aclosing(self._run(task, staging, root, notebook_path, setup, factory)) as events:
@@ -352,10 +355,21 @@ class AsyncAgent:
         root = given if given is not None else fresh_beside(source)
         check_outside(target, root)
         given_files, given_sources = split_data(data)
-        live = reconnected([recorded.name for recorded in loaded.info.sources], given_sources)
+        recorded_names = [recorded.name for recorded in loaded.info.sources]
+        provided = factory_sources(self._session_factory, given_sources)
+        if provided is None:
+            live = reconnected(recorded_names, given_sources)
+            opened: AbstractAsyncContextManager[LiveSources] = live
+        else:  # the factory's kernels come with their sources, open: theirs to close
+            live = provided_for(recorded_names, provided)
+            opened = nullcontext(live)
         files = await in_thread(resumed_files, loaded.info, source, given, root, given_files)
         names = tuple(dict.fromkeys([*loaded.info.data_files, *(f.name for f in files)]))
-        async with live, self._resume_factory(loaded.info, live.kernel_sockets())(root) as session:
+        # The sockets once the sources are open (the factory's own kernels have theirs already).
+        async with (
+            opened,
+            self._resume_factory(loaded.info, {} if provided is not None else live.kernel_sockets())(root) as session,
+        ):
             await session.files.put([root / f.name for f in files])
             opening = await self._preparation.resumed(
                 session, loaded, task, files, str(root.resolve()), names, restore=restore, live=live

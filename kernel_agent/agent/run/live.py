@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ...notebook.replay import ReplayReport
     from ...sources.broker import Broker
 
-__all__ = ["LiveSources", "reconnected", "replay_with_sources", "split_data"]
+__all__ = ["LiveSources", "factory_sources", "reconnected", "replay_with_sources", "split_data"]
 
 
 def split_data(values: Iterable[str | os.PathLike[str]]) -> tuple[list[str | os.PathLike[str]], tuple[SourceSpec, ...]]:
@@ -168,6 +168,36 @@ class LiveSources:
 def _heading(name: str, kind: str, several: bool) -> str:
     where = f', source="{name}"' if several else ""
     return f'## {name} · live {kind} database · `df = sql("SELECT …"{where})`'
+
+
+def factory_sources(factory: object, given: Sequence[SourceSpec] = ()) -> LiveSources | None:
+    """The live sources a kernel factory's kernels come with (its optional ``live_sources``: open, the
+    factory's to close; a service thread's), else None. Raises ``SourceError`` when ``given`` names sources
+    besides them: such a factory's sources are its own (its operator's), not a run's."""
+    said = getattr(factory, "live_sources", None)
+    if not isinstance(said, LiveSources):
+        return None
+    if given:
+        raise SourceError(
+            f"this agent's kernels come with their own data sources ({', '.join(s.name for s in said.specs)}): "
+            f"a run cannot add {given[0].name!r}",
+            source=given[0].name,
+        )
+    return said
+
+
+def provided_for(recorded: Iterable[str], provided: LiveSources) -> LiveSources:
+    """``provided`` (a factory's sources) for a notebook that recorded the names ``recorded``. Raises
+    ``SourceError`` naming a recorded source ``provided`` lacks (its queries would fail)."""
+    have = {spec.name for spec in provided.specs}
+    for name in recorded:
+        if name not in have:
+            raise SourceError(
+                f"the notebook's data source {name!r} is not one of this agent's sources "
+                f"({', '.join(sorted(have)) or 'none'})",
+                source=name,
+            )
+    return provided
 
 
 def reconnected(recorded: Iterable[str], given: Sequence[SourceSpec]) -> LiveSources:

@@ -26,7 +26,7 @@ from ...notebook.load import LoadedRun
 from ...records import RecordedSource, Run, RunInfo, now
 from ...result import ExecutionResult, RebuildReport
 from ..config import AgentConfig
-from ..datafiles.data import DATABASE_KINDS, DataFile, sql_setup
+from ..datafiles.data import DataFile, with_sql
 from ..environment import Environment, host_packages, probe, prompt_context
 from ..languages import PYTHON, Language, language_of
 from ..protocols import PromptContext, Protocol, get_protocol
@@ -111,8 +111,8 @@ class Preparation:
         """The setup cell: the language's preload (or its plain setup), ``sql`` for the live ``sources`` named and
         the database files (Python's), the extra setup, the notebook's folder."""
         code = language.setup(files) if self.config.kernel.preload else language.plain_setup
-        if language.key == PYTHON.key and (sources or any(f.kind in DATABASE_KINDS for f in files)):
-            code = _with_sql(code, sql_setup(files, sources))
+        if language.key == PYTHON.key:
+            code = with_sql(code, files, sources)
         if extra:
             code = _merged_setup(code, extra)
         return language.beside(code, workspace_from(notebook, root))
@@ -358,15 +358,6 @@ def _setup_timeout(exec_timeout: float | None) -> float | None:
     """The setup cell's time limit: the rounds' own, but never below ``SETUP_TIMEOUT_S`` (importing the
     analysis stack on a loaded machine can take longer than a round may)."""
     return None if exec_timeout is None else max(exec_timeout, SETUP_TIMEOUT_S)
-
-
-def _with_sql(setup: str, sql: str) -> str:
-    """``setup`` with ``sql``'s definition before its last line when that shows ``data`` (it stays the cell's
-    output), else after it."""
-    head, _, last = setup.rstrip().rpartition("\n")
-    if last.strip() == "data":
-        return f"{head.rstrip()}\n\n\n{sql.rstrip()}\n\n\n{last}\n"
-    return f"{setup.rstrip()}\n\n\n{sql}"
 
 
 def _merged_setup(preload: str, extra: str) -> str:

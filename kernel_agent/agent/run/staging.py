@@ -45,9 +45,13 @@ class DataStaging:
     has the data copies.
     """
 
-    def __init__(self, checked: CheckedData, sources: tuple[SourceSpec, ...] = ()) -> None:
+    def __init__(
+        self, checked: CheckedData, sources: tuple[SourceSpec, ...] = (), live: LiveSources | None = None
+    ) -> None:
         self.checked = checked
-        self.live = LiveSources(sources)
+        # The run's own sources, opened and closed here; or ``live``, its kernel factory's (open, not ours).
+        self._own_live = live is None
+        self.live = LiveSources(sources) if live is None else live
         self.in_workspace = False
         self._reading: list[asyncio.Future[Any]] = []  # what must end before the checked files are closed
         self._description = self._started(_described(checked))
@@ -59,19 +63,26 @@ class DataStaging:
         return f"<DataStaging {list(self.names)} in_workspace={self.in_workspace} recorded={self.recorded}>"
 
     @classmethod
-    async def check(cls, paths: Sequence[str | os.PathLike[str]], root: Path) -> DataStaging:
+    async def check(
+        cls, paths: Sequence[str | os.PathLike[str]], root: Path, live: LiveSources | None = None
+    ) -> DataStaging:
         """The files checked and the workspace ``root`` made (off the loop), their description begun; the live
-        sources among ``paths`` parsed (opened on entry). Raises ``DataFileError``, ``ConfigError`` (a source
-        with a password, before anything else), ``StorageError``."""
+        sources among ``paths`` parsed (opened on entry), or ``live``, sources already open that the kernel
+        factory owns (``live.factory_sources``: then ``paths`` may name none). Raises ``DataFileError``,
+        ``ConfigError`` (a source with a password, beside ``live``, or named as a data file is, before anything
+        else), ``StorageError``."""
         files, sources = split_data(paths)
-        _check_names_apart(files, sources)
-        return cls(await in_thread(_checked_data, files, root), sources)
+        if live is not None and sources:
+            raise ConfigError(f"this run's sources are its kernels' own: {sources[0].name!r} cannot be added")
+        _check_names_apart(files, sources or (live.specs if live is not None else ()))
+        return cls(await in_thread(_checked_data, files, root), sources, live)
 
     async def __aenter__(self) -> DataStaging:
         """The live sources opened and brokered (before the kernel starts). Raises as ``LiveSources.open``
         does, having closed everything."""
         try:
-            await self.live.open()
+            if self._own_live:
+                await self.live.open()
         except BaseException:
             self.close(discard=True)
             raise
@@ -81,7 +92,8 @@ class DataStaging:
         try:
             self.close(discard=not self._run_started)
         finally:
-            await self.live.aclose()
+            if self._own_live:
+                await self.live.aclose()
 
     @property
     def sources(self) -> tuple[SourceSpec, ...]:

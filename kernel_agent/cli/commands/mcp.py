@@ -46,19 +46,25 @@ def mcp(
     from ...agent.config import AgentConfig
     from ...kernel.workspace import default_workspace
 
-    missing = [name for name in data if not Path(name).is_file()]
-    if missing:
-        raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
     root = Path(workspace) if workspace else default_workspace("mcp")
     with edge():
+        from ...agent.run.live import split_data
         from ...mcp.server import McpOptions, serve
+
+        files, sources = split_data(data)  # a source with a password refused here, never echoed
+        missing = [str(name) for name in files if not Path(name).is_file()]
+        if missing:
+            raise Failure(f"no such data file: {', '.join(missing)}", EXIT_USAGE)
 
         # The agent's own kernel options: local with its limits, or on the gateway (--gateway...).
         config = AgentConfig.resolve(**kernel_arguments(options), exec_timeout=options["exec_timeout"])
+        if sources and config.kernel.provider_name() != "local":
+            raise ConfigError("a live data source needs a kernel on this machine (a gateway's cannot reach its broker)")
         key = _mcp_key(key_file) if transport == "http" else None
         mcp_options = McpOptions(
             workspace=root.resolve(),
-            data=tuple(str(Path(d).resolve()) for d in data),
+            data=tuple(str(Path(d).resolve()) for d in files),
+            sources=sources,
             exec_timeout=config.kernel.exec_timeout or McpOptions.exec_timeout,
             transport="http" if transport == "http" else "stdio",
             host=host,
@@ -85,14 +91,14 @@ def mcp(
         serve(mcp_options, _session_builder(kernel_options))
 
 
-def _session_builder(kernel_options: dict[str, Any]) -> Callable[[Path], Any]:
-    """A connection's kernel session with ``kernel_options``; the kernel modules load on the first
-    build, after the MCP server is up (it answers ``initialize`` without them)."""
+def _session_builder(kernel_options: dict[str, Any]) -> Callable[..., Any]:
+    """A connection's kernel session with ``kernel_options`` (and a build's own, ``sockets``); the kernel modules
+    load on the first build, after the MCP server is up (it answers ``initialize`` without them)."""
 
-    def build(workspace: Path) -> Any:
+    def build(workspace: Path, /, **more: Any) -> Any:
         from ...kernel.session import AsyncKernelSession
 
-        return AsyncKernelSession(workspace, **kernel_options)
+        return AsyncKernelSession(workspace, **kernel_options, **more)
 
     return build
 

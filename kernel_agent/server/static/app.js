@@ -84,6 +84,8 @@
     event.preventDefault();
     const body = { task: $("task").value.trim(), file_ids: uploads.ids };
     if (!body.task || uploads.pending) return;
+    const sources = [...$("source-list").querySelectorAll("input:checked")].map((box) => box.value);
+    if (sources.length) body.sources = sources;
     if ($("model").value.trim()) body.model = $("model").value.trim();
     if ($("protocol").value) body.protocol = $("protocol").value;
     $("start").disabled = true;
@@ -91,6 +93,7 @@
       const run = await call(() => api.startRun(body));
       $("task").value = "";
       uploads.clear();
+      for (const box of $("source-list").querySelectorAll("input")) box.checked = false;
       location.hash = `#thread/${encodeURIComponent(run.thread_id || run.id)}`;
       loadThreads();  // the history lists it from the moment it starts
     } catch (_) { /* shown in the banner */ } finally { updateStart(); }
@@ -237,6 +240,7 @@
     if (info.model_choice === false) $("model").closest(".option-row").hidden = true;
     $("model-list").replaceChildren(...(info.models || []).map((name) => el("option", { value: name })));
     if (info.default_model) $("model").placeholder = `server default (${info.default_model})`;
+    offerSources(info.sources || []);
     if (info.demo) {
       $("demo-note").textContent = `Demo server: ${info.demo.note}`;
       $("demo-note").hidden = false;
@@ -246,7 +250,17 @@
     return true;
   }
 
-  async function start() {
+  /* The live databases the server's operator offers (name and kind), as boxes a new thread ticks. */
+  function offerSources(sources) {
+    $("source-list").replaceChildren(...sources.map((source) => {
+      const box = el("input", { type: "checkbox", value: source.name, id: `source-${source.name}` });
+      const label = el("label", { for: box.id }, `${source.name} (${source.kind})`);
+      return el("div", { class: "source" }, box, label);
+    }));
+    $("source-choice").hidden = !sources.length;
+  }
+
+    async function start() {
     if (!(await describeServer())) return;
     const threads = await call(() => api.threads()).catch(() => null);
     if (!threads) return;  // the key form is up (or the banner says why)
