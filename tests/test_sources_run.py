@@ -195,6 +195,7 @@ def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_
     )  # fmt: skip
     assert resumed.exit_code == 0, resumed.output
     assert "again 40" in json.dumps(openai_server.requests[-1]["messages"])
+    assert nbformat.read(notebook, as_version=4).cells[1].source.count("def sql(") == 1  # defined once, not again
     assert source_connections() == []
 
     # The password is nowhere: no request, event, log line, notebook, page, workspace file, kernel environment.
