@@ -168,6 +168,54 @@ def test_a_suites_data_paths_are_plain_claims(tmp_path: Path, victim: Path) -> N
             load_suite(generic)
 
 
+def test_a_suite_names_live_sources_by_name_only_and_a_connection_in_it_is_refused(tmp_path: Path) -> None:
+    generic = write_generic(tmp_path / "generic")
+    lines = [json.loads(line) for line in generic.read_text().splitlines()]
+    lines[0]["sources"] = ["shop", "shop", "ware_house2"]
+    generic.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    suite = load_suite(generic)
+    assert suite.questions[0].sources == ("shop", "ware_house2") and suite.questions[1].sources == ()
+
+    # A connection chosen by the suite would be made with the runner's own ~/.pgpass: refused, never shown whole.
+    uri = "postgresql://ann:hunter2@evil.example/shop"
+    for key, value in (
+        ("sources", [uri]),
+        ("data", ["host=evil.example dbname=shop password=hunter2"]),
+        ("sources", ["shop=" + uri]),
+        ("data", [uri]),
+        ("data", ["tables/t1.csv", uri]),
+    ):
+        generic.write_text("".join(json.dumps({**line, key: value}) + "\n" for line in lines))
+        with pytest.raises(ConfigError, match=r'by name only \("sources": \["shop"\]\)') as refused:
+            load_suite(generic)
+        assert "hunter2" not in str(refused.value) and "evil.example" not in str(refused.value)
+        result = run(generic, tmp_path / "out")
+        assert result.exit_code == 2 and "--data shop=postgresql://" in result.output, result.output
+        assert "hunter2" not in result.output
+    bad: object
+    for bad in ("shop", [1], ["a b"], ["../x"], [""], ["a-b"], ["2x"]):
+        generic.write_text("".join(json.dumps({**line, "sources": bad}) + "\n" for line in lines))
+        with pytest.raises(ConfigError, match="sources must be a list|is not a name"):
+            load_suite(generic)
+    assert not (tmp_path / "out").exists()
+
+    # A named source nobody gave: refused before a folder is made or a kernel starts, naming it.
+    generic.write_text("".join(json.dumps({**line, "sources": ["shop"]}) + "\n" for line in lines[:2]))
+    result = run(generic, tmp_path / "out")
+    assert result.exit_code == 2 and "live source shop: give its connection with --data shop=" in result.output
+    assert "question g1, g2" in result.output and not (tmp_path / "out").exists()
+
+    # eval --data gives live sources only, each once, never with a password (which is not echoed).
+    for given, said in (
+        (["tables/t1.csv"], "eval's --data gives the live sources a suite names"),
+        (["shop=" + uri], "must not carry a password"),
+        (["shop=postgresql://ann@a/x", "shop=postgresql://ann@b/y"], "two --data sources are named 'shop'"),
+    ):
+        result = run(generic, tmp_path / "out", *[arg for value in given for arg in ("--data", value)])
+        assert result.exit_code == 2 and said in result.output and "hunter2" not in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_link_fifo_or_labels_in_the_tables_are_refused_before_anything_runs(tmp_path: Path, victim: Path) -> None:
     suite = write_dabench(tmp_path / "dabench")
     tables = suite / "da-dev-tables"

@@ -58,6 +58,19 @@ def test_a_run_given_a_password_starts_nothing(tmp_path: Path) -> None:
     assert started == [] and not (tmp_path / "ws").exists()
 
 
+def test_a_live_source_named_as_a_data_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    # sql(source="shop") could mean either: the run must not pick one silently
+    (tmp_path / "shop.sqlite").write_bytes(b"SQLite format 3\x00")
+    result = CliRunner().invoke(
+        cli,
+        ["run", "t", "--model", "m", "--data", str(tmp_path / "shop.sqlite"), "--data",
+         "shop=postgresql://ann@db/shop", "-w", str(tmp_path / "ws")],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "'shop'" in result.output and "shop.sqlite" in result.output and "name the source otherwise" in result.output
+    assert not (tmp_path / "ws").exists()
+
+
 def test_the_cli_exits_2_for_a_password_and_never_shows_it(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["run", "t", "--model", "m", "--data", "shop=postgresql://ann:hunter2@db/shop", "-w", str(tmp_path)]

@@ -53,6 +53,11 @@ EVAL = Table(
         "eval run", "retry_failed", bool, False,
         "Also run again the questions the machinery failed (timeout, model or kernel error)",
     ),
+    option(
+        "eval run", "data", str, (),
+        'A live source the suite\'s questions name ("sources"), with your connection (repeatable)', short="-d",
+        metavar="NAME=URI", multiple=True,
+    ),
 )
 # fmt: on
 
@@ -95,15 +100,18 @@ def eval_group() -> click.Group:
         ids: str | None,
         out: str | None,
         retry_failed: bool,
+        data: tuple[str, ...],
         **options: Any,
     ) -> None:
         """Run SUITE (an InfiAgent-DABench folder, or a .jsonl suite) and write results.jsonl, report.html
-        and every question's notebook into --out. Re-running with the same --out continues where it stopped."""
-        from ..eval import load_suite, run_eval, write_report
+        and every question's notebook into --out. Re-running with the same --out continues where it stopped.
+        A suite names its live sources; --data NAME=URI connects each (postgresql://USER@HOST/DB)."""
+        from ..eval import live_sources, load_suite, run_eval, write_report
 
         arguments = agent_arguments(options)
         with edge():
             loaded = load_suite(suite)
+            sources = live_sources(data)
             chosen = loaded.select(tuple(i.strip() for i in ids.split(",") if i.strip()) if ids else (), limit)
             model = arguments.get("model") or os.environ.get(SETTINGS["model"].env or "") or "model"
             folder = Path(out) if out else Path("eval-runs") / re.sub(r"[^A-Za-z0-9_.-]", "_", f"{loaded.name}-{model}")
@@ -116,6 +124,7 @@ def eval_group() -> click.Group:
                 concurrency=concurrency,
                 retry_failed=retry_failed,
                 progress=_progress,
+                sources=sources,
             )
             try:
                 result = asyncio.run(_cancel_on_sigterm(work))

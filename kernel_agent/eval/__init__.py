@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .report import REPORT, render_report, write_report
 from .results import RESULTS, Comparison, Summary, compare, read_results, summarize
-from .runner import EvalRun, default_concurrency, run_eval
+from .runner import EvalRun, default_concurrency, live_sources, run_eval
 from .scoring import Metrics, Score, metrics, parse_answers, score
 from .suite import Label, Question, Suite, load_suite
 
@@ -27,6 +27,7 @@ __all__ = [
     "Summary",
     "compare",
     "default_concurrency",
+    "live_sources",
     "load_suite",
     "metrics",
     "parse_answers",

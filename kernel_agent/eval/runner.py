@@ -17,7 +17,9 @@ The folder is the user's choice, but what is in it may be someone else's (a shar
 below it every read, write, append and new folder goes through the door (``kernel/door.py``), so a
 planted link is refused or replaced, never followed, and a FIFO is refused at once. The folder (and the
 suite's labels) must lie outside every tree the kernels can read (``check_out_of_kernels``). The
-suite's data files are copied through the door into a private folder before any kernel starts.
+suite's data files are copied through the door into a private folder before any kernel starts. A
+question's live sources are named by the suite and connected by the caller (``sources``: a name to the
+value given to ``--data``), checked before any kernel starts.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -54,6 +56,8 @@ __all__ = [
     "QUESTIONS",
     "EvalRun",
     "check_out_of_kernels",
+    "check_sources",
+    "live_sources",
     "default_concurrency",
     "question_folder",
     "run_eval",
@@ -119,19 +123,24 @@ async def run_eval(
     concurrency: int | None = None,
     retry_failed: bool = False,
     progress: Progress | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> EvalRun:
     """Run ``questions`` of ``suite`` into the folder ``out`` and return what was recorded.
 
     ``agent_options`` are ``AsyncAgent`` keyword arguments (model, protocol, kernel options...).
     ``progress(kind, row)`` hears ``started`` (``{"id": ...}``) and ``finished`` (the result line).
-    Raises ``ConfigError`` for bad options or an ``out`` that holds another suite's or model's run;
-    every failure of one question is recorded in its line instead.
+    ``sources`` gives each live source a question names its connection: the ``--data`` value
+    (``shop=postgresql://ann@db/shop``) the agent is given beside the question's files.
+    Raises ``ConfigError`` for bad options, a source no ``sources`` entry gives, or an ``out`` that holds
+    another suite's or model's run; every failure of one question is recorded in its line instead.
     """
     from ..agent.config import AgentConfig
     from ..agent.run.agent import AsyncAgent
     from ..kernel.pool import KernelPool
 
     folder = Path(out)
+    given = dict(sources or {})
+    check_sources(questions, given)
     check_out_of_kernels(folder, suite)
     size = concurrency or default_concurrency()
     await AsyncAgent(**agent_options).close()  # a bad option or no model: raised now, before any kernel starts
@@ -150,14 +159,16 @@ async def run_eval(
         gate = asyncio.Semaphore(size)
         options = {**config.kernel.session_options(), **agent_options.get("session_options", {})}
         # One kernel more than the questions at once starts while they wait for the model, so the next
-        # question finds it ready; the cap leaves room for used kernels still shutting down.
-        pool = KernelPool(min(size + 1, len(todo)), max_kernels=2 * size + 1, **options)
+        # question finds it ready; the cap leaves room for used kernels still shutting down. A question with
+        # live sources gets a kernel of its own started with its broker's socket, never a pooled one.
+        pooled = sum(1 for q in todo if not q.sources)
+        pool = KernelPool(min(size + 1, pooled), max_kernels=2 * size + 1, **options)
 
         async def one(question: Question) -> None:
             async with gate:
                 if progress is not None:
                     progress("started", {"id": question.id})
-                row = await _ask(question, suite.labels[question.id], folder, agent_options, pool, staged)
+                row = await _ask(question, suite.labels[question.id], folder, agent_options, pool, staged, given)
                 await in_thread(_record, folder, row)
                 ran.append(row)
                 if progress is not None:
@@ -168,6 +179,39 @@ async def run_eval(
     finally:
         await in_thread(staged.remove)
     return EvalRun(folder, tuple(ran), kept)
+
+
+def live_sources(values: Sequence[str]) -> dict[str, str]:
+    """The live sources ``eval --data`` gives (``[NAME=]postgresql://...``), by name: each as the ``--data``
+    value the agent is given for it. Raises ``ConfigError`` for a value that is not a source (a suite's files
+    are named in the suite), one ``parse_source`` refuses (a password in it), or a name given twice; a refused
+    value is never echoed (it may hold a password)."""
+    from ..sources.spec import is_source, parse_source
+
+    given: dict[str, str] = {}
+    for value in values:
+        if not is_source(value):
+            raise ConfigError(
+                "eval's --data gives the live sources a suite names, as NAME=postgresql://USER@HOST/DB (or "
+                "postgresql:///?service=NAME); a suite's data files are named in the suite itself"
+            )
+        spec = parse_source(value)
+        if spec.name in given:
+            raise ConfigError(f"two --data sources are named {spec.name!r}: name each one (--data NAME=URI)")
+        given[spec.name] = f"{spec.name}={spec.target}"
+    return given
+
+
+def check_sources(questions: Sequence[Question], sources: Mapping[str, str]) -> None:
+    """Raise ``ConfigError`` naming every live source ``questions`` name that ``sources`` does not give."""
+    missing = sorted({name for question in questions for name in question.sources} - set(sources))
+    if missing:
+        asking = [q.id for q in questions if set(q.sources) & set(missing)]
+        raise ConfigError(
+            f"the suite's question {', '.join(asking[:5])} queries the live source {', '.join(missing)}: give "
+            f"its connection with --data {missing[0]}=postgresql://USER@HOST/DB (or "
+            f"--data {missing[0]}=postgresql:///?service=NAME); nothing was run"
+        )
 
 
 def check_out_of_kernels(out: Path, suite: Suite) -> None:
@@ -330,6 +374,7 @@ async def _ask(
     agent_options: dict[str, Any],
     pool: Any,
     staged: _StagedData,
+    sources: Mapping[str, str],
 ) -> dict[str, Any]:
     """Run one question to its end and return its result line; a failure is recorded, never raised."""
     from ..agent.run.agent import AsyncAgent
@@ -341,7 +386,8 @@ async def _ask(
     missing = [str(p) for p in question.data if p not in staged.copies]
     if missing:
         return {**row, "outcome": "missing_data", "error": f"data file not found: {', '.join(missing)}"}
-    data = [staged.copies[p] for p in question.data]
+    data: list[str | Path] = [staged.copies[p] for p in question.data]
+    data += [sources[name] for name in question.sources]
     run: Run | None = None
     error_type = ""
     try:

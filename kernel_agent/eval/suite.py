@@ -9,11 +9,15 @@ Owns the two layouts a suite may have and nothing of running or scoring it:
 - **Our generic JSONL**: one file, one question a line::
 
       {"id": "q1", "task": "...", "data": ["tables/a.csv"], "level": "easy", "concepts": ["Means"],
+       "sources": ["shop"],
        "answers": [{"name": "mean_a", "value": "2.50", "rule": "numeric", "precision": "label"},
                    {"name": "kind", "value": "Zebra", "rule": "case-insensitive"}]}
 
   ``task`` is given to the agent as written (it says the answer format: ``@name[value]``); ``data`` paths
-  are relative paths of plain names under the file's folder (never the file itself); ``rule`` is ``exact``
+  are relative paths of plain names under the file's folder (never the file itself; a database file is a
+  data file like any other); ``sources`` names live data sources, by name only: whoever runs the suite
+  gives each name its connection (``eval --data shop=postgresql://...``), since a suite is a stranger's
+  text and a connection it named would be one it chose (a URI in a suite is refused); ``rule`` is ``exact``
   (the default), ``case-insensitive``, or ``numeric`` with ``tolerance`` (absolute, default 1e-6) or
   ``precision: "label"`` (the answer rounded to the label's decimals).
 
@@ -24,6 +28,7 @@ builds a task, a workspace or a request can reach them by accident.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -39,19 +44,22 @@ DABENCH_FILES = ("da-dev-questions.jsonl", "da-dev-labels.jsonl", "da-dev-tables
 Rule = Literal["dabench", "exact", "case-insensitive", "numeric"]
 MAX_SUITE_BYTES = 256 << 20  # DABench's questions and labels are ~300 kB
 _RULES = ("exact", "case-insensitive", "numeric")
+_SOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # an identifier, as sources/spec.py names a source
 
 
 @dataclass(frozen=True)
 class Question:
     """One question as the agent gets it: ``task`` (the full text), its data files (absolute paths, each
-    a plain relative path under ``Suite.data_folder``: ``Suite.data_claim``), and the grouping the report
-    uses. ``id`` is the suite's own, as a string."""
+    a plain relative path under ``Suite.data_folder``: ``Suite.data_claim``), the names of the live data
+    sources it queries (their connections are the runner's, never the suite's), and the grouping the
+    report uses. ``id`` is the suite's own, as a string."""
 
     id: str
     task: str
     data: tuple[Path, ...] = ()
     level: str = ""
     concepts: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,9 +109,11 @@ def load_suite(path: str | Path) -> Suite:
     or a device refused, never followed or waited on), and its data paths are claims
     (``notebook/claims.py``'s rule): a DABench ``file_name`` is a plain file name in ``da-dev-tables/``,
     a generic ``data`` path a relative path of plain, unhidden names under the file's folder, never the
-    suite's own file. A question whose data file is missing is kept (the run records it as such).
+    suite's own file, and a generic ``sources`` entry a plain name, never a connection URI. A question
+    whose data file is missing is kept (the run records it as such).
     Raises ``ConfigError`` for a path that is neither, a line that is not valid JSON, a question without
-    labels, or a data path that is not such a claim (nothing is read for it, nothing runs).
+    labels, a data path that is not such a claim, or a URI anywhere a suite names data (nothing is read
+    for it, nothing runs).
     """
     root = Path(path)
     if root.is_dir():
@@ -165,6 +175,7 @@ def _generic(file: Path) -> Suite:
         claims = row.get("data") or []
         if not isinstance(claims, list):
             raise ConfigError(f"{file}: question {qid}: data must be a list of paths")
+        _refuse_connections(file, qid, claims)
         _check_claims(file, qid, claims, plain)
         if file.name in (PurePosixPath(claim).as_posix() for claim in claims):
             raise ConfigError(f"{file}: question {qid} names the suite file itself as its data (it holds the labels)")
@@ -175,6 +186,7 @@ def _generic(file: Path) -> Suite:
                 data=tuple(file.parent / PurePosixPath(p) for p in claims),
                 level=str(row.get("level") or ""),
                 concepts=tuple(str(c) for c in row.get("concepts") or ()),
+                sources=_source_names(file, qid, row.get("sources") or []),
             )
         )
         labels[qid] = tuple(_label(file, qid, answer) for answer in row.get("answers") or ())
@@ -192,6 +204,35 @@ def _check_claims(file: Path, qid: str, claims: list[Any], allowed: Callable[[st
         raise ConfigError(
             f"{file}: question {qid} claims the data file {shown}: not {kind} (no absolute or '..' path, no "
             "hidden name); a suite's data paths are read only under its own folder, so nothing was run"
+        )
+
+
+def _source_names(file: Path, qid: str, names: object) -> tuple[str, ...]:
+    """A question's live sources: plain names (``shop``), each resolved by whoever runs the suite."""
+    if not isinstance(names, list):
+        raise ConfigError(f"{file}: question {qid}: sources must be a list of names")
+    _refuse_connections(file, qid, names)
+    bad = [name for name in names if not (isinstance(name, str) and _SOURCE_NAME.fullmatch(name))]
+    if bad:
+        shown = ", ".join(repr(name) for name in bad)
+        raise ConfigError(
+            f"{file}: question {qid}: the source {shown} is not a name "
+            "(letters, digits and _, not starting with a digit; e.g. shop)"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def _refuse_connections(file: Path, qid: str, values: list[Any]) -> None:
+    """Refuse a suite that names a connection (``postgresql://...``): a suite is a stranger's text, and a
+    connection it chose would be made with the runner's own credentials (``~/.pgpass``) to its host."""
+    from ..sources.spec import is_source
+
+    uris = [value for value in values if isinstance(value, str) and ("://" in value or is_source(value))]
+    if uris:
+        raise ConfigError(
+            f"{file}: question {qid} names a connection (not shown: it may hold a password): a suite names a live "
+            'source by name only ("sources": ["shop"]) and whoever runs it gives the connection '
+            "(kernel-agent eval SUITE --data shop=postgresql://USER@HOST/DB); nothing was run"
         )
 
 

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ..._loop import in_thread
-from ...errors import ConfigError, DataFileError
+from ...errors import ConfigError, DataFileError, SourceError
 from ...kernel.interface import Kernel
 from ...notebook.claims import DataSources
 from ...records import RunInfo
 from ...sources.spec import SourceSpec
-from ..datafiles.data import CheckedData, DataFile, check_data, prepare_data, stage_recorded
+from ..datafiles.data import CheckedData, DataFile, check_data, data_attributes, prepare_data, stage_recorded
 from .live import LiveSources, split_data
 
 __all__ = ["DataStaging", "resumed_files"]
@@ -64,6 +64,7 @@ class DataStaging:
         sources among ``paths`` parsed (opened on entry). Raises ``DataFileError``, ``ConfigError`` (a source
         with a password, before anything else), ``StorageError``."""
         files, sources = split_data(paths)
+        _check_names_apart(files, sources)
         return cls(await in_thread(_checked_data, files, root), sources)
 
     async def __aenter__(self) -> DataStaging:
@@ -220,3 +221,16 @@ async def _recorded_copies(checked: CheckedData) -> None:
     except ConfigError as exc:  # the workspace is gone and cannot be made again
         raise DataFileError(f"cannot copy the data files into {checked.workspace}: {exc}") from exc
     await in_thread(checked.check_unchanged)
+
+
+def _check_names_apart(files: Sequence[str | os.PathLike[str]], sources: Sequence[SourceSpec]) -> None:
+    """A live source may not share its name with a data file's ``data`` name (``sql(source=NAME)`` names
+    either). Raises ``SourceError``."""
+    taken = data_attributes([Path(file).name for file in files])
+    for spec in sources:
+        if spec.name in taken:
+            raise SourceError(
+                f"the live source {spec.name!r} and the data file {taken[spec.name]!r} have one name, which "
+                f"sql(source=...) could not tell apart: name the source otherwise (--data OTHER=postgresql://...)",
+                source=spec.name,
+            )
