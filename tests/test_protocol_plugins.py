@@ -28,6 +28,7 @@ from kernel_agent.cli import cli
 from kernel_agent.errors import ConfigError
 from kernel_agent.kernel.providers.base import supports_sockets
 from kernel_agent.kernel.providers.registry import PROVIDERS, ProviderSettings, make_provider, provider_names
+from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.model.llm import OpenAIChatModel
 from kernel_agent.model.registry import ModelSettings, make_model, model_names
 from kernel_agent.model.scripted import ScriptedChatModel
@@ -460,6 +461,9 @@ def test_a_live_source_on_a_provider_that_does_not_bind_sockets_is_refused_befor
     assert supports_sockets(make_provider("theirs", ProviderSettings())) and not supports_sockets(object())
     with pytest.raises(ConfigError, match="the kernel provider 'remote' cannot give its kernel a socket"):
         make_provider("remote", ProviderSettings(sockets={"KERNEL_AGENT_SQL": tmp_path / "sql.sock"}))
+    made = make_provider("theirs", ProviderSettings(workspace=tmp_path))
+    with pytest.raises(ConfigError, match="a kernel provider already made cannot be given sockets"):
+        AsyncKernelSession(tmp_path, provider=made, sockets={"KERNEL_AGENT_SQL": tmp_path / "sql.sock"})
     model = ScriptedChatModel(["<Answer>never</Answer>"])
 
     async def run() -> None:
