@@ -1,5 +1,6 @@
-"""Pytest plugin: the suite must leave no kernel process, connection file or temp dir behind,
-and every test runs in a clean environment (no model settings leak in from the developer's shell)."""
+"""Pytest plugin: the suite must leave no kernel process, connection file, temp dir (a live source broker's
+socket folder, ``kernel-agent-sql-*``, included) or live source's database connection behind, and every test
+runs in a clean environment (no model settings leak in from the developer's shell)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import postgres
 import pytest
 
 from kernel_agent.kernel.providers.local import runtime_root
@@ -50,12 +52,21 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+SOURCE_APPLICATION = "kernel-agent"  # the application_name every live source's connection gives
+
+
+def source_connections(wait_s: float = 10.0) -> list[str]:
+    """The live sources' connections open on the PostgreSQL servers this process started, once those closing
+    have ended (up to ``wait_s``: ``PostgresServer.connections``)."""
+    return [found for server in postgres.RUNNING for found in server.connections(SOURCE_APPLICATION, wait_s)]
+
+
 def _own_temp_root() -> Path:
     """The temp root of this test process (``pytest_configure``)."""
     return Path(os.environ[_ROOT_VARIABLE])
 
 
-def _temp_leftovers() -> set[str]:
+def temp_leftovers() -> set[str]:
     """Runtime dirs and jupyter connection files in this process's own temp root (whoever made them: only
     this test process and what it started write there), and runtime dirs that ``runtime_root()`` sent to a
     shared short dir (a test's long TMPDIR), attributed there by their owner file."""
@@ -104,11 +115,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def no_leftovers() -> Iterator[None]:
-    before = _temp_leftovers()
+    before = temp_leftovers()
     yield
     leaked = our_kernel_pids()
     assert not leaked, f"kernel processes left running after the suite: {leaked}"
-    new_files = _temp_leftovers() - before
+    new_files = temp_leftovers() - before
     assert not new_files, f"temp files/dirs left behind by the suite: {sorted(new_files)}"
 
 
@@ -117,12 +128,14 @@ def no_leftovers_per_module(request: pytest.FixtureRequest) -> Iterator[None]:
     """The same check at the end of each module (after its own fixtures are torn down), so a leak
     names the module that made it rather than whichever test happened to run last."""
     kernels_before = set(our_kernel_pids())
-    files_before = _temp_leftovers()
+    files_before = temp_leftovers()
     yield
     leaked = set(our_kernel_pids()) - kernels_before
     assert not leaked, f"{request.module.__name__} left kernel processes running: {sorted(leaked)}"
-    new_files = _temp_leftovers() - files_before
+    new_files = temp_leftovers() - files_before
     assert not new_files, f"{request.module.__name__} left temp files/dirs behind: {sorted(new_files)}"
+    connections = source_connections()
+    assert not connections, f"{request.module.__name__} left live source connections open: {connections}"
 
 
 @pytest.fixture(autouse=True)

@@ -29,9 +29,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["PASSWORD_GROUP", "PostgresServer", "postgres_binaries"]
+__all__ = ["PASSWORD_GROUP", "RUNNING", "PostgresServer", "postgres_binaries"]
 
 PASSWORD_GROUP = "password_users"
+
+
+RUNNING: list[PostgresServer] = []  # the servers this process started and has not closed (tests/leaks.py)
 
 
 def postgres_binaries() -> Path:
@@ -50,6 +53,26 @@ def postgres_binaries() -> Path:
 
 class PostgresServer:
     """One throwaway PostgreSQL cluster with a database ``kernel_agent`` that user ``test`` may use."""
+
+    def connections(self, application_name: str, wait_s: float = 10.0) -> list[str]:
+        """The open connections that gave ``application_name`` (``pid user@database``), once those closing
+        have gone: a backend ends a moment after its client closed, so a non-empty answer is read again
+        until it empties or ``wait_s`` passes. [] while the server is down."""
+        import psycopg
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self.process is None or self.process.poll() is not None:
+                return []
+            with psycopg.connect(self.url, autocommit=True) as connection:
+                rows = connection.execute(
+                    "SELECT pid, usename, datname FROM pg_stat_activity WHERE application_name = %s AND pid <> "
+                    "pg_backend_pid()",
+                    (application_name,),
+                ).fetchall()
+            if not rows or time.monotonic() > deadline:
+                return [f"{pid} {user}@{database}" for pid, user, database in rows]
+            time.sleep(0.05)  # waiting for backends already told to end, not for a result to change
 
     def __init__(self) -> None:
         self.bin = postgres_binaries()
@@ -89,6 +112,7 @@ class PostgresServer:
         except BaseException:
             self.close()
             raise
+        RUNNING.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -153,5 +177,7 @@ class PostgresServer:
 
     def close(self) -> None:
         """Stop the server and remove its folder. Idempotent."""
+        if self in RUNNING:
+            RUNNING.remove(self)
         self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)

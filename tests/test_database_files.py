@@ -216,8 +216,10 @@ def test_each_language_says_how_to_open_a_database_file_read_only() -> None:
     python = data_summary(files, opens=PYTHON.opens)
     assert (
         'SQLite database · 1 B\nOpen it read-only with `con = sqlite3.connect("file:shop.sqlite?mode=ro", uri=True)` '
-        'and query it with `pd.read_sql_query("SELECT …", con)`'
+        'and query it with `pd.read_sql_query("SELECT …", con)`, or in one step with '
+        '`df = sql("SELECT …", source="shop")`'
     ) in python
+    assert 'or in one step with `df = sql("SELECT …", source="my_shop")`' in python  # its data name
     assert (
         'DuckDB database · 1 B\nOpen it read-only with `con = duckdb.connect("my shop.duckdb", read_only=True)`'
         in python

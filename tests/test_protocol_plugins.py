@@ -6,8 +6,10 @@ theirs:x`` uses the first two, end to end."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,9 +26,12 @@ from kernel_agent.agent.names import PROTOCOLS, protocol_entry_points, protocol_
 from kernel_agent.agent.protocols import ProtocolSettings, TagsProtocol, ToolsProtocol, get_protocol
 from kernel_agent.cli import cli
 from kernel_agent.errors import ConfigError
+from kernel_agent.kernel.providers.base import supports_sockets
 from kernel_agent.kernel.providers.registry import PROVIDERS, ProviderSettings, make_provider, provider_names
+from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.model.llm import OpenAIChatModel
 from kernel_agent.model.registry import ModelSettings, make_model, model_names
+from kernel_agent.model.scripted import ScriptedChatModel
 from kernel_agent.notebook.load import load_run
 
 MARK = "THEIR-OWN-SYSTEM-PROMPT"
@@ -111,7 +116,8 @@ STARTED = []  # the settings of every kernel their provider started
 
 
 class TheirProvider(LocalProvider):
-    """Their kernels: ours underneath (as a container runtime would be theirs), each start noted."""
+    """Their kernels: ours underneath (as a container runtime would be theirs), each start noted; as a subclass
+    it inherits ``supports_sockets``, so it passes the sockets on."""
 
     def __init__(self, settings):
         self.settings = settings
@@ -123,6 +129,7 @@ class TheirProvider(LocalProvider):
             startup_timeout=settings.startup_timeout,
             limits=settings.limits,
             python=settings.python,
+            sockets=settings.sockets,
         )
 
     async def start(self):
@@ -132,6 +139,42 @@ class TheirProvider(LocalProvider):
 
 def provider(settings):
     return TheirProvider(settings)
+
+
+class TheirRemoteProvider:
+    """Their kernels on another machine (here ours underneath, by delegation): it says nothing of sockets."""
+
+    owns_kernel = True
+
+    def __init__(self, settings):
+        self._inner = TheirProvider(settings)
+        self.limits = self._inner.limits
+
+    client = property(lambda self: self._inner.client)
+    workspace = property(lambda self: self._inner.workspace)
+    dropped_messages = property(lambda self: self._inner.dropped_messages)
+
+    async def start(self):
+        return await self._inner.start()
+
+    async def is_alive(self):
+        return await self._inner.is_alive()
+
+    async def interrupt(self):
+        await self._inner.interrupt()
+
+    async def restart(self):
+        return await self._inner.restart()
+
+    def describe_exit(self):
+        return self._inner.describe_exit()
+
+    async def close(self):
+        await self._inner.close()
+
+
+def remote_provider(settings):
+    return TheirRemoteProvider(settings)
 
 
 JULIA = replace(PYTHON, key="julia", name="Julia", fence="julia", fences=("julia", "jl"), tool="execute_julia")
@@ -149,6 +192,7 @@ broken = their_plugin:broken_model
 
 [kernel_agent.providers]
 theirs = their_plugin:provider
+remote = their_plugin:remote_provider
 broken = their_plugin:broken
 missing = their_plugin_gone:provider
 
@@ -318,7 +362,7 @@ def test_a_model_name_goes_to_a_plug_in_only_by_its_registered_prefix(their_pack
 def test_a_third_party_kernel_provider_is_made_by_name(their_package: Path, tmp_path: Path) -> None:
     from kernel_agent.kernel.session import AsyncKernelSession
 
-    assert provider_names() == (*PROVIDERS, "broken", "missing", "theirs")
+    assert provider_names() == (*PROVIDERS, "broken", "missing", "remote", "theirs")
     session = AsyncKernelSession(tmp_path, provider="theirs", kernel_name="their-spec", env={"A": "1"})
     assert type(session.provider).__name__ == "TheirProvider" and session.kernel_name == "their-spec"
     made = session.provider.settings  # type: ignore[attr-defined]
@@ -404,10 +448,32 @@ def test_an_unknown_kernel_provider_is_a_usage_error_naming_the_installed_ones(
     monkeypatch.setenv("KERNEL_AGENT_PROVIDER", "nope")
     from_environment = CliRunner().invoke(cli, run)
     assert from_environment.exit_code == 2
-    assert "unknown provider 'nope'; choose one of local, gateway, attached, broken, missing, theirs" in (
+    assert "unknown provider 'nope'; choose one of local, gateway, attached, broken, missing, remote, theirs" in (
         from_environment.output
     )
     assert not (tmp_path / "ws").exists()  # nothing was started
+
+
+def test_a_live_source_on_a_provider_that_does_not_bind_sockets_is_refused_before_any_model_call(
+    their_package: Path, tmp_path: Path, refused_port: int
+) -> None:
+    assert type(make_provider("remote", ProviderSettings(workspace=tmp_path))).__name__ == "TheirRemoteProvider"
+    assert supports_sockets(make_provider("theirs", ProviderSettings())) and not supports_sockets(object())
+    with pytest.raises(ConfigError, match="the kernel provider 'remote' cannot give its kernel a socket"):
+        make_provider("remote", ProviderSettings(sockets={"KERNEL_AGENT_SQL": tmp_path / "sql.sock"}))
+    made = make_provider("theirs", ProviderSettings(workspace=tmp_path))
+    with pytest.raises(ConfigError, match="a kernel provider already made cannot be given sockets"):
+        AsyncKernelSession(tmp_path, provider=made, sockets={"KERNEL_AGENT_SQL": tmp_path / "sql.sock"})
+    model = ScriptedChatModel(["<Answer>never</Answer>"])
+
+    async def run() -> None:
+        async with AsyncAgent(chat_model=model, provider="remote") as agent:
+            await agent.run("t", data=[f"shop=postgresql://ann@127.0.0.1:{refused_port}/shop"], workspace=tmp_path)
+
+    with pytest.raises(ConfigError, match=r"'remote' cannot give its kernel a socket .*\(--provider local\)"):
+        asyncio.run(run())
+    assert model.remaining == 1  # no model call
+    assert not list(Path(tempfile.gettempdir()).glob("kernel-agent-sql-*"))  # the broker's folder is gone
 
 
 def test_the_provider_setting_reaches_the_sessions_of_every_front_end(their_package: Path, tmp_path: Path) -> None:

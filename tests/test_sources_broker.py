@@ -18,8 +18,10 @@ from pathlib import Path
 
 import pandas
 import psutil
+import psycopg
 import pytest
 from brokers import running_broker
+from leaks import source_connections
 from postgres import PostgresServer
 from sourcedb import OwnedDatabase, owned_database
 
@@ -237,6 +239,22 @@ def test_closing_the_broker_cancels_what_runs_and_removes_its_folder(
     assert len(failed) == 1 and isinstance(failed[0], RuntimeError)
     assert not broker.folder.exists()
     assert shop.rows("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'FETCH%'") == [(0,)]
+
+
+def test_a_client_that_leaves_while_its_query_is_starting_leaves_no_connection_open(
+    source: Source, shop: OwnedDatabase
+) -> None:
+    with psycopg.connect(shop.admin) as locker:  # in a transaction: the lock is held until it commits
+        locker.execute("LOCK TABLE customers IN ACCESS EXCLUSIVE MODE")
+        with running_broker({"shop": source}) as broker:
+            with socket.socket(socket.AF_UNIX) as client:
+                client.connect(str(broker.socket))
+                client.sendall(frame({"query": "SELECT * FROM customers", "source": None}))
+                waiting = "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DECLARE%'"
+                while not shop.rows(waiting):
+                    pass  # the query's start (its DECLARE) waits for the table
+            locker.commit()  # the client has gone: the start finishes now, and its connection must be freed
+    assert source_connections() == []
 
 
 def test_a_broker_that_cannot_listen_says_why_and_leaves_nothing(tmp_path: Path) -> None:

@@ -17,13 +17,15 @@ from typing import Any
 import nbformat
 import pytest
 from click.testing import CliRunner, Result
-from leaks import kernels_of
+from leaks import kernels_of, source_connections, temp_leftovers
 from openai_server import OpenAIServer, Reply, python_call
-from pgshop import QUERIED, QUERY, Shop, open_connections, order_totals
+from pgshop import QUERIED, QUERY, Shop, order_totals
 
 from kernel_agent import AsyncAgent
+from kernel_agent.agent.run.live import LiveSources
 from kernel_agent.cli import cli
 from kernel_agent.events import ExecutionOutput
+from kernel_agent.sources.spec import parse_source
 
 pytestmark = [pytest.mark.kernel, pytest.mark.postgresql]
 
@@ -102,15 +104,15 @@ def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_
     assert invoke("show", notebook, "--html", report).exit_code == 0
     assert "sql(" in report.read_text()
 
-    # Nothing is left: no connection of the role, and (tests/leaks.py) no socket folder, no kernel.
-    assert open_connections(shop) == 0
+    # Nothing is left (tests/leaks.py): no source's connection, no socket folder, no kernel.
+    assert source_connections() == []
 
     # Replay reconnects by name: given again it runs; without it (no service either) it names the source.
     replayed = invoke("replay", notebook, "--no-check", "--data", f"shop={shop.url}")
     assert replayed.exit_code == 0, replayed.output
     missing = invoke("replay", notebook)
     assert missing.exit_code == 2 and "'shop'" in missing.output and "pg_service.conf" in missing.output
-    assert open_connections(shop) == 0
+    assert source_connections() == []
 
     # Resume reconnects too, and its new round queries again.
     openai_server.add(Reply("Again.", tool_calls=(python_call('print("again", len(sql("SELECT * FROM orders")))'),)))
@@ -121,7 +123,8 @@ def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_
     )  # fmt: skip
     assert resumed.exit_code == 0, resumed.output
     assert "again 40" in json.dumps(openai_server.requests[-1]["messages"])
-    assert open_connections(shop) == 0
+    assert nbformat.read(notebook, as_version=4).cells[1].source.count("def sql(") == 1  # defined once, not again
+    assert source_connections() == []
 
     # The password is nowhere: no request, event, log line, notebook, page, workspace file, kernel environment.
     secret = shop.password.encode()
@@ -157,6 +160,37 @@ def test_a_run_stopped_mid_query_leaves_no_connection_socket_or_kernel(
 
     asyncio.run(stopped())
     assert "first 40" in "".join(seen)
-    assert open_connections(shop) == 0  # the broker cancelled the sleeping query and closed its connections
+    assert source_connections() == []  # the broker cancelled the sleeping query and closed its connections
     assert kernels_of(os.getpid()) == []
     assert not list(Path(tempfile.gettempdir()).glob("kernel-agent-sql-*"))
+
+
+def test_a_run_whose_source_cannot_be_reached_fails_clearly_and_leaves_nothing(
+    openai_server: OpenAIServer, shop: Shop, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", openai_server.base_url)
+    failed = invoke(
+        "run", "t", "--data", "postgresql:///?service=nowhere_known", "--model", "m", "--workspace", tmp_path / "ws"
+    )
+    assert failed.exit_code == 2 and "'nowhere_known'" in failed.output, failed.output
+    assert openai_server.requests == []  # no model call
+    assert kernels_of(os.getpid()) == []
+    assert not list(Path(tempfile.gettempdir()).glob("kernel-agent-sql-*"))
+    assert source_connections() == []
+
+
+def test_the_leak_check_counts_a_broker_folder_and_a_source_connection_left_open(shop: Shop) -> None:
+    live = LiveSources([parse_source(f"shop={shop.url}")])
+
+    async def scenario() -> str:
+        async with live:
+            assert live.socket is not None
+            folder = live.socket.parent.name
+            assert "customers" in await live.described()  # a connection of the role, kept for the next query
+            assert folder.startswith("kernel-agent-sql-") and folder in temp_leftovers()
+            (held,) = source_connections(wait_s=0)
+            assert held.endswith(f"{shop.role}@{shop.url.rsplit('/', 1)[1].split('?')[0]}"), held
+        return folder
+
+    folder = asyncio.run(scenario())
+    assert folder not in temp_leftovers() and source_connections() == []

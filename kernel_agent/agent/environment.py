@@ -234,7 +234,7 @@ def prompt_context(
     *,
     preloaded: str = "",
     missing: Sequence[str] | None = None,
-    opens: Callable[[DataFile], str] | None = None,
+    opens: Callable[[DataFile, str], str] | None = None,
     live: str = "",
 ) -> PromptContext:
     """What a prompt tells the model, the same in every mode: ``task``; the data description

@@ -68,7 +68,8 @@ class Language:
     packages: tuple[str, ...] = ()  # the common analysis packages, probed
     hint: Callable[[str, str, Sequence[str]], str] = lambda ename, evalue, installed: ""
     comment: str = "#"
-    opens: Callable[[DataFile], str] = lambda file: ""  # how the code opens a database file read-only ("" else)
+    # how the code opens a database file read-only, given the file and its data name ("" else)
+    opens: Callable[[DataFile, str], str] = lambda file, source: ""
 
     @property
     def fence_line(self) -> re.Pattern[str]:
@@ -92,20 +93,17 @@ def _python_hint(ename: str, evalue: str, installed: Sequence[str]) -> str:
 _READ_ONLY = "the copy is read-only, so is the connection: a write fails"
 
 
-def _python_opens(file: DataFile) -> str:
+def _python_opens(file: DataFile, source: str) -> str:
     name = json.dumps(file.name, ensure_ascii=False)
     if file.kind == "sqlite":
         uri = json.dumps(f"file:{quote(file.name)}?mode=ro", ensure_ascii=False)
-        return (
-            f"Open it read-only with `con = sqlite3.connect({uri}, uri=True)` and query it with "
-            f'`pd.read_sql_query("SELECT …", con)` ({_READ_ONLY}).'
-        )
-    if file.kind == "duckdb":
-        return (
-            f"Open it read-only with `con = duckdb.connect({name}, read_only=True)` and query it with "
-            f'`con.sql("SELECT …").df()` ({_READ_ONLY}).'
-        )
-    return ""
+        opened = f'`con = sqlite3.connect({uri}, uri=True)` and query it with `pd.read_sql_query("SELECT …", con)`'
+    elif file.kind == "duckdb":
+        opened = f'`con = duckdb.connect({name}, read_only=True)` and query it with `con.sql("SELECT …").df()`'
+    else:
+        return ""
+    at_once = f'`df = sql("SELECT …", source={json.dumps(source, ensure_ascii=False)})`'
+    return f"Open it read-only with {opened}, or in one step with {at_once} (the setup cell's) ({_READ_ONLY})."
 
 
 PYTHON = Language(
@@ -182,7 +180,7 @@ def _r_setup_words(files: Sequence[DataFile | str]) -> str:
     )
 
 
-def _r_opens(file: DataFile) -> str:
+def _r_opens(file: DataFile, source: str) -> str:
     name = _r_string(file.name)
     if file.kind == "sqlite":
         connect = f"DBI::dbConnect(RSQLite::SQLite(), {name}, flags = RSQLite::SQLITE_RO)"

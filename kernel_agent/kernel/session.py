@@ -18,7 +18,7 @@ from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
-from ..errors import KernelError, SessionClosedError
+from ..errors import ConfigError, KernelError, SessionClosedError
 from ..records import PYTHON3_KERNELSPEC
 from ..result import ExecutionResult
 from .engine import ExecuteEngine
@@ -54,8 +54,9 @@ class AsyncKernelSession:
     ``provider`` says where the kernel lives: a name registered in ``kernel_agent.providers``
     (``providers/registry.py``; default ``gateway`` when ``gateway`` is given, else ``local``), made with
     these arguments, or a ``KernelProvider`` already made. ``sockets``: variable name → a host Unix socket the
-    kernel may connect to (``ProviderSettings.sockets``; a live data source's broker).
-    Raises ``ConfigError`` for an unknown provider or a malformed gateway URL, ``ExtraMissingError`` for a
+    kernel may connect to (``ProviderSettings.sockets``; a live data source's broker), for a provider made here.
+    Raises ``ConfigError`` for an unknown provider, one that cannot bind ``sockets`` (or was made already),
+    a malformed gateway URL, ``ExtraMissingError`` for a
     gateway without the ``gateway`` extra.
     """
 
@@ -102,6 +103,11 @@ class AsyncKernelSession:
                 sockets=dict(sockets or {}),
             )
             provider = make_provider(provider_for(provider, gateway), settings)
+        elif sockets:
+            raise ConfigError(
+                "a kernel provider already made cannot be given sockets: make it with them "
+                "(ProviderSettings.sockets), or name it (provider='local')"
+            )
         self.kernel_name = kernel_name or getattr(provider, "kernel_name", None) or "default"
         self.provider = provider
         self.engine = ExecuteEngine(provider, self.caps, interrupt_grace=interrupt_grace)

@@ -278,12 +278,28 @@ class Broker:
             raise ConnectionResetError("the client stopped reading") from None
 
     async def _end(self, results: Results | None, pending: asyncio.Future[Any] | None) -> None:
-        """Stop a query that still runs (cancel, then wait for its thread) and free its connection."""
-        if pending is not None and not pending.done():
-            if results is not None:
+        """``_free``, finished even when a cancel comes meanwhile (the broker closing: it waits for its
+        handlers), then the cancel goes on: cut short, it would leave the query's connection open."""
+        ending = asyncio.ensure_future(self._free(results, pending))
+        try:
+            await asyncio.shield(ending)
+        except asyncio.CancelledError:
+            if not ending.done():
+                await asyncio.wait({ending})
+            raise
+
+    async def _free(self, results: Results | None, pending: asyncio.Future[Any] | None) -> None:
+        """Stop a query that still runs (cancel, then wait for its thread) and free its connection, also when
+        the answer ended while the query was being started (``pending`` then makes the ``Results``)."""
+        if pending is not None:
+            if results is not None and not pending.done():
                 await self._run(results.cancel)
-            with contextlib.suppress(Exception):
-                await pending
+            try:
+                finished = await pending
+            except Exception:
+                finished = None
+            if results is None and finished is not None:  # started as the answer ended: it holds a connection
+                results = finished
         if results is not None:
             await self._run(results.close)
 

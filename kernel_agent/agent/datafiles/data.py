@@ -434,10 +434,10 @@ def data_attributes(files: Iterable[DataFile | str]) -> dict[str, str]:
     return names
 
 
-def data_summary(files: Sequence[DataFile], *, opens: Callable[[DataFile], str] | None = None) -> str:
+def data_summary(files: Sequence[DataFile], *, opens: Callable[[DataFile, str], str] | None = None) -> str:
     """The body of the prompt's ``# Data`` section: each file's summary under its name and ``data`` attribute,
-    then ``opens(file)`` when it says something (the kernel language's line that opens a database file
-    read-only, ``Language.opens``).
+    then ``opens(file, attribute)`` when it says something (the kernel language's line that opens a database
+    file read-only, ``Language.opens``; the attribute is also its ``sql()`` source name).
 
     The heading itself is left to the protocol, which adds ``# Data`` above
     this text. The text stays within ``MAX_SECTION_CHARS``: past it, files get
@@ -452,7 +452,7 @@ def data_summary(files: Sequence[DataFile], *, opens: Callable[[DataFile], str] 
     used = len(parts[0])
     for index, (attribute, file) in enumerate(zip(data_attributes(files), files, strict=True)):
         heading = f"## {file.name} · `data.{attribute}`"
-        line = f"\n{opened}" if opens is not None and (opened := opens(file)) else ""
+        line = f"\n{opened}" if opens is not None and (opened := opens(file, attribute)) else ""
         entry = f"{heading}\n{file.summary}{line}"
         if used + len(entry) > MAX_SECTION_CHARS:
             entry = f"{heading}\n{file.kind} · {human_size(file.size)} (summary left out: prompt too long){line}"

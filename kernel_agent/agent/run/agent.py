@@ -172,11 +172,9 @@ class AsyncAgent:
     def _resume_factory(self, info: RunInfo, sockets: dict[str, Path]) -> KernelFactory:
         """Where a resumed run's kernel comes from: the kernelspec its notebook records (an installed one of
         that name, confined as any other; a claim, so nothing else of it is used) when the user named none
-        and the kernels are this agent's own local ones; else the usual factory (``_factory_for``: a fresh
-        kernel given the live sources' ``sockets``)."""
+        and the kernels are this agent's own local ones, given the live sources' ``sockets``; else the usual
+        factory (``_factory_for``: a fresh kernel given the ``sockets``)."""
         recorded = info.kernelspec.get("name", "")
-        if sockets:
-            return self._factory_for(sockets)
         if (
             not self._own_kernels
             or self.config.kernel.name
@@ -184,8 +182,9 @@ class AsyncAgent:
             or self.config.kernel.gateway_url
             or recorded in ("", "python3", KERNEL_NAME)
         ):
-            return self._session_factory
-        return MadeKernels(lambda workspace: self.new_session(workspace, kernel_name=recorded))
+            return self._factory_for(sockets)
+        given = {"sockets": sockets} if sockets else {}
+        return MadeKernels(lambda workspace: self.new_session(workspace, kernel_name=recorded, **given))
 
     def _factory_for(self, sockets: dict[str, Path], live: LiveSources | None = None) -> KernelFactory:
         """Where a run's kernel comes from: the usual factory; for a run with live sources (``sockets``, the

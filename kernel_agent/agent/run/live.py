@@ -10,6 +10,7 @@ all closed when the session ends. It does not parse a URI (``sources/spec.py``),
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import tempfile
@@ -154,20 +155,20 @@ class LiveSources:
         return await asyncio.shield(self._descriptions)
 
     async def _describe(self) -> str:
-        several = len(self._sources) > 1
         parts = []
         for name, source in self._sources.items():
             try:
                 text = await in_thread(source.describe, DescribeLimits())
             except SourceError as exc:
                 raise self._unreachable(source.spec, exc) from exc
-            parts.append(f"{_heading(name, source.spec.kind, several)}\n{text.strip()}")
+            parts.append(f"{_heading(name, source.spec.kind)}\n{text.strip()}")
         return "\n\n".join(parts)
 
 
-def _heading(name: str, kind: str, several: bool) -> str:
-    where = f', source="{name}"' if several else ""
-    return f'## {name} · live {kind} database · `df = sql("SELECT …"{where})`'
+def _heading(name: str, kind: str) -> str:
+    """A source's heading, with the call that queries it by name (right beside database files and other
+    sources too)."""
+    return f'## {name} · live {kind} database · `df = sql("SELECT …", source={json.dumps(name)})`'
 
 
 def factory_sources(factory: object, given: Sequence[SourceSpec] = ()) -> LiveSources | None:

@@ -25,8 +25,9 @@ from ...notebook.export import warm_up
 from ...notebook.load import LoadedRun
 from ...records import RecordedSource, Run, RunInfo, now
 from ...result import ExecutionResult, RebuildReport
+from ...sources.base import SourceSpec
 from ..config import AgentConfig
-from ..datafiles.data import DataFile, with_sql
+from ..datafiles.data import DataFile, sql_setup, with_sql
 from ..environment import Environment, host_packages, probe, prompt_context
 from ..languages import PYTHON, Language, language_of
 from ..protocols import PromptContext, Protocol, get_protocol
@@ -234,6 +235,9 @@ class Preparation:
         described = await live.described() if live is not None else ""
         report = await self._restore(session, loaded.rebuild_cells, calls) if restore else None
         language = language_of(session.kernel_info.get("language_info"))
+        setup_code = loaded.info.setup_code
+        if live is not None and live.specs:
+            setup_code = await self._sql_step(session, language, setup_code, files, live.specs, calls)
         protocol = self.protocol(language)
         environment = await self.environment(session, language)
         context = self.prompt_context(environment, loaded.info.task, files, language, described)
@@ -241,8 +245,30 @@ class Preparation:
         run = self._next_turn(loaded.run, task, session, workspace, names)
         if live is not None and live.specs:
             sources = tuple(RecordedSource(spec.name, spec.kind) for spec in live.specs)
-            run = replace(run, info=replace(run.info, sources=sources))
+            run = replace(run, info=replace(run.info, sources=sources, setup_code=setup_code))
         return Opening(run, protocol, messages, environment.packages, calls, first_round=len(loaded.rounds) + 1)
+
+    async def _sql_step(
+        self,
+        session: Kernel,
+        language: Language,
+        setup_code: str,
+        files: Sequence[DataFile],
+        specs: Sequence[SourceSpec],
+        calls: dict[int, int],
+    ) -> str:
+        """A resumed run's ``sql`` for its live sources (``specs``), when its recorded setup cell does not define
+        it so (a run started without them): run in the kernel as a setup step, and the setup cell with it, so
+        the resumed notebook replays; else ``setup_code`` as it was. Python's only (as a new run's)."""
+        if language.key != PYTHON.key:
+            return setup_code
+        live = [spec.name for spec in specs]
+        step = sql_setup(files, live)
+        if step in setup_code:
+            return setup_code
+        ran = await session.execute(step, _setup_timeout(self.config.kernel.exec_timeout))
+        calls[ran.call] = 0
+        return with_sql(setup_code, files, live)  # the same step, where a new run's setup cell has it
 
     async def _restore(self, session: Kernel, cells: Sequence[RebuildCell], calls: dict[int, int]) -> RebuildReport:
         """Re-run the earlier cells a fresh kernel needs, in order; report exactly what was restored and lost.

@@ -125,7 +125,10 @@ def _query_broker(query: str, source: str | None) -> Any:
             connection.connect(path)
         except OSError as exc:
             raise RuntimeError(f"sql(): the host's query broker is not there ({exc.strerror or exc})") from None
-        connection.sendall(request)
+        try:
+            connection.sendall(request)
+        except OSError:
+            pass  # answered and closed unread (the broker busy): the answer, still there to read, says why
         answer = connection.makefile("rb")
         try:
             header = read_frame(answer.read, MAX_FRAME_BYTES)

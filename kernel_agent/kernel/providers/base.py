@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from ..sandbox.limits import Limits
 
-__all__ = ["ChannelClient", "KernelProvider", "bound_messages", "max_message_bytes"]
+__all__ = ["ChannelClient", "KernelProvider", "bound_messages", "max_message_bytes", "supports_sockets"]
 
 _HEADROOM = 4 * 1024 * 1024  # a message's header, metadata and JSON escapes around its data
 
@@ -40,6 +40,13 @@ def bound_messages(client: Any, limit: int) -> None:
     import zmq
 
     client.context.setsockopt(zmq.MAXMSGSIZE, limit)
+
+
+def supports_sockets(provider: object) -> bool:
+    """Whether ``provider`` makes the host Unix sockets of ``ProviderSettings.sockets`` reachable by its kernel:
+    its optional ``supports_sockets`` attribute, True only where it says so (``LocalProvider``; a subclass
+    inherits the claim). A provider that says nothing is taken not to."""
+    return getattr(provider, "supports_sockets", False) is True
 
 
 class ChannelClient(Protocol):
@@ -74,7 +81,9 @@ class KernelProvider(Protocol):
     restarted or killed. ``limits`` are the confinement in force there
     (``Limits.off()`` where we apply none), used to name a limit behind an
     error. ``workspace`` is the kernel's working directory *on this machine*,
-    or None where the kernel's files are not ours (a remote kernel).
+    or None where the kernel's files are not ours (a remote kernel). Optionally,
+    ``supports_sockets = True`` declares that it binds the settings' ``sockets``
+    for its kernel (read by ``supports_sockets``; none: it cannot).
     """
 
     owns_kernel: bool

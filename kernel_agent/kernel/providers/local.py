@@ -141,6 +141,7 @@ class LocalProvider:
     """
 
     owns_kernel = True
+    supports_sockets = True  # bound into the sandbox under SOCKETS_INSIDE (the path itself, unconfined)
 
     def __init__(
         self,
@@ -443,6 +444,7 @@ class AttachedProvider:
     session's files are that folder's (``LocalFiles``). None: its files are not ours (``RemoteFiles``)."""
 
     owns_kernel = False
+    supports_sockets = False  # another's kernel, already running: nothing can be bound into it
 
     def __init__(
         self,

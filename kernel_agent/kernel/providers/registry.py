@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ...errors import ConfigError
 from ...plugins import Registry
-from .base import KernelProvider
+from .base import KernelProvider, supports_sockets
 
 if TYPE_CHECKING:
     from ..sandbox.limits import Limits
@@ -92,6 +93,14 @@ def provider_for(name: str | None, gateway: object) -> str:
 
 def make_provider(name: str, settings: ProviderSettings) -> KernelProvider:
     """The provider registered as ``name``, made with ``settings`` (not started). Raises ``ConfigError`` for
-    an unknown name (listing the choices), a provider that cannot be loaded or made, or one that makes
-    something else than a ``KernelProvider``; ``ExtraMissingError`` when its extra is not installed."""
-    return PROVIDER_REGISTRY.make(name, settings)
+    an unknown name (listing the choices), a provider that cannot be loaded or made, one that makes
+    something else than a ``KernelProvider``, or one given ``sockets`` that does not declare it binds them
+    (``base.supports_sockets``); ``ExtraMissingError`` when its extra is not installed."""
+    provider = PROVIDER_REGISTRY.make(name, settings)
+    if settings.sockets and not supports_sockets(provider):
+        raise ConfigError(
+            f"the kernel provider {name!r} cannot give its kernel a socket of this machine (it does not declare "
+            "supports_sockets), and a live data source (a database --data URI) is queried through one: "
+            "use the local provider (--provider local)"
+        )
+    return provider

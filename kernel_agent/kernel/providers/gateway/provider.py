@@ -44,6 +44,8 @@ class GatewayProvider:
     over from a dead one): it stays in its folder, and ``close`` deletes it and its folder. ``disown``
     hands ownership away again (``close`` then only disconnects)."""
 
+    supports_sockets = False  # a kernel on another machine: a socket of this one is not reachable from it
+
     def __init__(
         self,
         settings: GatewaySettings,
