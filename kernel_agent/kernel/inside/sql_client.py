@@ -116,7 +116,11 @@ def _query_broker(query: str, source: str | None) -> Any:
 
     path = os.environ.get(SOCKET_ENV)
     if not path:
-        raise RuntimeError("sql(): this session has no live data source (give one with --data postgresql://…)")
+        wanted = repr(source) if source else "a live data source"
+        raise RuntimeError(
+            f"sql(): no query broker reaches this kernel for {wanted}: run the notebook with kernel-agent, which "
+            f"connects each source by its name (replay NOTEBOOK --data NAME=postgresql://…, or resume it)"
+        )
     request = frame({"query": query, "source": source})
     if len(request) - _LENGTH.size > MAX_REQUEST_BYTES:
         raise RuntimeError(f"sql(): the query is over the {MAX_REQUEST_BYTES}-byte bound")
