@@ -53,6 +53,14 @@ def gateway(kernel_gateway_server: KernelGateway) -> Iterator[KernelGateway]:
     kernel_gateway_server.assert_clean()
 
 
+@pytest.fixture(autouse=True)
+def _nothing_left_on_the_gateway(kernel_gateway_server: KernelGateway) -> Iterator[None]:
+    """A kernel a test leaves on the run's gateway fails that test, not the module's last one (nor a later
+    module's test that counts the gateway's kernels, as it did once under load without naming who left it)."""
+    yield
+    kernel_gateway_server.assert_clean()
+
+
 @pytest.fixture(scope="module")
 def enterprise() -> Iterator[EnterpriseGateway]:
     with EnterpriseGateway() as running:
