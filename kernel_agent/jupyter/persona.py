@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
 from jupyterlab_chat.models import Message, NewMessage
-from traitlets import Bool, Enum, Float, Integer, List, TraitType, Unicode
+from traitlets import Bool, Enum, Float, Integer, TraitType, Unicode
 
 from ..agent.run.agent import AsyncAgent
 from ..agent.run.live import LiveSources, split_data
@@ -54,6 +54,7 @@ from ..kernel.interface import KernelsAhead
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside
 from ..redact import redact
+from .brokered import sources_trait
 from .chat import ChatReply
 from .kernels import InterruptWatch, notebook_kernel
 from .live import LiveNotebook
@@ -95,14 +96,7 @@ class KernelAgentPersona(BasePersona):
         "kernel, unconfined, seeing your variables",
     )
 
-    sources = List(
-        Unicode(),
-        default_value=[],
-        config=True,
-        help="live databases every conversation may query with sql(), each [NAME=]postgresql://USER@HOST/DB (no "
-        "password: ~/.pgpass, PGPASSFILE or a pg_service.conf service gives it); the server's operator's, never a "
-        "chat message's; not with kernel = 'notebook'",
-    )
+    sources = sources_trait()
 
     scripted_demo = Bool(
         False,
