@@ -25,9 +25,10 @@ as every run's does). Live databases come from the Jupyter server's operator, ne
 message is anyone's input): ``c.KernelAgentPersona.sources = ["shop=postgresql://ann@db/shop"]``, each queried
 with ``sql()`` in the conversation's kernel through a broker of the conversation's own, opened with its kernel
 (started given the broker's socket) and closed with it; the notebook's own kernel (``kernel = "notebook"``)
-cannot be given a socket once started, so sources are refused there. With ``scripted_demo`` no model is
-asked: the bundled scripted replies play on the bundled sales data (unless the message names files), as
-``kernel-agent demo`` does, and the chat says so.
+cannot be given a socket once started, so sources are refused there. The same setting gives the server's
+own kernels (a notebook's Run All) the sources through one broker of the server's (``brokered.py``). With
+``scripted_demo`` no model is asked: the bundled scripted replies play on the bundled sales data (unless the
+message names files), as ``kernel-agent demo`` does, and the chat says so.
 """
 
 from __future__ import annotations
