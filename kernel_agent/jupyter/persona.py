@@ -25,9 +25,10 @@ as every run's does). Live databases come from the Jupyter server's operator, ne
 message is anyone's input): ``c.KernelAgentPersona.sources = ["shop=postgresql://ann@db/shop"]``, each queried
 with ``sql()`` in the conversation's kernel through a broker of the conversation's own, opened with its kernel
 (started given the broker's socket) and closed with it; the notebook's own kernel (``kernel = "notebook"``)
-cannot be given a socket once started, so sources are refused there. With ``scripted_demo`` no model is
-asked: the bundled scripted replies play on the bundled sales data (unless the message names files), as
-``kernel-agent demo`` does, and the chat says so.
+cannot be given a socket once started, so sources are refused there. The same setting gives the server's
+own kernels (a notebook's Run All) the sources through one broker of the server's (``brokered.py``). With
+``scripted_demo`` no model is asked: the bundled scripted replies play on the bundled sales data (unless the
+message names files), as ``kernel-agent demo`` does, and the chat says so.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_ai_persona_manager import BasePersona, PersonaDefaults
 from jupyterlab_chat.models import Message, NewMessage
-from traitlets import Bool, Enum, Float, Integer, List, TraitType, Unicode
+from traitlets import Bool, Enum, Float, Integer, TraitType, Unicode
 
 from ..agent.run.agent import AsyncAgent
 from ..agent.run.live import LiveSources, split_data
@@ -54,6 +55,7 @@ from ..kernel.interface import KernelsAhead
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import fresh_folder, records_beside
 from ..redact import redact
+from .brokered import sources_trait
 from .chat import ChatReply
 from .kernels import InterruptWatch, notebook_kernel
 from .live import LiveNotebook
@@ -95,14 +97,7 @@ class KernelAgentPersona(BasePersona):
         "kernel, unconfined, seeing your variables",
     )
 
-    sources = List(
-        Unicode(),
-        default_value=[],
-        config=True,
-        help="live databases every conversation may query with sql(), each [NAME=]postgresql://USER@HOST/DB (no "
-        "password: ~/.pgpass, PGPASSFILE or a pg_service.conf service gives it); the server's operator's, never a "
-        "chat message's; not with kernel = 'notebook'",
-    )
+    sources = sources_trait()
 
     scripted_demo = Bool(
         False,

@@ -14,7 +14,8 @@ would be ignored). Extensions are linked in name order before any is loaded, so 
 jupyter-server-ydoc's app exists and has not made its handlers yet: where it still has the stock
 ``SQLiteYStore``, it gets ``DataDirYStore``. A user's own ``YDocExtension.ystore_class``, or
 ``SQLiteYStore.db_path`` (which applies to this subclass too), still wins. Imports jupyter-server-ydoc
-(the ``jupyter`` extra); nothing else of ours.
+(the ``jupyter`` extra). Loaded, it serves the operator's live sources to the server's own kernels
+(``brokered.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server_ydoc.stores import SQLiteYStore
 from traitlets import default
+
+from ..errors import KernelAgentError
 
 __all__ = ["STORE_FILE", "DataDirYStore", "store_path"]
 
@@ -60,4 +63,11 @@ def _link_jupyter_server_extension(serverapp: Any) -> None:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    """Nothing more to do once linked."""
+    """Open the operator's live sources for the server's kernels (``brokered.serve_sources``). A source that
+    cannot be opened is logged, never raised: the server runs on."""
+    from .brokered import serve_sources
+
+    try:
+        serverapp.kernel_agent_sources = serve_sources(serverapp)
+    except KernelAgentError as exc:
+        serverapp.log.error("kernel-agent: the data sources are not served: %s", exc)
