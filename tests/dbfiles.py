@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import duckdb
+from openai_server import OpenAIServer, Reply
 
-__all__ = ["shop", "shop_duckdb"]
+from kernel_agent import AsyncAgent
+from kernel_agent.records import Run
+
+__all__ = ["run_with", "shop", "shop_duckdb"]
+
+
+def run_with(
+    openai_server: OpenAIServer,
+    tmp_path: Path,
+    data: Sequence[str | Path],
+    code: str,
+    check: Callable[[str], None],
+) -> Run:
+    """A run over ``data`` whose scripted model ``check``s its first request's text, runs ``code``, then answers."""
+
+    def first(body: dict[str, Any]) -> Reply:
+        check("\n".join(str(message.get("content")) for message in body["messages"]))
+        return Reply(f"<Code>\n{code}</Code>")
+
+    openai_server.add(first, Reply("<Answer>done</Answer>"))
+
+    async def scenario() -> Run:
+        async with AsyncAgent(
+            model="m", base_url=openai_server.base_url, api_key="sk-test", protocol="tags", max_rounds=3
+        ) as agent:
+            return await agent.run("Total per customer?", list(data), tmp_path / "ws", tmp_path / "run.ipynb")
+
+    return asyncio.run(scenario())
 
 
 def shop(path: Path) -> Path:

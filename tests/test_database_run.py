@@ -7,20 +7,16 @@ Real parts: the openai SDK over HTTP to the scripted server, a real sandboxed ke
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pytest
 from click.testing import CliRunner
-from dbfiles import shop, shop_duckdb
+from dbfiles import run_with, shop, shop_duckdb
 from openai_server import OpenAIServer, Reply
 from replicas import Replica, follow
 
-from kernel_agent import AsyncAgent
 from kernel_agent.agent.datafiles import describer
 from kernel_agent.cli import cli
 from kernel_agent.records import Run
@@ -63,22 +59,6 @@ except duckdb.Error as exc:
 """
 
 
-def run_with(openai_server: OpenAIServer, tmp_path: Path, data: Path, code: str, check: Callable[[str], None]) -> Run:
-    def first(body: dict[str, Any]) -> Reply:
-        check("\n".join(str(message.get("content")) for message in body["messages"]))
-        return Reply(f"<Code>\n{code}</Code>")
-
-    openai_server.add(first, Reply("<Answer>done</Answer>"))
-
-    async def scenario() -> Run:
-        async with AsyncAgent(
-            model="m", base_url=openai_server.base_url, api_key="sk-test", protocol="tags", max_rounds=3
-        ) as agent:
-            return await agent.run("Total per customer?", [data], tmp_path / "ws", tmp_path / "run.ipynb")
-
-    return asyncio.run(scenario())
-
-
 def stdout_of(run: Run) -> str:
     (code_round,) = [r for r in run.rounds if r.code is not None]
     assert code_round.result is not None and code_round.result.status == "ok", code_round.result
@@ -96,7 +76,7 @@ def test_a_sqlite_file_is_described_first_and_opened_read_only_in_the_kernel(
         assert "### table `orders` · 5 rows\nColumns: `id` INTEGER (primary key), `customer_id` INTEGER" in prompt
         assert 'Open it read-only with `con = sqlite3.connect("file:shop.sqlite?mode=ro", uri=True)`' in prompt
 
-    run = run_with(openai_server, tmp_path, shop(tmp_path / "shop.sqlite"), SQLITE_CODE, check)
+    run = run_with(openai_server, tmp_path, [shop(tmp_path / "shop.sqlite")], SQLITE_CODE, check)
     assert run.stop_reason == "answer"
     assert stdout_of(run) == EXPECTED + "write refused: attempt to write a readonly database\n" * 2
     with sqlite3.connect(f"file:{tmp_path / 'ws' / 'shop.sqlite'}?mode=ro", uri=True) as copy:
@@ -113,7 +93,7 @@ def test_a_duckdb_file_is_described_first_and_opened_read_only_in_the_kernel(
         assert "### table `orders` · 5 rows\nColumns: `id` INTEGER (primary key), `customer_id` INTEGER" in prompt
         assert 'Open it read-only with `con = duckdb.connect("shop.duckdb", read_only=True)`' in prompt
 
-    run = run_with(openai_server, tmp_path, shop_duckdb(tmp_path / "shop.duckdb"), DUCKDB_CODE, check)
+    run = run_with(openai_server, tmp_path, [shop_duckdb(tmp_path / "shop.duckdb")], DUCKDB_CODE, check)
     assert run.stop_reason == "answer"
     output = stdout_of(run)
     assert output.startswith(EXPECTED) and "written!" not in output

@@ -9,18 +9,15 @@ PostgreSQL.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from dbfiles import shop, shop_duckdb
-from openai_server import OpenAIServer, Reply
+from dbfiles import run_with, shop, shop_duckdb
+from openai_server import OpenAIServer
 from postgres import PostgresServer
 from sourcedb import owned_database
 
-from kernel_agent import AsyncAgent
 from kernel_agent.records import Run
 
 pytestmark = pytest.mark.kernel
@@ -41,24 +38,6 @@ except RuntimeError as exc:
     print("write refused:", exc)
 print("orders now:", int(sql("SELECT count(*) AS n FROM orders")["n"][0]))
 """
-
-
-def run_with(
-    openai_server: OpenAIServer, tmp_path: Path, data: list[str], code: str, check: Callable[[str], None]
-) -> Run:
-    def first(body: dict[str, Any]) -> Reply:
-        check("\n".join(str(message.get("content")) for message in body["messages"]))
-        return Reply(f"<Code>\n{code}</Code>")
-
-    openai_server.add(first, Reply("<Answer>done</Answer>"))
-
-    async def scenario() -> Run:
-        async with AsyncAgent(
-            model="m", base_url=openai_server.base_url, api_key="sk-test", protocol="tags", max_rounds=3
-        ) as agent:
-            return await agent.run("Total per customer?", data, tmp_path / "ws", tmp_path / "run.ipynb")
-
-    return asyncio.run(scenario())
 
 
 def stdout_of(run: Run) -> str:
