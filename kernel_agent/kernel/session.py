@@ -80,6 +80,7 @@ class AsyncKernelSession:
         provider: KernelProvider | str | None = None,
         python: str | None = None,
         sockets: Mapping[str, Path] | None = None,
+        template: bool = True,
     ) -> None:
         self.timeout = timeout
         self.caps = caps or OutputCaps()
@@ -101,6 +102,7 @@ class AsyncKernelSession:
                 kernel_id=gateway_kernel_id,
                 adopt=gateway_adopt,
                 sockets=dict(sockets or {}),
+                template=template,
             )
             provider = make_provider(provider_for(provider, gateway), settings)
         elif sockets:
