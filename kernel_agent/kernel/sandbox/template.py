@@ -438,6 +438,11 @@ def _bwrap_child(outer: int) -> int | None:
     return None
 
 
+def _popen(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    """Start the template's bwrap (run on ``_spawner``'s thread), in a session of its own."""
+    return subprocess.Popen(argv, start_new_session=True, **options)
+
+
 _SPAWNER: ThreadPoolExecutor | None = None
 
 
