@@ -27,6 +27,7 @@ does, and the child, once it has stepped into it for good.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -47,6 +48,7 @@ from typing import IO, Any
 
 from ..._python import NEUTRAL_CWD, python_argv
 from ...errors import SandboxUnavailableError
+from ..inside.handover import OWNER_ENV
 from ..inside.template import MAX_MESSAGE, NAMESPACES
 from .bwrap import missing_template_flags, require_bwrap, template_argv
 
@@ -57,6 +59,7 @@ __all__ = [
     "KERNEL_PID",
     "PROVISIONER",
     "TEMPLATE_PID",
+    "TEMPLATE_FOLDER_PREFIX",
     "TEMPLATE_MODULE",
     "ForkedKernel",
     "Template",
@@ -73,6 +76,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TEMPLATE_MODULE = "kernel_agent.kernel.inside.template"
+TEMPLATE_FOLDER_PREFIX = "kernel-agent-template-"  # a template's log folder, in the temp dir, with its owner's pid
 PROVISIONER = "kernel-agent-template"  # the jupyter_client provisioner's entry point (pyproject)
 # Run by bwrap in a forked kernel's sandbox: says the sandbox is whole, then waits for the host to let go.
 HOLDER = ("/bin/sh", "-c", "echo ready; read -r _")
@@ -189,7 +193,8 @@ class Template:
         missing = missing_template_flags(binary)
         if missing:
             raise TemplateError(f"{binary} lacks {', '.join(missing)}, which a forked kernel's sandbox needs")
-        self._folder = Path(tempfile.mkdtemp(prefix="kernel-agent-template-"))
+        self._folder = Path(tempfile.mkdtemp(prefix=TEMPLATE_FOLDER_PREFIX))
+        (self._folder / "owner.pid").write_text(str(os.getpid()))  # a killed owner's folder is swept as a kernel's
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [
             *template_argv(binary, [Path(p) for p in self.key.extra_read]),
@@ -197,21 +202,7 @@ class Template:
         ]
         with open(self._folder / "template.log", "wb") as log_file:
             try:  # from a thread that lives as long as this process: bwrap dies with the thread that started it
-                self._process = (
-                    _spawner()
-                    .submit(
-                        subprocess.Popen,
-                        argv,
-                        env=dict(self.key.env),
-                        cwd=NEUTRAL_CWD,
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=log_file,
-                        pass_fds=(theirs.fileno(),),
-                        start_new_session=True,
-                    )
-                    .result()
-                )
+                self._process = _spawner().submit(_popen, argv, self.key.env, log_file, theirs.fileno()).result()
             except OSError as exc:
                 ours.close()
                 raise TemplateError(f"cannot start the kernel template: {exc}") from exc
@@ -438,9 +429,19 @@ def _bwrap_child(outer: int) -> int | None:
     return None
 
 
-def _popen(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
-    """Start the template's bwrap (run on ``_spawner``'s thread), in a session of its own."""
-    return subprocess.Popen(argv, start_new_session=True, **options)
+def _popen(argv: list[str], env: Iterable[tuple[str, str]], log_file: IO[bytes], fd: int) -> subprocess.Popen[bytes]:
+    """Start a template's bwrap (on ``_spawner``'s thread), in a session of its own, with ``fd`` (its socket) and
+    the owner's pid, as a kernel started cold has it (its forked kernels show it in ``/proc/<pid>/environ``)."""
+    return subprocess.Popen(
+        argv,
+        env={**dict(env), OWNER_ENV: str(os.getpid())},
+        cwd=NEUTRAL_CWD,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log_file,
+        pass_fds=(fd,),
+        start_new_session=True,
+    )
 
 
 _SPAWNER: ThreadPoolExecutor | None = None
@@ -463,6 +464,8 @@ _TEMPLATES_LOCK = threading.Lock()
 def template_for(key: TemplateKey) -> Template:
     """This process's template for ``key`` (made, not started: its first ``fork`` starts it)."""
     with _TEMPLATES_LOCK:
+        if not _TEMPLATES:
+            atexit.register(close_templates)  # their folders; the processes die with this one anyway
         template = _TEMPLATES.get(key)
         if template is None:
             template = _TEMPLATES[key] = Template(key)
