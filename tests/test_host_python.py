@@ -47,7 +47,10 @@ STARTS = {
     ("kernel_agent.kernel.providers.local", "_start"): "the kernel: launch_spec's argv (launcher_argv)",
     ("kernel_agent.notebook.replay", "_execute"): "the kernel: launch_spec's argv, through nbclient",
     ("kernel_agent.kernel.sandbox.template", "_popen"): "python: a kernel template (python_argv), in its bwrap sandbox",
-    ("kernel_agent.kernel.providers.forked", "_fork"): "a forked kernel's sandbox: the cgroup join, bwrap, a shell holder",
+    (
+        "kernel_agent.kernel.providers.forked",
+        "_fork",
+    ): "a forked kernel's sandbox: the cgroup join, bwrap, a shell holder",
 }
 STARTING_CALLS = {
     ("subprocess", "run"),

@@ -384,7 +384,8 @@ def test_double_forked_setsid_child_does_not_outlive_close(tmp_path: Path) -> No
         """)
         )
         pids = tree(session)
-        assert len(pids) >= 4  # bwrap, its init, the kernel, the escaped grandchild
+        forked = "forked from a warmed template" in session.confinement
+        assert len(pids) >= (3 if forked else 4)  # [bwrap,] the init, the kernel, the escaped grandchild
     assert all(process_gone(pid) for pid in pids)
 
 

@@ -267,7 +267,9 @@ def launch_spec(
                 *bwrap_argv(bwrap, view, joined=JOINED_FDS, info_fd=INFO_FD),
                 *HOLDER,
             ]
-            manifest["metadata"] = {**manifest.get("metadata", {}), **provisioner_metadata(template, holder)}
+            # The spec's own variables (MPLBACKEND) are read by the template's imports: part of its key.
+            warmed = template.with_env(manifest["env"])
+            manifest["metadata"] = {**manifest.get("metadata", {}), **provisioner_metadata(warmed, holder)}
         argv = [*bwrap_argv(bwrap, view), *argv]
         if view.network:  # a namespace of its own behind pasta, never the host's
             argv = [*network_prefix(require_pasta(bwrap)), *argv]

@@ -10,9 +10,11 @@ the one socket it inherited (``FD``: no path, only the host holds the other end)
 
 A request is one message ``{"op": "fork"}`` carrying a socket (the kernel's channel). The template forks a
 child into a new PID namespace (its PID 1) and answers ``{"forked": true}``; the child says hello on the
-channel (its credentials tell the host its pid), then waits there for what makes it a kernel
-(``become_kernel``). The template never reads or runs anything the child is sent. When a child ends,
-the template writes its wait status on the child's channel and closes it.
+channel (its credentials tell the host its pid), then waits there for the sandbox the host built
+(``become_kernel``), steps into it, and forks the kernel (PID 2, ``_kernel``) whose init it stays (``_init``), as
+bwrap's init is for a kernel started cold: PID 1 of a namespace ignores the signals it has no handler for, which
+a kernel must not (``SIGXCPU`` at its CPU limit, its own ``SIGKILL``). The template never reads or runs anything
+the child is sent. When a child ends, the template writes its wait status on the child's channel and closes it.
 
 Standard library only (``ctypes`` for ``setns``, ``unshare``, ``chroot``, ``capset`` and ``prctl``), like all
 of ``inside/``.
@@ -41,7 +43,6 @@ WARM = (
     "ipykernel.ipkernel",
     "ipykernel.debugger",
     "IPython.core.interactiveshell",
-    "matplotlib_inline.backend_inline",
     "numpy",
     "pandas",
     "pyarrow",
@@ -242,7 +243,8 @@ def _become_child(channel: socket.socket, own: Sequence[socket.socket], selector
 
 
 def _child(channel: socket.socket) -> int:
-    """Say hello with our credentials, take the orders, become the kernel; the exit code when it ends."""
+    """PID 1 of the new namespace: say hello with our credentials, take the orders, step into the sandbox, then fork
+    the kernel (PID 2) and be its init, as bwrap's is for a kernel started cold; the exit code when it ends."""
     credentials = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
     channel.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, credentials)])
     message, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, len(NAMESPACES) + 2)
@@ -255,7 +257,18 @@ def _child(channel: socket.socket) -> int:
         raise ValueError(f"expected {len(orders.namespaces) + 2} descriptors, got {len(fds)}")
     become_kernel(orders, fds[: len(orders.namespaces)], fds[-2], fds[-1])
     channel.send(json.dumps({"joined": _status()}).encode())
+    kernel = os.fork()
+    if kernel == 0:
+        channel.close()
+        os._exit(_kernel(orders))
     channel.close()
+    return _init(kernel)
+
+
+def _kernel(orders: KernelOrders) -> int:
+    """PID 2: the kernel itself, in a session of its own; its exit code."""
+    _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "die with its init")
+    os.setsid()
     _fresh_state(orders.env)
     from . import launcher
 
@@ -266,9 +279,33 @@ def _child(channel: socket.socket) -> int:
     return 0
 
 
+def _init(kernel: int) -> int:
+    """Reap every process of the namespace until the kernel ends; then end, as bwrap's init does (128 + N for a
+    kernel killed by signal N), which ends everything left in the namespace. Termination signals go to the kernel."""
+    for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(number, lambda received, _: _forward(kernel, received))
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 1
+        except InterruptedError:
+            continue
+        if pid == kernel:
+            code = os.waitstatus_to_exitcode(status)
+            return code if code >= 0 else 128 - code
+
+
+def _forward(kernel: int, number: int) -> None:
+    try:
+        os.kill(kernel, number)
+    except OSError:
+        pass
+
+
 def become_kernel(orders: KernelOrders, namespaces: Sequence[int], root: int, stderr: int) -> None:
     """Step into the sandbox the host built, for good: join its namespaces, take its root and folder, drop every
-    capability, a session of its own, no new privileges, the system-call filter. Raises ``OSError``."""
+    capability, no new privileges, the system-call filter. Raises ``OSError``."""
     for name, fd in zip(orders.namespaces, namespaces, strict=True):
         _check(_libc.setns(fd, 0), f"join the {name} namespace")
         os.close(fd)
@@ -283,7 +320,6 @@ def become_kernel(orders: KernelOrders, namespaces: Sequence[int], root: int, st
     os.dup2(null, 1)
     os.close(null)
     _drop_capabilities()
-    os.setsid()
     _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "set no_new_privs")
     _load_filter(orders.seccomp)
 

@@ -96,7 +96,7 @@ class TemplateProvisioner(LocalProvisioner):
                 raise TemplateError(f"bwrap did not build the kernel's sandbox (exit {holder.poll()}, said {said!r})")
             child.join(
                 sandbox,
-                cwd=str(kwargs.get("cwd") or NEUTRAL_CWD),
+                cwd=os.path.abspath(kwargs.get("cwd") or NEUTRAL_CWD),  # as Popen reads a relative one: from ours
                 env=sandbox_environment(kwargs.get("env") or {}),
                 argv=kernel_arguments(cmd),
                 seccomp=require_filter().code,

@@ -391,7 +391,7 @@ class LocalProvider:
             returncode = -signal.SIGKILL  # killed for the tree's CPU time; the status is not reaped yet
         if returncode is None:
             return "no exit status"
-        if self.limits.sandbox == "strict" and self.start_path == "cold" and returncode > 128:  # bwrap: 128+N
+        if self.limits.sandbox == "strict" and returncode > 128:  # bwrap's init (a forked kernel's too): 128+N
             returncode = 128 - returncode
         if self.confinement is not None:
             return self.confinement.describe_exit(returncode)
@@ -579,6 +579,7 @@ async def _answered(client: AsyncKernelClient) -> dict[str, Any]:
             while True:
                 status = await client.get_iopub_msg(timeout=0.05)
                 if status.get("parent_header", {}).get("msg_id") == msg_id:
+                    client._handle_kernel_info_reply(reply)  # the protocol version it speaks, as wait_for_ready does
                     content: dict[str, Any] = reply["content"]
                     return content
         except Empty:

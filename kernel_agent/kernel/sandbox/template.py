@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -51,6 +52,7 @@ from ...errors import SandboxUnavailableError
 from ..inside.handover import OWNER_ENV
 from ..inside.template import MAX_MESSAGE, NAMESPACES
 from .bwrap import missing_template_flags, require_bwrap, template_argv
+from .cgroup import pid_alive
 
 __all__ = [
     "HOLDER",
@@ -76,7 +78,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TEMPLATE_MODULE = "kernel_agent.kernel.inside.template"
-TEMPLATE_FOLDER_PREFIX = "kernel-agent-template-"  # a template's log folder, in the temp dir, with its owner's pid
+TEMPLATE_FOLDER_PREFIX = "kernel-template-"  # a template's log folder, in the temp dir, with its owner's pid
 PROVISIONER = "kernel-agent-template"  # the jupyter_client provisioner's entry point (pyproject)
 # Run by bwrap in a forked kernel's sandbox: says the sandbox is whole, then waits for the host to let go.
 HOLDER = ("/bin/sh", "-c", "echo ready; read -r _")
@@ -105,6 +107,10 @@ class TemplateKey:
     @classmethod
     def make(cls, env: Mapping[str, str], extra_read: Iterable[Path] = ()) -> TemplateKey:
         return cls(sys.executable, tuple(sorted(env.items())), tuple(sorted(str(path) for path in extra_read)))
+
+    def with_env(self, more: Mapping[str, str]) -> TemplateKey:
+        """This key with ``more`` laid over its environment (a kernelspec's own: what its imports read)."""
+        return TemplateKey(self.interpreter, tuple(sorted({**dict(self.env), **more}.items())), self.extra_read)
 
 
 def namespace_files() -> tuple[tuple[int, str], ...]:
@@ -143,6 +149,7 @@ class Template:
         self._folder: Path | None = None  # its log
         self._stamp: tuple[tuple[str, int], ...] = ()
         self.pid: int | None = None  # the template's own process (inside bwrap), in the host's numbering
+        self._inner: list[int] = []  # pidfds of the template and of bwrap's init above it (not our children)
         self.modules: list[str] = []
         self.starts = 0  # how often it was (re)started
         self._refused = ""  # why this template cannot serve here (it started, but cannot fork): never retried
@@ -193,6 +200,7 @@ class Template:
         missing = missing_template_flags(binary)
         if missing:
             raise TemplateError(f"{binary} lacks {', '.join(missing)}, which a forked kernel's sandbox needs")
+        _sweep_stale_folders()
         self._folder = Path(tempfile.mkdtemp(prefix=TEMPLATE_FOLDER_PREFIX))
         (self._folder / "owner.pid").write_text(str(os.getpid()))  # a killed owner's folder is swept as a kernel's
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -222,6 +230,7 @@ class Template:
             raise TemplateError(self._refused)
         self.modules = [str(name) for name in ready.get("modules", [])]
         self.pid = _bwrap_child(self._process.pid)
+        self._inner = _pidfds(self.pid)
         log.info("kernel template started (pid %s): %s", self.pid, ", ".join(self.modules))
 
     def _receive(self, sock: socket.socket, timeout: float) -> dict[str, Any]:
@@ -261,6 +270,14 @@ class Template:
                     self._process.kill()
             self._process.wait()
             self._process = None
+        for pidfd in self._inner:  # they die with bwrap, a moment later: wait, so nothing of ours outlives close()
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            select.select([pidfd], [], [], 5)
+            os.close(pidfd)
+        self._inner = []
         self.pid = None
         if self._folder is not None:
             for child in self._folder.iterdir():
@@ -387,8 +404,9 @@ class ForkedKernel:
 
 
 def check_confined(status: object) -> None:
-    """Raise ``TemplateError`` unless a forked kernel's own report (``/proc/self/status``) shows it confined: no
-    capability in any set, no new privileges, the system-call filter loaded, PID 1 of its own namespace, uid 1000."""
+    """Raise ``TemplateError`` unless a forked kernel's init reports (``/proc/self/status``) itself confined before it
+    forks the kernel: no capability in any set, no new privileges, the system-call filter loaded, PID 1 of its own
+    namespace, uid 1000, the sandbox's root."""
     if not isinstance(status, dict):
         raise TemplateError(f"the forked kernel's report is not an object: {status!r}")
     problems = [name for name in _CONFINED if str(status.get(name, "")).strip("0") != ""]
@@ -442,6 +460,35 @@ def _popen(argv: list[str], env: Iterable[tuple[str, str]], log_file: IO[bytes],
         pass_fds=(fd,),
         start_new_session=True,
     )
+
+
+def _sweep_stale_folders() -> None:
+    """Remove template folders whose owner was killed (its template died with it)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{TEMPLATE_FOLDER_PREFIX}*"):
+        try:
+            owner = int((folder / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if owner != os.getpid() and not pid_alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _pidfds(template: int | None) -> list[int]:
+    """Pidfds of the template process and of its parent (bwrap's init in its PID namespace)."""
+    if template is None:
+        return []
+    try:
+        parent = int(Path(f"/proc/{template}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        parent = None
+    found = []
+    for pid in (template, parent):
+        if pid is not None:
+            try:
+                found.append(os.pidfd_open(pid))
+            except OSError:
+                continue
+    return found
 
 
 _SPAWNER: ThreadPoolExecutor | None = None
