@@ -161,7 +161,7 @@ def _serve(host: socket.socket) -> None:
                 host.send(json.dumps({"error": "a fork request carries one socket"}).encode())
                 continue
             try:
-                pid = _fork(channel, (host, wake_read, wake_write), selector)
+                pid = _fork(channel)
             except OSError as exc:
                 channel.close()
                 host.send(json.dumps({"error": str(exc)}).encode())
@@ -195,7 +195,7 @@ def _reap(channels: dict[int, socket.socket]) -> None:
             channel.close()
 
 
-def _fork(channel: socket.socket, own: Sequence[socket.socket], selector: selectors.BaseSelector) -> int:
+def _fork(channel: socket.socket) -> int:
     """Fork a child into a PID namespace of its own (through a go-between that makes the namespace and exits at
     once, so the child is ours, the reaper's); return its pid. In the child, never return (``_child``)."""
     pid_read, pid_write = os.pipe()
@@ -207,8 +207,7 @@ def _fork(channel: socket.socket, own: Sequence[socket.socket], selector: select
             _check(_libc.unshare(_CLONE_NEWPID), "make a PID namespace")
             pid = os.fork()
             if pid == 0:
-                os.close(pid_write)
-                _become_child(channel, own, selector)
+                _become_child(channel)
             os.write(pid_write, struct.pack("i", pid))
             code = 0
         finally:
@@ -224,14 +223,12 @@ def _fork(channel: socket.socket, own: Sequence[socket.socket], selector: select
     return int(struct.unpack("i", told)[0])
 
 
-def _become_child(channel: socket.socket, own: Sequence[socket.socket], selector: selectors.BaseSelector) -> None:
+def _become_child(channel: socket.socket) -> None:
     code = 1
     try:
-        selector.close()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for sock in own:
-            sock.close()
+        _keep_only(channel.fileno())  # the template's socket, and other kernels' channels, stay the template's
         code = _child(channel)
     except BaseException as exc:
         try:
@@ -240,6 +237,18 @@ def _become_child(channel: socket.socket, own: Sequence[socket.socket], selector
             pass
     finally:
         os._exit(code)
+
+
+def _keep_only(channel: int) -> None:
+    """Close every descriptor the template had open but stdio and ``channel``: the host's socket, the wake-up pair,
+    the selector, every other kernel's channel (which would let this one report a sibling dead)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != channel:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
 
 
 def _child(channel: socket.socket) -> int:

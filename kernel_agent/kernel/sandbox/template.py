@@ -152,7 +152,8 @@ class Template:
         self._inner: list[int] = []  # pidfds of the template and of bwrap's init above it (not our children)
         self.modules: list[str] = []
         self.starts = 0  # how often it was (re)started
-        self._refused = ""  # why this template cannot serve here (it started, but cannot fork): never retried
+        self._refused = ""  # why this template cannot serve here: not tried again for a minute (for good: cannot fork)
+        self._refused_until = 0.0
 
     def __repr__(self) -> str:
         return f"<Template pid={self.pid} starts={self.starts}>"
@@ -161,11 +162,15 @@ class Template:
         """A new child of the template, waiting for its orders. Starts (or restarts) the template first when
         it is not running or the packages changed. Raises ``TemplateError``."""
         with self._lock:
-            if self._refused:
+            if self._refused and time.monotonic() < self._refused_until:
                 raise TemplateError(self._refused)
             if not self._alive() or self._stamp != _packages_stamp():
                 self._stop()
-                self._start()
+                try:
+                    self._start()
+                except TemplateError as exc:  # each kernel would wait for it in vain: cold starts for a while
+                    self._refused, self._refused_until = str(exc), max(self._refused_until, time.monotonic() + 60)
+                    raise
             assert self._socket is not None
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -226,8 +231,10 @@ class Template:
             raise TemplateError(f"the kernel template did not start: {exc}") from exc
         if not ready.get("ready"):
             self._stop()
-            self._refused = f"the kernel template cannot fork: it runs {ready.get('threads')} threads after its imports"
-            raise TemplateError(self._refused)
+            self._refused_until = float("inf")
+            raise TemplateError(
+                f"the kernel template cannot fork: it runs {ready.get('threads')} threads after its imports"
+            )
         self.modules = [str(name) for name in ready.get("modules", [])]
         self.pid = _bwrap_child(self._process.pid)
         self._inner = _pidfds(self.pid)
