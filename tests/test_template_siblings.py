@@ -42,7 +42,7 @@ def test_a_kernel_cannot_report_a_sibling_dead(tmp_path: Path) -> None:
             sprayed = (await attacker.execute(SPRAY)).stdout.strip()
             alive = await victim.is_alive()
             after = (await victim.execute("kept + 1")).result_text
-            return sprayed, str(alive), after
+            return sprayed, str(alive), str(after)
         finally:
             await attacker.close()
             await victim.close()

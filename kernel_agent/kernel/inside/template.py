@@ -42,6 +42,12 @@ WARM = (
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
     "ipykernel.debugger",
+    "IPython.core.completerlib",  # what the kernel app's initialize imports, when the template has not
+    "IPython.core.debugger",
+    "IPython.core.oinspect",
+    "IPython.extensions.storemagic",
+    "IPython.utils.wildcard",
+    "tornado.platform.asyncio",
     "IPython.core.interactiveshell",
     "numpy",
     "pandas",

@@ -11,6 +11,7 @@ signals and restarts the kernel through this provisioner as through its own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
@@ -26,7 +27,15 @@ from ..._loop import in_thread
 from ..._python import NEUTRAL_CWD
 from ..sandbox.bwrap import sandbox_environment
 from ..sandbox.seccomp import require_filter
-from ..sandbox.template import KERNEL_PID, TEMPLATE_PID, TemplateError, TemplateKey, holder_output, template_for
+from ..sandbox.template import (
+    KERNEL_PID,
+    TEMPLATE_PID,
+    ForkedKernel,
+    TemplateError,
+    TemplateKey,
+    holder_output,
+    template_for,
+)
 
 __all__ = ["TemplateProvisioner", "kernel_arguments"]
 
@@ -49,10 +58,16 @@ class TemplateProvisioner(LocalProvisioner):
 
     start_path = "cold"
     why_cold = ""
+    _forking: ForkedKernel | None = None  # the child being made into the kernel (ended if the start is cancelled)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         try:
             child = await in_thread(self._fork, cmd, kwargs)
+        except asyncio.CancelledError:  # the fork went on to its end: what it made is this provisioner's to end
+            if isinstance(self._forking, ForkedKernel):
+                self._forking.kill()
+                self._forking.close()
+            raise
         except TemplateError as exc:
             log.warning("kernel started cold, not from its template: %s", exc)
             self.start_path, self.why_cold = "cold", str(exc)
@@ -64,13 +79,19 @@ class TemplateProvisioner(LocalProvisioner):
         self.start_path, self.why_cold = "template", ""
         return self.connection_info
 
+    async def cleanup(self, restart: bool = False) -> None:
+        """jupyter_client is done with this kernel: let go of the forked kernel's channel too."""
+        if isinstance(self.process, ForkedKernel):
+            self.process.close()
+        await super().cleanup(restart=restart)
+
     def _fork(self, cmd: list[str], kwargs: dict[str, Any]) -> Any:
         timeout = float(getattr(self.parent, "shutdown_wait_time", 0) or 0) + 60.0
         deadline = time.monotonic() + timeout
         if not self.holder or LAUNCHER not in cmd:
             raise TemplateError("this kernel's command is not one a template can run")
         template = template_for(TemplateKey.make(self.template_env, [Path(p) for p in self.extra_read]))
-        child = template.fork(timeout)
+        child = self._forking = template.fork(timeout)
         stderr = kwargs.get("stderr")
         stderr_fd: int | None = stderr.fileno() if stderr is not None and hasattr(stderr, "fileno") else None
         null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC) if stderr_fd is None else None
@@ -87,6 +108,7 @@ class TemplateProvisioner(LocalProvisioner):
             )
         except OSError as exc:
             child.kill()
+            child.close()
             raise TemplateError(f"cannot build the forked kernel's sandbox: {exc}") from exc
         try:
             assert holder.stdout is not None and holder.stdin is not None
@@ -105,6 +127,7 @@ class TemplateProvisioner(LocalProvisioner):
             )
         except BaseException:
             child.kill()
+            child.close()
             raise
         finally:
             if null is not None:

@@ -70,6 +70,7 @@ __all__ = [
     "check_confined",
     "close_templates",
     "holder_output",
+    "sweep_stale_template_folders",
     "namespace_files",
     "provisioner_metadata",
     "template_for",
@@ -205,7 +206,6 @@ class Template:
         missing = missing_template_flags(binary)
         if missing:
             raise TemplateError(f"{binary} lacks {', '.join(missing)}, which a forked kernel's sandbox needs")
-        _sweep_stale_folders()
         self._folder = Path(tempfile.mkdtemp(prefix=TEMPLATE_FOLDER_PREFIX))
         (self._folder / "owner.pid").write_text(str(os.getpid()))  # a killed owner's folder is swept as a kernel's
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -354,7 +354,7 @@ class ForkedKernel:
         readable, _, _ = select.select([self._channel], [], [], timeout)
         reply = _json_object(self._channel.recv(MAX_MESSAGE)) if readable else {}
         if "joined" not in reply:
-            self.kill()
+            self.kill()  # the caller closes
             raise TemplateError(f"the forked kernel did not step into its sandbox: {reply.get('error', reply)}")
         check_confined(reply["joined"])
 
@@ -386,6 +386,11 @@ class ForkedKernel:
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
+    def close(self) -> None:
+        """Let go of the channel and pidfd (the kernel is gone or left to its init's fate). Idempotent."""
+        if self._channel.fileno() != -1:
+            self._release()
+
     def _read_status(self, *, block: bool) -> None:
         try:
             message = self._channel.recv(MAX_MESSAGE, 0 if block else socket.MSG_DONTWAIT)
@@ -404,7 +409,7 @@ class ForkedKernel:
         self._release()
 
     def _release(self) -> None:
-        self._channel.close()
+        self._channel.close()  # idempotent
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
@@ -469,8 +474,10 @@ def _popen(argv: list[str], env: Iterable[tuple[str, str]], log_file: IO[bytes],
     )
 
 
-def _sweep_stale_folders() -> None:
-    """Remove template folders whose owner was killed (its template died with it)."""
+def sweep_stale_template_folders() -> list[Path]:
+    """Remove template folders whose owner was killed (its template died with it); return them. Run where runtime
+    dirs are swept (every local kernel's start)."""
+    removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{TEMPLATE_FOLDER_PREFIX}*"):
         try:
             owner = int((folder / "owner.pid").read_text())
@@ -478,6 +485,8 @@ def _sweep_stale_folders() -> None:
             continue
         if owner != os.getpid() and not pid_alive(owner):
             shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def _pidfds(template: int | None) -> list[int]:
