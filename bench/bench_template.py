@@ -383,7 +383,7 @@ def _check_notebooks(folder: Path, forked: bool) -> None:
         raise RuntimeError(f"the eval left no notebooks in {folder}")
     for notebook in notebooks:
         text = notebook.read_text(encoding="utf-8")
-        lines = [line for line in text.splitlines() if "start: " in line]
+        lines = [line for line in text.splitlines() if '"confinement"' in line and "start: " in line]
         if not lines:
             raise RuntimeError(f"{notebook.name} does not say how its kernel started")
         for line in lines:
