@@ -148,9 +148,7 @@ def replay(
 
     runner = LoopThread("kernel-agent-replay")
     try:
-        return runner.run(
-            async_replay(path, workspace, check, timeout, kernel_name, limits, python, sockets, template)
-        )
+        return runner.run(async_replay(path, workspace, check, timeout, kernel_name, limits, python, sockets, template))
     finally:
         runner.stop()
 
