@@ -55,6 +55,8 @@ class AsyncKernelSession:
     (``providers/registry.py``; default ``gateway`` when ``gateway`` is given, else ``local``), made with
     these arguments, or a ``KernelProvider`` already made. ``sockets``: variable name → a host Unix socket the
     kernel may connect to (``ProviderSettings.sockets``; a live data source's broker), for a provider made here.
+    ``template``: a local kernel of ours (our Python, sandboxed, no network) is forked from a warmed template with
+    the analysis stack imported (``providers/forked.py``; False: started cold); ``confinement`` says which.
     Raises ``ConfigError`` for an unknown provider, one that cannot bind ``sockets`` (or was made already),
     a malformed gateway URL, ``ExtraMissingError`` for a
     gateway without the ``gateway`` extra.

@@ -287,9 +287,9 @@ class Template:
         self._inner = []
         self.pid = None
         if self._folder is not None:
-            for child in self._folder.iterdir():
-                child.unlink()
-            self._folder.rmdir()
+            # Gone already when its temp dir was cleaned under a long-lived template (tmpfiles' age rule, a test's
+            # temp dir): stopping must not fail then, or the restart that follows would never come.
+            shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
 
 
