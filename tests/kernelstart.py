@@ -4,12 +4,15 @@ By default as the product starts them: forked from a warmed template where their
 (``LocalProvider(template=True)``). ``KERNEL_AGENT_TEST_TEMPLATE=0`` starts every one cold: in this process each
 ``LocalProvider`` is made with ``template=False`` (whatever its caller passed: the suite's sessions rarely say),
 and the processes a test starts (the CLI, the service, the MCP server) get ``KERNEL_AGENT_TEMPLATE=0``, the
-``template`` setting. A cold run fails any test during which a kernel template runs below this process, so it
-cannot pass on the forked path by accident. The header of the run says which path it took.
+``template`` setting. A cold run fails a test at whose end a kernel template runs below this process (in it, or
+in a server it started and still runs), so it cannot pass on the forked path by accident; a process that started
+one and has ended is not seen. The header of the run says which path it took.
 
-The second run, cold, of the batteries (``make test`` runs the whole suite forked first)::
+The batteries' second run, cold (the whole suite has run forked; ``test_template*.py`` test forked kernels only)::
 
-    KERNEL_AGENT_TEST_TEMPLATE=0 python -m pytest -q -n 2 --dist loadfile tests/test_hostile.py ...
+    KERNEL_AGENT_TEST_TEMPLATE=0 python -m pytest -q -n 2 --dist loadfile tests/test_hostile.py \
+        tests/test_boundary.py tests/test_faults.py tests/test_seccomp.py tests/test_kernel_sockets.py \
+        tests/test_secrets.py tests/test_host_python.py tests/test_hostile_records.py
 """
 
 from __future__ import annotations
