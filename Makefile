@@ -110,7 +110,7 @@ test: lint docs $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
 	KERNEL_AGENT_TEST_TEMPLATE=0 $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(COLD_BATTERIES)
 
 # The confinement, boundary, fault, system-call and hostile batteries: run forked with the suite, then cold.
-COLD_BATTERIES := tests/test_hostile.py tests/test_boundary.py tests/test_faults.py tests/test_seccomp.py \
+COLD_BATTERIES := tests/test_hostile.py tests/test_hostile_records.py tests/test_boundary.py tests/test_faults.py tests/test_seccomp.py \
 	tests/test_secrets.py tests/test_kernel_sockets.py tests/test_host_python.py
 
 # The suite over two pytest-xdist workers, each module whole on one worker (`--dist loadfile`: its
