@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from bombs import memory_hog_children
 from leaks import process_gone
 from test_hostile import attack
 
@@ -380,20 +381,7 @@ def test_a_kernel_out_of_memory_leaves_the_template_and_siblings(tmp_path: Path,
         hungry.execute("del hog").raise_for_status()
         memory = hungry.async_session._confinement.memory  # type: ignore[union-attr]
         if memory is not None:  # the machine gives kernels a memory cgroup: the tree together goes over it
-            out = attack(
-                hungry,
-                """
-                import subprocess, sys, time
-                hog = "import time; block = b'x' * (900 * 1024 * 1024); time.sleep(60)"
-                children = [subprocess.Popen([sys.executable, '-c', hog]) for _ in range(3)]
-                deadline = time.monotonic() + 30
-                while all(c.poll() is None for c in children) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                for c in children:
-                    c.kill()
-                print([c.wait() for c in children])
-                """,
-            )
+            out = attack(hungry, memory_hog_children(900))
             assert "-9" in out and (memory.oom_kills() or 0) >= 1, out
         assert (template.pid, template.starts) == before and template.alive()
         assert hungry.execute("'lives on'").result_text == "'lives on'"
