@@ -14,7 +14,7 @@ import postgres
 import pytest
 
 from kernel_agent.kernel.providers.local import runtime_root
-from kernel_agent.kernel.sandbox.template import TEMPLATE_FOLDER_PREFIX, TEMPLATE_MODULE, close_templates
+from kernel_agent.kernel.sandbox.template import TEMPLATE_MODULE, close_templates
 
 _ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
 _ROOT_VARIABLE = "KERNEL_TESTS_TEMP_ROOT"
@@ -98,9 +98,7 @@ def temp_leftovers() -> set[str]:
     shared short dir (a test's long TMPDIR), attributed there by their owner file."""
     own = _own_temp_root()
     ours = {p.name for folder in (own, own / _JUPYTER_RUNTIME) for p in folder.glob("kernel-*.json")}
-    ours.update(
-        folder.name for folder in own.glob("kernel-agent-*") if not folder.name.startswith(TEMPLATE_FOLDER_PREFIX)
-    )
+    ours.update(folder.name for folder in own.glob("kernel-agent-*"))
     me = str(os.getpid())
     for folder in (found for root in _SHARED_ROOTS for found in Path(root).glob("kernel-agent-*")):
         if folder.name.startswith("kernel-agent-replay-"):  # kernel-agent-replay-<pid>-<random>
@@ -148,8 +146,6 @@ def no_leftovers() -> Iterator[None]:
     close_templates()  # they live as long as this process; closed, nothing of theirs may remain
     templates = [pid for pid in _processes_of(os.getpid()) if is_template(pid)]
     assert not templates, f"kernel templates left running after the suite: {templates}"
-    folders = sorted(p.name for p in _own_temp_root().glob(f"{TEMPLATE_FOLDER_PREFIX}*"))
-    assert not folders, f"kernel template folders left behind: {folders}"
     leaked = our_kernel_pids()
     assert not leaked, f"kernel processes left running after the suite: {leaked}"
     new_files = temp_leftovers() - before

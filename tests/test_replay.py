@@ -26,7 +26,6 @@ from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from kernel_agent.errors import NotebookError
-from kernel_agent.kernel.sandbox.template import TEMPLATE_FOLDER_PREFIX
 from kernel_agent.notebook.export import clean_path, export_run
 from kernel_agent.notebook.replay import CellCheck, ReplayReport, compare_outputs, normalise_text, replay
 from kernel_agent.records import Round, Run, RunInfo
@@ -60,9 +59,7 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     yield folder
-    # A kernel template's folder is its host process's (the template serves every later kernel), not the replay's.
-    left = [path for path in folder.iterdir() if not path.name.startswith(TEMPLATE_FOLDER_PREFIX)]
-    assert left == [], "replay left temporary files behind"
+    assert list(folder.iterdir()) == [], "replay left temporary files behind"
 
 
 # -- pure: normalisation and comparison -----------------------------------------------------------

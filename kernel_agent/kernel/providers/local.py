@@ -40,7 +40,7 @@ from ..sandbox.bwrap import SandboxView, protected_files, sandboxed_pid
 from ..sandbox.cgroup import pid_alive
 from ..sandbox.environment import kernel_environment
 from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
-from ..sandbox.template import TemplateKey, sweep_stale_template_folders
+from ..sandbox.template import TemplateKey
 from .base import bound_messages, max_message_bytes
 from .guard import MessageGuard
 from .registry import ProviderSettings
@@ -85,7 +85,7 @@ def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
     A dir is stale when the process that made it no longer exists. Its kernel
     has already exited by then (ipykernel's parent poller). Returns what was removed.
     """
-    removed = sweep_stale_template_folders()
+    removed = []
     for folder in Path(root or runtime_root()).glob(f"{_RUNTIME_PREFIX}*"):
         try:
             owner = int((folder / _OWNER_FILE).read_text())

@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import select
-import shutil
 import signal
 import socket
 import struct
@@ -52,7 +51,6 @@ from ...errors import SandboxUnavailableError
 from ..inside.handover import OWNER_ENV
 from ..inside.template import MAX_MESSAGE, NAMESPACES
 from .bwrap import missing_template_flags, require_bwrap, template_argv
-from .cgroup import pid_alive
 
 __all__ = [
     "HOLDER",
@@ -61,7 +59,6 @@ __all__ = [
     "KERNEL_PID",
     "PROVISIONER",
     "TEMPLATE_PID",
-    "TEMPLATE_FOLDER_PREFIX",
     "TEMPLATE_MODULE",
     "ForkedKernel",
     "Template",
@@ -70,7 +67,6 @@ __all__ = [
     "check_confined",
     "close_templates",
     "holder_output",
-    "sweep_stale_template_folders",
     "namespace_files",
     "provisioner_metadata",
     "template_for",
@@ -79,7 +75,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TEMPLATE_MODULE = "kernel_agent.kernel.inside.template"
-TEMPLATE_FOLDER_PREFIX = "kernel-template-"  # a template's log folder, in the temp dir, with its owner's pid
 PROVISIONER = "kernel-agent-template"  # the jupyter_client provisioner's entry point (pyproject)
 # Run by bwrap in a forked kernel's sandbox: says the sandbox is whole, then waits for the host to let go.
 HOLDER = ("/bin/sh", "-c", "echo ready; read -r _")
@@ -88,6 +83,7 @@ TEMPLATE_PID = "{template_pid}"
 KERNEL_PID = "{kernel_pid}"
 JOINED_FDS = (4, 5)  # where bwrap finds the template's user namespace and the child's PID namespace
 INFO_FD = 6  # where bwrap writes its sandbox's pid: a copy of the holder's stdout (bwrap closes it after)
+_LOG_TAIL_BYTES = 4096  # of a template's log, what an error message quotes from its end
 _READY_TIMEOUT_S = 120.0  # a template imports the whole stack: seconds on a loaded machine
 _CONFINED = {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
 
@@ -147,7 +143,7 @@ class Template:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._socket: socket.socket | None = None
-        self._folder: Path | None = None  # its log
+        self._log: IO[bytes] | None = None  # its stderr: a file without a name
         self._stamp: tuple[tuple[str, int], ...] = ()
         self.pid: int | None = None  # the template's own process (inside bwrap), in the host's numbering
         self._inner: list[int] = []  # pidfds of the template and of bwrap's init above it (not our children)
@@ -206,21 +202,20 @@ class Template:
         missing = missing_template_flags(binary)
         if missing:
             raise TemplateError(f"{binary} lacks {', '.join(missing)}, which a forked kernel's sandbox needs")
-        self._folder = Path(tempfile.mkdtemp(prefix=TEMPLATE_FOLDER_PREFIX))
-        (self._folder / "owner.pid").write_text(str(os.getpid()))  # a killed owner's folder is swept as a kernel's
+        # Its log has no name (O_TMPFILE): nothing of a template's is left on disk, even when its owner is killed.
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _stop
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [
             *template_argv(binary, [Path(p) for p in self.key.extra_read]),
             *python_argv(TEMPLATE_MODULE, str(theirs.fileno())),
         ]
-        with open(self._folder / "template.log", "wb") as log_file:
-            try:  # from a thread that lives as long as this process: bwrap dies with the thread that started it
-                self._process = _spawner().submit(_popen, argv, self.key.env, log_file, theirs.fileno()).result()
-            except OSError as exc:
-                ours.close()
-                raise TemplateError(f"cannot start the kernel template: {exc}") from exc
-            finally:
-                theirs.close()
+        try:  # from a thread that lives as long as this process: bwrap dies with the thread that started it
+            self._process = _spawner().submit(_popen, argv, self.key.env, self._log, theirs.fileno()).result()
+        except OSError as exc:
+            ours.close()
+            raise TemplateError(f"cannot start the kernel template: {exc}") from exc
+        finally:
+            theirs.close()
         self._socket = ours
         self._stamp = _packages_stamp()
         self.starts += 1
@@ -256,10 +251,13 @@ class Template:
                 raise TemplateError(f"the template ended{self._log_tail()}")
 
     def _log_tail(self) -> str:
-        if self._folder is None:
+        if self._log is None:
             return ""
         try:
-            text = (self._folder / "template.log").read_text(errors="replace")
+            size = os.fstat(self._log.fileno()).st_size
+            text = os.pread(self._log.fileno(), _LOG_TAIL_BYTES, max(size - _LOG_TAIL_BYTES, 0)).decode(
+                errors="replace"
+            )
         except OSError:
             return ""
         lines = [line for line in text.splitlines() if line.strip()][-3:]
@@ -286,11 +284,9 @@ class Template:
             os.close(pidfd)
         self._inner = []
         self.pid = None
-        if self._folder is not None:
-            # Gone already when its temp dir was cleaned under a long-lived template (tmpfiles' age rule, a test's
-            # temp dir): stopping must not fail then, or the restart that follows would never come.
-            shutil.rmtree(self._folder, ignore_errors=True)
-            self._folder = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
 
 class ForkedKernel:
@@ -472,21 +468,6 @@ def _popen(argv: list[str], env: Iterable[tuple[str, str]], log_file: IO[bytes],
         pass_fds=(fd,),
         start_new_session=True,
     )
-
-
-def sweep_stale_template_folders() -> list[Path]:
-    """Remove template folders whose owner was killed (its template died with it); return them. Run where runtime
-    dirs are swept (every local kernel's start)."""
-    removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{TEMPLATE_FOLDER_PREFIX}*"):
-        try:
-            owner = int((folder / "owner.pid").read_text())
-        except (OSError, ValueError):
-            continue
-        if owner != os.getpid() and not pid_alive(owner):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
 
 
 def _pidfds(template: int | None) -> list[int]:
