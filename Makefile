@@ -102,10 +102,16 @@ lint: $(STAMP)
 	$(BIN)/deptry .
 
 # lint and the strict docs build first, then the bench's smoke run (each part once, tiny sizes: fails only when a part raises),
-# then the suite.
+# then the suite (local kernels forked from a warmed template, as the product starts them), then the confinement
+# batteries again with every kernel started cold (tests/kernelstart.py), the path a kernel takes without a template.
 test: lint docs $(STAMP) $(EG_STAMP) bubblewrap chromium r-kernel postgresql
 	$(BIN)/python bench/run.py --smoke --jobs 2
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
+	KERNEL_AGENT_TEST_TEMPLATE=0 $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(COLD_BATTERIES)
+
+# The confinement, boundary, fault, system-call and hostile batteries: run forked with the suite, then cold.
+COLD_BATTERIES := tests/test_hostile.py tests/test_hostile_records.py tests/test_boundary.py tests/test_faults.py tests/test_seccomp.py \
+	tests/test_secrets.py tests/test_kernel_sockets.py tests/test_host_python.py
 
 # The suite over two pytest-xdist workers, each module whole on one worker (`--dist loadfile`: its
 # module-scoped servers start once), each worker with its own temp root, servers and ports.

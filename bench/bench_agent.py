@@ -31,7 +31,7 @@ from deepanalyze import execute as run_in_subprocess
 from report import Row, scaled
 
 from kernel_agent.agent.run.agent import AsyncAgent
-from kernel_agent.events import ExecutionFinished, RunFinished
+from kernel_agent.events import ExecutionFinished, RunFinished, RunStarted
 from kernel_agent.kernel.interface import KernelFactory
 from kernel_agent.model.chat import ModelReply, Piece
 from kernel_agent.model.messages import ChatMessage
@@ -123,20 +123,30 @@ async def _through_agent(
     session_factory: KernelFactory | None = None,
     gaps: list[float] | None = None,
     rounds: int | None = None,
+    session_options: dict[str, Any] | None = None,
+    confinements: list[str] | None = None,
 ) -> tuple[float, list[float], list[str]]:
-    """The scripted run (its kernel from ``session_factory``, default a fresh one): wall time,
-    each execution's own duration, what each printed. ``gaps`` gets, per executed round, the agent's own
-    time from the model's reply to its next request, the execution's own duration taken out."""
+    """The scripted run (its kernel from ``session_factory``, default a fresh one started with
+    ``session_options``): wall time, each execution's own duration, what each printed. ``gaps`` gets, per
+    executed round, the agent's own time from the model's reply to its next request, the execution's own
+    duration taken out; ``confinements`` the run's confinement line (how its kernel started)."""
     replies = [f"<Code>\n{code}\n</Code>" for code in _rounds(rounds)] + ["<Answer>done</Answer>"]
     model = _TimedModel(replies)
     agent = AsyncAgent(
-        protocol="tags", chat_model=model, exec_timeout=600, max_rounds=20, session_factory=session_factory
+        protocol="tags",
+        chat_model=model,
+        exec_timeout=600,
+        max_rounds=20,
+        session_factory=session_factory,
+        session_options=session_options,
     )
     started = time.perf_counter()
     per_round, outputs = [], []
     async with agent:
         async for event in agent.stream("benchmark", data=[csv], workspace=workspace):
-            if isinstance(event, ExecutionFinished):
+            if isinstance(event, RunStarted) and confinements is not None:
+                confinements.append(event.confinement)
+            elif isinstance(event, ExecutionFinished):
                 if event.result.status != "ok":
                     raise RuntimeError(f"round {event.round} failed: {event.result.to_llm_text()}")
                 per_round.append(event.result.duration_s)
@@ -165,7 +175,7 @@ def _same(ours: list[str], theirs: list[str]) -> None:
 
 
 def side_by_side(
-    quick: bool,
+    quick: int,
     prefix: str,
     ours: Callable[[Path, Path, int | None], Coroutine[Any, Any, tuple[float, list[float], list[str]]]],
 ) -> tuple[float, tuple[float, list[float], list[str]], tuple[float, list[float], list[str]]]:

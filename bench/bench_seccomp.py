@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 from bench_agent import _make_csv
@@ -44,9 +45,9 @@ NAME = "seccomp"
 _NEW_FLAGS = ("--disable-userns", "--assert-userns-disabled")
 
 
-def _unfiltered_argv(binary: Path, view: bwrap_module.SandboxView) -> list[str]:
+def _unfiltered_argv(binary: Path, view: bwrap_module.SandboxView, **options: Any) -> list[str]:
     """bwrap's arguments as they were before the filter: no seccomp, nested namespaces."""
-    argv = bwrap_module.bwrap_argv(binary, view)
+    argv = bwrap_module.bwrap_argv(binary, view, **options)
     at = argv.index("--add-seccomp-fd")
     del argv[at : at + 2]
     return [arg for arg in argv if arg not in _NEW_FLAGS]
@@ -71,7 +72,8 @@ def _unfiltered() -> Iterator[None]:
 
 def _session(workspace: Path, filtered: bool) -> KernelSession:
     with contextlib.nullcontext() if filtered else _unfiltered():
-        session = KernelSession(workspace).start()
+        # Started cold, both: the filter's cost is bwrap's to load (a forked kernel loads it itself, always).
+        session = KernelSession(workspace, template=False).start()
     seccomp = session.execute("[l.split()[1] for l in open('/proc/self/status') if l.startswith('Seccomp:')][0]")
     if seccomp.result_text != ("'2'" if filtered else "'0'"):
         session.close()

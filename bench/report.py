@@ -2,7 +2,7 @@
 big a run is (``scaled`` picks a part's size for it).
 
 Owns the one value every benchmark module returns (a ``Row``: a metric, our
-time, a baseline time, a target) and its two renderings, plain text for a
+time (or size), a baseline's, a target) and its two renderings, plain text for a
 terminal and markdown for ``bench/README.md``. Pure: no kernels, no clocks.
 """
 
@@ -13,7 +13,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 __all__ = ["Row", "Scale", "median", "p95", "render", "scaled"]
 
@@ -43,7 +43,9 @@ class Row:
 
     ``ratio`` is always ours / baseline, so below 1 means we are faster.
     ``max_ratio`` or ``max_seconds`` (at most one) is the target; without
-    either the row is for information and ``passed`` is None.
+    either the row is for information and ``passed`` is None. ``unit`` is
+    ``"MiB"`` for a row of memory sizes (ours and baseline in MiB; a ratio
+    target only).
     """
 
     metric: str
@@ -51,10 +53,13 @@ class Row:
     baseline: float | None = None
     max_ratio: float | None = None
     max_seconds: float | None = None
+    unit: Literal["s", "MiB"] = "s"
 
     def __post_init__(self) -> None:
         if self.max_ratio is not None and self.max_seconds is not None:
             raise ValueError("a row has one target: max_ratio or max_seconds")
+        if self.unit != "s" and self.max_seconds is not None:
+            raise ValueError("a row of sizes has no max_seconds target")
         if self.max_ratio is not None and self.baseline is None:
             raise ValueError("a ratio target needs a baseline")
 
@@ -82,8 +87,9 @@ class Row:
             target = ""
         joined = " · ".join(part for part in (ratio, f"target {target}" if target else "") if part) or "–"
         verdict = {True: "yes", False: "NO", None: "–"}[self.passed]
-        baseline = "–" if self.baseline is None else format_seconds(self.baseline)
-        return self.metric, format_seconds(self.ours), baseline, joined, verdict
+        show = format_seconds if self.unit == "s" else format_mib
+        baseline = "–" if self.baseline is None else show(self.baseline)
+        return self.metric, show(self.ours), baseline, joined, verdict
 
 
 def format_seconds(value: float) -> str:
@@ -95,6 +101,11 @@ def format_seconds(value: float) -> str:
     if value < 1:
         return f"{value * 1e3:.0f} ms"
     return f"{value:.2f} s"
+
+
+def format_mib(value: float) -> str:
+    """A memory size in MiB."""
+    return f"{value:.1f} MiB"
 
 
 def median(values: Sequence[float]) -> float:

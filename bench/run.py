@@ -51,6 +51,8 @@ if str(HERE) not in sys.path:  # also when run as ``python -m bench.run``
 
 from report import Row, Scale, render
 
+from kernel_agent.kernel.sandbox.template import close_templates
+
 BENCHMARKS = [
     "bench_session",
     "bench_agent",
@@ -73,6 +75,7 @@ BENCHMARKS = [
     "bench_host_python",
     "bench_seam",
     "bench_sources",
+    "bench_template",
 ]
 
 FAILED_EXIT = 1
@@ -80,7 +83,15 @@ LEAK_EXIT = 3
 
 # With --jobs, modules start costliest first (their smoke seconds, quiet, 2026-11-27), so no long one
 # starts last and runs alone; the rest follow in registry order.
-COSTLIEST_FIRST = ["bench_startup", "bench_jupyter", "bench_session", "bench_kernels", "bench_seccomp", "bench_mcp"]
+COSTLIEST_FIRST = [
+    "bench_startup",
+    "bench_jupyter",
+    "bench_session",
+    "bench_kernels",
+    "bench_template",
+    "bench_seccomp",
+    "bench_mcp",
+]
 
 Part = Callable[[Scale], list[Row]]
 
@@ -116,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for module in {module for *_, module in selected}:
             _close(module, module.NAME, [])  # after a KeyboardInterrupt too: nothing shared is left running
+        close_templates()  # the kernel templates this process started (each keeps a folder in ours until it stops)
         tempfile.tempdir = None
         leaks = _leaks(Path(scratch))
         shutil.rmtree(scratch, ignore_errors=True)

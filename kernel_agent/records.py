@@ -120,7 +120,8 @@ class RunInfo:
 
     ``endpoint`` is the host of the model's base URL, never the key.
     ``setup_code`` is the first cell: what the kernel ran before round 1.
-    ``confinement`` is the kernel's confinement in force, in words (``Limits.describe``).
+    ``confinement`` is the kernel's confinement in force, in words (``Limits.describe``), and how the
+    kernel started (``LocalProvider.describe_confinement``: forked from a warmed template, or cold).
     """
 
     task: str

@@ -1,12 +1,30 @@
 """Data files built to exhaust whoever parses them, for tests: a parquet file declaring 100 M rows, an
-xlsx whose real sheet unpacks to ~90 MB, an xlsx with an XML entity expansion ("billion laughs")."""
+xlsx whose real sheet unpacks to ~90 MB, an xlsx with an XML entity expansion ("billion laughs"); and kernel code
+that exhausts a kernel's memory through its children (``memory_hog_children``)."""
 
 from __future__ import annotations
 
 import zipfile
 from pathlib import Path
 
-__all__ = ["write_laughs_xlsx", "write_parquet_bomb", "write_xlsx_bomb"]
+__all__ = ["memory_hog_children", "write_laughs_xlsx", "write_parquet_bomb", "write_xlsx_bomb"]
+
+
+def memory_hog_children(megabytes: int, count: int = 3) -> str:
+    """Kernel code: ``count`` child processes each holding ``megabytes`` (each under a per-process limit, together
+    over the tree's memory cgroup) until one is killed or 30 s pass; prints their exit codes (-9: OOM-killed)."""
+    return f"""
+import subprocess, sys, time
+hog = "import time; block = b'x' * ({megabytes} * 1024 * 1024); time.sleep(60)"
+children = [subprocess.Popen([sys.executable, '-c', hog]) for _ in range({count})]
+deadline = time.monotonic() + 30
+while all(c.poll() is None for c in children) and time.monotonic() < deadline:
+    time.sleep(0.05)
+for c in children:
+    c.kill()
+print([c.wait() for c in children])
+"""
+
 
 _CONTENT_TYPES = (
     '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'

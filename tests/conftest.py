@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from gateway import KernelGateway
     from pgshop import Shop
 
-pytest_plugins = ["leaks", "tiers", "browser"]
+pytest_plugins = ["leaks", "tiers", "browser", "kernelstart"]
 
 
 @pytest.fixture

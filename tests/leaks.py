@@ -14,6 +14,7 @@ import postgres
 import pytest
 
 from kernel_agent.kernel.providers.local import runtime_root
+from kernel_agent.kernel.sandbox.template import TEMPLATE_MODULE, close_templates
 
 _ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
 _ROOT_VARIABLE = "KERNEL_TESTS_TEMP_ROOT"
@@ -34,9 +35,34 @@ def kernels_of(owner: int) -> list[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if markers.intersection(environ) and not process_gone(int(entry.name)):
+        if markers.intersection(environ) and not process_gone(int(entry.name)) and not is_template(int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+def is_template(pid: int) -> bool:
+    """Whether ``pid`` is a kernel template (``sandbox/template.py``) or its bwrap, which live as long as the process
+    that started them: its forked kernels share its command line and environment, but each is PID 1 of a namespace
+    below the template's (three numbers or more in ``NSpid``)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+    return TEMPLATE_MODULE.encode() in command and not (len(nspid) >= 3 and nspid[-1] == "1")
+
+
+def _processes_of(owner: int) -> list[int]:
+    marker = f"KERNEL_AGENT_OWNER={owner}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if not process_gone(pid)]
 
 
 def our_kernel_pids() -> list[int]:
@@ -117,6 +143,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def no_leftovers() -> Iterator[None]:
     before = temp_leftovers()
     yield
+    close_templates()  # they live as long as this process; closed, nothing of theirs may remain
+    templates = [pid for pid in _processes_of(os.getpid()) if is_template(pid)]
+    assert not templates, f"kernel templates left running after the suite: {templates}"
     leaked = our_kernel_pids()
     assert not leaked, f"kernel processes left running after the suite: {leaked}"
     new_files = temp_leftovers() - before

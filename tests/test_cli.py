@@ -210,6 +210,24 @@ def test_sandbox_flags_reach_the_kernel_and_off_is_loud(openai_server: OpenAISer
 
 
 @pytest.mark.kernel
+def test_no_template_starts_the_kernel_cold_and_the_run_says_so(openai_server: OpenAIServer, tmp_path: Path) -> None:
+    said = {}
+    for path, flags in (("forked", ()), ("cold", ("--no-template",))):
+        openai_server.add(Reply("Ready."))
+        result = invoke(
+            "run", "Say ready", "--model", "m", "--base-url", openai_server.base_url, *flags,
+            "--workspace", tmp_path / path, "--json",
+        )  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        started = next(e for e in map(json.loads, result.stdout.splitlines()) if e["event"] == "run_started")
+        assert notebook_meta(Path(started["notebook_path"]))["confinement"] == started["confinement"]
+        said[path] = started["confinement"]
+    assert said["forked"].endswith("; start: forked from a warmed template")
+    assert said["cold"].endswith("; start: cold")  # asked for: no template was tried, so no reason is given
+    assert said["cold"].startswith("sandbox: bubblewrap (strict); seccomp filter kernel-agent/2 (")  # confined alike
+
+
+@pytest.mark.kernel
 def test_unreachable_model_exits_1_with_a_clear_message_and_a_notebook(tmp_path: Path) -> None:
     notebook = tmp_path / "down.ipynb"
 

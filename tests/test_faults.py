@@ -30,6 +30,7 @@ from leaks import kernels_of, process_gone
 from kernel_agent.errors import SandboxUnavailableError
 from kernel_agent.kernel.sandbox.bwrap import find_bwrap
 from kernel_agent.kernel.sandbox.limits import Limits
+from kernel_agent.kernel.sandbox.template import TEMPLATE_MODULE
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 
@@ -39,21 +40,25 @@ SECRETS = {"OPENAI_API_KEY": "sk-fault-suite", "MY_SERVICE_TOKEN": "t0k-fault", 
 
 
 def kernel_tree(session: KernelSession) -> list[int]:
-    """The pids of the process we launched (the sandbox's bwrap) and of everything below it, sorted."""
+    """The pid of the process we launched (the sandbox's bwrap, or a forked kernel's init), then those of
+    everything below it, sorted."""
     manager = session.async_session.manager
     assert manager is not None
     top = psutil.Process(manager.provisioner.process.pid)  # type: ignore[union-attr]
-    return sorted([top.pid, *(child.pid for child in top.children(recursive=True))])
+    return [top.pid, *sorted(child.pid for child in top.children(recursive=True))]
 
 
 def kernel_pid(session: KernelSession) -> int:
-    """The host pid of the ipykernel process itself (inside the sandbox: below bwrap and its init)."""
-    for pid in kernel_tree(session):
+    """The host pid of the ipykernel process itself (inside the sandbox: below bwrap and its init; forked from a
+    template: the child of the init we launched, which runs the template's command line)."""
+    tree = kernel_tree(session)
+    for pid in tree:
         try:
-            if (
-                "kernel_agent.kernel.inside.launcher" in psutil.Process(pid).cmdline()
-                and psutil.Process(pid).name() != "bwrap"
-            ):
+            process = psutil.Process(pid)
+            command = process.cmdline()
+            if "kernel_agent.kernel.inside.launcher" in command and process.name() != "bwrap":
+                return pid
+            if TEMPLATE_MODULE in command and process.ppid() == tree[0]:
                 return pid
         except psutil.NoSuchProcess:
             continue

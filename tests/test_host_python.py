@@ -46,6 +46,11 @@ STARTS = {
     ("kernel_agent.kernel.inside.launcher", "main"): "the kernel's own command (--exec), confined",
     ("kernel_agent.kernel.providers.local", "_start"): "the kernel: launch_spec's argv (launcher_argv)",
     ("kernel_agent.notebook.replay", "_execute"): "the kernel: launch_spec's argv, through nbclient",
+    ("kernel_agent.kernel.sandbox.template", "_popen"): "python: a kernel template (python_argv), in its bwrap sandbox",
+    (
+        "kernel_agent.kernel.providers.forked",
+        "_fork",
+    ): "a forked kernel's sandbox: the cgroup join, bwrap, a shell holder",
 }
 STARTING_CALLS = {
     ("subprocess", "run"),
@@ -102,6 +107,7 @@ def test_no_module_names_an_interpreter_to_start_but_the_one_rule() -> None:
         "kernel_agent._python",  # the rule
         "kernel_agent.kernel.sandbox.bwrap",  # the interpreter's folders, bound read-only into the sandbox
         "kernel_agent.kernel.kernelspec",  # which interpreter a kernelspec names; handed to launcher_argv
+        "kernel_agent.kernel.sandbox.template",  # a template's key names its interpreter (started by python_argv)
         "kernel_agent.cli.invocation",  # prints the command a user can type (`python -m kernel_agent.cli`); runs none
     }
     users = set()

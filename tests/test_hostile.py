@@ -30,6 +30,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
+from bombs import memory_hog_children
 from leaks import process_gone
 from openai_server import OpenAIServer, Reply, python_call
 
@@ -350,21 +351,7 @@ def test_memory_of_the_whole_process_tree_is_capped(tmp_path: Path) -> None:
     with KernelSession(tmp_path, limits=Limits(memory_mb=1500)) as session:
         confinement = session.async_session._confinement
         assert confinement is not None and confinement.memory is not None
-        out = attack(
-            session,
-            """
-            import subprocess, sys
-            hog = "import time; block = b'x' * (600 * 1024 * 1024); time.sleep(60)"
-            children = [subprocess.Popen([sys.executable, '-c', hog]) for _ in range(3)]
-            import time
-            deadline = time.monotonic() + 30
-            while all(c.poll() is None for c in children) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            for c in children:
-                c.kill()
-            print([c.wait() for c in children])
-        """,
-        )
+        out = attack(session, memory_hog_children(600))
         assert "-9" in out  # one was OOM-killed inside the tree (the others by us, after)
         assert (confinement.memory.oom_kills() or 0) >= 1
         assert session.execute("'the kernel lives on'").result_text == "'the kernel lives on'"
@@ -384,7 +371,8 @@ def test_double_forked_setsid_child_does_not_outlive_close(tmp_path: Path) -> No
         """)
         )
         pids = tree(session)
-        assert len(pids) >= 4  # bwrap, its init, the kernel, the escaped grandchild
+        forked = "forked from a warmed template" in session.confinement
+        assert len(pids) >= (3 if forked else 4)  # [bwrap,] the init, the kernel, the escaped grandchild
     assert all(process_gone(pid) for pid in pids)
 
 

@@ -281,7 +281,7 @@ def test_the_personas_settings_are_the_tables_rows() -> None:
     from kernel_agent.jupyter.persona import KernelAgentPersona
 
     names = KernelAgentPersona.setting_names()
-    assert set(names) == {"model", "base_url", "api_key", "max_rounds", "exec_timeout"}
+    assert set(names) == {"model", "base_url", "api_key", "max_rounds", "exec_timeout", "template"}
     kinds = {str: traitlets.Unicode, int: traitlets.Integer, float: traitlets.Float, bool: traitlets.Bool}
     for name, trait in KernelAgentPersona.class_traits(setting=True).items():
         row = SETTINGS[name]
@@ -289,6 +289,37 @@ def test_the_personas_settings_are_the_tables_rows() -> None:
         assert type(trait) is kinds[row.type] and trait.metadata["config"] is True, name
         assert trait.default_value is None and trait.allow_none, name  # unset: the environment or the default
         assert trait.help.startswith(row.help) and row.described().rstrip(".").split(" [")[-1] in trait.help, name
+
+
+# -- one kernel setting, end to end -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("template", [True, False])
+def test_the_template_setting_reaches_the_provider_of_every_local_kernel(template: bool, tmp_path: Path) -> None:
+    from kernel_agent.agent.run.agent import AsyncAgent
+    from kernel_agent.cli.commands.mcp import _session_builder
+    from kernel_agent.kernel.providers.local import LocalProvider
+    from kernel_agent.server.config import ServerConfig
+    from kernel_agent.server.runtimes import pool_for
+
+    environ = {"KERNEL_AGENT_TEMPLATE": "1" if template else "off"}
+    kernels = AgentConfig.resolve(environ).kernel
+    assert kernels.template is template
+    assert AgentConfig.resolve(environ, template=not template).kernel.template is not template  # explicit wins
+    # run, resume, plan, eval, the chat persona and the service's threads: the agent's own sessions
+    agent = AsyncAgent(model="m", base_url="http://127.0.0.1:9/v1", template=template)
+    for provider in (
+        agent.new_session(tmp_path).provider,
+        _session_builder(kernels.session_options())(tmp_path).provider,  # the MCP server's sessions
+    ):
+        assert isinstance(provider, LocalProvider) and provider.template is template
+    pool = pool_for(ServerConfig(tmp_path, agent={"template": template}))  # the service's warm pool (and eval's)
+    assert pool._options.get("template", True) is template
+
+
+def test_a_template_value_that_is_no_boolean_names_its_variable() -> None:
+    with pytest.raises(ConfigError, match="KERNEL_AGENT_TEMPLATE must be 0 or 1 \\(or true/false\\), not 'cold'"):
+        AgentConfig.resolve({"KERNEL_AGENT_TEMPLATE": "cold"})
 
 
 # -- the docs -----------------------------------------------------------------------------------------

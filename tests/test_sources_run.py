@@ -50,7 +50,10 @@ def _reach(socket_path: Path, url: str) -> str:
         "    print('psycopg REACHED')\n"
         "except psycopg.OperationalError:\n"
         "    print('psycopg unreachable')\n"
-        "print('environ:', open('/proc/self/environ', 'rb').read().replace(b'\\0', b' ').decode())\n"
+        # What it was started with (a forked kernel's: its template's) and what it runs with: both password-free.
+        "import os\n"
+        "print('environ:', open('/proc/self/environ', 'rb').read().replace(b'\\0', b' ').decode(),\n"
+        "      ' '.join(f'{k}={v}' for k, v in os.environ.items()))\n"
     )
 
 
@@ -135,7 +138,7 @@ def test_a_run_queries_postgresql_through_the_broker_and_replays_and_resumes_by_
     for path in [*workspace.rglob("*"), *notebook.parent.rglob("*")]:
         if path.is_file() and not path.is_symlink():
             assert secret not in path.read_bytes(), path
-    assert "environ:" in seen and "KERNEL_AGENT_SQL=/run/kernel-agent/" in seen  # /proc/<kernel>/environ
+    assert "environ:" in seen and "KERNEL_AGENT_SQL=/run/kernel-agent/" in seen  # the kernel's own environment
 
 
 def test_a_run_stopped_mid_query_leaves_no_connection_socket_or_kernel(

@@ -89,6 +89,7 @@ class KernelConfig:
     network: bool | None = _setting("network")
     name: str | None = _setting("kernel")
     python: str | None = _setting("python")
+    template: bool = _setting("template")
     provider: str | None = _setting("provider")
     gateway_url: str | None = _setting("gateway_url")
     gateway_token: str | None = _setting("gateway_token")
@@ -130,9 +131,11 @@ class KernelConfig:
         gateway = self.gateway()
         if gateway:
             return {"rebuild": self.rebuild, "gateway": gateway, **named}
-        chosen = {"python": self.python} if self.python else {}
+        chosen: dict[str, Any] = {"python": self.python} if self.python else {}
         if self.name:
             chosen["kernel_name"] = self.name
+        if not self.template:  # a session forks from the template unless told not to
+            chosen["template"] = False
         return {"rebuild": self.rebuild, "limits": self.limits(), **chosen, **named}
 
     def limits(self) -> Limits:

@@ -311,6 +311,14 @@ SETTINGS = Table(
         flag="--python", env="KERNEL_AGENT_PYTHON", metavar="PATH", optional=True, shown_default="the agent's own",
     ),
     Setting(
+        "template", "kernel", "template", bool, True,
+        "Fork each local kernel from a warmed template with the analysis stack already imported (ready in a "
+        "fraction of a second, its imported pages shared with its siblings), in a sandbox of its own; off: start "
+        "every kernel cold. Other kernelspecs, --python, --network and a PYTHONPATH of yours start cold anyway, "
+        "and so does a kernel the template cannot serve (the confinement line says which)",
+        flag="--template", env="KERNEL_AGENT_TEMPLATE", negatable=True,
+    ),
+    Setting(
         "provider", "kernel", "provider", str, None,
         "Where the kernels live: local (a process here, in the sandbox), gateway (on --gateway), or "
         "another installed kernel provider (`kernel-agent plugins` lists them)",

@@ -64,6 +64,7 @@ class Agent:
         network: bool | None = None,
         kernel: str | None = None,
         python: str | None = None,
+        template: bool | None = None,
         provider: str | None = None,
         gateway_url: str | None = None,
         gateway_token: str | None = None,

@@ -49,6 +49,7 @@ KERNEL_SETTINGS = (
     "network",
     "kernel",
     "python",
+    "template",
     "provider",
     "gateway_url",
     "gateway_token",

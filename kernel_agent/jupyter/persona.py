@@ -89,6 +89,7 @@ class KernelAgentPersona(BasePersona):
     api_key = setting_trait("api_key")
     max_rounds = setting_trait("max_rounds", "per message")
     exec_timeout = setting_trait("exec_timeout")
+    template = setting_trait("template")
     kernel = Enum(
         ["sandbox", "notebook"],
         default_value="sandbox",

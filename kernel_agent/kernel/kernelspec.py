@@ -34,6 +34,15 @@ from .python_env import PythonEnvironment, probe_python
 from .sandbox.bwrap import SandboxView, bwrap_argv, require_bwrap
 from .sandbox.network import network_prefix, require_pasta
 from .sandbox.seccomp import require_filter
+from .sandbox.template import (
+    HOLDER,
+    INFO_FD,
+    JOINED_FDS,
+    KERNEL_PID,
+    TemplateKey,
+    namespace_files,
+    provisioner_metadata,
+)
 
 if TYPE_CHECKING:
     from .sandbox.limits import Confinement
@@ -220,6 +229,7 @@ def launch_spec(
     confinement: Confinement,
     view: SandboxView,
     package_root: Path | None = None,
+    template: TemplateKey | None = None,
 ) -> Path:
     """Write ``folder/<name>/kernel.json``: the chosen kernel, launched confined; return ``folder``.
 
@@ -229,7 +239,8 @@ def launch_spec(
     our launcher under its interpreter (``package_root``: the folder holding the ``kernel_agent`` it imports, for
     another environment) and another kernel's is our launcher's ``--exec`` before its own command (each isolated, by
     absolute path: ``launcher_argv``); a sandboxed kernel is interrupted by message (a SIGINT to bwrap would not
-    reach it).
+    reach it). ``template``: the kernel may be forked from a warmed template instead (``providers/forked.py``,
+    named in the spec's metadata with the command that builds its sandbox); that command stays the fallback.
     Raises ``SandboxUnavailableError`` (strict mode, no working
     bwrap or no system-call filter).
     """
@@ -248,6 +259,17 @@ def launch_spec(
     program = None
     if confinement.limits.sandbox == "strict":
         bwrap = require_bwrap()
+        if template is not None and not view.network:
+            holder = [
+                *confinement.launch_prefix(
+                    _write_filter(target), more=namespace_files(), also=KERNEL_PID, copies=((INFO_FD, 1),)
+                ),
+                *bwrap_argv(bwrap, view, joined=JOINED_FDS, info_fd=INFO_FD),
+                *HOLDER,
+            ]
+            # The spec's own variables (MPLBACKEND) are read by the template's imports: part of its key.
+            warmed = template.with_env(manifest["env"])
+            manifest["metadata"] = {**manifest.get("metadata", {}), **provisioner_metadata(warmed, holder)}
         argv = [*bwrap_argv(bwrap, view), *argv]
         if view.network:  # a namespace of its own behind pasta, never the host's
             argv = [*network_prefix(require_pasta(bwrap)), *argv]

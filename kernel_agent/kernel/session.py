@@ -55,6 +55,8 @@ class AsyncKernelSession:
     (``providers/registry.py``; default ``gateway`` when ``gateway`` is given, else ``local``), made with
     these arguments, or a ``KernelProvider`` already made. ``sockets``: variable name → a host Unix socket the
     kernel may connect to (``ProviderSettings.sockets``; a live data source's broker), for a provider made here.
+    ``template``: a local kernel of ours (our Python, sandboxed, no network) is forked from a warmed template with
+    the analysis stack imported (``providers/forked.py``; False: started cold); ``confinement`` says which.
     Raises ``ConfigError`` for an unknown provider, one that cannot bind ``sockets`` (or was made already),
     a malformed gateway URL, ``ExtraMissingError`` for a
     gateway without the ``gateway`` extra.
@@ -80,6 +82,7 @@ class AsyncKernelSession:
         provider: KernelProvider | str | None = None,
         python: str | None = None,
         sockets: Mapping[str, Path] | None = None,
+        template: bool = True,
     ) -> None:
         self.timeout = timeout
         self.caps = caps or OutputCaps()
@@ -101,6 +104,7 @@ class AsyncKernelSession:
                 kernel_id=gateway_kernel_id,
                 adopt=gateway_adopt,
                 sockets=dict(sockets or {}),
+                template=template,
             )
             provider = make_provider(provider_for(provider, gateway), settings)
         elif sockets:

@@ -61,6 +61,11 @@ class KernelSession:
         return self._async.kernel_info
 
     @property
+    def confinement(self) -> str:
+        """Where the kernel runs, what confines it and how it started, in words (see ``AsyncKernelSession``)."""
+        return self._async.confinement
+
+    @property
     def kernelspec(self) -> dict[str, str]:
         """What a notebook's ``kernelspec`` metadata says for this kernel (see ``AsyncKernelSession``)."""
         return self._async.kernelspec

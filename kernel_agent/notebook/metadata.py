@@ -120,7 +120,12 @@ class RunMetadata(Shape):
     scripted: bool = False
     rounds: Annotated[int, BeforeValidator(lambda value: len(value) if isinstance(value, tuple) else value)] = 0
     turns: Kept[TurnRecord] = []
-    confinement: Annotated[str, OMIT_EMPTY] = ""
+    confinement: Annotated[str, OMIT_EMPTY] = Field(
+        "",
+        description="the kernel's confinement in force, in words (sandbox, system-call filter, network, limits); "
+        "a local kernel's ends with how it started: 'start: forked from a warmed template' or 'start: cold' (with "
+        "the reason when the template could not serve)",
+    )
     sources: Annotated[Kept[SourceRecord], OMIT_EMPTY] = Field(
         [], description="the live data sources queried, by name and kind (never their URIs)"
     )

@@ -138,6 +138,7 @@ def replay(
     limits: Limits | None = None,
     python: str | None = None,
     sockets: Mapping[str, Path] | None = None,
+    template: bool = True,
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
@@ -147,7 +148,7 @@ def replay(
 
     runner = LoopThread("kernel-agent-replay")
     try:
-        return runner.run(async_replay(path, workspace, check, timeout, kernel_name, limits, python, sockets))
+        return runner.run(async_replay(path, workspace, check, timeout, kernel_name, limits, python, sockets, template))
     finally:
         runner.stop()
 
@@ -161,6 +162,7 @@ async def async_replay(
     limits: Limits | None = None,
     python: str | None = None,
     sockets: Mapping[str, Path] | None = None,
+    template: bool = True,
 ) -> ReplayReport:
     """Re-execute the notebook at ``path`` in a fresh kernel and compare outputs.
 
@@ -177,7 +179,8 @@ async def async_replay(
     runs, confined as any other), else ``python3``; ``python`` is another Python
     environment to run it in (``--python``). The kernel is confined like a
     session's (``limits``, default ``Limits()``: in the sandbox, with the same
-    environment allow-list): the recorded code is model-written too. An
+    environment allow-list): the recorded code is model-written too. ``template``: our own
+    Python kernel may be forked from a warmed template, as a session's (False: started cold). An
     unexpected error, a timeout or a kernel death stops the replay and becomes
     an ``error`` entry. A ``%%agent`` cell shows the run it recorded, no model
     asked and no kernel started (``recorded.py``). ``sockets`` are given to the kernel as a session's are
@@ -201,7 +204,7 @@ async def async_replay(
         await in_thread(_stage_data, meta, sources, Path(cwd), path)
         handover = await in_thread(_stage_agent_cells, recorded, Path(cwd), path)
         stop = await _execute(
-            executed, cwd, timeout, kernel_name, path, limits, python, {REPLAY_ENV: handover}, sockets
+            executed, cwd, timeout, kernel_name, path, limits, python, {REPLAY_ENV: handover}, sockets, template
         )
     anchors = [*_anchors(meta), datetime.now(UTC)]
     folders = [folder / prefix for folder, prefix in sources.places]
@@ -287,6 +290,7 @@ async def _execute(
     python: str | None = None,
     env: dict[str, str] | None = None,
     sockets: Mapping[str, Path] | None = None,
+    template: bool = True,
 ) -> tuple[int, str] | None:
     """Run ``nb`` in place; return (cell index, what went wrong) when the replay stopped early."""
     progress: dict[str, Any] = {"index": None, "ready": False}
@@ -302,7 +306,9 @@ async def _execute(
     spec = nb.metadata.get("kernelspec")
     recorded = spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str) else None
     name = kernel_name or recorded or "python3"
-    provider = LocalProvider(Path(cwd), kernel_name=name, limits=limits, python=python, env=env, sockets=sockets)
+    provider = LocalProvider(
+        Path(cwd), kernel_name=name, limits=limits, python=python, env=env, sockets=sockets, template=template
+    )
     try:
         manager, env = provider.prepare()
         client = NotebookClient(

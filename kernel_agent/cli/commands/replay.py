@@ -83,6 +83,7 @@ def replay(
                 limits=limits,
                 kernel_name=config.kernel.name,
                 python=config.kernel.python,
+                template=config.kernel.template,
             )
         show_replay(console, report)
         ok = ok and report.ok

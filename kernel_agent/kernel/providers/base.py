@@ -36,10 +36,15 @@ def max_message_bytes(max_output_bytes: int) -> int:
 
 def bound_messages(client: Any, limit: int) -> None:
     """Make every socket ``client`` opens drop (ZMQ ``MAXMSGSIZE``: disconnect, then reconnect) a
-    message over ``limit`` bytes, before the host holds it in memory. Call before ``start_channels``."""
+    message over ``limit`` bytes, before the host holds it in memory, and reconnect promptly. Call before
+    ``start_channels``."""
     import zmq
 
     client.context.setsockopt(zmq.MAXMSGSIZE, limit)
+    # A kernel binds its sockets after we connect: retry every 5 ms, backing off to ZMQ's 100 ms, not the flat 100 ms
+    # (a kernel forked from a template is ready in tens of milliseconds).
+    client.context.setsockopt(zmq.RECONNECT_IVL, 5)
+    client.context.setsockopt(zmq.RECONNECT_IVL_MAX, 100)
 
 
 def supports_sockets(provider: object) -> bool:

@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from queue import Empty
 from typing import IO, Any
 
 from jupyter_client.asynchronous.client import AsyncKernelClient
@@ -39,6 +40,7 @@ from ..sandbox.bwrap import SandboxView, protected_files, sandboxed_pid
 from ..sandbox.cgroup import pid_alive
 from ..sandbox.environment import kernel_environment
 from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
+from ..sandbox.template import TemplateKey
 from .base import bound_messages, max_message_bytes
 from .guard import MessageGuard
 from .registry import ProviderSettings
@@ -156,8 +158,10 @@ class LocalProvider:
         limits: Limits | None = None,
         python: str | None = None,
         sockets: Mapping[str, Path] | None = None,
+        template: bool = True,
     ) -> None:
         self._workspace = workspace
+        self.template = template  # fork the kernel from a warmed template where its kind has one
         self._sockets = dict(sockets or {})
         self.kernel_name = kernel_name
         self.startup_timeout = startup_timeout
@@ -261,6 +265,7 @@ class LocalProvider:
                 bound_sockets=tuple((host, _socket_inside(host)) for host in self._sockets.values()),
             ),
             package_root=self._inside_path,
+            template=self._template_key(),
         )
         manager = AsyncKernelManager(
             kernel_name=KERNEL_NAME,
@@ -270,6 +275,34 @@ class LocalProvider:
         manager.connection_file = str(connection_file)
         manager.ip = str(sockets / "kernel")
         return manager
+
+    def _template_key(self) -> TemplateKey | None:
+        """The template this kernel may be forked from: our own Python kernel in this environment, sandboxed,
+        without the network (pasta's namespace is not the template's to join) or a ``PYTHONPATH`` of the user's
+        (the template imported without it); None starts it cold."""
+        if not self.template or self.limits.sandbox != "strict" or self.limits.network:
+            return None
+        if self.choice is None or self.choice.command or self.choice.python is not None:
+            return None
+        env = kernel_environment(allow=self._allow_env)
+        if "PYTHONPATH" in env or "PYTHONPATH" in self._env_extra:
+            return None
+        return TemplateKey.make(env)
+
+    @property
+    def start_path(self) -> str:
+        """How the kernel started: ``template`` (forked from a warmed template) or ``cold``."""
+        return str(getattr(self._process()[0], "start_path", "cold"))
+
+    def describe_confinement(self) -> str:
+        """The confinement in words, and how the kernel started (notebook metadata, the confinement line)."""
+        provisioner = self._process()[0]
+        why = str(getattr(provisioner, "why_cold", ""))
+        if self.start_path == "template":
+            start = "start: forked from a warmed template"
+        else:
+            start = "start: cold" + (f" (the template could not serve: {why})" if why else "")
+        return f"{self.limits.describe()}; {start}"
 
     def _socket_env(self) -> dict[str, str]:
         """Each socket's variable: the path the kernel connects to (bound under ``/run`` in the sandbox, the host's
@@ -295,16 +328,13 @@ class LocalProvider:
 
     async def _wait_ready(self) -> dict[str, Any]:
         assert self.client is not None and self.manager is not None
-        waiter = asyncio.ensure_future(self.client.wait_for_ready(timeout=self.startup_timeout))
+        waiter = asyncio.ensure_future(asyncio.wait_for(_answered(self.client), self.startup_timeout))
         while not waiter.done():
             done, _ = await asyncio.wait({waiter}, timeout=_POLL_S)
             if not done and not await self.manager.is_alive():
                 waiter.cancel()
                 raise RuntimeError(f"the kernel exited during start-up ({self.describe_exit()})")
-        waiter.result()
-        reply = await self.client.kernel_info(reply=True, timeout=self.startup_timeout)
-        content: dict[str, Any] = reply["content"]
-        return content
+        return waiter.result()
 
     async def is_alive(self) -> bool:
         """Whether the kernel process runs; also where the process tree's CPU limit is enforced
@@ -361,7 +391,7 @@ class LocalProvider:
             returncode = -signal.SIGKILL  # killed for the tree's CPU time; the status is not reaped yet
         if returncode is None:
             return "no exit status"
-        if self.limits.sandbox == "strict" and returncode > 128:  # bwrap exits 128+N for a child killed by N
+        if self.limits.sandbox == "strict" and returncode > 128:  # bwrap's init (a forked kernel's too): 128+N
             returncode = 128 - returncode
         if self.confinement is not None:
             return self.confinement.describe_exit(returncode)
@@ -524,7 +554,36 @@ def local_provider(settings: ProviderSettings) -> LocalProvider:
         limits=settings.limits,
         python=settings.python,
         sockets=settings.sockets,
+        template=settings.template,
     )
+
+
+async def _answered(client: AsyncKernelClient) -> dict[str, Any]:
+    """Ask for ``kernel_info`` until the kernel answers it on shell and its status for that request reaches us on
+    iopub (a subscription made before the kernel bound misses the first messages: then ask again); return the
+    reply's content. jupyter_client's ``wait_for_ready`` waits 0.2 s for iopub each time, longer than a kernel
+    forked from a template takes to start."""
+    while True:
+        msg_id = client.kernel_info()
+        reply = None
+        while reply is None:
+            try:
+                message = await client.get_shell_msg(timeout=1)
+            except Empty:
+                break  # not bound yet, or the request was lost: ask again
+            if message.get("parent_header", {}).get("msg_id") == msg_id:
+                reply = message
+        if reply is None:
+            continue
+        try:
+            while True:
+                status = await client.get_iopub_msg(timeout=0.05)
+                if status.get("parent_header", {}).get("msg_id") == msg_id:
+                    client._handle_kernel_info_reply(reply)  # the protocol version it speaks, as wait_for_ready does
+                    content: dict[str, Any] = reply["content"]
+                    return content
+        except Empty:
+            continue
 
 
 def _socket_inside(host: Path) -> str:

@@ -55,7 +55,8 @@ class ProviderSettings:
     to (owned when ``adopt``); ``connection_file`` a running local kernel's (``attached``); ``sockets``:
     variable name → a host Unix socket the kernel may connect to (a live data source's broker): the provider
     makes it reachable (bound into the sandbox) and sets the variable to where the kernel finds it, or raises
-    ``ConfigError`` when it cannot (a kernel elsewhere, another's kernel)."""
+    ``ConfigError`` when it cannot (a kernel elsewhere, another's kernel); ``template``: a local kernel may be
+    forked from a warmed template (False: always started cold)."""
 
     workspace: Path | None = None
     kernel_name: str | None = None
@@ -72,6 +73,7 @@ class ProviderSettings:
     adopt: bool = False
     connection_file: str | None = None
     sockets: Mapping[str, Path] = field(default_factory=dict)
+    template: bool = True
 
 
 class ProviderFactory(Protocol):

