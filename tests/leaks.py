@@ -26,7 +26,12 @@ _ROOT_KEY = pytest.StashKey[Path]()
 def kernels_of(owner: int) -> list[int]:
     """Kernel processes whose JPY_PARENT_PID is ``owner`` (jupyter_client sets it on every kernel,
     and on the bwrap around a sandboxed one), or whose KERNEL_AGENT_OWNER is (a kernel in a sandbox)."""
-    markers = {f"JPY_PARENT_PID={owner}".encode(), f"KERNEL_AGENT_OWNER={owner}".encode()}
+    marked = _marked({f"JPY_PARENT_PID={owner}".encode(), f"KERNEL_AGENT_OWNER={owner}".encode()})
+    return [pid for pid in marked if not is_template(pid)]
+
+
+def _marked(markers: set[bytes]) -> list[int]:
+    """Running processes whose start-up environment holds one of ``markers``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -35,7 +40,7 @@ def kernels_of(owner: int) -> list[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if markers.intersection(environ) and not process_gone(int(entry.name)) and not is_template(int(entry.name)):
+        if markers.intersection(environ) and not process_gone(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -51,18 +56,6 @@ def is_template(pid: int) -> bool:
         return False
     nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
     return TEMPLATE_MODULE.encode() in command and not (len(nspid) >= 3 and nspid[-1] == "1")
-
-
-def _processes_of(owner: int) -> list[int]:
-    marker = f"KERNEL_AGENT_OWNER={owner}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return [pid for pid in found if not process_gone(pid)]
 
 
 def our_kernel_pids() -> list[int]:
@@ -144,7 +137,7 @@ def no_leftovers() -> Iterator[None]:
     before = temp_leftovers()
     yield
     close_templates()  # they live as long as this process; closed, nothing of theirs may remain
-    templates = [pid for pid in _processes_of(os.getpid()) if is_template(pid)]
+    templates = [pid for pid in _marked({f"KERNEL_AGENT_OWNER={os.getpid()}".encode()}) if is_template(pid)]
     assert not templates, f"kernel templates left running after the suite: {templates}"
     leaked = our_kernel_pids()
     assert not leaked, f"kernel processes left running after the suite: {leaked}"

@@ -211,8 +211,12 @@ def launcher_argv(spec_argv: list[str], interpreter: str, package_root: Path | N
     """Our kernelspec's command (``python -m <launcher> ARGS``) as we start it: the launcher by the absolute
     path of our boot script under ``interpreter``, isolated (``_python.python_argv``), then ``ARGS``.
     ``package_root``: the folder that holds the ``kernel_agent`` to run (another environment's, ``--python``)."""
-    args = spec_argv[spec_argv.index(LAUNCHER) + 1 :] if LAUNCHER in spec_argv else spec_argv[1:]
-    return python_argv(LAUNCHER, *args, interpreter=interpreter, package_root=package_root)
+    return python_argv(LAUNCHER, *launcher_arguments(spec_argv), interpreter=interpreter, package_root=package_root)
+
+
+def launcher_arguments(argv: list[str]) -> list[str]:
+    """What a kernel command passes our launcher: the arguments after its module's name (else after the program)."""
+    return argv[argv.index(LAUNCHER) + 1 :] if LAUNCHER in argv else argv[1:]
 
 
 def _write_filter(folder: Path) -> Path:

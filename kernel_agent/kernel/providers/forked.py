@@ -25,28 +25,23 @@ from traitlets import Dict, List, Unicode
 
 from ..._loop import in_thread
 from ..._python import NEUTRAL_CWD
+from ..kernelspec import LAUNCHER, launcher_arguments
 from ..sandbox.bwrap import sandbox_environment
 from ..sandbox.seccomp import require_filter
 from ..sandbox.template import (
-    KERNEL_PID,
-    TEMPLATE_PID,
     ForkedKernel,
     TemplateError,
     TemplateKey,
+    fill_in,
     holder_output,
     template_for,
 )
 
-__all__ = ["TemplateProvisioner", "kernel_arguments"]
+__all__ = ["TemplateProvisioner"]
 
 log = logging.getLogger(__name__)
 
-LAUNCHER = "kernel_agent.kernel.inside.launcher"
-
-
-def kernel_arguments(cmd: list[str]) -> list[str]:
-    """The launcher's arguments in a cold kernel command (what the forked child runs the launcher with)."""
-    return cmd[cmd.index(LAUNCHER) + 1 :] if LAUNCHER in cmd else []
+_START_TIMEOUT_S = 60.0  # for the fork, the sandbox and the step into it, together
 
 
 class TemplateProvisioner(LocalProvisioner):
@@ -86,7 +81,7 @@ class TemplateProvisioner(LocalProvisioner):
         await super().cleanup(restart=restart)
 
     def _fork(self, cmd: list[str], kwargs: dict[str, Any]) -> Any:
-        timeout = float(getattr(self.parent, "shutdown_wait_time", 0) or 0) + 60.0
+        timeout = _START_TIMEOUT_S
         deadline = time.monotonic() + timeout
         if not self.holder or LAUNCHER not in cmd:
             raise TemplateError("this kernel's command is not one a template can run")
@@ -95,7 +90,8 @@ class TemplateProvisioner(LocalProvisioner):
         stderr = kwargs.get("stderr")
         stderr_fd: int | None = stderr.fileno() if stderr is not None and hasattr(stderr, "fileno") else None
         null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC) if stderr_fd is None else None
-        argv = [arg.replace(TEMPLATE_PID, str(template.pid)).replace(KERNEL_PID, str(child.pid)) for arg in self.holder]
+        assert template.pid is not None  # a template that forked is running
+        argv = fill_in(self.holder, template.pid, child.pid)
         try:
             holder = subprocess.Popen(
                 argv,
@@ -120,7 +116,7 @@ class TemplateProvisioner(LocalProvisioner):
                 sandbox,
                 cwd=os.path.abspath(kwargs.get("cwd") or NEUTRAL_CWD),  # as Popen reads a relative one: from ours
                 env=sandbox_environment(kwargs.get("env") or {}),
-                argv=kernel_arguments(cmd),
+                argv=launcher_arguments(cmd),
                 seccomp=require_filter().code,
                 stderr=stderr_fd if stderr_fd is not None else null,  # type: ignore[arg-type]
                 timeout=max(deadline - time.monotonic(), 1.0),

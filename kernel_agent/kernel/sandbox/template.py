@@ -66,6 +66,7 @@ __all__ = [
     "TemplateKey",
     "check_confined",
     "close_templates",
+    "fill_in",
     "holder_output",
     "namespace_files",
     "provisioner_metadata",
@@ -114,6 +115,18 @@ def namespace_files() -> tuple[tuple[int, str], ...]:
     """The namespaces the holder's sandbox joins: (descriptor, path) pairs the launch prefix opens."""
     userns, pidns = JOINED_FDS
     return ((userns, f"/proc/{TEMPLATE_PID}/ns/user"), (pidns, f"/proc/{KERNEL_PID}/ns/pid"))
+
+
+def fill_in(holder: Sequence[str], template_pid: int, kernel_pid: int) -> list[str]:
+    """The holder's command with the pids put in: only the arguments that are placeholders whole (the launch
+    prefix's), so a path that happens to contain one (a data file's name) is left as it is."""
+    (_, userns), (_, pidns) = namespace_files()
+    given = {
+        KERNEL_PID: str(kernel_pid),
+        userns: userns.replace(TEMPLATE_PID, str(template_pid)),
+        pidns: pidns.replace(KERNEL_PID, str(kernel_pid)),
+    }
+    return [given.get(arg, arg) for arg in holder]
 
 
 def provisioner_metadata(key: TemplateKey, holder: list[str]) -> dict[str, object]:
