@@ -13,7 +13,7 @@ from pathlib import Path
 import postgres
 import pytest
 
-from kernel_agent.kernel.providers.local import runtime_root
+from kernel_agent.kernel.providers.runtime import runtime_root
 from kernel_agent.kernel.sandbox.template import TEMPLATE_MODULE, close_templates
 
 _ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
