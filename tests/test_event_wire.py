@@ -16,7 +16,11 @@ from kernel_agent.result import Artifact, ErrorInfo, ExecutionResult
 
 GOLDEN = Path(__file__).parent / "golden" / "events.jsonl"
 
-_PNG = {"output_type": "display_data", "data": {"image/png": "iVBORw0K\nGgo=", "text/plain": "<Figure>"}, "metadata": {}}
+_PNG = {
+    "output_type": "display_data",
+    "data": {"image/png": "iVBORw0K\nGgo=", "text/plain": "<Figure>"},
+    "metadata": {},
+}
 _OUTPUTS: tuple[dict[str, typing.Any], ...] = (
     {"output_type": "stream", "name": "stdout", "text": "mean 4.2\n"},
     {"output_type": "stream", "name": "stderr", "text": "warning: ü\n"},
@@ -80,7 +84,9 @@ def _runs() -> list[Run]:
             notebook_path=Path("/tmp/runs/a b.ipynb"),
             turns=(Turn("the task"),),
         ),
-        Run(info, rounds=rounds[:1], stop_reason="error", error="model unreachable", notebook_path=Path("rel.ipynb")),
+        Run(
+            info, rounds=rounds[:1], stop_reason="llm_error", error="model unreachable", notebook_path=Path("rel.ipynb")
+        ),
     ]
 
 
