@@ -36,6 +36,7 @@ from .._loop import LoopThread, in_thread
 from .._nbformat import NotebookNode
 from ..errors import KernelAgentError, NotebookError, SandboxUnavailableError
 from ..kernel.door import Door
+from ..kernel.interface import EXEC_TIMEOUT_S
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
 from ..result import png_size
@@ -133,7 +134,7 @@ def replay(
     path: str | os.PathLike[str],
     workspace: str | os.PathLike[str] | None = None,
     check: bool = True,
-    timeout: float | None = 600,
+    timeout: float | None = EXEC_TIMEOUT_S,
     kernel_name: str | None = None,
     limits: Limits | None = None,
     python: str | None = None,
@@ -157,7 +158,7 @@ async def async_replay(
     path: str | os.PathLike[str],
     workspace: str | os.PathLike[str] | None = None,
     check: bool = True,
-    timeout: float | None = 600,
+    timeout: float | None = EXEC_TIMEOUT_S,
     kernel_name: str | None = None,
     limits: Limits | None = None,
     python: str | None = None,
@@ -174,7 +175,8 @@ async def async_replay(
     path) refuses the replay before anything runs (``claims.check_data_files``),
     and each file is read through the door, so a link leads nowhere.
     Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
-    may raise. ``timeout`` is per cell, in seconds (None: none). ``kernel_name`` defaults to
+    may raise. ``timeout`` is per cell, in seconds (None: none; by default
+    ``kernel.interface.EXEC_TIMEOUT_S``, 120, as ``--timeout``'s). ``kernel_name`` defaults to
     the notebook's kernelspec (a claim: only an installed kernelspec of that name
     runs, confined as any other), else ``python3``; ``python`` is another Python
     environment to run it in (``--python``). The kernel is confined like a
