@@ -108,7 +108,7 @@ def normalised(nb: nbformat.NotebookNode) -> str:
     nb = copy.deepcopy(nb)
     for number, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{number}"
-    return nbformat.writes(nb) + "\n"
+    return str(nbformat.writes(nb)) + "\n"
 
 
 def test_golden_plan_notebook(tmp_path: Path) -> None:
