@@ -42,7 +42,7 @@ from ..result import png_size
 from .claims import DataSources, check_data_files, plain
 from .export import SKIP_TAG
 from .load import read_notebook
-from .metadata import CellMetadata, PlanCellMetadata, RunMetadata, read_block, read_cell
+from .metadata import CellMetadata, KernelspecShape, PlanCellMetadata, RunMetadata, read_block, read_cell
 from .normalise import normalise_text
 from .recorded import (
     CELLS_FILE,
@@ -302,9 +302,7 @@ async def _execute(
 
     from nbclient import NotebookClient  # it imports nbformat: after ours (``_nbformat``)
 
-    spec = nb.metadata.get("kernelspec")
-    recorded = spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str) else None
-    name = kernel_name or recorded or "python3"
+    name = kernel_name or KernelspecShape.read(nb.metadata.get("kernelspec")).name or "python3"
     provider = LocalProvider(
         Path(cwd), kernel_name=name, limits=limits, python=python, env=env, sockets=sockets, template=template
     )
