@@ -331,8 +331,12 @@ class LocalProvider:
         provisioner, process = self._process()
         if process is None or process.poll() is not None:
             return False
-        try:  # the kernel leads a process group of its own (bwrap and what it runs): all of it
-            os.killpg(getattr(provisioner, "pgid", None) or process.pid, signal.SIGKILL)
+        pgid = getattr(provisioner, "pgid", None)
+        try:
+            if pgid:  # a kernel started cold leads a process group of its own (bwrap and what it runs): all of it
+                os.killpg(pgid, signal.SIGKILL)
+            else:  # a forked kernel: the init of its own PID namespace (a pidfd's signal), whose end ends all in it
+                process.kill()
         except OSError:
             return False
         return True
