@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from ports import listening_port
+from replicas import Replica
 from service_server import ServiceServer
 
 from kernel_agent.server.run import DeferredApp
@@ -240,3 +241,13 @@ def test_a_service_server_that_cannot_start_lets_its_socket_go(tmp_path: Path) -
     with pytest.raises(RuntimeError, match="did not start"), server:
         pass
     assert server.socket.fileno() == -1 and not server.thread.is_alive()
+
+
+def test_a_replica_that_cannot_start_closes_its_client_and_stops(tmp_path: Path) -> None:
+    """The tests' service process (``replicas.py``) whose start fails (here its database cannot be reached)
+    closes its client, whose connection the garbage collector would otherwise close during a later test."""
+    nowhere = f"postgresql://nobody@/nothing?host={tmp_path / 'no-server-here'}"
+    replica = Replica(tmp_path / "data", "http://127.0.0.1:9/v1", database=nowhere)
+    with pytest.raises(RuntimeError, match="the replica exited"), replica:
+        pass
+    assert replica.client.is_closed and replica.process is not None and replica.process.poll() is not None
