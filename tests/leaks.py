@@ -5,9 +5,9 @@ developer's shell).
 
 A socket only the garbage collector closes fails some later test at random: the collector finalizes a
 cycle's objects in no set order, so when the socket goes before the client that would have closed it, it
-warns ``unclosed <socket.socket ...>`` (an error here) during whichever test the collection fell in. So
-each module's end collects the garbage itself and names what that closed (``sockets_for_the_collector``),
-and ``closed_by_their_owners`` checks one block with the collector off."""
+warns ``unclosed <socket.socket ...>`` (an error here) during whichever test the collection fell in. So a
+module's end with a TCP socket it opened still open collects the garbage itself and names the sockets that
+closed (``sockets_for_the_collector``), and ``closed_by_their_owners`` checks one block with the collector off."""
 
 from __future__ import annotations
 
