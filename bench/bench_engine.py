@@ -24,7 +24,6 @@ from pathlib import Path
 
 from report import Row, Scale, scaled
 
-from kernel_agent.agent.plan.runner import PlanOptions
 from kernel_agent.agent.run.agent import AsyncAgent
 from kernel_agent.events import PlanFinished, RunFinished
 from kernel_agent.kernel.interface import Kernel
@@ -83,12 +82,12 @@ async def _plan(session: Kernel, workspace: Path, cells: list[str]) -> float:
     replies = [json.dumps({"nodes": [{"id": i, "title": i} for i in ids]})]
     for cell in cells:  # each task: its code, then the reply without code that ends it
         replies += [f"```python\n{cell}\n```", "Done."]
-    agent = AsyncAgent(chat_model=ScriptedChatModel(replies), preload=False, session_factory=lambda _: _lent(session))
+    agent = AsyncAgent(
+        chat_model=ScriptedChatModel(replies), preload=False, exec_timeout=600, session_factory=lambda _: _lent(session)
+    )
     started = time.perf_counter()
     async with agent:
-        async for event in agent.stream_plan(
-            "bench", (), workspace, workspace.with_suffix(".ipynb"), options=PlanOptions(exec_timeout=600)
-        ):
+        async for event in agent.stream_plan("bench", (), workspace, workspace.with_suffix(".ipynb")):
             if isinstance(event, PlanFinished) and event.counts["done"] != len(cells):
                 raise RuntimeError(f"plan tasks failed: {event.counts}")
     return time.perf_counter() - started

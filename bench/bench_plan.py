@@ -62,13 +62,11 @@ async def _through_plan(
     csv: Path, workspace: Path, nodes: list[tuple[str, str, list[str]]]
 ) -> tuple[float, dict[str, str]]:
     shutil.copy(csv, workspace / csv.name)
-    agent = AsyncAgent(chat_model=ScriptedChatModel(_plan_replies(nodes)), preload=False)
+    agent = AsyncAgent(chat_model=ScriptedChatModel(_plan_replies(nodes)), preload=False, exec_timeout=600)
     notebook = workspace.with_name(f"{workspace.name}.plan.ipynb")
     started = time.perf_counter()
     async with agent:
-        async for _ in agent.stream_plan(
-            "bench", (), workspace, notebook, options=PlanOptions(max_fix_attempts=0, exec_timeout=600)
-        ):
+        async for _ in agent.stream_plan("bench", (), workspace, notebook, options=PlanOptions(max_fix_attempts=0)):
             pass
     elapsed = time.perf_counter() - started
     results = PlanState.load(state_path(notebook)).results

@@ -1,5 +1,5 @@
 """HTTP connections bounded in time and number, and where they arrive: ``ConnectionLimits``, ``uvicorn_options``
-and ``listen``.
+and ``listen``; ``answer_json``, the one way the servers' ASGI middleware answers a request themselves.
 
 A client that opens a connection and trickles its request a byte at a time costs the service a
 descriptor for as long as it likes: uvicorn's h11 protocol has no deadline on a request's headers (its
@@ -32,8 +32,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
+import json
 import logging
 import socket
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +45,9 @@ if TYPE_CHECKING:  # imported with uvicorn, at the first uvicorn_options call
     import h11
     from uvicorn.protocols.http.flow_control import FlowControl
 
-__all__ = ["ConnectionLimits", "listen", "uvicorn_options"]
+__all__ = ["ConnectionLimits", "answer_json", "listen", "uvicorn_options"]
+
+AsgiSend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _BUSY_BODY = b"the server has too many open connections; try again shortly\n"
 _BUSY = (
@@ -76,6 +80,14 @@ class ConnectionLimits:
             raise ConfigError("header_timeout, body_timeout and keep_alive must be positive")
         if self.max_connections < 1 or self.max_header_bytes < 1024:
             raise ConfigError("max_connections must be at least 1 and max_header_bytes at least 1024")
+
+
+async def answer_json(send: AsgiSend, status: int, body: object, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """Answer an ASGI request with ``body`` as JSON and ``status`` (a middleware's refusal, before the app)."""
+    payload = json.dumps(body).encode()
+    start = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def listen(host: str, port: int) -> list[socket.socket]:

@@ -14,7 +14,9 @@ page and every stored run's events read them by these names.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Literal
 
 from .records import Artifact, Round, Run
@@ -51,9 +53,14 @@ class _EventBase:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: ``{"event": kind, ...fields}``, a record in it as its wire shape (``shapes.py``)."""
-        from .shapes import event_dict  # pydantic, at the first event a front end sends as JSON
+        return _encoder()(self)
 
-        return event_dict(self)
+
+@cache
+def _encoder() -> Callable[[Any], dict[str, Any]]:
+    from .shapes import event_dict  # pydantic, at the first event a front end sends as JSON
+
+    return event_dict
 
 
 @dataclass(frozen=True)

@@ -3,18 +3,18 @@
 ``Shape`` is the base: written from our own values (``of``: read by attribute from a record's
 dataclass), read back from hostile JSON (``read``: strict types, unknown keys ignored, and a field
 whose value has the wrong type read as its default, as a hand edit may leave it). The notebook's
-metadata (``notebook/metadata.py``) and the events' JSON (``event_dict``, behind ``Event.to_dict``)
-are made of these shapes. Owns no I/O and no layout: which cell holds what is ``notebook/export.py``'s.
+metadata (``notebook/metadata.py``) and the events' JSON (``event_dict``, behind ``Event.to_dict``: one
+serializer per event class, compiled at its first event, that reads the event itself and writes its records
+as these shapes) are made of these shapes. Owns no I/O and no layout: which cell holds what is ``notebook/export.py``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Callable
 from functools import cache, partial
-from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
     AliasChoices,
@@ -23,16 +23,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
     WrapValidator,
-    create_model,
-    model_serializer,
     model_validator,
 )
+from pydantic_core import SchemaSerializer, core_schema
 
 from .records import Round, Run, Usage
 from .result import Artifact, ExecutionResult
@@ -51,14 +48,13 @@ __all__ = [
 ]
 
 
-class _OmitEmpty:
-    """Field marker: the key is left out of the JSON while the value is empty (older records stay as they were)."""
-
-    def __repr__(self) -> str:
-        return "OMIT_EMPTY"
+def _empty(value: object) -> bool:
+    return not value
 
 
-OMIT_EMPTY = _OmitEmpty()
+# Field marker: the key is left out of the JSON while the value is empty (older records stay as they were);
+# pydantic's serializer decides it per marked field, no Python pass over every object written.
+OMIT_EMPTY = Field(exclude_if=_empty)
 _LENIENT = "lenient"  # the validation context's key under which a mistyped field reads as its default
 
 
@@ -104,15 +100,6 @@ class Shape(BaseModel):
                 raise
             return handler({key: defaults[key]() if key in wrong else item for key, item in value.items()})
 
-    @model_serializer(mode="wrap")
-    def _omit_empty(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        for name in _omitted(type(self)):
-            key = type(self).model_fields[name].serialization_alias or name
-            if key in out and not out[key]:
-                del out[key]
-        return out
-
     @classmethod
     def of(cls, record: object) -> Self:
         """This shape of ``record`` (a dataclass of ours), its fields read by attribute."""
@@ -135,11 +122,6 @@ def _defaults(shape: type[Shape]) -> dict[Any, Callable[[], Any]]:
             if key is not None:
                 found[key] = partial(field.get_default, call_default_factory=True)
     return found
-
-
-@cache
-def _omitted(shape: type[Shape]) -> tuple[str, ...]:
-    return tuple(name for name, info in shape.model_fields.items() if OMIT_EMPTY in info.metadata)
 
 
 class UsageShape(Shape):
@@ -227,39 +209,47 @@ _WIRES: dict[Any, type[Shape]] = {
 }
 
 
-class _EventWire(BaseModel):
-    model_config = ConfigDict(ser_json_inf_nan="constants")
-    kind: ClassVar[str]
-
-
-def _wire_type(annotation: Any) -> Any:
-    """The shape a field is written as: a record's wire shape, a tuple of them as a list, anything else as it is."""
+def _written_as(annotation: Any) -> core_schema.CoreSchema:
+    """How an event's field is written: a record as its wire shape (``of``), a tuple of records as a list of
+    them, anything else as pydantic writes its value (a tuple as a list, a float as it is)."""
+    args = typing.get_args(annotation)
     if annotation in _WIRES:
-        return _WIRES[annotation]
-    if typing.get_origin(annotation) is tuple:
-        args = typing.get_args(annotation)
-        if len(args) == 2 and args[1] is Ellipsis and args[0] in _WIRES:
-            return types.GenericAlias(list, (_WIRES[args[0]],))
-    return Any
+        shape = _WIRES[annotation]
+        write: Callable[[Any], Any] = shape.of
+        written = shape.__pydantic_core_schema__
+    elif typing.get_origin(annotation) is tuple and len(args) == 2 and args[1] is Ellipsis and args[0] in _WIRES:
+        shape = _WIRES[args[0]]
+        write = partial(_each, shape.of)
+        written = core_schema.list_schema(shape.__pydantic_core_schema__)
+    else:
+        return core_schema.any_schema()
+    # the shape's schema, not its own serializer: an infinite float is written by this one's config, as a float
+    serialization = core_schema.plain_serializer_function_ser_schema(write, return_schema=written)
+    return core_schema.any_schema(serialization=serialization)
 
 
-_TWINS: dict[type[Any], type[_EventWire]] = {}
+def _each(write: Callable[[Any], Shape], records: tuple[Any, ...]) -> list[Shape]:
+    return [write(record) for record in records]
 
 
-def _twin(event_type: type[Any]) -> type[_EventWire]:
-    """A pydantic twin of an event dataclass: the same fields in the same order, records as their wire shape."""
-    if event_type in _TWINS:
-        return _TWINS[event_type]
+_SERIALIZERS: dict[type[Any], SchemaSerializer] = {}
+
+
+def _event_serializer(event_type: type[Any]) -> SchemaSerializer:
+    """One compiled serializer per event class, reading the event dataclass itself: its fields in order, records
+    as their wire shapes. Built at the class's first event; an event then costs what a dict of its values does."""
+    if event_type in _SERIALIZERS:
+        return _SERIALIZERS[event_type]
     hints = typing.get_type_hints(event_type)
-    fields: dict[str, Any] = {
-        field.name: (_wire_type(hints[field.name]), Field(validation_alias=AliasChoices(field.name)))
-        for field in dataclasses.fields(event_type)
-    }
-    _TWINS[event_type] = create_model(f"{event_type.__name__}Wire", __base__=_EventWire, **fields)
-    return _TWINS[event_type]
+    names = [field.name for field in dataclasses.fields(event_type)]
+    fields = [core_schema.dataclass_field(name, _written_as(hints[name])) for name in names]
+    schema = core_schema.dataclass_schema(
+        event_type, core_schema.dataclass_args_schema(event_type.__name__, fields), names
+    )
+    _SERIALIZERS[event_type] = SchemaSerializer(schema, core_schema.CoreConfig(ser_json_inf_nan="constants"))
+    return _SERIALIZERS[event_type]
 
 
 def event_dict(event: Any) -> dict[str, Any]:
     """An event (a frozen dataclass with a ``kind``) as JSON-ready values: ``{"event": kind, ...fields}``."""
-    wire = _twin(type(event)).model_validate(event, from_attributes=True, strict=False)
-    return {"event": event.kind, **wire.model_dump(mode="json")}
+    return {"event": event.kind, **_event_serializer(type(event)).to_python(event, mode="json")}

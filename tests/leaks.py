@@ -1,20 +1,34 @@
 """Pytest plugin: the suite must leave no kernel process, connection file, temp dir (a live source broker's
-socket folder, ``kernel-agent-sql-*``, included) or live source's database connection behind, and every test
-runs in a clean environment (no model settings leak in from the developer's shell)."""
+socket folder, ``kernel-agent-sql-*``, included), live source's database connection or TCP socket for the
+garbage collector behind, and every test runs in a clean environment (no model settings leak in from the
+developer's shell).
+
+A socket only the garbage collector closes fails some later test at random: the collector finalizes a
+cycle's objects in no set order, so when the socket goes before the client that would have closed it, it
+warns ``unclosed <socket.socket ...>`` (an error here) during whichever test the collection fell in. So a
+module's end with a TCP socket it opened still open collects the garbage itself and names the sockets that
+closed (``sockets_for_the_collector``), and ``closed_by_their_owners`` checks one block with the collector off."""
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import postgres
+import psutil
 import pytest
 
-from kernel_agent.kernel.providers.local import runtime_root
+from kernel_agent.kernel.providers.runtime import runtime_root
 from kernel_agent.kernel.sandbox.template import TEMPLATE_MODULE, close_templates
+
+if TYPE_CHECKING:
+    from psutil._ntuples import pconn
 
 _ENV_PREFIXES = ("OPENAI_", "KERNEL_AGENT_")
 _ROOT_VARIABLE = "KERNEL_TESTS_TEMP_ROOT"
@@ -78,6 +92,53 @@ def source_connections(wait_s: float = 10.0) -> list[str]:
     """The live sources' connections open on the PostgreSQL servers this process started, once those closing
     have ended (up to ``wait_s``: ``PostgresServer.connections``)."""
     return [found for server in postgres.RUNNING for found in server.connections(SOURCE_APPLICATION, wait_s)]
+
+
+def tcp_sockets() -> dict[int, str]:
+    """This process's TCP sockets: descriptor → its addresses (``_described``)."""
+    return {found.fd: _described(found) for found in psutil.Process().net_connections("tcp")}
+
+
+def _described(found: pconn) -> str:
+    """A socket's addresses: ``host:port -> host:port``, or ``host:port listening``."""
+    local = f"{found.laddr.ip}:{found.laddr.port}"
+    return f"{local} -> {found.raddr.ip}:{found.raddr.port}" if found.raddr else f"{local} listening"
+
+
+def sockets_for_the_collector(earlier: dict[int, str]) -> list[str]:
+    """The TCP sockets opened since ``earlier`` (``tcp_sockets()`` then) that a garbage collection closes now:
+    open before it, closed by it (a socket of an object nothing refers to any more, which its owner never
+    closed). No collection when none is open (a whole one takes a third of a second in a test process). What
+    the collection's finalizers warn is reported as ever (an error, with the test whose teardown this is)."""
+    opened = {fd: where for fd, where in tcp_sockets().items() if earlier.get(fd) != where}
+    if not opened:
+        return []
+    gc.collect()
+    after = tcp_sockets()
+    return sorted(where for fd, where in opened.items() if after.get(fd) != where)
+
+
+@contextmanager
+def closed_by_their_owners() -> Iterator[None]:
+    """Run the block with the garbage collector off, then fail if a TCP connection it opened (from this
+    process to a port this process does not listen on: a server here closes its side in its own time) is
+    still open: one its owner did not close, which only the collector would."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        before = tcp_sockets()
+        yield
+        now = psutil.Process().net_connections("tcp")
+        listening = {found.laddr.port for found in now if not found.raddr}
+        left = [
+            _described(found)
+            for found in now
+            if found.raddr and found.laddr.port not in listening and before.get(found.fd) != _described(found)
+        ]
+        assert not left, f"TCP connections left open for the garbage collector: {left}"
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _own_temp_root() -> Path:
@@ -151,6 +212,7 @@ def no_leftovers_per_module(request: pytest.FixtureRequest) -> Iterator[None]:
     names the module that made it rather than whichever test happened to run last."""
     kernels_before = set(our_kernel_pids())
     files_before = temp_leftovers()
+    sockets_before = tcp_sockets()
     yield
     leaked = set(our_kernel_pids()) - kernels_before
     assert not leaked, f"{request.module.__name__} left kernel processes running: {sorted(leaked)}"
@@ -158,6 +220,8 @@ def no_leftovers_per_module(request: pytest.FixtureRequest) -> Iterator[None]:
     assert not new_files, f"{request.module.__name__} left temp files/dirs behind: {sorted(new_files)}"
     connections = source_connections()
     assert not connections, f"{request.module.__name__} left live source connections open: {connections}"
+    collected = sockets_for_the_collector(sockets_before)
+    assert not collected, f"{request.module.__name__} left TCP sockets for the garbage collector: {collected}"
 
 
 @pytest.fixture(autouse=True)

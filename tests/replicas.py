@@ -71,12 +71,21 @@ class Replica:
         self.client = httpx.Client(headers={"Authorization": f"Bearer {KEY}"}, timeout=60)  # its URL: ``__enter__``
 
     def __enter__(self) -> Replica:
+        """Start the replica and wait until it is ready; raises ``RuntimeError`` when it does not get there,
+        its process stopped and its client closed (``with`` calls no ``__exit__`` after a failed ``__enter__``)."""
         env = {**os.environ, "KERNEL_AGENT_SERVER_KEYS": KEY}
         with self.log.open("ab") as log:
             umask = -1 if self.umask is None else self.umask
             self.process = subprocess.Popen(self.command, env=env, stdout=log, stderr=log, umask=umask)
         try:
-            self.port = listening_port(self.process)
+            return self._ready(self.process)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _ready(self, process: subprocess.Popen[bytes]) -> Replica:
+        try:
+            self.port = listening_port(process)
         except RuntimeError as error:
             self.kill()
             raise RuntimeError(f"{error}: {self.log.read_text()[-3000:]}") from None
@@ -84,7 +93,7 @@ class Replica:
         self.client.base_url = httpx.URL(self.url)
         deadline = time.monotonic() + 60
         while True:
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 raise RuntimeError(f"the replica exited: {self.log.read_text()[-3000:]}")
             try:
                 if self.client.get("/ready").status_code == 200:

@@ -48,13 +48,22 @@ class ServiceServer:
             create_app(self.config), log_level="warning", lifespan="on", **uvicorn_options(self.config.connections)
         )
         self.server = uvicorn.Server(server_config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            self.server.run(sockets=[self.socket])
+        except SystemExit:  # uvicorn exits when the app's start fails: ``__enter__`` raises for it
+            pass
 
     def __enter__(self) -> ServiceServer:
+        """Start serving; raises ``RuntimeError`` when the service does not start, its thread stopped and its
+        socket closed (``with`` calls no ``__exit__`` after a failed ``__enter__``)."""
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.__exit__()
                 raise RuntimeError("the service did not start")
             time.sleep(0.02)
         return self

@@ -9,8 +9,9 @@ import pytest
 
 from kernel_agent.kernel.engine import Outcome, Verdict, classify
 from kernel_agent.kernel.interface import Kernel
+from kernel_agent.kernel.providers.attached import AttachedProvider
 from kernel_agent.kernel.providers.base import KernelProvider
-from kernel_agent.kernel.providers.local import AttachedProvider, LocalProvider
+from kernel_agent.kernel.providers.local import LocalProvider
 from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.result import ErrorInfo

@@ -27,7 +27,7 @@ from openai_server import OpenAIServer, Reply, python_call
 from planting import plant
 
 import kernel_agent
-from kernel_agent._python import BOOT, code_argv, python_argv, script_argv
+from kernel_agent._python import BOOT, code_argv, python_argv, relative_pythonpath, script_argv
 from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.session_sync import KernelSession
 
@@ -144,10 +144,19 @@ def test_the_one_rule_is_isolated_and_absolute() -> None:
 
 
 # ------------------------------------------------------------------ planted folders
+def own_env(**extra: str) -> dict[str, str]:
+    """The test's environment for a process it starts in a planted folder, without the caller's relative
+    ``PYTHONPATH`` entries (``PYTHONPATH=.`` would have the interpreter import the planted modules before any
+    code of ours runs: the caller's doing, which ``test_the_cli_warns_of_a_relative_pythonpath`` covers)."""
+    env = {**os.environ, **extra}
+    kept = [entry for entry in env.pop("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(entry)]
+    return {**env, "PYTHONPATH": os.pathsep.join(kept)} if kept else env
+
+
 def harness(code: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a Python process of the test's own, started in ``cwd`` but safe from it
     (``PYTHONSAFEPATH``): what it starts is the subject."""
-    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    env = own_env(PYTHONSAFEPATH="1")
     return subprocess.run(
         [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -194,6 +203,34 @@ def test_the_interpreter_probe_from_a_planted_folder_imports_nothing_there(tmp_p
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == sys.version.split()[0]
     assert not marker.exists()
+
+
+def test_a_relative_pythonpath_entry_is_named() -> None:
+    assert relative_pythonpath({"PYTHONPATH": f"/opt/lib{os.pathsep}{os.pathsep}src{os.pathsep}."}) == ["", "src", "."]
+    assert relative_pythonpath({"PYTHONPATH": "/opt/lib"}) == relative_pythonpath({}) == []
+
+
+def test_the_cli_warns_of_a_relative_pythonpath(tmp_path: Path) -> None:
+    """The interpreter imports from a relative ``PYTHONPATH`` entry before our code runs: the CLI says so, on
+    stderr, with the fix; an absolute entry (this checkout's, so that the command is the code under test) is
+    not named."""
+    root = str(PACKAGE.parent)
+    script = str(Path(sys.executable).with_name("kernel-agent"))
+    warned = []
+    for pythonpath in (f".{os.pathsep}{root}", root):
+        done = subprocess.run(
+            [script, "--version"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": pythonpath},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        warned.append(done.stderr)
+    assert "PYTHONPATH holds '.'" in warned[0] and str(tmp_path) in warned[0] and "absolute" in warned[0]
+    assert "PYTHONPATH" not in warned[1]
 
 
 # ------------------------------------------------------------------ kernels in a planted workspace
@@ -258,7 +295,7 @@ def cli(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(Path(sys.executable).with_name("kernel-agent")), *args],
         cwd=folder,
-        env={**os.environ, "OPENAI_API_KEY": "sk-test"},
+        env=own_env(OPENAI_API_KEY="sk-test"),
         capture_output=True,
         text=True,
         timeout=600,

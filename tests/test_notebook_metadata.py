@@ -1,6 +1,7 @@
-"""The notebook's metadata is one schema (``notebook/metadata.py``): what export writes, load reads and the
-docs publish. The published JSON Schema is the models'; every notebook we ship or wrote matches it; each
-field is named as the record attribute it is written from; and load reads hostile metadata as defaults."""
+"""The notebook's metadata is one schema (``notebook/metadata.py``): what export and plan mode write, load reads
+and the docs publish. The published JSON Schema is the models'; every notebook we ship or wrote, a run's or a
+plan's, matches it; each field is named as the record attribute it is written from; and load reads hostile
+metadata as defaults."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ from typing import Any
 import jsonschema
 import pytest
 
+from kernel_agent.agent.plan.schema import NodeSpec, PlanSpec
+from kernel_agent.notebook.kinds import notebook_kind
 from kernel_agent.notebook.load import load_run
 from kernel_agent.notebook.metadata import (
     CellMetadata,
+    PlanNodeRecord,
+    PlanRecord,
     ResultRecord,
     RoundRecord,
     RunMetadata,
@@ -32,10 +37,22 @@ PUBLISHED = ROOT / "docs" / "reference" / "notebook-metadata.schema.json"
 # Run notebooks export wrote (the golden ones are checked byte for byte against today's export).
 WRITTEN = sorted(
     [
-        *ROOT.glob("tests/golden/*.ipynb"),
+        *ROOT.glob("tests/golden/run.*.ipynb"),
         *ROOT.glob("notebooks/example-*.ipynb"),
         ROOT / "notebooks/magic-demo-run.ipynb",
     ]
+)
+
+
+def _kind(path: Path) -> str:
+    return notebook_kind(json.loads(path.read_text(encoding="utf-8"))["metadata"])
+
+
+# Plan notebooks plan mode wrote: the golden one (checked byte for byte in test_plan_metadata.py) and any shipped.
+PLANS = sorted(
+    path
+    for path in {*ROOT.glob("tests/golden/*.ipynb"), *ROOT.glob("notebooks/**/*.ipynb"), *ROOT.glob("docs/**/*.ipynb")}
+    if _kind(path) == "plan"
 )
 REGENERATE = (
     'python -c "from kernel_agent.notebook.metadata import json_schema_text; '
@@ -65,9 +82,33 @@ def test_every_notebook_we_wrote_matches_the_published_schema(path: Path) -> Non
         assert list(cells.iter_errors(cell["metadata"]["kernel_agent"])) == [], cell["id"]
 
 
+@pytest.mark.parametrize("path", PLANS, ids=lambda path: path.name)
+def test_every_plan_notebook_we_wrote_matches_the_published_schema(path: Path) -> None:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    assert list(_validator("PlanNotebookMetadata").iter_errors(notebook["metadata"])) == []
+    cells = _validator("PlanCellMetadata")
+    assert {cell["metadata"]["kernel_agent"].get("role") for cell in notebook["cells"]} >= {"header", "setup", "task"}
+    for cell in notebook["cells"]:
+        assert list(cells.iter_errors(cell["metadata"]["kernel_agent"])) == [], cell["id"]
+
+
+def test_the_golden_plan_notebook_is_found() -> None:
+    assert ROOT / "tests/golden/plan.ipynb" in PLANS and not set(PLANS) & set(WRITTEN)
+
+
 def test_the_schema_refuses_what_export_never_writes() -> None:
     assert not _validator().is_valid({"kernel_agent": {"usage": "lots"}})
     assert not _validator("CellMetadata").is_valid({"status": "exploded"})
+    assert not _validator("PlanNotebookMetadata").is_valid({"kernel_agent": {"plan": {"nodes": [{"title": "no id"}]}}})
+    assert not _validator("PlanNotebookMetadata").is_valid({"kernel_agent": {"counts": {"done": "all"}}})
+    assert not _validator("PlanCellMetadata").is_valid({"status": "exploded"})
+    assert not _validator("PlanCellMetadata").is_valid({"node": 3})
+
+
+def test_the_plan_is_recorded_as_the_model_designs_it() -> None:
+    """``PlanRecord`` and ``PlanNodeRecord`` have the fields of the plan's wire shape (``agent/plan/schema.py``)."""
+    assert set(PlanRecord.model_fields) == set(PlanSpec.model_fields)
+    assert set(PlanNodeRecord.model_fields) == set(NodeSpec.model_fields)
 
 
 def _names(record: type[Any]) -> set[str]:

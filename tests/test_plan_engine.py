@@ -104,3 +104,66 @@ def test_a_partly_used_reply_in_a_node_is_explained_to_the_model(openai_server: 
     sent = json.dumps(openai_server.requests[2]["messages"])
     assert "[about your reply:" in sent and "first" in sent
     assert any(isinstance(e, Notice) and "round 1" in e.message for e in events)
+
+
+def test_a_nodes_code_gets_the_agents_timeout_whatever_budgets_are_given(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """The per-cell timeout is the agent's one setting (``exec_timeout``): a plan given budgets of its own
+    (``PlanOptions``) keeps it, the node's code is interrupted at it, the model is told, and the state the
+    kernel had before survives the interrupt."""
+    from kernel_agent.agent.plan.runner import PlanOptions
+
+    def told(body: dict[str, Any]) -> Reply:
+        last = str(body["messages"][-1]["content"])
+        assert last.startswith("[timeout]") and "variables from earlier cells are still defined" in last
+        assert "after the sleep" not in last
+        return call("print('still here', kept)")
+
+    openai_server.add(
+        plan("wait"), call("kept = 7\nimport time\ntime.sleep(30)\nprint('after', 'the sleep')"), told, Reply("Done.")
+    )
+    with agent_for(openai_server, exec_timeout=2) as agent:
+        events = list(
+            agent.stream_plan(
+                "Wait.", (), tmp_path / "ws", tmp_path / "plan.ipynb", options=PlanOptions(max_task_rounds=3)
+            )
+        )
+    assert finished(events)["wait"].status == "done"
+    outputs = "".join(e.text for e in events if isinstance(e, ExecutionOutput))
+    assert "still here 7" in outputs and "after the sleep" not in outputs
+    assert openai_server.remaining == 0
+
+
+def test_a_node_whose_code_kills_the_kernel_is_told_and_the_plan_goes_on_in_a_rebuilt_kernel(
+    openai_server: OpenAIServer, tmp_path: Path
+) -> None:
+    """A kernel death in a node's round: the model is told the kernel died, the next round runs in a kernel
+    rebuilt from the earlier node's successful cells (its variable is back), and the later node runs."""
+
+    def told(body: dict[str, Any]) -> Reply:
+        last = str(body["messages"][-1]["content"])
+        assert last.startswith("[kernel died]") and "earlier cells were re-run" in last  # what the kernel kept
+        return call("print('rebuilt', base * 2)")
+
+    openai_server.add(
+        plan("first", "second", "third"),
+        call("base = 21\nprint('base set')"),
+        Reply("Set."),
+        call("import os\nos._exit(1)"),
+        told,
+        Reply("Doubled."),
+        call("print('third sees', base)"),
+        Reply("Seen."),
+    )
+    with agent_for(openai_server) as agent:
+        events = list(agent.stream_plan("Crash.", (), tmp_path / "ws", tmp_path / "plan.ipynb"))
+    assert {node: e.status for node, e in finished(events).items()} == {
+        "first": "done",
+        "second": "done",
+        "third": "done",
+    }
+    outputs = "".join(e.text for e in events if isinstance(e, ExecutionOutput))
+    assert "rebuilt 42" in outputs and "third sees 21" in outputs
+    assert openai_server.remaining == 0
+    assert our_kernel_pids() == []

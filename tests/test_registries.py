@@ -18,7 +18,8 @@ from kernel_agent.agent.languages import LANGUAGE_REGISTRY, LANGUAGES, PYTHON, R
 from kernel_agent.agent.names import PROTOCOL_REGISTRY, PROTOCOLS
 from kernel_agent.agent.protocols import get_protocol
 from kernel_agent.errors import ConfigError
-from kernel_agent.kernel.providers.local import AttachedProvider, LocalProvider
+from kernel_agent.kernel.providers.attached import AttachedProvider
+from kernel_agent.kernel.providers.local import LocalProvider
 from kernel_agent.kernel.providers.registry import PROVIDER_REGISTRY, PROVIDERS, ProviderSettings, make_provider
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.model.registry import MODEL_REGISTRY, ModelSettings, split_model

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from leaks import closed_by_their_owners
 from openai_server import OpenAIServer, Reply, python_call
 from service_server import ServiceServer
 
@@ -118,8 +119,12 @@ def test_bad_chat_requests_get_clear_errors(client: openai.OpenAI) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as invalid:
         client.chat.completions.create(model="m", messages="not a list")  # type: ignore[arg-type]
     assert invalid.value.param == "messages" and body_of(invalid.value)["message"].startswith("messages: ")
-    with pytest.raises(openai.AuthenticationError) as stranger:
-        openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0).models.list()
+    with (
+        closed_by_their_owners(),
+        pytest.raises(openai.AuthenticationError) as stranger,
+        openai.OpenAI(base_url=str(client.base_url), api_key="wrong", max_retries=0) as wrong,
+    ):
+        wrong.models.list()
     assert "Authorization: Bearer KEY" in str(stranger.value) and stranger.value.code == "invalid_api_key"
     with pytest.raises(openai.NotFoundError) as nowhere:
         client.get("/nowhere", cast_to=object)

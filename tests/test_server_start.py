@@ -16,7 +16,10 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ports import listening_port
+from replicas import Replica
+from service_server import ServiceServer
 
 from kernel_agent.server.run import DeferredApp
 
@@ -228,3 +231,23 @@ def test_serve_on_a_port_in_use_is_a_usage_error_naming_the_port_and_the_option(
         f"Error: port {port} on 127.0.0.1 is already in use (another server is listening there); "
         "choose another with --port"
     ]  # one line: no uvicorn start-up lines, no "[Errno 98]"
+
+
+def test_a_service_server_that_cannot_start_lets_its_socket_go(tmp_path: Path) -> None:
+    """The tests' in-process service (``service_server.py``) closes its socket when its start fails: left
+    open, the garbage collector would close it, and warn, during some later test."""
+    (tmp_path / "data").write_text("a file where the data dir should be")
+    server = ServiceServer(tmp_path / "data", "http://127.0.0.1:9/v1")
+    with pytest.raises(RuntimeError, match="did not start"), server:
+        pass
+    assert server.socket.fileno() == -1 and not server.thread.is_alive()
+
+
+def test_a_replica_that_cannot_start_closes_its_client_and_stops(tmp_path: Path) -> None:
+    """The tests' service process (``replicas.py``) whose start fails (here its database cannot be reached)
+    closes its client, whose connection the garbage collector would otherwise close during a later test."""
+    nowhere = f"postgresql://nobody@/nothing?host={tmp_path / 'no-server-here'}"
+    replica = Replica(tmp_path / "data", "http://127.0.0.1:9/v1", database=nowhere)
+    with pytest.raises(RuntimeError, match="the replica exited"), replica:
+        pass
+    assert replica.client.is_closed and replica.process is not None and replica.process.poll() is not None

@@ -14,7 +14,7 @@ from jupyter_client.manager import start_new_kernel
 
 from kernel_agent.errors import KernelStartError, SessionClosedError
 from kernel_agent.kernel.outputs import OutputCaps
-from kernel_agent.kernel.providers.local import runtime_root
+from kernel_agent.kernel.providers.runtime import runtime_root
 from kernel_agent.kernel.session import AsyncKernelSession
 from kernel_agent.kernel.session_sync import KernelSession
 from kernel_agent.result import png_size

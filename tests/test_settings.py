@@ -200,6 +200,22 @@ def test_seconds_per_execution_is_one_option_everywhere() -> None:
         assert timeouts[0].setting is SETTINGS["exec_timeout"] and timeouts[0].name == "exec_timeout", path
 
 
+def test_seconds_per_execution_has_one_default_everywhere() -> None:
+    """The row's default, replay's functions' and the MCP server's: one value, declared below them all."""
+    import inspect
+
+    from kernel_agent.kernel.interface import EXEC_TIMEOUT_S
+    from kernel_agent.mcp.connections import Workbenches
+    from kernel_agent.mcp.server import McpOptions
+    from kernel_agent.mcp.workbench import Workbench
+    from kernel_agent.notebook.replay import async_replay, replay
+
+    assert SETTINGS["exec_timeout"].default == EXEC_TIMEOUT_S == 120
+    assert McpOptions(workspace=ROOT).exec_timeout == EXEC_TIMEOUT_S
+    for function in (replay, async_replay, Workbench, Workbenches):
+        assert inspect.signature(function).parameters["timeout"].default == EXEC_TIMEOUT_S, function
+
+
 # -- the service's and the MCP server's tables ---------------------------------------------------------
 
 

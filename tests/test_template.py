@@ -28,6 +28,7 @@ from leaks import process_gone
 from test_hostile import attack
 
 from kernel_agent.kernel.providers.forked import TemplateProvisioner
+from kernel_agent.kernel.providers.local import LocalProvider
 from kernel_agent.kernel.sandbox.limits import Limits
 from kernel_agent.kernel.sandbox.template import Template, TemplateKey, template_for
 from kernel_agent.kernel.session_sync import KernelSession
@@ -368,6 +369,26 @@ def test_a_kernel_that_kills_itself_leaves_the_template_and_siblings(tmp_path: P
             assert (template.pid, template.starts) == before and template.alive()
             assert forked(doomed).execute("'doomed' in dir()").result_text == "False"  # restarted, forked again
             assert_unharmed(b, victim)
+
+
+def test_a_forked_kernel_is_killed_at_once_whole_and_alone(tmp_path: Path, b: KernelSession) -> None:
+    """``kill_now`` (what ``kill_local_kernels`` runs for each kernel when a SIGTERM stops the MCP server, so that
+    its close ends before the client's SIGKILL) reaches a forked kernel, the init of its own PID namespace in no
+    process group of its own, and every process in its sandbox; the template and a sibling live on."""
+    victim = host_pid(b)
+    with KernelSession(tmp_path / "ws") as doomed:
+        template = template_of(forked(doomed))
+        doomed.execute("import subprocess\nchild = subprocess.Popen(['sleep', '600'])").raise_for_status()
+        pids = host_pids(doomed)
+        assert len(pids) >= 3, pids  # the init, the kernel and its child
+        provider = doomed.async_session.provider
+        assert isinstance(provider, LocalProvider) and provider.kill_now()
+        deadline = time.monotonic() + 30  # SIGKILL is not instant: the kernel of Linux ends them, then reaps
+        while not all(process_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(process_gone(pid) for pid in pids), pids
+        assert template.alive()
+        assert_unharmed(b, victim)
 
 
 def test_a_kernel_out_of_memory_leaves_the_template_and_siblings(tmp_path: Path, b: KernelSession) -> None:

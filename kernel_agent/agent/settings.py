@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from ..kernel.interface import EXEC_TIMEOUT_S
 from ..kernel.providers.registry import PROVIDER_GROUP, provider_names
 from .names import DATA_FORMATS, PROTOCOL_GROUP, protocol_names
 
@@ -211,7 +212,7 @@ SETTINGS = Table(
         flag="--max-rounds", metavar="N", minimum=1,
     ),
     Setting(
-        "exec_timeout", "kernel", "exec_timeout", float, 120.0,
+        "exec_timeout", "kernel", "exec_timeout", float, EXEC_TIMEOUT_S,
         "Seconds each code execution may take",
         flag="--timeout", metavar="S", minimum=0, positive=True, optional=True,
     ),

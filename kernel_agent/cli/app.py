@@ -29,6 +29,7 @@ from .commands.run import run
 from .commands.serve import serve
 from .commands.show import show
 from .eval import eval_group
+from .invocation import warn_of_relative_pythonpath
 from .keys import keys
 from .logs import install_log_handler
 from .plugins import plugins
@@ -62,4 +63,5 @@ cli.add_command(eval_group())
 def main(argv: list[str] | None = None) -> None:
     """The ``kernel-agent`` console script."""
     install_log_handler()
+    warn_of_relative_pythonpath()
     cli.main(args=argv, prog_name="kernel-agent")

@@ -6,17 +6,22 @@ on PATH, so a bare ``kernel-agent`` there would be "command not found": the name
 PATH's ``kernel-agent`` is this very program, else the path this program was started by (relative to the current
 folder when under it). Not started as the console script (``python -m kernel_agent.cli``, or ``main()`` called
 in-process), it is this interpreter with ``-m kernel_agent.cli``. Every argument is quoted for a POSIX shell.
+``warn_of_relative_pythonpath``: the console script's one word on how it was started that no code of ours can
+mend, a ``PYTHONPATH`` entry relative to the current folder (Python imported from there before we ran).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["command_line"]
+from .._python import relative_pythonpath
+
+__all__ = ["command_line", "warn_of_relative_pythonpath"]
 
 SCRIPT = "kernel-agent"
 
@@ -52,3 +57,18 @@ def _shown_path(path: Path) -> str:
     except (ValueError, OSError):
         return str(absolute)
     return str(relative) if len(relative.parts) > 1 else f"./{relative}"
+
+
+def warn_of_relative_pythonpath() -> None:
+    """Log a warning when ``PYTHONPATH`` holds an entry relative to the current folder. Raises nothing."""
+    entries = relative_pythonpath()
+    if entries:
+        named = ", ".join(repr(entry) if entry else "an empty entry" for entry in entries)
+        logging.getLogger(__name__).warning(
+            "PYTHONPATH holds %s, relative to the folder kernel-agent started in (%s): Python imports modules "
+            "from there before kernel-agent runs, so a json.py or pandas.py in that folder runs as you. Give "
+            'PYTHONPATH absolute folders (PYTHONPATH="$PWD" in your own project), or start kernel-agent from '
+            "a folder of your own.",
+            named,
+            os.getcwd(),
+        )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernelStartError
-from ..kernel.providers.local import AttachedProvider
+from ..kernel.providers.attached import AttachedProvider
 from ..kernel.session import AsyncKernelSession
 
 __all__ = ["InterruptWatch", "notebook_kernel", "notebook_kernel_id"]

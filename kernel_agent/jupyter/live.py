@@ -34,6 +34,7 @@ from .._loop import in_thread
 from ..errors import NotebookError
 from ..notebook.export import KERNELSPEC, METADATA_KEY
 from ..notebook.load import read_json_record
+from ..notebook.metadata import CellMetadata, read_cell
 from ..safe.html import markdown_source, safe_bundle
 
 __all__ = ["STARTING_ID", "LiveNotebook", "exported_cells", "new_notebook"]
@@ -72,7 +73,7 @@ def exported_cells(path: Path) -> list[dict[str, Any]]:
 
 
 def _shown_cell(cell: dict[str, Any]) -> dict[str, Any]:
-    role = (cell.get("metadata", {}).get(METADATA_KEY) or {}).get("role")
+    role = read_cell(cell, CellMetadata).role
     if cell.get("cell_type") == "markdown" and role != "thinking":  # the export escapes the thinking itself
         return {**cell, "source": markdown_source(str(cell.get("source", "")))}
     if cell.get("cell_type") == "code":

@@ -1,7 +1,7 @@
 """The kernel seam: what a kernel looks like to the rest of kernel-agent, wherever it runs.
 
-Owns two typing protocols, the session state enum and the wrapper that makes a plain callable a
-factory, nothing else (where a kernel lives is ``providers/``):
+Owns two typing protocols, the session state enum, the wrapper that makes a plain callable a
+factory and ``EXEC_TIMEOUT_S``, nothing else (where a kernel lives is ``providers/``):
 
 * ``Kernel``: the public face of one live kernel, what the agent, the magic,
   the CLI, ``PythonTool`` and replay program against. ``AsyncKernelSession``
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .sandbox.limits import Limits
 
 __all__ = [
+    "EXEC_TIMEOUT_S",
     "Kernel",
     "KernelFactory",
     "KernelMaker",
@@ -47,6 +48,12 @@ __all__ = [
     "kernels_ahead",
     "kernels_ahead_of",
 ]
+
+
+EXEC_TIMEOUT_S = 120.0
+"""Seconds one execution of analysed code may take unless the user says otherwise: the ``exec_timeout``
+setting's default (``--timeout``: the agent's rounds, ``replay``, the MCP server), declared here, below every
+layer that runs code for a user, so that each takes it from one place. ``Kernel.execute`` itself has none."""
 
 
 class SessionState(Enum):

@@ -32,17 +32,10 @@ from ..records import PYTHON3_KERNELSPEC
 from .inside.launcher import EXEC_FLAG
 from .python_env import PythonEnvironment, probe_python
 from .sandbox.bwrap import SandboxView, bwrap_argv, require_bwrap
+from .sandbox.forked_kernel import HOLDER, INFO_FD, JOINED_FDS, KERNEL_PID, namespace_files
 from .sandbox.network import network_prefix, require_pasta
 from .sandbox.seccomp import require_filter
-from .sandbox.template import (
-    HOLDER,
-    INFO_FD,
-    JOINED_FDS,
-    KERNEL_PID,
-    TemplateKey,
-    namespace_files,
-    provisioner_metadata,
-)
+from .sandbox.template import TemplateKey, provisioner_metadata
 
 if TYPE_CHECKING:
     from .sandbox.limits import Confinement

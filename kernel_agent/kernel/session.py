@@ -28,8 +28,8 @@ from .outputs import OutputCaps
 from .partial import OutputCallback
 from .providers.base import KernelProvider
 from .providers.gateway.settings import GatewaySettings
-from .providers.local import sweep_stale_runtime_dirs
 from .providers.registry import ProviderSettings, make_provider, provider_for
+from .providers.runtime import sweep_stale_runtime_dirs
 from .sandbox.limits import Confinement, Limits
 
 __all__ = ["AsyncKernelSession", "SessionState", "sweep_stale_runtime_dirs"]

@@ -9,10 +9,10 @@ listen on an address other than loopback unless told that TLS and access control
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from .._connections import answer_json
 from .._net import is_loopback
 from ..errors import ConfigError
 
@@ -40,19 +40,8 @@ class BearerKey:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._allowed(scope):
-            body = json.dumps({"error": "a valid key is needed: send Authorization: Bearer KEY"}).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b'Bearer realm="kernel-agent mcp"'),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            message = {"error": "a valid key is needed: send Authorization: Bearer KEY"}
+            await answer_json(send, 401, message, [(b"www-authenticate", b'Bearer realm="kernel-agent mcp"')])
             return
         await self.app(scope, receive, send)
 

@@ -25,6 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from .._loop import in_thread
 from ..errors import KernelAgentError
+from ..kernel.interface import EXEC_TIMEOUT_S
 
 if TYPE_CHECKING:
     from ..kernel.session import AsyncKernelSession
@@ -55,7 +56,7 @@ class Workbenches:
         *,
         data: Sequence[str] = (),
         sources: Sequence[SourceSpec] = (),
-        timeout: float = 120.0,
+        timeout: float = EXEC_TIMEOUT_S,
         stdio: bool = True,
         factory: SessionBuilder | None = None,
     ) -> None:

@@ -325,18 +325,18 @@ def serve(options: McpOptions, session_factory: SessionBuilder | None = None) ->
         # Bound here, so the origin check knows the port (also with --port 0) before the app is made; a port
         # in use is a ConfigError naming --port, as for serve.
         sockets = listen(options.host, options.port)
-        port = sockets[0].getsockname()[1]
-        http = server.streamable_http_app(
-            host=options.host,
-            session_idle_timeout=options.session_idle,
-            max_sessions=options.max_sessions,
-            transport_security=_own_origins(options.host, port),
-        )
-        app = BearerKey(http, options.key or "")
-        # the service's bounds: a deadline on a request's headers and body, a cap on open connections
-        bounds = uvicorn_options(ConnectionLimits())
-        config = uvicorn.Config(app, host=options.host, port=port, log_level="warning", **bounds)
-        try:
+        try:  # from the bind on: whatever ends this, the sockets are closed
+            port = sockets[0].getsockname()[1]
+            http = server.streamable_http_app(
+                host=options.host,
+                session_idle_timeout=options.session_idle,
+                max_sessions=options.max_sessions,
+                transport_security=_own_origins(options.host, port),
+            )
+            app = BearerKey(http, options.key or "")
+            # the service's bounds: a deadline on a request's headers and body, a cap on open connections
+            bounds = uvicorn_options(ConnectionLimits())
+            config = uvicorn.Config(app, host=options.host, port=port, log_level="warning", **bounds)
             anyio.run(partial(uvicorn.Server(config).serve, sockets=sockets))
         finally:
             for sock in sockets:

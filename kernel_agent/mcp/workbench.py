@@ -36,6 +36,7 @@ from ..agent.run.live import LiveSources
 from ..agent.run.preparation import live_words
 from ..errors import KernelError, SessionClosedError
 from ..kernel.door import Door, plain_parts
+from ..kernel.interface import EXEC_TIMEOUT_S
 from ..kernel.partial import OutputCallback
 from ..kernel.session import AsyncKernelSession
 from ..kernel.workspace import check_outside, records_beside, workspace_from
@@ -98,7 +99,7 @@ class Workbench:
         *,
         files: Sequence[DataFile] = (),
         session_factory: SessionBuilder = default_session,
-        timeout: float = 120.0,
+        timeout: float = EXEC_TIMEOUT_S,
         client: str = "an MCP client",
         notebook: Path | None = None,
         ahead: asyncio.Future[AsyncKernelSession] | None = None,

@@ -27,6 +27,7 @@ from ..safe.html import clean_html, clean_page, markdown_html, safe_bundle
 from ..safe.http import DOCUMENT_CSP
 from .kinds import notebook_kind
 from .load import read_notebook
+from .metadata import RunMetadata, read_block
 from .report import report_order
 
 if TYPE_CHECKING:
@@ -92,13 +93,12 @@ def export_html(notebook: str | os.PathLike[str], target: str | os.PathLike[str]
 def page_title(nb: object) -> str:
     """``kernel-agent: <the task's first line>`` (shortened), ``kernel-agent: MCP session (<client>)``, or
     the plain name for other notebooks."""
-    metadata = getattr(nb, "metadata", {}) or {}
-    meta = metadata.get("kernel_agent") if isinstance(metadata, dict) else None
-    meta = meta if isinstance(meta, dict) else {}
+    metadata = getattr(nb, "metadata", None)
+    meta = read_block(metadata, RunMetadata) or RunMetadata.read({})
     if notebook_kind(metadata) == "mcp":
-        client = str(meta.get("model") or "").strip()
+        client = meta.model.strip()
         return "kernel-agent: MCP session" + (f" ({_short(client)})" if client else "")
-    task = str(meta.get("task") or "").strip()
+    task = meta.task.strip()
     if not task:
         return "kernel-agent run"
     return f"kernel-agent: {_short(task)}"

@@ -5,7 +5,8 @@ kernel-agent writes four kinds: an agent ``run``; a run continued with follow-up
 one turn per question); a ``plan`` run (``plan_view.py`` reads its tasks); an ``mcp`` session (code an
 MCP client ran, with no model of ours: the client's name is recorded where a run keeps its model, and
 the session's closing line where a run keeps its answer). Any other notebook is ``foreign``. Every
-reviewer (``show``, the HTML report) asks here instead of testing metadata fields itself. Pure.
+reviewer (``show``, the HTML report) asks here instead of testing metadata fields itself; this reads
+them through the metadata's schema (``metadata.py``). Pure.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ..records import Run
+from .metadata import PlanMetadata, RunMetadata, read_block
 
 __all__ = ["MCP_PROTOCOL", "Kind", "first_turn_provenance", "kind_of", "notebook_kind", "step_word", "turn_word"]
 
 Kind = Literal["run", "resumed", "plan", "mcp", "foreign"]
 
 MCP_PROTOCOL = "mcp"  # what an MCP session records as its protocol (its ``model`` is the client's name)
-_METADATA_KEY = "kernel_agent"  # export.METADATA_KEY (export asks here, so this module cannot import it)
 
 
 def kind_of(run: Run) -> Kind:
@@ -30,16 +31,16 @@ def kind_of(run: Run) -> Kind:
 
 
 def notebook_kind(metadata: Any) -> Kind:
-    """The kind of a notebook from its metadata (a notebook's ``metadata``, read as data: any shape)."""
-    meta = metadata.get(_METADATA_KEY) if isinstance(metadata, dict) else None
-    if not isinstance(meta, dict):
+    """The kind of a notebook from its metadata (a notebook's ``metadata``, read as data through its schema:
+    any shape). A run's turns are those ``load_run`` reads back (a malformed one is dropped)."""
+    plan, run = read_block(metadata, PlanMetadata), read_block(metadata, RunMetadata)
+    if plan is None or run is None:
         return "foreign"
-    if isinstance(meta.get("plan"), dict):
+    if plan.plan is not None:
         return "plan"
-    if meta.get("protocol") == MCP_PROTOCOL:
+    if run.protocol == MCP_PROTOCOL:
         return "mcp"
-    turns = meta.get("turns")
-    return "resumed" if isinstance(turns, list) and len(turns) > 1 else "run"
+    return "resumed" if len(run.turns) > 1 else "run"
 
 
 def step_word(kind: Kind) -> str:

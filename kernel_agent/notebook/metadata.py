@@ -5,10 +5,14 @@
 ``metadata["kernel_agent"]`` (its role, and on a round's last cell the round's record: ``RoundRecord``
 and its code's ``ResultRecord``). A field named as the record's attribute (``RunInfo``, ``Run``,
 ``Turn``, ``Round``, ``ExecutionResult``) is written from it (``Shape.of``) and read back into it
-(``record_fields``): adding one is one line here. Read back, the metadata is a claim (``claims.py``):
-unknown keys are ignored and a mistyped value reads as its default (``shapes.Shape.read``).
-``json_schema()`` is what the docs publish (``docs/reference/notebook-metadata.schema.json``). Which
-cell holds what is ``export.py``'s.
+(``record_fields``): adding one is one line here. A plan run's notebook (``agent/plan/output.py``) has
+its own block, ``PlanMetadata`` (its task, the plan as designed: ``PlanRecord``, the tasks' counts and
+tokens, the answer), and its cells ``PlanCellMetadata`` (the task each belongs to, and on a task's
+header how it ended). Read back, the metadata is a claim (``claims.py``): every reader goes through
+``read_block``/``read_cell`` (a block that is not a JSON object is none at all), unknown keys are
+ignored and a mistyped value reads as its default (``shapes.Shape.read``). ``json_schema()`` is what
+the docs publish (``docs/reference/notebook-metadata.schema.json``). Which cell holds what is
+``export.py``'s and ``output.py``'s.
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from .._version import __version__
+from ..events import NodeStatus
 from ..records import RecordedSource, Round, Run, RunInfo, StopReason, Turn
 from ..result import ExecutionResult
 from ..shapes import OMIT_EMPTY, ArtifactShape, ErrorShape, Kept, Shape, UsageShape
@@ -32,14 +37,24 @@ __all__ = [
     "CellMetadata",
     "KernelspecShape",
     "NotebookMetadata",
+    "PlanCellMetadata",
+    "PlanCounts",
+    "PlanMetadata",
+    "PlanNodeRecord",
+    "PlanNotebookMetadata",
+    "PlanRecord",
+    "PlanUsage",
     "ResultRecord",
     "RoundRecord",
     "RunMetadata",
     "SourceRecord",
+    "TaskUsage",
     "TurnRecord",
     "host",
     "json_schema",
     "json_schema_text",
+    "read_block",
+    "read_cell",
     "record_fields",
     "result_record",
     "round_record",
@@ -193,6 +208,103 @@ class CellMetadata(ResultRecord, RoundRecord):
     unreplayed: Kept[str] = Field([], description="names this cell reads that only a skipped cell had set")
 
 
+# -- a plan run's notebook ---------------------------------------------------------------------------
+
+
+class PlanNodeRecord(Shape):
+    """One task of the plan as the model designed it (``agent/plan/schema.NodeSpec``), its sub-tasks nested."""
+
+    id: str
+    title: str = ""
+    kind: str = Field("", description="code, text or visualisation")
+    purpose: str = ""
+    depends_on: Kept[str] = []
+    children: Kept[PlanNodeRecord] = Field([], validation_alias=AliasChoices("children", "subtasks"))
+
+
+class PlanRecord(Shape):
+    """The plan as designed (``agent/plan/schema.PlanSpec``): its directions and its tree of tasks."""
+
+    directions: Kept[str] = []
+    nodes: Kept[PlanNodeRecord] = Field([], validation_alias=AliasChoices("nodes", "tasks"))
+
+
+class PlanCounts(Shape):
+    """How many tasks there are and how each ended (a count not recorded reads as None, not 0)."""
+
+    total: int | None = None
+    done: int | None = None
+    failed: int | None = None
+    skipped: int | None = None
+    pending: int | None = None
+
+
+class PlanUsage(UsageShape):
+    """The tokens of the planning request and every task summed: all four counts, zeros too."""
+
+    reasoning_tokens: int = 0
+
+
+class TaskUsage(UsageShape):
+    """A task's tokens as the server reported them: a count of zero is left out."""
+
+    prompt_tokens: Annotated[int, OMIT_EMPTY] = 0
+    completion_tokens: Annotated[int, OMIT_EMPTY] = 0
+    total_tokens: Annotated[int, OMIT_EMPTY] = 0
+
+
+class PlanMetadata(Shape):
+    """``metadata["kernel_agent"]`` of a plan run's notebook; ``plan`` is what makes it one."""
+
+    task: str = ""
+    data_files: Names = []
+    workspace: str = Field("", description="as the plan state records it")
+    plan: PlanRecord | None = Field(None, description="the plan as designed; a notebook with one is a plan run's")
+    counts: PlanCounts | None = None
+    scripted: bool = False
+    model: str = ""
+    protocol: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    usage: PlanUsage = PlanUsage()
+    answer: Annotated[str | None, OMIT_EMPTY] = Field(None, description="the text tasks' conclusions, in order")
+
+
+class PlanNotebookMetadata(Shape):
+    """A plan run's notebook's ``metadata``: the kernel it opens with and ours."""
+
+    kernelspec: KernelspecShape = Field(default_factory=KernelspecShape)
+    kernel_agent: PlanMetadata = Field(default_factory=lambda: PlanMetadata.read({}))
+
+
+class PlanCellMetadata(Shape):
+    """A plan notebook's cell's ``metadata["kernel_agent"]``: the task it belongs to and its part; a task's
+    header (``role`` ``task``) also holds the task's number and how it ended."""
+
+    role: str | None = Field(None, description="header, answer, setup, task or analysis")
+    node: str | None = Field(None, description="the id of the task the cell belongs to")
+    task: int | None = Field(None, description="the task's number in execution order (from 1)")
+    status: NodeStatus | None = None
+    seconds: float = 0.0
+    usage: TaskUsage = TaskUsage()
+
+
+_S = TypeVar("_S", bound=Shape)
+
+
+def read_block(metadata: object, shape: type[_S]) -> _S | None:
+    """Our block (``metadata["kernel_agent"]``) of a notebook's or a cell's ``metadata``, read as ``shape``
+    leniently; None when there is none or it is not a JSON object (a notebook that is not ours)."""
+    ours = metadata.get(METADATA_KEY) if isinstance(metadata, dict) else None
+    return shape.read(ours) if isinstance(ours, dict) else None
+
+
+def read_cell(cell: object, shape: type[_S]) -> _S:
+    """A cell's block read as ``shape`` (all defaults for a cell without one, or one that is not an object)."""
+    about = read_block(cell.get("metadata") if isinstance(cell, dict) else None, shape)
+    return about if about is not None else shape.read({})
+
+
 def run_metadata(run: Run, view: str, workspace: str) -> dict[str, Any]:
     """``metadata["kernel_agent"]`` of ``run``'s notebook in ``view``, the workspace as recorded."""
     values: dict[str, Any] = {**_attributes(run.info), **_attributes(run)}
@@ -232,12 +344,15 @@ def _attributes(record: Run | RunInfo) -> dict[str, Any]:
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a run notebook's metadata, its cells' under ``$defs.CellMetadata``, as the docs publish it."""
+    """The JSON Schema of a run notebook's metadata, as the docs publish it: its cells' under
+    ``$defs.CellMetadata``; a plan notebook's under ``$defs.PlanNotebookMetadata``, its cells' under
+    ``$defs.PlanCellMetadata``."""
     schema: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
     schema |= NotebookMetadata.model_json_schema(by_alias=True)
-    cells = CellMetadata.model_json_schema(by_alias=True)
-    schema["$defs"] |= cells.pop("$defs", {})
-    schema["$defs"]["CellMetadata"] = cells
+    for shape in (CellMetadata, PlanNotebookMetadata, PlanCellMetadata):
+        definition = shape.model_json_schema(by_alias=True)
+        schema["$defs"] |= definition.pop("$defs", {})
+        schema["$defs"][shape.__name__] = definition
     return schema
 
 

@@ -4,8 +4,10 @@ A plan notebook (``agent/plan/output.py`` writes it) is not a run of rounds: it 
 the setup cell, then one section per task — a header cell, the task's text (a text task's
 conclusion), its code cells with their outputs, its analysis — each cell naming its task in
 ``metadata["kernel_agent"]["node"]``. The notebook's metadata holds the task, the plan, the model and
-protocol, the times, the tokens and the answer (the text tasks' conclusions). Notebooks written before
-those were recorded read with them empty. Pure reading: never runs or changes anything.
+protocol, the times, the tokens and the answer (the text tasks' conclusions); both are read through
+their schema (``metadata.PlanMetadata``, ``PlanCellMetadata``): a mistyped value reads as its default.
+Notebooks written before those were recorded read with them empty. Pure reading: never runs or changes
+anything.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..records import Usage
-from .export import METADATA_KEY
 from .load import read_notebook
+from .metadata import PlanCellMetadata, PlanMetadata, PlanNodeRecord, read_block, read_cell
 
 __all__ = ["PlanTask", "PlanView", "is_plan", "load_plan"]
 
@@ -59,8 +61,8 @@ class PlanView:
 
 def is_plan(metadata: Any) -> bool:
     """Whether a notebook's metadata is a plan run's (its ``kernel_agent`` block holds the plan)."""
-    meta = metadata.get(METADATA_KEY) if isinstance(metadata, dict) else None
-    return isinstance(meta, dict) and isinstance(meta.get("plan"), dict)
+    about = read_block(metadata, PlanMetadata)
+    return about is not None and about.plan is not None
 
 
 def load_plan(path: str | os.PathLike[str]) -> PlanView | None:
@@ -70,67 +72,63 @@ def load_plan(path: str | os.PathLike[str]) -> PlanView | None:
     """
     path = Path(path)
     nb = read_notebook(path)
-    if not is_plan(nb.metadata):
+    meta = read_block(nb.metadata, PlanMetadata)
+    if meta is None or meta.plan is None:
         return None
-    meta = dict(nb.metadata[METADATA_KEY])
-    kinds = _kinds(meta["plan"])
+    kinds = _kinds(meta.plan.nodes)
     tasks: dict[str, dict[str, Any]] = {}
     current: str | None = None
     for cell in nb.cells:
-        cell_meta = cell.get("metadata", {}).get(METADATA_KEY)
-        cell_meta = cell_meta if isinstance(cell_meta, dict) else {}
-        node = cell_meta.get("node")
-        if not isinstance(node, str):  # older notebooks wrote a text task's conclusion without its task's id
-            if current is None or cell_meta.get("role") in ("header", "answer", "setup"):
+        about = read_cell(cell, PlanCellMetadata)
+        node = about.node
+        if node is None:  # older notebooks wrote a text task's conclusion without its task's id
+            if current is None or about.role in ("header", "answer", "setup"):
                 continue
             node = current
         current = node
-        task = tasks.setdefault(node, {"cells": [], "text": [], "header": None, "meta": {}, "analysis": ""})
-        role = cell_meta.get("role")
+        task = tasks.setdefault(node, {"cells": [], "text": [], "header": None, "meta": _NO_HEADER, "analysis": ""})
         if cell.get("cell_type") == "code":
             task["cells"].append((str(cell.source), tuple(dict(out) for out in cell.get("outputs", []))))
         elif task["header"] is None:  # the section's first markdown cell is its header
-            task["header"], task["meta"] = str(cell.source), dict(cell_meta)
-        elif role == "analysis" or str(cell.source).startswith("*Analysis:*"):
+            task["header"], task["meta"] = str(cell.source), about
+        elif about.role == "analysis" or str(cell.source).startswith("*Analysis:*"):
             task["analysis"] = str(cell.source).removeprefix("*Analysis:*").strip()
         else:
             task["text"].append(str(cell.source))
     found = tuple(
         _task(node, number, parts, kinds.get(node, "")) for number, (node, parts) in enumerate(tasks.items(), 1)
     )
-    recorded = meta.get("counts")
-    counts: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
-    answer = meta.get("answer")
     return PlanView(
         path=path,
-        task=_str(meta.get("task")),
+        task=meta.task,
         tasks=found,
-        model=_str(meta.get("model")),
-        protocol=_str(meta.get("protocol")),
-        data_files=tuple(str(name) for name in meta.get("data_files", []) if isinstance(name, str)),
-        started_at=_str(meta.get("started_at")),
-        finished_at=_str(meta.get("finished_at")),
-        answer=answer if isinstance(answer, str) else None,
-        usage=_usage(meta.get("usage")),
-        scripted=meta.get("scripted") is True,
-        counts={str(k): v for k, v in counts.items() if isinstance(v, int)},
+        model=meta.model,
+        protocol=meta.protocol,
+        data_files=tuple(meta.data_files),
+        started_at=meta.started_at,
+        finished_at=meta.finished_at,
+        answer=meta.answer,
+        usage=meta.usage.record(),
+        scripted=meta.scripted,
+        counts=meta.counts.model_dump(exclude_none=True) if meta.counts is not None else {},
     )
+
+
+_NO_HEADER = PlanCellMetadata.read({})
 
 
 def _task(node: str, number: int, parts: dict[str, Any], kind: str) -> PlanTask:
     header = parts["header"] or ""
     first, _, rest = header.partition("\n")
-    meta = parts["meta"]
-    seconds = meta.get("seconds")
-    recorded = meta.get("task")
+    about: PlanCellMetadata = parts["meta"]
     return PlanTask(
         id=node,
-        number=recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else number,
+        number=about.task if about.task is not None else number,
         title=first.removeprefix("## ").strip() or node,
         kind=kind,
-        status=_str(meta.get("status")),
-        seconds=float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else 0.0,
-        usage=_usage(meta.get("usage")),
+        status=about.status or "",
+        seconds=about.seconds,
+        usage=about.usage.record(),
         details=rest.strip(),
         text="\n\n".join(part for part in parts["text"] if part.strip()),
         analysis=parts["analysis"],
@@ -138,25 +136,10 @@ def _task(node: str, number: int, parts: dict[str, Any], kind: str) -> PlanTask:
     )
 
 
-def _kinds(plan: dict[str, Any]) -> dict[str, str]:
+def _kinds(nodes: list[PlanNodeRecord]) -> dict[str, str]:
     """Each task's kind (code, visualisation, text), from the plan's nodes, nested ones too."""
     found: dict[str, str] = {}
-
-    def walk(nodes: Any) -> None:
-        for node in nodes if isinstance(nodes, list) else []:
-            if isinstance(node, dict) and isinstance(node.get("id"), str):
-                found[node["id"]] = _str(node.get("kind"))
-                walk(node.get("children") or node.get("subtasks"))
-
-    walk(plan.get("nodes") or plan.get("tasks"))
+    for node in nodes:
+        found[node.id] = node.kind
+        found |= _kinds(node.children)
     return found
-
-
-def _usage(value: Any) -> Usage:
-    value = value if isinstance(value, dict) else {}
-    keys = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens")
-    return Usage(*(v if isinstance(v := value.get(key), int) and not isinstance(v, bool) else 0 for key in keys))
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""

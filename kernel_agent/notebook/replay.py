@@ -36,13 +36,14 @@ from .._loop import LoopThread, in_thread
 from .._nbformat import NotebookNode
 from ..errors import KernelAgentError, NotebookError, SandboxUnavailableError
 from ..kernel.door import Door
+from ..kernel.interface import EXEC_TIMEOUT_S
 from ..kernel.providers.local import LocalProvider
 from ..kernel.sandbox.limits import Limits
 from ..result import png_size
 from .claims import DataSources, check_data_files, plain
-from .export import METADATA_KEY, SKIP_TAG
+from .export import SKIP_TAG
 from .load import read_notebook
-from .metadata import RunMetadata
+from .metadata import CellMetadata, KernelspecShape, PlanCellMetadata, RunMetadata, read_block, read_cell
 from .normalise import normalise_text
 from .recorded import (
     CELLS_FILE,
@@ -133,7 +134,7 @@ def replay(
     path: str | os.PathLike[str],
     workspace: str | os.PathLike[str] | None = None,
     check: bool = True,
-    timeout: float | None = 600,
+    timeout: float | None = EXEC_TIMEOUT_S,
     kernel_name: str | None = None,
     limits: Limits | None = None,
     python: str | None = None,
@@ -157,7 +158,7 @@ async def async_replay(
     path: str | os.PathLike[str],
     workspace: str | os.PathLike[str] | None = None,
     check: bool = True,
-    timeout: float | None = 600,
+    timeout: float | None = EXEC_TIMEOUT_S,
     kernel_name: str | None = None,
     limits: Limits | None = None,
     python: str | None = None,
@@ -174,7 +175,8 @@ async def async_replay(
     path) refuses the replay before anything runs (``claims.check_data_files``),
     and each file is read through the door, so a link leads nowhere.
     Cells tagged ``skip-execution`` are skipped; ``raises-exception`` cells
-    may raise. ``timeout`` is per cell, in seconds (None: none). ``kernel_name`` defaults to
+    may raise. ``timeout`` is per cell, in seconds (None: none; by default
+    ``kernel.interface.EXEC_TIMEOUT_S``, 120, as ``--timeout``'s). ``kernel_name`` defaults to
     the notebook's kernelspec (a claim: only an installed kernelspec of that name
     runs, confined as any other), else ``python3``; ``python`` is another Python
     environment to run it in (``--python``). The kernel is confined like a
@@ -193,11 +195,8 @@ async def async_replay(
     path = Path(path)
     started = time.monotonic()
     recorded = read_notebook(path)
-    meta = recorded.metadata.get(METADATA_KEY)
-    meta = meta if isinstance(meta, dict) else {}
-    names = meta.get("data_files")
-    named = workspace is not None
-    check_data_files(names if isinstance(names, list) else [], path, in_named_folder=named)  # before any kernel
+    meta = _metadata(recorded)
+    check_data_files(meta.data_files, path, in_named_folder=workspace is not None)  # before any kernel
     sources = _data_sources(path, meta, workspace)
     executed = copy.deepcopy(recorded)
     with tempfile.TemporaryDirectory(prefix=f"kernel-agent-replay-{os.getpid()}-") as cwd:  # the pid says whose
@@ -221,30 +220,32 @@ async def async_replay(
 def recorded_sources(path: str | os.PathLike[str]) -> tuple[str, ...]:
     """The names of the live data sources the notebook at ``path`` recorded (a claim: names only, each
     reconnected by the replaying user's own means). Raises ``NotebookError`` when it is not a notebook."""
-    meta = read_notebook(Path(path)).metadata.get(METADATA_KEY)
-    shape = RunMetadata.read(meta if isinstance(meta, dict) else {})
-    return tuple(source.name for source in shape.sources)
+    return tuple(source.name for source in _metadata(read_notebook(Path(path))).sources)
 
 
-def _data_sources(path: Path, meta: dict[str, Any], workspace: str | os.PathLike[str] | None) -> DataSources:
+def _metadata(nb: NotebookNode) -> RunMetadata:
+    """The notebook's record (a run's or a plan's: they share what a replay reads), read as a claim."""
+    return read_block(nb.metadata, RunMetadata) or RunMetadata.read({})
+
+
+def _data_sources(path: Path, meta: RunMetadata, workspace: str | os.PathLike[str] | None) -> DataSources:
     if workspace is not None and not Path(workspace).is_dir():
         raise NotebookError(f"workspace {workspace} for replaying {path} is not a folder", path=str(path))
-    return DataSources.for_notebook(path, meta.get("workspace"), Path(workspace) if workspace is not None else None)
+    return DataSources.for_notebook(path, meta.workspace, Path(workspace) if workspace is not None else None)
 
 
-def _stage_data(meta: dict[str, Any], sources: DataSources, cwd: Path, path: Path) -> None:
+def _stage_data(meta: RunMetadata, sources: DataSources, cwd: Path, path: Path) -> None:
     """Copy the data files the notebook names (plain names only, ``claims``) into the kernel's fresh
     folder, never through a link."""
-    names = meta.get("data_files")
-    names = names if isinstance(names, list) else []
+    names = meta.data_files
     check_data_files(names, path, in_named_folder=sources.named)
     for name in names:
         if sources.copy(name, cwd):
             continue
         looked = ", ".join(sources.looked_in(name))
         message = f"data file {name!r} for replaying {path} not found (as a plain file); looked in: {looked}"
-        claimed = meta.get("workspace")
-        if isinstance(claimed, str) and claimed and not plain(claimed):
+        claimed = meta.workspace
+        if claimed and not plain(claimed):
             message += (
                 f". The notebook says its workspace was {claimed}; a notebook's paths are never used "
                 "as given: pass --workspace (workspace=) to read the data files from there"
@@ -303,9 +304,7 @@ async def _execute(
 
     from nbclient import NotebookClient  # it imports nbformat: after ours (``_nbformat``)
 
-    spec = nb.metadata.get("kernelspec")
-    recorded = spec.get("name") if isinstance(spec, dict) and isinstance(spec.get("name"), str) else None
-    name = kernel_name or recorded or "python3"
+    name = kernel_name or KernelspecShape.read(nb.metadata.get("kernelspec")).name or "python3"
     provider = LocalProvider(
         Path(cwd), kernel_name=name, limits=limits, python=python, env=env, sockets=sockets, template=template
     )
@@ -347,11 +346,11 @@ def _failure(exc: Exception, timeout: float | None) -> str:
     return f"replay failed: {type(exc).__name__}: {exc}"
 
 
-def _anchors(meta: dict[str, Any]) -> list[datetime]:
+def _anchors(meta: RunMetadata) -> list[datetime]:
     found = []
-    for key in ("started_at", "finished_at"):
+    for recorded in (meta.started_at, meta.finished_at):
         try:
-            found.append(datetime.fromisoformat(str(meta.get(key))))
+            found.append(datetime.fromisoformat(recorded))
         except ValueError:
             pass
     return found
@@ -372,13 +371,12 @@ def _check_cells(
     for index, (old, new) in enumerate(zip(recorded.cells, executed.cells, strict=True)):  # executed is a copy
         if old.get("cell_type") != "code":
             continue
-        meta = old.get("metadata", {}).get(METADATA_KEY)
-        meta = meta if isinstance(meta, dict) else {}
-        number = meta["round"] if isinstance(meta.get("round"), int) else 0 if meta.get("role") == "setup" else None
-        task = meta["node"] if isinstance(meta.get("node"), str) else None
+        meta = read_cell(old, CellMetadata)
+        number = meta.round if meta.round is not None else 0 if meta.role == "setup" else None
+        task = read_cell(old, PlanCellMetadata).node  # a plan notebook's cell: its task
         status: CheckStatus
         if SKIP_TAG in old.get("metadata", {}).get("tags", []):
-            why = f" (recorded {meta['status']})" if isinstance(meta.get("status"), str) else ""
+            why = f" (recorded {meta.status})" if meta.status is not None else ""
             status, detail = "skipped", f"tagged {SKIP_TAG}{why}"
         elif not old.source.strip():
             status, detail = "skipped", "empty cell"
@@ -414,16 +412,12 @@ def _check_agent_cell(
     return ("recorded", REPLAYED_NOTE) if difference is None else ("mismatch", difference)
 
 
-def _expected(status: CheckStatus, detail: str, meta: dict[str, Any], new: NotebookNode) -> tuple[CheckStatus, str]:
+def _expected(status: CheckStatus, detail: str, meta: CellMetadata, new: NotebookNode) -> tuple[CheckStatus, str]:
     """A cell the export marked as reading what a skipped cell left, failing on exactly that, is expected.
 
     Only a ``NameError`` on one of the recorded names qualifies: any other difference stays a mismatch.
     """
-    names = (
-        [n for n in meta.get("unreplayed", []) if isinstance(n, str)]
-        if isinstance(meta.get("unreplayed"), list)
-        else []
-    )
+    names = meta.unreplayed
     if status != "mismatch" or not names:
         return status, detail
     errors = [out for out in new.get("outputs", []) if out.get("output_type") == "error"]

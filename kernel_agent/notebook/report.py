@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from .._nbformat import NotebookNode, nbformat
-from .export import METADATA_KEY
+from .metadata import METADATA_KEY, CellMetadata, RunMetadata, read_block, read_cell
 
 __all__ = ["hard_breaks", "report_order"]
 
@@ -23,8 +23,8 @@ def report_order(nb: NotebookNode) -> NotebookNode:
     a ``Round N`` heading (follow-up questions and their answers where they were asked)."""
     copy: NotebookNode = nbformat.from_dict(nb)
     cells = list(copy.get("cells", []))
-    roles = [_about(cell).get("role") for cell in cells]
-    if METADATA_KEY not in copy.get("metadata", {}) or "task" in roles:
+    roles = [read_cell(cell, CellMetadata).role for cell in cells]
+    if read_block(copy.get("metadata"), RunMetadata) is None or "task" in roles:
         return copy
     answers = [index for index, role in enumerate(roles) if role == "answer"]
     for index in answers:
@@ -65,31 +65,20 @@ def _with_round_headings(cells: list[Any]) -> list[Any]:
     out: list[Any] = []
     shown: set[int] = set()
     for cell in cells:
-        about = _about(cell)
-        number = about.get("round")
-        if (
-            isinstance(number, int)
-            and not isinstance(number, bool)
-            and number >= 1
-            and number not in shown
-            and about.get("role") != "answer"
-        ):
+        about = read_cell(cell, CellMetadata)
+        number = about.round
+        if number is not None and number >= 1 and number not in shown and about.role != "answer":
             shown.add(number)
-            heading = {"role": "round-heading", "round": number}
-            out.append(nbformat.from_dict(_markdown(f"### Round {number}", heading)))
+            out.append(nbformat.from_dict(_heading(number)))
         out.append(cell)
     return out
 
 
-def _markdown(text: str, about: dict[str, Any]) -> dict[str, Any]:
+def _heading(number: int) -> dict[str, Any]:
+    about = CellMetadata.model_validate({"role": "round-heading", "round": number}).model_dump(exclude_unset=True)
     return {
         "cell_type": "markdown",
-        "id": f"round-heading-{about['round']}",
+        "id": f"round-heading-{number}",
         "metadata": {METADATA_KEY: about},
-        "source": text,
+        "source": f"### Round {number}",
     }
-
-
-def _about(cell: Any) -> dict[str, Any]:
-    about = (cell.get("metadata") or {}).get(METADATA_KEY)
-    return about if isinstance(about, dict) else {}

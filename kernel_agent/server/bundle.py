@@ -26,7 +26,8 @@ from typing import IO
 from ..errors import KernelAgentError, ServiceError
 from ..kernel.door import Door
 from ..notebook.claims import plain_name
-from ..notebook.export import METADATA_KEY, clean_path
+from ..notebook.export import clean_path
+from ..notebook.metadata import RunMetadata, read_block
 from .blobs import NOTEBOOK
 from .records import ThreadRecord
 from .store import Store
@@ -107,11 +108,10 @@ def _data_files(records: Door, relative: str) -> list[str]:
     """The plain data file names the notebook's metadata claims (others are dropped: never a path)."""
     try:
         raw = json.loads(records.read(relative, _NOTEBOOK_BYTES))
-    except (OSError, KernelAgentError, ValueError):
+    except (OSError, KernelAgentError, ValueError, RecursionError):  # nested past the parser's depth: no claim
         return []
-    meta = raw.get("metadata", {}).get(METADATA_KEY, {}) if isinstance(raw, dict) else {}
-    claimed = meta.get("data_files") if isinstance(meta, dict) else None
-    return [name for name in claimed if plain_name(name)] if isinstance(claimed, list) else []
+    meta = read_block(raw.get("metadata") if isinstance(raw, dict) else None, RunMetadata)
+    return [name for name in meta.data_files if plain_name(name)] if meta is not None else []
 
 
 def _data_parts(store: Store, thread: ThreadRecord, names: list[str]) -> tuple[list[_Part], list[str]]:

@@ -10,11 +10,10 @@ the client gets the 413.
 
 from __future__ import annotations
 
-import json
-
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._connections import answer_json
 from .errors import error_body
 
 __all__ = ["BodyLimit", "MULTIPART_SLACK"]
@@ -69,19 +68,8 @@ class BodyLimit:
                 raise
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(error_body(413, f"the request body is larger than the {self.limit}-byte limit")).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        message = f"the request body is larger than the {self.limit}-byte limit"
+        await answer_json(send, 413, error_body(413, message), [(b"connection", b"close")])
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -14,12 +14,12 @@ with keys, with ``--no-auth`` and ``--demo``. The MCP server over HTTP does the 
 from __future__ import annotations
 
 import ipaddress
-import json
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._connections import answer_json
 from .._net import is_loopback
 from .errors import error_body
 
@@ -55,11 +55,15 @@ class HostGuard:
         headers = {name: value.decode("latin-1") for name, value in scope.get("headers", [])}
         host = headers.get(b"host", "")
         if not self._ours(host):
-            await _refuse(send, 421, f"this server does not answer for the host {host[:100]!r}; {self._hint()}")
+            await answer_json(
+                send, 421, error_body(421, f"this server does not answer for the host {host[:100]!r}; {self._hint()}")
+            )
             return
         origin = headers.get(b"origin")
         if origin is not None and not self._our_origin(origin, host, scope.get("scheme", "http")):
-            await _refuse(send, 403, f"requests from the origin {origin[:100]!r} are refused; {self._hint()}")
+            await answer_json(
+                send, 403, error_body(403, f"requests from the origin {origin[:100]!r} are refused; {self._hint()}")
+            )
             return
         await self.app(scope, receive, send)
 
@@ -98,18 +102,6 @@ class HostGuard:
 
     def _hint(self) -> str:
         return f"it answers for {', '.join(sorted(self.hosts))} (serve --allowed-host NAME adds one)"
-
-
-async def _refuse(send: Send, status: int, message: str) -> None:
-    body = json.dumps(error_body(status, message)).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def _name_and_port(host: str) -> tuple[str, int | None]:

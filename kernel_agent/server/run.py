@@ -20,7 +20,6 @@ umask is ``private.PRIVATE_UMASK`` from the start: whatever it writes, and its k
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -28,7 +27,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from types import FrameType
 from typing import Any, Literal
 
-from .._connections import listen
+from .._connections import answer_json, listen
 from .._loop import in_thread
 from .config import ServerConfig
 from .logs import configure
@@ -79,13 +78,15 @@ class DeferredApp:
             await self._serve_lifespan(receive, send)
             return
         if self._app is None and not self.failed and scope["type"] == "http" and scope.get("path") == "/health":
-            await _answer(send, 200, {"status": "starting"})
+            await answer_json(send, 200, {"status": "starting"})
             return
         if self._settled is not None:
             await self._settled.wait()
         if self._app is None:
             if scope["type"] == "http":
-                await _answer(send, 503, {"error": {"message": "the service failed to start", "type": "server_error"}})
+                await answer_json(
+                    send, 503, {"error": {"message": "the service failed to start", "type": "server_error"}}
+                )
             return
         if self._state and "state" in scope:
             scope["state"].update(self._state)
@@ -144,18 +145,6 @@ class DeferredApp:
             answer = await self._exchange({"type": "lifespan.shutdown"})
             if answer["type"] != "lifespan.shutdown.complete":
                 log.error("the service did not shut down cleanly: %s", answer.get("message"))
-
-
-async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
 
 
 def serve(

@@ -70,13 +70,12 @@ async def stream_plan(
     work in folders of their own, so the workspace's copies are the record's) and the kernel prepared
     (``preparation.new_run``: setup cell, probe, data description). Nodes talk to the model in the
     ``preparation``'s protocol, their rounds run by the round engine with ``config``'s guards (its
-    ``exec_timeout`` replaced by ``options``'); the plan itself is JSON in plain chat.
+    ``exec_timeout`` for every cell, the setup's and a rebuild's too); the plan itself is JSON in plain chat.
 
     Raises ``PlanError`` when the model's plan stays unusable, ``NotebookError`` for a resume target
     without a readable state file, ``DataFileError``, ``ModelError`` and ``KernelError`` from below.
     Every finished node is on disk (state, notebook, report) before its ``NodeFinished`` is yielded.
     """
-    config = replace(config, kernel=replace(config.kernel, exec_timeout=options.exec_timeout))
     carried = _Carried(config, model, preparation.protocol(), options, preparation)
     if resume is not None:
         events = carried.resumed(session_factory, Path(resume), workspace, notebook)
@@ -178,9 +177,9 @@ class _Carried:
         async with session_factory(root) as session:
             _python_only(session)
             await session.files.put([root / f.name for f in files])  # a kernel apart: its own, as a resumed run's
-            await session.execute(state.setup_code, self.options.exec_timeout)
+            await session.execute(state.setup_code, self.config.kernel.exec_timeout)
             nodes = build_dag(PlanSpec.model_validate(state.plan), **state.budgets)
-            await _rebuild(session, nodes, state, self.options)
+            await _rebuild(session, nodes, state, self.config.kernel.exec_timeout)
             async with aclosing(self._carried_out(session, root, state, nodes, notebook_path, files)) as events:
                 async for event in events:
                     yield event
@@ -234,12 +233,12 @@ def _describe(node: PlanNode, state: PlanState) -> dict[str, Any]:
     }
 
 
-async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState, options: PlanOptions) -> None:
+async def _rebuild(session: Kernel, nodes: Sequence[PlanNode], state: PlanState, timeout: float | None) -> None:
     """Re-run the finished nodes' kept cells, in order, so later nodes find their variables."""
     for node in nodes:
         result = state.results.get(node.id)
         for cell in result.cells if result and result.status == "done" else ():
-            await session.execute(cell.code, options.exec_timeout)
+            await session.execute(cell.code, timeout)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from pathlib import Path
 from ..._nbformat import NotebookNode, nbformat
 from ...errors import NotebookError, WorkspaceFileError
 from ...kernel.door import write_record, write_records
-from ...notebook.export import METADATA_KEY, SCRIPTED_STATEMENT, write_notebook
+from ...notebook.export import SCRIPTED_STATEMENT, write_notebook
+from ...notebook.metadata import METADATA_KEY, PlanCellMetadata, PlanMetadata
 from ...notebook.report import hard_breaks
 from .graph import PlanNode
 from .state import NodeResult, PlanState
@@ -58,40 +59,39 @@ def _header(node: PlanNode, result: NodeResult | None) -> str:
 
 
 def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: str) -> NotebookNode:
-    """The notebook of the plan: setup cell, then one section per node (pending nodes left out)."""
+    """The notebook of the plan: setup cell, then one section per node (pending nodes left out). Its
+    metadata and its cells' are written through their schema (``PlanMetadata``, ``PlanCellMetadata``)."""
     title = f"# Plan: {state.task}" + (f"\n\n{SCRIPTED_STATEMENT}" if state.scripted else "")
-    cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(title, metadata={METADATA_KEY: {"role": "header"}})]
+    cells: list[NotebookNode] = [nbformat.v4.new_markdown_cell(title, metadata=_about(role="header"))]
     answer_text = conclusion(state, nodes)
     if answer_text is not None:  # the answer first (the HTML report too), the line breaks it meant kept
         answer = f"## Answer\n\n{hard_breaks(answer_text)}"
-        cells.append(nbformat.v4.new_markdown_cell(answer, metadata={METADATA_KEY: {"role": "answer"}}))
-    setup = nbformat.v4.new_code_cell(state.setup_code, metadata={METADATA_KEY: {"role": "setup"}})
+        cells.append(nbformat.v4.new_markdown_cell(answer, metadata=_about(role="answer")))
+    setup = nbformat.v4.new_code_cell(state.setup_code, metadata=_about(role="setup"))
     setup.outputs = [nbformat.from_dict(out) for out in state.setup_outputs]
     cells.append(setup)
     for number, node in enumerate(nodes, start=1):
         result = state.results.get(node.id)
         if result is None:
             continue
-        about = {"node": node.id, "role": "task", "task": number, "status": result.status, "seconds": result.seconds}
-        if result.tokens:
-            about["usage"] = dict(result.tokens)
-        cells.append(nbformat.v4.new_markdown_cell(_header(node, result), metadata={METADATA_KEY: about}))
+        header = {"node": node.id, "role": "task", "task": number, "status": result.status, "seconds": result.seconds}
+        usage = {"usage": result.tokens} if result.tokens else {}
+        cells.append(nbformat.v4.new_markdown_cell(_header(node, result), metadata=_about(**header, **usage)))
         if result.text:
-            cells.append(nbformat.v4.new_markdown_cell(result.text, metadata={METADATA_KEY: {"node": node.id}}))
+            cells.append(nbformat.v4.new_markdown_cell(result.text, metadata=_about(node=node.id)))
         for record in result.cells:
-            cell = nbformat.v4.new_code_cell(record.code, metadata={METADATA_KEY: {"node": node.id}})
+            cell = nbformat.v4.new_code_cell(record.code, metadata=_about(node=node.id))
             cell.outputs = [nbformat.from_dict(out) for out in record.outputs]
             cell.execution_count = record.execution_count
             cells.append(cell)
         if result.analysis:
-            analysis = nbformat.v4.new_markdown_cell(f"*Analysis:* {result.analysis}")
-            analysis.metadata[METADATA_KEY] = {"node": node.id, "role": "analysis"}
-            cells.append(analysis)
+            analysis = f"*Analysis:* {result.analysis}"
+            cells.append(nbformat.v4.new_markdown_cell(analysis, metadata=_about(node=node.id, role="analysis")))
     nb: nbformat.NotebookNode = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata[METADATA_KEY] = {
+    about = {
         "task": state.task,
-        "data_files": list(state.data_files),
+        "data_files": state.data_files,
         "workspace": workspace,
         "plan": state.plan,
         "counts": counts(nodes, state.results),
@@ -101,10 +101,15 @@ def build_plan_notebook(state: PlanState, nodes: Sequence[PlanNode], workspace: 
         "started_at": state.started_at,
         "finished_at": state.finished_at,
         "usage": _usage([state.planning_tokens, *(result.tokens for result in state.results.values())]),
+        "answer": answer_text,
     }
-    if answer_text is not None:
-        nb.metadata[METADATA_KEY]["answer"] = answer_text
+    nb.metadata[METADATA_KEY] = PlanMetadata.model_validate(about, strict=False).model_dump()
     return nb
+
+
+def _about(**fields: object) -> dict[str, dict[str, object]]:
+    """A cell's metadata: ours, only the fields given."""
+    return {METADATA_KEY: PlanCellMetadata.model_validate(fields, strict=False).model_dump(exclude_unset=True)}
 
 
 def _usage(parts: Iterable[dict[str, int]]) -> dict[str, int]:

@@ -25,6 +25,7 @@ __all__ = [
     "code_in",
     "design_messages",
     "fix_text",
+    "stopped_text",
     "no_code_text",
     "node_messages",
     "probe_text",
@@ -143,6 +144,12 @@ def fix_text(ename: str, evalue: str, traceback: Sequence[str], protocol: str = 
         f"The code failed with {ename}: {evalue}\n\n{tail}\n\n{hint}"
         f"To send the corrected code, {_how(protocol)} (the kernel keeps what already ran)."
     )
+
+
+def stopped_text(said: str, protocol: str = "tools") -> str:
+    """Asks for a corrected version after the code was stopped (a timeout) or killed the kernel: ``said`` is
+    the execution's result as run mode words it (what stopped it, what the kernel kept, its outputs so far)."""
+    return f"{said.rstrip()}\n\nTo send the corrected code, {_how(protocol)}."
 
 
 def no_code_text(protocol: str = "tools") -> str:

@@ -45,6 +45,7 @@ from .prompts import (
     probe_text,
     repair_message,
     round_text,
+    stopped_text,
 )
 from .schema import PlanSpec, parse_plan
 from .state import CellRecord, NodeResult, NodeStatus
@@ -58,13 +59,12 @@ INTERRUPTED = "cancelled by the user"  # a node's reason when its run was stoppe
 class PlanOptions:
     """Budgets of a plan run: tree depth, node count, fix attempts per node, code rounds per node (a code
     task whose code ran that many times without the model saying it is done stops there, ``done`` with the
-    reason recorded), seconds per cell."""
+    reason recorded). Seconds per cell are the agent's (its ``exec_timeout``), as in run mode."""
 
     max_depth: int = PLAN["max_depth"].default
     node_budget: int = PLAN["node_budget"].default
     max_fix_attempts: int = PLAN["max_fix_attempts"].default
     max_task_rounds: int = PLAN["max_task_rounds"].default
-    exec_timeout: float | None = None
 
     def __post_init__(self) -> None:
         """Raises ``ConfigError`` for a budget below its minimum (the rows of ``settings.PLAN``)."""
@@ -219,11 +219,13 @@ class NodeRun:
             left = self._options.max_task_rounds - len(self._kept) - 1
             text = round_text(self._node, printed, len(result.images), self._protocol.name, seen=seen, left=left)
             images = tuple(result.images)[:MAX_IMAGES] if seen else ()
-        else:
+        elif result.status == "error":
             ename, evalue = self._error(result)
             hint = module_hint(evalue, self._installed) if ename == "ModuleNotFoundError" else ""
             traceback = result.error.traceback if result.error else ()
             text, images = fix_text(ename, evalue, traceback, self._protocol.name, hint), ()
+        else:  # a timeout or a death: the engine's words say what stopped it and what the kernel kept
+            text, images = stopped_text(told.text, self._protocol.name), ()
         return Feedback(text, images, files=told.files, note=told.note)
 
     async def recorded(self, round_: Round) -> tuple[Sequence[Event], StopReason | None]:

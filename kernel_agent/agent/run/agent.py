@@ -411,13 +411,13 @@ class AsyncAgent:
     ) -> AsyncIterator[PlanEvent | Event]:
         """Plan mode (``agent.plan.api.stream_plan``) in this agent's kernel sessions, with its model.
 
-        ``options`` is a ``PlanOptions`` (budgets); ``exec_timeout`` defaults to this agent's.
+        ``options`` is a ``PlanOptions`` (budgets); every cell gets this agent's ``exec_timeout``.
         Raises ``PlanError``, ``NotebookError``, ``DataFileError``, ``ModelError``, ``KernelError``.
         """
         from ..plan.api import stream_plan
         from ..plan.runner import PlanOptions
 
-        options = options or PlanOptions(exec_timeout=self.config.kernel.exec_timeout)
+        options = options or PlanOptions()
         events = stream_plan(
             self.config,
             self.chat_model,

@@ -94,7 +94,6 @@ def plan(
             node_budget=node_budget,
             max_fix_attempts=max_fix_attempts,
             max_task_rounds=max_task_rounds,
-            exec_timeout=arguments["exec_timeout"],
         )
         make_parent(out)
         with Agent(**arguments) as agent:

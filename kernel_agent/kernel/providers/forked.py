@@ -3,7 +3,7 @@
 A kernelspec whose ``metadata.kernel_provisioner`` names ``kernel-agent-template`` (``kernelspec.launch_spec``
 writes it for a kernel that can be forked) is launched here: the template of its kind forks a child, the
 ``holder`` command builds that child's sandbox (the cgroup join, then bwrap in the template's user namespace
-and the child's PID namespace), and the child steps into it and becomes the kernel (``sandbox/template.py``).
+and the child's PID namespace), and the child steps into it and becomes the kernel (``sandbox/forked_kernel.py``).
 When the template cannot serve (it cannot start here, or a kernel it gave was not confined as asked), the
 kernel starts cold from the same spec's ``argv``, and ``start_path`` says so. jupyter_client then polls,
 signals and restarts the kernel through this provisioner as through its own.
@@ -27,15 +27,9 @@ from ..._loop import in_thread
 from ..._python import NEUTRAL_CWD
 from ..kernelspec import LAUNCHER, launcher_arguments
 from ..sandbox.bwrap import sandbox_environment
+from ..sandbox.forked_kernel import ForkedKernel, TemplateError, fill_in, holder_output
 from ..sandbox.seccomp import require_filter
-from ..sandbox.template import (
-    ForkedKernel,
-    TemplateError,
-    TemplateKey,
-    fill_in,
-    holder_output,
-    template_for,
-)
+from ..sandbox.template import TemplateKey, template_for
 
 __all__ = ["TemplateProvisioner"]
 

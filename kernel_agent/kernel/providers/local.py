@@ -1,11 +1,11 @@
-"""Kernels on this machine: ``LocalProvider`` (a process we start) and ``AttachedProvider``.
+"""A kernel process we start on this machine: ``LocalProvider``.
 
-``LocalProvider`` owns one kernel process: jupyter_client's
+It owns one kernel process: jupyter_client's
 ``AsyncKernelManager`` (composed, not subclassed), the runtime dir that holds
 its connection file and log, the environment it starts with and its
 confinement (``limits.Confinement``). It says why the process ended, in
-words, from its exit status. ``AttachedProvider`` talks to a kernel someone
-else started, by its connection file, and never restarts or kills it.
+words, from its exit status. A kernel someone else started is ``attached.py``'s; runtime dirs are
+``runtime.py``'s.
 Executing code is the engine's job (``engine.py``); the launch argv,
 environment and confinement rules are ``inside/launcher.py``/``sandbox/environment.py``/``sandbox/limits.py``'s.
 """
@@ -15,13 +15,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import weakref
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from queue import Empty
 from typing import IO, Any
@@ -37,64 +34,20 @@ from ..inside.output_cap import OUTPUT_CAP_ENV
 from ..kernelspec import KERNEL_NAME, KernelChoice, choose_kernel, launch_spec
 from ..python_env import inside_path
 from ..sandbox.bwrap import SandboxView, protected_files, sandboxed_pid
-from ..sandbox.cgroup import pid_alive
 from ..sandbox.environment import kernel_environment
 from ..sandbox.limits import CONFINEMENT_FAILED, Confinement, Limits
 from ..sandbox.template import TemplateKey
 from .base import bound_messages, max_message_bytes
 from .guard import MessageGuard
 from .registry import ProviderSettings
+from .runtime import make_runtime_dir, remove_runtime_dir, sweep_stale_runtime_dirs
 
-__all__ = [
-    "AttachedProvider",
-    "LocalProvider",
-    "attached_provider",
-    "kill_local_kernels",
-    "local_provider",
-    "runtime_root",
-    "sweep_stale_runtime_dirs",
-]
+__all__ = ["LocalProvider", "kill_local_kernels", "local_provider"]
 
 log = logging.getLogger(__name__)
 
-_RUNTIME_PREFIX = "kernel-agent-"
-_OWNER_FILE = "owner.pid"
 _POLL_S = 0.2  # how often a starting kernel is checked for an early exit
-# A unix socket's path has at most 107 bytes; ours is <root>/kernel-agent-<8>/sockets/kernel-<port>-<n>.
-_SOCKET_TAIL = len("/kernel-agent-xxxxxxxx/sockets/kernel-65535-99")
-_SOCKET_PATH_MAX = 107
-_SHORT_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 SOCKETS_INSIDE = "/run/kernel-agent"  # where a sandboxed kernel finds the host sockets it was given
-
-
-def runtime_root() -> Path:
-    """Where runtime dirs go: the temp dir, unless its path is too long for the kernel's ipc sockets
-    (ZMQ: "File name too long"), then the first short, writable system temp dir. Raises nothing."""
-    root = tempfile.gettempdir()
-    if len(os.fsencode(root)) + _SOCKET_TAIL <= _SOCKET_PATH_MAX:
-        return Path(root)
-    for short in _SHORT_ROOTS:
-        if os.path.isdir(short) and os.access(short, os.W_OK | os.X_OK):
-            return Path(short)
-    return Path(root)  # nothing shorter: the kernel's start will say why
-
-
-def sweep_stale_runtime_dirs(root: str | None = None) -> list[Path]:
-    """Remove runtime dirs (connection file, kernel log) left by owners that were killed.
-
-    A dir is stale when the process that made it no longer exists. Its kernel
-    has already exited by then (ipykernel's parent poller). Returns what was removed.
-    """
-    removed = []
-    for folder in Path(root or runtime_root()).glob(f"{_RUNTIME_PREFIX}*"):
-        try:
-            owner = int((folder / _OWNER_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        if owner != os.getpid() and not pid_alive(owner):
-            _remove_runtime_dir(folder)
-            removed.append(folder)
-    return removed
 
 
 # Providers whose kernel process may be running: what kill_local_kernels() reaches.
@@ -108,31 +61,6 @@ def kill_local_kernels() -> int:
     provider's ``close()`` still removes its runtime dir, which a kill after the stop's grace would
     leave behind. Synchronous (signals only, no I/O); raises nothing."""
     return sum(provider.kill_now() for provider in list(_LIVE))
-
-
-def _make_runtime_dir() -> Path:
-    """A new runtime dir that never exists without its owner file.
-
-    The dir is built under a staging name and renamed into place, so a sweep or a
-    leak check in another process never sees a ``kernel-agent-*`` dir whose owner
-    is not yet written.
-    """
-    staging = Path(tempfile.mkdtemp(prefix=".staging-" + _RUNTIME_PREFIX, dir=runtime_root()))
-    (staging / _OWNER_FILE).write_text(str(os.getpid()))
-    final = staging.with_name(staging.name.removeprefix(".staging-"))
-    os.rename(staging, final)  # mkdtemp's random suffix: the final name is free in practice
-    return final
-
-
-def _remove_runtime_dir(folder: Path) -> None:
-    """Remove a runtime dir as one step for observers: renamed away first, then deleted, so no
-    ``kernel-agent-*`` dir is ever seen without its owner file (``_make_runtime_dir``'s other half)."""
-    doomed = folder.with_name(".removing-" + folder.name)
-    try:
-        os.rename(folder, doomed)
-    except OSError:  # already gone, or another sweeper took it
-        return
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 class LocalProvider:
@@ -200,7 +128,7 @@ class LocalProvider:
         started) and the environment to start it with. For callers that start the kernel themselves
         (replay hands both to nbclient); ``close()`` still cleans up. Raises ``SandboxUnavailableError``."""
         sweep_stale_runtime_dirs()
-        self._runtime_dir = _make_runtime_dir()
+        self._runtime_dir = make_runtime_dir()
         if self._workspace is None:
             self._workspace = self._runtime_dir / "workspace"
         self._workspace.mkdir(parents=True, exist_ok=True)
@@ -403,8 +331,12 @@ class LocalProvider:
         provisioner, process = self._process()
         if process is None or process.poll() is not None:
             return False
-        try:  # the kernel leads a process group of its own (bwrap and what it runs): all of it
-            os.killpg(getattr(provisioner, "pgid", None) or process.pid, signal.SIGKILL)
+        pgid = getattr(provisioner, "pgid", None)
+        try:
+            if pgid:  # a kernel started cold leads a process group of its own (bwrap and what it runs): all of it
+                os.killpg(pgid, signal.SIGKILL)
+            else:  # a forked kernel: the init of its own PID namespace (a pidfd's signal), whose end ends all in it
+                process.kill()
         except OSError:
             return False
         return True
@@ -456,7 +388,7 @@ class LocalProvider:
         if self._stderr_file is not None:
             self._stderr_file.close()
         if self._runtime_dir is not None:
-            _remove_runtime_dir(self._runtime_dir)
+            remove_runtime_dir(self._runtime_dir)
 
     async def _kill(self) -> None:
         assert self.manager is not None
@@ -464,80 +396,6 @@ class LocalProvider:
             await self.manager.shutdown_kernel(now=True)
         except Exception:
             log.debug("kill after failed shutdown also failed", exc_info=True)
-
-
-class AttachedProvider:
-    """A kernel someone else started, reached by its connection file. Never restarted or killed.
-
-    ``workspace``: the kernel's working folder on this machine, when the caller knows it shares our
-    files (a kernel of this machine's Jupyter server that the caller moved into that folder); then the
-    session's files are that folder's (``LocalFiles``). None: its files are not ours (``RemoteFiles``)."""
-
-    owns_kernel = False
-    supports_sockets = False  # another's kernel, already running: nothing can be bound into it
-
-    def __init__(
-        self,
-        connection_file: str | os.PathLike[str],
-        *,
-        startup_timeout: float = 60.0,
-        max_output_bytes: int = 10_000_000,
-        workspace: Path | None = None,
-    ) -> None:
-        self.connection_file = str(connection_file)
-        self.startup_timeout = startup_timeout
-        self.max_output_bytes = max_output_bytes
-        self.guard: MessageGuard | None = None
-        self.limits = replace(Limits.off(), sandbox="off")  # not ours: we confine nothing there
-        self.client: AsyncKernelClient | None = None
-        self._workspace = workspace
-
-    def __repr__(self) -> str:
-        return f"<AttachedProvider {self.connection_file}>"
-
-    @property
-    def workspace(self) -> Path | None:
-        return self._workspace
-
-    async def start(self) -> dict[str, Any]:
-        """Connect and wait until the kernel answers. Raises ``KernelStartError``."""
-        client = AsyncKernelClient()
-        limit = max_message_bytes(self.max_output_bytes)
-        try:
-            client.load_connection_file(self.connection_file)
-            bound_messages(client, limit)
-            client.start_channels()
-            await client.wait_for_ready(timeout=self.startup_timeout)
-        except (OSError, RuntimeError, ValueError) as exc:
-            client.stop_channels()
-            raise KernelStartError(f"cannot attach to the kernel in {self.connection_file}: {exc}") from exc
-        self.client = client
-        self.guard = MessageGuard(client, limit)
-        self.guard.start()
-        return {}
-
-    @property
-    def dropped_messages(self) -> int:
-        return self.guard.dropped if self.guard is not None else 0
-
-    async def is_alive(self) -> bool:
-        return self.client is not None and self.client.hb_channel.is_beating()
-
-    async def interrupt(self) -> None:
-        if self.client is not None:
-            self.client.control_channel.send(self.client.session.msg("interrupt_request", {}))
-
-    async def restart(self) -> dict[str, Any]:
-        raise KernelError("restart needs a kernel this session started; this one was attached")
-
-    def describe_exit(self) -> str:
-        return "its heartbeat stopped"
-
-    async def close(self) -> None:
-        if self.guard is not None:
-            await self.guard.close()
-        if self.client is not None:
-            self.client.stop_channels()
 
 
 def local_provider(settings: ProviderSettings) -> LocalProvider:
@@ -589,17 +447,3 @@ async def _answered(client: AsyncKernelClient) -> dict[str, Any]:
 def _socket_inside(host: Path) -> str:
     """Where a host Unix socket is bound in the sandbox: by its file name under ``/run`` (the sandbox's tmpfs)."""
     return f"{SOCKETS_INSIDE}/{host.name}"
-
-
-def attached_provider(settings: ProviderSettings) -> AttachedProvider:
-    """The ``attached`` entry point of ``kernel_agent.providers``: the running kernel whose connection file
-    the settings name (never restarted or killed). Raises ``ConfigError`` without one."""
-    if settings.sockets:
-        raise ConfigError(
-            "an attached kernel cannot be given a socket (a live data source needs a kernel started here)"
-        )
-    if not settings.connection_file:
-        raise ConfigError("the attached kernel provider needs a running kernel's connection file")
-    return AttachedProvider(
-        settings.connection_file, startup_timeout=settings.startup_timeout, max_output_bytes=settings.max_output_bytes
-    )

@@ -6,9 +6,9 @@ the kernel it wants, it returns a provider, not yet started (``base.KernelProvid
 third party's is by theirs (e.g. a kernel in a container)::
 
     [project.entry-points."kernel_agent.providers"]
-    local = "kernel_agent.kernel.providers.local:local_provider"        # a process we start here
-    gateway = "kernel_agent.kernel.providers.gateway:gateway_provider"  # on a Kernel/Enterprise Gateway
-    attached = "kernel_agent.kernel.providers.local:attached_provider"  # a running kernel's connection file
+    local = "kernel_agent.kernel.providers.local:local_provider"           # a process we start here
+    gateway = "kernel_agent.kernel.providers.gateway:gateway_provider"     # on a Kernel/Enterprise Gateway
+    attached = "kernel_agent.kernel.providers.attached:attached_provider"  # a running kernel's connection file
 
 ``AsyncKernelSession(provider="theirs")`` asks for one by name (default: ``gateway`` when a gateway is
 given, else ``local``). A ``KernelPool`` is not a place a kernel lives but kernels started ahead: it
