@@ -23,6 +23,7 @@ one name, the first on ``sys.path`` wins, as an import would. ``installed()`` li
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -169,6 +170,12 @@ class Registry(Generic[T]):
             raise
         except Exception as exc:  # a third party's package: its import error is the installation's to fix
             raise ConfigError(f"the {self.kind} {name!r} ({entry.value}) cannot be loaded: {exc}") from exc
+
+    def preload(self, name: str) -> None:
+        """Import ``name``'s entry point now (blocking: call it off an event loop), so that ``make`` does not.
+        Raises nothing: a name that cannot be loaded says so when it is made."""
+        with contextlib.suppress(KernelAgentError):
+            self._load(name)
 
     def make(self, name: str, *arguments: object) -> T:
         """What ``name``'s entry point gives: its object, or what it makes of ``arguments`` when the group's

@@ -41,7 +41,19 @@ def kernels_of(owner: int) -> list[int]:
     """Kernel processes whose JPY_PARENT_PID is ``owner`` (jupyter_client sets it on every kernel,
     and on the bwrap around a sandboxed one), or whose KERNEL_AGENT_OWNER is (a kernel in a sandbox)."""
     marked = _marked({f"JPY_PARENT_PID={owner}".encode(), f"KERNEL_AGENT_OWNER={owner}".encode()})
-    return [pid for pid in marked if not is_template(pid)]
+    # What else runs in a template's own PID namespace is the template's too: the go-between of each fork (whose
+    # command line reads empty while it forks) and what its imports run once (``uname -p``).
+    templates = {_pid_namespace(pid) for pid in marked if is_template(pid)} - {_pid_namespace(os.getpid()), None}
+    return [
+        pid for pid in marked if not is_template(pid) and _pid_namespace(pid) not in templates and not process_gone(pid)
+    ]
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
 
 
 def _marked(markers: set[bytes]) -> list[int]:
@@ -61,15 +73,15 @@ def _marked(markers: set[bytes]) -> list[int]:
 
 def is_template(pid: int) -> bool:
     """Whether ``pid`` is a kernel template (``sandbox/template.py``) or its bwrap, which live as long as the process
-    that started them: its forked kernels share its command line and environment, but each is PID 1 of a namespace
-    below the template's (three numbers or more in ``NSpid``)."""
+    that started them: its forked kernels share its command line and environment, but each (its init, PID 1, and
+    the kernel below it) runs in a namespace below the template's (three numbers or more in ``NSpid``)."""
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
     nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-    return TEMPLATE_MODULE.encode() in command and not (len(nspid) >= 3 and nspid[-1] == "1")
+    return TEMPLATE_MODULE.encode() in command and len(nspid) < 3
 
 
 def our_kernel_pids() -> list[int]:

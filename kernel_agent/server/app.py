@@ -28,6 +28,7 @@ from ..agent.datafiles.summaries import DATA_SUFFIXES
 from ..agent.names import protocol_names
 from ..errors import KernelAgentError, NotebookError, ServiceError
 from ..kernel.door import Door
+from ..kernel.providers.registry import PROVIDER_REGISTRY, provider_for
 from ..notebook.export import clean_path, legacy_clean_path
 from ..plugins import warm
 from ..records import STOP_WORDS
@@ -74,14 +75,22 @@ class RunRequest(BaseModel):
         return protocol
 
 
+def _warm_up(config: ServerConfig) -> None:
+    """What the service's first request would otherwise do on the loop: the registries' scan, and the import
+    of the kernel provider its threads use. Blocking."""
+    warm()
+    PROVIDER_REGISTRY.preload(provider_for(config.agent.get("provider"), config.agent.get("gateway_url")))
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     """The ASGI app for ``config``; its lifespan starts and closes the ``Service``."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The plug-in registries: importlib.metadata scans site-packages once, here, not on the loop.
+        # The plug-in registries: importlib.metadata scans site-packages once, here, not on the loop, and the
+        # kernel provider the threads will use is imported (its modules' files read) before the first request.
         # Not in_thread: a warm-up is disposable, so a server stopped while it starts does not wait for it.
-        await asyncio.to_thread(warm)
+        await asyncio.to_thread(_warm_up, config)
         async with Service(config) as service:
             app.state.service = service
             yield
