@@ -267,10 +267,15 @@ def test_invalid_utf8_becomes_replacement_characters(steady: KernelSession) -> N
         "import sys\nsys.stdout.write(b'\\xff\\xfe text bad\\n'.decode('utf-8', 'surrogateescape'))"
     )
     assert surrogates.status == "ok" and surrogates.stdout == "\ufffd\ufffd text bad\n"
-    # Raw bytes on fd 1 reach us through ipykernel's pipe reader; wait until it has taken them.
+    # Raw bytes on fd 1 reach us through ipykernel's pipe reader, a thread that reads the pipe and then writes what
+    # it read to sys.stdout: the cell waits until that write is made (the pipe being empty is not enough: the
+    # thread may not have written yet when the cell ends, and the cell's output is published as it ends).
     code = (
-        "import os, fcntl, struct, termios\nos.write(1, b'\\xff\\xfe raw bad\\n')\n"
-        "while struct.unpack('i', fcntl.ioctl(1, termios.FIONREAD, b'0000'))[0]:\n    pass"
+        "import os, sys, threading\nhanded = threading.Event()\nwrite = sys.stdout.write\n"
+        "def watched(text):\n    written = write(text)\n"
+        "    handed.set() if 'raw bad' in text else None\n    return written\n"
+        "sys.stdout.write = watched\nos.write(1, b'\\xff\\xfe raw bad\\n')\n"
+        "assert handed.wait(25), 'the pipe reader never wrote'\ndel sys.stdout.write"
     )
     raw = steady.execute(code, timeout=30)
     assert raw.status == "ok" and "\ufffd\ufffd raw bad" in raw.stdout, raw.to_llm_text()
