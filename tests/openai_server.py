@@ -201,6 +201,13 @@ class OpenAIServer:
             self._script.extend(entries)
         return self
 
+    def discard(self) -> int:
+        """Drop the entries not played yet (a run that ended before it asked for them); return how many."""
+        with self._lock:
+            dropped = len(self._script)
+            self._script.clear()
+        return dropped
+
     @property
     def base_url(self) -> str:
         if self._httpd is None:

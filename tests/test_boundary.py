@@ -76,6 +76,17 @@ def finished(client: httpx.Client, run_id: str) -> dict[str, Any]:
     return value
 
 
+def changing(client: httpx.Client, run_id: str, model: OpenAIServer) -> dict[str, Any]:
+    """A run whose code left a thread changing the workspace, once finished: it ends with the model's answer, or
+    after that round when the changes kept the round's listing of the workspace from being whole (the run stops
+    with ``disk_quota`` and says so rather than count what it could not see); then the reply it did not ask for
+    is dropped, so the next run of the module's shared model gets its own."""
+    record = finished(client, run_id)
+    assert record["stop_reason"] in ("answer", "disk_quota"), record
+    assert model.discard() == (record["stop_reason"] == "disk_quota")
+    return record
+
+
 def test_an_upload_never_writes_through_links_the_kernel_planted(
     service: tuple[ServiceServer, httpx.Client], model: OpenAIServer, host_secret: tuple[Path, str]
 ) -> None:
@@ -119,7 +130,7 @@ def test_downloads_never_serve_what_a_link_points_at(
     )
     model.add(Reply("Plant.", tool_calls=(python_call(code),)), Reply("Planted."))
     run_ = client.post("/v1/runs", json={"task": "Plant a notebook link"}).json()
-    record = finished(client, run_["id"])
+    record = changing(client, run_["id"], model)
     assert "leak.txt" not in [f["name"] for f in record["files"]]  # a link is not an artifact
     thread = run_["thread_id"]
     # The thread's notebooks are records beside the workspace, never in it: what the kernel plants there under
@@ -145,7 +156,7 @@ def test_the_files_api_never_follows_a_folder_swapped_for_a_link(
     folder, secret = host_secret
     model.add(Reply("Swap.", tool_calls=(python_call(SWAPPER.format(host=str(folder), seconds=300)),)), Reply("On."))
     run_ = client.post("/v1/runs", json={"task": "Swap folders"}).json()
-    finished(client, run_["id"])
+    changing(client, run_["id"], model)
     outcomes = set()
     for _ in range(300):  # while the kernel swaps (until told to stop, not for a time a loaded machine may pass)
         response = client.get(f"/v1/threads/{run_['thread_id']}/files/sub/data.txt")
