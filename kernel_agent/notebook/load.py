@@ -34,6 +34,7 @@ __all__ = [
     "MAX_NOTEBOOK_BYTES",
     "LoadedRun",
     "notebook_from_text",
+    "parse_json",
     "load_resumable",
     "load_run",
     "read_json_record",
@@ -102,10 +103,10 @@ def _read_json(path: Path, what: str, limit: int = MAX_NOTEBOOK_BYTES) -> tuple[
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise NotebookError(f"cannot read the {what} {path}: not UTF-8 ({exc.reason})", path=str(path)) from exc
-    return text, _parse_json(text, what, str(path))
+    return text, parse_json(text, what, str(path))
 
 
-def _parse_json(text: str, what: str, label: str) -> Any:
+def parse_json(text: str, what: str, label: str) -> Any:
     """``text`` as JSON, at most ``MAX_DEPTH`` levels deep. Raises ``NotebookError`` (one line) otherwise."""
     try:
         document = json.loads(text)
@@ -151,7 +152,7 @@ def read_notebook(path: str | os.PathLike[str]) -> NotebookNode:
 def notebook_from_text(text: str, label: str) -> NotebookNode:
     """``read_notebook`` for a notebook's text already read (``label`` names it in errors): as bounded,
     as lenient. Raises ``NotebookError``."""
-    return _notebook(text, _parse_json(text, "notebook", label), label)
+    return _notebook(text, parse_json(text, "notebook", label), label)
 
 
 def _notebook(text: str, raw: Any, label: str) -> NotebookNode:

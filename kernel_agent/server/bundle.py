@@ -14,7 +14,6 @@ the kernel wrote is never listed, so none of its names reach the zip. The whole 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import zipfile
@@ -27,6 +26,7 @@ from ..errors import KernelAgentError, ServiceError
 from ..kernel.door import Door
 from ..notebook.claims import plain_name
 from ..notebook.export import clean_path
+from ..notebook.load import MAX_NOTEBOOK_BYTES, parse_json
 from ..notebook.metadata import RunMetadata, read_block
 from .blobs import NOTEBOOK
 from .records import ThreadRecord
@@ -36,7 +36,6 @@ __all__ = ["MAX_BUNDLE_BYTES", "Bundle", "spooled", "write_bundle"]
 
 MAX_BUNDLE_BYTES = 2 * 1024**3  # the notebooks and data files together, before compression
 _CHUNK = 1 << 20
-_NOTEBOOK_BYTES = 256 * 1024 * 1024  # a notebook read whole for its data file names
 _README = """The notebook of the kernel-agent thread {thread} and the data files it reads.
 
 Replay it on any machine with kernel-agent installed (from the folder holding this one):
@@ -106,9 +105,9 @@ def _check_size(thread_id: str, total: int, limit: int) -> None:
 
 def _data_files(records: Door, relative: str) -> list[str]:
     """The plain data file names the notebook's metadata claims (others are dropped: never a path)."""
-    try:
-        raw = json.loads(records.read(relative, _NOTEBOOK_BYTES))
-    except (OSError, KernelAgentError, ValueError, RecursionError):  # nested past the parser's depth: no claim
+    try:  # parsed as every record of ours is read back: bounded in depth, a NotebookError otherwise
+        raw = parse_json(records.read(relative, MAX_NOTEBOOK_BYTES).decode("utf-8"), "notebook", relative)
+    except (OSError, KernelAgentError, ValueError):
         return []
     meta = read_block(raw.get("metadata") if isinstance(raw, dict) else None, RunMetadata)
     return [name for name in meta.data_files if plain_name(name)] if meta is not None else []
