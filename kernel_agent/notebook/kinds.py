@@ -33,11 +33,12 @@ def kind_of(run: Run) -> Kind:
 def notebook_kind(metadata: Any) -> Kind:
     """The kind of a notebook from its metadata (a notebook's ``metadata``, read as data through its schema:
     any shape). A run's turns are those ``load_run`` reads back (a malformed one is dropped)."""
-    plan, run = read_block(metadata, PlanMetadata), read_block(metadata, RunMetadata)
-    if plan is None or run is None:
+    plan = read_block(metadata, PlanMetadata)
+    if plan is None:  # no block of ours (or not an object): no shape reads one
         return "foreign"
     if plan.plan is not None:
         return "plan"
+    run = read_block(metadata, RunMetadata) or RunMetadata.read({})  # the same block: never the default
     if run.protocol == MCP_PROTOCOL:
         return "mcp"
     return "resumed" if len(run.turns) > 1 else "run"

@@ -22,13 +22,13 @@ def report_order(nb: NotebookNode) -> NotebookNode:
     """A copy of ``nb`` laid out as a report: header, the run's answer, the setup, then each round under
     a ``Round N`` heading (follow-up questions and their answers where they were asked)."""
     copy: NotebookNode = nbformat.from_dict(nb)
-    cells = list(copy.get("cells", []))
-    roles = [read_cell(cell, CellMetadata).role for cell in cells]
+    cells = [(cell, read_cell(cell, CellMetadata)) for cell in copy.get("cells", [])]  # each read once
+    roles = [about.role for _, about in cells]
     if read_block(copy.get("metadata"), RunMetadata) is None or "task" in roles:
         return copy
     answers = [index for index, role in enumerate(roles) if role == "answer"]
     for index in answers:
-        cells[index]["source"] = _answer_breaks(str(cells[index].get("source", "")))
+        cells[index][0]["source"] = _answer_breaks(str(cells[index][0].get("source", "")))
     if answers:
         final = cells.pop(answers[-1])
         cells.insert(1 if roles and roles[0] == "header" else 0, final)
@@ -61,11 +61,10 @@ def _answer_breaks(source: str) -> str:
     return f"{heading}\n\n{hard_breaks(body)}" if body else source
 
 
-def _with_round_headings(cells: list[Any]) -> list[Any]:
+def _with_round_headings(cells: list[tuple[Any, CellMetadata]]) -> list[Any]:
     out: list[Any] = []
     shown: set[int] = set()
-    for cell in cells:
-        about = read_cell(cell, CellMetadata)
+    for cell, about in cells:
         number = about.round
         if number is not None and number >= 1 and number not in shown and about.role != "answer":
             shown.add(number)
