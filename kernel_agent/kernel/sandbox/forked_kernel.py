@@ -131,8 +131,10 @@ class ForkedKernel:
     ) -> None:
         """Hand the child the sandbox of process ``sandbox`` (its namespaces and root) and what makes it a
         kernel; return once it has stepped in for good and its confinement checked. Raises ``TemplateError``."""
-        fds = [os.open(f"/proc/{sandbox}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name in NAMESPACES]
-        try:
+        fds: list[int] = []
+        try:  # each one opened inside: a sandbox gone half-way leaves none of them open
+            for name in NAMESPACES:
+                fds.append(os.open(f"/proc/{sandbox}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC))
             fds.append(os.open(f"/proc/{sandbox}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
             orders = {
                 "namespaces": list(NAMESPACES),

@@ -165,6 +165,7 @@ class Template:
             self._process = _spawner().submit(_popen, argv, self.key.env, self._log, theirs.fileno()).result()
         except OSError as exc:
             ours.close()
+            self._stop()  # its log too
             raise TemplateError(f"cannot start the kernel template: {exc}") from exc
         finally:
             theirs.close()
